@@ -1,0 +1,303 @@
+"""The YAML configuration of a run, validated with pydantic.
+
+One file describes the bag, the constraint, the machine types, billing, the provider,
+the emulator model, sampling and monitoring. Every model forbids unknown fields so a
+typo is an error that names the field, never a silently ignored setting.
+
+Durations are seconds, or a string with a unit: ``"90s"``, ``"15m"``, ``"1h"``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PositiveFloat,
+    PositiveInt,
+    field_validator,
+    model_validator,
+)
+
+_UNITS = {"s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(s|m|min|h|d)?\s*$")
+
+
+def parse_duration(value: object) -> object:
+    """Turn ``"15m"`` into 900.0; leave numbers and anything unparseable to pydantic."""
+    if isinstance(value, str):
+        match = _DURATION.match(value)
+        if match is None:
+            raise ValueError(
+                f"{value!r} is not a duration: use seconds or a number with s, m, h or d"
+            )
+        return float(match.group(1)) * _UNITS[match.group(2) or "s"]
+    return value
+
+
+Seconds = Annotated[float, BeforeValidator(parse_duration)]
+"""A non-negative duration in seconds (the caller adds positivity where needed)."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --- the bag -------------------------------------------------------------------------
+
+
+class IntRange(_Model):
+    """``{start: 0, stop: 10, step: 1}``: Python's ``range``, stop excluded."""
+
+    start: int = 0
+    stop: int
+    step: int = 1
+
+    @model_validator(mode="after")
+    def _nonempty(self) -> IntRange:
+        if self.step == 0:
+            raise ValueError("step must not be 0")
+        if len(range(self.start, self.stop, self.step)) == 0:
+            raise ValueError(f"range({self.start}, {self.stop}, {self.step}) is empty")
+        return self
+
+
+SweepValues = list[str | int | float] | IntRange
+
+
+class Bag(_Model):
+    """The tasks. Exactly one of ``command`` (with ``sweep``), ``file`` or ``synthetic``.
+
+    * ``command`` is a template, ``{name}`` replaced by each combination of the
+      ``sweep`` values (the cartesian product, in the order the names are given);
+    * ``file`` names a text file with one command per line (blank lines and lines
+      starting with ``#`` skipped), relative to the config file;
+    * ``synthetic`` is a count of tasks for emulation; their runtimes come from
+      ``emulator.runtime``.
+    """
+
+    command: str | None = None
+    sweep: dict[str, SweepValues] = Field(default_factory=dict)
+    file: Path | None = None
+    synthetic: PositiveInt | None = None
+    env: dict[str, str] = Field(default_factory=dict, description="environment of every task")
+    max_retries: int = Field(2, ge=0, description="re-runs of a failed task before it is failed")
+    timeout_s: Seconds | None = Field(None, gt=0, description="per-task timeout")
+
+    @model_validator(mode="after")
+    def _exactly_one_source(self) -> Bag:
+        given = [
+            name
+            for name, value in (
+                ("command", self.command),
+                ("file", self.file),
+                ("synthetic", self.synthetic),
+            )
+            if value is not None
+        ]
+        if len(given) != 1:
+            raise ValueError(
+                "give exactly one of command, file or synthetic"
+                + (f" (got {', '.join(given)})" if given else "")
+            )
+        if self.sweep and self.command is None:
+            raise ValueError("sweep needs a command template")
+        return self
+
+
+# --- constraint, billing, machine types -----------------------------------------------
+
+
+class Constraint(_Model):
+    """What the run must respect. ``budget`` is implemented; ``deadline`` is reserved."""
+
+    budget: PositiveFloat | None = Field(None, description="money, in the prices' currency")
+    deadline_s: Seconds | None = Field(None, gt=0, description="reserved for deadline mode")
+
+    @model_validator(mode="after")
+    def _one(self) -> Constraint:
+        if self.budget is None and self.deadline_s is None:
+            raise ValueError("give a budget (deadline mode is not available yet)")
+        if self.deadline_s is not None:
+            raise ValueError("deadline mode is not available yet: give a budget")
+        return self
+
+
+class Billing(_Model):
+    """How a provider charges. Prices are per ATU in both modes.
+
+    ``fixed``: a machine pays a whole ATU as soon as it enters it (the papers' model).
+    ``per_second``: a machine pays ``price * seconds / atu_s``, at least
+    ``min_charge_s`` seconds; the controller commits money ``commit_s`` at a time.
+    """
+
+    mode: Literal["fixed", "per_second"] = "fixed"
+    atu_s: Seconds = Field(3600.0, gt=0, description="accountable time unit")
+    min_charge_s: Seconds = Field(60.0, ge=0, description="per_second only")
+    commit_s: Seconds = Field(
+        300.0, gt=0, description="per_second only: how far ahead money is committed"
+    )
+
+
+class MachineType(_Model):
+    """A cloud offering: all machines of a type are alike."""
+
+    name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")]
+    price: PositiveFloat = Field(description="price per ATU of one machine")
+    max_count: PositiveInt = Field(description="at most this many machines at once")
+    boot_s: Seconds = Field(120.0, ge=0, description="launch to ready; the planner's estimate")
+
+
+# --- the emulator ---------------------------------------------------------------------
+
+
+class NormalRuntime(_Model):
+    dist: Literal["normal"]
+    mean_s: Seconds = Field(gt=0)
+    sd_s: Seconds = Field(ge=0)
+
+
+class LognormalRuntime(_Model):
+    """Lognormal given by the mean and standard deviation of the runtime itself."""
+
+    dist: Literal["lognormal"]
+    mean_s: Seconds = Field(gt=0)
+    sd_s: Seconds = Field(ge=0)
+
+
+class UniformRuntime(_Model):
+    dist: Literal["uniform"]
+    low_s: Seconds = Field(gt=0)
+    high_s: Seconds = Field(gt=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> UniformRuntime:
+        if self.high_s < self.low_s:
+            raise ValueError(f"high_s ({self.high_s}) is below low_s ({self.low_s})")
+        return self
+
+
+class ConstantRuntime(_Model):
+    dist: Literal["constant"]
+    value_s: Seconds = Field(gt=0)
+
+
+class TraceRuntime(_Model):
+    """Runtimes in seconds from a file, one per line, used in order and cycled."""
+
+    dist: Literal["trace"]
+    file: Path
+
+
+Runtime = Annotated[
+    NormalRuntime | LognormalRuntime | UniformRuntime | ConstantRuntime | TraceRuntime,
+    Field(discriminator="dist"),
+]
+
+
+class MachineFailure(_Model):
+    """Emulator only: the ``index``-th machine of ``type`` (in launch order) dies at ``at_s``."""
+
+    type: str
+    at_s: Seconds = Field(ge=0)
+    index: int = Field(0, ge=0)
+
+
+class Emulator(_Model):
+    """The virtual world of a dry run: how fast tasks run where, and what goes wrong.
+
+    A task's runtime on a type is its drawn runtime divided by the type's ``speed``.
+    """
+
+    seed: int = 0
+    runtime: Runtime = Field(
+        default_factory=lambda: NormalRuntime(dist="normal", mean_s=900.0, sd_s=math.sqrt(5) * 60)
+    )
+    speed: dict[str, PositiveFloat] = Field(
+        default_factory=dict, description="per machine type; missing types run at 1.0"
+    )
+    task_failure_prob: float = Field(0.0, ge=0, lt=1)
+    machine_failures: list[MachineFailure] = Field(default_factory=list)
+
+
+# --- sampling and monitoring ----------------------------------------------------------
+
+
+class Sampling(_Model):
+    """Sample size parameters of paper 000 §2.1 (defaults: 95 % confidence, Δ = 0.25)."""
+
+    z: PositiveFloat = 1.96
+    delta: float = Field(0.25, gt=0, lt=1)
+
+
+# --- the whole file -------------------------------------------------------------------
+
+
+class RunConfig(_Model):
+    """One run: a bag, a constraint, where it may run and how that is paid."""
+
+    name: str = "run"
+    bag: Bag
+    constraint: Constraint
+    machine_types: list[MachineType] = Field(min_length=1)
+    billing: Billing = Field(default_factory=Billing)
+    provider: Literal["sim"] = "sim"
+    policy: Literal["bats", "round_robin"] = Field(
+        "bats", description="bats: budget planner; round_robin: every machine from the start"
+    )
+    emulator: Emulator = Field(default_factory=Emulator)
+    sampling: Sampling = Field(default_factory=Sampling)
+    monitoring_interval_s: Seconds = Field(300.0, gt=0)
+    tail_replication: bool = Field(
+        True, description="once the bag is empty, idle paid machines replicate slow tasks"
+    )
+
+    @field_validator("machine_types")
+    @classmethod
+    def _unique_names(cls, types: list[MachineType]) -> list[MachineType]:
+        seen: set[str] = set()
+        for t in types:
+            if t.name in seen:
+                raise ValueError(f"machine type {t.name!r} is given twice")
+            seen.add(t.name)
+        return types
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> RunConfig:
+        names = {t.name for t in self.machine_types}
+        for name in self.emulator.speed:
+            if name not in names:
+                raise ValueError(
+                    f"emulator.speed names unknown machine type {name!r} "
+                    f"(known: {', '.join(sorted(names))})"
+                )
+        for failure in self.emulator.machine_failures:
+            if failure.type not in names:
+                raise ValueError(
+                    f"emulator.machine_failures names unknown machine type {failure.type!r}"
+                )
+        cheapest = min(t.price for t in self.machine_types)
+        budget = self.constraint.budget
+        if budget is not None and budget < self._min_unit_cost(cheapest):
+            raise ValueError(
+                f"constraint.budget {budget:g} is below one unit of the cheapest machine "
+                f"type ({self._min_unit_cost(cheapest):g})"
+            )
+        return self
+
+    def _min_unit_cost(self, price: float) -> float:
+        if self.billing.mode == "fixed":
+            return price
+        return price * max(self.billing.min_charge_s, 1.0) / self.billing.atu_s
+
+    def type_named(self, name: str) -> MachineType:
+        for t in self.machine_types:
+            if t.name == name:
+                return t
+        raise KeyError(name)
