@@ -87,8 +87,10 @@ class Bag(_Model):
     file: Path | None = None
     synthetic: PositiveInt | None = None
     env: dict[str, str] = Field(default_factory=dict, description="environment of every task")
-    max_retries: int = Field(2, ge=0, description="re-runs of a failed task before it is failed")
-    timeout_s: Seconds | None = Field(None, gt=0, description="per-task timeout")
+    max_retries: int = Field(
+        default=2, ge=0, description="re-runs of a failed task before it is failed"
+    )
+    timeout_s: Seconds | None = Field(default=None, gt=0, description="per-task timeout")
 
     @model_validator(mode="after")
     def _exactly_one_source(self) -> Bag:
@@ -117,8 +119,8 @@ class Bag(_Model):
 class Constraint(_Model):
     """What the run must respect. ``budget`` is implemented; ``deadline`` is reserved."""
 
-    budget: PositiveFloat | None = Field(None, description="money, in the prices' currency")
-    deadline_s: Seconds | None = Field(None, gt=0, description="reserved for deadline mode")
+    budget: PositiveFloat | None = Field(default=None, description="money, in the prices' currency")
+    deadline_s: Seconds | None = Field(default=None, gt=0, description="reserved for deadline mode")
 
     @model_validator(mode="after")
     def _one(self) -> Constraint:
@@ -138,10 +140,10 @@ class Billing(_Model):
     """
 
     mode: Literal["fixed", "per_second"] = "fixed"
-    atu_s: Seconds = Field(3600.0, gt=0, description="accountable time unit")
-    min_charge_s: Seconds = Field(60.0, ge=0, description="per_second only")
+    atu_s: Seconds = Field(default=3600.0, gt=0, description="accountable time unit")
+    min_charge_s: Seconds = Field(default=60.0, ge=0, description="per_second only")
     commit_s: Seconds = Field(
-        300.0, gt=0, description="per_second only: how far ahead money is committed"
+        default=300.0, gt=0, description="per_second only: how far ahead money is committed"
     )
 
 
@@ -151,7 +153,9 @@ class MachineType(_Model):
     name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")]
     price: PositiveFloat = Field(description="price per ATU of one machine")
     max_count: PositiveInt = Field(description="at most this many machines at once")
-    boot_s: Seconds = Field(120.0, ge=0, description="launch to ready; the planner's estimate")
+    boot_s: Seconds = Field(
+        default=120.0, ge=0, description="launch to ready; the planner's estimate"
+    )
 
 
 # --- the emulator ---------------------------------------------------------------------
@@ -206,7 +210,7 @@ class MachineFailure(_Model):
 
     type: str
     at_s: Seconds = Field(ge=0)
-    index: int = Field(0, ge=0)
+    index: int = Field(default=0, ge=0)
 
 
 class Emulator(_Model):
@@ -222,7 +226,7 @@ class Emulator(_Model):
     speed: dict[str, PositiveFloat] = Field(
         default_factory=dict, description="per machine type; missing types run at 1.0"
     )
-    task_failure_prob: float = Field(0.0, ge=0, lt=1)
+    task_failure_prob: float = Field(default=0.0, ge=0, lt=1)
     machine_failures: list[MachineFailure] = Field(default_factory=list)
 
 
@@ -233,7 +237,7 @@ class Sampling(_Model):
     """Sample size parameters of paper 000 §2.1 (defaults: 95 % confidence, Δ = 0.25)."""
 
     z: PositiveFloat = 1.96
-    delta: float = Field(0.25, gt=0, lt=1)
+    delta: float = Field(default=0.25, gt=0, lt=1)
 
 
 # --- the whole file -------------------------------------------------------------------
@@ -249,13 +253,14 @@ class RunConfig(_Model):
     billing: Billing = Field(default_factory=Billing)
     provider: Literal["sim"] = "sim"
     policy: Literal["bats", "round_robin"] = Field(
-        "bats", description="bats: budget planner; round_robin: every machine from the start"
+        default="bats",
+        description="bats: budget planner; round_robin: every machine from the start",
     )
     emulator: Emulator = Field(default_factory=Emulator)
     sampling: Sampling = Field(default_factory=Sampling)
-    monitoring_interval_s: Seconds = Field(300.0, gt=0)
+    monitoring_interval_s: Seconds = Field(default=300.0, gt=0)
     tail_replication: bool = Field(
-        True, description="once the bag is empty, idle paid machines replicate slow tasks"
+        default=True, description="once the bag is empty, idle paid machines replicate slow tasks"
     )
 
     @field_validator("machine_types")

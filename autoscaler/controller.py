@@ -1,0 +1,480 @@
+"""The decision core: ``Controller.step(state, events, now) -> actions``.
+
+No clock, no I/O: the emulator and the daemon feed it events and apply the actions it
+returns. Every action is applied to the state as it is decided, so the state a driver
+journals is the state the next step sees.
+
+Two policies share the machinery:
+
+* ``bats`` (paper 000): sample every type with iw = min(N/10, n) machines, plan the
+  fastest affordable mix once the samples are in, monitor N_e against N_p every
+  monitoring interval and re-plan on a violation (or when a re-plan is clearly faster),
+  release machines just before the end of a paid unit, and replicate slow tasks on idle
+  paid machines once the bag is empty (slides 001, tail phase).
+* ``round_robin`` (paper 000 §3): every machine from the start, tasks in FCFS order,
+  oblivious of cost.
+
+Money: a machine is committed one step (an ATU, or ``commit_s`` under per-second
+billing) at a time, and only when ``committed + step ≤ budget``. The driver delivers
+``BoundaryNear`` before the end of a machine's committed time; the controller either
+extends it or releases it then.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from autoscaler.estimate import initial_workers, sample_size, tasks_within
+from autoscaler.model import (
+    Action,
+    Assign,
+    BoundaryNear,
+    Cancel,
+    Configure,
+    Event,
+    Extend,
+    Launch,
+    LaunchFailed,
+    MachineLost,
+    MachineState,
+    Release,
+    Replicate,
+    Stop,
+    TaskDone,
+    TaskState,
+    Tick,
+)
+from autoscaler.planner import BudgetProblem, Plan, Solver, TypeEstimate, plan_budget
+from autoscaler.state import Machine, RunState
+
+_EPS = 1e-6
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerSettings:
+    policy: Literal["bats", "round_robin"] = "bats"
+    z: float = 1.96
+    delta: float = 0.25
+    solver: Solver = "highs"
+    cushion_z: float = 0.0  # final-unit cushion: 0 is the slides' ⌊h/T_i⌋, >0 adds z·√m·σ
+    tail_replication: bool = True
+    improve_ratio: float = 1.05  # adopt an unforced re-plan only if this much faster...
+    improve_reserve: float = 0.1  # ...and still affordable with this share of money kept back
+    confidence_z: float = 1.96  # "the budget is too small" must hold at this confidence
+
+
+class _Step:
+    """One call of ``Controller.step``: collects actions and applies them to the state."""
+
+    def __init__(self, state: RunState):
+        self.state = state
+        self.actions: list[Action] = []
+
+    def do(self, action: Action) -> None:
+        self.state.apply_action(action)
+        self.actions.append(action)
+
+
+class Controller:
+    """Budget-aware bag-of-tasks controller. Holds settings only; all state is passed in."""
+
+    def __init__(self, settings: ControllerSettings | None = None):
+        self.settings = settings or ControllerSettings()
+
+    # --- the one entry point ----------------------------------------------------------
+
+    def step(self, state: RunState, events: Iterable[Event], now: float) -> list[Action]:
+        state.now = now
+        s = _Step(state)
+        touched: set[str] = set()
+        boundaries: list[str] = []
+        tick = False
+        lost = False
+        for event in events:
+            state.apply_event(event)
+            match event:
+                case Tick():
+                    tick = True
+                case BoundaryNear(machine=mid):
+                    boundaries.append(mid)
+                case TaskDone(task=tid, machine=mid):
+                    touched.add(mid)
+                    self._cancel_other_runs(s, tid)
+                case MachineLost() | LaunchFailed():
+                    lost = True
+                case _:
+                    machine = getattr(event, "machine", None)
+                    if isinstance(machine, str):
+                        touched.add(machine)
+
+        if not state.machines and not state.pending_launches and not state.configurations:
+            self._start(s)
+        for mid in boundaries:
+            self._boundary(s, state.machines[mid])
+        if self.settings.policy == "bats" and not state.stopped:
+            replanned = self._monitor(s, tick)
+            if replanned or lost:
+                self._reconcile(s)
+        if tick or lost or any(isinstance(a, Configure | Launch) for a in s.actions):
+            touched = {m.id for m in state.alive_machines()}
+        else:
+            touched.update(a.machine for a in s.actions if isinstance(a, Cancel | Extend))
+        self._dispatch(s, touched)
+        self._finish_or_stall(s)
+        return s.actions
+
+    # --- starting -----------------------------------------------------------------------
+
+    def _start(self, s: _Step) -> None:
+        state = s.state
+        if self.settings.policy == "round_robin":
+            counts = {name: t.max_count for name, t in state.types.items()}
+            s.do(Configure(counts, None, None, "round robin: every machine"))
+            self._reconcile(s)
+            return
+        n = sample_size(state.n_tasks, self.settings.z, self.settings.delta)
+        iw = initial_workers(state.n_tasks, n)
+        counts = {name: min(iw, t.max_count) for name, t in state.types.items()}
+        counts = self._affordable_sampling(state, counts)
+        s.do(Configure(counts, None, None, f"sampling: n={n}, iw={iw}"))
+        self._reconcile(s)
+
+    @staticmethod
+    def _affordable_sampling(state: RunState, counts: dict[str, int]) -> dict[str, int]:
+        """Shrink the sampling configuration until one step of it fits the budget."""
+        if state.budget is None:
+            return counts
+        first = state.billing.first_step_s
+        price = {n: state.billing.cost(t.price, first) for n, t in state.types.items()}
+
+        def cost() -> float:
+            return sum(c * price[n] for n, c in counts.items())
+
+        while cost() > state.budget + _EPS:
+            # Take one machine from the type with the most; drop the dearest types last.
+            name = max(counts, key=lambda n: (counts[n] > 1, counts[n], price[n]))
+            counts[name] -= 1
+        return counts
+
+    # --- money at the end of a paid unit --------------------------------------------------
+
+    def _can_extend(self, state: RunState, m: Machine) -> bool:
+        if state.budget is None:
+            return True
+        extra = state.billing.extension_cost(m.type.price, m.launched_at, m.paid_until)
+        return state.committed + extra <= state.budget + _EPS
+
+    def _boundary(self, s: _Step, m: Machine) -> None:
+        state = s.state
+        margin = state.billing.boundary_margin_s()
+        if not m.alive or m.paid_until - state.now > margin + _EPS:
+            return  # gone already, or extended since this event was scheduled
+        has_work = bool(m.running or m.queue)
+        only_replicas = has_work and all(
+            len(state.running_on.get(t, {})) > 1 for t in (*m.running, *m.queue)
+        )
+        if state.stopped or m.marked:
+            s.do(
+                Release(
+                    m.id, "end of paid time: " + ("run stopping" if state.stopped else "marked")
+                )
+            )
+        elif not has_work and not state.pending:
+            s.do(Release(m.id, "end of paid time: no work left"))
+        elif only_replicas and not state.pending:
+            s.do(Release(m.id, "end of paid time: only replicas left"))
+        elif self._can_extend(state, m):
+            s.do(Extend(m.id, m.paid_until + state.billing.step_s))
+        else:
+            s.do(Release(m.id, "end of paid time: budget cannot pay another unit"))
+
+    # --- monitoring and planning (paper 000 §2.2) ---------------------------------------------
+
+    def _sampled_types(self, state: RunState) -> list[str]:
+        return [
+            name
+            for name in state.types
+            if state.stats[name].done > 0
+            and any(m.type.name == name for m in state.machines.values())
+        ]
+
+    def _estimates(self, state: RunState) -> dict[str, TypeEstimate]:
+        """T_i per type with samples: done tasks plus running tasks' tail estimates."""
+        elapsed: dict[str, list[float]] = {}
+        for m in state.alive_machines():
+            for start in m.running.values():
+                elapsed.setdefault(m.type.name, []).append(state.now - start)
+        billing = state.billing
+        usable = billing.first_step_s - billing.boundary_margin_s()
+        out: dict[str, TypeEstimate] = {}
+        for name in self._sampled_types(state):
+            t = state.types[name]
+            stats = state.stats[name]
+            mean = stats.mean(elapsed.get(name, ()))
+            out[name] = TypeEstimate(
+                name=name,
+                price=t.price,
+                max_count=t.max_count,
+                boot_s=t.boot_s,
+                mean_s=mean,
+                sd_s=stats.stddev(),
+                live=state.count_alive(name),
+                first_cost=billing.cost(t.price, billing.first_step_s),
+                first_tasks=max(0, math.floor((usable - t.boot_s) / mean)),
+            )
+        return out
+
+    def _paid_completions(self, state: RunState, est: dict[str, TypeEstimate]) -> float:
+        """Σ ft_m: tasks live machines are expected to finish in time already paid for."""
+        margin = state.billing.boundary_margin_s()
+        total = 0.0
+        for m in state.alive_machines():
+            e = est.get(m.type.name)
+            if e is None:
+                continue
+            left = m.paid_until - margin - state.now
+            if m.state is MachineState.BOOTING:
+                left -= max(0.0, m.launched_at + m.type.boot_s - state.now)
+            stats = state.stats[m.type.name]
+            for start in m.running.values():
+                rest = max(0.0, stats.tail_estimate(state.now - start) - (state.now - start))
+                if rest > left:
+                    left = -1.0
+                    break
+                total += 1
+                left -= rest
+            if left > 0:
+                total += math.floor(left / e.mean_s)
+        return total
+
+    def _monitor(self, s: _Step, tick: bool) -> bool:
+        """Check the plan; re-plan when needed. Returns True when the target changed."""
+        state = s.state
+        if not self._planned(state):
+            sampling = [n for n, c in state.configurations[-1][1].counts.items() if c > 0]
+            if not sampling or not all(state.stats[n].sampled for n in sampling):
+                return False
+            return self._replan(s, "plan after sampling", force=True)
+        if not tick or state.finished:
+            return False
+        est = self._estimates(state)
+        if not est:
+            return False
+        n_e = state.tasks_left - self._paid_completions(state, est)
+        n_p = self._potential(state, est)
+        if n_p < n_e:
+            return self._replan(s, f"N_p={n_p:.0f} < N_e={n_e:.0f}", force=True)
+        return self._replan(s, "faster mix affordable", force=False)
+
+    def _potential(self, state: RunState, est: dict[str, TypeEstimate]) -> float:
+        """N_p: tasks the current machines can do in the units the budget still pays for."""
+        keep = [m for m in state.alive_machines() if not m.marked and m.type.name in est]
+        if not keep:
+            return 0.0
+        per_unit = sum(m.type.price for m in keep)
+        left = math.inf if state.budget is None else state.budget - state.committed
+        if math.isinf(left):
+            return math.inf
+        atu = state.billing.atu_s
+        units = (
+            math.floor(left / per_unit + _EPS) if state.billing.mode == "fixed" else left / per_unit
+        )
+        z = self.settings.cushion_z
+        return float(
+            sum(
+                tasks_within(units * atu, est[m.type.name].mean_s, est[m.type.name].sd_s, z)
+                for m in keep
+            )
+        )
+
+    def _replan(self, s: _Step, reason: str, force: bool) -> bool:
+        """Solve the budget problem for what is left; adopt the result if it is needed.
+
+        ``force`` (first plan, or N_p < N_e) adopts whatever the planner finds; otherwise
+        a plan is adopted only when it is ``improve_ratio`` faster than the current mix.
+        """
+        state = s.state
+        est = self._estimates(state)
+        if not est:
+            return False
+        first = not self._planned(state)
+        current = {name: state.count_alive(name, include_marked=False) for name in state.types}
+        speed_now = sum(current[n] / e.mean_s for n, e in est.items())
+        n_e = max(0.0, state.tasks_left - self._paid_completions(state, est))
+        budget = math.inf if state.budget is None else state.budget - state.committed
+        plan: Plan | None
+        if n_e <= 0:
+            plan = Plan(counts=current, units=0, speed=speed_now, cost=0.0)
+            reason += "; time already paid covers the bag"
+        else:
+            problem = BudgetProblem(
+                tasks=n_e,
+                budget=budget,
+                types=list(est.values()),
+                billing=state.billing,
+                cushion_z=self.settings.cushion_z,
+            )
+            if not force:  # an optional change must hold with money to spare
+                problem = replace(problem, budget=budget * (1 - self.settings.improve_reserve))
+            plan = plan_budget(problem, self.settings.solver) if budget > 0 else None
+        if plan is None:
+            if not force:
+                return False
+            shortfall = self._known_insufficient(state, est, n_e, budget)
+            if shortfall is not None:
+                s.do(Stop(shortfall))
+                return True
+            plan = self._best_effort(est)
+            reason += "; budget tight: most profitable type only"
+        elif not force and plan.speed < speed_now * self.settings.improve_ratio:
+            return False
+        counts = {name: plan.counts.get(name, 0) for name in state.types}
+        if counts == state.target and not first:
+            return False
+        makespan = state.now + plan.makespan_s(state.tasks_left)
+        s.do(Configure(counts, state.committed + plan.cost, makespan, reason))
+        return True
+
+    @staticmethod
+    def _planned(state: RunState) -> bool:
+        """Whether a plan (not just the sampling configuration) has been chosen."""
+        return any(not c.reason.startswith("sampling") for _, c in state.configurations)
+
+    def _best_effort(self, est: dict[str, TypeEstimate]) -> Plan:
+        """Keep going on the most profitable type while the budget pays for units."""
+        best = min(est.values(), key=lambda e: e.price * e.mean_s)
+        count = max(1, min(best.live, best.max_count))
+        return Plan(counts={best.name: count}, units=0, speed=count / best.mean_s, cost=0.0)
+
+    def _known_insufficient(
+        self, state: RunState, est: dict[str, TypeEstimate], n_e: float, budget: float
+    ) -> str | None:
+        """Why the budget cannot finish the bag, if that holds even on optimistic runtimes.
+
+        The cheapest conceivable way to do N_e tasks runs them all on the most profitable
+        type at its fluid cost c_i·T_i/ATU per task; T_i is taken at the lower end of
+        its confidence interval so noise alone never stops a run.
+        """
+        z = self.settings.confidence_z
+        atu = state.billing.atu_s
+        per_task = math.inf
+        for name, e in est.items():
+            n = max(1, state.stats[name].done)
+            optimistic = max(e.mean_s - z * e.sd_s / math.sqrt(n), 1e-9)
+            per_task = min(per_task, e.price * optimistic / atu)
+        need = per_task * n_e
+        if need <= budget:
+            return None
+        return (
+            f"budget insufficient: about {n_e:.0f} tasks remain beyond paid time and need "
+            f"at least {need:.2f} more, but only {max(budget, 0.0):.2f} is left"
+        )
+
+    # --- carrying out the configuration --------------------------------------------------
+
+    def _reconcile(self, s: _Step) -> None:
+        """Launch, keep and mark machines so each type moves towards ``state.target``."""
+        state = s.state
+        if state.stopped:
+            return
+        for name, want in state.target.items():
+            t = state.types[name]
+            alive = [m for m in state.alive_machines() if m.type.name == name]
+            in_flight = sum(c for tn, c in state.pending_launches.values() if tn == name)
+            keep = [m for m in alive if not m.marked]
+            have = len(keep) + in_flight
+            if want > have:
+                for m in sorted((m for m in alive if m.marked), key=lambda m: -m.paid_until):
+                    if have >= want:
+                        break
+                    m.marked = False
+                    have += 1
+                room = t.max_count - len(alive) - in_flight
+                count = min(want - have, room)
+                if state.budget is not None:
+                    unit = state.billing.cost(t.price, state.billing.first_step_s)
+                    count = min(count, math.floor((state.budget - state.committed) / unit + _EPS))
+                if count > 0:
+                    s.do(Launch(name, count, f"L{state.launch_seq}"))
+            elif want < have:
+                for m in sorted(keep, key=lambda m: m.paid_until)[: have - want]:
+                    m.marked = True
+
+    # --- giving out work -----------------------------------------------------------------
+
+    def _fits(self, state: RunState, m: Machine) -> bool:
+        """Whether a new task is expected to finish within ``m``'s paid time."""
+        stats = state.stats[m.type.name]
+        if stats.done == 0:
+            return True
+        margin = state.billing.boundary_margin_s()
+        return stats.mean() <= m.paid_until - margin - state.now
+
+    def _dispatch(self, s: _Step, machines: Iterable[str]) -> None:
+        state = s.state
+        for mid in sorted(machines):
+            m = state.machines[mid]
+            if not m.idle:
+                continue
+            draining = state.stopped or m.marked or not self._can_extend(state, m)
+            if state.pending:
+                if not draining or self._fits(state, m):
+                    s.do(Assign(state.pending[0], m.id))
+                else:
+                    s.do(Release(m.id, "idle: no task fits its paid time"))
+            elif not self._replicate(s, m):
+                s.do(Release(m.id, "idle: bag empty"))
+
+    def _replicate(self, s: _Step, m: Machine) -> bool:
+        """Tail phase: copy the running task expected to finish last, if ``m`` beats it."""
+        state = s.state
+        if self.settings.policy != "bats" or not self.settings.tail_replication:
+            return False
+        mine = state.stats[m.type.name]
+        if mine.done == 0:
+            return False
+        my_finish = state.now + mine.mean()
+        if my_finish > m.paid_until - state.billing.boundary_margin_s():
+            return False
+        best: tuple[float, int] | None = None
+        for tid, runs in state.running_on.items():
+            if len(runs) != 1 or state.task_state[tid] is not TaskState.RUNNING:
+                continue
+            ((other, start),) = runs.items()
+            stats = state.stats[state.machines[other].type.name]
+            finish = start + stats.tail_estimate(state.now - start)
+            if best is None or finish > best[0]:
+                best = (finish, tid)
+        if best is None or my_finish >= best[0]:
+            return False
+        s.do(Replicate(best[1], m.id))
+        return True
+
+    def _cancel_other_runs(self, s: _Step, tid: int) -> None:
+        for other in list(s.state.running_on.get(tid, {})):
+            s.do(Cancel(tid, other, "another run finished first"))
+
+    # --- the end --------------------------------------------------------------------------
+
+    def _finish_or_stall(self, s: _Step) -> None:
+        state = s.state
+        if state.finished and not state.stopped:
+            for m in list(state.alive_machines()):
+                s.do(Release(m.id, "bag finished"))
+            s.do(Stop(None))
+            return
+        if state.stopped or state.pending_launches or any(True for _ in state.alive_machines()):
+            return
+        # Nothing runs and tasks are left: start again if the budget allows, else stop.
+        self._reconcile(s)
+        if not state.pending_launches:
+            left = math.inf if state.budget is None else state.budget - state.committed
+            s.do(
+                Stop(
+                    f"budget exhausted: {state.tasks_left} tasks left and {max(left, 0):.2f} "
+                    "cannot pay a unit of any type wanted"
+                )
+            )

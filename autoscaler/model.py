@@ -1,0 +1,206 @@
+"""Records that travel between the config, the controller, the drivers and the report.
+
+Times are seconds since the start of the run (``now``), money is in the prices'
+currency. Events flow into ``Controller.step``; actions flow out of it. Both are
+frozen dataclasses so the journal can record them as they are.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+# --- the bag and the machine types -----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSpec:
+    """One task of the bag."""
+
+    id: int
+    command: str | None  # shell command; None for a synthetic (emulated) task
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class TypeSpec:
+    """A machine type as the controller sees it."""
+
+    name: str
+    price: float  # per ATU, per machine
+    max_count: int  # A_i
+    boot_s: float  # launch to ready, the planner's estimate (β)
+
+
+class TaskState(enum.Enum):
+    """Where a task is in its life."""
+
+    PENDING = "pending"  #: in the bag, not on any machine
+    RUNNING = "running"  #: assigned to at least one machine (replicas included)
+    DONE = "done"  #: a run succeeded; terminal
+    FAILED = "failed"  #: failed more often than retries allow; terminal
+
+
+class MachineState(enum.Enum):
+    """Where a machine is in its life."""
+
+    BOOTING = "booting"  #: launched and paid for, not yet asking for work
+    READY = "ready"  #: can run tasks
+    GONE = "gone"  #: released or lost; terminal
+
+
+# --- events: what happened ------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MachineLaunched:
+    """A provider accepted a launch: the machine exists and is being paid for."""
+
+    machine: str
+    type: str
+    token: str
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchFailed:
+    """A launch (or part of it) did not happen; ``count`` machines never existed."""
+
+    token: str
+    type: str
+    count: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class MachineReady:
+    machine: str
+
+
+@dataclass(frozen=True, slots=True)
+class MachineLost:
+    """A machine vanished without being released (crash, spot interruption, qdel)."""
+
+    machine: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class TaskDone:
+    task: int
+    machine: str
+    runtime_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class TaskFailed:
+    task: int
+    machine: str
+    runtime_s: float
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """The monitoring interval has passed."""
+
+
+@dataclass(frozen=True, slots=True)
+class BoundaryNear:
+    """``machine`` reaches the end of its committed time soon: keep it or let it go."""
+
+    machine: str
+
+
+Event = (
+    MachineLaunched
+    | LaunchFailed
+    | MachineReady
+    | MachineLost
+    | TaskDone
+    | TaskFailed
+    | Tick
+    | BoundaryNear
+)
+
+
+# --- actions: what the controller decided ---------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """Start ``count`` machines of ``type``; ``token`` makes the launch idempotent."""
+
+    type: str
+    count: int
+    token: str
+
+
+@dataclass(frozen=True, slots=True)
+class Extend:
+    """Commit ``machine`` to another paid unit, until ``until``."""
+
+    machine: str
+    until: float
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """Terminate ``machine`` now; tasks on it that did not finish go back to the bag."""
+
+    machine: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Assign:
+    """Append ``task`` to ``machine``'s queue."""
+
+    task: int
+    machine: str
+
+
+@dataclass(frozen=True, slots=True)
+class Replicate:
+    """Run a copy of the running ``task`` on ``machine``; the first result wins."""
+
+    task: int
+    machine: str
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    """Stop ``task`` on ``machine`` (a losing replica, or a task being moved)."""
+
+    task: int
+    machine: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    """Take queued, not yet started ``tasks`` from ``source`` and queue them on ``target``."""
+
+    tasks: tuple[int, ...]
+    source: str
+    target: str
+
+
+@dataclass(frozen=True, slots=True)
+class Configure:
+    """A new machine configuration was chosen (counts per type), with its prediction."""
+
+    counts: Mapping[str, int]
+    predicted_cost: float | None  # None before anything is known (sampling)
+    predicted_makespan_s: float | None
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """The run ends: ``reason`` is None when the bag is finished."""
+
+    reason: str | None
+
+
+Action = Launch | Extend | Release | Assign | Replicate | Cancel | Move | Configure | Stop

@@ -1,0 +1,347 @@
+"""The state of a run: a fold over the events and actions of its journal.
+
+``RunState`` changes only through ``apply_event`` and ``apply_action``, so replaying a
+journal rebuilds it exactly. It knows money (what is committed), machines and tasks;
+it decides nothing: that is the controller's job.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from autoscaler.billing import BillingModel
+from autoscaler.errors import AutoscalerError
+from autoscaler.estimate import RuntimeStats
+from autoscaler.model import (
+    Action,
+    Assign,
+    BoundaryNear,
+    Cancel,
+    Configure,
+    Event,
+    Extend,
+    Launch,
+    LaunchFailed,
+    MachineLaunched,
+    MachineLost,
+    MachineReady,
+    MachineState,
+    Move,
+    Release,
+    Replicate,
+    Stop,
+    TaskDone,
+    TaskFailed,
+    TaskState,
+    Tick,
+    TypeSpec,
+)
+
+
+class StateError(AutoscalerError):
+    """An event or action that does not fit the state (a bug or a corrupt journal)."""
+
+    code = "StateError"
+
+
+@dataclass
+class Machine:
+    id: str
+    type: TypeSpec
+    token: str
+    launched_at: float
+    paid_until: float  # end of the committed time; the machine is gone by then
+    state: MachineState = MachineState.BOOTING
+    ready_at: float | None = None
+    ended_at: float | None = None
+    end_reason: str | None = None
+    marked: bool = False  # to be released at the end of its paid time
+    running: dict[int, float] = field(default_factory=dict)  # task -> start time
+    queue: deque[int] = field(default_factory=deque)  # assigned, not yet started
+    tasks_done: int = 0
+    busy_s: float = 0.0  # time spent on tasks that finished (any outcome)
+    done_runtime_s: float = 0.0  # runtime of the tasks it completed (rt_m)
+
+    @property
+    def alive(self) -> bool:
+        return self.state is not MachineState.GONE
+
+    @property
+    def idle(self) -> bool:
+        return self.state is MachineState.READY and not self.running and not self.queue
+
+
+@dataclass
+class Segment:
+    """A run of one task on one machine, for the report's Gantt chart."""
+
+    task: int
+    machine: str
+    start: float
+    end: float
+    outcome: str  # done, failed, cancelled, lost
+
+
+@dataclass
+class RunState:
+    """Everything the controller knows, rebuilt from the journal alone."""
+
+    types: dict[str, TypeSpec]
+    billing: BillingModel
+    budget: float | None
+    n_tasks: int
+    max_retries: int = 2
+    now: float = 0.0
+    machines: dict[str, Machine] = field(default_factory=dict)
+    task_state: list[TaskState] = field(default_factory=list)
+    attempts: list[int] = field(default_factory=list)
+    pending: deque[int] = field(default_factory=deque)
+    running_on: dict[int, dict[str, float]] = field(default_factory=dict)
+    pending_launches: dict[str, tuple[str, int]] = field(default_factory=dict)
+    committed: float = 0.0  # money committed: paid units plus launches in flight
+    done: int = 0
+    failed: int = 0
+    stop_reason: str | None = None
+    stopped: bool = False  # Stop was decided: nothing new is committed, machines drain
+    target: dict[str, int] = field(default_factory=dict)  # current configuration
+    configurations: list[tuple[float, Configure]] = field(default_factory=list)
+    segments: list[Segment] = field(default_factory=list)
+    spend_log: list[tuple[float, float]] = field(default_factory=list)  # (time, committed)
+    task_errors: dict[int, str] = field(default_factory=dict)
+    stats: dict[str, RuntimeStats] = field(default_factory=dict)
+    launch_seq: int = 0  # launches decided so far; names the next launch token
+
+    @classmethod
+    def new(
+        cls,
+        types: Sequence[TypeSpec],
+        billing: BillingModel,
+        budget: float | None,
+        n_tasks: int,
+        order: Sequence[int],
+        max_retries: int = 2,
+        sample_target: int = 30,
+    ) -> RunState:
+        """A fresh run; ``order`` is the FCFS order tasks leave the bag in."""
+        if sorted(order) != list(range(n_tasks)):
+            raise StateError("task order must be a permutation of the task ids")
+        return cls(
+            types={t.name: t for t in types},
+            billing=billing,
+            budget=budget,
+            n_tasks=n_tasks,
+            max_retries=max_retries,
+            task_state=[TaskState.PENDING] * n_tasks,
+            attempts=[0] * n_tasks,
+            pending=deque(order),
+            spend_log=[(0.0, 0.0)],
+            stats={t.name: RuntimeStats(sample_target) for t in types},
+        )
+
+    # --- queries ----------------------------------------------------------------------
+
+    def alive_machines(self) -> Iterator[Machine]:
+        return (m for m in self.machines.values() if m.alive)
+
+    def count_alive(self, type_name: str, *, include_marked: bool = True) -> int:
+        return sum(
+            1
+            for m in self.alive_machines()
+            if m.type.name == type_name and (include_marked or not m.marked)
+        ) + sum(c for t, c in self.pending_launches.values() if t == type_name)
+
+    @property
+    def finished(self) -> bool:
+        """Every task is done or failed."""
+        return self.done + self.failed == self.n_tasks
+
+    @property
+    def tasks_left(self) -> int:
+        return self.n_tasks - self.done - self.failed
+
+    def actual_cost(self) -> float:
+        """What the machines cost by their real lifetimes (≤ committed)."""
+        total = 0.0
+        for m in self.machines.values():
+            end = m.ended_at if m.ended_at is not None else self.now
+            total += self.billing.cost(m.type.price, end - m.launched_at)
+        return total
+
+    def _commit(self, amount: float) -> None:
+        self.committed += amount
+        self.spend_log.append((self.now, self.committed))
+
+    # --- events -----------------------------------------------------------------------
+
+    def apply_event(self, event: Event) -> None:
+        match event:
+            case MachineLaunched(machine=mid, type=tname, token=token):
+                ttype, count = self.pending_launches.get(token, (tname, 0))
+                if count <= 0 or ttype != tname:
+                    raise StateError(f"machine {mid} launched for unknown token {token}")
+                if count == 1:
+                    del self.pending_launches[token]
+                else:
+                    self.pending_launches[token] = (ttype, count - 1)
+                self.machines[mid] = Machine(
+                    id=mid,
+                    type=self.types[tname],
+                    token=token,
+                    launched_at=self.now,
+                    paid_until=self.now + self.billing.first_step_s,
+                )
+            case LaunchFailed(token=token, count=count):
+                ttype, left = self.pending_launches.get(token, ("", 0))
+                count = min(count, left)
+                if left - count <= 0:
+                    self.pending_launches.pop(token, None)
+                else:
+                    self.pending_launches[token] = (ttype, left - count)
+                if count > 0:
+                    self._commit(-count * self._first_cost(ttype))
+            case MachineReady(machine=mid):
+                m = self.machines[mid]
+                if m.alive:
+                    m.state = MachineState.READY
+                    m.ready_at = self.now
+            case MachineLost(machine=mid, reason=reason):
+                self._end_machine(mid, f"lost: {reason}", outcome="lost")
+            case TaskDone(task=tid, machine=mid, runtime_s=runtime):
+                m = self.machines[mid]
+                if not self._finish_run(tid, mid, "done"):
+                    return
+                self.stats[m.type.name].record(runtime)
+                if self.task_state[tid] is TaskState.RUNNING:
+                    self.task_state[tid] = TaskState.DONE
+                    self.done += 1
+                    m.tasks_done += 1
+                    m.done_runtime_s += runtime
+                    if not self.running_on.get(tid):
+                        self.running_on.pop(tid, None)
+            case TaskFailed(task=tid, machine=mid, error=error):
+                if not self._finish_run(tid, mid, "failed"):
+                    return
+                if self.task_state[tid] is TaskState.RUNNING and not self.running_on.get(tid):
+                    self.attempts[tid] += 1
+                    self.task_errors[tid] = error
+                    self.running_on.pop(tid, None)
+                    if self.attempts[tid] > self.max_retries:
+                        self.task_state[tid] = TaskState.FAILED
+                        self.failed += 1
+                    else:
+                        self.task_state[tid] = TaskState.PENDING
+                        self.pending.appendleft(tid)
+            case Tick() | BoundaryNear():
+                pass
+
+    def _first_cost(self, type_name: str) -> float:
+        return self.billing.cost(self.types[type_name].price, self.billing.first_step_s)
+
+    def _finish_run(self, tid: int, mid: str, outcome: str) -> bool:
+        """Close the run of ``tid`` on ``mid``; False if there was none (a late replica)."""
+        m = self.machines[mid]
+        start = m.running.pop(tid, None)
+        if start is None:
+            return False
+        runs = self.running_on.get(tid)
+        if runs is not None:
+            runs.pop(mid, None)
+        m.busy_s += self.now - start
+        self.segments.append(Segment(tid, mid, start, self.now, outcome))
+        self._start_queued(m)
+        return True
+
+    def _start_queued(self, m: Machine) -> None:
+        while m.queue and not m.running:
+            tid = m.queue.popleft()
+            m.running[tid] = self.now
+            self.running_on.setdefault(tid, {})[m.id] = self.now
+
+    def _end_machine(self, mid: str, reason: str, outcome: str) -> None:
+        m = self.machines[mid]
+        if not m.alive:
+            return
+        for tid, start in list(m.running.items()):
+            m.busy_s += self.now - start
+            self.segments.append(Segment(tid, mid, start, self.now, outcome))
+            self._drop_run(tid, mid)
+        m.running.clear()
+        for tid in m.queue:
+            self._drop_run(tid, mid)
+        m.queue.clear()
+        m.state = MachineState.GONE
+        m.ended_at = self.now
+        m.end_reason = reason
+        # The money committed beyond the machine's real end is not spent.
+        spent = self.billing.cost(m.type.price, self.now - m.launched_at)
+        committed = self.billing.cost(m.type.price, m.paid_until - m.launched_at)
+        if spent < committed:
+            self._commit(spent - committed)
+
+    def _drop_run(self, tid: int, mid: str) -> None:
+        """A run of ``tid`` on ``mid`` ended without a result: re-queue if it was the last."""
+        runs = self.running_on.get(tid)
+        if runs is not None:
+            runs.pop(mid, None)
+        if runs:
+            return
+        self.running_on.pop(tid, None)
+        if self.task_state[tid] is TaskState.RUNNING:
+            self.task_state[tid] = TaskState.PENDING
+            self.pending.appendleft(tid)
+
+    # --- actions ----------------------------------------------------------------------
+
+    def apply_action(self, action: Action) -> None:
+        match action:
+            case Launch(type=tname, count=count, token=token):
+                self.launch_seq += 1
+                self.pending_launches[token] = (tname, count)
+                self._commit(count * self._first_cost(tname))
+            case Extend(machine=mid, until=until):
+                m = self.machines[mid]
+                old = self.billing.cost(m.type.price, m.paid_until - m.launched_at)
+                new = self.billing.cost(m.type.price, until - m.launched_at)
+                m.paid_until = until
+                self._commit(new - old)
+            case Release(machine=mid, reason=reason):
+                self._end_machine(mid, reason, outcome="cancelled")
+            case Assign(task=tid, machine=mid):
+                m = self.machines[mid]
+                if self.task_state[tid] is TaskState.PENDING:
+                    if self.pending[0] == tid:
+                        self.pending.popleft()
+                    else:
+                        self.pending.remove(tid)
+                self.task_state[tid] = TaskState.RUNNING
+                m.queue.append(tid)
+                self._start_queued(m)
+            case Replicate(task=tid, machine=mid):
+                m = self.machines[mid]
+                m.queue.append(tid)
+                self._start_queued(m)
+            case Cancel(task=tid, machine=mid):
+                m = self.machines[mid]
+                if tid in m.queue:
+                    m.queue.remove(tid)
+                    self._drop_run(tid, mid)
+                start = m.running.pop(tid, None)
+                if start is not None:
+                    m.busy_s += self.now - start
+                    self.segments.append(Segment(tid, mid, start, self.now, "cancelled"))
+                    self._drop_run(tid, mid)
+                    self._start_queued(m)
+            case Move(tasks=tids, source=src, target=dst):
+                s, d = self.machines[src], self.machines[dst]
+                for tid in tids:
+                    s.queue.remove(tid)
+                    d.queue.append(tid)
+                self._start_queued(d)
+            case Configure(counts=counts):
+                self.target = dict(counts)
+                self.configurations.append((self.now, action))
+            case Stop(reason=reason):
+                self.stopped = True
+                self.stop_reason = reason

@@ -1,0 +1,398 @@
+"""Loading a run's YAML file: parse, validate, resolve paths, expand the bag.
+
+Every way a file can be wrong ends in one ``ConfigError`` whose problems each name the
+field (``machine_types[1].price``) and, where it is safe to show, the value as given.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import string
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+from pydantic_core import ErrorDetails
+
+from autoscaler.errors import ConfigError
+from autoscaler.model import TaskSpec
+from config.schema import IntRange, RunConfig, SweepValues, TraceRuntime
+
+MAX_TASKS = 10_000_000
+"""A sweep larger than this is almost certainly a mistake, and would not fit in memory."""
+
+_NO_TASKS = "bag has no tasks"
+_MAX_LINES_SHOWN = 10
+
+# --- loading --------------------------------------------------------------------------
+
+
+def load_config(path: str | Path) -> RunConfig:
+    """Read, validate and resolve one config file; raise ``ConfigError`` on any problem.
+
+    Relative paths in the file are taken relative to the file's directory, and the
+    files they name must exist (a trace file must also parse).
+    """
+    path = Path(path)
+    source = str(path)
+    text = _read_text(path, source)
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(source, [_yaml_problem(exc)]) from None
+    if not isinstance(data, dict):
+        got = "an empty file" if data is None else f"a {type(data).__name__}"
+        raise ConfigError(
+            source, [f"the top level must be a mapping of fields (bag, constraint, ...), got {got}"]
+        )
+
+    try:
+        cfg = RunConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(source, validation_problems(exc, data)) from None
+
+    cfg = resolve_paths(cfg, path.absolute().parent)
+    _check_files(cfg, source)
+    return cfg
+
+
+def resolve_paths(cfg: RunConfig, base_dir: str | Path) -> RunConfig:
+    """Return ``cfg`` with its relative file paths made relative to ``base_dir``."""
+    base = Path(base_dir)
+
+    def resolve(p: Path) -> Path:
+        p = p.expanduser()
+        return p if p.is_absolute() else base / p
+
+    if cfg.bag.file is not None:
+        cfg = cfg.model_copy(
+            update={"bag": cfg.bag.model_copy(update={"file": resolve(cfg.bag.file)})}
+        )
+    runtime = cfg.emulator.runtime
+    if isinstance(runtime, TraceRuntime):
+        emulator = cfg.emulator.model_copy(
+            update={"runtime": runtime.model_copy(update={"file": resolve(runtime.file)})}
+        )
+        cfg = cfg.model_copy(update={"emulator": emulator})
+    return cfg
+
+
+def _check_files(cfg: RunConfig, source: str) -> None:
+    problems: list[str] = []
+    if cfg.bag.file is not None and not cfg.bag.file.is_file():
+        problems.append(f"bag.file: no such file: {cfg.bag.file}")
+    runtime = cfg.emulator.runtime
+    if isinstance(runtime, TraceRuntime):
+        if not runtime.file.is_file():
+            problems.append(f"emulator.runtime.file: no such file: {runtime.file}")
+        else:
+            try:
+                load_trace(runtime.file)
+            except ConfigError as exc:
+                problems.extend(f"emulator.runtime.file: {exc.source}, {p}" for p in exc.problems)
+    if problems:
+        raise ConfigError(source, problems)
+
+
+def load_trace(path: str | Path) -> list[float]:
+    """Runtimes in seconds, one per line; blank lines and ``#`` comments are skipped.
+
+    A ``ConfigError`` names the file and, for a bad value, its line.
+    """
+    source = str(path)
+    runtimes: list[float] = []
+    problems: list[str] = []
+    for number, line in enumerate(_read_text(Path(path), source).splitlines(), start=1):
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        try:
+            value = float(text)
+        except ValueError:
+            problems.append(f"line {number}: not a number (got {text!r})")
+            continue
+        if not (value > 0 and math.isfinite(value)):
+            problems.append(f"line {number}: a runtime must be a positive number (got {text})")
+            continue
+        runtimes.append(value)
+    if len(problems) > _MAX_LINES_SHOWN:
+        more = len(problems) - _MAX_LINES_SHOWN
+        problems = [*problems[:_MAX_LINES_SHOWN], f"... and {more} more bad lines"]
+    if problems:
+        raise ConfigError(source, problems)
+    if not runtimes:
+        raise ConfigError(source, ["the trace has no runtimes"])
+    return runtimes
+
+
+def _read_text(path: Path, source: str, field: str = "") -> str:
+    prefix = f"{field}: " if field else ""
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(source, [f"{prefix}cannot read {path}: {exc.strerror or exc}"]) from None
+    except UnicodeDecodeError:
+        raise ConfigError(source, [f"{prefix}cannot read {path}: not UTF-8 text"]) from None
+
+
+def config_json_schema() -> dict[str, Any]:
+    """The JSON Schema of a config file (what ``config/schema.json`` holds)."""
+    return RunConfig.model_json_schema(mode="validation")
+
+
+# --- the bag --------------------------------------------------------------------------
+
+
+def expand_bag(cfg: RunConfig, *, source: str = "config") -> list[TaskSpec]:
+    """The tasks of the bag, with ids 0..N-1, in the order they are given.
+
+    ``command`` with ``sweep`` is formatted with every combination of the sweep values
+    (the first key varies slowest); ``command`` alone is one task, taken verbatim.
+    ``source`` names the config in errors.
+    """
+    bag = cfg.bag
+    env = dict(bag.env)
+    if bag.synthetic is not None:
+        return [TaskSpec(id=i, command=None, env=env) for i in range(bag.synthetic)]
+    if bag.file is not None:
+        commands: Iterable[str] = _file_commands(bag.file, source)
+    elif bag.command is not None and bag.sweep:
+        commands = _sweep_commands(bag.command, bag.sweep, source)
+    elif bag.command is not None:
+        commands = [bag.command]
+    else:  # the schema guarantees one source; keep the error typed if that ever changes
+        raise ConfigError(source, ["bag: give exactly one of command, file or synthetic"])
+    return [TaskSpec(id=i, command=c, env=env) for i, c in enumerate(commands)]
+
+
+def _file_commands(path: Path, source: str) -> list[str]:
+    commands = []
+    for line in _read_text(path, source, "bag.file").splitlines():
+        text = line.strip()
+        if text and not text.startswith("#"):
+            commands.append(text)
+    if not commands:
+        raise ConfigError(source, [f"bag.file: {_NO_TASKS}: no commands in {path}"])
+    return commands
+
+
+def _sweep_commands(template: str, sweep: Mapping[str, SweepValues], source: str) -> list[str]:
+    problems: list[str] = []
+    try:
+        fields = [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
+    except ValueError as exc:
+        raise ConfigError(source, [f"bag.command: not a valid template: {exc}"]) from None
+    used: set[str] = set()
+    for field in fields:
+        name = field.split(".", 1)[0].split("[", 1)[0]
+        if not name or name.isdigit():
+            problems.append(
+                f"bag.command: placeholders need a sweep name, as in {{alpha}} (got {{{field}}})"
+            )
+        elif name not in sweep:
+            problems.append(f"bag.command: placeholder {{{name}}} is not in bag.sweep")
+        used.add(name)
+    problems.extend(
+        f"bag.sweep.{name}: not used in bag.command" for name in sweep if name not in used
+    )
+
+    values: dict[str, Sequence[object]] = {}
+    for name, given in sweep.items():
+        if isinstance(given, IntRange):
+            values[name] = range(given.start, given.stop, given.step)
+        else:
+            values[name] = given
+            if not given:
+                problems.append(f"bag.sweep.{name}: {_NO_TASKS}: the list is empty (got [])")
+    if problems:
+        raise ConfigError(source, problems)
+
+    count = math.prod(len(v) for v in values.values())
+    if count > MAX_TASKS:
+        raise ConfigError(
+            source, [f"bag.sweep: {count} combinations, more than the limit of {MAX_TASKS}"]
+        )
+    names = list(values)
+    try:
+        return [
+            template.format_map(dict(zip(names, combo, strict=True)))
+            for combo in itertools.product(*values.values())
+        ]
+    except (AttributeError, IndexError, KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(source, [f"bag.command: cannot fill the template: {exc}"]) from None
+
+
+# --- turning pydantic's errors into short lines ---------------------------------------
+
+_TYPE_MESSAGES = {
+    "missing": "missing (required)",
+    "extra_forbidden": "unknown field",
+    "model_type": "must be a mapping",
+    "model_attributes_type": "must be a mapping",
+    "dict_type": "must be a mapping",
+    "list_type": "must be a list",
+    "string_type": "must be a string",
+    "int_type": "must be a whole number",
+    "int_parsing": "must be a whole number",
+    "int_from_float": "must be a whole number",
+    "float_type": "must be a number",
+    "float_parsing": "must be a number",
+    "bool_type": "must be true or false",
+    "bool_parsing": "must be true or false",
+    "path_type": "must be a file path",
+    "finite_number": "must be a finite number",
+}
+
+_QUIET = ("bag.env.",)
+"""Values under these paths may be secrets: errors name the field but never the value."""
+
+_UNION_HINTS = {
+    "bag.sweep.": "must be a list of values or a range {start, stop, step}",
+}
+
+
+def validation_problems(exc: ValidationError, data: object) -> list[str]:
+    """One short line per problem in ``exc``: ``field.path[1].name: message (got value)``.
+
+    ``data`` is the input that was validated: walking it tells a field name from the
+    tag pydantic puts in the location of an error inside a union. The alternatives of a
+    plain (untagged) union that all fail on their type are folded into one line.
+    """
+    problems: list[str] = []
+    unions: dict[str, list[tuple[ErrorDetails, str]]] = {}
+    union_inputs: dict[str, object] = {}
+    for error in exc.errors():
+        where = _locate(error, data)
+        if where.union_path is None:
+            problems.append(_problem(error, where.path))
+        else:
+            unions.setdefault(where.union_path, []).append((error, where.path))
+            union_inputs[where.union_path] = where.union_input
+    for union_path, errors in unions.items():
+        specific = [(e, p) for e, p in errors if not _is_type_error(e)]
+        if specific or len(errors) == 1:
+            problems.extend(_problem(e, p) for e, p in specific or errors)
+            continue
+        hint = next(
+            (h for prefix, h in _UNION_HINTS.items() if union_path.startswith(prefix)),
+            "does not match any allowed form",
+        )
+        problems.append(f"{union_path}: {hint}{_got(union_inputs[union_path], hint)}")
+    return list(dict.fromkeys(problems))
+
+
+@dataclass(frozen=True, slots=True)
+class _Where:
+    path: str  # dotted, with list indices: machine_types[1].price
+    union_path: str | None  # where a plain union starts on the way, if one does
+    union_input: object  # the input at union_path
+
+
+def _locate(error: ErrorDetails, data: object) -> _Where:
+    """Follow ``error``'s location through ``data``.
+
+    A segment that is neither a key nor an index of the input there is a union tag:
+    the discriminator value of a tagged union (it is one of the mapping's values and is
+    dropped) or the member name of a plain union (the union's path is noted).
+    """
+    loc = list(error["loc"])
+    if error["type"] == "invalid_key":
+        loc = loc[:-1]  # the last segment is the key's position, not a name
+    parts: list[str] = []
+    node: object = data
+    union_path: str | None = None
+    union_input: object = None
+    for i, segment in enumerate(loc):
+        if segment == "[key]":
+            continue
+        if isinstance(node, dict) and segment in node:
+            parts.append(f".{segment}")
+            node = node[segment]
+        elif isinstance(segment, int) and isinstance(node, list) and 0 <= segment < len(node):
+            parts.append(f"[{segment}]")
+            node = node[segment]
+        elif i == len(loc) - 1 and error["type"] == "missing":
+            parts.append(f".{segment}")
+        elif isinstance(node, dict) and segment in node.values():
+            continue
+        elif union_path is None:
+            union_path, union_input = _join(parts), node
+    return _Where(_join(parts), union_path, union_input)
+
+
+def _join(parts: list[str]) -> str:
+    return "".join(parts).removeprefix(".")
+
+
+def _is_type_error(error: ErrorDetails) -> bool:
+    kind = error["type"]
+    return kind.endswith(("_type", "_parsing")) or kind == "int_from_float"
+
+
+def _problem(error: ErrorDetails, path: str) -> str:
+    message = _message(error)
+    line = f"{path}: {message}" if path else message
+    value = error.get("input")
+    if error["type"] in ("extra_forbidden", "missing", "invalid_key") or not error["loc"]:
+        return line  # an unknown field's value is not ours to echo; a model's input is all
+    if path.startswith(_QUIET):
+        return line
+    if error["type"] == "value_error" and isinstance(value, list | dict):
+        return line  # a check across items says which item it means
+    return line + _got(value, message)
+
+
+def _message(error: ErrorDetails) -> str:
+    kind = error["type"]
+    ctx = error.get("ctx", {})
+    if kind == "invalid_key":
+        message = f"field name {error.get('input')!r} is not a string"
+        if isinstance(error.get("input"), bool):
+            message += " (YAML reads yes, no, on and off as true/false: quote it)"
+        return message
+    if "[key]" in error["loc"]:
+        return "names must be strings"
+    if kind in _TYPE_MESSAGES:
+        return _TYPE_MESSAGES[kind]
+    if kind == "union_tag_invalid":
+        name, tags = _unquote(ctx.get("discriminator")), ctx.get("expected_tags")
+        return f"unknown {name} {ctx.get('tag')!r} (use one of {tags})"
+    if kind == "union_tag_not_found":
+        return f"needs a {_unquote(ctx.get('discriminator'))} field"
+    if kind == "string_pattern_mismatch":
+        return f"must match the pattern {ctx.get('pattern')}"
+    if kind == "too_short":
+        n = ctx.get("min_length", 1)
+        return f"must have at least {n} item{'' if n == 1 else 's'}"
+    message = error["msg"]
+    for prefix in ("Value error, ", "Assertion failed, "):
+        message = message.removeprefix(prefix)
+    return message.replace("Input should be ", "must be ", 1)
+
+
+def _unquote(value: object) -> str:
+    return str(value).strip("'\"")
+
+
+def _got(value: object, message: str) -> str:
+    """`` (got <value>)``, unless the message shows it already or it is a whole mapping."""
+    if isinstance(value, dict):
+        return ""
+    shown = repr(value)
+    if isinstance(value, str) and shown in message:
+        return ""
+    if len(shown) > 60:
+        shown = shown[:56] + " ..."
+    return f" (got {shown})"
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        what = exc.problem or "malformed"
+        return f"malformed YAML at line {mark.line + 1}, column {mark.column + 1}: {what}"
+    return f"malformed YAML: {exc}"

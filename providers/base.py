@@ -1,0 +1,60 @@
+"""What every provider offers: a few methods over lists, with typed records in and out."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from autoscaler.billing import BillingModel
+
+
+class ProviderState(enum.Enum):
+    """A machine as its provider reports it."""
+
+    PENDING = "pending"  #: accepted, not yet running
+    RUNNING = "running"  #: up (the worker may still be starting)
+    TERMINATED = "terminated"  #: gone, whoever ended it; terminal
+
+
+@dataclass(frozen=True, slots=True)
+class MachineRecord:
+    """A machine a launch created."""
+
+    id: str  # the provider's id (instance id, job id, pid, sim name)
+    type: str  # our machine type name
+    token: str  # the launch token that created it
+    launched_at: float  # seconds on the driver's clock
+
+
+@dataclass(frozen=True, slots=True)
+class MachineStatus:
+    id: str
+    type: str
+    state: ProviderState
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a provider can do, declared up front instead of discovered by surprise."""
+
+    billing: BillingModel
+    spot: bool = False
+    max_counts: Mapping[str, int] = field(default_factory=dict)
+    boot_estimate_s: Mapping[str, float] = field(default_factory=dict)
+
+
+class Provider(Protocol):
+    """Acquires and releases machines. ``launch`` is idempotent per token."""
+
+    @property
+    def capabilities(self) -> Capabilities: ...
+
+    def launch(
+        self, type: str, count: int, token: str, tags: Mapping[str, str]
+    ) -> list[MachineRecord]: ...
+
+    def describe(self, ids: Sequence[str] | None = None) -> list[MachineStatus]: ...
+
+    def terminate(self, ids: Sequence[str]) -> list[str]: ...

@@ -1,0 +1,162 @@
+"""The virtual world of a dry run: machines that boot, run tasks at their type's speed,
+and fail when told to. Time is whatever the emulator's clock says.
+
+Task runtimes are drawn once per run from the configured distribution with the run's
+seed; a task takes ``runtime / speed`` on a machine of a type with that ``speed``, every
+time it runs there (a replica of a task is as long as the task).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from autoscaler.errors import AutoscalerError
+from config.load import load_trace
+from config.schema import (
+    ConstantRuntime,
+    Emulator,
+    LognormalRuntime,
+    NormalRuntime,
+    TraceRuntime,
+    UniformRuntime,
+)
+from providers.base import Capabilities, MachineRecord, MachineStatus, ProviderState
+
+_MIN_RUNTIME_S = 1.0
+
+
+def draw_runtimes(model: Emulator, n_tasks: int, rng: random.Random) -> list[float]:
+    """One runtime (seconds, on a machine of speed 1) per task."""
+    runtime = model.runtime
+    match runtime:
+        case NormalRuntime(mean_s=mean, sd_s=sd):
+            values = [rng.gauss(mean, sd) for _ in range(n_tasks)]
+        case LognormalRuntime(mean_s=mean, sd_s=sd):
+            sigma2 = math.log(1.0 + (sd / mean) ** 2)
+            mu = math.log(mean) - sigma2 / 2
+            values = [rng.lognormvariate(mu, math.sqrt(sigma2)) for _ in range(n_tasks)]
+        case UniformRuntime(low_s=low, high_s=high):
+            values = [rng.uniform(low, high) for _ in range(n_tasks)]
+        case ConstantRuntime(value_s=value):
+            values = [value] * n_tasks
+        case TraceRuntime(file=path):
+            trace = load_trace(path)
+            values = [trace[i % len(trace)] for i in range(n_tasks)]
+    return [max(_MIN_RUNTIME_S, v) for v in values]
+
+
+@dataclass
+class SimMachine:
+    id: str
+    type: str
+    token: str
+    launched_at: float
+    index: int  # launch order within its type
+    terminated_at: float | None = None
+
+
+class SimProvider:
+    """A provider whose machines exist only in virtual time."""
+
+    def __init__(
+        self,
+        capabilities: Capabilities,
+        model: Emulator,
+        n_tasks: int,
+        clock: Callable[[], float],
+        seed: int | None = None,
+    ):
+        self._capabilities = capabilities
+        self._model = model
+        self._clock = clock
+        self.seed = model.seed if seed is None else seed
+        self.runtimes = draw_runtimes(model, n_tasks, random.Random(self.seed))
+        self.machines: dict[str, SimMachine] = {}
+        self._by_token: dict[str, list[str]] = {}
+        self._launched: dict[str, int] = {}
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self._capabilities
+
+    # --- the provider protocol ----------------------------------------------------------
+
+    def launch(
+        self, type: str, count: int, token: str, tags: Mapping[str, str]
+    ) -> list[MachineRecord]:
+        if token in self._by_token:  # idempotent: a repeated token returns its machines
+            return [self._record(self.machines[i]) for i in self._by_token[token]]
+        if type not in self._capabilities.max_counts:
+            raise AutoscalerError(f"unknown machine type {type!r}", code="UnknownType")
+        alive = sum(1 for m in self.machines.values() if m.type == type and m.terminated_at is None)
+        if alive + count > self._capabilities.max_counts[type]:
+            raise AutoscalerError(
+                f"{type}: {alive} running + {count} requested exceeds the limit "
+                f"{self._capabilities.max_counts[type]}",
+                code="InstanceLimitExceeded",
+            )
+        ids = []
+        for _ in range(count):
+            index = self._launched.get(type, 0)
+            self._launched[type] = index + 1
+            mid = f"{type}-{index}"
+            self.machines[mid] = SimMachine(mid, type, token, self._clock(), index)
+            ids.append(mid)
+        self._by_token[token] = ids
+        return [self._record(self.machines[i]) for i in ids]
+
+    def describe(self, ids: Sequence[str] | None = None) -> list[MachineStatus]:
+        chosen = self.machines.values() if ids is None else (self.machines[i] for i in ids)
+        return [
+            MachineStatus(
+                m.id,
+                m.type,
+                ProviderState.TERMINATED if m.terminated_at is not None else ProviderState.RUNNING,
+            )
+            for m in chosen
+        ]
+
+    def terminate(self, ids: Sequence[str]) -> list[str]:
+        done = []
+        for mid in ids:
+            m = self.machines.get(mid)
+            if m is not None and m.terminated_at is None:
+                m.terminated_at = self._clock()
+                done.append(mid)
+        return done
+
+    # --- the virtual world --------------------------------------------------------------
+
+    def boot_time(self, machine: str) -> float:
+        return self._capabilities.boot_estimate_s.get(self.machines[machine].type, 0.0)
+
+    def run_time(self, task: int, machine: str) -> float:
+        speed = self._model.speed.get(self.machines[machine].type, 1.0)
+        return self.runtimes[task] / speed
+
+    def run_fails(self, task: int, attempt: int) -> float | None:
+        """If this run of ``task`` fails, the fraction of its runtime after which it does."""
+        p = self._model.task_failure_prob
+        if p <= 0:
+            return None
+        rng = random.Random(f"{self.seed}:{task}:{attempt}")
+        return rng.random() if rng.random() < p else None
+
+    def failure_time(self, machine: str) -> float | None:
+        """When this machine is told to die, if it is."""
+        m = self.machines[machine]
+        for failure in self._model.machine_failures:
+            if (
+                failure.type == m.type
+                and failure.index == m.index
+                and failure.at_s >= m.launched_at
+            ):
+                return failure.at_s
+        return None
+
+    @staticmethod
+    def _record(m: SimMachine) -> MachineRecord:
+        return MachineRecord(m.id, m.type, m.token, m.launched_at)

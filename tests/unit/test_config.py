@@ -1,0 +1,474 @@
+"""Loading configs: validation messages, paths, bag expansion, the schema file, the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from autoscaler.cli import app
+from autoscaler.errors import ConfigError
+from config.load import config_json_schema, expand_bag, load_config, load_trace
+from config.schema import RunConfig, TraceRuntime
+
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"
+EXAMPLES = sorted((CONFIG_DIR / "examples").glob("*.yaml"))
+
+TYPES = """\
+machine_types:
+  - {name: small, price: 1, max_count: 10}
+  - {name: fast, price: 3, max_count: 10}
+"""
+GOOD = "name: t\nbag: {synthetic: 5}\nconstraint: {budget: 40}\n" + TYPES
+
+
+def write(tmp_path: Path, text: str, name: str = "run.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return path
+
+
+def problems(tmp_path: Path, text: str) -> list[str]:
+    """The problems ``load_config`` reports for ``text``, loaded and expanded."""
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        expand_bag(load_config(path))
+    return info.value.problems
+
+
+def sweep_config(tmp_path: Path, bag: str) -> RunConfig:
+    return load_config(write(tmp_path, f"bag: {bag}\nconstraint: {{budget: 40}}\n" + TYPES))
+
+
+# --- the examples and the schema file -------------------------------------------------
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_example_loads_and_expands(path: Path) -> None:
+    """Every shipped example is valid and has tasks numbered from 0."""
+    tasks = expand_bag(load_config(path))
+    assert [t.id for t in tasks] == list(range(len(tasks)))
+    assert tasks
+
+
+def test_examples_cover_every_bag_kind() -> None:
+    """The examples show a synthetic bag, a sweep and a file bag."""
+    bags = [load_config(p).bag for p in EXAMPLES]
+    assert any(b.synthetic for b in bags)
+    assert any(b.sweep for b in bags)
+    assert any(b.file for b in bags)
+
+
+BATS_SCENARIOS = [  # paper 000 §3: cluster1's price and speed, and RR's cost as budget
+    ("s1_1", 3, 1, 810),
+    ("s1_4", 3, 4, 384),
+    ("s4_1", 12, 1, 2034),
+    ("s3_4", 9, 4, 768),
+    ("s4_3", 12, 3, 1062),
+]
+
+
+@pytest.mark.parametrize(("scenario", "price", "speed", "budget"), BATS_SCENARIOS)
+def test_bats_scenario_matches_paper(
+    scenario: str, price: float, speed: float, budget: float
+) -> None:
+    """cluster1's price and speed and the budget (RR's cost) follow paper 000 §3."""
+    cfg = load_config(CONFIG_DIR / "examples" / f"bats_{scenario}.yaml")
+    assert (cfg.type_named("cluster1").price, cfg.emulator.speed["cluster1"]) == (price, speed)
+    assert cfg.constraint.budget == budget
+
+
+@pytest.mark.parametrize("scenario", [s[0] for s in BATS_SCENARIOS])
+def test_bats_scenario_workload(scenario: str) -> None:
+    """Every scenario has 1000 tasks of N(15 min, 5 min²) and a $3 cluster0."""
+    cfg = load_config(CONFIG_DIR / "examples" / f"bats_{scenario}.yaml")
+    assert cfg.bag.synthetic == 1000
+    assert cfg.type_named("cluster0").price == 3
+    assert cfg.emulator.runtime.model_dump() == {
+        "dist": "normal",
+        "mean_s": 900.0,
+        "sd_s": pytest.approx(60 * 5**0.5, abs=1e-3),
+    }
+
+
+def test_schema_file_is_in_sync() -> None:
+    """config/schema.json is the schema of the current models."""
+    on_disk = json.loads((CONFIG_DIR / "schema.json").read_text(encoding="utf-8"))
+    assert on_disk == config_json_schema(), (
+        "config/schema.json is stale: run `autoscaler schema --out config/schema.json`"
+    )
+
+
+# --- bad files ------------------------------------------------------------------------
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    """A config file that does not exist is a ConfigError naming the file."""
+    with pytest.raises(ConfigError) as info:
+        load_config(tmp_path / "nope.yaml")
+    assert info.value.source.endswith("nope.yaml")
+    assert "cannot read" in info.value.problems[0]
+
+
+def test_malformed_yaml_gives_line(tmp_path: Path) -> None:
+    """Broken YAML is reported with its line and column."""
+    found = problems(tmp_path, "bag: {synthetic: 5\nconstraint: [\n")
+    assert len(found) == 1
+    assert "malformed YAML at line 2" in found[0]
+
+
+def test_top_level_must_be_mapping(tmp_path: Path) -> None:
+    """A YAML list at the top level is refused."""
+    assert "must be a mapping" in problems(tmp_path, "- 1\n- 2\n")[0]
+
+
+def test_empty_file(tmp_path: Path) -> None:
+    """An empty file is refused, saying it is empty."""
+    assert "empty file" in problems(tmp_path, "")[0]
+
+
+def test_unknown_top_level_field(tmp_path: Path) -> None:
+    """A typo at the top level is named."""
+    assert "budjet: unknown field" in problems(tmp_path, GOOD + "budjet: 40\n")
+
+
+def test_unknown_field_value_is_not_shown(tmp_path: Path) -> None:
+    """The value of an unknown field (perhaps a secret) is not echoed."""
+    found = problems(tmp_path, GOOD + "aws_secret: hunter2\n")
+    assert found == ["aws_secret: unknown field"]
+
+
+def test_env_value_is_not_shown(tmp_path: Path) -> None:
+    """A bad value in bag.env (perhaps a token) is named but not echoed."""
+    text = GOOD.replace("{synthetic: 5}", "{synthetic: 5, env: {API_TOKEN: 81234567}}")
+    assert problems(tmp_path, text) == ["bag.env.API_TOKEN: must be a string"]
+
+
+def test_unknown_nested_field(tmp_path: Path) -> None:
+    """A typo inside a list item is named with its index."""
+    text = GOOD.replace("max_count: 10}", "max_count: 10, colour: red}", 1)
+    assert "machine_types[0].colour: unknown field" in problems(tmp_path, text)
+
+
+def test_negative_price(tmp_path: Path) -> None:
+    """A negative price names the field and the value."""
+    text = GOOD.replace("price: 3", "price: -3")
+    assert "machine_types[1].price: must be greater than 0 (got -3)" in problems(tmp_path, text)
+
+
+def test_zero_max_count(tmp_path: Path) -> None:
+    """max_count 0 names the field and the value."""
+    text = GOOD.replace("price: 1, max_count: 10", "price: 1, max_count: 0")
+    assert "machine_types[0].max_count: must be greater than 0 (got 0)" in problems(tmp_path, text)
+
+
+def test_zero_synthetic_tasks(tmp_path: Path) -> None:
+    """synthetic: 0 names the field and the value."""
+    text = GOOD.replace("synthetic: 5", "synthetic: 0")
+    assert "bag.synthetic: must be greater than 0 (got 0)" in problems(tmp_path, text)
+
+
+def test_empty_sweep_list(tmp_path: Path) -> None:
+    """An empty sweep list leaves the bag without tasks, and says which list."""
+    text = GOOD.replace("{synthetic: 5}", '{command: "x {alpha}", sweep: {alpha: []}}')
+    [found] = problems(tmp_path, text)
+    assert found.startswith("bag.sweep.alpha:")
+    assert "bag has no tasks" in found
+    assert "(got [])" in found
+
+
+def test_sweep_value_of_wrong_kind(tmp_path: Path) -> None:
+    """A sweep entry that is neither a list nor a range is one clear line."""
+    text = GOOD.replace("{synthetic: 5}", '{command: "x {alpha}", sweep: {alpha: 3}}')
+    assert problems(tmp_path, text) == [
+        "bag.sweep.alpha: must be a list of values or a range {start, stop, step} (got 3)"
+    ]
+
+
+def test_empty_range(tmp_path: Path) -> None:
+    """An empty range says why, at the sweep name."""
+    text = GOOD.replace("{synthetic: 5}", '{command: "x {a}", sweep: {a: {start: 3, stop: 3}}}')
+    assert problems(tmp_path, text) == ["bag.sweep.a: range(3, 3, 1) is empty"]
+
+
+def test_missing_bag_file(tmp_path: Path) -> None:
+    """A bag file that does not exist names the field and the path."""
+    text = GOOD.replace("{synthetic: 5}", "{file: tasks.txt}")
+    [found] = problems(tmp_path, text)
+    assert found.startswith("bag.file:")
+    assert str(tmp_path / "tasks.txt") in found
+
+
+def test_budget_below_one_unit(tmp_path: Path) -> None:
+    """A budget that cannot pay one unit of the cheapest type is refused with its value."""
+    [found] = problems(tmp_path, GOOD.replace("budget: 40", "budget: 0.5"))
+    assert "constraint.budget 0.5" in found
+    assert "cheapest" in found
+
+
+def test_duplicate_type_name(tmp_path: Path) -> None:
+    """Two types with one name are refused, naming the name."""
+    text = GOOD.replace("name: fast", "name: small")
+    assert problems(tmp_path, text) == ["machine_types: machine type 'small' is given twice"]
+
+
+def test_unknown_type_in_speed(tmp_path: Path) -> None:
+    """emulator.speed for a type that does not exist names the field and the type."""
+    [found] = problems(tmp_path, GOOD + "emulator: {speed: {huge: 2}}\n")
+    assert "emulator.speed" in found
+    assert "'huge'" in found
+
+
+def test_bad_duration(tmp_path: Path) -> None:
+    """A duration pydantic cannot read names the field (without the union tag) and value."""
+    text = GOOD + "emulator: {runtime: {dist: normal, mean_s: 15 minutes, sd_s: 1m}}\n"
+    [found] = problems(tmp_path, text)
+    assert found.startswith("emulator.runtime.mean_s: '15 minutes' is not a duration")
+
+
+def test_unknown_runtime_distribution(tmp_path: Path) -> None:
+    """An unknown ``dist`` lists the known ones."""
+    [found] = problems(tmp_path, GOOD + "emulator: {runtime: {dist: gamma}}\n")
+    assert found.startswith("emulator.runtime: unknown dist 'gamma'")
+    assert "'normal'" in found
+
+
+def test_two_bag_sources(tmp_path: Path) -> None:
+    """A bag with both a command and a synthetic count says which were given."""
+    text = GOOD.replace("{synthetic: 5}", "{synthetic: 5, command: echo}")
+    assert problems(tmp_path, text) == [
+        "bag: give exactly one of command, file or synthetic (got command, synthetic)"
+    ]
+
+
+def test_deadline_is_refused(tmp_path: Path) -> None:
+    """Deadline mode is reserved: giving one is an error at constraint."""
+    [found] = problems(tmp_path, GOOD.replace("{budget: 40}", "{budget: 40, deadline_s: 2h}"))
+    assert found.startswith("constraint: deadline mode is not available")
+
+
+def test_missing_required_field(tmp_path: Path) -> None:
+    """A missing section is named."""
+    assert "constraint: missing (required)" in problems(tmp_path, "bag: {synthetic: 5}\n" + TYPES)
+
+
+def test_boolean_key_is_explained(tmp_path: Path) -> None:
+    """``on:`` is read by YAML as true; the error says to quote it."""
+    [found] = problems(tmp_path, GOOD + "on: 1\n")
+    assert "True is not a string" in found
+    assert "quote" in found
+
+
+# --- durations and paths --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("given", "seconds"), [("15m", 900.0), ("1h", 3600.0), ("90", 90.0)])
+def test_duration_strings(tmp_path: Path, given: str, seconds: float) -> None:
+    """Durations with a unit are read as seconds."""
+    cfg = load_config(write(tmp_path, GOOD + f"monitoring_interval_s: {given}\n"))
+    assert cfg.monitoring_interval_s == seconds
+
+
+def test_bag_file_is_relative_to_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """bag.file is found next to the config, whatever the working directory."""
+    (tmp_path / "conf").mkdir()
+    write(tmp_path / "conf", "echo a\n", "tasks.txt")
+    path = write(tmp_path / "conf", GOOD.replace("{synthetic: 5}", "{file: tasks.txt}"))
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config(Path("conf") / path.name)
+    assert cfg.bag.file == (tmp_path / "conf" / "tasks.txt")
+
+
+def test_trace_file_is_relative_to_config(tmp_path: Path) -> None:
+    """emulator.runtime.file is resolved next to the config."""
+    write(tmp_path, "60\n", "trace.txt")
+    cfg = load_config(
+        write(tmp_path, GOOD + "emulator: {runtime: {dist: trace, file: trace.txt}}\n")
+    )
+    runtime = cfg.emulator.runtime
+    assert isinstance(runtime, TraceRuntime)
+    assert runtime.file == tmp_path / "trace.txt"
+
+
+def test_missing_trace_file(tmp_path: Path) -> None:
+    """A trace file that does not exist names the field and the path."""
+    [found] = problems(tmp_path, GOOD + "emulator: {runtime: {dist: trace, file: t.txt}}\n")
+    assert found == f"emulator.runtime.file: no such file: {tmp_path / 't.txt'}"
+
+
+def test_bad_trace_line_in_config(tmp_path: Path) -> None:
+    """A bad runtime in a config's trace names the field, the file and the line."""
+    write(tmp_path, "60\nfast\n", "t.txt")
+    [found] = problems(tmp_path, GOOD + "emulator: {runtime: {dist: trace, file: t.txt}}\n")
+    assert found.startswith("emulator.runtime.file:")
+    assert "t.txt" in found
+    assert "line 2" in found
+
+
+# --- traces ---------------------------------------------------------------------------
+
+
+def test_trace_skips_blanks_and_comments(tmp_path: Path) -> None:
+    """A trace is one float per line; blank and ``#`` lines are skipped."""
+    path = write(tmp_path, "# seconds\n60\n\n  90.5\n# end\n", "t.txt")
+    assert load_trace(path) == [60.0, 90.5]
+
+
+def test_trace_non_positive_value(tmp_path: Path) -> None:
+    """A zero runtime is refused with its line number and the file."""
+    path = write(tmp_path, "60\n0\n", "t.txt")
+    with pytest.raises(ConfigError) as info:
+        load_trace(path)
+    assert info.value.source == str(path)
+    assert info.value.problems == ["line 2: a runtime must be a positive number (got 0)"]
+
+
+def test_trace_not_a_number(tmp_path: Path) -> None:
+    """A word in a trace is refused with its line number."""
+    with pytest.raises(ConfigError) as info:
+        load_trace(write(tmp_path, "sixty\n", "t.txt"))
+    assert info.value.problems == ["line 1: not a number (got 'sixty')"]
+
+
+def test_empty_trace(tmp_path: Path) -> None:
+    """A trace with only comments is an error."""
+    with pytest.raises(ConfigError, match="no runtimes"):
+        load_trace(write(tmp_path, "# nothing\n\n", "t.txt"))
+
+
+# --- expanding the bag ----------------------------------------------------------------
+
+
+def test_synthetic_tasks(tmp_path: Path) -> None:
+    """``synthetic: n`` gives n tasks without a command, ids 0..n-1."""
+    tasks = expand_bag(load_config(write(tmp_path, GOOD)))
+    assert [(t.id, t.command) for t in tasks] == [(i, None) for i in range(5)]
+
+
+def test_every_task_gets_env(tmp_path: Path) -> None:
+    """bag.env is the environment of every task."""
+    text = GOOD.replace("{synthetic: 5}", "{synthetic: 3, env: {OMP_NUM_THREADS: '1'}}")
+    tasks = expand_bag(load_config(write(tmp_path, text)))
+    assert all(t.env == {"OMP_NUM_THREADS": "1"} for t in tasks)
+
+
+def test_sweep_order(tmp_path: Path) -> None:
+    """The first sweep key varies slowest, values in the order given."""
+    cfg = sweep_config(tmp_path, '{command: "r {a} {b}", sweep: {a: [x, y], b: [1, 2.5]}}')
+    assert [t.command for t in expand_bag(cfg)] == ["r x 1", "r x 2.5", "r y 1", "r y 2.5"]
+
+
+def test_sweep_count(tmp_path: Path) -> None:
+    """The bag is the cartesian product: 3 × 20 tasks, ids 0..59."""
+    cfg = sweep_config(
+        tmp_path, '{command: "p {alpha} {seed}", sweep: {alpha: [0.1, 0.2, 0.5], seed: {stop: 20}}}'
+    )
+    tasks = expand_bag(cfg)
+    assert len(tasks) == 60
+    assert (tasks[-1].id, tasks[-1].command) == (59, "p 0.5 19")
+
+
+def test_sweep_range_step(tmp_path: Path) -> None:
+    """A range sweep is Python's range, stop excluded."""
+    cfg = sweep_config(tmp_path, '{command: "s {n}", sweep: {n: {start: 1, stop: 8, step: 3}}}')
+    assert [t.command for t in expand_bag(cfg)] == ["s 1", "s 4", "s 7"]
+
+
+def test_large_sweep(tmp_path: Path) -> None:
+    """A 100,000-task sweep expands completely."""
+    cfg = sweep_config(tmp_path, '{command: "t {a} {b}", sweep: {a: {stop: 1000}, b: {stop: 100}}}')
+    tasks = expand_bag(cfg)
+    assert len(tasks) == 100_000
+    assert tasks[-1].command == "t 999 99"
+
+
+def test_placeholder_not_in_sweep(tmp_path: Path) -> None:
+    """A placeholder without a sweep entry is named."""
+    cfg = sweep_config(tmp_path, '{command: "r {a} {beta}", sweep: {a: [1]}}')
+    with pytest.raises(ConfigError) as info:
+        expand_bag(cfg)
+    assert info.value.problems == ["bag.command: placeholder {beta} is not in bag.sweep"]
+
+
+def test_sweep_key_not_used(tmp_path: Path) -> None:
+    """A sweep entry the template does not use is named."""
+    cfg = sweep_config(tmp_path, '{command: "r {a}", sweep: {a: [1], gamma: [2]}}')
+    with pytest.raises(ConfigError) as info:
+        expand_bag(cfg)
+    assert info.value.problems == ["bag.sweep.gamma: not used in bag.command"]
+
+
+def test_command_without_sweep_is_verbatim(tmp_path: Path) -> None:
+    """A command without a sweep is one task, braces left alone."""
+    cfg = sweep_config(tmp_path, "{command: \"awk '{print $1}' f\"}")
+    assert [t.command for t in expand_bag(cfg)] == ["awk '{print $1}' f"]
+
+
+def test_file_bag_skips_comments(tmp_path: Path) -> None:
+    """A file bag is one task per line, blank and ``#`` lines skipped."""
+    write(tmp_path, "# header\necho a\n\n  # indented comment\necho b\n", "tasks.txt")
+    cfg = load_config(write(tmp_path, GOOD.replace("{synthetic: 5}", "{file: tasks.txt}")))
+    assert [(t.id, t.command) for t in expand_bag(cfg)] == [(0, "echo a"), (1, "echo b")]
+
+
+def test_file_bag_without_commands(tmp_path: Path) -> None:
+    """A file bag of comments only has no tasks."""
+    write(tmp_path, "# nothing yet\n", "tasks.txt")
+    found = problems(tmp_path, GOOD.replace("{synthetic: 5}", "{file: tasks.txt}"))
+    assert found[0].startswith("bag.file: bag has no tasks")
+
+
+# --- the command line -----------------------------------------------------------------
+
+
+def test_cli_validate_good(tmp_path: Path) -> None:
+    """validate on a good file exits 0 and sums it up."""
+    result = CliRunner().invoke(app, ["validate", str(write(tmp_path, GOOD))])
+    assert result.exit_code == 0, result.output
+    assert "t: 5 tasks" in result.stdout
+    assert "small (1/ATU, max 10)" in result.stdout
+
+
+def test_cli_validate_bad_exits_2(tmp_path: Path) -> None:
+    """validate on a bad file exits 2 and lists the problem on stderr."""
+    path = write(tmp_path, GOOD.replace("price: 3", "price: -3"))
+    result = CliRunner().invoke(app, ["validate", str(path)])
+    assert result.exit_code == 2
+    assert f"error: {path}" in result.stderr
+    assert "machine_types[1].price: must be greater than 0 (got -3)" in result.stderr
+
+
+def test_cli_validate_bad_bag_exits_2(tmp_path: Path) -> None:
+    """An error found while expanding the bag also exits 2, naming the config."""
+    path = write(tmp_path, GOOD.replace("{synthetic: 5}", '{command: "r {a}", sweep: {a: []}}'))
+    result = CliRunner().invoke(app, ["validate", str(path)])
+    assert result.exit_code == 2
+    assert f"error: {path}" in result.stderr
+    assert "bag.sweep.a" in result.stderr
+
+
+def test_cli_error_has_no_traceback(tmp_path: Path) -> None:
+    """The installed script reports a bad file without a traceback."""
+    script = Path(sys.executable).parent / "autoscaler"
+    path = write(tmp_path, GOOD + "budjet: 1\n")
+    done = subprocess.run(
+        [str(script), "validate", str(path)], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 2
+    assert "budjet: unknown field" in done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+
+
+def test_cli_schema_out(tmp_path: Path) -> None:
+    """schema --out writes the same schema as config/schema.json."""
+    out = tmp_path / "schema.json"
+    result = CliRunner().invoke(app, ["schema", "--out", str(out)])
+    assert result.exit_code == 0
+    assert out.read_text(encoding="utf-8") == (CONFIG_DIR / "schema.json").read_text(
+        encoding="utf-8"
+    )
