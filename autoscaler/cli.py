@@ -7,9 +7,12 @@ every command reports config errors alike and never with a traceback.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 from rich.console import Console
@@ -18,6 +21,9 @@ from autoscaler.errors import AutoscalerError, ConfigError
 from autoscaler.model import TaskSpec
 from config.load import config_json_schema, expand_bag, load_config
 from config.schema import Billing, RunConfig
+
+if TYPE_CHECKING:
+    from autoscaler.state import RunState
 
 EXIT_CONFIG = 2
 """Exit code for a config that cannot be used (and other errors we raise on purpose)."""
@@ -99,3 +105,99 @@ def _duration(seconds: float) -> str:
         if seconds >= size and seconds % size == 0:
             return f"{seconds / size:g}{unit}"
     return f"{seconds:g}s"
+
+
+@app.command()
+def run(
+    config: Annotated[Path, typer.Argument(help="the run's YAML file")],
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="run against the virtual-time emulator")
+    ] = False,
+    seed: Annotated[int | None, typer.Option(help="emulator seed (default: the config's)")] = None,
+    out: Annotated[Path | None, typer.Option(help="run directory (default: runs/<run-id>)")] = None,
+) -> None:
+    """Run a bag. With --dry-run nothing is rented: the emulator shows what it would cost."""
+    cfg, tasks = _load_or_exit(config)
+    if not dry_run:
+        _exit_with(
+            AutoscalerError(
+                f"provider {cfg.provider!r} only emulates machines: add --dry-run "
+                "(real providers are configured with `provider:`; none is set)"
+            )
+        )
+    from autoscaler.runs import dry_run as do_dry_run
+    from autoscaler.runs import new_run_id
+
+    run_id = new_run_id(cfg)
+    out_dir = out if out is not None else Path("runs") / run_id
+    with _progress(len(tasks)) as update:
+        try:
+            result = do_dry_run(
+                cfg, tasks, seed=seed, out_dir=out_dir, run_id=run_id, progress=update
+            )
+        except AutoscalerError as exc:
+            _exit_with(exc)
+    _print_report(result.report)
+    _out.print(f"run directory: {out_dir}", markup=False, soft_wrap=True)
+
+
+@app.command()
+def report(
+    run_dir: Annotated[Path, typer.Argument(help="a run directory")],
+) -> None:
+    """Print the report of a finished run again."""
+    from autoscaler.report import REPORT_JSON, read_report, render_markdown
+
+    path = run_dir / REPORT_JSON
+    if not path.is_file():
+        _exit_with(AutoscalerError(f"{run_dir}: no {REPORT_JSON} here; is it a run directory?"))
+    try:
+        data = read_report(run_dir)
+    except (OSError, ValueError) as exc:
+        _exit_with(AutoscalerError(f"{path}: cannot read the report ({exc})"))
+    _out.print(render_markdown(data), markup=False, soft_wrap=True)
+
+
+def _print_report(data: dict[str, object]) -> None:
+    from rich.markdown import Markdown
+
+    from autoscaler.report import render_markdown
+
+    text = render_markdown(data)
+    # The headline and the predicted/actual table; the rest is in the run directory.
+    head = text.split("## Machine types")[0]
+    _out.print(Markdown(head))
+
+
+@contextlib.contextmanager
+def _progress(total: int) -> Iterator[Callable[[RunState], None]]:
+    """A progress bar on a terminal (tasks done, machines, committed spend); else nothing."""
+    if not _err.is_terminal:
+        yield lambda state: None
+        return
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total} tasks"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=_err, transient=True) as bar:
+        job = bar.add_task("dry run", total=total)
+        last = [0.0]
+
+        def update(state: RunState) -> None:
+            now = time.monotonic()
+            if now - last[0] < 0.1:
+                return
+            last[0] = now
+            machines = sum(1 for _ in state.alive_machines())
+            bar.update(
+                job,
+                completed=state.done + state.failed,
+                description=f"t={state.now / 3600:.1f}h machines={machines} "
+                f"committed={state.committed:.2f}",
+            )
+
+        yield update

@@ -96,7 +96,7 @@ def _solver(name: Solver) -> pulp.LpSolver:
     return pulp.PULP_CBC_CMD(msg=False)
 
 
-def _capacity(t: TypeEstimate, horizon_s: float, z: float) -> int:
+def _capacity(t: TypeEstimate, horizon_s: float, z: float) -> float:
     return tasks_within(horizon_s, t.mean_s, t.sd_s, z)
 
 

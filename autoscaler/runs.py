@@ -1,0 +1,227 @@
+"""Runs: turn a config into a controller, a state and a driver; write the run directory.
+
+A run directory holds ``config.yaml`` (the config as resolved), ``journal.jsonl`` (every
+event and action, in order, with its virtual time), ``log.jsonl`` (structured logs),
+``report.json``, ``report.md``, ``gantt.png`` and ``spend.png``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any
+
+import structlog
+import yaml
+
+from autoscaler.billing import BillingModel
+from autoscaler.controller import Controller, ControllerSettings
+from autoscaler.emulator import Emulator, StepHook
+from autoscaler.estimate import sample_size
+from autoscaler.model import Action, Configure, Event, Launch, Release, Stop, TaskSpec, TypeSpec
+from autoscaler.report import build_report, write_report
+from autoscaler.state import RunState
+from config.schema import RunConfig
+from providers.base import Capabilities
+from providers.sim import SimProvider
+
+
+def billing_model(cfg: RunConfig) -> BillingModel:
+    b = cfg.billing
+    return BillingModel(b.mode, b.atu_s, b.min_charge_s, b.commit_s)
+
+
+def type_specs(cfg: RunConfig) -> list[TypeSpec]:
+    return [TypeSpec(t.name, t.price, t.max_count, t.boot_s) for t in cfg.machine_types]
+
+
+def controller_settings(cfg: RunConfig) -> ControllerSettings:
+    return ControllerSettings(
+        policy=cfg.policy,
+        z=cfg.sampling.z,
+        delta=cfg.sampling.delta,
+        tail_replication=cfg.tail_replication,
+    )
+
+
+def new_state(cfg: RunConfig, n_tasks: int, seed: int) -> RunState:
+    """A fresh state; tasks leave the bag in an order shuffled by ``seed`` (paper 000 §2.3)."""
+    order = list(range(n_tasks))
+    random.Random(seed).shuffle(order)
+    budget = cfg.constraint.budget if cfg.policy == "bats" else None
+    return RunState.new(
+        type_specs(cfg),
+        billing_model(cfg),
+        budget,
+        n_tasks,
+        order,
+        max_retries=cfg.bag.max_retries,
+        sample_target=sample_size(n_tasks, cfg.sampling.z, cfg.sampling.delta),
+    )
+
+
+def make_emulator(
+    cfg: RunConfig,
+    n_tasks: int,
+    seed: int | None = None,
+    on_step: StepHook | None = None,
+    run_tag: str = "dry-run",
+) -> Emulator:
+    """Everything a dry run needs, wired together; ``seed`` overrides the config's."""
+    seed = cfg.emulator.seed if seed is None else seed
+    state = new_state(cfg, n_tasks, seed)
+    caps = Capabilities(
+        billing=state.billing,
+        max_counts={t.name: t.max_count for t in cfg.machine_types},
+        boot_estimate_s={t.name: t.boot_s for t in cfg.machine_types},
+    )
+    holder: list[Emulator] = []
+    sim = SimProvider(caps, cfg.emulator, n_tasks, clock=lambda: holder[0].now, seed=seed)
+    emulator = Emulator(
+        Controller(controller_settings(cfg)),
+        state,
+        sim,
+        cfg.monitoring_interval_s,
+        run_tag=run_tag,
+        on_step=on_step,
+    )
+    holder.append(emulator)
+    return emulator
+
+
+# --- the journal ----------------------------------------------------------------------
+
+
+def _plain(value: object) -> Any:
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def record(kind: str, now: float, item: Event | Action) -> dict[str, Any]:
+    """One journal line: when, event or action, its type and its fields."""
+    fields = {f.name: _plain(getattr(item, f.name)) for f in dataclasses.fields(item)}
+    return {"t": round(now, 3), "kind": kind, "type": type(item).__name__, **fields}
+
+
+class Journal:
+    """Appends events and actions as JSON lines, in the order they happened."""
+
+    def __init__(self, stream: IO[str]):
+        self._stream = stream
+
+    def step(self, now: float, events: Sequence[Event], actions: Sequence[Action]) -> None:
+        write = self._stream.write
+        for event in events:
+            write(json.dumps(record("event", now, event)) + "\n")
+        for action in actions:
+            write(json.dumps(record("action", now, action)) + "\n")
+
+
+# --- a dry run ------------------------------------------------------------------------
+
+
+@dataclass
+class DryRun:
+    run_id: str
+    state: RunState
+    report: dict[str, Any]
+    out_dir: Path | None
+    wall_s: float
+
+
+def new_run_id(cfg: RunConfig) -> str:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    return f"{cfg.name}-{stamp}-{random.SystemRandom().randrange(16**4):04x}"
+
+
+def _logged(log: Any, now: float, action: Action) -> None:
+    """The actions worth a log line (not every task assignment)."""
+    match action:
+        case Launch(type=t, count=c, token=token):
+            log.info("launch", t=now, machine_type=t, count=c, token=token)
+        case Release(machine=m, reason=reason):
+            log.info("release", t=now, machine=m, reason=reason)
+        case Configure(counts=counts, reason=reason):
+            log.info("configure", t=now, counts=dict(counts), reason=reason)
+        case Stop(reason=reason):
+            log.info("stop", t=now, reason=reason)
+        case _:
+            pass
+
+
+def dry_run(
+    cfg: RunConfig,
+    tasks: Sequence[TaskSpec],
+    *,
+    seed: int | None = None,
+    out_dir: Path | None = None,
+    run_id: str | None = None,
+    progress: Callable[[RunState], None] | None = None,
+    plots: bool = True,
+) -> DryRun:
+    """Run the bag against the emulator; write the run directory if ``out_dir`` is given."""
+    run_id = run_id or new_run_id(cfg)
+    seed = cfg.emulator.seed if seed is None else seed
+    journal_file: IO[str] | None = None
+    log_file: IO[str] | None = None
+    journal: Journal | None = None
+    log: Any = structlog.wrap_logger(structlog.ReturnLogger())
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "config.yaml").write_text(
+            yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False), encoding="utf-8"
+        )
+        journal_file = (out_dir / "journal.jsonl").open("w", encoding="utf-8")
+        log_file = (out_dir / "log.jsonl").open("w", encoding="utf-8")
+        journal = Journal(journal_file)
+        log = structlog.wrap_logger(
+            structlog.WriteLogger(log_file),
+            processors=[
+                structlog.processors.add_log_level,
+                structlog.processors.TimeStamper(fmt="iso", utc=True, key="wall"),
+                structlog.processors.JSONRenderer(sort_keys=False),
+            ],
+        )
+    log = log.bind(run_id=run_id)
+    log.info("run start", tasks=len(tasks), seed=seed, policy=cfg.policy, provider="sim")
+
+    def on_step(now: float, events: list[Event], actions: list[Action], state: RunState) -> None:
+        if journal is not None:
+            journal.step(now, events, actions)
+        for action in actions:
+            _logged(log, now, action)
+        if progress is not None:
+            progress(state)
+
+    started = time.perf_counter()
+    try:
+        emulator = make_emulator(cfg, len(tasks), seed, on_step=on_step, run_tag=run_id)
+        state = emulator.run()
+        wall = time.perf_counter() - started
+        report = build_report(cfg, state, run_id=run_id, seed=seed, wall_s=wall)
+        log.info(
+            "run end",
+            cost=report["cost"],
+            makespan_s=report["makespan_s"],
+            stop_reason=report["stop_reason"],
+        )
+    finally:
+        if journal_file is not None:
+            journal_file.close()
+        if log_file is not None:
+            log_file.close()
+    if out_dir is not None:
+        write_report(report, state, out_dir, plots=plots)
+    return DryRun(run_id, state, report, out_dir, wall)
