@@ -51,6 +51,7 @@ from autoscaler.planner import BudgetProblem, Plan, Solver, TypeEstimate, plan_b
 from autoscaler.state import Machine, RunState
 
 _EPS = 1e-6
+_EARLY_CHECK = 5  # completions per type before an early "budget insufficient" is trusted
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,9 +256,18 @@ class Controller:
         state = s.state
         if not self._planned(state):
             sampling = [n for n, c in state.configurations[-1][1].counts.items() if c > 0]
-            if not sampling or not all(state.stats[n].sampled for n in sampling):
-                return False
-            return self._replan(s, "plan after sampling", force=True)
+            if sampling and all(state.stats[n].sampled for n in sampling):
+                return self._replan(s, "plan after sampling", force=True)
+            if tick and sampling and all(state.stats[n].done >= _EARLY_CHECK for n in sampling):
+                # Before the samples are complete, stop only if even the optimistic
+                # reading of what is known says the budget cannot finish the bag.
+                est = self._estimates(state)
+                n_e = max(0.0, state.tasks_left - self._paid_completions(state, est))
+                left = math.inf if state.budget is None else state.budget - state.committed
+                shortfall = self._known_insufficient(state, est, n_e, left)
+                if shortfall is not None:
+                    s.do(Stop(shortfall))
+            return False
         if not tick or state.finished:
             return False
         est = self._estimates(state)
@@ -461,7 +471,8 @@ class Controller:
 
     def _finish_or_stall(self, s: _Step) -> None:
         state = s.state
-        if state.finished and not state.stopped:
+        if state.finished and (not state.stopped or state.stop_reason is not None):
+            # Also after a Stop for money: draining machines may have finished the bag.
             for m in list(state.alive_machines()):
                 s.do(Release(m.id, "bag finished"))
             s.do(Stop(None))

@@ -33,6 +33,7 @@ only solved for k that can be feasible.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -91,9 +92,12 @@ class PlannerError(AutoscalerError):
 
 
 def _solver(name: Solver) -> pulp.LpSolver:
+    # The default relative MIP gaps (1e-4) would let a slightly slower mix count as optimal.
     if name == "highs":
-        return pulp.HiGHS(msg=False)
-    return pulp.PULP_CBC_CMD(msg=False)
+        return pulp.HiGHS(msg=False, gapRel=1e-9)
+    with warnings.catch_warnings():  # PuLP 3.3 deprecates its bundled CBC for 4.0
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return pulp.PULP_CBC_CMD(msg=False, gapRel=1e-9)
 
 
 def _capacity(t: TypeEstimate, horizon_s: float, z: float) -> float:
@@ -125,15 +129,23 @@ def _relaxation_feasible(problem: BudgetProblem, k: int) -> bool:
     return False
 
 
+def _mix_variables(
+    lp: pulp.LpProblem, types: Sequence[TypeEstimate]
+) -> tuple[dict[str, pulp.LpVariable], dict[str, pulp.LpVariable]]:
+    """keep_i ≤ l_i live machines kept, new_i ≤ A_i − l_i machines launched."""
+    keep: dict[str, pulp.LpVariable] = {}
+    new: dict[str, pulp.LpVariable] = {}
+    for i, t in enumerate(types):
+        live = min(t.live, t.max_count)
+        keep[t.name] = lp.add_variable(f"keep_{i}", 0, live, cat="Integer")
+        new[t.name] = lp.add_variable(f"new_{i}", 0, t.max_count - live, cat="Integer")
+    return keep, new
+
+
 def _solve_fixed_k(problem: BudgetProblem, k: int, solver: Solver) -> Plan | None:
     atu = problem.billing.atu_s
     lp = pulp.LpProblem("bats_budget", pulp.LpMaximize)
-    keep: dict[str, pulp.LpVariable] = {}
-    new: dict[str, pulp.LpVariable] = {}
-    for i, t in enumerate(problem.types):
-        live = min(t.live, t.max_count)
-        keep[t.name] = pulp.LpVariable(f"keep_{i}", 0, live, cat="Integer")
-        new[t.name] = pulp.LpVariable(f"new_{i}", 0, t.max_count - live, cat="Integer")
+    keep, new = _mix_variables(lp, problem.types)
     speed = pulp.lpSum((keep[t.name] + new[t.name]) * (1.0 / t.mean_s) for t in problem.types)
     cost = pulp.lpSum((keep[t.name] + new[t.name]) * t.price for t in problem.types)
     # Among equally fast mixes prefer the cheaper one, then the one that launches less.
@@ -182,12 +194,7 @@ def _extract(
 
 def _solve_per_second(problem: BudgetProblem, solver: Solver) -> Plan | None:
     lp = pulp.LpProblem("bats_budget_per_second", pulp.LpMaximize)
-    keep: dict[str, pulp.LpVariable] = {}
-    new: dict[str, pulp.LpVariable] = {}
-    for i, t in enumerate(problem.types):
-        live = min(t.live, t.max_count)
-        keep[t.name] = pulp.LpVariable(f"keep_{i}", 0, live, cat="Integer")
-        new[t.name] = pulp.LpVariable(f"new_{i}", 0, t.max_count - live, cat="Integer")
+    keep, new = _mix_variables(lp, problem.types)
     speed = pulp.lpSum((keep[t.name] + new[t.name]) * (1.0 / t.mean_s) for t in problem.types)
     rate = pulp.lpSum((keep[t.name] + new[t.name]) * t.price for t in problem.types)
     lp += speed
@@ -247,7 +254,7 @@ def plan_fluid(problem: BudgetProblem, solver: Solver = "highs") -> Plan | None:
     while k * cheapest <= problem.budget + 1e-9 and k <= _MAX_UNITS:
         lp = pulp.LpProblem("fluid", pulp.LpMaximize)
         a = {
-            t.name: pulp.LpVariable(f"a_{i}", 0, t.max_count, cat="Integer")
+            t.name: lp.add_variable(f"a_{i}", 0, t.max_count, cat="Integer")
             for i, t in enumerate(types)
         }
         speed = pulp.lpSum(a[t.name] * (1.0 / t.mean_s) for t in types)

@@ -1,0 +1,36 @@
+"""Shared helpers for building configs in tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from config.schema import RunConfig
+
+
+def make_config(**overrides: Any) -> RunConfig:
+    """A small valid config: two types, a synthetic bag, a budget; override any field."""
+    data: dict[str, Any] = {
+        "name": "test",
+        "bag": {"synthetic": 100},
+        "constraint": {"budget": 100.0},
+        "machine_types": [
+            {"name": "slow", "price": 1.0, "max_count": 10, "boot_s": 60},
+            {"name": "fast", "price": 4.0, "max_count": 10, "boot_s": 60},
+        ],
+        "billing": {"mode": "fixed", "atu_s": 3600},
+        "emulator": {
+            "seed": 1,
+            "runtime": {"dist": "normal", "mean_s": 600, "sd_s": 60},
+            "speed": {"slow": 1.0, "fast": 3.0},
+        },
+        "monitoring_interval_s": 300,
+    }
+    data.update(overrides)
+    return RunConfig.model_validate(data)
+
+
+@pytest.fixture
+def config_factory() -> Any:
+    return make_config

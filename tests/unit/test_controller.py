@@ -1,0 +1,219 @@
+"""Behaviour of the controller, through dry runs and through single steps."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from autoscaler.billing import BillingModel
+from autoscaler.controller import Controller
+from autoscaler.model import (
+    Action,
+    BoundaryNear,
+    Event,
+    Extend,
+    Launch,
+    MachineLaunched,
+    MachineReady,
+    Release,
+    Replicate,
+    Stop,
+    TaskState,
+    TypeSpec,
+)
+from autoscaler.runs import make_emulator
+from autoscaler.state import RunState
+from tests.conftest import make_config
+
+HOURLY = BillingModel("fixed", 3600.0)
+
+
+def run(cfg, seed=None):  # type: ignore[no-untyped-def]
+    journal: list[tuple[float, str, Event | Action]] = []
+
+    def hook(now: float, events: list[Event], actions: list[Action], state: RunState) -> None:
+        journal.extend((now, "event", e) for e in events)
+        journal.extend((now, "action", a) for a in actions)
+
+    n = cfg.bag.synthetic
+    state = make_emulator(cfg, n, seed=seed, on_step=hook).run()
+    return state, journal
+
+
+# --- single steps of the pure core -------------------------------------------------------
+
+
+def one_machine_state(budget: float) -> tuple[Controller, RunState]:
+    """A run with one machine launched at t=0 and ready, ten tasks in the bag."""
+    state = RunState.new([TypeSpec("a", 2.0, 4, 0.0)], HOURLY, budget, 10, list(range(10)))
+    controller = Controller()
+    actions = controller.step(state, [], 0.0)
+    launch = next(a for a in actions if isinstance(a, Launch))
+    controller.step(state, [MachineLaunched("m0", "a", launch.token)], 0.0)
+    for extra in range(1, launch.count):
+        controller.step(state, [MachineLaunched(f"m{extra}", "a", launch.token)], 0.0)
+    controller.step(state, [MachineReady("m0")], 0.0)
+    return controller, state
+
+
+def test_machine_is_extended_at_its_boundary_when_the_budget_pays() -> None:
+    controller, state = one_machine_state(budget=100.0)
+    actions = controller.step(state, [BoundaryNear("m0")], 3540.0)
+    assert Extend("m0", 7200.0) in actions
+    assert state.committed <= 100.0
+
+
+def test_machine_is_released_at_its_boundary_when_the_budget_cannot_pay() -> None:
+    """With every unit committed, the next boundary releases the machine."""
+    controller, state = one_machine_state(budget=2.0)  # one unit of one machine
+    assert state.committed == pytest.approx(2.0)
+    actions = controller.step(state, [BoundaryNear("m0")], 3540.0)
+    assert any(isinstance(a, Release) and a.machine == "m0" for a in actions)
+    assert not any(isinstance(a, Extend) for a in actions)
+    assert state.committed <= 2.0
+    # Nothing runs and nothing can be paid for: the run stops and says why.
+    stop = next(a for a in actions if isinstance(a, Stop))
+    assert stop.reason is not None
+    assert "budget" in stop.reason
+
+
+def test_boundary_event_for_an_already_extended_machine_is_ignored() -> None:
+    controller, state = one_machine_state(budget=100.0)
+    controller.step(state, [BoundaryNear("m0")], 3540.0)
+    committed = state.committed
+    assert controller.step(state, [BoundaryNear("m0")], 3545.0) == []
+    assert state.committed == committed
+
+
+# --- whole dry runs ----------------------------------------------------------------------
+
+
+def test_machines_leave_just_before_a_boundary_or_when_idle() -> None:
+    """No machine is released in the middle of a paid unit it could still use."""
+    cfg = make_config(bag={"synthetic": 300}, constraint={"budget": 60.0})
+    state, _ = run(cfg)
+    margin = state.billing.boundary_margin_s()
+    for m in state.machines.values():
+        assert m.ended_at is not None
+        into_unit = (m.ended_at - m.launched_at) % 3600.0
+        if m.end_reason and m.end_reason.startswith("end of paid time"):
+            assert 3600.0 - margin - 1e-6 <= into_unit or into_unit < 1e-6
+        else:
+            assert m.end_reason is not None
+            assert m.end_reason.startswith(("idle", "bag finished")), m.end_reason
+
+
+def test_same_seed_same_run_and_another_seed_another() -> None:
+    cfg = make_config(bag={"synthetic": 200})
+    _, first = run(cfg, seed=3)
+    _, again = run(cfg, seed=3)
+    _, other = run(cfg, seed=4)
+    assert first == again
+    assert first != other
+
+
+def test_round_robin_takes_every_machine_at_the_start() -> None:
+    cfg = make_config(policy="round_robin")
+    _, journal = run(cfg)
+    launches = [a for t, _, a in journal if isinstance(a, Launch)]
+    assert {a.type: a.count for a in launches} == {"slow": 10, "fast": 10}
+    assert all(t == 0.0 for t, _, a in journal if isinstance(a, Launch))
+
+
+def test_bats_samples_with_initial_workers_then_plans() -> None:
+    """iw = min(N/10, n) machines per type (capped by max_count), then a plan."""
+    cfg = make_config(bag={"synthetic": 400}, constraint={"budget": 200.0})
+    state, journal = run(cfg)
+    first = [a for t, _, a in journal if isinstance(a, Launch) and t == 0.0]
+    assert {a.type: a.count for a in first} == {"slow": 10, "fast": 10}
+    reasons = [c.reason for _, c in state.configurations]
+    assert reasons[0].startswith("sampling")
+    assert "plan after sampling" in reasons[1]
+
+
+def test_failing_tasks_are_retried_then_reported() -> None:
+    cfg = make_config(
+        bag={"synthetic": 60, "max_retries": 1},
+        constraint={"budget": 500.0},
+        emulator={
+            "seed": 2,
+            "runtime": {"dist": "constant", "value_s": 300},
+            "task_failure_prob": 0.5,
+        },
+    )
+    state, _journal = run(cfg)
+    assert state.failed > 0
+    assert state.done + state.failed == 60
+    for tid, st in enumerate(state.task_state):
+        if st is TaskState.FAILED:
+            assert state.attempts[tid] == 2
+            assert "emulated task failure" in state.task_errors[tid]
+    retried = [
+        tid
+        for tid in range(60)
+        if state.attempts[tid] == 1 and state.task_state[tid] is TaskState.DONE
+    ]
+    assert retried, "some task failed once and then succeeded"
+
+
+def test_a_lost_machine_has_its_task_requeued_and_done_elsewhere() -> None:
+    cfg = make_config(
+        bag={"synthetic": 100},
+        constraint={"budget": 200.0},
+        emulator={
+            "seed": 1,
+            "runtime": {"dist": "normal", "mean_s": 600, "sd_s": 60},
+            "machine_failures": [{"type": "slow", "index": 0, "at_s": 400}],
+        },
+    )
+    state, _ = run(cfg)
+    lost = [s for s in state.segments if s.outcome == "lost"]
+    assert len(lost) == 1
+    assert state.machines["slow-0"].end_reason == "lost: emulated machine failure"
+    later = [s for s in state.segments if s.task == lost[0].task and s.outcome == "done"]
+    assert later
+    assert later[0].machine != "slow-0"
+    assert state.done == 100
+
+
+def test_a_budget_too_small_for_the_bag_stops_early_and_within_budget() -> None:
+    """The run says it cannot finish as soon as the samples show it, and spends no more."""
+    cfg = make_config(
+        bag={"synthetic": 1000},
+        constraint={"budget": 30.0},
+        emulator={"seed": 1, "runtime": {"dist": "normal", "mean_s": 900, "sd_s": 60}},
+    )
+    state, journal = run(cfg)
+    assert state.stop_reason is not None
+    assert "budget insufficient" in state.stop_reason
+    assert state.done < 1000
+    assert state.actual_cost() <= 30.0
+    stop_at = next(t for t, _, a in journal if isinstance(a, Stop))
+    assert stop_at < 3600.0  # known within the first unit, after the samples
+    assert not any(True for _ in state.alive_machines())
+
+
+def test_tail_replicas_run_once_the_bag_is_empty_and_each_task_counts_once() -> None:
+    cfg = make_config(
+        bag={"synthetic": 120},
+        constraint={"budget": 400.0},
+        emulator={
+            "seed": 5,
+            "runtime": {"dist": "lognormal", "mean_s": 600, "sd_s": 400},
+            "speed": {"fast": 3.0},
+        },
+    )
+    state, journal = run(cfg)
+    replicas = [a for _, _, a in journal if isinstance(a, Replicate)]
+    assert replicas
+    done = Counter(s.task for s in state.segments if s.outcome == "done")
+    assert state.done == 120
+    # A task may finish twice only if its replica ended in the same instant it was cancelled.
+    assert sum(done.values()) == 120 or all(c <= 2 for c in done.values())
+
+
+def test_replication_can_be_switched_off() -> None:
+    cfg = make_config(tail_replication=False)
+    _, journal = run(cfg)
+    assert not any(isinstance(a, Replicate) for _, _, a in journal)
