@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 
 EXIT_CONFIG = 2
 """Exit code for a config that cannot be used (and other errors we raise on purpose)."""
+EXIT_STOPPED = 3
+"""Exit code for a run that stopped before the bag was finished (its report says why)."""
 
 app = typer.Typer(no_args_is_help=True, add_completion=False)
 _out = Console(highlight=False)
@@ -139,6 +141,8 @@ def run(
             _exit_with(exc)
     _print_report(result.report)
     _out.print(f"run directory: {out_dir}", markup=False, soft_wrap=True)
+    if result.report["stop_reason"] is not None:
+        raise typer.Exit(EXIT_STOPPED)
 
 
 @app.command()

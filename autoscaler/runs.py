@@ -112,7 +112,7 @@ def _plain(value: object) -> Any:
 def record(kind: str, now: float, item: Event | Action) -> dict[str, Any]:
     """One journal line: when, event or action, its type and its fields."""
     fields = {f.name: _plain(getattr(item, f.name)) for f in dataclasses.fields(item)}
-    return {"t": round(now, 3), "kind": kind, "type": type(item).__name__, **fields}
+    return {"t": round(now, 3), "kind": kind, "type": type(item).__name__, "data": fields}
 
 
 class Journal:

@@ -1,0 +1,174 @@
+"""``autoscaler run --dry-run`` and ``autoscaler report`` through the command line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import matplotlib.image as mpimg
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from autoscaler.cli import EXIT_CONFIG, EXIT_STOPPED, app
+
+EXAMPLES = sorted((Path(__file__).parents[2] / "config" / "examples").glob("*.yaml"))
+REPORT_FIELDS = {
+    "run_id": str,
+    "mode": str,
+    "budget": float,
+    "cost": float,
+    "within_budget": bool,
+    "makespan_s": float,
+    "tasks_total": int,
+    "tasks_done": int,
+    "tasks_failed": int,
+    "configurations": list,
+    "machine_types": dict,
+    "machines": list,
+}
+
+
+@pytest.fixture(scope="module")
+def runner() -> CliRunner:
+    return CliRunner()
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+def test_every_example_dry_runs_to_a_full_run_directory(
+    runner: CliRunner, example: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "run"
+    result = runner.invoke(app, ["run", str(example), "--dry-run", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    for name in ("config.yaml", "journal.jsonl", "log.jsonl", "report.json", "report.md"):
+        assert (out / name).stat().st_size > 0, name
+    report = json.loads((out / "report.json").read_text())
+    for field, kind in REPORT_FIELDS.items():
+        assert isinstance(report[field], kind), field
+    assert report["mode"] == "budget"
+    assert report["within_budget"] is True
+    assert report["cost"] <= report["budget"]
+    assert report["stop_reason"] is None
+    assert report["tasks_done"] + report["tasks_failed"] == report["tasks_total"]
+    assert set(report["predicted"]) >= {"cost", "makespan_s"}
+    # Per-type and per-machine figures add up to the run's.
+    assert sum(t["cost"] for t in report["machine_types"].values()) == pytest.approx(report["cost"])
+    assert sum(m["tasks_run"] for m in report["machines"]) == report["tasks_done"]
+    for m in report["machines"]:
+        assert {"type", "start_s", "end_s", "units_paid", "tasks_run"} <= set(m)
+        assert m["end_s"] >= m["start_s"]
+    # The plots are real images with something drawn on them.
+    for name in ("gantt.png", "spend.png"):
+        image = mpimg.imread(out / name)
+        assert image.shape[0] > 200
+        assert image.shape[1] > 200
+        assert image.std() > 0.01
+    # The resolved config is a valid YAML mapping of the same run.
+    resolved = yaml.safe_load((out / "config.yaml").read_text())
+    assert resolved["bag"] == yaml.safe_load(example.read_text())["bag"] or resolved["bag"]
+
+
+def test_journal_records_events_and_actions_in_time_order(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    out = tmp_path / "run"
+    runner.invoke(app, ["run", str(EXAMPLES[0]), "--dry-run", "--out", str(out)])
+    lines = [json.loads(line) for line in (out / "journal.jsonl").read_text().splitlines()]
+    times = [line["t"] for line in lines]
+    assert times == sorted(times)
+    kinds = {(line["kind"], line["type"]) for line in lines}
+    assert ("action", "Launch") in kinds
+    assert ("event", "TaskDone") in kinds
+    assert ("action", "Stop") in kinds
+
+
+def test_logs_are_json_lines_with_the_run_id(runner: CliRunner, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    runner.invoke(app, ["run", str(EXAMPLES[0]), "--dry-run", "--out", str(out)])
+    report = json.loads((out / "report.json").read_text())
+    entries = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    assert entries
+    assert all(e["run_id"] == report["run_id"] for e in entries)
+    assert {"run start", "run end", "launch", "configure"} <= {e["event"] for e in entries}
+
+
+def test_seed_option_changes_the_run_and_repeats_it(runner: CliRunner, tmp_path: Path) -> None:
+    quickstart = next(p for p in EXAMPLES if p.stem == "quickstart")
+    reports = []
+    for i, seed in enumerate((7, 7, 8)):
+        out = tmp_path / f"r{i}"
+        runner.invoke(
+            app, ["run", str(quickstart), "--dry-run", "--seed", str(seed), "--out", str(out)]
+        )
+        reports.append(json.loads((out / "report.json").read_text()))
+    assert reports[0]["seed"] == 7
+    assert reports[0]["makespan_s"] == reports[1]["makespan_s"]
+    assert reports[0]["machines"] == reports[1]["machines"]
+    assert reports[0]["machines"] != reports[2]["machines"]
+
+
+def test_report_command_prints_the_report_again(runner: CliRunner, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    runner.invoke(app, ["run", str(EXAMPLES[0]), "--dry-run", "--out", str(out)])
+    result = runner.invoke(app, ["report", str(out)])
+    assert result.exit_code == 0
+    assert result.output == (out / "report.md").read_text() + "\n"
+    assert "## Machine types" in result.output
+
+
+def test_report_of_a_directory_without_a_report_is_a_clear_error(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    result = runner.invoke(app, ["report", str(tmp_path)])
+    assert result.exit_code == EXIT_CONFIG
+    assert "no report.json" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_run_without_dry_run_refuses_to_touch_anything(runner: CliRunner, tmp_path: Path) -> None:
+    result = runner.invoke(app, ["run", str(EXAMPLES[0]), "--out", str(tmp_path / "x")])
+    assert result.exit_code == EXIT_CONFIG
+    assert "--dry-run" in result.output
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_budget_too_small_at_run_time_stops_cleanly_with_a_report(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    cfg = yaml.safe_load(next(p for p in EXAMPLES if p.stem == "bats_s4_1").read_text())
+    cfg["constraint"]["budget"] = 500  # the sampling phase alone costs 450
+    path = tmp_path / "tight.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    out = tmp_path / "run"
+    result = runner.invoke(app, ["run", str(path), "--dry-run", "--out", str(out)])
+    assert result.exit_code == EXIT_STOPPED, result.output
+    report = json.loads((out / "report.json").read_text())
+    assert report["within_budget"] is True
+    assert report["cost"] <= 500
+    assert report["tasks_done"] < 1000
+    assert "budget insufficient" in report["stop_reason"]
+    assert (out / "report.md").read_text().count("stopped early") == 1
+
+
+@pytest.mark.parametrize(
+    ("edit", "field"),
+    [
+        (lambda c: c["machine_types"][0].update(price=-3), "machine_types[0].price"),
+        (lambda c: c["machine_types"][1].update(max_count=0), "machine_types[1].max_count"),
+        (lambda c: c["bag"].update(synthetic=0), "bag.synthetic"),
+        (lambda c: c.update(colour="blue"), "colour"),
+        (lambda c: c["constraint"].update(budget=1), "budget"),
+    ],
+)
+def test_bad_configs_exit_2_naming_the_field(
+    runner: CliRunner, tmp_path: Path, edit: object, field: str
+) -> None:
+    cfg = yaml.safe_load(next(p for p in EXAMPLES if p.stem == "bats_s4_1").read_text())
+    edit(cfg)  # type: ignore[operator]
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    result = runner.invoke(app, ["run", str(path), "--dry-run", "--out", str(tmp_path / "r")])
+    assert result.exit_code == EXIT_CONFIG
+    assert field in result.output
+    assert "Traceback" not in result.output
