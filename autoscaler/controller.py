@@ -60,7 +60,8 @@ class ControllerSettings:
     z: float = 1.96
     delta: float = 0.25
     solver: Solver = "highs"
-    cushion_z: float = 0.0  # final-unit cushion: 0 is the slides' ⌊h/T_i⌋, >0 adds z·√m·σ
+    cushion_z: float = 0.0  # spread cushion: plan m tasks per machine only if m·T + z·√m·σ fit
+    final_loss: float = 0.25  # tasks per machine lost at the end of its last unit
     tail_replication: bool = True
     improve_ratio: float = 1.05  # adopt an unforced re-plan only if this much faster...
     improve_reserve: float = 0.1  # ...and still affordable with this share of money kept back
@@ -292,10 +293,12 @@ class Controller:
         units = (
             math.floor(left / per_unit + _EPS) if state.billing.mode == "fixed" else left / per_unit
         )
-        z = self.settings.cushion_z
+        z, loss = self.settings.cushion_z, self.settings.final_loss
         return float(
             sum(
-                tasks_within(units * atu, est[m.type.name].mean_s, est[m.type.name].sd_s, z)
+                tasks_within(
+                    units * atu, est[m.type.name].mean_s, est[m.type.name].sd_s, z, loss
+                )
                 for m in keep
             )
         )
@@ -326,6 +329,7 @@ class Controller:
                 types=list(est.values()),
                 billing=state.billing,
                 cushion_z=self.settings.cushion_z,
+                final_loss=self.settings.final_loss,
             )
             if not force:  # an optional change must hold with money to spare
                 problem = replace(problem, budget=budget * (1 - self.settings.improve_reserve))

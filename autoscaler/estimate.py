@@ -90,16 +90,18 @@ class RuntimeStats:
         return math.sqrt(var)
 
 
-def tasks_within(horizon_s: float, mean_s: float, sd_s: float, z: float) -> float:
+def tasks_within(
+    horizon_s: float, mean_s: float, sd_s: float, z: float, loss: float = 0.5
+) -> float:
     """Tasks one machine is expected to finish in ``horizon_s`` (the final-unit cushion).
 
-    m = x² − ½ where T·x² + z·σ·x = h: m tasks take m·T on average with standard
+    m = x² − loss where T·x² + z·σ·x = h: m tasks take m·T on average with standard
     deviation √m·σ, and the task in progress when the horizon ends is half done on
-    average, so it counts for nothing (slides 001, "fluid vs discrete"). Continuous in
-    h and T, so a small change of the estimate never flips a plan.
+    average (``loss`` = ½), so it counts for nothing (slides 001, "fluid vs discrete").
+    Continuous in h and T, so a small change of the estimate never flips a plan.
     """
     if horizon_s <= 0 or mean_s <= 0:
         return 0.0
     b = z * sd_s
     root = (-b + math.sqrt(b * b + 4 * mean_s * horizon_s)) / (2 * mean_s)
-    return max(0.0, root * root - 0.5)
+    return max(0.0, root * root - loss)

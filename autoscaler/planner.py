@@ -15,8 +15,9 @@ paid for) the problem is linear::
 
 where a new machine first pays one step f_i (one ATU) in which it boots and then does
 p_i = ⌊(step − β_i)/T_i⌋ tasks, exactly as the monitor will count it once it runs. The
-first feasible k is optimal (a mix that fits in fewer units would have been feasible
-for that smaller k). ``m_i(h)`` is the number of tasks one machine is confident to
+first feasible k ≥ 1 is optimal (a mix that fits in fewer units would have been
+feasible for that smaller k). k = 0 is not offered: it would count live machines as
+kept for nothing, yet they go on working (and paying) past their paid time. ``m_i(h)`` is the number of tasks one machine is confident to
 finish in h seconds (the discreteness cushion of the final unit, slides 001: a task
 cut off by the end of the last unit does not count). N here is N_e, the tasks left
 once the time already paid on live machines has been used (paper 000 §2.2), and B the
@@ -35,7 +36,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import pulp
@@ -70,7 +71,8 @@ class BudgetProblem:
     budget: float  # B: money not yet committed
     types: Sequence[TypeEstimate]
     billing: BillingModel
-    cushion_z: float = 1.0
+    cushion_z: float = 0.0
+    final_loss: float = 0.25  # tasks per machine lost at the end of its last unit
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,8 +102,8 @@ def _solver(name: Solver) -> pulp.LpSolver:
         return pulp.PULP_CBC_CMD(msg=False, gapRel=1e-9)
 
 
-def _capacity(t: TypeEstimate, horizon_s: float, z: float) -> float:
-    return tasks_within(horizon_s, t.mean_s, t.sd_s, z)
+def _capacity(t: TypeEstimate, horizon_s: float, problem: BudgetProblem) -> float:
+    return tasks_within(horizon_s, t.mean_s, t.sd_s, problem.cushion_z, problem.final_loss)
 
 
 def _relaxation_feasible(problem: BudgetProblem, k: int) -> bool:
@@ -110,7 +112,7 @@ def _relaxation_feasible(problem: BudgetProblem, k: int) -> bool:
     items: list[tuple[float, float, float]] = []  # (cost per task, tasks per machine, count)
     for t in problem.types:
         live = min(t.live, t.max_count)
-        cap = _capacity(t, k * atu, problem.cushion_z)
+        cap = _capacity(t, k * atu, problem)
         for tasks, cost, count in (
             (cap, k * t.price, live),
             (cap + t.first_tasks, k * t.price + t.first_cost, t.max_count - live),
@@ -157,7 +159,7 @@ def _solve_fixed_k(problem: BudgetProblem, k: int, solver: Solver) -> Plan | Non
     )
     lp += (
         pulp.lpSum(
-            (keep[t.name] + new[t.name]) * _capacity(t, k * atu, problem.cushion_z)
+            (keep[t.name] + new[t.name]) * _capacity(t, k * atu, problem)
             + new[t.name] * t.first_tasks
             for t in problem.types
         )
@@ -208,20 +210,14 @@ def plan_budget(problem: BudgetProblem, solver: Solver = "highs") -> Plan | None
     types = [t for t in problem.types if t.mean_s > 0 and t.max_count > 0]
     if not types:
         raise PlannerError("no machine type has a runtime estimate")
-    problem = BudgetProblem(
-        tasks=problem.tasks,
-        budget=problem.budget,
-        types=types,
-        billing=problem.billing,
-        cushion_z=problem.cushion_z,
-    )
+    problem = replace(problem, types=types)
     if problem.tasks <= 0:
         return Plan(counts={t.name: 0 for t in types}, units=0, speed=0.0, cost=0.0)
     if problem.billing.mode == "per_second":
         return _solve_per_second(problem, solver)
     atu = problem.billing.atu_s
     fastest = sum(t.max_count / t.mean_s for t in types)
-    k = max(0, math.floor(problem.tasks / (fastest * atu)) - 1)
+    k = max(1, math.floor(problem.tasks / (fastest * atu)) - 1)
     cheapest = min(t.price for t in types)
     while k * cheapest <= problem.budget + 1e-9 and k <= _MAX_UNITS:
         if _relaxation_feasible(problem, k):
