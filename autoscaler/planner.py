@@ -93,6 +93,16 @@ class PlannerError(AutoscalerError):
     code = "PlannerError"
 
 
+def _solve(lp: pulp.LpProblem, name: Solver) -> str:
+    """Solve with the chosen solver; fall back to CBC if HiGHS is missing or fails."""
+    if name == "highs":
+        try:
+            return str(pulp.LpStatus[lp.solve(_solver("highs"))])
+        except pulp.PulpSolverError:
+            name = "cbc"
+    return str(pulp.LpStatus[lp.solve(_solver(name))])
+
+
 def _solver(name: Solver) -> pulp.LpSolver:
     # The default relative MIP gaps (1e-4) would let a slightly slower mix count as optimal.
     if name == "highs":
@@ -176,8 +186,7 @@ def _extract(
     k: int,
     solver: Solver,
 ) -> Plan | None:
-    status = lp.solve(_solver(solver))
-    if pulp.LpStatus[status] != "Optimal":
+    if _solve(lp, solver) != "Optimal":
         return None
     counts = {
         t.name: round(keep[t.name].value() or 0) + round(new[t.name].value() or 0)
@@ -257,8 +266,7 @@ def plan_fluid(problem: BudgetProblem, solver: Solver = "highs") -> Plan | None:
         lp += speed
         lp += k * pulp.lpSum(a[t.name] * t.price for t in types) <= problem.budget
         lp += k * atu * speed >= problem.tasks
-        status = lp.solve(_solver(solver))
-        if pulp.LpStatus[status] == "Optimal":
+        if _solve(lp, solver) == "Optimal":
             counts = {t.name: round(a[t.name].value() or 0) for t in types}
             speed_v = sum(counts[t.name] / t.mean_s for t in types)
             cost = k * sum(counts[t.name] * t.price for t in types)

@@ -48,6 +48,7 @@ def controller_settings(cfg: RunConfig) -> ControllerSettings:
         z=cfg.sampling.z,
         delta=cfg.sampling.delta,
         tail_replication=cfg.tail_replication,
+        solver=cfg.solver,
     )
 
 

@@ -259,6 +259,10 @@ class RunConfig(_Model):
     emulator: Emulator = Field(default_factory=Emulator)
     sampling: Sampling = Field(default_factory=Sampling)
     monitoring_interval_s: Seconds = Field(default=300.0, gt=0)
+    solver: Literal["highs", "cbc"] = Field(
+        default="highs",
+        description="MILP solver: HiGHS in-process (highspy); CBC (PuLP's bundled binary)",
+    )
     tail_replication: bool = Field(
         default=True, description="once the bag is empty, idle paid machines replicate slow tasks"
     )

@@ -217,3 +217,12 @@ def test_replication_can_be_switched_off() -> None:
     cfg = make_config(tail_replication=False)
     _, journal = run(cfg)
     assert not any(isinstance(a, Replicate) for _, _, a in journal)
+
+
+def test_cbc_and_highs_drive_the_same_run() -> None:
+    """The solver is a setting; both find the same plans, so the run is the same."""
+    highs, _ = run(make_config(bag={"synthetic": 300}, solver="highs"))
+    cbc, _ = run(make_config(bag={"synthetic": 300}, solver="cbc"))
+    assert [c.counts for _, c in highs.configurations] == [c.counts for _, c in cbc.configurations]
+    assert highs.now == cbc.now
+    assert highs.actual_cost() == cbc.actual_cost()
