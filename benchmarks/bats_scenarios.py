@@ -18,9 +18,11 @@ from the start). Run from the repository root::
 from __future__ import annotations
 
 import argparse
+import hashlib
 import math
 import multiprocessing
 import statistics
+import subprocess
 import sys
 import time
 from collections import Counter
@@ -40,7 +42,9 @@ from autoscaler.runs import dry_run
 from config.load import expand_bag, load_config
 from config.schema import NormalRuntime, RunConfig
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "config" / "examples"
+REPO = Path(__file__).resolve().parent.parent
+CONFIG_DIR = REPO / "config" / "examples"
+LIBRARY_DIRS = ("autoscaler", "providers", "config")
 
 BOOT_S = 120.0
 """Launch to ready, every machine type. Not in the paper: see ``BOOT_NOTE``."""
@@ -332,6 +336,13 @@ class RunResult:
     def finished(self) -> bool:
         return self.tasks_done == self.tasks_total
 
+    @property
+    def makespan_vs_predicted(self) -> float:
+        """Actual / predicted makespan; NaN without a prediction."""
+        if not self.predicted_makespan_s:
+            return math.nan
+        return self.makespan_s / self.predicted_makespan_s
+
 
 @cache
 def _setup(name: str, tail_replication: bool) -> tuple[RunConfig, list[TaskSpec], BMin]:
@@ -533,13 +544,7 @@ def results_table(results: Sequence[RunResult], names: Sequence[str]) -> str:
                     _money(paper.cost),
                     _f(clairv),
                     _ratio([mk_med / clairv]) if mk else "-",
-                    _ratio(
-                        [
-                            r.makespan_s / r.predicted_makespan_s
-                            for r in done
-                            if r.predicted_makespan_s
-                        ]
-                    ),
+                    _ratio([r.makespan_vs_predicted for r in done]),
                     _ratio([r.cost / r.predicted_cost for r in rs if r.predicted_cost]),
                 ]
             )
@@ -573,8 +578,8 @@ def anomalies(results: Sequence[RunResult], names: Sequence[str]) -> list[str]:
                 r
                 for r in rs
                 if r.finished
-                and r.predicted_makespan_s
-                and not 0.8 <= r.makespan_s / r.predicted_makespan_s <= 1.25
+                and not math.isnan(r.makespan_vs_predicted)
+                and not 0.8 <= r.makespan_vs_predicted <= 1.25
             ]
             if unfinished:
                 reasons = Counter((r.stop_reason or "?").split(":")[0] for r in unfinished)
@@ -592,13 +597,12 @@ def anomalies(results: Sequence[RunResult], names: Sequence[str]) -> list[str]:
                     f"> budget {_money(over[0].budget)}"
                 )
             if off:
-                r = max(off, key=lambda r: abs(math.log(r.makespan_s / r.predicted_makespan_s)))
-                assert r.predicted_makespan_s is not None
+                r = max(off, key=lambda r: abs(math.log(r.makespan_vs_predicted)))
                 lines.append(
                     f"{name} {row}: makespan off its prediction by more than -20%/+25% in "
                     f"{len(off)}/{len(rs)} runs, seeds {_seeds(off)}; worst seed {r.seed}: "
                     f"actual {r.makespan_s / 60:.1f} min, predicted "
-                    f"{r.predicted_makespan_s / 60:.1f} min"
+                    f"{(r.predicted_makespan_s or math.nan) / 60:.1f} min"
                 )
     return lines
 
@@ -607,6 +611,43 @@ def _seeds(rs: Sequence[RunResult], limit: int = 12) -> str:
     seeds = sorted(r.seed for r in rs)
     text = ",".join(str(s) for s in seeds[:limit])
     return text + (",..." if len(seeds) > limit else "")
+
+
+# --- what was measured ----------------------------------------------------------------
+
+
+def library_digest() -> str:
+    """A hash of the library's sources, to notice them changing during a benchmark."""
+    h = hashlib.sha256()
+    for d in LIBRARY_DIRS:
+        for path in sorted((REPO / d).rglob("*.py")):
+            h.update(str(path.relative_to(REPO)).encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()[:12]
+
+
+def library_state() -> str:
+    """The git commit and any uncommitted changes to the library, for the record."""
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(REPO), "log", "-1", "--format=%h %cI"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(REPO), "status", "--porcelain", "--", *LIBRARY_DIRS],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split("\n")
+    except (OSError, subprocess.CalledProcessError):
+        return f"not a git checkout; sources {library_digest()}"
+    changed = [line[3:] for line in dirty if line.strip()]
+    text = f"git {head}"
+    if changed:
+        text += f", uncommitted changes in {', '.join(changed)}"
+    return f"{text}; sources {library_digest()}"
 
 
 # --- main ------------------------------------------------------------------------------
@@ -664,11 +705,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     names = [s.strip() for s in args.scenarios.split(",") if s.strip()]
     unknown = [n for n in names if n not in SCENARIOS]
-    if unknown or not names or args.seeds < 1:
+    if unknown or not names:
         parser.error(f"unknown scenario(s) {unknown}; choose from {', '.join(SCENARIOS)}")
+    if args.seeds < 1 or args.jobs < 1:
+        parser.error("--seeds and --jobs must be at least 1")
     tail = not args.no_tail_replication
 
     started = time.perf_counter()
+    state_before = library_state()
     for name in names:  # fail early, in this process, on a config that does not match
         _setup(name, tail)
 
@@ -686,6 +730,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"tail replication {'on (slides 001; not in the paper)' if tail else 'off (as the paper)'}."
     )
     print(BOOT_NOTE)
+    print(f"Library: {state_before}")
+    if library_digest() not in state_before:
+        print("WARNING: the library's sources changed while this benchmark ran")
     print(
         f"Seeds 0..{args.seeds - 1}: a seed fixes the runtimes and the order tasks leave the\n"
         "bag, the same for all four runs of that seed (as in the paper). RR = round robin:\n"
@@ -702,7 +749,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "  its B_min × factor rounded down; '-' where the paper did not run that budget."
     )
     print()
-    print(f"Results over {args.seeds} seeds (makespans in minutes, money in $)")
+    plural = "s" if args.seeds != 1 else ""
+    print(f"Results over {args.seeds} seed{plural} (makespans in minutes, money in $)")
     print(results_table(results, names))
     print(
         "mk med/p90: makespan median / 90th percentile over the runs that finished the bag;\n"

@@ -1,0 +1,431 @@
+"""How the dry run and the budget planner scale.
+
+(a) Wall time of a dry run, BaTS against round robin on the same config in the same
+    process, with and without writing the run directory (journal, logs, report, plots):
+    1,000 tasks on 32+32 machines (config/examples/bats_s4_1.yaml as is) and 100,000
+    tasks on 250+250 machines (S4-3's two types, scaled up).
+(b) Solve time of the budget planner (``plan_budget``) for 2, 5, 10 and 20 machine
+    types with up to 1,000 machines each, HiGHS against CBC.
+
+Run from the repository root::
+
+    .venv/bin/python -m benchmarks.scale
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+if __name__ == "__main__" and not __package__:  # ``python benchmarks/scale.py``
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from autoscaler.billing import BillingModel
+from autoscaler.model import Action, Event, TaskSpec
+from autoscaler.planner import BudgetProblem, Plan, Solver, TypeEstimate, plan_budget
+from autoscaler.runs import dry_run, make_emulator
+from autoscaler.state import RunState
+from benchmarks.bats_scenarios import library_digest, library_state, render_table
+from config.load import expand_bag, load_config
+from config.schema import Bag, RunConfig
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "config" / "examples"
+SEED = 0
+BIG_TASKS = 100_000
+BIG_PER_TYPE = 250
+BIG_BUDGET_FACTOR = 1.2  # BaTS's budget on the 100k bag: 120 % of RR's cost there
+TARGETS_S = {"1k": 2.0, "100k": 60.0}
+
+# --- (a) dry runs ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Setup:
+    key: str  # "1k" or "100k"
+    label: str
+    cfg: RunConfig  # policy bats, with its budget
+    tasks: list[TaskSpec]
+
+
+def small_setup() -> Setup:
+    cfg = load_config(CONFIG_DIR / "bats_s4_1.yaml")
+    return Setup("1k", "1k tasks, 32+32 (S4-1)", cfg, expand_bag(cfg))
+
+
+def big_setup() -> Setup:
+    """S4-3's types ($3 speed 1, $12 speed 3) with 250 machines each and 100,000 tasks.
+
+    The budget is set once RR's cost on this bag is known (see ``run_setup``).
+    """
+    base = load_config(CONFIG_DIR / "bats_s4_3.yaml")
+    cfg = base.model_copy(
+        update={
+            "name": "scale_100k",
+            "bag": Bag(synthetic=BIG_TASKS),
+            "machine_types": [
+                t.model_copy(update={"max_count": BIG_PER_TYPE}) for t in base.machine_types
+            ],
+        }
+    )
+    return Setup("100k", "100k tasks, 250+250 (S4-3 types)", cfg, expand_bag(cfg))
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    setup: str
+    key: str
+    policy: str
+    write: bool
+    tasks: int
+    max_machines: int
+    launched: int
+    budget: float | None
+    cost: float
+    makespan_s: float
+    done: int
+    steps: int
+    events: int
+    actions: int
+    wall_s: list[float]  # around dry_run, writing included
+    inner_s: list[float]  # DryRun.wall_s: emulation only
+    out_mb: float | None
+
+
+def count_events(cfg: RunConfig, n_tasks: int) -> tuple[int, int, int, RunState]:
+    """Steps, events and actions of one run (untimed; the same run as the timed ones)."""
+    counts = [0, 0, 0]
+
+    def hook(now: float, events: list[Event], actions: list[Action], state: RunState) -> None:
+        counts[0] += 1
+        counts[1] += len(events)
+        counts[2] += len(actions)
+
+    state = make_emulator(cfg, n_tasks, seed=SEED, on_step=hook).run()
+    return counts[0], counts[1], counts[2], state
+
+
+def _dir_mb(path: Path) -> float:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 1e6
+
+
+def time_policy(setup: Setup, cfg: RunConfig, repeats: int, tmp: Path) -> list[Timing]:
+    steps, events, actions, state = count_events(cfg, len(setup.tasks))
+    out: list[Timing] = []
+    for write in (False, True):
+        walls: list[float] = []
+        inners: list[float] = []
+        report: dict[str, object] = {}
+        size = None
+        for rep in range(repeats):
+            out_dir = tmp / f"{setup.key}-{cfg.policy}-{rep}" if write else None
+            started = time.perf_counter()
+            d = dry_run(cfg, setup.tasks, seed=SEED, out_dir=out_dir, plots=write)
+            walls.append(time.perf_counter() - started)
+            inners.append(d.wall_s)
+            report = d.report
+            if out_dir is not None:
+                size = _dir_mb(out_dir)
+        if not math.isclose(float(str(report["makespan_s"])), _makespan(state), abs_tol=1e-3):
+            print(
+                f"warning: {setup.key} {cfg.policy}: dry_run makespan {report['makespan_s']} "
+                f"differs from the counting run's {_makespan(state):.3f}",
+                file=sys.stderr,
+            )
+        out.append(
+            Timing(
+                setup=setup.label,
+                key=setup.key,
+                policy=cfg.policy,
+                write=write,
+                tasks=len(setup.tasks),
+                max_machines=sum(t.max_count for t in cfg.machine_types),
+                launched=len(state.machines),
+                budget=None if cfg.policy == "round_robin" else cfg.constraint.budget,
+                cost=float(str(report["cost"])),
+                makespan_s=float(str(report["makespan_s"])),
+                done=int(str(report["tasks_done"])),
+                steps=steps,
+                events=events,
+                actions=actions,
+                wall_s=walls,
+                inner_s=inners,
+                out_mb=size,
+            )
+        )
+    return out
+
+
+def _makespan(state: RunState) -> float:
+    if not state.finished:
+        return state.now
+    return max((s.end for s in state.segments if s.outcome == "done"), default=0.0)
+
+
+def run_setup(setup: Setup, repeats: int, tmp: Path, log: bool = True) -> list[Timing]:
+    rr_cfg = setup.cfg.model_copy(update={"policy": "round_robin"})
+    if log:
+        print(f"  {setup.label}: round robin ...", file=sys.stderr, flush=True)
+    rr = time_policy(setup, rr_cfg, repeats, tmp)
+    cfg = setup.cfg
+    if setup.key == "100k":
+        budget = round(BIG_BUDGET_FACTOR * rr[0].cost, 2)
+        cfg = cfg.model_copy(
+            update={"constraint": cfg.constraint.model_copy(update={"budget": budget})}
+        )
+    if log:
+        print(f"  {setup.label}: BaTS ...", file=sys.stderr, flush=True)
+    return rr + time_policy(setup, cfg, repeats, tmp)
+
+
+def _hm(seconds: float) -> str:
+    m = round(seconds / 60)
+    return f"{m // 60}h{m % 60:02d}m"
+
+
+def dry_run_table(timings: Sequence[Timing]) -> str:
+    header = [
+        "setup",
+        "policy",
+        "write",
+        "tasks",
+        "machines",
+        "budget",
+        "cost",
+        "done",
+        "makespan",
+        "events",
+        "actions",
+        "wall s",
+        "emul. s",
+        "events/s",
+        "target",
+    ]
+    rows = []
+    for t in timings:
+        wall = statistics.median(t.wall_s)
+        inner = statistics.median(t.inner_s)
+        target = TARGETS_S[t.key]
+        rows.append(
+            [
+                t.setup,
+                "RR" if t.policy == "round_robin" else "BaTS",
+                f"yes ({t.out_mb:.1f} MB)" if t.write and t.out_mb is not None else "no",
+                f"{t.tasks:,}",
+                f"{t.max_machines}/{t.launched}",
+                "-" if t.budget is None else f"{t.budget:,.0f}",
+                f"{t.cost:,.0f}",
+                f"{t.done:,}",
+                _hm(t.makespan_s),
+                f"{t.events:,}",
+                f"{t.actions:,}",
+                f"{wall:.2f}",
+                f"{inner:.2f}",
+                f"{t.events / wall:,.0f}",
+                f"<{target:g} s {'met' if wall < target else 'MISSED'}",
+            ]
+        )
+    return render_table(header, rows, left=3)
+
+
+# --- (b) the planner -------------------------------------------------------------------
+
+PLANNER_TASKS = 100_000
+PLANNER_BUDGET_SHARE = 0.3
+
+
+@dataclass(frozen=True, slots=True)
+class Instance:
+    types: list[TypeEstimate]
+    budget: float
+    billing: BillingModel
+
+
+def planner_instance(n_types: int, seed: int) -> Instance:
+    """Random types: price 1..20, speed 0.5..4 (mean 900 s/speed), 100..1000 machines.
+
+    Budget: 30 % of running every machine for the fluid time N/Σ A_i/μ_i (rounded up to
+    whole ATUs), raised to 1.25× the cheapest conceivable cost N·min c_i·μ_i/ATU if below.
+    """
+    rng = random.Random(seed)
+    billing = BillingModel("fixed", 3600.0)
+    margin = billing.boundary_margin_s()
+    types = []
+    for i in range(n_types):
+        price = round(rng.uniform(1.0, 20.0), 2)
+        speed = rng.uniform(0.5, 4.0)
+        mean = 900.0 / speed
+        boot = 120.0
+        types.append(
+            TypeEstimate(
+                name=f"t{i}",
+                price=price,
+                max_count=rng.randint(100, 1000),
+                boot_s=boot,
+                mean_s=mean,
+                sd_s=mean * 0.15,
+                first_cost=price,
+                first_tasks=max(0, math.floor((billing.atu_s - margin - boot) / mean)),
+            )
+        )
+    fluid_s = PLANNER_TASKS / sum(t.max_count / t.mean_s for t in types)
+    everything = math.ceil(fluid_s / billing.atu_s) * sum(t.max_count * t.price for t in types)
+    cheapest = PLANNER_TASKS * min(t.price * t.mean_s for t in types) / billing.atu_s
+    budget = round(max(PLANNER_BUDGET_SHARE * everything, 1.25 * cheapest), 2)
+    return Instance(types, budget, billing)
+
+
+@dataclass(frozen=True, slots=True)
+class Solve:
+    solver: Solver
+    seconds: float
+    plan: Plan | None
+
+
+def solve(inst: Instance, solver: Solver) -> Solve:
+    problem = BudgetProblem(PLANNER_TASKS, inst.budget, inst.types, inst.billing, cushion_z=0.0)
+    started = time.perf_counter()
+    plan = plan_budget(problem, solver)
+    return Solve(solver, time.perf_counter() - started, plan)
+
+
+def _same(a: Plan | None, b: Plan | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return math.isclose(a.speed, b.speed, rel_tol=1e-6) and a.units == b.units
+
+
+def planner_table(sizes: Sequence[int], instances: int) -> str:
+    solve(planner_instance(2, 0), "highs")  # warm up imports and solver start-up
+    solve(planner_instance(2, 0), "cbc")
+    header = [
+        "types",
+        "inst.",
+        "feasible",
+        "HiGHS med ms",
+        "HiGHS max ms",
+        "CBC med ms",
+        "CBC max ms",
+        "same speed",
+        "units k (med)",
+        "types used (med)",
+        "machines (med)",
+        "speed gap max",
+    ]
+    rows = []
+    for n in sizes:
+        highs: list[Solve] = []
+        cbc: list[Solve] = []
+        for i in range(instances):
+            inst = planner_instance(n, 1000 * n + i)
+            highs.append(solve(inst, "highs"))
+            cbc.append(solve(inst, "cbc"))
+            print(
+                f"  planner: {n} types, instance {i + 1}/{instances}: HiGHS "
+                f"{highs[-1].seconds * 1e3:.0f} ms, CBC {cbc[-1].seconds * 1e3:.0f} ms",
+                file=sys.stderr,
+                flush=True,
+            )
+        plans = [s.plan for s in highs if s.plan is not None]
+        same = sum(_same(h.plan, c.plan) for h, c in zip(highs, cbc, strict=True))
+        gaps = [
+            abs(h.plan.speed - c.plan.speed) / h.plan.speed
+            for h, c in zip(highs, cbc, strict=True)
+            if h.plan is not None and c.plan is not None and h.plan.speed > 0
+        ]
+        rows.append(
+            [
+                str(n),
+                str(instances),
+                f"{len(plans)}/{instances}",
+                f"{statistics.median(s.seconds for s in highs) * 1e3:.0f}",
+                f"{max(s.seconds for s in highs) * 1e3:.0f}",
+                f"{statistics.median(s.seconds for s in cbc) * 1e3:.0f}",
+                f"{max(s.seconds for s in cbc) * 1e3:.0f}",
+                f"{same}/{instances}",
+                f"{statistics.median(p.units for p in plans):g}" if plans else "-",
+                f"{statistics.median(sum(1 for c in p.counts.values() if c) for p in plans):g}"
+                if plans
+                else "-",
+                f"{statistics.median(sum(p.counts.values()) for p in plans):g}" if plans else "-",
+                f"{max(gaps):.1e}" if gaps else "-",
+            ]
+        )
+    return render_table(header, rows, left=1)
+
+
+# --- main ------------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.scale",
+        description="Wall time of dry runs at 1k and 100k tasks; planner solve time.",
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="runs per 1k measurement, median shown (default 3)"
+    )
+    parser.add_argument(
+        "--instances", type=int, default=10, help="random planner instances per size (10)"
+    )
+    parser.add_argument("--skip-100k", action="store_true", help="only the 1k dry runs")
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    state_before = library_state()
+
+    print(f"Library: {state_before}")
+    print()
+    print("(a) Dry run wall time: BaTS against round robin (RR) on the same config, seed 0")
+    print("  progress:", file=sys.stderr)
+    timings: list[Timing] = []
+    with tempfile.TemporaryDirectory(prefix="autoscaler-scale-") as tmp_name:
+        tmp = Path(tmp_name)
+        timings += run_setup(small_setup(), args.repeats, tmp)
+        if not args.skip_100k:
+            timings += run_setup(big_setup(), 1, tmp)
+    print(dry_run_table(timings))
+    big_budget = next((t.budget for t in timings if t.key == "100k" and t.budget), None)
+    print(
+        "1k: config/examples/bats_s4_1.yaml as is (cluster0 $3 speed 1, cluster1 $12 speed 1,\n"
+        f"  32 each, budget $2034), median of {args.repeats} runs per row.\n"
+        f"100k: {BIG_TASKS:,} tasks N(15 min, (√5 min)²), cluster0 $3 speed 1 and cluster1 $12\n"
+        f"  speed 3, {BIG_PER_TYPE} each (S4-3 types scaled up), one run per row; BaTS budget\n"
+        f"  = {BIG_BUDGET_FACTOR:g} × RR's cost on the same bag"
+        + (f" = ${big_budget:,.2f}." if big_budget else ".")
+        + "\n"
+        "machines: maximum (Σ max_count) / launched during the run. makespan: virtual.\n"
+        "events/actions: counted in a separate, untimed run of the same seed (make_emulator\n"
+        "  with an on_step hook). wall s: around dry_run, writing the run directory included\n"
+        "  when write = yes (config, journal.jsonl, log.jsonl, report.json/.md, gantt.png,\n"
+        "  spend.png; size in brackets); emul. s: DryRun.wall_s, the emulation alone.\n"
+        "events/s = events / wall s. Targets: 1k < 2 s, 100k < 60 s (printed, not asserted)."
+    )
+    print()
+    print(f"(b) Budget planner solve time, plan_budget, {PLANNER_TASKS:,} tasks, fixed 60-min ATU")
+    print("  progress:", file=sys.stderr)
+    print(planner_table((2, 5, 10, 20), args.instances))
+    print(
+        "Random instances (seeded): price 1..20 per ATU, speed 0.5..4 (mean 900 s/speed,\n"
+        "  sd 15 %), 100..1000 machines per type, boot 120 s, nothing live (a first plan).\n"
+        "  Budget = 30 % of running every machine for the fluid time N/Σ A_i/μ_i rounded\n"
+        "  up to whole ATUs, at least 1.25 × N·min_i c_i·μ_i/ATU.\n"
+        "ms: wall time of plan_budget (PuLP model building + solves over k), median and\n"
+        "  max over the instances. same speed: both solvers' plans have the same objective\n"
+        "  Σ a_i/T_i (rel. 1e-6) and the same k; speed gap: largest relative difference."
+    )
+    print()
+    if library_digest() not in state_before:
+        print("WARNING: the library's sources changed while this benchmark ran")
+    print(f"Total wall time {time.perf_counter() - started:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
