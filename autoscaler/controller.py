@@ -65,6 +65,7 @@ class ControllerSettings:
     tail_replication: bool = True
     improve_ratio: float = 1.05  # adopt an unforced re-plan only if this much faster...
     improve_reserve: float = 0.1  # ...and still affordable with this share of money kept back
+    leap_ratio: float = 1.5  # a re-plan this much faster is adopted on the full budget
     confidence_z: float = 1.96  # "the budget is too small" must hold at this confidence
 
 
@@ -120,7 +121,8 @@ class Controller:
             replanned = self._monitor(s, tick)
             if replanned or lost:
                 self._reconcile(s)
-        if tick or lost or any(isinstance(a, Configure | Launch) for a in s.actions):
+        requeued = bool(state.pending) and any(isinstance(a, Release) for a in s.actions)
+        if tick or lost or requeued or any(isinstance(a, Configure | Launch) for a in s.actions):
             touched = {m.id for m in state.alive_machines()}
         else:
             touched.update(a.machine for a in s.actions if isinstance(a, Cancel | Extend))
@@ -296,9 +298,7 @@ class Controller:
         z, loss = self.settings.cushion_z, self.settings.final_loss
         return float(
             sum(
-                tasks_within(
-                    units * atu, est[m.type.name].mean_s, est[m.type.name].sd_s, z, loss
-                )
+                tasks_within(units * atu, est[m.type.name].mean_s, est[m.type.name].sd_s, z, loss)
                 for m in keep
             )
         )
@@ -306,8 +306,11 @@ class Controller:
     def _replan(self, s: _Step, reason: str, force: bool) -> bool:
         """Solve the budget problem for what is left; adopt the result if it is needed.
 
-        ``force`` (first plan, or N_p < N_e) adopts whatever the planner finds; otherwise
-        a plan is adopted only when it is ``improve_ratio`` faster than the current mix.
+        ``force`` (first plan, or N_p < N_e) adopts whatever the planner finds. Otherwise
+        a plan is adopted when it is ``leap_ratio`` faster than the current mix (a plan
+        made on pessimistic samples is left as soon as the estimates recover), or
+        ``improve_ratio`` faster and still affordable with ``improve_reserve`` of the
+        money kept back (small gains must not chase noise).
         """
         state = s.state
         est = self._estimates(state)
@@ -331,9 +334,17 @@ class Controller:
                 cushion_z=self.settings.cushion_z,
                 final_loss=self.settings.final_loss,
             )
-            if not force:  # an optional change must hold with money to spare
-                problem = replace(problem, budget=budget * (1 - self.settings.improve_reserve))
             plan = plan_budget(problem, self.settings.solver) if budget > 0 else None
+            if (
+                not force
+                and plan is not None
+                and plan.speed < speed_now * self.settings.improve_ratio
+            ):
+                return False  # the full budget buys nothing clearly faster
+            if not force and plan is not None and plan.speed < speed_now * self.settings.leap_ratio:
+                # A small gain must hold with money to spare.
+                problem = replace(problem, budget=budget * (1 - self.settings.improve_reserve))
+                plan = plan_budget(problem, self.settings.solver)
         if plan is None:
             if not force:
                 return False
@@ -420,12 +431,12 @@ class Controller:
     # --- giving out work -----------------------------------------------------------------
 
     def _fits(self, state: RunState, m: Machine) -> bool:
-        """Whether a new task is expected to finish within ``m``'s paid time."""
+        """Whether a new task is likely (mean + one σ) to finish within ``m``'s paid time."""
         stats = state.stats[m.type.name]
         if stats.done == 0:
             return True
         margin = state.billing.boundary_margin_s()
-        return stats.mean() <= m.paid_until - margin - state.now
+        return stats.mean() + stats.stddev() <= m.paid_until - margin - state.now
 
     def _dispatch(self, s: _Step, machines: Iterable[str]) -> None:
         state = s.state
@@ -439,8 +450,25 @@ class Controller:
                     s.do(Assign(state.pending[0], m.id))
                 else:
                     s.do(Release(m.id, "idle: no task fits its paid time"))
-            elif not self._replicate(s, m):
+            elif not self._replicate(s, m) and not self._standby(state, m):
                 s.do(Release(m.id, "idle: bag empty"))
+
+    @staticmethod
+    def _standby(state: RunState, m: Machine) -> bool:
+        """Keep an idle machine to the end of its paid unit while tasks run elsewhere.
+
+        Only under fixed billing and once the machine is inside the unit it paid for: an
+        early release then saves nothing, and a machine kept can take over a task that
+        fails, is cut off at another machine's boundary, or runs slow. (A machine just
+        extended, whose new unit has not begun, is released: that saves the unit.)
+        """
+        billing = state.billing
+        return (
+            billing.mode == "fixed"
+            and bool(state.running_on)
+            and not state.stopped
+            and state.now >= m.paid_until - billing.step_s
+        )
 
     def _replicate(self, s: _Step, m: Machine) -> bool:
         """Tail phase: copy the running task expected to finish last, if ``m`` beats it."""
@@ -450,16 +478,24 @@ class Controller:
         mine = state.stats[m.type.name]
         if mine.done == 0:
             return False
+        margin = state.billing.boundary_margin_s()
         my_finish = state.now + mine.mean()
-        if my_finish > m.paid_until - state.billing.boundary_margin_s():
+        # Only within time already paid: not into a unit committed but not yet begun.
+        paid_end = m.paid_until
+        if state.billing.mode == "fixed":
+            paid_end = min(paid_end, state.billing.next_boundary(m.launched_at, state.now))
+        if my_finish > paid_end - margin:
             return False
         best: tuple[float, int] | None = None
         for tid, runs in state.running_on.items():
             if len(runs) != 1 or state.task_state[tid] is not TaskState.RUNNING:
                 continue
             ((other, start),) = runs.items()
-            stats = state.stats[state.machines[other].type.name]
+            host = state.machines[other]
+            stats = state.stats[host.type.name]
             finish = start + stats.tail_estimate(state.now - start)
+            if finish > host.paid_until - margin and not self._can_extend(state, host):
+                finish = math.inf  # its machine goes before it is done: it will be cut off
             if best is None or finish > best[0]:
                 best = (finish, tid)
         if best is None or my_finish >= best[0]:

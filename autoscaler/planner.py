@@ -17,9 +17,10 @@ where a new machine first pays one step f_i (one ATU) in which it boots and then
 p_i = ⌊(step − β_i)/T_i⌋ tasks, exactly as the monitor will count it once it runs. The
 first feasible k ≥ 1 is optimal (a mix that fits in fewer units would have been
 feasible for that smaller k). k = 0 is not offered: it would count live machines as
-kept for nothing, yet they go on working (and paying) past their paid time. ``m_i(h)`` is the number of tasks one machine is confident to
-finish in h seconds (the discreteness cushion of the final unit, slides 001: a task
-cut off by the end of the last unit does not count). N here is N_e, the tasks left
+kept for nothing, yet they go on working (and paying) past their paid time.
+``m_i(h)`` is the number of tasks one machine is expected to finish in h seconds
+(``estimate.tasks_within``: h/T_i less the discreteness cushion of the final unit,
+slides 001, "fluid vs discrete"). N here is N_e, the tasks left
 once the time already paid on live machines has been used (paper 000 §2.2), and B the
 budget not yet committed.
 
