@@ -64,9 +64,14 @@ def test_every_example_dry_runs_to_a_full_run_directory(
         assert image.shape[0] > 200
         assert image.shape[1] > 200
         assert image.std() > 0.01
-    # The resolved config is a valid YAML mapping of the same run.
+    # The resolved config is the same run, with every default filled in.
     resolved = yaml.safe_load((out / "config.yaml").read_text())
-    assert resolved["bag"] == yaml.safe_load(example.read_text())["bag"] or resolved["bag"]
+    original = yaml.safe_load(example.read_text())
+    assert resolved["name"] == original["name"]
+    assert [t["name"] for t in resolved["machine_types"]] == [
+        t["name"] for t in original["machine_types"]
+    ]
+    assert resolved["sampling"] == {"z": 1.96, "delta": 0.25} or "sampling" in original
 
 
 def test_journal_records_events_and_actions_in_time_order(
