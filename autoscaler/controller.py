@@ -40,6 +40,7 @@ from autoscaler.model import (
     LaunchFailed,
     MachineLost,
     MachineState,
+    Mark,
     Release,
     Replicate,
     Stop,
@@ -415,7 +416,7 @@ class Controller:
                 for m in sorted((m for m in alive if m.marked), key=lambda m: -m.paid_until):
                     if have >= want:
                         break
-                    m.marked = False
+                    s.do(Mark(m.id, release=False))
                     have += 1
                 room = t.max_count - len(alive) - in_flight
                 count = min(want - have, room)
@@ -426,7 +427,7 @@ class Controller:
                     s.do(Launch(name, count, f"L{state.launch_seq}"))
             elif want < have:
                 for m in sorted(keep, key=lambda m: m.paid_until)[: have - want]:
-                    m.marked = True
+                    s.do(Mark(m.id, release=True))
 
     # --- giving out work -----------------------------------------------------------------
 

@@ -145,6 +145,14 @@ class Extend:
 
 
 @dataclass(frozen=True, slots=True)
+class Mark:
+    """Release ``machine`` at the end of its paid unit (``release``), or keep it after all."""
+
+    machine: str
+    release: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Release:
     """Terminate ``machine`` now; tasks on it that did not finish go back to the bag."""
 
@@ -203,4 +211,4 @@ class Stop:
     reason: str | None
 
 
-Action = Launch | Extend | Release | Assign | Replicate | Cancel | Move | Configure | Stop
+Action = Launch | Extend | Mark | Release | Assign | Replicate | Cancel | Move | Configure | Stop

@@ -28,6 +28,7 @@ from autoscaler.model import (
     MachineLost,
     MachineReady,
     MachineState,
+    Mark,
     Move,
     Release,
     Replicate,
@@ -306,6 +307,8 @@ class RunState:
                 new = self.billing.cost(m.type.price, until - m.launched_at)
                 m.paid_until = until
                 self._commit(new - old)
+            case Mark(machine=mid, release=release):
+                self.machines[mid].marked = release
             case Release(machine=mid, reason=reason):
                 self._end_machine(mid, reason, outcome="cancelled")
             case Assign(task=tid, machine=mid):

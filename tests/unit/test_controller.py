@@ -16,13 +16,14 @@ from autoscaler.model import (
     Launch,
     MachineLaunched,
     MachineReady,
+    Mark,
     Release,
     Replicate,
     Stop,
     TaskState,
     TypeSpec,
 )
-from autoscaler.runs import make_emulator
+from autoscaler.runs import make_emulator, new_state
 from autoscaler.state import RunState
 from tests.conftest import make_config
 
@@ -226,3 +227,37 @@ def test_cbc_and_highs_drive_the_same_run() -> None:
     assert [c.counts for _, c in highs.configurations] == [c.counts for _, c in cbc.configurations]
     assert highs.now == cbc.now
     assert highs.actual_cost() == cbc.actual_cost()
+
+
+def test_replaying_the_journal_rebuilds_the_state() -> None:
+    """The state is a fold over events and actions: no decision hides outside them."""
+    cfg = make_config(
+        bag={"synthetic": 400},
+        constraint={"budget": 150.0},
+        emulator={
+            "seed": 9,
+            "runtime": {"dist": "normal", "mean_s": 600, "sd_s": 120},
+            "speed": {"fast": 1.0},  # as slow, four times the price: dropped after sampling
+            "task_failure_prob": 0.05,
+            "machine_failures": [{"type": "fast", "index": 1, "at_s": 900}],
+        },
+    )
+    state, journal = run(cfg)
+    assert any(isinstance(a, Mark) for _, _, a in journal), "the run should mark machines"
+    replayed = new_state(cfg, 400, cfg.emulator.seed)
+    for now, kind, item in journal:
+        replayed.now = now
+        if kind == "event":
+            replayed.apply_event(item)  # type: ignore[arg-type]
+        else:
+            replayed.apply_action(item)  # type: ignore[arg-type]
+    assert replayed.committed == pytest.approx(state.committed)
+    assert replayed.task_state == state.task_state
+    assert replayed.attempts == state.attempts
+    assert replayed.stop_reason == state.stop_reason
+    assert {
+        mid: (m.marked, m.paid_until, m.ended_at, m.tasks_done)
+        for mid, m in replayed.machines.items()
+    } == {
+        mid: (m.marked, m.paid_until, m.ended_at, m.tasks_done) for mid, m in state.machines.items()
+    }
