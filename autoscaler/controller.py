@@ -261,27 +261,34 @@ class Controller:
         if not self._planned(state):
             sampling = [n for n, c in state.configurations[-1][1].counts.items() if c > 0]
             if sampling and all(state.stats[n].sampled for n in sampling):
-                return self._replan(s, "plan after sampling", force=True)
+                est, n_e = self._outlook(state)
+                return self._replan(s, est, n_e, "plan after sampling", force=True)
             if tick and sampling and all(state.stats[n].done >= _EARLY_CHECK for n in sampling):
                 # Before the samples are complete, stop only if even the optimistic
                 # reading of what is known says the budget cannot finish the bag.
-                est = self._estimates(state)
-                n_e = max(0.0, state.tasks_left - self._paid_completions(state, est))
-                left = math.inf if state.budget is None else state.budget - state.committed
-                shortfall = self._known_insufficient(state, est, n_e, left)
+                est, n_e = self._outlook(state)
+                shortfall = self._known_insufficient(state, est, n_e, self._money_left(state))
                 if shortfall is not None:
                     s.do(Stop(shortfall))
             return False
         if not tick or state.finished:
             return False
-        est = self._estimates(state)
+        est, n_e = self._outlook(state)
         if not est:
             return False
-        n_e = state.tasks_left - self._paid_completions(state, est)
         n_p = self._potential(state, est)
         if n_p < n_e:
-            return self._replan(s, f"N_p={n_p:.0f} < N_e={n_e:.0f}", force=True)
-        return self._replan(s, "faster mix affordable", force=False)
+            return self._replan(s, est, n_e, f"N_p={n_p:.0f} < N_e={n_e:.0f}", force=True)
+        return self._replan(s, est, n_e, "faster mix affordable", force=False)
+
+    def _outlook(self, state: RunState) -> tuple[dict[str, TypeEstimate], float]:
+        """T_i per type and N_e, the tasks left once the time already paid is used."""
+        est = self._estimates(state)
+        return est, max(0.0, state.tasks_left - self._paid_completions(state, est))
+
+    @staticmethod
+    def _money_left(state: RunState) -> float:
+        return math.inf if state.budget is None else state.budget - state.committed
 
     def _potential(self, state: RunState, est: dict[str, TypeEstimate]) -> float:
         """N_p: tasks the current machines can do in the units the budget still pays for."""
@@ -304,7 +311,9 @@ class Controller:
             )
         )
 
-    def _replan(self, s: _Step, reason: str, force: bool) -> bool:
+    def _replan(
+        self, s: _Step, est: dict[str, TypeEstimate], n_e: float, reason: str, force: bool
+    ) -> bool:
         """Solve the budget problem for what is left; adopt the result if it is needed.
 
         ``force`` (first plan, or N_p < N_e) adopts whatever the planner finds. Otherwise
@@ -314,14 +323,12 @@ class Controller:
         money kept back (small gains must not chase noise).
         """
         state = s.state
-        est = self._estimates(state)
         if not est:
             return False
         first = not self._planned(state)
         current = {name: state.count_alive(name, include_marked=False) for name in state.types}
         speed_now = sum(current[n] / e.mean_s for n, e in est.items())
-        n_e = max(0.0, state.tasks_left - self._paid_completions(state, est))
-        budget = math.inf if state.budget is None else state.budget - state.committed
+        budget = self._money_left(state)
         plan: Plan | None
         if n_e <= 0:
             plan = Plan(counts=current, units=0, speed=speed_now, cost=0.0)
@@ -366,8 +373,8 @@ class Controller:
 
     @staticmethod
     def _planned(state: RunState) -> bool:
-        """Whether a plan (not just the sampling configuration) has been chosen."""
-        return any(not c.reason.startswith("sampling") for _, c in state.configurations)
+        """Whether a plan has been chosen: sampling configurations predict nothing."""
+        return any(c.predicted_makespan_s is not None for _, c in state.configurations)
 
     def _best_effort(self, est: dict[str, TypeEstimate]) -> Plan:
         """Keep going on the most profitable type while the budget pays for units."""
@@ -518,12 +525,12 @@ class Controller:
                 s.do(Release(m.id, "bag finished"))
             s.do(Stop(None))
             return
-        if state.stopped or state.pending_launches or any(True for _ in state.alive_machines()):
+        if state.stopped or state.pending_launches or state.any_alive():
             return
         # Nothing runs and tasks are left: start again if the budget allows, else stop.
         self._reconcile(s)
         if not state.pending_launches:
-            left = math.inf if state.budget is None else state.budget - state.committed
+            left = self._money_left(state)
             s.do(
                 Stop(
                     f"budget exhausted: {state.tasks_left} tasks left and {max(left, 0):.2f} "

@@ -48,6 +48,7 @@ class _Run:
     task: int
     machine: str
     started: float
+    fails: bool  # the emulated world decided at the start that this run fails
     live: bool = True
 
 
@@ -114,7 +115,7 @@ class Emulator:
 
     def _over(self) -> bool:
         s = self.state
-        return s.stopped and not s.pending_launches and not any(True for _ in s.alive_machines())
+        return s.stopped and not s.pending_launches and not s.any_alive()
 
     def _step(self, events: list[Event]) -> None:
         actions = self.controller.step(self.state, events, self.now)
@@ -136,9 +137,8 @@ class Emulator:
                     return None
                 box.current = None
                 self._start_next(run.machine)
-                fail_at = self.sim.run_fails(run.task, self._attempts.get(run.task, 0))
                 runtime = self.now - run.started
-                if fail_at is not None:
+                if run.fails:
                     self._attempts[run.task] = self._attempts.get(run.task, 0) + 1
                     return TaskFailed(run.task, run.machine, runtime, "emulated task failure")
                 return TaskDone(run.task, run.machine, runtime)
@@ -208,10 +208,10 @@ class Emulator:
         if box.gone or box.current is not None or not box.queue:
             return
         tid = box.queue.popleft()
-        run = _Run(tid, mid, self.now)
-        box.current = run
         runtime = self.sim.run_time(tid, mid)
         fail_at = self.sim.run_fails(tid, self._attempts.get(tid, 0))
         if fail_at is not None:
             runtime *= fail_at
+        run = _Run(tid, mid, self.now, fails=fail_at is not None)
+        box.current = run
         self._at(self.now + runtime, run)

@@ -244,33 +244,10 @@ def plan_clairvoyant(
     """The best mix when the true mean runtimes are known from the start.
 
     Fluid model, no sampling, no boot, no cushion: minimise N / Σ a_i/μ_i subject to
-    ⌈T/ATU⌉·Σ a_i·c_i ≤ B. Its makespan bounds what any budget planner can reach.
+    ⌈T/ATU⌉·Σ a_i·c_i ≤ B. Its makespan bounds what any budget planner can reach. It
+    is ``plan_budget`` with nothing live, nothing paid for a first unit, and the fluid
+    capacity k·ATU/μ_i per machine (no spread, no final-unit loss).
     """
-    bare = [TypeEstimate(t.name, t.price, t.max_count, 0.0, t.mean_s, 0.0, 0) for t in types]
-    return plan_fluid(BudgetProblem(float(tasks), budget, bare, billing, cushion_z=0.0))
-
-
-def plan_fluid(problem: BudgetProblem, solver: Solver = "highs") -> Plan | None:
-    """``plan_budget`` with the fluid capacity h/T_i instead of whole tasks."""
-    atu = problem.billing.atu_s
-    types = problem.types
-    fastest = sum(t.max_count / t.mean_s for t in types)
-    k = max(1, math.ceil(problem.tasks / (fastest * atu) - 1e-9))
-    cheapest = min(t.price for t in types)
-    while k * cheapest <= problem.budget + 1e-9 and k <= _MAX_UNITS:
-        lp = pulp.LpProblem("fluid", pulp.LpMaximize)
-        a = {
-            t.name: lp.add_variable(f"a_{i}", 0, t.max_count, cat="Integer")
-            for i, t in enumerate(types)
-        }
-        speed = pulp.lpSum(a[t.name] * (1.0 / t.mean_s) for t in types)
-        lp += speed
-        lp += k * pulp.lpSum(a[t.name] * t.price for t in types) <= problem.budget
-        lp += k * atu * speed >= problem.tasks
-        if _solve(lp, solver) == "Optimal":
-            counts = {t.name: round(a[t.name].value() or 0) for t in types}
-            speed_v = sum(counts[t.name] / t.mean_s for t in types)
-            cost = k * sum(counts[t.name] * t.price for t in types)
-            return Plan(counts=counts, units=k, speed=speed_v, cost=cost)
-        k += 1
-    return None
+    bare = [TypeEstimate(t.name, t.price, t.max_count, 0.0, t.mean_s) for t in types]
+    problem = BudgetProblem(float(tasks), budget, bare, billing, cushion_z=0.0, final_loss=0.0)
+    return plan_budget(problem)

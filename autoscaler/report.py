@@ -89,11 +89,9 @@ def build_report(
         }
         for t, c in state.configurations
     ]
-    first_plan = next(
-        (c for c in configurations if not str(c["reason"]).startswith("sampling")), None
-    )
-    if cfg.policy == "round_robin":
-        first_plan = None
+    # Sampling and round robin configurations predict nothing; the first that does is
+    # the first plan after sampling.
+    first_plan = next((c for c in configurations if c["predicted_cost"] is not None), None)
     predicted = (
         None
         if first_plan is None

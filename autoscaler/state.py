@@ -63,7 +63,6 @@ class Machine:
     queue: deque[int] = field(default_factory=deque)  # assigned, not yet started
     tasks_done: int = 0
     busy_s: float = 0.0  # time spent on tasks that finished (any outcome)
-    done_runtime_s: float = 0.0  # runtime of the tasks it completed (rt_m)
 
     @property
     def alive(self) -> bool:
@@ -146,6 +145,9 @@ class RunState:
     def alive_machines(self) -> Iterator[Machine]:
         return (m for m in self.machines.values() if m.alive)
 
+    def any_alive(self) -> bool:
+        return any(m.alive for m in self.machines.values())
+
     def count_alive(self, type_name: str, *, include_marked: bool = True) -> int:
         return sum(
             1
@@ -218,7 +220,6 @@ class RunState:
                     self.task_state[tid] = TaskState.DONE
                     self.done += 1
                     m.tasks_done += 1
-                    m.done_runtime_s += runtime
                     if not self.running_on.get(tid):
                         self.running_on.pop(tid, None)
             case TaskFailed(task=tid, machine=mid, error=error):
