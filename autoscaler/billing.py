@@ -23,6 +23,7 @@ class BillingModel:
     atu_s: float  # the accountable time unit; prices are per ATU in both modes
     min_charge_s: float = 60.0  # per_second only
     commit_s: float = 300.0  # per_second only: how far ahead money is committed
+    margin_s: float | None = None  # release this long before a boundary (None: the default)
 
     @property
     def step_s(self) -> float:
@@ -64,4 +65,6 @@ class BillingModel:
 
     def boundary_margin_s(self) -> float:
         """How long before the end of its paid time a machine must be released."""
+        if self.margin_s is not None:
+            return self.margin_s
         return min(60.0, 0.02 * self.step_s)

@@ -111,27 +111,47 @@ def _duration(seconds: float) -> str:
 
 @app.command()
 def run(
-    config: Annotated[Path, typer.Argument(help="the run's YAML file")],
+    config: Annotated[Path | None, typer.Argument(help="the run's YAML file")] = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="run against the virtual-time emulator")
     ] = False,
     seed: Annotated[int | None, typer.Option(help="emulator seed (default: the config's)")] = None,
     out: Annotated[Path | None, typer.Option(help="run directory (default: runs/<run-id>)")] = None,
+    resume: Annotated[
+        Path | None, typer.Option("--resume", help="carry on the run in this run directory")
+    ] = None,
 ) -> None:
-    """Run a bag. With --dry-run nothing is rented: the emulator shows what it would cost."""
+    """Run a bag. With --dry-run nothing is rented: the emulator shows what it would cost.
+
+    Without it the daemon runs in the foreground until the bag is done: it rents machines
+    from the configured provider, hands tasks to their agents, and journals everything,
+    so a killed daemon carries on with --resume RUN_DIR. Ctrl-C (SIGINT) or SIGTERM
+    releases every machine and writes the report; a second one terminates them at once.
+    """
+    if resume is not None:
+        if config is not None or dry_run:
+            _exit_with(AutoscalerError("--resume takes a run directory and no config file"))
+        _run_daemon(None, [], resume, seed, resume=True)
+        return
+    if config is None:
+        _exit_with(AutoscalerError("give a config file (or --resume RUN_DIR)"))
     cfg, tasks = _load_or_exit(config)
-    if not dry_run:
-        _exit_with(
-            AutoscalerError(
-                f"provider {cfg.provider!r} only emulates machines: add --dry-run "
-                "(real providers are configured with `provider:`; none is set)"
-            )
-        )
-    from autoscaler.runs import dry_run as do_dry_run
     from autoscaler.runs import new_run_id
 
     run_id = new_run_id(cfg)
     out_dir = out if out is not None else Path("runs") / run_id
+    if not dry_run:
+        if cfg.provider == "sim":
+            _exit_with(
+                AutoscalerError(
+                    "provider 'sim' only emulates machines: add --dry-run, or set "
+                    "`provider: local` to run the bag on worker processes on this host"
+                )
+            )
+        _run_daemon(cfg, tasks, out_dir, seed, resume=False, run_id=run_id)
+        return
+    from autoscaler.runs import dry_run as do_dry_run
+
     with _progress(len(tasks)) as update:
         try:
             result = do_dry_run(
@@ -143,6 +163,63 @@ def run(
     _out.print(f"run directory: {out_dir}", markup=False, soft_wrap=True)
     if result.report["stop_reason"] is not None:
         raise typer.Exit(EXIT_STOPPED)
+
+
+def _run_daemon(
+    cfg: RunConfig | None,
+    tasks: list[TaskSpec],
+    run_dir: Path,
+    seed: int | None,
+    *,
+    resume: bool,
+    run_id: str = "",
+) -> None:
+    from autoscaler.daemon import Daemon, RunFiles
+    from autoscaler.live import live_view
+
+    try:
+        if resume:
+            files = RunFiles.open(run_dir)
+        else:
+            assert cfg is not None
+            seed = cfg.emulator.seed if seed is None else seed
+            files = RunFiles.create(cfg, tasks, run_dir, run_id, seed)
+        _out.print(
+            f"run {files.run_id}: {len(files.tasks)} tasks, directory {run_dir}",
+            markup=False,
+            soft_wrap=True,
+        )
+        with live_view(_err, files.cfg, len(files.tasks)) as update:
+            outcome = Daemon(files, resume=resume, progress=update).run()
+    except AutoscalerError as exc:
+        _exit_with(exc)
+    _print_report(outcome.report)
+    _out.print(f"run directory: {run_dir}", markup=False, soft_wrap=True)
+    if outcome.report["stop_reason"] is not None:
+        raise typer.Exit(EXIT_STOPPED)
+
+
+@app.command()
+def status(
+    run_dir: Annotated[Path, typer.Argument(help="a real run's directory")],
+) -> None:
+    """Show where a real run stands, from its journal (whether or not its daemon runs)."""
+    from autoscaler.daemon import RunFiles, daemon_alive, rebuild_state
+    from autoscaler.journal import JOURNAL_DB, SqliteJournal
+    from autoscaler.live import status_lines
+
+    try:
+        files = RunFiles.open(run_dir)
+        journal = SqliteJournal(run_dir / JOURNAL_DB)
+        try:
+            state = rebuild_state(files, journal)
+        finally:
+            journal.close()
+    except AutoscalerError as exc:
+        _exit_with(exc)
+    pid = daemon_alive(run_dir)
+    for line in status_lines(files.run_id, files.cfg, state, pid):
+        _out.print(line, markup=False, soft_wrap=True)
 
 
 @app.command()

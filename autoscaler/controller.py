@@ -43,6 +43,7 @@ from autoscaler.model import (
     Mark,
     Release,
     Replicate,
+    Shutdown,
     Stop,
     TaskDone,
     TaskState,
@@ -109,11 +110,18 @@ class Controller:
                     self._cancel_other_runs(s, tid)
                 case MachineLost() | LaunchFailed():
                     lost = True
+                case Shutdown(reason=reason):
+                    if not state.stopped:
+                        s.do(Stop(reason))
                 case _:
                     machine = getattr(event, "machine", None)
                     if isinstance(machine, str):
                         touched.add(machine)
 
+        if state.shutdown:
+            for m in list(state.alive_machines()):
+                s.do(Release(m.id, "shutdown"))
+            return s.actions
         if not state.machines and not state.pending_launches and not state.configurations:
             self._start(s)
         for mid in boundaries:

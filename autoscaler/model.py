@@ -55,11 +55,16 @@ class MachineState(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class MachineLaunched:
-    """A provider accepted a launch: the machine exists and is being paid for."""
+    """A provider accepted a launch: the machine exists and is being paid for.
+
+    ``at`` is when the provider started it, if that is earlier than the event (a launch
+    adopted after a restart); paid time runs from then.
+    """
 
     machine: str
     type: str
     token: str
+    at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +117,13 @@ class BoundaryNear:
     machine: str
 
 
+@dataclass(frozen=True, slots=True)
+class Shutdown:
+    """The run is asked to end now (a signal): release every machine, dispatch nothing."""
+
+    reason: str
+
+
 Event = (
     MachineLaunched
     | LaunchFailed
@@ -121,6 +133,7 @@ Event = (
     | TaskFailed
     | Tick
     | BoundaryNear
+    | Shutdown
 )
 
 

@@ -32,10 +32,18 @@ from config.schema import RunConfig
 from providers.base import Capabilities
 from providers.sim import SimProvider
 
+REAL_SLACK_S = 0.5
+"""Real seconds a time-scaled run keeps between a release decision and the boundary."""
+
 
 def billing_model(cfg: RunConfig) -> BillingModel:
+    """The config's billing; a time-scaled run widens the release margin to real slack."""
     b = cfg.billing
-    return BillingModel(b.mode, b.atu_s, b.min_charge_s, b.commit_s)
+    model = BillingModel(b.mode, b.atu_s, b.min_charge_s, b.commit_s)
+    if cfg.time_scale > 1:
+        wide = max(model.boundary_margin_s(), REAL_SLACK_S * cfg.time_scale)
+        model = dataclasses.replace(model, margin_s=min(wide, 0.1 * model.step_s))
+    return model
 
 
 def type_specs(cfg: RunConfig) -> list[TypeSpec]:

@@ -32,6 +32,7 @@ from autoscaler.model import (
     Move,
     Release,
     Replicate,
+    Shutdown,
     Stop,
     TaskDone,
     TaskFailed,
@@ -60,6 +61,8 @@ class Machine:
     end_reason: str | None = None
     marked: bool = False  # to be released at the end of its paid time
     running: dict[int, float] = field(default_factory=dict)  # task -> start time
+    run_no: dict[int, int] = field(default_factory=dict)  # task -> which run on this machine
+    starts: int = 0  # runs started here so far; numbers the next run
     queue: deque[int] = field(default_factory=deque)  # assigned, not yet started
     tasks_done: int = 0
     busy_s: float = 0.0  # time spent on tasks that finished (any outcome)
@@ -105,6 +108,7 @@ class RunState:
     failed: int = 0
     stop_reason: str | None = None
     stopped: bool = False  # Stop was decided: nothing new is committed, machines drain
+    shutdown: bool = False  # asked to end now: machines go at once, nothing is dispatched
     target: dict[str, int] = field(default_factory=dict)  # current configuration
     configurations: list[tuple[float, Configure]] = field(default_factory=list)
     segments: list[Segment] = field(default_factory=list)
@@ -180,7 +184,7 @@ class RunState:
 
     def apply_event(self, event: Event) -> None:
         match event:
-            case MachineLaunched(machine=mid, type=tname, token=token):
+            case MachineLaunched(machine=mid, type=tname, token=token, at=at):
                 ttype, count = self.pending_launches.get(token, (tname, 0))
                 if count <= 0 or ttype != tname:
                     raise StateError(f"machine {mid} launched for unknown token {token}")
@@ -188,12 +192,13 @@ class RunState:
                     del self.pending_launches[token]
                 else:
                     self.pending_launches[token] = (ttype, count - 1)
+                start = self.now if at is None else min(at, self.now)
                 self.machines[mid] = Machine(
                     id=mid,
                     type=self.types[tname],
                     token=token,
-                    launched_at=self.now,
-                    paid_until=self.now + self.billing.first_step_s,
+                    launched_at=start,
+                    paid_until=start + self.billing.first_step_s,
                 )
             case LaunchFailed(token=token, count=count):
                 ttype, left = self.pending_launches.get(token, ("", 0))
@@ -235,6 +240,8 @@ class RunState:
                     else:
                         self.task_state[tid] = TaskState.PENDING
                         self.pending.appendleft(tid)
+            case Shutdown():
+                self.shutdown = True
             case Tick() | BoundaryNear():
                 pass
 
@@ -247,6 +254,7 @@ class RunState:
         start = m.running.pop(tid, None)
         if start is None:
             return False
+        m.run_no.pop(tid, None)
         runs = self.running_on.get(tid)
         if runs is not None:
             runs.pop(mid, None)
@@ -259,25 +267,32 @@ class RunState:
         while m.queue and not m.running:
             tid = m.queue.popleft()
             m.running[tid] = self.now
+            m.starts += 1
+            m.run_no[tid] = m.starts
             self.running_on.setdefault(tid, {})[m.id] = self.now
 
     def _end_machine(self, mid: str, reason: str, outcome: str) -> None:
         m = self.machines[mid]
         if not m.alive:
             return
+        # A machine never outlives its paid time (it is released before, and a real
+        # worker's lease ends it there even when no driver is watching), so news of its
+        # end that arrives later (after a restart) dates it to the end of paid time.
+        end = min(self.now, m.paid_until)
         for tid, start in list(m.running.items()):
-            m.busy_s += self.now - start
-            self.segments.append(Segment(tid, mid, start, self.now, outcome))
+            m.busy_s += max(0.0, end - start)
+            self.segments.append(Segment(tid, mid, start, max(start, end), outcome))
             self._drop_run(tid, mid)
         m.running.clear()
+        m.run_no.clear()
         for tid in m.queue:
             self._drop_run(tid, mid)
         m.queue.clear()
         m.state = MachineState.GONE
-        m.ended_at = self.now
+        m.ended_at = end
         m.end_reason = reason
         # The money committed beyond the machine's real end is not spent.
-        spent = self.billing.cost(m.type.price, self.now - m.launched_at)
+        spent = self.billing.cost(m.type.price, end - m.launched_at)
         committed = self.billing.cost(m.type.price, m.paid_until - m.launched_at)
         if spent < committed:
             self._commit(spent - committed)
@@ -333,6 +348,7 @@ class RunState:
                     self._drop_run(tid, mid)
                 start = m.running.pop(tid, None)
                 if start is not None:
+                    m.run_no.pop(tid, None)
                     m.busy_s += self.now - start
                     self.segments.append(Segment(tid, mid, start, self.now, "cancelled"))
                     self._drop_run(tid, mid)

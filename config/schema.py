@@ -240,6 +240,59 @@ class Sampling(_Model):
     delta: float = Field(default=0.25, gt=0, lt=1)
 
 
+# --- real runs: the local provider and the daemon -------------------------------------
+
+
+class Local(_Model):
+    """``provider: local``: every machine is a worker-agent process on this host.
+
+    A machine of a type boots for the type's ``boot_s`` and runs synthetic tasks as
+    sleeps of their drawn runtime (``emulator.runtime``) divided by the type's speed
+    (``emulator.speed``), so a dry run and a local run of one config do the same work.
+    ``time_scale`` compresses emulated time: at 60, one emulated minute passes in one
+    real second, for ATUs, boot times, synthetic sleeps and the monitoring interval
+    alike. Real commands run unscaled.
+    """
+
+    time_scale: PositiveFloat = Field(default=1.0, description="emulated seconds per real second")
+    python: str | None = Field(
+        default=None, description="interpreter of the agents (default: the daemon's)"
+    )
+    workdir: Path | None = Field(
+        default=None, description="working directory of tasks (default: <run dir>/work)"
+    )
+
+
+class Daemon(_Model):
+    """The real-time driver: where agents reach it and how it watches them (real seconds)."""
+
+    host: str = Field(default="127.0.0.1", description="address the dispatcher binds")
+    port: int = Field(default=0, ge=0, le=65535, description="0: any free port")
+    heartbeat_s: float = Field(default=2.0, gt=0, description="agents report this often")
+    lost_after_s: float = Field(
+        default=15.0, gt=0, description="a machine silent this long is lost"
+    )
+    orphan_after_s: float = Field(
+        default=60.0, gt=0, description="an agent that cannot reach the daemon this long exits"
+    )
+    tail_bytes: int = Field(
+        default=4096, ge=0, le=1 << 20, description="output kept per stream and task"
+    )
+    metrics_port: int | None = Field(
+        default=None, ge=0, le=65535, description="serve Prometheus metrics on this port"
+    )
+    metrics_host: str = "127.0.0.1"
+
+    @model_validator(mode="after")
+    def _timeouts(self) -> Daemon:
+        if self.lost_after_s <= self.heartbeat_s:
+            raise ValueError(
+                f"lost_after_s ({self.lost_after_s:g}) must exceed heartbeat_s "
+                f"({self.heartbeat_s:g})"
+            )
+        return self
+
+
 # --- the whole file -------------------------------------------------------------------
 
 
@@ -251,7 +304,12 @@ class RunConfig(_Model):
     constraint: Constraint
     machine_types: list[MachineType] = Field(min_length=1)
     billing: Billing = Field(default_factory=Billing)
-    provider: Literal["sim"] = "sim"
+    provider: Literal["sim", "local"] = Field(
+        default="sim",
+        description="sim: dry runs only; local: worker processes on this host",
+    )
+    local: Local = Field(default_factory=Local)
+    daemon: Daemon = Field(default_factory=Daemon)
     policy: Literal["bats", "round_robin"] = Field(
         default="bats",
         description="bats: budget planner; round_robin: every machine from the start",
@@ -304,6 +362,11 @@ class RunConfig(_Model):
         if self.billing.mode == "fixed":
             return price
         return price * max(self.billing.min_charge_s, 1.0) / self.billing.atu_s
+
+    @property
+    def time_scale(self) -> float:
+        """Emulated seconds per real second (1 but for a time-scaled local run)."""
+        return self.local.time_scale if self.provider == "local" else 1.0
 
     def type_named(self, name: str) -> MachineType:
         for t in self.machine_types:

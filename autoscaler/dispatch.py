@@ -1,0 +1,241 @@
+"""The dispatcher: the HTTP endpoint worker agents talk to (protocol: ``bootstrap/agent.py``).
+
+Standard library ``ThreadingHTTPServer`` with HTTP/1.1 keep-alive: one thread per agent
+connection, which suits long polls from tens to hundreds of agents, and adds no
+dependency to the one process that must stay up. The handler decides nothing: it
+checks the run's token, parses the request into a ``Poll`` and puts it on the daemon's
+queue, then waits for the daemon's answer (``Reply``). The daemon answers once the
+results the poll carried are journaled, so an acknowledged result is never lost; it
+may hold an idle agent's poll until there is work for it (a long poll).
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import queue
+import secrets
+import threading
+import time
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+POLL_PATH = "/v1/poll"
+MAX_BODY = 8 << 20
+MAX_WAIT_S = 60.0
+PROCESS_TIMEOUT_S = 30.0
+"""How long a handler waits for the daemon to take its poll before it answers 503."""
+
+
+class Reply:
+    """The answer to one poll, written by the daemon and sent by the handler thread.
+
+    ``send`` gives the full answer. ``hold`` says the results are stored but there is
+    nothing to say yet: the handler keeps the request open until ``hold_until`` and then
+    sends ``base``. Once the handler has given up, ``send`` returns False and the
+    daemon knows the agent did not get what it sent (it sends it again on the next poll).
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self.body: dict[str, Any] | None = None
+        self.base: dict[str, Any] | None = None
+        self.hold_until = 0.0
+        self.closed = False
+
+    def send(self, body: dict[str, Any]) -> bool:
+        with self._cond:
+            if self.closed or self.body is not None:
+                return False
+            self.body = body
+            self._cond.notify()
+            return True
+
+    def hold(self, base: dict[str, Any], until: float) -> None:
+        with self._cond:
+            self.base = base
+            self.hold_until = until
+            self._cond.notify()
+
+    def wait(self, give_up_at: float) -> dict[str, Any] | None:
+        """The answer, or the held base answer at its time; None if the daemon never took it."""
+        with self._cond:
+            while self.body is None:
+                limit = self.hold_until if self.base is not None else give_up_at
+                left = limit - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(left)
+            self.closed = True
+            return self.body if self.body is not None else self.base
+
+
+@dataclass
+class Poll:
+    """One agent request as the daemon sees it."""
+
+    machine: str
+    results: list[dict[str, Any]]
+    running: list[int]
+    wait_s: float
+    arrived: float  # monotonic
+    reply: Reply = field(default_factory=Reply)
+
+
+class BadRequest(ValueError):
+    pass
+
+
+def parse_poll(body: bytes, arrived: float) -> Poll:
+    """Check an agent's request body; raise ``BadRequest`` naming the bad field."""
+    try:
+        data = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BadRequest(f"body is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise BadRequest("body must be a JSON object")
+    machine = data.get("machine")
+    if not isinstance(machine, str) or not machine:
+        raise BadRequest("machine: must be a non-empty string")
+    results = data.get("results", [])
+    if not isinstance(results, list) or not all(_is_result(r) for r in results):
+        raise BadRequest("results: must be a list of {run, task, exit_code, runtime_s, ...}")
+    running = data.get("running", [])
+    if not isinstance(running, list) or not all(
+        isinstance(r, int) and not isinstance(r, bool) for r in running
+    ):
+        raise BadRequest("running: must be a list of run numbers")
+    wait = data.get("wait_s", 0.0)
+    if not isinstance(wait, int | float) or wait < 0:
+        raise BadRequest("wait_s: must be a number ≥ 0")
+    return Poll(machine, results, running, min(float(wait), MAX_WAIT_S), arrived)
+
+
+def _is_result(r: object) -> bool:
+    return (
+        isinstance(r, dict)
+        and isinstance(r.get("run"), int)
+        and isinstance(r.get("task"), int)
+        and isinstance(r.get("runtime_s"), int | float)
+        and (r.get("exit_code") is None or isinstance(r.get("exit_code"), int))
+    )
+
+
+class Dispatcher:
+    """Serves ``POST /v1/poll`` for the machines the daemon lets in; everything else is 4xx."""
+
+    def __init__(
+        self,
+        token: str,
+        inbox: queue.SimpleQueue[object],
+        host: str = "127.0.0.1",
+        port: int = 0,
+        log: Any = None,
+    ):
+        self.token = token
+        self.inbox = inbox
+        self.log = log
+        self.epoch = secrets.token_hex(8)
+        self.allowed: set[str] = set()
+        self.last_seen: dict[str, float] = {}
+        self.refused = 0
+        handler = type("Handler", (_Handler,), {"dispatcher": self})
+        self._server = ThreadingHTTPServer((host, port), handler)
+        self._server.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, port = self._server.server_address[:2]
+        return str(host), int(port)
+
+    @property
+    def url(self) -> str:
+        host, port = self.address
+        return f"http://{host}:{port}"
+
+    def start(self) -> None:
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True
+        )
+        self._thread.start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def authorised(self, header: str | None) -> bool:
+        expected = f"Bearer {self.token}".encode()
+        return header is not None and hmac.compare_digest(header.encode(), expected)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    dispatcher: Dispatcher
+    protocol_version = "HTTP/1.1"
+    server_version = "autoscaler"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # requests are logged by the daemon where they matter, never per poll
+
+    def _send(self, status: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body, separators=(",", ":")).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        try:
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True  # the agent went (released, or killed) meanwhile
+
+    def do_GET(self) -> None:
+        self._send(HTTPStatus.NOT_FOUND, {"error": "agents POST to " + POLL_PATH})
+
+    def do_POST(self) -> None:
+        d = self.dispatcher
+        arrived = time.monotonic()
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_BODY:
+            self.close_connection = True
+            self._send(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"error": "body too large"})
+            return
+        body = self.rfile.read(length)
+        if self.path != POLL_PATH:
+            self._send(HTTPStatus.NOT_FOUND, {"error": f"no such endpoint {self.path}"})
+            return
+        if not d.authorised(self.headers.get("Authorization")):
+            d.refused += 1
+            if d.log is not None:
+                d.log.warning(
+                    "agent refused: wrong or missing token",
+                    peer=self.client_address[0],
+                    machine=_claimed_machine(body),
+                )
+            self._send(HTTPStatus.UNAUTHORIZED, {"error": "wrong or missing token"})
+            return
+        try:
+            poll = parse_poll(body, arrived)
+        except BadRequest as exc:
+            self._send(HTTPStatus.BAD_REQUEST, {"error": str(exc)})
+            return
+        if poll.machine not in d.allowed:
+            self._send(HTTPStatus.GONE, {"error": f"machine {poll.machine!r} is not in this run"})
+            return
+        d.last_seen[poll.machine] = arrived
+        d.inbox.put(poll)
+        answer = poll.reply.wait(arrived + poll.wait_s + PROCESS_TIMEOUT_S)
+        if answer is None:
+            self._send(HTTPStatus.SERVICE_UNAVAILABLE, {"error": "controller busy, try again"})
+            return
+        self._send(HTTPStatus.OK, {"epoch": d.epoch, **answer})
+
+
+def _claimed_machine(body: bytes) -> str | None:
+    try:
+        data = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    machine = data.get("machine") if isinstance(data, dict) else None
+    return machine[:100] if isinstance(machine, str) else None

@@ -1,0 +1,94 @@
+"""What a person sees of a real run: a live panel on a terminal, and ``status`` lines."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from autoscaler.model import MachineState
+from autoscaler.state import RunState
+from config.schema import RunConfig
+
+Update = Callable[[RunState, float | None], None]
+
+
+def _hms(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+def machine_counts(state: RunState) -> dict[str, dict[str, int]]:
+    """Live machines per type: booting and ready."""
+    out = {name: {"booting": 0, "ready": 0} for name in state.types}
+    for m in state.alive_machines():
+        key = "booting" if m.state is MachineState.BOOTING else "ready"
+        out[m.type.name][key] += 1
+    return out
+
+
+def summary_rows(cfg: RunConfig, state: RunState, estimate: float | None) -> list[tuple[str, str]]:
+    budget = cfg.constraint.budget
+    money = f"{state.committed:.2f}" + ("" if budget is None else f" of {budget:g}")
+    machines = ", ".join(
+        f"{name} {c['ready']}" + (f" (+{c['booting']} booting)" if c["booting"] else "")
+        for name, c in machine_counts(state).items()
+    )
+    rows = [
+        (
+            "tasks",
+            f"{state.done} done, {state.failed} failed, {len(state.running_on)} running, "
+            f"{len(state.pending)} waiting, of {state.n_tasks}",
+        ),
+        ("machines", machines),
+        ("committed", money),
+        ("run time", _hms(state.now)),
+        ("estimated finish", "not planned yet" if estimate is None else _hms(estimate)),
+    ]
+    if state.stopped:
+        rows.append(("stopping", state.stop_reason or "bag finished"))
+    return rows
+
+
+@contextlib.contextmanager
+def live_view(console: Console, cfg: RunConfig, total: int) -> Iterator[Update]:
+    """A panel redrawn as the run goes, on a terminal; elsewhere nothing."""
+    if not console.is_terminal:
+        yield lambda state, estimate: None
+        return
+
+    def render(state: RunState | None, estimate: float | None) -> Table:
+        table = Table(title=f"{cfg.name}: {total} tasks", show_header=False, box=None)
+        table.add_column(style="bold")
+        table.add_column()
+        if state is not None:
+            for key, value in summary_rows(cfg, state, estimate):
+                table.add_row(key, value)
+        return table
+
+    with Live(render(None, None), console=console, refresh_per_second=4, transient=True) as live:
+
+        def update(state: RunState, estimate: float | None) -> None:
+            live.update(render(state, estimate))
+
+        yield update
+
+
+def status_lines(run_id: str, cfg: RunConfig, state: RunState, pid: int | None) -> list[str]:
+    """``autoscaler status``: the run as its journal says, and whether a daemon holds it."""
+    daemon = f"running (pid {pid})" if pid else "not running"
+    lines = [f"run {run_id}: daemon {daemon}; journal up to run time {_hms(state.now)}"]
+    lines += [f"  {key}: {value}" for key, value in summary_rows(cfg, state, planned_finish(state))]
+    if not pid and not state.finished and not (state.stopped and not state.any_alive()):
+        lines.append("  carry on with: autoscaler run --resume <run dir>")
+    return lines
+
+
+def planned_finish(state: RunState) -> float | None:
+    for _, c in reversed(state.configurations):
+        if c.predicted_makespan_s is not None:
+            return c.predicted_makespan_s
+    return None

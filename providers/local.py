@@ -1,0 +1,266 @@
+"""Local machines: each machine is a worker-agent process on this host.
+
+A launch starts ``count`` agents (``bootstrap/agent.py``) in their own sessions, so a
+Ctrl-C at the terminal reaches the daemon, which releases them, and not the agents
+directly. Each agent carries the run's tags in its environment
+(``AUTOSCALER_RUN``, ``AUTOSCALER_LAUNCH``, ``AUTOSCALER_MACHINE``): that is how a
+restarted daemon finds the machines of its run, as a cloud provider finds instances by
+tag. Machine ids are ``<type>-<token>-<i>``, so a repeated launch of a token starts only
+the machines of it that are not alive: ``launch`` is idempotent per token.
+
+A machine boots for its type's boot time (the agent waits that long, time-scaled,
+before it first reports). Its paid time is enforced by the agent's lease.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from autoscaler.errors import AutoscalerError
+from providers.base import Capabilities, MachineRecord, MachineStatus, ProviderState
+
+AGENT = Path(__file__).resolve().parent.parent / "bootstrap" / "agent.py"
+
+RUN_TAG = "AUTOSCALER_RUN"
+LAUNCH_TAG = "AUTOSCALER_LAUNCH"
+MACHINE_TAG = "AUTOSCALER_MACHINE"
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSettings:
+    """How agents are started: where they report and how they watch the daemon."""
+
+    url: str
+    token: str
+    heartbeat_s: float = 2.0
+    orphan_after_s: float = 60.0
+    tail_bytes: int = 4096
+    workdir: Path | None = None
+    python: str = sys.executable
+
+
+@dataclass
+class _Agent:
+    id: str
+    type: str
+    token: str
+    pid: int
+    launched_at: float
+    proc: subprocess.Popen[bytes] | None  # None for an agent adopted after a restart
+
+
+def _environ(pid: int) -> dict[str, str]:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    out = {}
+    for item in raw.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep and key.startswith(b"AUTOSCALER_") and key != b"AUTOSCALER_TOKEN":
+            out[key.decode()] = value.decode(errors="replace")
+    return out
+
+
+def _alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie has ended)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
+
+
+def run_processes(run_id: str) -> list[tuple[int, dict[str, str]]]:
+    """Every live process on this host that carries ``run_id``'s tag: (pid, tags)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        tags = _environ(pid)
+        if tags.get(RUN_TAG) == run_id and MACHINE_TAG in tags and _alive(pid):
+            out.append((pid, tags))
+    return out
+
+
+class LocalProvider:
+    """Agent processes as machines. Boot time and speed per type come from the config."""
+
+    def __init__(
+        self,
+        capabilities: Capabilities,
+        run_id: str,
+        agents: AgentSettings,
+        log_dir: Path,
+        clock: Callable[[], float],
+        time_scale: float = 1.0,
+    ):
+        self._capabilities = capabilities
+        self.run_id = run_id
+        self.settings = agents
+        self.log_dir = log_dir
+        self._clock = clock
+        self.time_scale = time_scale
+        self._agents: dict[str, _Agent] = {}
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self._capabilities
+
+    # --- the provider protocol ------------------------------------------------------
+
+    def launch(
+        self, type: str, count: int, token: str, tags: Mapping[str, str]
+    ) -> list[MachineRecord]:
+        if type not in self._capabilities.max_counts:
+            raise AutoscalerError(f"unknown machine type {type!r}", code="UnknownType")
+        ids = [f"{type}-{token}-{i}" for i in range(count)]
+        self._adopt()
+        missing = [mid for mid in ids if not self._running(mid)]
+        alive = sum(1 for a in self._agents.values() if a.type == type and self._running(a.id))
+        limit = self._capabilities.max_counts[type]
+        if alive + len(missing) > limit:
+            raise AutoscalerError(
+                f"{type}: {alive} running + {len(missing)} requested exceeds the limit {limit}",
+                code="InstanceLimitExceeded",
+            )
+        for mid in missing:
+            self._spawn(mid, type, token)
+        return [
+            MachineRecord(mid, type, token, self._agents[mid].launched_at)
+            for mid in ids
+            if mid in self._agents
+        ]
+
+    def describe(self, ids: Sequence[str] | None = None) -> list[MachineStatus]:
+        """Machines of this run (all of them, or ``ids``) as their processes stand.
+
+        Asked for all, it also looks for agents of the run that an earlier daemon
+        started (by their tags), as a cloud provider lists instances by tag.
+        """
+        if ids is None:
+            self._adopt()
+        chosen = list(self._agents) if ids is None else list(ids)
+        out = []
+        for mid in chosen:
+            agent = self._agents.get(mid)
+            if agent is None:
+                continue
+            state = ProviderState.RUNNING if self._running(mid) else ProviderState.TERMINATED
+            out.append(MachineStatus(mid, agent.type, state))
+        return out
+
+    def terminate(self, ids: Sequence[str], grace_s: float = 2.0) -> list[str]:
+        """SIGTERM each agent, SIGKILL what is left after ``grace_s``; wait for the ends."""
+        targets = [self._agents[mid] for mid in ids if mid in self._agents]
+        for agent in targets:
+            if self._running(agent.id):
+                self._signal(agent, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        for agent in targets:
+            while self._running(agent.id) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            if self._running(agent.id):
+                self._signal(agent, signal.SIGKILL)
+        for agent in targets:
+            while self._running(agent.id):
+                time.sleep(0.01)
+        return [a.id for a in targets]
+
+    # --- processes ----------------------------------------------------------------------
+
+    def exit_code(self, machine: str) -> int | None:
+        agent = self._agents.get(machine)
+        if agent is None or agent.proc is None:
+            return None
+        return agent.proc.poll()
+
+    def _running(self, mid: str) -> bool:
+        agent = self._agents.get(mid)
+        if agent is None:
+            return False
+        if agent.proc is not None:
+            return agent.proc.poll() is None
+        return _alive(agent.pid) and _environ(agent.pid).get(MACHINE_TAG) == mid
+
+    def _signal(self, agent: _Agent, sig: signal.Signals) -> None:
+        if agent.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                agent.proc.send_signal(sig)
+        elif _environ(agent.pid).get(MACHINE_TAG) == agent.id:  # never a recycled pid
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(agent.pid, sig)
+
+    def _adopt(self) -> None:
+        """Take over this run's agents started by an earlier daemon (found by tag)."""
+        known = {a.pid for a in self._agents.values()}
+        for pid, tags in run_processes(self.run_id):
+            mid = tags[MACHINE_TAG]
+            if pid in known or (mid in self._agents and self._running(mid)):
+                continue
+            mtype = mid.rsplit("-", 2)[0]
+            started = _start_time(pid)
+            launched = self._clock() - (started or 0.0) * self.time_scale
+            self._agents[mid] = _Agent(mid, mtype, tags.get(LAUNCH_TAG, ""), pid, launched, None)
+
+    def _spawn(self, mid: str, type: str, token: str) -> None:
+        s = self.settings
+        boot = self._capabilities.boot_estimate_s.get(type, 0.0) / self.time_scale
+        args = [
+            s.python,
+            str(AGENT),
+            "--url",
+            s.url,
+            "--machine",
+            mid,
+            "--heartbeat-s",
+            f"{s.heartbeat_s:g}",
+            "--orphan-after-s",
+            f"{s.orphan_after_s:g}",
+            "--tail-bytes",
+            str(s.tail_bytes),
+            "--start-delay-s",
+            f"{boot:.6f}",
+        ]
+        if s.workdir is not None:
+            args += ["--workdir", str(s.workdir)]
+        env = {
+            **os.environ,
+            "AUTOSCALER_TOKEN": s.token,
+            RUN_TAG: self.run_id,
+            LAUNCH_TAG: token,
+            MACHINE_TAG: mid,
+        }
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        with (self.log_dir / f"{mid}.log").open("ab") as log:
+            proc = subprocess.Popen(
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                env=env,
+                start_new_session=True,
+                close_fds=True,
+            )
+        self._agents[mid] = _Agent(mid, type, token, proc.pid, self._clock(), proc)
+
+
+def _start_time(pid: int) -> float | None:
+    """Seconds since ``pid`` started, from /proc (for agents adopted after a restart)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, ValueError):
+        return None
+    fields = stat.rpartition(")")[2].split()
+    ticks = int(fields[19])  # field 22, starttime, counted after the command name
+    return max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK"))
