@@ -25,8 +25,9 @@ from typing import Any
 POLL_PATH = "/v1/poll"
 MAX_BODY = 8 << 20
 MAX_WAIT_S = 60.0
-PROCESS_TIMEOUT_S = 30.0
-"""How long a handler waits for the daemon to take its poll before it answers 503."""
+PROCESS_TIMEOUT_S = 5.0
+"""How long a handler waits for the daemon to take its poll before it answers 503: well
+inside the agent's own patience (``wait_s`` + 10 s), so the agent hears the 503."""
 
 
 class Reply:
@@ -123,6 +124,19 @@ def _is_result(r: object) -> bool:
     )
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """An agent that goes mid-request (released, killed) is normal; anything else is not."""
+        import sys
+
+        exc = sys.exc_info()[1]
+        if isinstance(exc, ConnectionError | TimeoutError):
+            return
+        super().handle_error(request, client_address)
+
+
 class Dispatcher:
     """Serves ``POST /v1/poll`` for the machines the daemon lets in; everything else is 4xx."""
 
@@ -142,8 +156,7 @@ class Dispatcher:
         self.last_seen: dict[str, float] = {}
         self.refused = 0
         handler = type("Handler", (_Handler,), {"dispatcher": self})
-        self._server = ThreadingHTTPServer((host, port), handler)
-        self._server.daemon_threads = True
+        self._server = _Server((host, port), handler)
         self._thread: threading.Thread | None = None
 
     @property
@@ -175,6 +188,7 @@ class _Handler(BaseHTTPRequestHandler):
     dispatcher: Dispatcher
     protocol_version = "HTTP/1.1"
     server_version = "autoscaler"
+    disable_nagle_algorithm = True  # headers and body go in two writes: no 40 ms stall
 
     def log_message(self, format: str, *args: Any) -> None:
         pass  # requests are logged by the daemon where they matter, never per poll

@@ -228,8 +228,8 @@ class LocalProvider:
             f"{s.orphan_after_s:g}",
             "--tail-bytes",
             str(s.tail_bytes),
-            "--start-delay-s",
-            f"{boot:.6f}",
+            "--ready-at",
+            f"{time.time() + boot:.6f}",
         ]
         if s.workdir is not None:
             args += ["--workdir", str(s.workdir)]

@@ -1,0 +1,5 @@
+"""``python -m autoscaler``: the command line, as the ``autoscaler`` script."""
+
+from autoscaler.cli import main
+
+main()

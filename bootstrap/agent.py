@@ -1,0 +1,863 @@
+"""The worker agent: runs on every machine, asks the controller for tasks, runs them, reports.
+
+One file, Python 3.11+ standard library only, so it can be copied to any machine::
+
+    AUTOSCALER_TOKEN=... python3 agent.py --url http://127.0.0.1:PORT --machine ID \\
+        [--workdir DIR] [--heartbeat-s 2] [--orphan-after-s 60] [--start-delay-s 0] \\
+        [--ready-at UNIX_TIME] \\
+        [--tail-bytes 4096] [--token-file PATH]
+
+The token comes from ``--token-file`` (its content, stripped) or else from the environment
+variable ``AUTOSCALER_TOKEN``; the agent removes that variable from its own environment, so
+tasks do not inherit it, and never logs it. Logs go to stderr, one line per notable thing:
+``time level message key=value ...``.
+
+Protocol
+========
+
+Every request is ``POST <url>/v1/poll`` over HTTP/1.1 on one keep-alive connection
+(reconnected after any error), with the headers ``Authorization: Bearer <token>`` and
+``Content-Type: application/json``. Request body::
+
+    {"machine": str, "pid": int, "host": str,
+     "epoch": str | null,     # epoch of the last response seen; null before the first
+     "results": [Result],     # finished runs not yet acknowledged, oldest first
+     "running": [int],        # the current run, then the runs queued locally, in order
+     "wait_s": float}         # how long the controller may hold the request if it has
+                              # nothing to say
+
+    Result = {"run": int, "task": int, "exit_code": int | null, "runtime_s": float,
+              "stdout": str, "stderr": str, "error": str | null}
+
+``runtime_s`` is real (monotonic) seconds. ``stdout`` and ``stderr`` are the last
+``--tail-bytes`` bytes of each stream, decoded as UTF-8 with replacement (a character cut
+in half at the start of the tail is dropped). ``error`` is null on exit 0, else one line:
+
+* ``"exit 3"``: the command exited with that code;
+* ``"exit 127: command not found: <first line of stderr>"``;
+* ``"killed by signal SIGSEGV"``: the shell itself died of a signal (``exit_code`` is
+  minus the signal number, as ``subprocess`` reports it);
+* ``"timed out after 5s"`` (``exit_code`` null): the task's ``timeout_s`` passed;
+* ``"cannot start: <OSError text>"`` (``exit_code`` null): the process could not be
+  created, e.g. its working directory does not exist;
+* ``"bad task: <why>"`` (``exit_code`` null): the task record is malformed.
+
+Response 200 body::
+
+    {"epoch": str, "ack": bool, "tasks": [Task], "cancel": [int], "release": bool,
+     "lease_s": float | null, "renew_in_s": float | null, "heartbeat_s": float}
+
+    Task = {"run": int, "task": int, "command": str | null, "sleep_s": float | null,
+            "env": {str: str}, "cwd": str | null, "timeout_s": float | null}
+
+Missing keys read as empty or null. Semantics:
+
+* ``ack: true``: every result sent in that request is stored; the agent drops them.
+  Otherwise (no ack, an error, a timeout, any status but 200) it keeps them and sends
+  them again in the next request, so the controller must accept a result twice.
+* Tasks run one at a time, in the order received; the others wait in a local queue. A
+  task whose run is already current, queued or unacknowledged is ignored. A command runs
+  as ``sh -c command`` in a new session (its own process group), with stdin from
+  /dev/null, its output in temporary files, in ``cwd`` (relative to ``--workdir``, which
+  defaults to the agent's working directory) with ``env`` added to the agent's
+  environment. A ``sleep_s`` task is synthetic: the agent waits that long without a
+  process and reports exit 0 with empty output. When a run ends, however it ends, its
+  process group is killed, so nothing it started outlives it.
+* ``timeout_s``: at that many real seconds after the start the process group is killed
+  and the result says ``"timed out after Xs"`` with a null exit code.
+* ``cancel``: the current run is killed, a queued one dropped; neither gives a result.
+  Tasks of the same response are queued before cancels are applied.
+* ``release: true``: the agent kills its current run and exits 0 at once.
+* ``lease_s``: the agent must not be alive later than ``lease_s`` seconds after it sent
+  that request, unless a later response renews the lease. Each response replaces the
+  deadline; a null ``lease_s`` removes it. When it passes, the agent kills its current
+  run, logs "lease expired" and exits 3. ``renew_in_s``: the agent sends its next request
+  no later than that many seconds after sending this one.
+* ``heartbeat_s`` (replaces ``--heartbeat-s``): while a run is current or queued, the
+  agent polls with ``wait_s: 0`` at least that often. When idle it long-polls with
+  ``wait_s`` = ``heartbeat_s``, bounded so that the answer is due by the renewal time and
+  within half the time left before the lease or orphan deadline; if the controller answers
+  early with nothing, the next poll waits until ``heartbeat_s`` after the previous one was
+  sent. When a run ends the agent polls at once with its result: one round trip per task.
+* HTTP timeout of a request: ``wait_s`` + 10 s, cut short when the lease, the orphan
+  deadline or the current run's timeout comes first (the request then counts as failed).
+* 401 or 403: the agent logs "token refused by the controller" and exits 2. 410: the
+  controller does not know this machine; the agent kills its run and exits 0. Any other
+  status, a malformed body, a refused connection or a timeout: retry after 0.05 s,
+  doubling up to 2 s. When no request has succeeded for ``--orphan-after-s`` (since the
+  last success, or since the first attempt after ``--start-delay-s``), the agent kills
+  its run, logs "controller unreachable" and exits 4.
+* SIGTERM or SIGINT: the agent kills its current run and exits 0.
+
+Exit codes: 0 released, unknown to the controller or terminated; 2 bad token or usage;
+3 lease expired; 4 controller unreachable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import http.client
+import json
+import logging
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+from collections import deque
+from dataclasses import dataclass
+from types import FrameType
+from typing import IO, Any, NoReturn
+
+TOKEN_ENV = "AUTOSCALER_TOKEN"
+POLL_PATH = "/v1/poll"
+HTTP_GRACE_S = 10.0
+BACKOFF_FIRST_S = 0.05
+BACKOFF_MAX_S = 2.0
+FIRST_LINE_MAX_CHARS = 200
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+EXIT_LEASE = 3
+EXIT_ORPHAN = 4
+
+_log = logging.getLogger("autoscaler.agent")
+
+
+def log(level: int, message: str, **fields: object) -> None:
+    """Log one line: the message, then ``key=value`` pairs."""
+    parts = [message]
+    parts.extend(f"{key}={_field(value)}" for key, value in fields.items() if value is not None)
+    _log.log(level, " ".join(parts))
+
+
+def _field(value: object) -> str:
+    text = seconds(value) if isinstance(value, float) else str(value)
+    if not text or any(c.isspace() or c in '"=' for c in text):
+        return json.dumps(text)
+    return text
+
+
+def seconds(value: float) -> str:
+    """``5.0`` as ``5``, ``0.25`` as ``0.25``: a duration for messages."""
+    return f"{value:.3f}".rstrip("0").rstrip(".")
+
+
+class AgentExit(Exception):
+    """Stop the agent: kill the current run, log ``message``, exit with ``code``."""
+
+    def __init__(self, code: int, message: str, level: int, **fields: object) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.level = level
+        self.fields = fields
+
+
+@dataclass(frozen=True)
+class Config:
+    """What the command line says."""
+
+    scheme: str
+    host: str
+    port: int | None
+    path: str
+    machine: str
+    workdir: str
+    heartbeat_s: float
+    orphan_after_s: float
+    start_delay_s: float
+    tail_bytes: int
+
+
+@dataclass(frozen=True)
+class Task:
+    """A run to do: exactly one of ``command`` and ``sleep_s`` is set."""
+
+    run: int
+    task: int
+    command: str | None
+    sleep_s: float | None
+    env: dict[str, str]
+    cwd: str | None
+    timeout_s: float | None
+
+
+@dataclass(frozen=True)
+class Result:
+    """How a run ended, as sent to the controller."""
+
+    run: int
+    task: int
+    exit_code: int | None
+    runtime_s: float
+    stdout: str
+    stderr: str
+    error: str | None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "run": self.run,
+            "task": self.task,
+            "exit_code": self.exit_code,
+            "runtime_s": self.runtime_s,
+            "stdout": self.stdout,
+            "stderr": self.stderr,
+            "error": self.error,
+        }
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A 200 response; ``rejected`` are results for task records that were malformed."""
+
+    epoch: str | None
+    ack: bool
+    tasks: list[Task]
+    rejected: list[Result]
+    cancel: list[int]
+    release: bool
+    lease_s: float | None
+    renew_in_s: float | None
+    heartbeat_s: float | None
+
+
+@dataclass(frozen=True)
+class Process:
+    """A command's shell, leader of its own process group, and its output files."""
+
+    proc: subprocess.Popen[bytes]
+    out: IO[bytes]
+    err: IO[bytes]
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group and reap the leader."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def close(self) -> None:
+        self.out.close()
+        self.err.close()
+
+
+@dataclass(frozen=True)
+class Current:
+    """The run in progress: a process, or a synthetic sleep until ``ends_at``.
+
+    ``deadline`` is when its ``timeout_s`` passes (infinity without one).
+    """
+
+    task: Task
+    started: float
+    process: Process | None
+    ends_at: float
+    deadline: float
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _int(obj: dict[str, Any], key: str) -> int:
+    value = obj.get(key)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{key} must be an integer, got {value!r}")
+    return value
+
+
+def _opt_float(obj: dict[str, Any], key: str) -> float | None:
+    value = obj.get(key)
+    if value is None:
+        return None
+    if not _is_number(value) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{key} must be a non-negative number or null, got {value!r}")
+    return float(value)
+
+
+def _opt_str(obj: dict[str, Any], key: str) -> str | None:
+    value = obj.get(key)
+    if value is None or isinstance(value, str):
+        return value
+    raise ValueError(f"{key} must be a string or null, got {value!r}")
+
+
+def _list(obj: dict[str, Any], key: str) -> list[Any]:
+    value = obj.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ValueError(f"{key} must be a list, got {value!r}")
+    return value
+
+
+def parse_task(raw: object) -> Task | Result:
+    """A task record, or a ``bad task`` result when only its run and task ids are sound."""
+    if not isinstance(raw, dict):
+        raise ValueError(f"a task must be an object, got {raw!r}")
+    run = _int(raw, "run")
+    task = _int(raw, "task")
+    try:
+        command = _opt_str(raw, "command")
+        sleep_s = _opt_float(raw, "sleep_s")
+        if (command is None) == (sleep_s is None):
+            raise ValueError("exactly one of command and sleep_s must be set")
+        env = raw.get("env") or {}
+        if not isinstance(env, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+        ):
+            raise ValueError("env must map strings to strings")
+        return Task(
+            run=run,
+            task=task,
+            command=command,
+            sleep_s=sleep_s,
+            env=dict(env),
+            cwd=_opt_str(raw, "cwd"),
+            timeout_s=_opt_float(raw, "timeout_s"),
+        )
+    except ValueError as exc:
+        return Result(run, task, None, 0.0, "", "", f"bad task: {exc}")
+
+
+def parse_reply(data: bytes) -> Reply:
+    """Read a 200 response body; ``ValueError`` when it is not a valid reply."""
+    obj = json.loads(data)
+    if not isinstance(obj, dict):
+        raise ValueError("the response is not a JSON object")
+    epoch = _opt_str(obj, "epoch")
+    tasks: list[Task] = []
+    rejected: list[Result] = []
+    for raw in _list(obj, "tasks"):
+        parsed = parse_task(raw)
+        if isinstance(parsed, Task):
+            tasks.append(parsed)
+        else:
+            rejected.append(parsed)
+    cancel = _list(obj, "cancel")
+    if not all(_is_int(run) for run in cancel):
+        raise ValueError(f"cancel must list run ids, got {cancel!r}")
+    heartbeat_s = _opt_float(obj, "heartbeat_s")
+    return Reply(
+        epoch=epoch,
+        ack=obj.get("ack") is True,
+        tasks=tasks,
+        rejected=rejected,
+        cancel=[int(run) for run in cancel],
+        release=obj.get("release") is True,
+        lease_s=_opt_float(obj, "lease_s"),
+        renew_in_s=_opt_float(obj, "renew_in_s"),
+        heartbeat_s=heartbeat_s if heartbeat_s else None,
+    )
+
+
+def read_tail(stream: IO[bytes], limit: int) -> str:
+    """The last ``limit`` bytes of a file, decoded; a character cut at the start is dropped."""
+    size = os.fstat(stream.fileno()).st_size
+    start = max(0, size - limit)
+    stream.seek(start)
+    data = stream.read(limit) if limit > 0 else b""
+    if start > 0:
+        skip = 0
+        while skip < min(3, len(data)) and data[skip] & 0xC0 == 0x80:
+            skip += 1
+        data = data[skip:]
+    return data.decode("utf-8", errors="replace")
+
+
+def read_first_line(stream: IO[bytes]) -> str:
+    """The first line of a file, stripped and bounded."""
+    stream.seek(0)
+    head = stream.read(FIRST_LINE_MAX_CHARS * 4).split(b"\n", 1)[0]
+    return head.decode("utf-8", errors="replace").strip()[:FIRST_LINE_MAX_CHARS]
+
+
+def describe_exit(code: int, stderr_first_line: str) -> str | None:
+    """The ``error`` of a result whose process exited with ``code``."""
+    if code == 0:
+        return None
+    if code == 127:
+        detail = f": {stderr_first_line}" if stderr_first_line else ""
+        return f"exit 127: command not found{detail}"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = str(-code)
+        return f"killed by signal {name}"
+    return f"exit {code}"
+
+
+def spawn(command: str, cwd: str, env: dict[str, str]) -> Process:
+    """Start ``sh -c command`` in a new session with its output in temporary files."""
+    with contextlib.ExitStack() as stack:
+        out = stack.enter_context(tempfile.TemporaryFile())
+        err = stack.enter_context(tempfile.TemporaryFile())
+        proc = subprocess.Popen(
+            command,
+            shell=True,
+            cwd=cwd,
+            env={**os.environ, **env},
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
+        )
+        stack.pop_all()
+    return Process(proc, out, err)
+
+
+class Agent:
+    """The poll loop: one thread, one process at a time, every wait bounded by what is due."""
+
+    def __init__(self, config: Config, token: str) -> None:
+        self._config = config
+        self._token = token
+        self._host = socket.gethostname()
+        self._queue: deque[Task] = deque()
+        self._current: Current | None = None
+        self._results: list[Result] = []
+        self._epoch: str | None = None
+        self._heartbeat_s = config.heartbeat_s
+        self._lease_deadline: float | None = None
+        self._renew_at: float | None = None
+        self._last_success = 0.0
+        self._last_sent: float | None = None
+        self._poll_now = True
+        self._retry_at: float | None = None
+        self._backoff_s = BACKOFF_FIRST_S
+        self._failures = 0
+        self._conn: http.client.HTTPConnection | None = None
+        self._signalled: int | None = None
+        self._deferring_signals = False
+
+    def run(self) -> int:
+        """Work until released, refused, orphaned, out of lease or signalled; the exit code."""
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+        config = self._config
+        try:
+            log(
+                logging.INFO,
+                "agent started",
+                machine=config.machine,
+                controller=f"{config.scheme}://{config.host}"
+                + (f":{config.port}" if config.port else ""),
+                pid=os.getpid(),
+            )
+            if config.start_delay_s > 0:
+                time.sleep(config.start_delay_s)
+            self._last_success = time.monotonic()
+            self._loop()
+        except AgentExit as stop:
+            self._deferring_signals = True
+            self._kill_current()
+            log(stop.level, stop.message, machine=config.machine, **stop.fields)
+            return stop.code
+        finally:
+            self._close()
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._signalled = signum
+        if not self._deferring_signals:
+            self._raise_if_signalled()
+
+    def _raise_if_signalled(self) -> None:
+        if self._signalled is not None:
+            name = signal.Signals(self._signalled).name
+            raise AgentExit(EXIT_OK, "terminated", logging.INFO, signal=name)
+
+    def _loop(self) -> NoReturn:
+        while True:
+            now = time.monotonic()
+            self._check_deadlines(now)
+            self._advance(now)
+            due = self._next_poll_at()
+            if now >= due:
+                self._poll()
+            else:
+                self._wait(due)
+
+    def _check_deadlines(self, now: float) -> None:
+        if self._lease_deadline is not None and now >= self._lease_deadline:
+            raise AgentExit(EXIT_LEASE, "lease expired", logging.ERROR)
+        if now >= self._last_success + self._config.orphan_after_s:
+            raise AgentExit(
+                EXIT_ORPHAN,
+                "controller unreachable",
+                logging.ERROR,
+                silent_s=now - self._last_success,
+            )
+
+    def _must_act_by(self) -> float:
+        """The earliest moment something must be done whatever the controller says."""
+        moments = [self._last_success + self._config.orphan_after_s]
+        if self._lease_deadline is not None:
+            moments.append(self._lease_deadline)
+        if self._current is not None:
+            moments.append(self._current.deadline)
+        return min(moments)
+
+    def _next_poll_at(self) -> float:
+        if self._retry_at is not None:
+            return self._retry_at
+        if self._poll_now or self._last_sent is None:
+            return -math.inf
+        due = self._last_sent + self._heartbeat_s
+        if self._renew_at is not None:
+            due = min(due, self._renew_at)
+        return due
+
+    def _wait(self, until: float) -> None:
+        current = self._current
+        limit = min(until, self._must_act_by())
+        if current is not None:
+            limit = min(limit, current.ends_at)
+        timeout = limit - time.monotonic()
+        if timeout <= 0:
+            return
+        if current is not None and current.process is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                current.process.proc.wait(timeout=timeout)
+        else:
+            time.sleep(timeout)
+
+    def _advance(self, now: float) -> None:
+        current = self._current
+        if current is not None:
+            process = current.process
+            code = process.proc.poll() if process is not None else None
+            if code is not None:
+                self._exited(current, code, now)
+            elif now >= current.deadline and current.deadline < current.ends_at:
+                self._time_out(current, now)
+            elif now >= current.ends_at:
+                self._finish(current, 0, current.ends_at - current.started, None)
+        while self._current is None and self._queue:
+            self._start(self._queue.popleft())
+
+    def _start(self, task: Task) -> None:
+        now = time.monotonic()
+        deadline = now + task.timeout_s if task.timeout_s is not None else math.inf
+        log(logging.INFO, "run started", run=task.run, task=task.task)
+        if task.command is None:
+            ends_at = now + (task.sleep_s or 0.0)
+            self._current = Current(task, now, None, ends_at, deadline)
+            return
+        workdir = self._config.workdir
+        cwd = os.path.join(workdir, task.cwd) if task.cwd else workdir
+        self._deferring_signals = True
+        try:
+            process = spawn(task.command, cwd, task.env)
+        except (OSError, ValueError) as exc:
+            error = f"cannot start: {exc}"
+            self._results.append(Result(task.run, task.task, None, 0.0, "", "", error))
+            self._poll_now = True
+            log(logging.WARNING, "run cannot start", run=task.run, task=task.task, error=exc)
+        else:
+            self._current = Current(task, now, process, math.inf, deadline)
+        self._deferring_signals = False
+        self._raise_if_signalled()
+
+    def _exited(self, current: Current, code: int, now: float) -> None:
+        first_line = ""
+        if current.process is not None:
+            current.process.kill()
+            if code == 127:
+                first_line = read_first_line(current.process.err)
+        self._finish(current, code, now - current.started, describe_exit(code, first_line))
+
+    def _time_out(self, current: Current, now: float) -> None:
+        if current.process is not None:
+            current.process.kill()
+        error = f"timed out after {seconds(current.task.timeout_s or 0.0)}s"
+        self._finish(current, None, now - current.started, error)
+
+    def _finish(
+        self, current: Current, code: int | None, runtime_s: float, error: str | None
+    ) -> None:
+        stdout = stderr = ""
+        if current.process is not None:
+            stdout = read_tail(current.process.out, self._config.tail_bytes)
+            stderr = read_tail(current.process.err, self._config.tail_bytes)
+            current.process.close()
+        self._current = None
+        task = current.task
+        runtime_s = round(runtime_s, 6)
+        self._results.append(Result(task.run, task.task, code, runtime_s, stdout, stderr, error))
+        self._poll_now = True
+        log(
+            logging.INFO if error is None else logging.WARNING,
+            "run finished",
+            run=task.run,
+            task=task.task,
+            exit_code=code,
+            runtime_s=runtime_s,
+            error=error,
+        )
+
+    def _kill_current(self) -> None:
+        current = self._current
+        if current is None:
+            return
+        if current.process is not None:
+            current.process.kill()
+            current.process.close()
+        self._current = None
+        log(logging.INFO, "run killed", run=current.task.run, task=current.task.task)
+
+    def _cancel(self, run: int) -> None:
+        current = self._current
+        if current is not None and current.task.run == run:
+            self._kill_current()
+            if not self._queue:
+                self._poll_now = True
+            return
+        for task in self._queue:
+            if task.run == run:
+                self._queue.remove(task)
+                log(logging.INFO, "run dropped from the queue", run=run, task=task.task)
+                return
+
+    def _long_poll_s(self, now: float) -> float:
+        wait_s = self._heartbeat_s
+        if self._renew_at is not None:
+            wait_s = min(wait_s, self._renew_at - now)
+        if self._lease_deadline is not None:
+            wait_s = min(wait_s, (self._lease_deadline - now) / 2)
+        wait_s = min(wait_s, (self._last_success + self._config.orphan_after_s - now) / 2)
+        return max(0.0, wait_s)
+
+    def _poll(self) -> None:
+        now = time.monotonic()
+        current = self._current
+        idle = current is None and not self._queue
+        wait_s = self._long_poll_s(now) if idle else 0.0
+        running = ([current.task.run] if current is not None else []) + [
+            task.run for task in self._queue
+        ]
+        sent = len(self._results)
+        body = {
+            "machine": self._config.machine,
+            "pid": os.getpid(),
+            "host": self._host,
+            "epoch": self._epoch,
+            "results": [result.to_json() for result in self._results],
+            "running": running,
+            "wait_s": wait_s,
+        }
+        http_timeout = wait_s + HTTP_GRACE_S
+        local_s = self._must_act_by() - now
+        self._last_sent = now
+        self._poll_now = False
+        try:
+            status, data = self._post(
+                json.dumps(body).encode(), max(min(http_timeout, local_s), 0.001)
+            )
+        except (OSError, http.client.HTTPException) as exc:
+            self._close()
+            if isinstance(exc, TimeoutError) and local_s < http_timeout:
+                return
+            self._failed(f"{type(exc).__name__}: {exc}")
+            return
+        if status in (401, 403):
+            raise AgentExit(
+                EXIT_USAGE, "token refused by the controller", logging.ERROR, status=status
+            )
+        if status == 410:
+            raise AgentExit(EXIT_OK, "machine unknown to the controller", logging.WARNING)
+        if status != 200:
+            self._failed(f"HTTP {status}")
+            return
+        try:
+            reply = parse_reply(data)
+        except ValueError as exc:
+            self._failed(f"bad response: {exc}")
+            return
+        self._succeeded()
+        self._apply(reply, now, sent)
+
+    def _post(self, payload: bytes, timeout: float) -> tuple[int, bytes]:
+        config = self._config
+        if self._conn is None:
+            if config.scheme == "https":
+                self._conn = http.client.HTTPSConnection(config.host, config.port, timeout=timeout)
+            else:
+                self._conn = http.client.HTTPConnection(config.host, config.port, timeout=timeout)
+        conn = self._conn
+        conn.timeout = timeout
+        if conn.sock is not None:
+            conn.sock.settimeout(timeout)
+        conn.request(
+            "POST",
+            config.path,
+            body=payload,
+            headers={
+                "Authorization": f"Bearer {self._token}",
+                "Content-Type": "application/json",
+            },
+        )
+        response = conn.getresponse()
+        return response.status, response.read()
+
+    def _close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _failed(self, error: str) -> None:
+        self._failures += 1
+        self._retry_at = time.monotonic() + self._backoff_s
+        log(
+            logging.WARNING,
+            "poll failed",
+            error=error,
+            failures=self._failures,
+            retry_in_s=self._backoff_s,
+        )
+        self._backoff_s = min(self._backoff_s * 2, BACKOFF_MAX_S)
+
+    def _succeeded(self) -> None:
+        if self._failures:
+            log(logging.INFO, "controller reachable again", failures=self._failures)
+        self._failures = 0
+        self._retry_at = None
+        self._backoff_s = BACKOFF_FIRST_S
+        self._last_success = time.monotonic()
+
+    def _apply(self, reply: Reply, sent_at: float, sent: int) -> None:
+        if reply.epoch is not None:
+            if self._epoch is not None and reply.epoch != self._epoch:
+                log(logging.WARNING, "controller epoch changed", epoch=reply.epoch)
+            self._epoch = reply.epoch
+        if reply.ack:
+            del self._results[:sent]
+        if reply.heartbeat_s is not None:
+            self._heartbeat_s = reply.heartbeat_s
+        self._lease_deadline = sent_at + reply.lease_s if reply.lease_s is not None else None
+        self._renew_at = sent_at + reply.renew_in_s if reply.renew_in_s is not None else None
+        if reply.release:
+            raise AgentExit(EXIT_OK, "released by the controller", logging.INFO)
+        known = {task.run for task in self._queue} | {result.run for result in self._results}
+        if self._current is not None:
+            known.add(self._current.task.run)
+        for task in reply.tasks:
+            if task.run not in known:
+                known.add(task.run)
+                self._queue.append(task)
+        for result in reply.rejected:
+            if result.run not in known:
+                known.add(result.run)
+                self._results.append(result)
+                self._poll_now = True
+                log(logging.WARNING, "bad task", run=result.run, error=result.error)
+        for run in reply.cancel:
+            self._cancel(run)
+
+
+def parse_args(argv: list[str] | None) -> tuple[Config, str | None]:
+    """The configuration and ``--token-file``; exits 2 on a usage error."""
+    parser = argparse.ArgumentParser(description="autoscaler worker agent")
+    parser.add_argument("--url", required=True, help="controller base URL, http://HOST:PORT")
+    parser.add_argument("--machine", required=True, help="this machine's id")
+    parser.add_argument("--workdir", default=None, help="default working directory of tasks")
+    parser.add_argument("--heartbeat-s", type=float, default=2.0)
+    parser.add_argument("--orphan-after-s", type=float, default=60.0)
+    parser.add_argument("--start-delay-s", type=float, default=0.0)
+    parser.add_argument(
+        "--ready-at",
+        type=float,
+        default=None,
+        help="Unix time before which not to report (a boot that counts from the launch)",
+    )
+    parser.add_argument("--tail-bytes", type=int, default=4096)
+    parser.add_argument("--token-file", default=None, help=f"file holding the token ({TOKEN_ENV})")
+    args = parser.parse_args(argv)
+    url = urllib.parse.urlsplit(args.url)
+    if url.scheme not in ("http", "https") or not url.hostname:
+        parser.error(f"--url must be http://HOST[:PORT], got {args.url!r}")
+    try:
+        port = url.port
+    except ValueError:
+        parser.error(f"--url has a bad port: {args.url!r}")
+    for name in ("heartbeat_s", "orphan_after_s"):
+        value = getattr(args, name)
+        if not math.isfinite(value) or value <= 0:
+            parser.error(f"--{name.replace('_', '-')} must be positive, got {value}")
+    if not math.isfinite(args.start_delay_s) or args.start_delay_s < 0:
+        parser.error(f"--start-delay-s must be non-negative, got {args.start_delay_s}")
+    if args.ready_at is not None and math.isfinite(args.ready_at):
+        args.start_delay_s = max(args.start_delay_s, args.ready_at - time.time())
+    if args.tail_bytes < 0:
+        parser.error(f"--tail-bytes must be non-negative, got {args.tail_bytes}")
+    config = Config(
+        scheme=url.scheme,
+        host=url.hostname,
+        port=port,
+        path=url.path.rstrip("/") + POLL_PATH,
+        machine=args.machine,
+        workdir=os.path.abspath(args.workdir or os.getcwd()),
+        heartbeat_s=args.heartbeat_s,
+        orphan_after_s=args.orphan_after_s,
+        start_delay_s=args.start_delay_s,
+        tail_bytes=args.tail_bytes,
+    )
+    token_file: str | None = args.token_file
+    return config, token_file
+
+
+def read_token(token_file: str | None) -> str:
+    """The token from ``token_file`` or the environment; ``AgentExit`` (2) when missing."""
+    if token_file is not None:
+        try:
+            with open(token_file, encoding="utf-8") as stream:
+                token = stream.read().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise AgentExit(
+                EXIT_USAGE, "cannot read the token file", logging.ERROR, error=exc
+            ) from exc
+    else:
+        token = os.environ.get(TOKEN_ENV, "").strip()
+    os.environ.pop(TOKEN_ENV, None)
+    if not token:
+        raise AgentExit(
+            EXIT_USAGE, f"no token: set {TOKEN_ENV} or pass --token-file", logging.ERROR
+        )
+    return token
+
+
+def setup_logging() -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    formatter = logging.Formatter(
+        "%(asctime)s.%(msecs)03dZ %(levelname)s %(message)s", "%Y-%m-%dT%H:%M:%S"
+    )
+    formatter.converter = time.gmtime
+    handler.setFormatter(formatter)
+    _log.addHandler(handler)
+    _log.setLevel(logging.INFO)
+    _log.propagate = False
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the agent; the exit code."""
+    config, token_file = parse_args(argv)
+    setup_logging()
+    try:
+        token = read_token(token_file)
+    except AgentExit as stop:
+        log(stop.level, stop.message, **stop.fields)
+        return stop.code
+    return Agent(config, token).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,165 @@
+"""Helpers for tests of real runs: configs, the daemon as a process, the journal, /proc."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from providers.local import run_processes
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def local_config(tmp: Path, **overrides: Any) -> Path:
+    """A time-scaled local run: 200 synthetic tasks of ~10 emulated minutes on two types."""
+    data: dict[str, Any] = {
+        "name": "it",
+        "bag": {"synthetic": 200},
+        "constraint": {"budget": 60},
+        "machine_types": [
+            {"name": "small", "price": 1, "max_count": 8, "boot_s": "2m"},
+            {"name": "fast", "price": 3, "max_count": 8, "boot_s": "2m"},
+        ],
+        "billing": {"mode": "fixed", "atu_s": "1h"},
+        "provider": "local",
+        "local": {"time_scale": 360},
+        "monitoring_interval_s": "5m",
+        "tail_replication": False,
+        "daemon": {"heartbeat_s": 0.5, "lost_after_s": 3, "orphan_after_s": 30},
+        "emulator": {
+            "seed": 3,
+            "runtime": {"dist": "normal", "mean_s": "10m", "sd_s": "2m"},
+            "speed": {"small": 1, "fast": 3},
+        },
+    }
+    for key, value in overrides.items():
+        if key in ("local", "daemon", "emulator"):
+            data[key] = {**data[key], **value}
+        else:
+            data[key] = value
+    path = tmp / "run.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return path
+
+
+def cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "autoscaler", *args]
+
+
+def start_daemon(*args: str) -> subprocess.Popen[str]:
+    """``autoscaler run ...`` in its own session, as a user would start it."""
+    return subprocess.Popen(
+        cli("run", *args),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+
+
+Row = tuple[float, str, dict[str, Any]]
+
+
+def journal_rows(run_dir: Path, type_name: str | None = None) -> list[Row]:
+    """(t, type, data) of the journal's records, all or of one type."""
+    db = run_dir / "journal.sqlite"
+    if not db.exists():
+        return []
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+    try:
+        query = "SELECT t, type, data FROM journal"
+        params: tuple[str, ...] = ()
+        if type_name is not None:
+            query += " WHERE type = ?"
+            params = (type_name,)
+        rows = con.execute(query + " ORDER BY seq", params).fetchall()
+    except sqlite3.OperationalError:
+        return []
+    finally:
+        con.close()
+    return [(t, ty, json.loads(d)) for t, ty, d in rows]
+
+
+def wait_for(what: Callable[[], bool], timeout: float, message: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if what():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout:g}s waiting for {message}")
+
+
+def run_id_of(run_dir: Path) -> str:
+    con = sqlite3.connect(f"file:{run_dir / 'journal.sqlite'}?mode=ro", uri=True, timeout=5)
+    try:
+        (value,) = con.execute("SELECT value FROM meta WHERE key = 'run_id'").fetchone()
+    finally:
+        con.close()
+    return str(json.loads(value))
+
+
+def agents_of(run_id: str) -> list[int]:
+    """Pids of live agent processes of the run."""
+    return [pid for pid, _ in run_processes(run_id)]
+
+
+def kill_agents(run_id: str) -> None:
+    for pid in agents_of(run_id):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def committed_over_time(run_dir: Path) -> list[float]:
+    """Committed spend after every step, recomputed by replaying the journal."""
+    from autoscaler.daemon import RunFiles
+    from autoscaler.runs import new_state
+
+    files = RunFiles.open(run_dir)
+    state = new_state(files.cfg, len(files.tasks), files.seed)
+    out = []
+    from autoscaler.journal import SqliteJournal
+
+    journal = SqliteJournal(run_dir / "journal.sqlite")
+    try:
+        last_t = None
+        for t, kind, item in journal.records():
+            if last_t is not None and t != last_t:
+                out.append(state.committed)
+            last_t = t
+            state.now = t
+            if kind == "event":
+                state.apply_event(item)  # type: ignore[arg-type]
+            else:
+                state.apply_action(item)  # type: ignore[arg-type]
+        out.append(state.committed)
+    finally:
+        journal.close()
+    return out
+
+
+def outputs(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "outputs.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+
+
+def successful_runs(run_dir: Path) -> dict[int, set[tuple[str, int]]]:
+    """Task -> the distinct (machine, run) pairs that succeeded (a re-sent result counts once)."""
+    out: dict[int, set[tuple[str, int]]] = {}
+    for line in outputs(run_dir):
+        if line["exit_code"] == 0 and not line["error"]:
+            out.setdefault(line["task"], set()).add((line["machine"], line["run"]))
+    return out

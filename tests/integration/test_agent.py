@@ -1,0 +1,663 @@
+"""The worker agent (bootstrap/agent.py) as a real process against a scripted controller.
+
+The controller is a stdlib HTTP server in a thread: it records every request and answers
+from the test's script (queued replies first, then a script function).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+AGENT = Path(__file__).resolve().parents[2] / "bootstrap" / "agent.py"
+TOKEN = "s3cret-test-token-0f9a"
+
+
+@dataclass(frozen=True)
+class Request:
+    """One poll as the controller received it."""
+
+    at: float
+    headers: dict[str, str]
+    body: dict[str, Any]
+
+    def results(self) -> list[dict[str, Any]]:
+        results: list[dict[str, Any]] = self.body["results"]
+        return results
+
+    def carries(self, run: int) -> bool:
+        return any(result["run"] == run for result in self.results())
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What the controller answers: a status, fields over the default body, a hold."""
+
+    status: int = 200
+    fields: dict[str, Any] = field(default_factory=dict)
+    hold_s: float = 0.0
+
+
+Script = Callable[[Request], Reply]
+
+
+class FakeController:
+    """A scripted controller; ``replies`` are used first, then ``script``."""
+
+    def __init__(self) -> None:
+        self.requests: list[Request] = []
+        self.replies: deque[Reply] = deque()
+        self.script: Script = lambda request: Reply()
+        self.heartbeat_s = 0.2
+        self.epoch = "epoch-1"
+        self.closing = threading.Event()
+        self._changed = threading.Condition()
+        self._server = _Server(self)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.closing.set()
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    def handle(self, path: str, headers: dict[str, str], body: dict[str, Any]) -> tuple[int, bytes]:
+        request = Request(time.monotonic(), headers, body)
+        with self._changed:
+            self.requests.append(request)
+            self._changed.notify_all()
+            reply = self.replies.popleft() if self.replies else None
+        if path != "/v1/poll":
+            return 404, b"{}"
+        if reply is None:
+            reply = self.script(request)
+        if reply.hold_s:
+            self.closing.wait(reply.hold_s)
+        if reply.status != 200:
+            return reply.status, b'{"error": "scripted"}'
+        answer = {
+            "epoch": self.epoch,
+            "ack": True,
+            "tasks": [],
+            "cancel": [],
+            "release": False,
+            "lease_s": None,
+            "renew_in_s": None,
+            "heartbeat_s": self.heartbeat_s,
+            **reply.fields,
+        }
+        return 200, json.dumps(answer).encode()
+
+    def wait_for(self, predicate: Callable[[Request], bool], timeout: float = 5.0) -> Request:
+        """The first request that satisfies ``predicate``, waiting for it if need be."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while True:
+                for request in self.requests:
+                    if predicate(request):
+                        return request
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise AssertionError(f"no such request within {timeout}s")
+                self._changed.wait(remaining)
+
+    def snapshot(self) -> list[Request]:
+        with self._changed:
+            return list(self.requests)
+
+
+class _Server(ThreadingHTTPServer):
+    def __init__(self, controller: FakeController) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.controller = controller
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+
+    def do_POST(self) -> None:
+        server = self.server
+        assert isinstance(server, _Server)
+        length = int(self.headers.get("Content-Length", "0"))
+        body = json.loads(self.rfile.read(length))
+        status, payload = server.controller.handle(self.path, dict(self.headers), body)
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@dataclass
+class Agent:
+    """A running agent process and the file its stderr goes to."""
+
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    started: float
+
+    def wait(self, timeout: float) -> int:
+        return self.proc.wait(timeout=timeout)
+
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+
+StartAgent = Callable[..., Agent]
+
+
+@pytest.fixture
+def controller() -> Iterator[FakeController]:
+    ctl = FakeController()
+    ctl.start()
+    yield ctl
+    ctl.stop()
+
+
+@pytest.fixture
+def start_agent(tmp_path: Path) -> Iterator[StartAgent]:
+    agents: list[Agent] = []
+
+    def start(
+        url: str,
+        *args: str,
+        token: str | None = TOKEN,
+        heartbeat_s: float = 0.2,
+        orphan_after_s: float = 10.0,
+    ) -> Agent:
+        env = dict(os.environ)
+        env.pop("AUTOSCALER_TOKEN", None)
+        if token is not None:
+            env["AUTOSCALER_TOKEN"] = token
+        log_path = tmp_path / f"agent-{len(agents)}.log"
+        command = [
+            sys.executable,
+            str(AGENT),
+            "--url",
+            url,
+            "--machine",
+            "m-1",
+            "--heartbeat-s",
+            str(heartbeat_s),
+            "--orphan-after-s",
+            str(orphan_after_s),
+            *args,
+        ]
+        with log_path.open("wb") as stderr:
+            proc = subprocess.Popen(
+                command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr, env=env
+            )
+        agent = Agent(proc, log_path, time.monotonic())
+        agents.append(agent)
+        return agent
+
+    yield start
+    for agent in agents:
+        if agent.proc.poll() is None:
+            agent.proc.send_signal(signal.SIGTERM)
+            try:
+                agent.proc.wait(timeout=3)
+            except subprocess.TimeoutExpired:
+                agent.proc.kill()
+                agent.proc.wait()
+
+
+@pytest.fixture
+def task_pids() -> Iterator[list[int]]:
+    """Pids of task processes; any still alive at the end is killed."""
+    pids: list[int] = []
+    yield pids
+    for pid in pids:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def task(
+    run: int,
+    command: str | None = None,
+    *,
+    sleep_s: float | None = None,
+    env: dict[str, str] | None = None,
+    cwd: str | None = None,
+    timeout_s: float | None = None,
+) -> dict[str, Any]:
+    return {
+        "run": run,
+        "task": run + 100,
+        "command": command,
+        "sleep_s": sleep_s,
+        "env": env or {},
+        "cwd": cwd,
+        "timeout_s": timeout_s,
+    }
+
+
+def give(*tasks: dict[str, Any]) -> Reply:
+    return Reply(fields={"tasks": list(tasks)})
+
+
+def alive(pid: int) -> bool:
+    """Whether a process exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def gone_within(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def read_pid(path: Path, pids: list[int], timeout: float = 5.0) -> int:
+    """The pid a task wrote to ``path``, registered for clean-up."""
+    deadline = time.monotonic() + timeout
+    while True:
+        text = path.read_text().strip() if path.exists() else ""
+        if text:
+            pid = int(text)
+            pids.append(pid)
+            return pid
+        assert time.monotonic() < deadline, f"no pid in {path}"
+        time.sleep(0.02)
+
+
+def sleeper(pid_file: Path) -> str:
+    """A command whose child ``sleep 30`` writes its pid to ``pid_file``."""
+    return f"sleep 30 & echo $! > {pid_file}.tmp && mv {pid_file}.tmp {pid_file}; wait"
+
+
+def result_of(request: Request, run: int) -> dict[str, Any]:
+    return next(result for result in request.results() if result["run"] == run)
+
+
+def test_command_runs_with_env_and_cwd_and_reports_a_bounded_tail(
+    controller: FakeController, start_agent: StartAgent, tmp_path: Path
+) -> None:
+    """A command sees its env and cwd; the result has exit 0, its runtime, the last bytes."""
+    work = tmp_path / "work"
+    (work / "sub").mkdir(parents=True)
+    command = (
+        'echo "greeting=$GREETING" >&2; pwd >&2; echo "token=${AUTOSCALER_TOKEN:-unset}" >&2; '
+        "sleep 0.3; head -c 10000 /dev/zero | tr '\\0' x; echo END"
+    )
+    controller.replies.append(
+        give(task(1, command, env={"GREETING": "hello world"}, cwd="sub", timeout_s=20))
+    )
+    agent = start_agent(controller.url, "--workdir", str(work), "--tail-bytes", "400")
+
+    done = controller.wait_for(lambda r: r.carries(1))
+    result = result_of(done, 1)
+    assert result["task"] == 101
+    assert result["exit_code"] == 0
+    assert result["error"] is None
+    assert 0.3 <= result["runtime_s"] < 5
+    assert len(result["stdout"].encode()) <= 400
+    assert result["stdout"].endswith("xxxEND\n")
+    assert "greeting=hello world\n" in result["stderr"]
+    assert f"{os.path.realpath(work / 'sub')}\n" in result["stderr"]
+    assert "token=unset" in result["stderr"]
+
+    first = controller.requests[0]
+    assert first.headers["Authorization"] == f"Bearer {TOKEN}"
+    assert first.headers["Content-Type"] == "application/json"
+    assert first.body["machine"] == "m-1"
+    assert first.body["pid"] == agent.proc.pid
+    assert first.body["host"] == socket.gethostname()
+    assert first.body["epoch"] is None
+    assert done.body["epoch"] == "epoch-1"
+    assert TOKEN not in agent.log()
+
+
+def test_failing_command_reports_its_exit_code(
+    controller: FakeController, start_agent: StartAgent
+) -> None:
+    """A command exiting 3 gives exit_code 3 and error "exit 3", with its stderr."""
+    controller.replies.append(give(task(1, "echo oops >&2; exit 3")))
+    start_agent(controller.url)
+
+    result = result_of(controller.wait_for(lambda r: r.carries(1)), 1)
+    assert result["exit_code"] == 3
+    assert result["error"] == "exit 3"
+    assert result["stderr"] == "oops\n"
+
+
+def test_missing_command_reports_127_and_command_not_found(
+    controller: FakeController, start_agent: StartAgent
+) -> None:
+    """A command the shell cannot find gives 127 and says so with the shell's message."""
+    controller.replies.append(give(task(1, "no-such-command-7f3e --flag")))
+    start_agent(controller.url)
+
+    result = result_of(controller.wait_for(lambda r: r.carries(1)), 1)
+    assert result["exit_code"] == 127
+    assert result["error"].startswith("exit 127: command not found: ")
+    assert "no-such-command-7f3e" in result["error"]
+    assert "\n" not in result["error"]
+
+
+def test_missing_cwd_reports_cannot_start(
+    controller: FakeController, start_agent: StartAgent, tmp_path: Path
+) -> None:
+    """When the process cannot be created the result says why, with no exit code."""
+    missing = tmp_path / "no-such-dir"
+    controller.replies.append(give(task(1, "true", cwd=str(missing)), task(2, "echo next")))
+    start_agent(controller.url)
+
+    done = controller.wait_for(lambda r: r.carries(1))
+    result = result_of(done, 1)
+    assert result["exit_code"] is None
+    assert result["error"].startswith("cannot start: ")
+    assert str(missing) in result["error"]
+    assert result_of(controller.wait_for(lambda r: r.carries(2)), 2)["exit_code"] == 0
+
+
+def test_timeout_kills_the_process_group(
+    controller: FakeController, start_agent: StartAgent, tmp_path: Path, task_pids: list[int]
+) -> None:
+    """At timeout_s the whole group is killed, a child included; exit_code null, error says so."""
+    pid_file = tmp_path / "child.pid"
+    controller.replies.append(give(task(1, sleeper(pid_file), timeout_s=1)))
+    start_agent(controller.url)
+
+    child = read_pid(pid_file, task_pids)
+    result = result_of(controller.wait_for(lambda r: r.carries(1)), 1)
+    assert result["exit_code"] is None
+    assert result["error"] == "timed out after 1s"
+    assert 0.9 <= result["runtime_s"] < 3
+    assert gone_within(child, 2)
+
+
+def test_cancel_kills_the_current_run_and_gives_no_result(
+    controller: FakeController, start_agent: StartAgent, tmp_path: Path, task_pids: list[int]
+) -> None:
+    """A cancelled run is killed and never reported; the agent goes on with the next task."""
+    pid_file = tmp_path / "child.pid"
+    controller.replies.append(give(task(1, sleeper(pid_file))))
+    cancelled = threading.Event()
+
+    def script(request: Request) -> Reply:
+        if request.body["running"] == [1] and pid_file.exists() and not cancelled.is_set():
+            cancelled.set()
+            return Reply(fields={"cancel": [1], "tasks": [task(2, "echo second")]})
+        return Reply()
+
+    controller.script = script
+    start_agent(controller.url)
+
+    child = read_pid(pid_file, task_pids)
+    done = controller.wait_for(lambda r: r.carries(2))
+    assert result_of(done, 2)["stdout"] == "second\n"
+    assert gone_within(child, 2)
+    controller.wait_for(lambda r: r.at > done.at)
+    assert not any(r.carries(1) for r in controller.snapshot())
+    after = [r for r in controller.snapshot() if r.at > done.at]
+    assert all(1 not in r.body["running"] for r in after)
+
+
+def test_release_exits_0_and_kills_the_task(
+    controller: FakeController, start_agent: StartAgent, tmp_path: Path, task_pids: list[int]
+) -> None:
+    """release: true makes the agent kill its run's process group and exit 0."""
+    pid_file = tmp_path / "child.pid"
+    controller.replies.append(give(task(1, sleeper(pid_file))))
+    controller.script = lambda request: Reply(
+        fields={"release": request.body["running"] == [1] and pid_file.exists()}
+    )
+    agent = start_agent(controller.url)
+
+    child = read_pid(pid_file, task_pids)
+    assert agent.wait(timeout=5) == 0
+    assert gone_within(child, 2)
+    assert "released" in agent.log()
+
+
+def test_lease_is_renewed_and_its_expiry_exits_3(
+    controller: FakeController, start_agent: StartAgent, tmp_path: Path, task_pids: list[int]
+) -> None:
+    """Renewals keep the agent past its first lease; once they stop it exits 3 at the deadline.
+
+    Renewals come every renew_in_s (heartbeats are slow here); then the controller holds
+    the request without answering, and the agent must not wait for the HTTP timeout.
+    """
+    pid_file = tmp_path / "child.pid"
+    controller.heartbeat_s = 5.0
+    lease = {"lease_s": 0.8, "renew_in_s": 0.3}
+    controller.replies.append(Reply(fields={"tasks": [task(1, sleeper(pid_file))], **lease}))
+    renewing_until = time.monotonic() + 1.6
+
+    def script(request: Request) -> Reply:
+        if request.at < renewing_until:
+            return Reply(fields=lease)
+        return Reply(fields=lease, hold_s=20)
+
+    controller.script = script
+    agent = start_agent(controller.url)
+
+    child = read_pid(pid_file, task_pids)
+    assert agent.wait(timeout=6) == 3
+    exited = time.monotonic()
+    renewals = [r for r in controller.snapshot() if r.at < renewing_until]
+    assert exited >= renewing_until
+    assert exited - renewals[-1].at < 0.8 + 0.7
+    gaps = [b.at - a.at for a, b in itertools.pairwise(renewals[1:])]
+    assert gaps
+    assert max(gaps) < 0.5
+    assert gone_within(child, 2)
+    assert "lease expired" in agent.log()
+
+
+def test_wrong_token_exits_2(controller: FakeController, start_agent: StartAgent) -> None:
+    """A 401 means the token is refused: exit 2, said on stderr, the token never printed."""
+    controller.script = lambda request: Reply(status=401)
+    agent = start_agent(controller.url, token="wrong-token-4b1c")
+
+    assert agent.wait(timeout=5) == 2
+    assert "token refused by the controller" in agent.log()
+    assert "wrong-token-4b1c" not in agent.log()
+
+
+def test_missing_token_exits_2(controller: FakeController, start_agent: StartAgent) -> None:
+    """Without a token the agent exits 2 before contacting anyone."""
+    agent = start_agent(controller.url, token=None)
+
+    assert agent.wait(timeout=5) == 2
+    assert "AUTOSCALER_TOKEN" in agent.log()
+    assert controller.snapshot() == []
+
+
+def test_token_file_is_read(
+    controller: FakeController, start_agent: StartAgent, tmp_path: Path
+) -> None:
+    """--token-file supplies the token (stripped) instead of the environment."""
+    token_file = tmp_path / "token"
+    token_file.write_text("from-file-token-91\n")
+    start_agent(controller.url, "--token-file", str(token_file), token=None)
+
+    request = controller.wait_for(lambda r: True)
+    assert request.headers["Authorization"] == "Bearer from-file-token-91"
+
+
+def test_start_delay_postpones_the_first_contact(
+    controller: FakeController, start_agent: StartAgent
+) -> None:
+    """--start-delay-s emulates a boot: no request before it has passed."""
+    agent = start_agent(controller.url, "--start-delay-s", "0.5")
+
+    first = controller.wait_for(lambda r: True)
+    assert first.at - agent.started >= 0.5
+
+
+def test_unknown_machine_410_exits_0(controller: FakeController, start_agent: StartAgent) -> None:
+    """A 410 means the controller does not know this machine: exit 0."""
+    controller.script = lambda request: Reply(status=410)
+    agent = start_agent(controller.url)
+
+    assert agent.wait(timeout=5) == 0
+
+
+def test_unreachable_controller_exits_4(start_agent: StartAgent) -> None:
+    """With nothing listening the agent retries, then exits 4 after orphan_after_s."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    agent = start_agent(f"http://127.0.0.1:{port}", orphan_after_s=1.5)
+
+    assert agent.wait(timeout=1.5 + 4) == 4
+    assert time.monotonic() - agent.started >= 1.5
+    log = agent.log()
+    assert "controller unreachable" in log
+    assert log.count("poll failed") >= 3
+
+
+def test_unacknowledged_results_are_sent_again_after_a_503(
+    controller: FakeController, start_agent: StartAgent
+) -> None:
+    """A result whose request got a 503 is sent again, unchanged, until acknowledged."""
+    controller.replies.append(give(task(1, "echo hi")))
+    refused = threading.Event()
+
+    def script(request: Request) -> Reply:
+        if request.carries(1) and not refused.is_set():
+            refused.set()
+            return Reply(status=503)
+        return Reply()
+
+    controller.script = script
+    start_agent(controller.url)
+
+    first = controller.wait_for(lambda r: r.carries(1))
+    second = controller.wait_for(lambda r: r.carries(1) and r is not first)
+    assert second.results() == first.results()
+    assert second.at - first.at < 1.0
+    later = controller.wait_for(lambda r: r.at > second.at)
+    assert later.results() == []
+
+
+def test_sleep_task_takes_about_its_duration(
+    controller: FakeController, start_agent: StartAgent
+) -> None:
+    """A sleep_s task waits that long without a process and reports exit 0, no output."""
+    controller.replies.append(give(task(1, sleep_s=1.0)))
+    start_agent(controller.url)
+
+    given = controller.wait_for(lambda r: True)
+    done = controller.wait_for(lambda r: r.carries(1))
+    result = result_of(done, 1)
+    assert result["exit_code"] == 0
+    assert result["error"] is None
+    assert (result["stdout"], result["stderr"]) == ("", "")
+    assert 1.0 <= result["runtime_s"] < 1.3
+    assert 1.0 <= done.at - given.at < 1.5
+
+
+def test_heartbeats_arrive_while_a_long_task_runs(
+    controller: FakeController, start_agent: StartAgent
+) -> None:
+    """While a task runs the agent polls with wait_s 0 every heartbeat_s; idle, it long-polls."""
+    controller.heartbeat_s = 0.25
+    controller.replies.append(give(task(1, "sleep 1.5")))
+    start_agent(controller.url, heartbeat_s=5.0)
+
+    done = controller.wait_for(lambda r: r.carries(1))
+    beats = [r for r in controller.snapshot() if r.body["running"] == [1]]
+    assert len(beats) >= 4
+    assert all(r.body["wait_s"] == 0 for r in beats)
+    gaps = [b.at - a.at for a, b in itertools.pairwise(beats)]
+    assert max(gaps) < 0.25 + 0.15
+    assert done.body["running"] == []
+    assert done.body["wait_s"] == pytest.approx(0.25)
+
+
+def test_queued_tasks_run_one_at_a_time_in_order(
+    controller: FakeController, start_agent: StartAgent
+) -> None:
+    """Tasks given together run one after another in the order given; the queue is reported."""
+    controller.replies.append(give(*(task(run, f"sleep 0.4; echo {run}") for run in (1, 2, 3))))
+    start_agent(controller.url)
+
+    controller.wait_for(lambda r: r.carries(3))
+    requests = controller.snapshot()
+    seen = [r.body["running"] for r in requests if r.body["running"]]
+    changes = [running for i, running in enumerate(seen) if i == 0 or running != seen[i - 1]]
+    assert changes == [[1, 2, 3], [2, 3], [3]]
+    reported = [result["run"] for r in requests for result in r.results()]
+    assert reported == [1, 2, 3]
+
+
+def test_one_round_trip_per_task_without_sleeping(
+    controller: FakeController, start_agent: StartAgent
+) -> None:
+    """Each result is sent at once and the next task comes back in its answer: no waiting."""
+    count = 20
+    next_run = iter(range(2, count + 1))
+
+    def script(request: Request) -> Reply:
+        if request.results():
+            run = next(next_run, None)
+            return give(task(run, "true")) if run is not None else Reply()
+        return Reply()
+
+    controller.replies.append(give(task(1, "true")))
+    controller.script = script
+    start_agent(controller.url, heartbeat_s=5.0)
+
+    first = controller.wait_for(lambda r: True)
+    last = controller.wait_for(lambda r: r.carries(count))
+    assert last.at - first.at < 1.0
+    reported = [result["run"] for r in controller.snapshot() for result in r.results()]
+    assert reported == list(range(1, count + 1))
+
+
+def test_sigterm_kills_the_task_and_exits_0(
+    controller: FakeController, start_agent: StartAgent, tmp_path: Path, task_pids: list[int]
+) -> None:
+    """SIGTERM makes the agent kill its run's process group and exit 0."""
+    pid_file = tmp_path / "child.pid"
+    controller.replies.append(give(task(1, sleeper(pid_file))))
+    agent = start_agent(controller.url)
+
+    child = read_pid(pid_file, task_pids)
+    agent.proc.send_signal(signal.SIGTERM)
+    assert agent.wait(timeout=5) == 0
+    assert gone_within(child, 2)

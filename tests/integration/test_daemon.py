@@ -1,0 +1,340 @@
+"""Real runs on this host: the daemon, its dispatcher, and worker-agent processes.
+
+Every test runs real agents (``bootstrap/agent.py``) started by the local provider, and
+most run the daemon as a process (``autoscaler run``), so signals and ``kill -9`` are
+real too. Runs are time-scaled (an emulated hour passes in 10 real seconds).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autoscaler.daemon import Daemon, RunFiles
+from config.load import expand_bag, load_config
+from tests.integration.daemon_helpers import (
+    ROOT,
+    agents_of,
+    cli,
+    committed_over_time,
+    journal_rows,
+    kill_agents,
+    local_config,
+    outputs,
+    run_id_of,
+    start_daemon,
+    successful_runs,
+    wait_for,
+)
+
+pytestmark = pytest.mark.integration
+
+
+def run_in_process(config: Path, run_dir: Path) -> Any:
+    cfg = load_config(config)
+    tasks = expand_bag(cfg, source=str(config))
+    files = RunFiles.create(cfg, tasks, run_dir, f"{cfg.name}-{run_dir.name}", cfg.emulator.seed)
+    try:
+        return Daemon(files, install_signals=False).run()
+    finally:
+        kill_agents(files.run_id)
+
+
+def done_counts(run_dir: Path) -> Counter[int]:
+    return Counter(d["task"] for _, _, d in journal_rows(run_dir, "TaskDone"))
+
+
+def assert_clean_end(run_dir: Path, report: dict[str, Any], n_tasks: int) -> None:
+    """Every task done exactly once, money within budget all along, no agent left."""
+    done = done_counts(run_dir)
+    assert sorted(done) == list(range(n_tasks)), "some task never finished"
+    assert max(done.values()) == 1, f"tasks counted twice: {[t for t, c in done.items() if c > 1]}"
+    runs = successful_runs(run_dir)
+    twice = {t: r for t, r in runs.items() if len(r) > 1}
+    assert not twice, f"tasks that ran to success more than once: {twice}"
+    budget = report["budget"]
+    assert max(committed_over_time(run_dir)) <= budget + 1e-6
+    assert report["cost"] <= budget + 1e-6
+    assert report["tasks_done"] == n_tasks
+    assert agents_of(run_id_of(run_dir)) == []
+    for name in ("report.json", "report.md", "gantt.png", "spend.png", "log.jsonl"):
+        assert (run_dir / name).stat().st_size > 0, name
+
+
+def test_a_bag_of_200_runs_on_two_types_within_budget(tmp_path: Path) -> None:
+    """200 synthetic tasks, two local types, time-scaled: all done once, within budget."""
+    config = local_config(tmp_path)
+    started = time.monotonic()
+    outcome = run_in_process(config, tmp_path / "run")
+    wall = time.monotonic() - started
+    print(f"\n200 tasks: wall {wall:.1f}s, makespan {outcome.report['makespan_s']:.0f} emulated s")
+    assert outcome.report["stop_reason"] is None
+    assert_clean_end(tmp_path / "run", outcome.report, 200)
+    used = {m["type"] for m in outcome.report["machines"] if m["tasks_run"] > 0}
+    assert used == {"small", "fast"}
+    # The machines' paid time covers their real lives: the report's cost is what the
+    # provider's processes used under the billing model.
+    for m in outcome.report["machines"]:
+        assert m["end_s"] - m["start_s"] <= m["units_paid"] * 3600 + 1e-6
+
+
+def test_emulator_predicts_the_real_run(tmp_path: Path) -> None:
+    """Same config and seed: a dry run's makespan and cost within 10 % of the real run's."""
+    config = local_config(tmp_path, local={"time_scale": 120})
+    real = run_in_process(config, tmp_path / "real").report
+    dry = subprocess.run(
+        cli("run", str(config), "--dry-run", "--out", str(tmp_path / "dry")),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert dry.returncode == 0, dry.stderr
+    emulated = json.loads((tmp_path / "dry" / "report.json").read_text())
+    mk_err = abs(emulated["makespan_s"] - real["makespan_s"]) / real["makespan_s"]
+    cost_err = abs(emulated["cost"] - real["cost"]) / real["cost"]
+    print(
+        f"\nmakespan: dry run {emulated['makespan_s']:.0f}s, real {real['makespan_s']:.0f}s "
+        f"({mk_err:.1%}); cost: dry run {emulated['cost']:.2f}, real {real['cost']:.2f} "
+        f"({cost_err:.1%})"
+    )
+    assert mk_err <= 0.10
+    assert cost_err <= 0.10
+
+
+def test_kill_9_then_resume_loses_and_repeats_nothing(tmp_path: Path) -> None:
+    """kill -9 of the daemon mid-run, then --resume: every task once, no agent left."""
+    config = local_config(tmp_path)
+    run_dir = tmp_path / "run"
+    daemon = start_daemon(str(config), "--out", str(run_dir))
+    try:
+        wait_for(lambda: len(journal_rows(run_dir, "TaskDone")) >= 60, 60, "60 tasks done")
+        run_id = run_id_of(run_dir)
+        os.kill(daemon.pid, signal.SIGKILL)
+        daemon.wait(10)
+        before = len(journal_rows(run_dir, "TaskDone"))
+        assert agents_of(run_id), "agents should outlive a killed daemon"
+        status = subprocess.run(
+            cli("status", str(run_dir)), cwd=ROOT, capture_output=True, text=True, check=False
+        )
+        assert status.returncode == 0, status.stderr
+        assert "daemon not running" in status.stdout
+        assert f"{before} done" in status.stdout
+        resumed = subprocess.run(
+            cli("run", "--resume", str(run_dir)),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        report = json.loads((run_dir / "report.json").read_text())
+        assert report["stop_reason"] is None
+        assert_clean_end(run_dir, report, 200)
+        resumes = [
+            json.loads(line)
+            for line in (run_dir / "log.jsonl").read_text().splitlines()
+            if '"resumed"' in line
+        ]
+        assert len(resumes) == 1
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+        kill_agents(run_id_of(run_dir)) if (run_dir / "journal.sqlite").exists() else None
+
+
+def test_an_agent_killed_mid_task_has_its_task_requeued(tmp_path: Path) -> None:
+    """kill -9 of one agent while it runs a task: the machine is lost, the task runs elsewhere."""
+    config = local_config(tmp_path, bag={"synthetic": 80})
+    run_dir = tmp_path / "run"
+    daemon = start_daemon(str(config), "--out", str(run_dir))
+    try:
+        wait_for(lambda: len(journal_rows(run_dir, "TaskDone")) >= 10, 60, "10 tasks done")
+        run_id = run_id_of(run_dir)
+        victim_pid, victim = None, None
+        from providers.local import run_processes
+
+        ready = {d["machine"] for _, _, d in journal_rows(run_dir, "MachineReady")}
+        for pid, tags in run_processes(run_id):
+            if tags["AUTOSCALER_MACHINE"] in ready:
+                victim_pid, victim = pid, tags["AUTOSCALER_MACHINE"]
+                break
+        assert victim_pid is not None
+        # The task it runs now: the last one given to it without a result yet.
+        os.kill(victim_pid, signal.SIGKILL)
+        assert daemon.wait(120) == 0, daemon.stdout.read() if daemon.stdout else ""
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+        kill_agents(run_id_of(run_dir))
+    lost = [d for _, _, d in journal_rows(run_dir, "MachineLost") if d["machine"] == victim]
+    assert lost, f"{victim} was not noticed as lost"
+    assigned = [d["task"] for _, _, d in journal_rows(run_dir, "Assign") if d["machine"] == victim]
+    finished_there = {
+        d["task"] for _, _, d in journal_rows(run_dir, "TaskDone") if d["machine"] == victim
+    }
+    cut = [t for t in assigned if t not in finished_there]
+    assert cut, "the killed agent had no task in hand"
+    done = done_counts(run_dir)
+    for task in cut:
+        assert done[task] == 1, f"task {task} cut off by the kill was not run again"
+    report = json.loads((run_dir / "report.json").read_text())
+    assert_clean_end(run_dir, report, 80)
+
+
+def test_a_failing_command_is_retried_then_reported(tmp_path: Path) -> None:
+    """A command that exits 3 runs 1 + max_retries times and is reported with its error;
+    a command that does not exist is a failed task with a clear message."""
+    commands = tmp_path / "commands.txt"
+    commands.write_text(
+        "echo ok-$TAG\nsh -c 'exit 3'\nno-such-command-xyz --flag\necho two\n", encoding="utf-8"
+    )
+    config = local_config(
+        tmp_path,
+        bag={"file": str(commands), "max_retries": 2, "env": {"TAG": "t1"}},
+        local={"time_scale": 1},
+        emulator={"seed": 1, "speed": {}},
+        machine_types=[{"name": "small", "price": 1, "max_count": 2, "boot_s": 0}],
+        policy="round_robin",
+    )
+    outcome = run_in_process(config, tmp_path / "run")
+    report = outcome.report
+    assert report["tasks_done"] == 2
+    assert report["tasks_failed"] == 2
+    failed = {f["task"]: f for f in report["failed_tasks"]}
+    assert failed[1]["attempts"] == 3
+    assert failed[1]["error"] == "exit 3"
+    assert failed[2]["attempts"] == 3
+    assert "command not found" in failed[2]["error"]
+    assert "no-such-command-xyz" in failed[2]["error"]
+    runs = Counter(line["task"] for line in outputs(tmp_path / "run"))
+    assert runs[1] == 3
+    assert runs[2] == 3
+    assert runs[0] == 1
+    first = next(line for line in outputs(tmp_path / "run") if line["task"] == 0)
+    assert first["stdout"] == "ok-t1\n"
+    md = (tmp_path / "run" / "report.md").read_text()
+    assert "exit 3" in md
+    assert "command not found" in md
+    assert agents_of(outcome.run_id) == []
+
+
+def test_sigterm_releases_every_machine_and_writes_the_report(tmp_path: Path) -> None:
+    """SIGTERM mid-run: exit code 3, the report says why, no agent process is left."""
+    config = local_config(tmp_path)
+    run_dir = tmp_path / "run"
+    daemon = start_daemon(str(config), "--out", str(run_dir))
+    try:
+        wait_for(lambda: len(journal_rows(run_dir, "TaskDone")) >= 20, 60, "20 tasks done")
+        run_id = run_id_of(run_dir)
+        assert agents_of(run_id)
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(60) == 3
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+        kill_agents(run_id_of(run_dir))
+    assert agents_of(run_id) == []
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["stop_reason"] == "interrupted by SIGTERM"
+    assert 20 <= report["tasks_done"] < 200
+    assert all(m["end_s"] is not None for m in report["machines"])
+    assert max(committed_over_time(run_dir)) <= report["budget"] + 1e-6
+
+
+def test_an_agent_with_a_wrong_token_is_refused_and_logged(tmp_path: Path) -> None:
+    """A request with a wrong token gets 401 and a log line; a real agent with it exits 2."""
+    config = local_config(tmp_path, bag={"synthetic": 60})
+    run_dir = tmp_path / "run"
+    daemon = start_daemon(str(config), "--out", str(run_dir))
+    try:
+        wait_for(lambda: len(journal_rows(run_dir, "MachineReady")) >= 1, 60, "a machine ready")
+        con = __import__("sqlite3").connect(str(run_dir / "journal.sqlite"))
+        port = int(json.loads(con.execute("SELECT value FROM meta WHERE key='port'").fetchone()[0]))
+        con.close()
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        body = json.dumps({"machine": "intruder", "results": [], "running": [], "wait_s": 0})
+        conn.request(
+            "POST", "/v1/poll", body, {"Authorization": "Bearer wrong", "Content-Type": "x"}
+        )
+        assert conn.getresponse().status == 401
+        conn.close()
+        agent = subprocess.run(
+            [
+                sys.executable,
+                str(ROOT / "bootstrap" / "agent.py"),
+                "--url",
+                f"http://127.0.0.1:{port}",
+                "--machine",
+                "small-L0-0",
+            ],
+            env={**os.environ, "AUTOSCALER_TOKEN": "not-the-token"},
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        assert agent.returncode == 2
+        assert "token" in agent.stderr
+        assert daemon.wait(120) == 0
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+        kill_agents(run_id_of(run_dir))
+    refusals = [
+        json.loads(line)
+        for line in (run_dir / "log.jsonl").read_text().splitlines()
+        if "agent refused" in line
+    ]
+    assert len(refusals) == 2
+    assert {r["machine"] for r in refusals} == {"intruder", "small-L0-0"}
+    token = (run_dir / "token").read_text().strip()
+    for name in ("log.jsonl", "report.json", "outputs.jsonl"):
+        assert token not in (run_dir / name).read_text()
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["refused_agents"] == 2
+
+
+def test_prometheus_metrics_show_the_run(tmp_path: Path) -> None:
+    """With daemon.metrics_port set, /metrics serves tasks, machines, spend and budget."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = local_config(tmp_path, bag={"synthetic": 60}, daemon={"metrics_port": port})
+    run_dir = tmp_path / "run"
+    daemon = start_daemon(str(config), "--out", str(run_dir))
+    try:
+        wait_for(lambda: len(journal_rows(run_dir, "TaskDone")) >= 5, 60, "5 tasks done")
+        time.sleep(0.5)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        conn.request("GET", "/metrics")
+        text = conn.getresponse().read().decode()
+        conn.close()
+        assert daemon.wait(120) == 0
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+        kill_agents(run_id_of(run_dir))
+    values = {
+        line.split(" ")[0]: float(line.split(" ")[1])
+        for line in text.splitlines()
+        if line and not line.startswith("#")
+    }
+    assert values["autoscaler_budget"] == 60
+    assert values['autoscaler_tasks{state="done"}'] >= 5
+    assert 0 < values["autoscaler_spend_committed"] <= 60
+    assert any(k.startswith("autoscaler_machines{") and v > 0 for k, v in values.items())
+    assert "autoscaler_estimated_makespan_seconds" in text
