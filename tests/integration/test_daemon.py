@@ -80,6 +80,10 @@ def test_a_bag_of_200_runs_on_two_types_within_budget(tmp_path: Path) -> None:
     print(f"\n200 tasks: wall {wall:.1f}s, makespan {outcome.report['makespan_s']:.0f} emulated s")
     assert outcome.report["stop_reason"] is None
     assert_clean_end(tmp_path / "run", outcome.report, 200)
+    # Leases were renewed in time: no agent ended on its own, every machine was released.
+    assert journal_rows(tmp_path / "run", "MachineLost") == []
+    for log in (tmp_path / "run" / "agents").iterdir():
+        assert "lease expired" not in log.read_text(), log.name
     used = {m["type"] for m in outcome.report["machines"] if m["tasks_run"] > 0}
     assert used == {"small", "fast"}
     # The machines' paid time covers their real lives: the report's cost is what the
@@ -338,3 +342,33 @@ def test_prometheus_metrics_show_the_run(tmp_path: Path) -> None:
     assert 0 < values["autoscaler_spend_committed"] <= 60
     assert any(k.startswith("autoscaler_machines{") and v > 0 for k, v in values.items())
     assert "autoscaler_estimated_makespan_seconds" in text
+
+
+def test_a_silent_agent_is_lost_and_its_task_runs_elsewhere(tmp_path: Path) -> None:
+    """SIGSTOP of one agent: no heartbeats, so after lost_after_s the machine is lost,
+    terminated, and its task runs on another machine."""
+    from providers.local import run_processes
+
+    config = local_config(tmp_path, bag={"synthetic": 80})
+    run_dir = tmp_path / "run"
+    daemon = start_daemon(str(config), "--out", str(run_dir))
+    frozen = None
+    try:
+        wait_for(lambda: len(journal_rows(run_dir, "TaskDone")) >= 10, 60, "10 tasks done")
+        run_id = run_id_of(run_dir)
+        ready = {d["machine"] for _, _, d in journal_rows(run_dir, "MachineReady")}
+        pid, tags = next(
+            (p, t) for p, t in run_processes(run_id) if t["AUTOSCALER_MACHINE"] in ready
+        )
+        frozen = tags["AUTOSCALER_MACHINE"]
+        os.kill(pid, signal.SIGSTOP)
+        assert daemon.wait(120) == 0
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+        kill_agents(run_id_of(run_dir))
+    lost = [d for _, _, d in journal_rows(run_dir, "MachineLost") if d["machine"] == frozen]
+    assert lost, f"{frozen} was not noticed as lost"
+    assert lost[0]["reason"].startswith("no contact for")
+    report = json.loads((run_dir / "report.json").read_text())
+    assert_clean_end(run_dir, report, 80)

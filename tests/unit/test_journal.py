@@ -1,0 +1,162 @@
+"""The SQLite journal, the dispatcher's request parsing, and the state's real-run rules."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from autoscaler.dispatch import BadRequest, parse_poll
+from autoscaler.journal import JournalError, SqliteJournal, decode, encode, replay
+from autoscaler.model import (
+    Action,
+    Event,
+    Launch,
+    MachineLaunched,
+    MachineLost,
+    MachineReady,
+    Move,
+    Release,
+    Shutdown,
+    Stop,
+)
+from autoscaler.runs import make_emulator, new_state
+from autoscaler.state import RunState
+from tests.conftest import make_config
+
+
+def test_every_record_of_a_dry_run_survives_the_journal_and_replays_to_the_same_state(
+    tmp_path: Path,
+) -> None:
+    """Encode → SQLite → decode → replay gives the dry run's final state back."""
+    cfg = make_config(
+        bag={"synthetic": 300},
+        emulator={
+            "seed": 4,
+            "runtime": {"dist": "normal", "mean_s": 600, "sd_s": 120},
+            "speed": {"fast": 3.0},
+            "task_failure_prob": 0.05,
+            "machine_failures": [{"type": "fast", "at_s": 2000}],
+        },
+    )
+    journal = SqliteJournal(tmp_path / "j.sqlite")
+    steps: list[tuple[float, list[Event], list[Action]]] = []
+
+    def on_step(now: float, events: list[Event], actions: list[Action], _: RunState) -> None:
+        steps.append((now, list(events), list(actions)))
+        journal.step(now, events, actions)
+
+    emulator = make_emulator(cfg, 300, on_step=on_step)
+    final = emulator.run()
+    journal.close()
+
+    reopened = SqliteJournal(tmp_path / "j.sqlite")
+    records = list(reopened.records())
+    assert records == [
+        (t, kind, item)
+        for t, events, actions in steps
+        for kind, items in (("event", events), ("action", actions))
+        for item in items
+    ]
+    replayed = new_state(cfg, 300, cfg.emulator.seed)
+    replay(replayed, iter(records))
+    reopened.close()
+    assert replayed.committed == pytest.approx(final.committed)
+    assert replayed.task_state == final.task_state
+    assert replayed.attempts == final.attempts
+    assert {m: (x.state, x.paid_until, x.ended_at) for m, x in replayed.machines.items()} == {
+        m: (x.state, x.paid_until, x.ended_at) for m, x in final.machines.items()
+    }
+
+
+def test_decode_names_a_record_that_does_not_fit() -> None:
+    with pytest.raises(JournalError, match="unknown action type 'Explode'"):
+        decode("action", "Explode", "{}")
+    with pytest.raises(JournalError, match="does not fit"):
+        decode("event", "MachineReady", json.dumps({"machine": "m", "colour": "red"}))
+    move = Move((1, 2), "a", "b")
+    assert decode("action", "Move", encode(move)) == move
+
+
+def test_meta_round_trips(tmp_path: Path) -> None:
+    journal = SqliteJournal(tmp_path / "j.sqlite")
+    journal.set_meta(run_id="r1", port=4242, start_wall=1.5)
+    journal.set_meta(port=4343)
+    assert journal.meta() == {"run_id": "r1", "port": 4343, "start_wall": 1.5}
+    journal.close()
+
+
+def _state() -> RunState:
+    return new_state(make_config(), 10, 1)
+
+
+def test_a_launch_adopted_late_is_paid_from_when_it_started() -> None:
+    """MachineLaunched.at dates the machine (an adoption after a restart)."""
+    state = _state()
+    state.apply_action(Launch("slow", 1, "L0"))
+    state.now = 500.0
+    state.apply_event(MachineLaunched("slow-L0-0", "slow", "L0", at=120.0))
+    m = state.machines["slow-L0-0"]
+    assert m.launched_at == 120.0
+    assert m.paid_until == 120.0 + 3600.0
+
+
+def test_news_of_an_end_after_the_paid_time_dates_the_end_to_the_paid_time() -> None:
+    """A machine lost while no daemon watched ended by its lease: no unpaid unit is counted."""
+    state = _state()
+    state.apply_action(Launch("slow", 1, "L0"))
+    state.apply_event(MachineLaunched("slow-L0-0", "slow", "L0"))
+    committed = state.committed
+    state.now = 3600.0 + 900.0
+    state.apply_event(MachineLost("slow-L0-0", "ended while the daemon was down"))
+    m = state.machines["slow-L0-0"]
+    assert m.ended_at == 3600.0
+    assert state.committed == committed
+    assert state.actual_cost() == pytest.approx(1.0)
+
+
+def test_shutdown_stops_the_run_and_releases_every_machine() -> None:
+    from autoscaler.controller import Controller
+
+    state = _state()
+    controller = Controller()
+    actions = controller.step(state, [], 0.0)
+    launches = [a for a in actions if isinstance(a, Launch)]
+    events: list[Event] = [
+        MachineLaunched(f"{a.type}-{a.token}-{i}", a.type, a.token)
+        for a in launches
+        for i in range(a.count)
+    ]
+    controller.step(state, events, 1.0)
+    controller.step(state, [MachineReady(e.machine) for e in events], 60.0)  # type: ignore[attr-defined]
+    actions = controller.step(state, [Shutdown("interrupted by SIGTERM")], 100.0)
+    assert Stop("interrupted by SIGTERM") in actions
+    released = {a.machine for a in actions if isinstance(a, Release)}
+    assert released == set(state.machines)
+    assert not state.any_alive()
+    assert state.pending
+    assert not state.running_on
+    assert state.stop_reason == "interrupted by SIGTERM"
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        (b"not json", "not JSON"),
+        (b"[]", "JSON object"),
+        (b'{"results": []}', "machine"),
+        (b'{"machine": "m", "results": [{"run": 1}]}', "results"),
+        (b'{"machine": "m", "running": ["x"]}', "running"),
+        (b'{"machine": "m", "wait_s": -1}', "wait_s"),
+    ],
+)
+def test_a_bad_agent_request_is_refused_naming_the_field(body: bytes, problem: str) -> None:
+    with pytest.raises(BadRequest, match=problem):
+        parse_poll(body, 0.0)
+
+
+def test_a_poll_caps_its_wait() -> None:
+    poll = parse_poll(b'{"machine": "m", "running": [3], "wait_s": 1e9}', 0.0)
+    assert poll.running == [3]
+    assert poll.wait_s == 60.0
