@@ -320,6 +320,7 @@ class Daemon:
 
         if self.resume:
             self.state = rebuild_state(files, self.journal)
+            gone = {m.id for m in self.state.machines.values() if not m.alive}
         else:
             self.state = new_state(cfg, len(self.tasks), files.seed)
         self._t0 = (time.time() - files.start_wall) * self.ts
@@ -330,6 +331,8 @@ class Daemon:
         except OSError as exc:
             raise AutoscalerError(f"dispatcher cannot listen on {host}:{port}: {exc}") from None
         files.address = self.dispatcher.address
+        if self.resume:
+            self.dispatcher.gone.update(gone)
         self.journal.set_meta(
             run_id=files.run_id,
             seed=files.seed,
@@ -689,6 +692,7 @@ class Daemon:
         self._schedule_boundary(m)
 
     def _forget(self, mid: str) -> None:
+        self.dispatcher.gone.add(mid)
         self.dispatcher.allowed.discard(mid)
         with contextlib.suppress(Exception):
             self.scheduler.remove_job(f"boundary:{mid}")

@@ -152,7 +152,8 @@ class Dispatcher:
         self.inbox = inbox
         self.log = log
         self.epoch = secrets.token_hex(8)
-        self.allowed: set[str] = set()
+        self.allowed: set[str] = set()  # machines of the run that may ask for work
+        self.gone: set[str] = set()  # released or lost: told to exit
         self.last_seen: dict[str, float] = {}
         self.refused = 0
         handler = type("Handler", (_Handler,), {"dispatcher": self})
@@ -235,7 +236,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(HTTPStatus.BAD_REQUEST, {"error": str(exc)})
             return
         if poll.machine not in d.allowed:
-            self._send(HTTPStatus.GONE, {"error": f"machine {poll.machine!r} is not in this run"})
+            if poll.machine in d.gone:
+                self._send(HTTPStatus.GONE, {"error": f"machine {poll.machine!r} was released"})
+            else:  # launched a moment ago: the daemon has not heard of it yet
+                self._send(HTTPStatus.SERVICE_UNAVAILABLE, {"error": "machine not known yet"})
             return
         d.last_seen[poll.machine] = arrived
         d.inbox.put(poll)
