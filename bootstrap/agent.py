@@ -406,7 +406,7 @@ def spawn(command: str, cwd: str, env: dict[str, str]) -> Process:
             command,
             shell=True,
             cwd=cwd,
-            env={**os.environ, **env},
+            env={**os.environ, **env} if env else None,  # inherit: no per-variable work
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=err,
@@ -548,7 +548,7 @@ class Agent:
     def _start(self, task: Task) -> None:
         now = time.monotonic()
         deadline = now + task.timeout_s if task.timeout_s is not None else math.inf
-        log(logging.INFO, "run started", run=task.run, task=task.task)
+        log(logging.DEBUG, "run started", run=task.run, task=task.task)
         if task.command is None:
             ends_at = now + (task.sleep_s or 0.0)
             self._current = Current(task, now, None, ends_at, deadline)
@@ -596,7 +596,7 @@ class Agent:
         self._results.append(Result(task.run, task.task, code, runtime_s, stdout, stderr, error))
         self._poll_now = True
         log(
-            logging.INFO if error is None else logging.WARNING,
+            logging.DEBUG if error is None else logging.WARNING,
             "run finished",
             run=task.run,
             task=task.task,
