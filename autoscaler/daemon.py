@@ -501,9 +501,8 @@ class Daemon:
                 case _Health():
                     events.extend(self._health())
                 case _Signal(signum=signum):
-                    self._signals += 1
                     name = signal.Signals(signum).name
-                    if self._signals == 1:
+                    if not self.state.shutdown and not any(isinstance(e, Shutdown) for e in events):
                         self.log.warning("signal: releasing every machine", signal=name)
                         events.append(Shutdown(f"interrupted by {name}"))
                     else:
@@ -774,6 +773,9 @@ class Daemon:
 
     def _install_signals(self) -> dict[int, Any]:
         def handler(signum: int, frame: FrameType | None) -> None:
+            self._signals += 1
+            if self._signals > 1:
+                self._kill_now()
             self._inbox.put(_Signal(signum))
 
         old: dict[int, Any] = {}
@@ -781,14 +783,19 @@ class Daemon:
             old[signum] = signal.signal(signum, handler)
         return old
 
-    def _terminate_all_now(self) -> None:
-        """The second signal: every machine of the run ends now."""
-        ids = [s.id for s in self.provider.describe() if s.state is not ProviderState.TERMINATED]
+    def _kill_now(self) -> None:
+        """The second signal, from the handler itself (the main thread may be waiting for
+        machines to go): every machine the run knows ends now, without grace."""
+        ids = sorted(self._machines)
         self.log.warning("second signal: terminating every machine now", machines=ids)
-        if isinstance(self.provider, LocalProvider):
-            self.provider.terminate(ids, grace_s=0.0)
-        else:
-            self.provider.terminate(ids)
+        with contextlib.suppress(Exception):
+            if isinstance(self.provider, LocalProvider):
+                self.provider.terminate(ids, grace_s=0.0)
+            else:
+                self.provider.terminate(ids)
+
+    def _terminate_all_now(self) -> None:
+        """After the second signal: the state learns that every machine is gone."""
         events: list[Event] = [
             MachineLost(m.id, "terminated on a second signal") for m in self.state.alive_machines()
         ]

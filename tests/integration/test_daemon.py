@@ -234,8 +234,9 @@ def test_a_failing_command_is_retried_then_reported(tmp_path: Path) -> None:
     assert agents_of(outcome.run_id) == []
 
 
-def test_sigterm_releases_every_machine_and_writes_the_report(tmp_path: Path) -> None:
-    """SIGTERM mid-run: exit code 3, the report says why, no agent process is left."""
+def interrupt(tmp_path: Path, signals: list[signal.Signals]) -> tuple[Path, dict[str, Any]]:
+    """Start a run, send ``signals`` once 20 tasks are done (each after the previous one
+    is handled); the daemon must exit 3 with no agent left and spend within budget."""
     config = local_config(tmp_path)
     run_dir = tmp_path / "run"
     daemon = start_daemon(str(config), "--out", str(run_dir))
@@ -243,7 +244,14 @@ def test_sigterm_releases_every_machine_and_writes_the_report(tmp_path: Path) ->
         wait_for(lambda: len(journal_rows(run_dir, "TaskDone")) >= 20, 60, "20 tasks done")
         run_id = run_id_of(run_dir)
         assert agents_of(run_id)
-        daemon.send_signal(signal.SIGTERM)
+        for i, signum in enumerate(signals):
+            if i > 0:
+                wait_for(
+                    lambda: "releasing every machine" in (run_dir / "log.jsonl").read_text(),
+                    10,
+                    "the first signal to be handled",
+                )
+            daemon.send_signal(signum)
         assert daemon.wait(60) == 3
     finally:
         if daemon.poll() is None:
@@ -251,10 +259,16 @@ def test_sigterm_releases_every_machine_and_writes_the_report(tmp_path: Path) ->
         kill_agents(run_id_of(run_dir))
     assert agents_of(run_id) == []
     report = json.loads((run_dir / "report.json").read_text())
-    assert report["stop_reason"] == "interrupted by SIGTERM"
     assert 20 <= report["tasks_done"] < 200
     assert all(m["end_s"] is not None for m in report["machines"])
     assert max(committed_over_time(run_dir)) <= report["budget"] + 1e-6
+    return run_dir, report
+
+
+def test_sigterm_releases_every_machine_and_writes_the_report(tmp_path: Path) -> None:
+    """SIGTERM mid-run: exit code 3, the report says why, no agent process is left."""
+    _, report = interrupt(tmp_path, [signal.SIGTERM])
+    assert report["stop_reason"] == "interrupted by SIGTERM"
 
 
 def test_an_agent_with_a_wrong_token_is_refused_and_logged(tmp_path: Path) -> None:
@@ -372,3 +386,10 @@ def test_a_silent_agent_is_lost_and_its_task_runs_elsewhere(tmp_path: Path) -> N
     assert lost[0]["reason"].startswith("no contact for")
     report = json.loads((run_dir / "report.json").read_text())
     assert_clean_end(run_dir, report, 80)
+
+
+def test_a_second_signal_terminates_every_machine_at_once(tmp_path: Path) -> None:
+    """Two SIGINTs: the second kills the agents without grace; the report is still written."""
+    run_dir, report = interrupt(tmp_path, [signal.SIGINT, signal.SIGINT])
+    assert report["stop_reason"] == "interrupted by SIGINT"
+    assert "second signal: terminating every machine now" in (run_dir / "log.jsonl").read_text()
