@@ -12,7 +12,7 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -159,10 +159,7 @@ def run(
             )
         except AutoscalerError as exc:
             _exit_with(exc)
-    _print_report(result.report)
-    _out.print(f"run directory: {out_dir}", markup=False, soft_wrap=True)
-    if result.report["stop_reason"] is not None:
-        raise typer.Exit(EXIT_STOPPED)
+    _conclude(result.report, out_dir)
 
 
 def _run_daemon(
@@ -193,9 +190,14 @@ def _run_daemon(
             outcome = Daemon(files, resume=resume, progress=update).run()
     except AutoscalerError as exc:
         _exit_with(exc)
-    _print_report(outcome.report)
+    _conclude(outcome.report, run_dir)
+
+
+def _conclude(report: dict[str, Any], run_dir: Path) -> None:
+    """The report's head and where the run directory is; exit 3 if the bag is unfinished."""
+    _print_report(report)
     _out.print(f"run directory: {run_dir}", markup=False, soft_wrap=True)
-    if outcome.report["stop_reason"] is not None:
+    if report["stop_reason"] is not None:
         raise typer.Exit(EXIT_STOPPED)
 
 

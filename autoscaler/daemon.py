@@ -37,9 +37,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from types import FrameType
-from typing import IO, Any, TextIO
+from typing import IO, Any
 
-import structlog
 import yaml
 from apscheduler.schedulers.background import BackgroundScheduler
 
@@ -51,8 +50,8 @@ from autoscaler.live import machine_counts, planned_finish
 from autoscaler.model import (
     Action,
     Assign,
+    BoundaryNear,
     Cancel,
-    Configure,
     Event,
     Extend,
     Launch,
@@ -71,6 +70,14 @@ from autoscaler.model import (
     Tick,
 )
 from autoscaler.report import build_report, write_report
+from autoscaler.runs import (
+    CONFIG_FILE,
+    controller_settings,
+    json_logger,
+    log_action,
+    new_state,
+    write_config,
+)
 from autoscaler.state import Machine, RunState
 from config.schema import RunConfig
 from providers.base import Capabilities, MachineRecord, Provider, ProviderState
@@ -79,7 +86,6 @@ from providers.sim import draw_runtimes
 
 TOKEN_FILE = "token"
 TASKS_FILE = "tasks.jsonl"
-CONFIG_FILE = "config.yaml"
 OUTPUTS_FILE = "outputs.jsonl"
 LOCK_FILE = "daemon.lock"
 HEALTH_S = 0.25
@@ -144,9 +150,7 @@ class RunFiles:
         run_dir.mkdir(parents=True, exist_ok=True)
         if (run_dir / JOURNAL_DB).exists():
             raise AutoscalerError(f"{run_dir} already holds a run: use --resume {run_dir}")
-        (run_dir / CONFIG_FILE).write_text(
-            yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False), encoding="utf-8"
-        )
+        write_config(cfg, run_dir)
         with (run_dir / TASKS_FILE).open("w", encoding="utf-8") as f:
             for t in tasks:
                 f.write(json.dumps({"id": t.id, "command": t.command, "env": dict(t.env)}) + "\n")
@@ -193,8 +197,6 @@ class RunFiles:
 
 def rebuild_state(files: RunFiles, journal: SqliteJournal) -> RunState:
     """The run's state as its journal left it."""
-    from autoscaler.runs import new_state
-
     state = new_state(files.cfg, len(files.tasks), files.seed)
     replay(state, journal.records())
     return state
@@ -247,7 +249,6 @@ class Outcome:
     report: dict[str, Any]
     run_dir: Path
     wall_s: float
-    refused_agents: int = 0
 
 
 ProgressHook = Callable[[RunState, float | None], None]
@@ -272,8 +273,6 @@ class Daemon:
     _inbox: queue.SimpleQueue[object] = field(init=False, default_factory=queue.SimpleQueue)
 
     def __post_init__(self) -> None:
-        from autoscaler.runs import controller_settings
-
         cfg = self.files.cfg
         self.cfg = cfg
         self.ts = cfg.time_scale
@@ -312,12 +311,10 @@ class Daemon:
         files, cfg = self.files, self.cfg
         started = time.perf_counter()
         log_file = (files.run_dir / "log.jsonl").open("a", encoding="utf-8")
-        self.log = _logger(log_file).bind(run_id=files.run_id)
+        self.log = json_logger(log_file).bind(run_id=files.run_id)
         self._outputs = (files.run_dir / OUTPUTS_FILE).open("a", encoding="utf-8")
         self._workdir.mkdir(parents=True, exist_ok=True)
         self.journal = SqliteJournal(files.run_dir / JOURNAL_DB)
-        from autoscaler.runs import new_state
-
         if self.resume:
             self.state = rebuild_state(files, self.journal)
             gone = {m.id for m in self.state.machines.values() if not m.alive}
@@ -391,9 +388,7 @@ class Daemon:
         report["time_scale"] = self.ts
         report["refused_agents"] = self.dispatcher.refused
         write_report(report, self.state, files.run_dir)
-        return Outcome(
-            files.run_id, self.state, report, files.run_dir, wall, self.dispatcher.refused
-        )
+        return Outcome(files.run_id, self.state, report, files.run_dir, wall)
 
     def _make_provider(self) -> Provider:
         cfg, files = self.cfg, self.files
@@ -475,7 +470,7 @@ class Daemon:
                 if self.progress is not None:
                     self.progress(self.state, estimate)
                 if metrics is not None:
-                    metrics.update(self.state, self.cfg, estimate)
+                    metrics.update(self.state, estimate)
 
     def _over(self) -> bool:
         s = self.state
@@ -572,8 +567,6 @@ class Daemon:
         self._outputs.write(json.dumps(line) + "\n")
 
     def _boundary_event(self, mid: str) -> list[Event]:
-        from autoscaler.model import BoundaryNear
-
         m = self.state.machines.get(mid)
         if m is None or not m.alive:
             return []
@@ -655,27 +648,20 @@ class Daemon:
         for action in actions:
             match action:
                 case Launch():
-                    self.log.info(
-                        "launch", machine_type=action.type, count=action.count, token=action.token
-                    )
                     future = self._submit(self._launch, action)
                     future.add_done_callback(lambda f: self._inbox.put(f.result()))
                 case Extend(machine=mid):
                     self._schedule_boundary(self.state.machines[mid])
                     touched.add(mid)
-                case Release(machine=mid, reason=reason):
-                    self.log.info("release", machine=mid, reason=reason)
+                case Release(machine=mid):
                     self._forget(mid)
                     touched.add(mid)
                     self._submit(self.provider.terminate, [mid])
                 case Assign(machine=mid) | Replicate(machine=mid) | Cancel(machine=mid):
                     touched.add(mid)
-                case Configure(counts=counts, reason=reason):
-                    self.log.info("configure", counts=dict(counts), reason=reason)
-                case Stop():
-                    self.log.info("stop", reason=action.reason)
                 case _:
                     pass
+            log_action(self.log, self.state.now, action)
         return touched
 
     def _submit(self, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:
@@ -808,12 +794,7 @@ class Daemon:
         for future in list(self._futures):
             with contextlib.suppress(Exception):
                 future.result(timeout=30)
-        try:
-            left = [
-                s.id for s in self.provider.describe() if s.state is not ProviderState.TERMINATED
-            ]
-        except AttributeError:
-            return  # the provider was never made
+        left = [s.id for s in self.provider.describe() if s.state is not ProviderState.TERMINATED]
         if left:
             self.log.warning("terminating machines left at the end", machines=left)
             self.provider.terminate(left)
@@ -833,17 +814,6 @@ class Daemon:
             committed=round(self.state.committed, 4),
             stop_reason=self.state.stop_reason,
         )
-
-
-def _logger(stream: TextIO) -> Any:
-    return structlog.wrap_logger(
-        structlog.WriteLogger(stream),
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True, key="wall"),
-            structlog.processors.JSONRenderer(sort_keys=False),
-        ],
-    )
 
 
 # --- metrics ---------------------------------------------------------------------------
@@ -885,7 +855,7 @@ class _Metrics:
             raise AutoscalerError(f"metrics cannot listen on port {port}: {exc}") from None
         return metrics
 
-    def update(self, state: RunState, cfg: RunConfig, estimate: float | None) -> None:
+    def update(self, state: RunState, estimate: float | None) -> None:
         running = len(state.running_on)
         self.tasks.labels("done").set(state.done)
         self.tasks.labels("failed").set(state.failed)

@@ -35,8 +35,9 @@ class Reply:
 
     ``send`` gives the full answer. ``hold`` says the results are stored but there is
     nothing to say yet: the handler keeps the request open until ``hold_until`` and then
-    sends ``base``. Once the handler has given up, ``send`` returns False and the
-    daemon knows the agent did not get what it sent (it sends it again on the next poll).
+    sends ``base``. Once the handler has given up, ``send`` returns False: the agent did
+    not get that answer, and the daemon sends its tasks again when the agent's next poll
+    shows it does not run them.
     """
 
     def __init__(self) -> None:

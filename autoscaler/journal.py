@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -82,18 +82,22 @@ class JournalError(AutoscalerError):
     code = "JournalError"
 
 
-def encode(item: Event | Action) -> str:
-    """The fields of an event or action as JSON."""
-    fields = {f.name: getattr(item, f.name) for f in dataclasses.fields(item)}
-    return json.dumps(fields, separators=(",", ":"), default=_plain)
+def fields(item: Event | Action) -> dict[str, Any]:
+    """The fields of an event or action as plain JSON values."""
+    return {f.name: _plain(getattr(item, f.name)) for f in dataclasses.fields(item)}
 
 
 def _plain(value: object) -> Any:
-    if isinstance(value, tuple):
-        return list(value)
-    if hasattr(value, "items"):
-        return dict(value.items())
-    raise TypeError(f"cannot journal {value!r}")
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return value
+
+
+def encode(item: Event | Action) -> str:
+    """The fields of an event or action as JSON."""
+    return json.dumps(fields(item), separators=(",", ":"))
 
 
 def decode(kind: str, type_name: str, data: str | dict[str, Any]) -> Event | Action:
@@ -173,7 +177,3 @@ class SqliteJournal:
         cursor = self._db.execute("SELECT t, kind, type, data FROM journal ORDER BY seq")
         for t, kind, type_name, data in cursor:
             yield t, kind, decode(kind, type_name, data)
-
-    def count(self) -> int:
-        row = self._db.execute("SELECT COUNT(*) FROM journal").fetchone()
-        return int(row[0])

@@ -10,15 +10,11 @@ from rich.live import Live
 from rich.table import Table
 
 from autoscaler.model import MachineState
+from autoscaler.report import hms
 from autoscaler.state import RunState
 from config.schema import RunConfig
 
 Update = Callable[[RunState, float | None], None]
-
-
-def _hms(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
 
 def machine_counts(state: RunState) -> dict[str, dict[str, int]]:
@@ -45,8 +41,8 @@ def summary_rows(cfg: RunConfig, state: RunState, estimate: float | None) -> lis
         ),
         ("machines", machines),
         ("committed", money),
-        ("run time", _hms(state.now)),
-        ("estimated finish", "not planned yet" if estimate is None else _hms(estimate)),
+        ("run time", hms(state.now)),
+        ("estimated finish", "not planned yet" if estimate is None else hms(estimate)),
     ]
     if state.stopped:
         rows.append(("stopping", state.stop_reason or "bag finished"))
@@ -80,7 +76,7 @@ def live_view(console: Console, cfg: RunConfig, total: int) -> Iterator[Update]:
 def status_lines(run_id: str, cfg: RunConfig, state: RunState, pid: int | None) -> list[str]:
     """``autoscaler status``: the run as its journal says, and whether a daemon holds it."""
     daemon = f"running (pid {pid})" if pid else "not running"
-    lines = [f"run {run_id}: daemon {daemon}; journal up to run time {_hms(state.now)}"]
+    lines = [f"run {run_id}: daemon {daemon}; journal up to run time {hms(state.now)}"]
     lines += [f"  {key}: {value}" for key, value in summary_rows(cfg, state, planned_finish(state))]
     if not pid and not state.finished and not (state.stopped and not state.any_alive()):
         lines.append("  carry on with: autoscaler run --resume <run dir>")

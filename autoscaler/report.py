@@ -141,7 +141,7 @@ def build_report(
 # --- for people -----------------------------------------------------------------------
 
 
-def _hms(seconds: float | None) -> str:
+def hms(seconds: float | None) -> str:
     if seconds is None:
         return "-"
     s = round(seconds)
@@ -180,16 +180,14 @@ def render_markdown(report: dict[str, Any]) -> str:
     ]
     predicted = report["predicted"] or {}
     lines.append(f"| cost | {_money(predicted.get('cost'))} | {_money(report['cost'])} |")
-    lines.append(
-        f"| makespan | {_hms(predicted.get('makespan_s'))} | {_hms(report['makespan_s'])} |"
-    )
+    lines.append(f"| makespan | {hms(predicted.get('makespan_s'))} | {hms(report['makespan_s'])} |")
     lines += [
         "",
         f"Budget {_money(budget)}; spent {_money(report['cost'])} ({within}).",
     ]
     if predicted:
         lines.append(
-            f"Prediction made at {_hms(predicted.get('at_s'))}, the first plan after sampling."
+            f"Prediction made at {hms(predicted.get('at_s'))}, the first plan after sampling."
         )
     lines += [
         "",
@@ -201,12 +199,12 @@ def render_markdown(report: dict[str, Any]) -> str:
     for name, t in report["machine_types"].items():
         lines.append(
             f"| {name} | {t['machines']} | {t['units_paid']:g} | {_money(t['cost'])} | "
-            f"{t['tasks_run']} | {_hms(t['busy_s'])} | {_hms(t['idle_s'])} |"
+            f"{t['tasks_run']} | {hms(t['busy_s'])} | {hms(t['idle_s'])} |"
         )
     lines += ["", "## Configurations", "", "| at | machines | why |", "| --- | --- | --- |"]
     for c in report["configurations"]:
         counts = ", ".join(f"{k}: {v}" for k, v in c["counts"].items())
-        lines.append(f"| {_hms(c['t_s'])} | {counts} | {c['reason']} |")
+        lines.append(f"| {hms(c['t_s'])} | {counts} | {c['reason']} |")
     if report["failed_tasks"]:
         lines += [
             "",
@@ -228,7 +226,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     ]
     for m in report["machines"]:
         lines.append(
-            f"| {m['id']} | {m['type']} | {_hms(m['start_s'])} | {_hms(m['end_s'])} | "
+            f"| {m['id']} | {m['type']} | {hms(m['start_s'])} | {hms(m['end_s'])} | "
             f"{m['units_paid']:g} | {m['tasks_run']} | {m['end_reason'] or '-'} |"
         )
     return "\n".join(lines) + "\n"

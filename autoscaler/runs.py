@@ -8,7 +8,6 @@ event and action, in order, with its virtual time), ``log.jsonl`` (structured lo
 from __future__ import annotations
 
 import dataclasses
-import enum
 import json
 import random
 import time
@@ -16,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TextIO
 
 import structlog
 import yaml
@@ -25,6 +24,7 @@ from autoscaler.billing import BillingModel
 from autoscaler.controller import Controller, ControllerSettings
 from autoscaler.emulator import Emulator, StepHook
 from autoscaler.estimate import sample_size
+from autoscaler.journal import fields
 from autoscaler.model import Action, Configure, Event, Launch, Release, Stop, TaskSpec, TypeSpec
 from autoscaler.report import build_report, write_report
 from autoscaler.state import RunState
@@ -108,20 +108,9 @@ def make_emulator(
 # --- the journal ----------------------------------------------------------------------
 
 
-def _plain(value: object) -> Any:
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value
-
-
 def record(kind: str, now: float, item: Event | Action) -> dict[str, Any]:
     """One journal line: when, event or action, its type and its fields."""
-    fields = {f.name: _plain(getattr(item, f.name)) for f in dataclasses.fields(item)}
-    return {"t": round(now, 3), "kind": kind, "type": type(item).__name__, "data": fields}
+    return {"t": round(now, 3), "kind": kind, "type": type(item).__name__, "data": fields(item)}
 
 
 class Journal:
@@ -155,7 +144,29 @@ def new_run_id(cfg: RunConfig) -> str:
     return f"{cfg.name}-{stamp}-{random.SystemRandom().randrange(16**4):04x}"
 
 
-def _logged(log: Any, now: float, action: Action) -> None:
+CONFIG_FILE = "config.yaml"
+
+
+def write_config(cfg: RunConfig, run_dir: Path) -> None:
+    """The config as resolved, into the run directory."""
+    (run_dir / CONFIG_FILE).write_text(
+        yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False), encoding="utf-8"
+    )
+
+
+def json_logger(stream: TextIO) -> Any:
+    """A structlog logger writing JSON lines (level, wall time) to ``stream``."""
+    return structlog.wrap_logger(
+        structlog.WriteLogger(stream),
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True, key="wall"),
+            structlog.processors.JSONRenderer(sort_keys=False),
+        ],
+    )
+
+
+def log_action(log: Any, now: float, action: Action) -> None:
     """The actions worth a log line (not every task assignment)."""
     match action:
         case Launch(type=t, count=c, token=token):
@@ -189,20 +200,11 @@ def dry_run(
     log: Any = structlog.wrap_logger(structlog.ReturnLogger())
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "config.yaml").write_text(
-            yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False), encoding="utf-8"
-        )
+        write_config(cfg, out_dir)
         journal_file = (out_dir / "journal.jsonl").open("w", encoding="utf-8")
         log_file = (out_dir / "log.jsonl").open("w", encoding="utf-8")
         journal = Journal(journal_file)
-        log = structlog.wrap_logger(
-            structlog.WriteLogger(log_file),
-            processors=[
-                structlog.processors.add_log_level,
-                structlog.processors.TimeStamper(fmt="iso", utc=True, key="wall"),
-                structlog.processors.JSONRenderer(sort_keys=False),
-            ],
-        )
+        log = json_logger(log_file)
     log = log.bind(run_id=run_id)
     log.info("run start", tasks=len(tasks), seed=seed, policy=cfg.policy, provider="sim")
 
@@ -210,7 +212,7 @@ def dry_run(
         if journal is not None:
             journal.step(now, events, actions)
         for action in actions:
-            _logged(log, now, action)
+            log_action(log, now, action)
         if progress is not None:
             progress(state)
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from autoscaler.billing import BillingModel
+from autoscaler.errors import AutoscalerError
 
 
 class ProviderState(enum.Enum):
@@ -43,6 +44,18 @@ class Capabilities:
     spot: bool = False
     max_counts: Mapping[str, int] = field(default_factory=dict)
     boot_estimate_s: Mapping[str, float] = field(default_factory=dict)
+
+
+def check_launch(capabilities: Capabilities, type: str, alive: int, count: int) -> None:
+    """Refuse a launch of an unknown type, or one past the type's maximum count."""
+    limit = capabilities.max_counts.get(type)
+    if limit is None:
+        raise AutoscalerError(f"unknown machine type {type!r}", code="UnknownType")
+    if alive + count > limit:
+        raise AutoscalerError(
+            f"{type}: {alive} running + {count} requested exceeds the limit {limit}",
+            code="InstanceLimitExceeded",
+        )
 
 
 class Provider(Protocol):

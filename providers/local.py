@@ -24,8 +24,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from autoscaler.errors import AutoscalerError
-from providers.base import Capabilities, MachineRecord, MachineStatus, ProviderState
+from providers.base import (
+    Capabilities,
+    MachineRecord,
+    MachineStatus,
+    ProviderState,
+    check_launch,
+)
 
 AGENT = Path(__file__).resolve().parent.parent / "bootstrap" / "agent.py"
 
@@ -121,18 +126,11 @@ class LocalProvider:
     def launch(
         self, type: str, count: int, token: str, tags: Mapping[str, str]
     ) -> list[MachineRecord]:
-        if type not in self._capabilities.max_counts:
-            raise AutoscalerError(f"unknown machine type {type!r}", code="UnknownType")
         ids = [f"{type}-{token}-{i}" for i in range(count)]
         self._adopt()
         missing = [mid for mid in ids if not self._running(mid)]
         alive = sum(1 for a in self._agents.values() if a.type == type and self._running(a.id))
-        limit = self._capabilities.max_counts[type]
-        if alive + len(missing) > limit:
-            raise AutoscalerError(
-                f"{type}: {alive} running + {len(missing)} requested exceeds the limit {limit}",
-                code="InstanceLimitExceeded",
-            )
+        check_launch(self._capabilities, type, alive, len(missing))
         for mid in missing:
             self._spawn(mid, type, token)
         return [
@@ -177,12 +175,6 @@ class LocalProvider:
         return [a.id for a in targets]
 
     # --- processes ----------------------------------------------------------------------
-
-    def exit_code(self, machine: str) -> int | None:
-        agent = self._agents.get(machine)
-        if agent is None or agent.proc is None:
-            return None
-        return agent.proc.poll()
 
     def _running(self, mid: str) -> bool:
         agent = self._agents.get(mid)

@@ -13,7 +13,6 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from autoscaler.errors import AutoscalerError
 from config.load import load_trace
 from config.schema import (
     ConstantRuntime,
@@ -23,7 +22,13 @@ from config.schema import (
     TraceRuntime,
     UniformRuntime,
 )
-from providers.base import Capabilities, MachineRecord, MachineStatus, ProviderState
+from providers.base import (
+    Capabilities,
+    MachineRecord,
+    MachineStatus,
+    ProviderState,
+    check_launch,
+)
 
 _MIN_RUNTIME_S = 1.0
 
@@ -89,15 +94,8 @@ class SimProvider:
     ) -> list[MachineRecord]:
         if token in self._by_token:  # idempotent: a repeated token returns its machines
             return [self._record(self.machines[i]) for i in self._by_token[token]]
-        if type not in self._capabilities.max_counts:
-            raise AutoscalerError(f"unknown machine type {type!r}", code="UnknownType")
         alive = sum(1 for m in self.machines.values() if m.type == type and m.terminated_at is None)
-        if alive + count > self._capabilities.max_counts[type]:
-            raise AutoscalerError(
-                f"{type}: {alive} running + {count} requested exceeds the limit "
-                f"{self._capabilities.max_counts[type]}",
-                code="InstanceLimitExceeded",
-            )
+        check_launch(self._capabilities, type, alive, count)
         ids = []
         for _ in range(count):
             index = self._launched.get(type, 0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import signal
@@ -124,26 +125,17 @@ def kill_agents(run_id: str) -> None:
 def committed_over_time(run_dir: Path) -> list[float]:
     """Committed spend after every step, recomputed by replaying the journal."""
     from autoscaler.daemon import RunFiles
+    from autoscaler.journal import SqliteJournal, replay
     from autoscaler.runs import new_state
 
     files = RunFiles.open(run_dir)
     state = new_state(files.cfg, len(files.tasks), files.seed)
-    out = []
-    from autoscaler.journal import SqliteJournal
-
     journal = SqliteJournal(run_dir / "journal.sqlite")
     try:
-        last_t = None
-        for t, kind, item in journal.records():
-            if last_t is not None and t != last_t:
-                out.append(state.committed)
-            last_t = t
-            state.now = t
-            if kind == "event":
-                state.apply_event(item)  # type: ignore[arg-type]
-            else:
-                state.apply_action(item)  # type: ignore[arg-type]
-        out.append(state.committed)
+        out = []
+        for _, step in itertools.groupby(journal.records(), key=lambda record: record[0]):
+            replay(state, step)
+            out.append(state.committed)
     finally:
         journal.close()
     return out

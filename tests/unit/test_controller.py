@@ -8,6 +8,7 @@ import pytest
 
 from autoscaler.billing import BillingModel
 from autoscaler.controller import Controller
+from autoscaler.journal import replay
 from autoscaler.model import (
     Action,
     BoundaryNear,
@@ -245,12 +246,7 @@ def test_replaying_the_journal_rebuilds_the_state() -> None:
     state, journal = run(cfg)
     assert any(isinstance(a, Mark) for _, _, a in journal), "the run should mark machines"
     replayed = new_state(cfg, 400, cfg.emulator.seed)
-    for now, kind, item in journal:
-        replayed.now = now
-        if kind == "event":
-            replayed.apply_event(item)  # type: ignore[arg-type]
-        else:
-            replayed.apply_action(item)  # type: ignore[arg-type]
+    replay(replayed, iter(journal))
     assert replayed.committed == pytest.approx(state.committed)
     assert replayed.task_state == state.task_state
     assert replayed.attempts == state.attempts
