@@ -285,7 +285,8 @@ class Daemon:
             else []
         )
         self._machines: dict[str, _Machine] = {}
-        self._signals = 0
+        self._signals = 0  # SIGINT/SIGTERM received; the second means: kill, do not wait
+        self._killed = False
         self._outputs: IO[str] | None = None
         self._executor = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="provider")
         self._futures: set[concurrent.futures.Future[Any]] = set()
@@ -508,6 +509,7 @@ class Daemon:
         events.sort(key=lambda e: not isinstance(e, MachineLaunched | MachineReady))
         self._step(events, polls)
         if hard:
+            self._kill_now()
             self._terminate_all_now()
 
     def _step(self, events: list[Event], polls: list[Poll]) -> None:
@@ -759,9 +761,9 @@ class Daemon:
 
     def _install_signals(self) -> dict[int, Any]:
         def handler(signum: int, frame: FrameType | None) -> None:
+            # Only a count and a queue item: the interrupted code may hold any lock
+            # (the log's, a provider's), so the work is done by the main loop or _finish.
             self._signals += 1
-            if self._signals > 1:
-                self._kill_now()
             self._inbox.put(_Signal(signum))
 
         old: dict[int, Any] = {}
@@ -770,8 +772,10 @@ class Daemon:
         return old
 
     def _kill_now(self) -> None:
-        """The second signal, from the handler itself (the main thread may be waiting for
-        machines to go): every machine the run knows ends now, without grace."""
+        """The second signal: every machine the run knows ends now, without grace."""
+        if self._killed:
+            return
+        self._killed = True
         ids = sorted(self._machines)
         self.log.warning("second signal: terminating every machine now", machines=ids)
         with contextlib.suppress(Exception):
@@ -791,9 +795,11 @@ class Daemon:
 
     def _finish(self, error: BaseException | None) -> None:
         """Whatever happened: no machine of this run outlives the daemon."""
-        for future in list(self._futures):
-            with contextlib.suppress(Exception):
-                future.result(timeout=30)
+        deadline = time.monotonic() + 30
+        while self._futures and time.monotonic() < deadline:
+            if self._signals > 1:  # a second signal while machines are being released
+                self._kill_now()
+            concurrent.futures.wait(list(self._futures), timeout=0.1)
         left = [s.id for s in self.provider.describe() if s.state is not ProviderState.TERMINATED]
         if left:
             self.log.warning("terminating machines left at the end", machines=left)
