@@ -34,6 +34,7 @@ class MachineStatus:
     id: str
     type: str
     state: ProviderState
+    address: str | None = None  # where to reach it (an instance's IP), if the provider knows
 
 
 @dataclass(frozen=True, slots=True)
