@@ -98,6 +98,7 @@ class Controller:
         boundaries: list[str] = []
         tick = False
         lost = False
+        unavailable: list[str] = []
         for event in events:
             state.apply_event(event)
             match event:
@@ -108,6 +109,9 @@ class Controller:
                 case TaskDone(task=tid, machine=mid):
                     touched.add(mid)
                     self._cancel_other_runs(s, tid)
+                case LaunchFailed(kind="capacity", type=tname):
+                    lost = True
+                    unavailable.append(tname)
                 case MachineLost() | LaunchFailed():
                     lost = True
                 case Shutdown(reason=reason):
@@ -128,8 +132,14 @@ class Controller:
             self._boundary(s, state.machines[mid])
         if self.settings.policy == "bats" and not state.stopped:
             replanned = self._monitor(s, tick)
-            if replanned or lost:
+            if unavailable and not replanned and self._planned(state):
+                est, n_e = self._outlook(state)
+                why = f"{', '.join(sorted(set(unavailable)))} unavailable: plan without it"
+                replanned = self._replan(s, est, n_e, why, force=True)
+            if replanned or lost or (tick and state.deferred):
                 self._reconcile(s)
+        elif tick and state.deferred and not state.stopped:
+            self._reconcile(s)
         requeued = bool(state.pending) and any(isinstance(a, Release) for a in s.actions)
         if tick or lost or requeued or any(isinstance(a, Configure | Launch) for a in s.actions):
             touched = {m.id for m in state.alive_machines()}
@@ -267,7 +277,11 @@ class Controller:
         """Check the plan; re-plan when needed. Returns True when the target changed."""
         state = s.state
         if not self._planned(state):
-            sampling = [n for n, c in state.configurations[-1][1].counts.items() if c > 0]
+            sampling = [
+                n
+                for n, c in state.configurations[-1][1].counts.items()
+                if c > 0 and (state.available(n) or state.count_alive(n) > 0)
+            ]
             if sampling and all(state.stats[n].sampled for n in sampling):
                 est, n_e = self._outlook(state)
                 return self._replan(s, est, n_e, "plan after sampling", force=True)
@@ -345,7 +359,7 @@ class Controller:
             problem = BudgetProblem(
                 tasks=n_e,
                 budget=budget,
-                types=list(est.values()),
+                types=self._launchable(state, est),
                 billing=state.billing,
                 cushion_z=self.settings.cushion_z,
                 final_loss=self.settings.final_loss,
@@ -378,6 +392,18 @@ class Controller:
         makespan = state.now + plan.makespan_s(state.tasks_left)
         s.do(Configure(counts, state.committed + plan.cost, makespan, reason))
         return True
+
+    @staticmethod
+    def _launchable(state: RunState, est: dict[str, TypeEstimate]) -> list[TypeEstimate]:
+        """The types a plan may use: one the provider lacks capacity for keeps only the
+        machines it has (none: left out), so the plan does not wait for it."""
+        out = []
+        for name, e in est.items():
+            if state.available(name):
+                out.append(e)
+            elif e.live > 0:
+                out.append(replace(e, max_count=e.live))
+        return out
 
     @staticmethod
     def _planned(state: RunState) -> bool:
@@ -419,6 +445,7 @@ class Controller:
     def _reconcile(self, s: _Step) -> None:
         """Launch, keep and mark machines so each type moves towards ``state.target``."""
         state = s.state
+        state.deferred = False
         if state.stopped:
             return
         for name, want in state.target.items():
@@ -438,7 +465,9 @@ class Controller:
                 if state.budget is not None:
                     unit = state.billing.cost(t.price, state.billing.first_step_s)
                     count = min(count, math.floor((state.budget - state.committed) / unit + _EPS))
-                if count > 0:
+                if count > 0 and (state.held() or not state.available(name)):
+                    state.deferred = True  # a tick after the hold or the outage tries again
+                elif count > 0:
                     s.do(Launch(name, count, f"L{state.launch_seq}"))
             elif want < have:
                 for m in sorted(keep, key=lambda m: m.paid_until)[: have - want]:
@@ -537,7 +566,7 @@ class Controller:
             return
         # Nothing runs and tasks are left: start again if the budget allows, else stop.
         self._reconcile(s)
-        if not state.pending_launches:
+        if not state.pending_launches and not state.deferred:
             left = self._money_left(state)
             s.do(
                 Stop(

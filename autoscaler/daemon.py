@@ -30,7 +30,7 @@ import queue
 import random
 import secrets
 import signal
-import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -79,9 +79,10 @@ from autoscaler.runs import (
     write_config,
 )
 from autoscaler.state import Machine, RunState
+from autoscaler.wiring import holds, make_bootstrap, make_provider
 from config.schema import RunConfig
-from providers.base import Capabilities, MachineRecord, Provider, ProviderState
-from providers.local import AgentSettings, LocalProvider
+from providers.base import MachineRecord, Provider, ProviderState, failure_kind
+from providers.local import LocalProvider
 from providers.sim import draw_runtimes
 
 TOKEN_FILE = "token"
@@ -100,6 +101,15 @@ class _LaunchDone:
     launch: Launch
     records: tuple[MachineRecord, ...]
     error: str | None
+    code: str | None = None  # the provider's error code, if it refused
+
+
+@dataclass(frozen=True, slots=True)
+class _BootFailed:
+    """A machine's agent could not be started (SSH never answered, a host key mismatch)."""
+
+    machine: str
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,6 +299,12 @@ class Daemon:
         self._killed = False
         self._outputs: IO[str] | None = None
         self._executor = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="provider")
+        # Bootstraps wait minutes for SSH: their own threads, so launches never queue behind.
+        self._boot_executor = concurrent.futures.ThreadPoolExecutor(
+            16, thread_name_prefix="bootstrap"
+        )
+        self._booting: set[str] = set()
+        self._closing = threading.Event()
         self._futures: set[concurrent.futures.Future[Any]] = set()
         self._workdir = cfg.local.workdir or self.files.run_dir / "work"
 
@@ -340,7 +356,19 @@ class Daemon:
             time_scale=self.ts,
             n_tasks=len(self.tasks),
         )
-        self.provider: Provider = self._make_provider()
+        self.provider: Provider = make_provider(
+            cfg,
+            billing=self.state.billing,
+            run_id=files.run_id,
+            run_dir=files.run_dir,
+            token=files.token,
+            url=self.dispatcher.url,
+            workdir=self._workdir,
+            clock=self.now,
+        )
+        self.bootstrap = make_bootstrap(
+            cfg, files.run_dir, files.token, files.address[1], self.provider
+        )
         self.log.info(
             "daemon start",
             resume=self.resume,
@@ -381,6 +409,9 @@ class Daemon:
                 scheduler.shutdown(wait=False)
             self.dispatcher.close()
             self._executor.shutdown(wait=True)
+            self._boot_executor.shutdown(wait=True)
+            if self.bootstrap is not None:
+                self.bootstrap.close_all()
             self._outputs.close()
             log_file.close()
             self.journal.close()
@@ -390,32 +421,6 @@ class Daemon:
         report["refused_agents"] = self.dispatcher.refused
         write_report(report, self.state, files.run_dir)
         return Outcome(files.run_id, self.state, report, files.run_dir, wall)
-
-    def _make_provider(self) -> Provider:
-        cfg, files = self.cfg, self.files
-        if cfg.provider != "local":
-            raise AutoscalerError(
-                f"provider {cfg.provider!r} cannot run for real: set provider: local "
-                "(or use --dry-run)"
-            )
-        d = cfg.daemon
-        caps = Capabilities(
-            billing=self.state.billing,
-            max_counts={t.name: t.max_count for t in cfg.machine_types},
-            boot_estimate_s={t.name: t.boot_s for t in cfg.machine_types},
-        )
-        settings = AgentSettings(
-            url=self.dispatcher.url,
-            token=files.token,
-            heartbeat_s=d.heartbeat_s,
-            orphan_after_s=d.orphan_after_s,
-            tail_bytes=d.tail_bytes,
-            workdir=self._workdir,
-            python=cfg.local.python or sys.executable,
-        )
-        return LocalProvider(
-            caps, files.run_id, settings, files.run_dir / "agents", self.now, self.ts
-        )
 
     # --- steps ----------------------------------------------------------------------------
 
@@ -440,6 +445,7 @@ class Daemon:
         for m in state.alive_machines():
             if m.id in live:
                 self._track(m)
+                self._boot(m.id)
             else:
                 events.append(MachineLost(m.id, "ended while the daemon was down"))
         known = {m.id for m in state.alive_machines()} | adopted
@@ -496,6 +502,11 @@ class Daemon:
                     events.extend(self._launch_events(item))
                 case _Health():
                     events.extend(self._health())
+                case _BootFailed(machine=mid, reason=reason):
+                    m = self.state.machines.get(mid)
+                    if m is not None and m.alive:
+                        self.log.error("bootstrap failed", machine=mid, error=reason)
+                        events.append(MachineLost(mid, f"bootstrap failed: {reason}"))
                 case _Signal(signum=signum):
                     name = signal.Signals(signum).name
                     if not self.state.shutdown and not any(isinstance(e, Shutdown) for e in events):
@@ -585,7 +596,7 @@ class Daemon:
                 launch.type, launch.count, launch.token, {"autoscaler:run": self.files.run_id}
             )
         except AutoscalerError as exc:
-            return _LaunchDone(launch, (), exc.message)
+            return _LaunchDone(launch, (), exc.message, exc.code)
         except Exception as exc:  # a provider's bug must not lose the launch's money
             return _LaunchDone(launch, (), f"{type(exc).__name__}: {exc}")
         return _LaunchDone(launch, tuple(records), None)
@@ -602,8 +613,15 @@ class Daemon:
         missing = launch.count - len(events)
         if missing > 0:
             reason = done.error or "the provider started fewer machines than asked"
-            self.log.warning("launch failed", machine_type=launch.type, count=missing, error=reason)
-            events.append(LaunchFailed(launch.token, launch.type, missing, reason))
+            kind = failure_kind(done.code)
+            until = None
+            if kind != "error":
+                unavailable_s, hold_s = holds(self.cfg)
+                until = self.now() + (unavailable_s if kind == "capacity" else hold_s)
+            self.log.warning(
+                "launch failed", machine_type=launch.type, count=missing, error=reason, kind=kind
+            )
+            events.append(LaunchFailed(launch.token, launch.type, missing, reason, kind, until))
         return events
 
     def _health(self) -> list[Event]:
@@ -625,8 +643,11 @@ class Daemon:
             if box is None:
                 continue
             if m.id in ended:
-                events.append(MachineLost(m.id, "agent process ended"))
+                events.append(MachineLost(m.id, "machine ended"))
                 continue
+            boot = self.bootstrap
+            if boot is not None and m.id not in self._booting and not boot.alive(m.id):
+                self._boot(m.id)  # a tunnel dropped: open it again
             if m.state is MachineState.READY:
                 silent = mono - max(box.since, self.dispatcher.last_seen.get(m.id, 0.0))
                 if silent > d.lost_after_s:
@@ -643,10 +664,11 @@ class Daemon:
             match event:
                 case MachineLaunched(machine=mid):
                     self._track(self.state.machines[mid])
+                    self._boot(mid)
                 case MachineLost(machine=mid, reason=reason):
                     self.log.warning("machine lost", machine=mid, reason=reason)
                     self._forget(mid)
-                    self._submit(self.provider.terminate, [mid])
+                    self._submit(self._end, mid)
         for action in actions:
             match action:
                 case Launch():
@@ -658,13 +680,66 @@ class Daemon:
                 case Release(machine=mid):
                     self._forget(mid)
                     touched.add(mid)
-                    self._submit(self.provider.terminate, [mid])
+                    self._submit(self._end, mid)
                 case Assign(machine=mid) | Replicate(machine=mid) | Cancel(machine=mid):
                     touched.add(mid)
                 case _:
                     pass
             log_action(self.log, self.state.now, action)
         return touched
+
+    def _end(self, mid: str) -> None:
+        """On a provider thread: terminate a machine, then close its SSH tunnel."""
+        try:
+            self.provider.terminate([mid])
+        finally:
+            if self.bootstrap is not None:
+                self.bootstrap.close(mid)
+
+    def _boot(self, mid: str) -> None:
+        """Start ``mid``'s agent over SSH (EC2 runs with SSH bootstrap; else nothing)."""
+        if self.bootstrap is None or mid in self._booting:
+            return
+        self._booting.add(mid)
+        future = self._boot_executor.submit(self._bootstrap_machine, mid)
+        self._futures.add(future)
+        future.add_done_callback(self._futures.discard)
+        future.add_done_callback(lambda _: self._booting.discard(mid))
+
+    def _bootstrap_machine(self, mid: str) -> None:
+        """On a bootstrap thread: wait for the instance's address and SSH, start the agent.
+
+        Idempotent: after a restart it re-opens the tunnel to the agent already running.
+        Failure becomes a lost machine (terminated, its tasks re-queued), never a crash.
+        """
+        boot = self.bootstrap
+        ssh = self.cfg.ec2.ssh if self.cfg.ec2 is not None else None
+        assert boot is not None
+        assert ssh is not None
+        deadline = time.monotonic() + ssh.timeout_s
+        delay = 1.0
+        try:
+            while True:
+                if self._closing.is_set() or mid in self.dispatcher.gone:
+                    return
+                status = next(iter(self.provider.describe([mid])), None)
+                if status is None or status.state is ProviderState.TERMINATED:
+                    return  # the health check reports it lost
+                if status.state is ProviderState.RUNNING and status.address:
+                    break
+                if time.monotonic() > deadline:
+                    raise AutoscalerError("no address before the SSH timeout")
+                self._closing.wait(delay)
+                delay = min(delay * 2, 10.0)
+            boot.wait_ssh(mid, status.address, max(1.0, deadline - time.monotonic()))
+            if self._closing.is_set() or mid in self.dispatcher.gone:
+                return
+            port = boot.ensure(mid, status.address)
+            self.log.info("agent started over ssh", machine=mid, tunnel_port=port)
+        except AutoscalerError as exc:
+            self._inbox.put(_BootFailed(mid, exc.message))
+        except Exception as exc:  # a bootstrap bug must not leave a paid machine idle
+            self._inbox.put(_BootFailed(mid, f"{type(exc).__name__}: {exc}"))
 
     def _submit(self, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:
         future = self._executor.submit(fn, *args)
@@ -795,6 +870,7 @@ class Daemon:
 
     def _finish(self, error: BaseException | None) -> None:
         """Whatever happened: no machine of this run outlives the daemon."""
+        self._closing.set()
         deadline = time.monotonic() + 30
         while self._futures and time.monotonic() < deadline:
             if self._signals > 1:  # a second signal while machines are being released

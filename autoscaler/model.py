@@ -69,12 +69,20 @@ class MachineLaunched:
 
 @dataclass(frozen=True, slots=True)
 class LaunchFailed:
-    """A launch (or part of it) did not happen; ``count`` machines never existed."""
+    """A launch (or part of it) did not happen; ``count`` machines never existed.
+
+    ``kind`` says what the provider's refusal means for later launches: ``error`` (try
+    again when the plan asks), ``capacity`` (the type is unavailable until ``until``:
+    plan without it) or ``limit`` (an account limit: no scale-up of any type until
+    ``until``).
+    """
 
     token: str
     type: str
     count: int
     reason: str
+    kind: str = "error"
+    until: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -134,6 +134,10 @@ def build_report(
         },
         "machines": machines,
         "failed_tasks": failed,
+        "launch_problems": [
+            {"t_s": _r(t), "type": tname, "kind": kind, "reason": reason}
+            for t, tname, kind, reason in state.launch_problems
+        ],
         "wall_s": _r(wall_s),
     }
 
@@ -217,6 +221,24 @@ def render_markdown(report: dict[str, Any]) -> str:
             lines.append(f"| {f['task']} | {f['attempts']} | {f['error']} |")
         if len(report["failed_tasks"]) > 50:
             lines.append(f"| ... | | {len(report['failed_tasks']) - 50} more in report.json |")
+    if report.get("launch_problems"):
+        meaning = {
+            "capacity": "type avoided for a while, re-planned without it",
+            "limit": "account limit: scale-up held for a while",
+            "error": "launch failed",
+        }
+        lines += [
+            "",
+            "## Launches the provider refused",
+            "",
+            "| at | type | what it meant | provider said |",
+            "| ---: | --- | --- | --- |",
+        ]
+        for p in report["launch_problems"][:50]:
+            lines.append(
+                f"| {hms(p['t_s'])} | {p['type']} | {meaning.get(p['kind'], p['kind'])} | "
+                f"{p['reason']} |"
+            )
     lines += [
         "",
         "## Machines",

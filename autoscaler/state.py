@@ -7,6 +7,7 @@ it decides nothing: that is the controller's job.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -116,6 +117,20 @@ class RunState:
     task_errors: dict[int, str] = field(default_factory=dict)
     stats: dict[str, RuntimeStats] = field(default_factory=dict)
     launch_seq: int = 0  # launches decided so far; names the next launch token
+    unavailable: dict[str, float] = field(default_factory=dict)  # type -> avoided until
+    hold_until: float | None = None  # an account limit: no scale-up before this time
+    deferred: bool = False  # a launch the target wants waits for a type or a hold
+    launch_problems: list[tuple[float, str, str, str]] = field(
+        default_factory=list
+    )  # (time, type, kind, reason) of refused launches, for the report
+
+    def available(self, type_name: str) -> bool:
+        """Whether the provider may have capacity for ``type_name`` now."""
+        return self.unavailable.get(type_name, -math.inf) <= self.now
+
+    def held(self) -> bool:
+        """Whether scale-up waits for an account limit to lift."""
+        return self.hold_until is not None and self.hold_until > self.now
 
     @classmethod
     def new(
@@ -200,7 +215,14 @@ class RunState:
                     launched_at=start,
                     paid_until=start + self.billing.first_step_s,
                 )
-            case LaunchFailed(token=token, count=count):
+            case LaunchFailed(
+                token=token, count=count, type=tname, kind=kind, until=until, reason=why
+            ):
+                self.launch_problems.append((self.now, tname, kind, why))
+                if kind == "capacity" and until is not None:
+                    self.unavailable[tname] = max(until, self.unavailable.get(tname, until))
+                elif kind == "limit" and until is not None:
+                    self.hold_until = max(until, self.hold_until or until)
                 ttype, left = self.pending_launches.get(token, ("", 0))
                 count = min(count, left)
                 if left - count <= 0:

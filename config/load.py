@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import math
 import string
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,9 +18,9 @@ import yaml
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
-from autoscaler.errors import ConfigError
+from autoscaler.errors import AutoscalerError, ConfigError
 from autoscaler.model import TaskSpec
-from config.schema import IntRange, RunConfig, SweepValues, TraceRuntime
+from config.schema import IntRange, RunConfig, SweepValues, TraceRuntime, parse_duration
 
 MAX_TASKS = 10_000_000
 """A sweep larger than this is almost certainly a mistake, and would not fit in memory."""
@@ -31,11 +31,17 @@ _MAX_LINES_SHOWN = 10
 # --- loading --------------------------------------------------------------------------
 
 
-def load_config(path: str | Path) -> RunConfig:
+PriceLookup = Callable[[Sequence[str], str, "str | None"], Mapping[str, float]]
+"""(instance types, region, endpoint) -> USD per hour of those it found."""
+
+
+def load_config(path: str | Path, prices: PriceLookup | None = None) -> RunConfig:
     """Read, validate and resolve one config file; raise ``ConfigError`` on any problem.
 
     Relative paths in the file are taken relative to the file's directory, and the
-    files they name must exist (a trace file must also parse).
+    files they name must exist (a trace file must also parse). With ``prices``, an EC2
+    config that sets ``ec2.lookup_prices`` gets the machine types it gives no price
+    filled in from the on-demand price per hour, scaled to the ATU.
     """
     path = Path(path)
     source = str(path)
@@ -50,6 +56,8 @@ def load_config(path: str | Path) -> RunConfig:
             source, [f"the top level must be a mapping of fields (bag, constraint, ...), got {got}"]
         )
 
+    if prices is not None:
+        _fill_prices(data, prices, source)
     try:
         cfg = RunConfig.model_validate(data)
     except ValidationError as exc:
@@ -58,6 +66,45 @@ def load_config(path: str | Path) -> RunConfig:
     cfg = resolve_paths(cfg, path.absolute().parent)
     _check_files(cfg, source)
     return cfg
+
+
+def _fill_prices(data: dict[str, Any], prices: PriceLookup, source: str) -> None:
+    """Put looked-up prices into the raw config where machine types give none."""
+    ec2 = data.get("ec2")
+    types = data.get("machine_types")
+    if data.get("provider") != "ec2" or not isinstance(ec2, dict) or not isinstance(types, list):
+        return
+    if ec2.get("lookup_prices") is not True or not isinstance(ec2.get("types"), dict):
+        return
+    wanted: dict[int, str] = {}
+    for i, t in enumerate(types):
+        if isinstance(t, dict) and "price" not in t:
+            spec = ec2["types"].get(t.get("name"))
+            if isinstance(spec, dict) and isinstance(spec.get("instance_type"), str):
+                wanted[i] = spec["instance_type"]
+    if not wanted:
+        return
+    region, endpoint = str(ec2.get("region")), ec2.get("endpoint_url")
+    try:
+        found = prices(sorted(set(wanted.values())), region, endpoint)
+    except AutoscalerError as exc:
+        raise ConfigError(source, [f"ec2.lookup_prices: {exc.message}"]) from None
+    billing = data.get("billing") if isinstance(data.get("billing"), dict) else {}
+    try:
+        atu = float(parse_duration(billing.get("atu_s", 3600.0)))  # type: ignore[union-attr,arg-type]
+    except (TypeError, ValueError):
+        return  # validation names the bad ATU
+    problems = []
+    for i, itype in wanted.items():
+        if itype in found:
+            types[i]["price"] = round(found[itype] * atu / 3600.0, 6)
+        else:
+            problems.append(
+                f"machine_types[{i}].price: not given, and the AWS Pricing API has no "
+                f"on-demand Linux price for {itype} in {region}"
+            )
+    if problems:
+        raise ConfigError(source, problems)
 
 
 def resolve_paths(cfg: RunConfig, base_dir: str | Path) -> RunConfig:

@@ -293,6 +293,119 @@ class Daemon(_Model):
         return self
 
 
+# --- real machines: Amazon EC2 and Grid Engine ----------------------------------------
+
+_HOST_PORT = r"^[A-Za-z0-9_.\-]+:[0-9]{1,5}$"
+
+
+class Ec2Type(_Model):
+    """What one of our machine types is on EC2."""
+
+    instance_type: Annotated[str, Field(min_length=1, pattern=r"^[a-z0-9]+[a-z0-9\-]*\.[a-z0-9]+$")]
+    spot: bool = Field(default=False, description="a one-time spot instance, not on-demand")
+    max_price: PositiveFloat | None = Field(
+        default=None, description="spot only: USD per hour at most (default: on-demand price)"
+    )
+
+
+class Ssh(_Model):
+    """How the controller reaches instances to start agents: SSH with a reverse tunnel.
+
+    Host keys are never added blindly: ``pinned`` trusts the key an instance offers at
+    its first connection, right after launch, and pins it to the instance id in the run
+    directory (a later different key is refused); ``console`` accepts only a key the
+    instance printed to its console output (cloud-init's host key block).
+    """
+
+    user: str = Field(default="ec2-user", min_length=1)
+    key_file: Path = Field(description="the private key of ec2.key_name (never copied)")
+    host_keys: Literal["pinned", "console"] = "pinned"
+    connect: Annotated[str, Field(pattern=_HOST_PORT)] | None = Field(
+        default=None,
+        description="host:port to connect to instead of each instance's address "
+        "(tests; a port forward)",
+    )
+    port: int = Field(default=22, ge=1, le=65535)
+    remote_dir: str = Field(default="/tmp/autoscaler", min_length=1)
+    python: str = Field(default="python3", min_length=1, description="python on the instances")
+    poweroff_on_exit: bool = Field(
+        default=True,
+        description="power the instance off when its agent exits (it then terminates)",
+    )
+    timeout_s: Seconds = Field(
+        default=600.0, gt=0, description="launch to SSH answering, at most"
+    )
+
+
+class Ec2(_Model):
+    """``provider: ec2``: instances in one region. Credentials come from boto3's usual
+    chain (environment, profile, instance role), never from this file."""
+
+    region: str = Field(min_length=1)
+    endpoint_url: str | None = Field(
+        default=None, description="an EC2-compatible endpoint (an emulator); default AWS"
+    )
+    ami: str = Field(pattern=r"^ami-[0-9a-f]+$")
+    types: dict[str, Ec2Type] = Field(description="our machine type name -> instance type")
+    subnets: list[str] = Field(
+        default_factory=list, description="tried in order: a capacity error moves to the next"
+    )
+    security_groups: list[str] = Field(default_factory=list)
+    key_name: str | None = None
+    instance_profile: str | None = Field(default=None, description="name or ARN of the worker's")
+    address: Literal["private", "public"] = "private"
+    bootstrap: Literal["ssh", "user-data"] = Field(
+        default="ssh",
+        description="ssh: fabric starts agents through a reverse tunnel; user-data: "
+        "cloud-init starts them and they reach controller_url",
+    )
+    ssh: Ssh | None = None
+    controller_url: str | None = Field(
+        default=None, description="user-data only: where instances reach the dispatcher"
+    )
+    lookup_prices: bool = Field(
+        default=False,
+        description="fill machine types without a price from the AWS Pricing API (on-demand)",
+    )
+    unavailable_s: Seconds = Field(
+        default=600.0, gt=0, description="after a capacity error, the type is avoided this long"
+    )
+    limit_hold_s: Seconds = Field(
+        default=900.0, gt=0, description="after an account limit error, no scale-up this long"
+    )
+    max_attempts: int = Field(default=8, ge=1, le=20, description="botocore standard retries")
+
+    @model_validator(mode="after")
+    def _bootstrap(self) -> Ec2:
+        if self.bootstrap == "ssh" and self.ssh is None:
+            raise ValueError("ec2.bootstrap is ssh: give ec2.ssh (at least key_file)")
+        if self.bootstrap == "user-data" and self.controller_url is None:
+            raise ValueError("ec2.bootstrap is user-data: give ec2.controller_url")
+        return self
+
+
+class SgeType(_Model):
+    """What one of our machine types is on the cluster: a queue and/or resources."""
+
+    queue: str | None = None
+    resources: str | None = Field(default=None, description="qsub -l, e.g. h_vmem=2G")
+    extra_args: list[str] = Field(default_factory=list, description="more qsub arguments")
+
+
+class Sge(_Model):
+    """``provider: sge``: each machine is a Grid Engine job running a worker agent.
+
+    The ATU and prices are the config's, as in paper 000's emulation. Agents read the
+    run's token from the run directory, so it must be on a filesystem the nodes share.
+    """
+
+    types: dict[str, SgeType]
+    python: str | None = Field(
+        default=None, description="interpreter of the agents (default: the daemon's)"
+    )
+    workdir: Path | None = Field(default=None, description="working directory of tasks")
+
+
 # --- the whole file -------------------------------------------------------------------
 
 
@@ -304,11 +417,14 @@ class RunConfig(_Model):
     constraint: Constraint
     machine_types: list[MachineType] = Field(min_length=1)
     billing: Billing = Field(default_factory=Billing)
-    provider: Literal["sim", "local"] = Field(
+    provider: Literal["sim", "local", "sge", "ec2"] = Field(
         default="sim",
-        description="sim: dry runs only; local: worker processes on this host",
+        description="sim: dry runs only; local: worker processes on this host; "
+        "sge: Grid Engine jobs; ec2: Amazon EC2 instances",
     )
     local: Local = Field(default_factory=Local)
+    ec2: Ec2 | None = None
+    sge: Sge | None = None
     daemon: Daemon = Field(default_factory=Daemon)
     policy: Literal["bats", "round_robin"] = Field(
         default="bats",
@@ -349,6 +465,7 @@ class RunConfig(_Model):
                 raise ValueError(
                     f"emulator.machine_failures names unknown machine type {failure.type!r}"
                 )
+        self._provider_section(names)
         cheapest = min(t.price for t in self.machine_types)
         budget = self.constraint.budget
         if budget is not None and budget < self._min_unit_cost(cheapest):
@@ -357,6 +474,21 @@ class RunConfig(_Model):
                 f"type ({self._min_unit_cost(cheapest):g})"
             )
         return self
+
+    def _provider_section(self, names: set[str]) -> None:
+        section: Ec2 | Sge | None = None
+        if self.provider == "ec2":
+            section = self.ec2
+        elif self.provider == "sge":
+            section = self.sge
+        else:
+            return
+        if section is None:
+            raise ValueError(f"provider is {self.provider}: give the {self.provider} section")
+        for name in sorted(names - set(section.types)):
+            raise ValueError(f"{self.provider}.types has no entry for machine type {name!r}")
+        for name in sorted(set(section.types) - names):
+            raise ValueError(f"{self.provider}.types names unknown machine type {name!r}")
 
     def _min_unit_cost(self, price: float) -> float:
         if self.billing.mode == "fixed":

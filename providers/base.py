@@ -55,8 +55,26 @@ def check_launch(capabilities: Capabilities, type: str, alive: int, count: int) 
     if alive + count > limit:
         raise AutoscalerError(
             f"{type}: {alive} running + {count} requested exceeds the limit {limit}",
-            code="InstanceLimitExceeded",
+            code="MaxCountExceeded",
         )
+
+
+CAPACITY_CODES = frozenset({"InsufficientInstanceCapacity", "Unsupported"})
+"""The provider has no machines of this type (in this zone) now: plan without it."""
+
+LIMIT_CODES = frozenset(
+    {"InstanceLimitExceeded", "VcpuLimitExceeded", "MaxSpotInstanceCountExceeded"}
+)
+"""The account may run no more machines: hold every scale-up for a while."""
+
+
+def failure_kind(code: str | None) -> str:
+    """What a launch error means for later launches: ``capacity``, ``limit`` or ``error``."""
+    if code in CAPACITY_CODES:
+        return "capacity"
+    if code in LIMIT_CODES:
+        return "limit"
+    return "error"
 
 
 class Provider(Protocol):

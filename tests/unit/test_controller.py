@@ -15,6 +15,7 @@ from autoscaler.model import (
     Event,
     Extend,
     Launch,
+    LaunchFailed,
     MachineLaunched,
     MachineReady,
     Mark,
@@ -22,6 +23,7 @@ from autoscaler.model import (
     Replicate,
     Stop,
     TaskState,
+    Tick,
     TypeSpec,
 )
 from autoscaler.runs import make_emulator, new_state
@@ -257,3 +259,50 @@ def test_replaying_the_journal_rebuilds_the_state() -> None:
     } == {
         mid: (m.marked, m.paid_until, m.ended_at, m.tasks_done) for mid, m in state.machines.items()
     }
+
+
+# --- capacity and account limits (a provider refusing launches) ---------------------------
+
+
+def two_type_start() -> tuple[Controller, RunState, dict[str, Launch]]:
+    types = [TypeSpec("a", 1.0, 4, 0.0), TypeSpec("b", 4.0, 4, 0.0)]
+    state = RunState.new(types, HOURLY, 100.0, 40, list(range(40)))
+    controller = Controller()
+    launches = {a.type: a for a in controller.step(state, [], 0.0) if isinstance(a, Launch)}
+    assert set(launches) == {"a", "b"}
+    return controller, state, launches
+
+
+def launched(actions: list[Action]) -> set[str]:
+    return {a.type for a in actions if isinstance(a, Launch)}
+
+
+def test_a_type_without_capacity_is_avoided_until_its_outage_ends() -> None:
+    controller, state, launches = two_type_start()
+    b = launches["b"]
+    failed = LaunchFailed(b.token, "b", b.count, "no capacity", "capacity", until=600.0)
+    actions = controller.step(state, [failed], 1.0)
+    assert not state.available("b")
+    assert "b" not in launched(actions)
+    assert state.committed == pytest.approx(launches["a"].count * 1.0)  # b's money freed
+    assert "b" not in launched(controller.step(state, [Tick()], 300.0))
+    # After the outage a tick tries the type again.
+    assert "b" in launched(controller.step(state, [Tick()], 700.0))
+    assert state.launch_problems[0][1:3] == ("b", "capacity")
+
+
+def test_an_account_limit_holds_every_scale_up_and_never_stops_the_run() -> None:
+    controller, state, launches = two_type_start()
+    a, b = launches["a"], launches["b"]
+    limit = "InstanceLimitExceeded: you have requested more instances than allowed"
+    events: list[Event] = [
+        LaunchFailed(a.token, "a", a.count, limit, "limit", until=900.0),
+        LaunchFailed(b.token, "b", b.count, limit, "limit", until=900.0),
+    ]
+    actions = controller.step(state, events, 1.0)
+    assert state.held()
+    assert not launched(actions)
+    assert not any(isinstance(x, Stop) for x in actions)  # nothing runs, but it waits
+    assert not launched(controller.step(state, [Tick()], 600.0))
+    assert launched(controller.step(state, [Tick()], 950.0)) == {"a", "b"}
+    assert state.committed <= 100.0

@@ -1,0 +1,547 @@
+"""EC2 instances as machines, through boto3 (the only module of the project that imports it).
+
+Every instance carries tags from the moment it exists (``TagSpecifications`` at
+``RunInstances``): the run (``RUN_TAG``), the launch token (``LAUNCH_TAG``) and our
+machine type (``TYPE_TAG``). The tags are what the rest rests on:
+
+* ``describe`` and ``terminate`` only ever see instances of this run, so the daemon can
+  never end an instance that is not its own, and an account's other instances stay out
+  of its view;
+* ``launch`` is idempotent per token across a daemon crash: before it calls
+  ``RunInstances`` it looks for live instances of the token and adopts them. EC2's own
+  ``ClientToken`` deduplicates retries of one call, but only for the same parameters;
+  the tag lookup also covers a restarted daemon and emulators that ignore the token;
+* ``autoscaler cleanup`` finds what any run left behind (``list_tagged``).
+
+Instances shut down by their own agent terminate (``InstanceInitiatedShutdownBehavior``)
+rather than stop, so a machine that is done costs nothing. IMDSv2 is required.
+
+Throttling is retried by botocore (standard mode, exponential backoff with jitter); this
+module adds no retry loop of its own except the walk over subnets (zones) when one of
+them has no capacity for the type. Errors come out as ``AutoscalerError`` carrying the
+AWS error code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+
+from autoscaler.errors import AutoscalerError
+from providers.base import (
+    Capabilities,
+    MachineRecord,
+    MachineStatus,
+    ProviderState,
+    check_launch,
+)
+
+if TYPE_CHECKING:
+    from mypy_boto3_ec2 import EC2Client
+    from mypy_boto3_ec2.type_defs import FilterTypeDef, InstanceTypeDef
+    from mypy_boto3_pricing import PricingClient
+
+RUN_TAG = "autoscaler:run"
+LAUNCH_TAG = "autoscaler:launch"
+TYPE_TAG = "autoscaler:type"
+
+# Codes that mean "not in this zone": the launch moves on to the next subnet.
+_ZONE_CODES = frozenset({"InsufficientInstanceCapacity", "Unsupported"})
+# Codes that no other subnet or a retry would change: raised at once.
+_LIMIT_CODES = frozenset(
+    {"InstanceLimitExceeded", "VcpuLimitExceeded", "MaxSpotInstanceCountExceeded"}
+)
+# What botocore's standard mode retries as throttling: still throttled after its retries,
+# the call may succeed later.
+_THROTTLE_CODES = frozenset(
+    {
+        "RequestLimitExceeded",
+        "Throttling",
+        "ThrottlingException",
+        "ThrottledException",
+        "RequestThrottledException",
+        "TooManyRequestsException",
+        "RequestThrottled",
+        "EC2ThrottledException",
+        "BandwidthLimitExceeded",
+        "PriorRequestNotComplete",
+    }
+)
+_SERVER_CODES = frozenset({"InternalError", "InternalFailure", "ServiceUnavailable", "Unavailable"})
+
+_STATES = {
+    "pending": ProviderState.PENDING,
+    "running": ProviderState.RUNNING,
+    "shutting-down": ProviderState.TERMINATED,
+    "terminated": ProviderState.TERMINATED,
+    "stopping": ProviderState.TERMINATED,
+    "stopped": ProviderState.TERMINATED,
+}
+_LIVE_STATES = ["pending", "running"]
+_NOT_TERMINATED = ["pending", "running", "shutting-down", "stopping", "stopped"]
+# Filter values and instance ids per request: EC2 accepts 200 values in one filter.
+_CHUNK = 200
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceSpec:
+    """One of our machine types as EC2 launches it."""
+
+    instance_type: str  # e.g. "t3.micro"
+    spot: bool = False
+    max_price: float | None = None  # spot only; None = capped at the on-demand price
+
+
+@dataclass(frozen=True, slots=True)
+class Ec2Settings:
+    region: str
+    ami: str
+    instances: Mapping[str, InstanceSpec]  # our machine type name -> spec
+    subnets: tuple[str, ...] = ()  # tried in order; no capacity in one moves to the next
+    security_groups: tuple[str, ...] = ()
+    key_name: str | None = None
+    instance_profile: str | None = None  # a name, or an ARN (starts with "arn:")
+    endpoint_url: str | None = None  # e.g. the moto server; None = AWS
+    address: Literal["private", "public"] = "private"  # which IP MachineStatus.address is
+    user_data: str | None = None  # a cloud-init script (rendered elsewhere)
+    max_attempts: int = 8  # botocore standard retry mode, per call
+
+
+@dataclass(frozen=True, slots=True)
+class TaggedInstance:
+    """An instance some run left in the account, as ``autoscaler cleanup`` lists it."""
+
+    id: str
+    run_id: str
+    type: str
+    state: str
+    launched_at: datetime
+
+
+def client_token(run_id: str, token: str) -> str:
+    """EC2's idempotency token for a launch: deterministic, unique per (run, token).
+
+    A hash, so it fits EC2's 64 ASCII characters whatever the run id and token are.
+    """
+    return hashlib.sha256(f"{run_id}\0{token}".encode()).hexdigest()
+
+
+def _config(max_attempts: int) -> Config:
+    return Config(
+        retries={"mode": "standard", "max_attempts": max_attempts},
+        connect_timeout=10,
+        read_timeout=30,
+    )
+
+
+def _client(settings: Ec2Settings) -> EC2Client:
+    client: EC2Client = boto3.client(
+        "ec2",
+        region_name=settings.region,
+        endpoint_url=settings.endpoint_url,
+        config=_config(settings.max_attempts),
+    )
+    # botocore's standard mode retries every HTTP 5xx, and EC2 answers a capacity
+    # shortage with a 500: retrying it in the same zone only delays the walk to the
+    # next one (and spends the account's RunInstances rate). Raise those at once.
+    client.meta.events.register_first("needs-retry.ec2.RunInstances", _no_retry_in_zone)
+    return client
+
+
+def _no_retry_in_zone(response: Any = None, **kwargs: Any) -> None:
+    """A ``needs-retry`` hook: a zone or limit error ends the call, as a ``ClientError``."""
+    if response is None:
+        return
+    parsed = response[1]
+    code = parsed.get("Error", {}).get("Code")
+    if code in _ZONE_CODES or code in _LIMIT_CODES:
+        raise ClientError(parsed, "RunInstances")
+
+
+def _error_code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code") or "Unknown")
+
+
+def _error_message(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Message") or exc)
+
+
+def _ours(what: str, exc: ClientError | BotoCoreError) -> AutoscalerError:
+    """botocore's error as ours: the AWS code, what we were doing, AWS's message.
+
+    Never the request itself: a request is signed with the credentials.
+    """
+    if isinstance(exc, ClientError):
+        code = _error_code(exc)
+        retryable = code in _THROTTLE_CODES or code in _SERVER_CODES
+        return AutoscalerError(
+            f"{what}: {code}: {_error_message(exc)}", retryable=retryable, code=code
+        )
+    if isinstance(exc, NoCredentialsError):
+        return AutoscalerError(f"{what}: no AWS credentials found", code="NoCredentials")
+    # Connection refused or timed out, after botocore's retries.
+    name = type(exc).__name__
+    return AutoscalerError(f"{what}: {name}: {exc}", retryable=True, code=name)
+
+
+@contextmanager
+def _aws(what: str) -> Iterator[None]:
+    """Raise botocore's errors in the block as ours (``_ours``)."""
+    try:
+        yield
+    except (ClientError, BotoCoreError) as exc:
+        raise _ours(what, exc) from exc
+
+
+def _tags(instance: InstanceTypeDef) -> dict[str, str]:
+    return {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
+
+
+def _instances(client: EC2Client, filters: list[FilterTypeDef]) -> Iterator[InstanceTypeDef]:
+    for page in client.get_paginator("describe_instances").paginate(Filters=filters):
+        for reservation in page["Reservations"]:
+            yield from reservation.get("Instances", [])
+
+
+def _chunks(ids: Sequence[str]) -> Iterator[list[str]]:
+    for i in range(0, len(ids), _CHUNK):
+        yield list(ids[i : i + _CHUNK])
+
+
+class Ec2Provider:
+    """EC2 instances of one run, found by the run's tag."""
+
+    def __init__(
+        self,
+        capabilities: Capabilities,
+        run_id: str,
+        settings: Ec2Settings,
+        clock: Callable[[], float],
+    ):
+        self._capabilities = capabilities
+        self.run_id = run_id
+        self.settings = settings
+        self._clock = clock
+        self.client = _client(settings)
+        self._types: dict[str, str] = {}  # instance id -> our type, for ids EC2 forgot
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self._capabilities
+
+    # --- the provider protocol ------------------------------------------------------
+
+    def launch(
+        self, type: str, count: int, token: str, tags: Mapping[str, str]
+    ) -> list[MachineRecord]:
+        """Start up to ``count`` instances of ``type``, or adopt those ``token`` started.
+
+        EC2 may start fewer than asked (``MinCount=1``): the records say what started.
+        """
+        live = list(self._run_instances_live())
+        adopted = [i for i in live if _tags(i).get(LAUNCH_TAG) == token]
+        if adopted:
+            return [self._record(i, type, token) for i in adopted]
+        alive = sum(1 for i in live if _tags(i).get(TYPE_TAG) == type)
+        check_launch(self._capabilities, type, alive, count)
+        spec = self.settings.instances.get(type)
+        if spec is None:
+            raise AutoscalerError(
+                f"machine type {type!r} has no EC2 instance type in the settings",
+                code="UnknownType",
+            )
+        started = self._run(type, spec, count, token, tags)
+        return [self._record(i, type, token) for i in started]
+
+    def describe(self, ids: Sequence[str] | None = None) -> list[MachineStatus]:
+        """This run's instances (all, or ``ids``); an asked-for id EC2 no longer shows
+        (terminated long ago, or never ours) is TERMINATED."""
+        found: dict[str, MachineStatus] = {}
+        for instance in self._run_instances(ids):
+            status = self._status(instance)
+            found[status.id] = status
+        if ids is None:
+            return list(found.values())
+        return [
+            found.get(i) or MachineStatus(i, self._types.get(i, ""), ProviderState.TERMINATED)
+            for i in dict.fromkeys(ids)
+        ]
+
+    def terminate(self, ids: Sequence[str]) -> list[str]:
+        """Terminate the instances of ``ids`` that carry this run's tag; do not wait.
+
+        An id without the tag (another run's, or no run's) is left alone and left out.
+        """
+        ours = [i["InstanceId"] for i in self._run_instances(ids)]
+        for chunk in _chunks(ours):
+            with _aws(f"terminating {len(chunk)} instance(s) of run {self.run_id}"):
+                self.client.terminate_instances(InstanceIds=chunk)
+        return ours
+
+    # --- more than the protocol -------------------------------------------------------
+
+    def console_output(self, machine: str) -> str:
+        """The instance's console output ("" before it has any); botocore decodes it."""
+        with _aws(f"reading the console of {machine}"):
+            reply = self.client.get_console_output(InstanceId=machine)
+        return str(reply.get("Output") or "")
+
+    # --- EC2 ----------------------------------------------------------------------------
+
+    def _run_instances(self, ids: Sequence[str] | None) -> Iterator[InstanceTypeDef]:
+        """Instances carrying this run's tag, all or among ``ids``.
+
+        Always filtered by the tag: an unfiltered DescribeInstances lists the whole
+        account. Ids go in as a filter too, which (unlike ``InstanceIds``) does not
+        fail the whole call on one unknown id.
+        """
+        run: FilterTypeDef = {"Name": f"tag:{RUN_TAG}", "Values": [self.run_id]}
+        with _aws(f"describing the instances of run {self.run_id}"):
+            if ids is None:
+                yield from _instances(self.client, [run])
+                return
+            for chunk in _chunks(list(dict.fromkeys(ids))):
+                yield from _instances(self.client, [run, {"Name": "instance-id", "Values": chunk}])
+
+    def _run_instances_live(self) -> Iterator[InstanceTypeDef]:
+        filters: list[FilterTypeDef] = [
+            {"Name": f"tag:{RUN_TAG}", "Values": [self.run_id]},
+            {"Name": "instance-state-name", "Values": _LIVE_STATES},
+        ]
+        with _aws(f"describing the instances of run {self.run_id}"):
+            yield from _instances(self.client, filters)
+
+    def _run(
+        self, type: str, spec: InstanceSpec, count: int, token: str, tags: Mapping[str, str]
+    ) -> list[InstanceTypeDef]:
+        """RunInstances, walking the subnets while a zone has no capacity for the type."""
+        request = self._request(type, spec, count, token, tags)
+        subnets: Sequence[str | None] = self.settings.subnets or (None,)
+        failures: list[str] = []
+        last_code = ""
+        for n, subnet in enumerate(subnets):
+            kwargs = dict(request)
+            if subnet is not None:
+                kwargs["SubnetId"] = subnet
+            # EC2 refuses a ClientToken reused with other parameters
+            # (IdempotentParameterMismatch): each subnet gets its own, still
+            # deterministic, so a retry of the same attempt stays idempotent.
+            kwargs["ClientToken"] = client_token(self.run_id, token if n == 0 else f"{token}#{n}")
+            where = f" in {subnet}" if subnet else ""
+            what = f"launching {count} x {spec.instance_type} (type {type!r}){where}"
+            try:
+                reply = self.client.run_instances(**kwargs)
+            except ClientError as exc:
+                code = _error_code(exc)
+                if code not in _ZONE_CODES:
+                    raise _ours(what, exc) from exc
+                failures.append(f"{subnet or 'default subnet'}: {code}: {_error_message(exc)}")
+                last_code = code
+                continue
+            except BotoCoreError as exc:
+                raise _ours(what, exc) from exc
+            instances = reply.get("Instances", [])
+            for instance in instances:
+                self._types[instance["InstanceId"]] = type
+            return instances
+        raise AutoscalerError(
+            f"launching {count} x {spec.instance_type} (type {type!r}): " + "; ".join(failures),
+            retryable=last_code == "InsufficientInstanceCapacity",
+            code=last_code,
+        )
+
+    def _request(
+        self, type: str, spec: InstanceSpec, count: int, token: str, tags: Mapping[str, str]
+    ) -> dict[str, Any]:
+        s = self.settings
+        all_tags = {
+            "Name": f"autoscaler {self.run_id} {type}",
+            **tags,
+            RUN_TAG: self.run_id,
+            LAUNCH_TAG: token,
+            TYPE_TAG: type,
+        }
+        tag_list = [{"Key": k, "Value": v} for k, v in all_tags.items()]
+        request: dict[str, Any] = {
+            "ImageId": s.ami,
+            "InstanceType": spec.instance_type,
+            "MinCount": 1,
+            "MaxCount": count,
+            "InstanceInitiatedShutdownBehavior": "terminate",
+            "MetadataOptions": {
+                "HttpTokens": "required",
+                "HttpEndpoint": "enabled",
+                "HttpPutResponseHopLimit": 1,
+            },
+            "TagSpecifications": [
+                {"ResourceType": "instance", "Tags": tag_list},
+                {"ResourceType": "volume", "Tags": tag_list},
+            ],
+        }
+        if s.key_name:
+            request["KeyName"] = s.key_name
+        if s.security_groups:
+            request["SecurityGroupIds"] = list(s.security_groups)
+        if s.instance_profile:
+            key = "Arn" if s.instance_profile.startswith("arn:") else "Name"
+            request["IamInstanceProfile"] = {key: s.instance_profile}
+        if s.user_data:
+            request["UserData"] = s.user_data  # botocore encodes it in base64
+        if spec.spot:
+            options: dict[str, Any] = {
+                "SpotInstanceType": "one-time",
+                "InstanceInterruptionBehavior": "terminate",
+            }
+            if spec.max_price is not None:
+                options["MaxPrice"] = f"{spec.max_price:.6f}"
+            request["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": options}
+        return request
+
+    def _record(self, instance: InstanceTypeDef, type: str, token: str) -> MachineRecord:
+        self._types[instance["InstanceId"]] = type
+        return MachineRecord(instance["InstanceId"], type, token, self._launched_at(instance))
+
+    def _launched_at(self, instance: InstanceTypeDef) -> float:
+        """The launch on the driver's clock: now, less how long ago EC2 launched it."""
+        launched = instance.get("LaunchTime")
+        age = 0.0 if launched is None else max(0.0, time.time() - launched.timestamp())
+        return self._clock() - age
+
+    def _status(self, instance: InstanceTypeDef) -> MachineStatus:
+        iid = instance["InstanceId"]
+        mtype = _tags(instance).get(TYPE_TAG) or self._types.get(iid, "")
+        state = _STATES.get(instance.get("State", {}).get("Name", ""), ProviderState.TERMINATED)
+        key = "PublicIpAddress" if self.settings.address == "public" else "PrivateIpAddress"
+        address = instance.get(key)
+        return MachineStatus(iid, mtype, state, str(address) if address else None)
+
+
+# --- cleanup: every run's instances -------------------------------------------------------
+
+
+def list_tagged(settings: Ec2Settings) -> list[TaggedInstance]:
+    """Every not-terminated instance in the region that carries the run tag (any run)."""
+    client = _client(settings)
+    filters: list[FilterTypeDef] = [
+        {"Name": "tag-key", "Values": [RUN_TAG]},
+        {"Name": "instance-state-name", "Values": _NOT_TERMINATED},
+    ]
+    out = []
+    with _aws(f"listing the instances tagged {RUN_TAG} in {settings.region}"):
+        for instance in _instances(client, filters):
+            tags = _tags(instance)
+            out.append(
+                TaggedInstance(
+                    id=instance["InstanceId"],
+                    run_id=tags.get(RUN_TAG, ""),
+                    type=tags.get(TYPE_TAG, ""),
+                    state=instance.get("State", {}).get("Name", ""),
+                    launched_at=instance["LaunchTime"],
+                )
+            )
+    return out
+
+
+def terminate_instances(settings: Ec2Settings, ids: Sequence[str]) -> list[str]:
+    """Terminate those of ``ids`` that carry the run tag (of any run); return them.
+
+    An instance without the tag is not ours to end, whatever id the user typed.
+    """
+    client = _client(settings)
+    ours: list[str] = []
+    with _aws(f"finding the tagged instances among {len(ids)} id(s)"):
+        for chunk in _chunks(list(dict.fromkeys(ids))):
+            filters: list[FilterTypeDef] = [
+                {"Name": "tag-key", "Values": [RUN_TAG]},
+                {"Name": "instance-id", "Values": chunk},
+            ]
+            ours += [i["InstanceId"] for i in _instances(client, filters)]
+    for chunk in _chunks(ours):
+        with _aws(f"terminating {len(chunk)} instance(s)"):
+            client.terminate_instances(InstanceIds=chunk)
+    return ours
+
+
+# --- prices ------------------------------------------------------------------------------
+
+
+def parse_price(price_list: Sequence[str]) -> float | None:
+    """USD per hour from the Pricing API's ``PriceList`` (JSON strings), OnDemand terms.
+
+    The filters of ``lookup_prices`` leave one product per type; should more remain
+    (a new attribute splitting a product in two), the highest hourly price is taken,
+    so a budget planned on it is not overrun. None when no hourly USD price is there.
+    """
+    prices = []
+    for raw in price_list:
+        item = json.loads(raw)
+        for term in item.get("terms", {}).get("OnDemand", {}).values():
+            for dim in term.get("priceDimensions", {}).values():
+                usd = dim.get("pricePerUnit", {}).get("USD")
+                if usd is None or dim.get("unit", "Hrs") not in ("Hrs", "Hours"):
+                    continue
+                value = float(usd)
+                if value > 0:
+                    prices.append(value)
+    return max(prices) if prices else None
+
+
+def _price_filters(instance_type: str, region: str) -> list[dict[str, str]]:
+    fields = {
+        "instanceType": instance_type,
+        "regionCode": region,
+        "operatingSystem": "Linux",
+        "tenancy": "Shared",
+        "preInstalledSw": "NA",
+        "capacitystatus": "Used",
+    }
+    return [{"Type": "TERM_MATCH", "Field": k, "Value": v} for k, v in fields.items()]
+
+
+def lookup_prices(
+    instance_types: Sequence[str],
+    region: str,
+    endpoint_url: str | None = None,
+    *,
+    client: PricingClient | None = None,
+) -> dict[str, float]:
+    """On-demand Linux USD per hour for each type in ``region``, from the Pricing API.
+
+    The API lives in us-east-1 whatever region it prices. A type with no price is left
+    out of the answer (the caller names it). ``client`` replaces the one made here.
+    """
+    if client is None:
+        client = boto3.client(
+            "pricing", region_name="us-east-1", endpoint_url=endpoint_url, config=_config(8)
+        )
+    out: dict[str, float] = {}
+    for itype in dict.fromkeys(instance_types):
+        price_list: list[str] = []
+        kwargs: dict[str, Any] = {
+            "ServiceCode": "AmazonEC2",
+            "Filters": _price_filters(itype, region),
+            "FormatVersion": "aws_v1",
+            "MaxResults": 100,
+        }
+        with _aws(f"looking up the price of {itype} in {region}"):
+            while True:
+                reply = client.get_products(**kwargs)
+                price_list += reply.get("PriceList", [])
+                next_token = reply.get("NextToken")
+                if not next_token:
+                    break
+                kwargs["NextToken"] = next_token
+        price = parse_price(price_list)
+        if price is not None:
+            out[itype] = price
+    return out
