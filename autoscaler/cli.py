@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
@@ -45,10 +45,19 @@ def main() -> None:
     app()
 
 
+def _aws_prices(
+    instance_types: Sequence[str], region: str, endpoint: str | None
+) -> Mapping[str, float]:
+    """On-demand USD per hour from the AWS Pricing API (only for ``ec2.lookup_prices``)."""
+    from providers.ec2 import lookup_prices
+
+    return lookup_prices(instance_types, region, endpoint)
+
+
 def _load_or_exit(path: Path) -> tuple[RunConfig, list[TaskSpec]]:
     """Load ``path`` and expand its bag; on a problem, print it and exit with code 2."""
     try:
-        cfg = load_config(path)
+        cfg = load_config(path, prices=_aws_prices)
         return cfg, expand_bag(cfg, source=str(path))
     except AutoscalerError as exc:
         _exit_with(exc)
@@ -144,8 +153,8 @@ def run(
         if cfg.provider == "sim":
             _exit_with(
                 AutoscalerError(
-                    "provider 'sim' only emulates machines: add --dry-run, or set "
-                    "`provider: local` to run the bag on worker processes on this host"
+                    "provider 'sim' only emulates machines: add --dry-run, or set `provider:` "
+                    "to local (worker processes on this host), sge or ec2 with its section"
                 )
             )
         _run_daemon(cfg, tasks, out_dir, seed, resume=False, run_id=run_id)
@@ -222,6 +231,50 @@ def status(
     pid = daemon_alive(run_dir)
     for line in status_lines(files.run_id, files.cfg, state, pid):
         _out.print(line, markup=False, soft_wrap=True)
+
+
+@app.command()
+def cleanup(
+    config: Annotated[Path, typer.Argument(help="a config naming the provider to search")],
+    runs: Annotated[
+        list[Path] | None,
+        typer.Option("--runs", help="where run directories live (repeatable; default: runs)"),
+    ] = None,
+    yes: Annotated[bool, typer.Option("--yes", help="terminate without asking")] = False,
+) -> None:
+    """Find machines carrying one of our run tags that no live run owns; terminate them.
+
+    A run is live while a daemon holds its run directory's lock. Untagged machines and
+    machines of a live run are never touched.
+    """
+    from autoscaler.cleanup import find_strays, terminate_strays
+
+    cfg, _ = _load_or_exit(config)
+    try:
+        found = find_strays(cfg, runs or [Path("runs")])
+    except AutoscalerError as exc:
+        _exit_with(exc)
+    for m in found:
+        owner = f"live run (daemon pid {m.owner_pid})" if m.owner_pid else "stray"
+        _out.print(
+            f"{m.id}  run {m.run_id}  type {m.type}  {m.state}  {owner}",
+            markup=False,
+            soft_wrap=True,
+        )
+    strays = [m for m in found if m.owner_pid is None]
+    if not strays:
+        _out.print(f"no stray {cfg.provider} machines of ours", markup=False)
+        return
+    if not yes:
+        if not _out.is_terminal:
+            _exit_with(AutoscalerError(f"{len(strays)} stray machines: pass --yes to terminate"))
+        if not typer.confirm(f"terminate {len(strays)} stray machines?"):
+            raise typer.Exit(1)
+    try:
+        gone = terminate_strays(cfg, strays)
+    except AutoscalerError as exc:
+        _exit_with(exc)
+    _out.print(f"terminated {len(gone)}: {' '.join(gone)}", markup=False, soft_wrap=True)
 
 
 @app.command()

@@ -62,12 +62,13 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import fabric
 import paramiko
+from paramiko.hostkeys import HostKeyEntry
 
 from autoscaler.errors import AutoscalerError
 
@@ -198,13 +199,13 @@ class _KnownHosts:
         with self._lock:
             hosts = self._load()
             entries = [
-                paramiko.hostkeys.HostKeyEntry([name], k)
-                for name in hosts.keys()
+                HostKeyEntry([name], k)
+                for name in hosts
                 if name != machine
                 for k in hosts[name].values()
             ]
-            entries.append(paramiko.hostkeys.HostKeyEntry([machine], key))
-            text = "".join(entry.to_line() for entry in entries)
+            entries.append(HostKeyEntry([machine], key))
+            text = "".join(entry.to_line() or "" for entry in entries)
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=".known_hosts.", dir=self.path.parent)
             try:
@@ -246,7 +247,9 @@ class _HostKeyCheck(paramiko.MissingHostKeyPolicy):
         self.console_keys = console_keys
         self.accepted: str | None = None  # "pinned" / "matched pin" / "console"
 
-    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+    def missing_host_key(
+        self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
+    ) -> None:
         offered = fingerprint(key)
         pinned = self.known.get(self.machine)
         if pinned:
@@ -277,14 +280,20 @@ class _HostKeyCheck(paramiko.MissingHostKeyPolicy):
 
 
 class _Pipes:
-    """Connections carried by one tunnel: each forwarded channel piped to a local socket."""
+    """Connections carried by one tunnel: each forwarded channel piped to a local socket.
+
+    Every connection the agent opens to its --url arrives as a channel; it gets its own
+    socket to the dispatcher and two threads, one per direction, so long polls on
+    several keep-alive connections proceed at once. An end of stream on one side is
+    passed on as a half-close; an error on either side closes both.
+    """
 
     def __init__(self, local_port: int, log: Callable[..., None], machine: str) -> None:
         self.local_port = local_port
         self.log = log
         self.machine = machine
         self._lock = threading.Lock()
-        self._open: set[tuple[paramiko.Channel, socket.socket]] = set()
+        self._open: set[_Pair] = set()
         self._closed = False
 
     def handler(
@@ -292,65 +301,32 @@ class _Pipes:
     ) -> None:
         """paramiko's forward handler: runs on the transport thread, so it must not block."""
         threading.Thread(
-            target=self._connect,
-            args=(channel,),
-            name=f"tunnel-{self.machine}",
-            daemon=True,
+            target=self._connect, args=(channel,), name=f"tunnel-{self.machine}", daemon=True
         ).start()
 
     def _connect(self, channel: paramiko.Channel) -> None:
         try:
             sock = socket.create_connection(("127.0.0.1", self.local_port), timeout=10)
         except OSError as exc:
-            self.log("tunnel: dispatcher refused", machine=self.machine, error=str(exc))
+            self.log("tunnel: dispatcher unreachable", machine=self.machine, error=str(exc))
             channel.close()
             return
         sock.settimeout(None)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        pair = (channel, sock)
+        pair = _Pair(channel, sock, self._forget)
         with self._lock:
             if self._closed:
-                channel.close()
-                sock.close()
+                pair.close()
                 return
             self._open.add(pair)
-        done = threading.Barrier(2, action=lambda: self._finish(pair))
         threading.Thread(
-            target=self._copy, args=(channel.recv, sock.sendall, self._eof_sock(sock), done),
+            target=pair.copy,
+            args=(channel.recv, sock.sendall, lambda: sock.shutdown(socket.SHUT_WR)),
             daemon=True,
         ).start()
-        self._copy(sock.recv, channel.sendall, channel.shutdown_write, done)
+        pair.copy(sock.recv, channel.sendall, channel.shutdown_write)
 
-    @staticmethod
-    def _eof_sock(sock: socket.socket) -> Callable[[], None]:
-        return lambda: sock.shutdown(socket.SHUT_WR)
-
-    def _copy(
-        self,
-        read: Callable[[int], bytes],
-        write: Callable[[bytes], Any],
-        eof: Callable[[], None],
-        done: threading.Barrier,
-    ) -> None:
-        """Copy one direction until end of stream; pass the half-close on."""
-        try:
-            while True:
-                data = read(PIPE_CHUNK)
-                if not data:
-                    break
-                write(data)
-            with contextlib.suppress(OSError, EOFError):
-                eof()
-        except (OSError, EOFError):
-            # One side broke: break the whole pair so the other direction ends too.
-            done.abort()
-        with contextlib.suppress(threading.BrokenBarrierError):
-            done.wait()
-
-    def _finish(self, pair: tuple[paramiko.Channel, socket.socket]) -> None:
-        channel, sock = pair
-        channel.close()
-        sock.close()
+    def _forget(self, pair: _Pair) -> None:
         with self._lock:
             self._open.discard(pair)
 
@@ -358,12 +334,47 @@ class _Pipes:
         with self._lock:
             self._closed = True
             pairs = list(self._open)
-            self._open.clear()
-        for channel, sock in pairs:
-            channel.close()
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
+        for pair in pairs:
+            pair.close()
+
+
+class _Pair:
+    """One forwarded connection: a channel, a socket, and the two copying directions."""
+
+    def __init__(
+        self, channel: paramiko.Channel, sock: socket.socket, forget: Callable[[_Pair], None]
+    ) -> None:
+        self.channel = channel
+        self.sock = sock
+        self._forget = forget
+        self._lock = threading.Lock()
+        self._running = 2
+
+    def copy(
+        self,
+        read: Callable[[int], bytes],
+        write: Callable[[bytes], Any],
+        eof: Callable[[], None],
+    ) -> None:
+        """Copy one direction until its end of stream, then pass the half-close on."""
+        try:
+            while data := read(PIPE_CHUNK):
+                write(data)
+            eof()
+        except (OSError, EOFError):
+            self.close()  # unblocks the other direction too
+        with self._lock:
+            self._running -= 1
+            last = self._running == 0
+        if last:
+            self.close()
+
+    def close(self) -> None:
+        self.channel.close()
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        self.sock.close()
+        self._forget(self)
 
 
 # --- bootstrap ---------------------------------------------------------------------------
@@ -385,43 +396,49 @@ def _nolog(event: str, **fields: Any) -> None:
     pass
 
 
-@dataclass
 class SshBootstrap:
     """Start and keep agents on machines over SSH; one connection and tunnel per machine.
 
+    ``local_port`` is the dispatcher's port on our loopback; ``token`` the run token the
+    agents present; ``agent_args`` extra agent flags (``["--heartbeat-s", "2", ...]``);
+    ``console(machine)`` returns a machine's console output (the "console" host-key
+    policy needs it). ``log(event, **fields)`` receives one call per notable thing; it
+    never sees the token or key material.
+
     Thread-safe: ``ensure`` may run for several machines at once (one lock per machine).
-    ``log(event, **fields)`` receives one call per notable thing; it never sees the
-    token or key material.
     """
 
-    settings: SshSettings
-    local_port: int
-    token: str
-    agent_args: Sequence[str] = ()
-    console: Callable[[str], str] | None = None
-    log: Callable[..., None] | None = None
-    _sessions: dict[str, _Session] = field(default_factory=dict, init=False, repr=False)
-    _locks: dict[str, threading.Lock] = field(default_factory=dict, init=False, repr=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
-    _known: _KnownHosts = field(init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        if self.settings.host_key_policy not in ("pinned", "console"):
+    def __init__(
+        self,
+        settings: SshSettings,
+        local_port: int,
+        token: str,
+        agent_args: Sequence[str] = (),
+        console: Callable[[str], str] | None = None,
+        log: Callable[..., None] | None = None,
+    ) -> None:
+        if settings.host_key_policy not in ("pinned", "console"):
             raise BootstrapError(
-                f"unknown host key policy {self.settings.host_key_policy!r}: "
+                f"unknown host key policy {settings.host_key_policy!r}: "
                 "expected 'pinned' or 'console'"
             )
-        if self.settings.host_key_policy == "console" and self.console is None:
+        if settings.host_key_policy == "console" and console is None:
             raise BootstrapError("host key policy 'console' needs a console reader")
-        if not self.token or any(c.isspace() for c in self.token):
+        if not token or any(c.isspace() for c in token):
             raise BootstrapError("the run token must be non-empty, without whitespace")
-        self._known = _KnownHosts(self.settings.known_hosts)
+        self.settings = settings
+        self.local_port = local_port
+        self._token = token
+        self.agent_args = tuple(agent_args)
+        self.console = console
+        self._log = log or _nolog
+        self._sessions: dict[str, _Session] = {}
+        self._locks: dict[str, threading.Lock] = {}
+        self._lock = threading.Lock()
+        self._known = _KnownHosts(settings.known_hosts)
 
     def __repr__(self) -> str:  # never the token
         return f"SshBootstrap(user={self.settings.user!r}, local_port={self.local_port})"
-
-    def _log(self, event: str, **fields: Any) -> None:
-        (self.log or _nolog)(event, **fields)
 
     # --- public ---------------------------------------------------------------------
 
@@ -626,7 +643,7 @@ class SshBootstrap:
             if _read_remote(sftp, f"{directory}/agent.py") != source:
                 _write_remote(sftp, f"{directory}/agent.py", source, 0o644)
                 self._log("agent copied", machine=machine, path=f"{directory}/agent.py")
-            token = (self.token + "\n").encode()
+            token = (self._token + "\n").encode()
             if _read_remote(sftp, f"{directory}/token") != token:
                 _write_remote(sftp, f"{directory}/token", token, 0o600)
         except (paramiko.SSHException, OSError, EOFError) as exc:
@@ -642,9 +659,11 @@ class SshBootstrap:
         stored = int(stored_text) if stored_text and stored_text.strip().isdigit() else None
         transport = conn.transport
         if stored is not None:
-            # After a restart the old connection's listener may linger briefly in sshd:
-            # retry the same port for a while before giving up on it.
-            deadline = time.monotonic() + self.settings.connect_timeout_s
+            # A running agent's --url names the stored port: only that one will do. After
+            # a restart the old connection's listener may linger in sshd for a moment,
+            # so retry it for a while. With no agent depending on it, any port will do.
+            agent = self._agent_pid(conn, machine, directory) is not None
+            deadline = time.monotonic() + (self.settings.connect_timeout_s if agent else 0)
             delay = BACKOFF_FIRST_S
             while True:
                 try:
@@ -653,21 +672,20 @@ class SshBootstrap:
                     return port
                 except paramiko.SSHException as exc:
                     if time.monotonic() + delay > deadline:
-                        if self._agent_pid(conn, machine, directory) is not None:
+                        if agent:
                             raise BootstrapError(
                                 f"machine {machine}: its agent uses tunnel port {stored}, "
-                                f"which sshd no longer grants: {exc}",
+                                f"which sshd does not grant: {exc}",
                                 retryable=True,
                             ) from None
-                        break  # no agent depends on it: take a new port
+                        break
                 time.sleep(delay)
                 delay = min(delay * 2, BACKOFF_MAX_S)
         try:
             port = transport.request_port_forward("127.0.0.1", 0, pipes.handler)
         except paramiko.SSHException as exc:
             raise BootstrapError(
-                f"machine {machine}: sshd refused the reverse tunnel (AllowTcpForwarding?): "
-                f"{exc}"
+                f"machine {machine}: sshd refused the reverse tunnel (AllowTcpForwarding?): {exc}"
             ) from None
         try:
             _write_remote(sftp, f"{directory}/port", f"{port}\n".encode(), 0o600)
@@ -717,8 +735,8 @@ class SshBootstrap:
         # it from the SSH session, which returns at once (all output is redirected).
         inner = (
             f"{' '.join(q(a) for a in agent)} & "
-            'echo $! > agent.pid.tmp && mv agent.pid.tmp agent.pid; '
-            'wait $!; echo $? > agent.exit'
+            "echo $! > agent.pid.tmp && mv agent.pid.tmp agent.pid; "
+            "wait $!; echo $? > agent.exit"
         )
         if self.settings.poweroff_on_exit:
             inner += '; if [ "$(id -u)" -eq 0 ]; then poweroff; else sudo -n poweroff; fi'

@@ -125,11 +125,18 @@ def resolve_paths(cfg: RunConfig, base_dir: str | Path) -> RunConfig:
             update={"runtime": runtime.model_copy(update={"file": resolve(runtime.file)})}
         )
         cfg = cfg.model_copy(update={"emulator": emulator})
+    if cfg.ec2 is not None and cfg.ec2.ssh is not None:
+        ssh = cfg.ec2.ssh.model_copy(update={"key_file": resolve(cfg.ec2.ssh.key_file)})
+        cfg = cfg.model_copy(update={"ec2": cfg.ec2.model_copy(update={"ssh": ssh})})
     return cfg
 
 
 def _check_files(cfg: RunConfig, source: str) -> None:
     problems: list[str] = []
+    if cfg.provider == "ec2" and cfg.ec2 is not None and cfg.ec2.ssh is not None:
+        key = cfg.ec2.ssh.key_file
+        if not key.is_file():
+            problems.append(f"ec2.ssh.key_file: no such file: {key}")
     if cfg.bag.file is not None and not cfg.bag.file.is_file():
         problems.append(f"bag.file: no such file: {cfg.bag.file}")
     runtime = cfg.emulator.runtime

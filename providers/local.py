@@ -84,17 +84,33 @@ def _alive(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
 
 
-def run_processes(run_id: str) -> list[tuple[int, dict[str, str]]]:
-    """Every live process on this host that carries ``run_id``'s tag: (pid, tags)."""
+def tagged_processes() -> list[tuple[int, dict[str, str]]]:
+    """Every live agent process on this host of any run: (pid, tags)."""
     out = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         pid = int(entry.name)
         tags = _environ(pid)
-        if tags.get(RUN_TAG) == run_id and MACHINE_TAG in tags and _alive(pid):
+        if RUN_TAG in tags and MACHINE_TAG in tags and _alive(pid):
             out.append((pid, tags))
     return out
+
+
+def run_processes(run_id: str) -> list[tuple[int, dict[str, str]]]:
+    """Every live process on this host that carries ``run_id``'s tag: (pid, tags)."""
+    return [(pid, tags) for pid, tags in tagged_processes() if tags.get(RUN_TAG) == run_id]
+
+
+def terminate_tagged(pids: Sequence[int]) -> list[str]:
+    """SIGTERM the agents ``pids`` (only processes that still carry a run tag)."""
+    done = []
+    for pid in pids:
+        if RUN_TAG in _environ(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+                done.append(str(pid))
+    return done
 
 
 class LocalProvider:

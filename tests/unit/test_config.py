@@ -9,6 +9,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from autoscaler.cli import app
@@ -472,3 +473,96 @@ def test_cli_schema_out(tmp_path: Path) -> None:
     assert out.read_text(encoding="utf-8") == (CONFIG_DIR / "schema.json").read_text(
         encoding="utf-8"
     )
+
+
+# --- real providers' sections --------------------------------------------------------------
+
+
+def _ec2_data(tmp_path: Path, **ec2: object) -> dict[str, object]:
+    key = tmp_path / "id_test"
+    key.write_text("not a real key")
+    section: dict[str, object] = {
+        "region": "us-east-1",
+        "ami": "ami-0123abcd",
+        "types": {"slow": {"instance_type": "t3.micro"}, "fast": {"instance_type": "c5.large"}},
+        "ssh": {"key_file": "id_test"},
+    }
+    section.update(ec2)
+    return {
+        "bag": {"synthetic": 10},
+        "constraint": {"budget": 10},
+        "machine_types": [
+            {"name": "slow", "price": 1, "max_count": 2},
+            {"name": "fast", "price": 2, "max_count": 2},
+        ],
+        "provider": "ec2",
+        "ec2": section,
+    }
+
+
+def _write(tmp_path: Path, data: dict[str, object]) -> Path:
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_ec2_config_resolves_the_key_file_next_to_the_config(tmp_path: Path) -> None:
+    cfg = load_config(_write(tmp_path, _ec2_data(tmp_path)))
+    assert cfg.ec2 is not None
+    assert cfg.ec2.ssh is not None
+    assert cfg.ec2.ssh.key_file == tmp_path / "id_test"
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"types": {"slow": {"instance_type": "t3.micro"}}}, "no entry for machine type 'fast'"),
+        ({"ami": "ubuntu"}, "ec2.ami"),
+        ({"ssh": None}, "give ec2.ssh"),
+        ({"bootstrap": "user-data", "ssh": None}, "give ec2.controller_url"),
+        ({"ssh": {"key_file": "missing"}}, "ec2.ssh.key_file: no such file"),
+        (
+            {"types": {"slow": {"instance_type": "t3.micro"}, "fast": {"instance_type": "big"}}},
+            "ec2.types.fast.instance_type",
+        ),
+    ],
+)
+def test_bad_ec2_sections_are_named(
+    tmp_path: Path, change: dict[str, object], expected: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(_write(tmp_path, _ec2_data(tmp_path, **change)))
+    assert expected in str(info.value)
+
+
+def test_a_real_provider_needs_its_section(tmp_path: Path) -> None:
+    data = _ec2_data(tmp_path)
+    data["provider"] = "sge"
+    with pytest.raises(ConfigError) as info:
+        load_config(_write(tmp_path, data))
+    assert "provider is sge: give the sge section" in str(info.value)
+
+
+def test_missing_prices_come_from_the_lookup_scaled_to_the_atu(tmp_path: Path) -> None:
+    data = _ec2_data(tmp_path, lookup_prices=True)
+    data["billing"] = {"atu_s": "30m"}
+    del data["machine_types"][0]["price"]  # type: ignore[index]
+    asked: list[tuple[list[str], str]] = []
+
+    def prices(types: object, region: str, endpoint: object) -> dict[str, float]:
+        asked.append((list(types), region))  # type: ignore[call-overload]
+        return {"t3.micro": 0.0104}
+
+    cfg = load_config(_write(tmp_path, data), prices=prices)
+    assert asked == [(["t3.micro"], "us-east-1")]
+    assert cfg.type_named("slow").price == pytest.approx(0.0052)
+    assert cfg.type_named("fast").price == 2  # given: never looked up
+
+
+def test_a_price_the_lookup_lacks_is_named(tmp_path: Path) -> None:
+    data = _ec2_data(tmp_path, lookup_prices=True)
+    del data["machine_types"][1]["price"]  # type: ignore[index]
+    with pytest.raises(ConfigError) as info:
+        load_config(_write(tmp_path, data), prices=lambda types, region, endpoint: {})
+    assert "machine_types[1].price: not given" in str(info.value)
+    assert "c5.large" in str(info.value)
