@@ -163,6 +163,8 @@ def make_bootstrap(
 
     ssh = cfg.ec2.ssh
     assert ssh is not None
+    if not ssh.key_file.is_file():  # checked here: a dry run needs no key
+        raise AutoscalerError(f"ec2.ssh.key_file: no such file: {ssh.key_file}")
     console = getattr(provider, "console_output", None)
     settings = SshSettings(
         user=ssh.user,

@@ -133,10 +133,6 @@ def resolve_paths(cfg: RunConfig, base_dir: str | Path) -> RunConfig:
 
 def _check_files(cfg: RunConfig, source: str) -> None:
     problems: list[str] = []
-    if cfg.provider == "ec2" and cfg.ec2 is not None and cfg.ec2.ssh is not None:
-        key = cfg.ec2.ssh.key_file
-        if not key.is_file():
-            problems.append(f"ec2.ssh.key_file: no such file: {key}")
     if cfg.bag.file is not None and not cfg.bag.file.is_file():
         problems.append(f"bag.file: no such file: {cfg.bag.file}")
     runtime = cfg.emulator.runtime

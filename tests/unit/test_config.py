@@ -520,7 +520,6 @@ def test_ec2_config_resolves_the_key_file_next_to_the_config(tmp_path: Path) -> 
         ({"ami": "ubuntu"}, "ec2.ami"),
         ({"ssh": None}, "give ec2.ssh"),
         ({"bootstrap": "user-data", "ssh": None}, "give ec2.controller_url"),
-        ({"ssh": {"key_file": "missing"}}, "ec2.ssh.key_file: no such file"),
         (
             {"types": {"slow": {"instance_type": "t3.micro"}, "fast": {"instance_type": "big"}}},
             "ec2.types.fast.instance_type",
