@@ -127,24 +127,25 @@ def parse_console_host_keys(text: str) -> list[str]:
     ``-----END SSH HOST KEY KEYS-----``, one ``type base64 [comment]`` per line; lines may
     carry a prefix (a timestamp, ``ec2:``) that is ignored, as are comments. The
     fingerprint block cloud-init also prints (``BEGIN SSH HOST KEY FINGERPRINTS``) is not
-    a key list and is skipped. Keys that are not valid base64 are dropped. If the block
-    appears more than once (a reboot), every listed key is returned, without duplicates.
+    a key list and is skipped. Keys that are not valid base64 are dropped, and so is a
+    block without its END line (console output cut short could cut a key short). If the
+    block appears more than once (a reboot), every listed key is returned, once.
     """
     keys: list[str] = []
-    inside = False
+    block: list[str] | None = None  # the keys of the block being read
     for raw in text.splitlines():
         line = raw.strip()
         if line.endswith(BEGIN_KEYS):
-            inside = True
-            continue
-        if line.endswith(END_KEYS):
-            inside = False
-            continue
-        if not inside:
-            continue
-        key = _key_in(line)
-        if key is not None and key not in keys:
-            keys.append(key)
+            block = []
+        elif line.endswith(END_KEYS):
+            for key in block or ():
+                if key not in keys:
+                    keys.append(key)
+            block = None
+        elif block is not None:
+            found = _key_in(line)
+            if found is not None:
+                block.append(found)
     return keys
 
 

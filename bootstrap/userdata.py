@@ -1,0 +1,168 @@
+"""Start the worker agent from EC2 user data, when instances can reach the controller.
+
+:func:`render_user_data` writes a ``#!/bin/sh`` script that cloud-init runs once, as root,
+at the end of the first boot. It needs nothing but ``sh`` and ``python3`` on the image:
+
+1. asks the instance metadata service (IMDSv2) for a session token
+   (``PUT /latest/api/token`` with ``X-aws-ec2-metadata-token-ttl-seconds``) and, with it
+   (``X-aws-ec2-metadata-token``), for the instance id; python3's urllib does the HTTP,
+   so the image needs no curl. IMDS may not answer in the first seconds of a boot: it
+   retries for a minute;
+2. writes the agent (embedded as base64, gzip-compressed when it would not fit
+   otherwise) and the run token into ``remote_dir`` with umask 077;
+3. runs the agent in the foreground with ``--machine <instance id>``, its log in
+   ``remote_dir/agent.log``; cloud-init's final stage stays busy while it runs, which
+   nothing waits for;
+4. when the agent exits (released, lease expired, controller gone), powers the instance
+   off if asked; with the instance's shutdown behaviour set to terminate, an instance
+   whose controller is gone stops costing money.
+
+This path has no SSH tunnel: ``url`` must be reachable from the instances (a private
+address of the controller, a security group allowing it).
+
+Security: the run token is weaker here than on the SSH path. User data is readable by
+anyone allowed ``ec2:DescribeInstanceAttribute`` on the instance, and by every process on
+the instance through the metadata service (``/latest/user-data``) for the instance's
+whole life, unless IMDS is turned off or limited by hop count. Use it when the account
+and the image are trusted, and prefer the SSH bootstrap otherwise.
+
+EC2 limits user data to 16 KB before its base64 encoding; :func:`render_user_data`
+refuses to return a larger script.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import re
+import shlex
+from collections.abc import Sequence
+
+from bootstrap.ssh import AGENT_SOURCE, BootstrapError
+
+USER_DATA_LIMIT = 16 * 1024  # bytes, before base64 (EC2's limit)
+
+_IMDS_CLIENT = """\
+import sys, time, urllib.request
+base = sys.argv[1].rstrip("/")
+error = None
+for attempt in range(60):
+    try:
+        put = urllib.request.Request(
+            base + "/latest/api/token", method="PUT",
+            headers={"X-aws-ec2-metadata-token-ttl-seconds": "300"})
+        with urllib.request.urlopen(put, timeout=5) as r:
+            token = r.read().decode()
+        get = urllib.request.Request(
+            base + "/latest/meta-data/instance-id",
+            headers={"X-aws-ec2-metadata-token": token})
+        with urllib.request.urlopen(get, timeout=5) as r:
+            print(r.read().decode().strip())
+        sys.exit(0)
+    except Exception as exc:
+        error = exc
+        time.sleep(1)
+sys.exit("instance metadata service unreachable: %s" % error)
+"""
+
+_UNPACK = {
+    "base64": "import base64,sys; sys.stdout.buffer.write(base64.b64decode(sys.stdin.read()))",
+    "gzip": (
+        "import base64,gzip,sys; "
+        "sys.stdout.buffer.write(gzip.decompress(base64.b64decode(sys.stdin.read())))"
+    ),
+}
+
+
+def render_user_data(
+    agent_source: str,
+    url: str,
+    token: str,
+    agent_args: Sequence[str] = (),
+    poweroff_on_exit: bool = True,
+    remote_dir: str = "/var/lib/autoscaler",
+    python: str = "python3",
+    imds_url: str = "http://169.254.169.254",
+) -> str:
+    """The user-data script that starts the agent on an instance (see the module doc).
+
+    ``agent_source`` is the text of ``bootstrap/agent.py`` (:func:`agent_source` reads
+    it). BootstrapError if the script would exceed EC2's 16 KB limit even compressed,
+    or if the token could not be written safely.
+    """
+    if not token or not re.fullmatch(r"[\x21-\x7e]+", token):
+        raise BootstrapError("the run token must be non-empty printable ASCII without spaces")
+    if not remote_dir.startswith("/"):
+        raise BootstrapError(f"remote_dir {remote_dir!r} must be an absolute path")
+    agent_bytes = agent_source.encode()
+    plain = _script(
+        agent_bytes,
+        "base64",
+        url,
+        token,
+        agent_args,
+        poweroff_on_exit,
+        remote_dir,
+        python,
+        imds_url,
+    )
+    if len(plain.encode()) <= USER_DATA_LIMIT:
+        return plain
+    packed = _script(
+        agent_bytes, "gzip", url, token, agent_args, poweroff_on_exit, remote_dir, python, imds_url
+    )
+    size = len(packed.encode())
+    if size > USER_DATA_LIMIT:
+        raise BootstrapError(
+            f"user data is {size} bytes even with the agent ({len(agent_bytes)} bytes) "
+            f"gzip-compressed; EC2 allows {USER_DATA_LIMIT}: use the SSH bootstrap"
+        )
+    return packed
+
+
+def agent_source() -> str:
+    """The text of bootstrap/agent.py, as shipped next to this module."""
+    return AGENT_SOURCE.read_text(encoding="utf-8")
+
+
+def _script(
+    agent: bytes,
+    encoding: str,
+    url: str,
+    token: str,
+    agent_args: Sequence[str],
+    poweroff_on_exit: bool,
+    remote_dir: str,
+    python: str,
+    imds_url: str,
+) -> str:
+    q = shlex.quote
+    payload = gzip.compress(agent, compresslevel=9, mtime=0) if encoding == "gzip" else agent
+    blob = base64.encodebytes(payload).decode()
+    args = " ".join(q(a) for a in agent_args)
+    poweroff = (
+        'echo "autoscaler: agent exited with status $rc; powering off"\n'
+        'if [ "$(id -u)" -eq 0 ]; then poweroff; else sudo -n poweroff; fi\n'
+        if poweroff_on_exit
+        else ""
+    )
+    return f"""#!/bin/sh
+# autoscaler: start the worker agent (generated by bootstrap/userdata.py)
+set -eu
+umask 077
+PY={q(python)}
+DIR={q(remote_dir)}
+mkdir -p "$DIR/work"
+chmod 700 "$DIR"
+MACHINE=$("$PY" - {q(imds_url)} <<'AUTOSCALER_IMDS'
+{_IMDS_CLIENT}AUTOSCALER_IMDS
+)
+printf '%s\\n' {q(token)} > "$DIR/token"
+"$PY" -c {q(_UNPACK[encoding])} > "$DIR/agent.py" <<'AUTOSCALER_AGENT'
+{blob}AUTOSCALER_AGENT
+echo "autoscaler: starting the agent as $MACHINE"
+rc=0
+"$PY" "$DIR/agent.py" --url {q(url)} --machine "$MACHINE" --token-file "$DIR/token" \\
+    --workdir "$DIR/work" {args} < /dev/null >> "$DIR/agent.log" 2>&1 || rc=$?
+{poweroff}exit "$rc"
+"""
