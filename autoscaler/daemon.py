@@ -90,7 +90,13 @@ TASKS_FILE = "tasks.jsonl"
 OUTPUTS_FILE = "outputs.jsonl"
 LOCK_FILE = "daemon.lock"
 HEALTH_S = 0.25
-"""Real seconds between health checks (lost machines, dead processes)."""
+"""Real seconds between health checks (silent machines, machines that never came up)."""
+DESCRIBE_S = {"local": 0.25, "sge": 3.0, "ec2": 10.0}
+"""Real seconds between asking the provider which machines ended: a local process list
+is cheap, a cloud API call is rate-limited and counted against the account."""
+RETRY_HOLD_S = 60.0
+"""After a launch refused for a passing reason (throttling), scale-up waits this long."""
+TERMINATE_TRIES = 8
 
 
 # --- what reaches the queue besides polls ---------------------------------------------
@@ -102,6 +108,7 @@ class _LaunchDone:
     records: tuple[MachineRecord, ...]
     error: str | None
     code: str | None = None  # the provider's error code, if it refused
+    retryable: bool = False  # the refusal may pass by itself (throttling)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +132,13 @@ class _Tick:
 @dataclass(frozen=True, slots=True)
 class _Health:
     pass
+
+
+@dataclass(frozen=True, slots=True)
+class _Ended:
+    """The provider says these machines are gone (from a describe on a provider thread)."""
+
+    machines: frozenset[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,6 +318,7 @@ class Daemon:
             16, thread_name_prefix="bootstrap"
         )
         self._booting: set[str] = set()
+        self._describing = threading.Lock()
         self._closing = threading.Event()
         self._futures: set[concurrent.futures.Future[Any]] = set()
         self._workdir = cfg.local.workdir or self.files.run_dir / "work"
@@ -392,6 +407,9 @@ class Daemon:
                 id="tick",
             )
             scheduler.add_job(self._inbox.put, "interval", seconds=HEALTH_S, args=[_Health()])
+            scheduler.add_job(
+                self._describe_soon, "interval", seconds=DESCRIBE_S.get(cfg.provider, 5.0)
+            )
             scheduler.start()
             self._begin()
             self._loop(metrics)
@@ -502,6 +520,11 @@ class Daemon:
                     events.extend(self._launch_events(item))
                 case _Health():
                     events.extend(self._health())
+                case _Ended(machines=ended):
+                    for mid in sorted(ended):
+                        m = self.state.machines.get(mid)
+                        if m is not None and m.alive and mid in self._machines:
+                            events.append(MachineLost(mid, "machine ended"))
                 case _BootFailed(machine=mid, reason=reason):
                     m = self.state.machines.get(mid)
                     if m is not None and m.alive:
@@ -596,7 +619,7 @@ class Daemon:
                 launch.type, launch.count, launch.token, {"autoscaler:run": self.files.run_id}
             )
         except AutoscalerError as exc:
-            return _LaunchDone(launch, (), exc.message, exc.code)
+            return _LaunchDone(launch, (), exc.message, exc.code, exc.retryable)
         except Exception as exc:  # a provider's bug must not lose the launch's money
             return _LaunchDone(launch, (), f"{type(exc).__name__}: {exc}")
         return _LaunchDone(launch, tuple(records), None)
@@ -613,37 +636,53 @@ class Daemon:
         missing = launch.count - len(events)
         if missing > 0:
             reason = done.error or "the provider started fewer machines than asked"
-            kind = failure_kind(done.code)
-            until = None
-            if kind != "error":
-                unavailable_s, hold_s = holds(self.cfg)
-                until = self.now() + (unavailable_s if kind == "capacity" else hold_s)
+            kind = failure_kind(done.code, done.retryable)
+            unavailable_s, hold_s = holds(self.cfg)
+            hold = {"capacity": unavailable_s, "limit": hold_s, "throttled": RETRY_HOLD_S * self.ts}
+            until = self.now() + hold[kind] if kind in hold else None
             self.log.warning(
                 "launch failed", machine_type=launch.type, count=missing, error=reason, kind=kind
             )
             events.append(LaunchFailed(launch.token, launch.type, missing, reason, kind, until))
         return events
 
+    def _describe_soon(self) -> None:
+        """Scheduler job: ask the provider which machines ended, unless a question is out."""
+        if not self._describing.acquire(blocking=False):
+            return
+        try:
+            self._submit(self._describe_alive)
+        except RuntimeError:  # the executor is shutting down: the run is over
+            self._describing.release()
+
+    def _describe_alive(self) -> None:
+        """On a provider thread: one describe of the machines alive; the ended ones queued."""
+        try:
+            ids = list(self._machines)  # a copy: the main thread changes it
+            if not ids:
+                return
+            ended = frozenset(
+                st.id for st in self.provider.describe(ids) if st.state is ProviderState.TERMINATED
+            )
+            if ended:
+                self._inbox.put(_Ended(ended))
+        except Exception as exc:  # throttled past botocore's retries: ask again next time
+            self.log.warning("describe failed", error=str(exc)[:300])
+        finally:
+            self._describing.release()
+
     def _health(self) -> list[Event]:
-        """Machines whose process ended, that went silent, or that never came up."""
+        """Machines that went silent, or that never came up."""
         state = self.state
         alive = list(state.alive_machines())
         if not alive:
             return []
-        ended = {
-            s.id
-            for s in self.provider.describe([m.id for m in alive])
-            if s.state is ProviderState.TERMINATED
-        }
         mono = time.monotonic()
         d = self.cfg.daemon
         events: list[Event] = []
         for m in alive:
             box = self._machines.get(m.id)
             if box is None:
-                continue
-            if m.id in ended:
-                events.append(MachineLost(m.id, "machine ended"))
                 continue
             boot = self.bootstrap
             if boot is not None and m.id not in self._booting and not boot.alive(m.id):
@@ -689,9 +728,26 @@ class Daemon:
         return touched
 
     def _end(self, mid: str) -> None:
-        """On a provider thread: terminate a machine, then close its SSH tunnel."""
+        """On a provider thread: terminate a machine, then close its SSH tunnel.
+
+        A refused terminate (throttling past botocore's retries) is tried again with
+        backoff: a machine released but left running would cost money. ``_finish``
+        terminates whatever is still up at the end in any case.
+        """
+        delay = 2.0
         try:
-            self.provider.terminate([mid])
+            for attempt in range(1, TERMINATE_TRIES + 1):
+                try:
+                    self.provider.terminate([mid])
+                    return
+                except Exception as exc:
+                    self.log.warning(
+                        "terminate failed", machine=mid, attempt=attempt, error=str(exc)[:300]
+                    )
+                if self._closing.wait(delay):
+                    return  # the end of the run terminates what is left
+                delay = min(delay * 2, 30.0)
+            self.log.error("terminate kept failing; the end of the run tries again", machine=mid)
         finally:
             if self.bootstrap is not None:
                 self.bootstrap.close(mid)
@@ -868,6 +924,29 @@ class Daemon:
             events.append(LaunchFailed(token, tname, count, "abandoned on a second signal"))
         self._step(events, [])
 
+    def _terminate_leftovers(self) -> None:
+        """Every machine of the run the provider still lists ends now (tried with backoff)."""
+        delay = 1.0
+        for attempt in range(1, TERMINATE_TRIES + 1):
+            try:
+                left = [
+                    s.id
+                    for s in self.provider.describe()
+                    if s.state is not ProviderState.TERMINATED
+                ]
+                if left:
+                    self.log.warning("terminating machines left at the end", machines=left)
+                    self.provider.terminate(left)
+                return
+            except Exception as exc:
+                self.log.warning("end-of-run terminate failed", attempt=attempt, error=str(exc))
+                time.sleep(delay)
+                delay = min(delay * 2, 30.0)
+        self.log.error(
+            "machines of this run may still run: the provider kept refusing; "
+            "run `autoscaler cleanup` with this config"
+        )
+
     def _finish(self, error: BaseException | None) -> None:
         """Whatever happened: no machine of this run outlives the daemon."""
         self._closing.set()
@@ -876,10 +955,7 @@ class Daemon:
             if self._signals > 1:  # a second signal while machines are being released
                 self._kill_now()
             concurrent.futures.wait(list(self._futures), timeout=0.1)
-        left = [s.id for s in self.provider.describe() if s.state is not ProviderState.TERMINATED]
-        if left:
-            self.log.warning("terminating machines left at the end", machines=left)
-            self.provider.terminate(left)
+        self._terminate_leftovers()
         if error is not None and not self.state.stopped:
             events: list[Event] = [
                 MachineLost(m.id, "daemon error") for m in self.state.alive_machines()

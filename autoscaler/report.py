@@ -225,6 +225,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         meaning = {
             "capacity": "type avoided for a while, re-planned without it",
             "limit": "account limit: scale-up held for a while",
+            "throttled": "throttled: scale-up paused briefly",
             "error": "launch failed",
         }
         lines += [

@@ -221,7 +221,7 @@ class RunState:
                 self.launch_problems.append((self.now, tname, kind, why))
                 if kind == "capacity" and until is not None:
                     self.unavailable[tname] = max(until, self.unavailable.get(tname, until))
-                elif kind == "limit" and until is not None:
+                elif kind in ("limit", "throttled") and until is not None:
                     self.hold_until = max(until, self.hold_until or until)
                 ttype, left = self.pending_launches.get(token, ("", 0))
                 count = min(count, left)

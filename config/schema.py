@@ -332,9 +332,7 @@ class Ssh(_Model):
         default=True,
         description="power the instance off when its agent exits (it then terminates)",
     )
-    timeout_s: Seconds = Field(
-        default=600.0, gt=0, description="launch to SSH answering, at most"
-    )
+    timeout_s: Seconds = Field(default=600.0, gt=0, description="launch to SSH answering, at most")
 
 
 class Ec2(_Model):

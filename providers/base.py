@@ -68,12 +68,15 @@ LIMIT_CODES = frozenset(
 """The account may run no more machines: hold every scale-up for a while."""
 
 
-def failure_kind(code: str | None) -> str:
-    """What a launch error means for later launches: ``capacity``, ``limit`` or ``error``."""
+def failure_kind(code: str | None, retryable: bool = False) -> str:
+    """What a launch error means for later launches: ``capacity``, ``limit``,
+    ``throttled`` (passing: wait a little) or ``error``."""
     if code in CAPACITY_CODES:
         return "capacity"
     if code in LIMIT_CODES:
         return "limit"
+    if retryable:
+        return "throttled"
     return "error"
 
 

@@ -39,6 +39,8 @@ from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
 from autoscaler.errors import AutoscalerError
 from providers.base import (
+    CAPACITY_CODES,
+    LIMIT_CODES,
     Capabilities,
     MachineRecord,
     MachineStatus,
@@ -56,11 +58,9 @@ LAUNCH_TAG = "autoscaler:launch"
 TYPE_TAG = "autoscaler:type"
 
 # Codes that mean "not in this zone": the launch moves on to the next subnet.
-_ZONE_CODES = frozenset({"InsufficientInstanceCapacity", "Unsupported"})
+_ZONE_CODES = CAPACITY_CODES
 # Codes that no other subnet or a retry would change: raised at once.
-_LIMIT_CODES = frozenset(
-    {"InstanceLimitExceeded", "VcpuLimitExceeded", "MaxSpotInstanceCountExceeded"}
-)
+_LIMIT_CODES = LIMIT_CODES
 # What botocore's standard mode retries as throttling: still throttled after its retries,
 # the call may succeed later.
 _THROTTLE_CODES = frozenset(
@@ -114,7 +114,7 @@ class Ec2Settings:
     endpoint_url: str | None = None  # e.g. the moto server; None = AWS
     address: Literal["private", "public"] = "private"  # which IP MachineStatus.address is
     user_data: str | None = None  # a cloud-init script (rendered elsewhere)
-    max_attempts: int = 8  # botocore standard retry mode, per call
+    max_attempts: int = 8  # requests per call, the first included (botocore standard mode)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,8 +137,10 @@ def client_token(run_id: str, token: str) -> str:
 
 
 def _config(max_attempts: int) -> Config:
+    # ``total_max_attempts`` counts the first request too; botocore's ``max_attempts``
+    # key would count only the retries after it (8 would mean 9 requests).
     return Config(
-        retries={"mode": "standard", "max_attempts": max_attempts},
+        retries={"mode": "standard", "total_max_attempts": max_attempts},
         connect_timeout=10,
         read_timeout=30,
     )
@@ -248,6 +250,8 @@ class Ec2Provider:
 
         EC2 may start fewer than asked (``MinCount=1``): the records say what started.
         """
+        if count <= 0:
+            return []
         live = list(self._run_instances_live())
         adopted = [i for i in live if _tags(i).get(LAUNCH_TAG) == token]
         if adopted:

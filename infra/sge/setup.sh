@@ -116,6 +116,14 @@ wait_for() { # description command...
     sleep 0.5
   done
 }
+qmaster_up() { qconf -sconf global >/dev/null 2>&1; }
+# A qmaster process that does not answer is starting or shutting down: wait until it
+# answers or ends (then start a new one).
+deadline=$((SECONDS + WAIT_S))
+while running sge_qmaster && ! qmaster_up; do
+  [ $SECONDS -lt $deadline ] || die "sge_qmaster runs but does not answer after ${WAIT_S}s"
+  sleep 0.5
+done
 if running sge_qmaster; then
   say "sge_qmaster already running"
 else

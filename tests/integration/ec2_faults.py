@@ -6,6 +6,11 @@ boto3 (or a daemon subprocess) is pointed at ``FaultProxy.endpoint`` instead of 
 it sees what it would see from EC2, and botocore's retries, backoff and error parsing
 run for real.
 
+moto starts ``MinCount`` instances where EC2 starts as many as it can up to
+``MaxCount``; unless told otherwise (``fill_max_count=False``), the proxy raises a
+forwarded RunInstances' MinCount to its MaxCount, so moto behaves as EC2 with capacity
+to spare. Rules and ``seen`` see the request as the client sent it.
+
 Rules match on the request's Action (the EC2 query protocol: ``Action=RunInstances&...``
 in a form body) and, optionally, on its parsed parameters, for a number of requests
 or a span of time. ``counts`` tallies requests per Action, failed ones included.
@@ -14,6 +19,7 @@ or a span of time. ``counts`` tallies requests per Action, failed ones included.
 from __future__ import annotations
 
 import collections
+import contextlib
 import http.client
 import socket
 import threading
@@ -100,12 +106,13 @@ class Seen:
 class FaultProxy:
     """A threaded HTTP/1.1 proxy on loopback that forwards to ``upstream`` or fails by rule."""
 
-    def __init__(self, upstream: str):
+    def __init__(self, upstream: str, *, fill_max_count: bool = True):
         url = urllib.parse.urlsplit(upstream)
         if url.scheme != "http" or url.hostname is None:
             raise ValueError(f"upstream must be an http:// URL, not {upstream!r}")
         self.upstream_host = url.hostname
         self.upstream_port = url.port or 80
+        self.fill_max_count = fill_max_count
         self.counts: collections.Counter[str] = collections.Counter()
         self.seen: list[Seen] = []
         self._rules: list[Rule] = []
@@ -222,10 +229,8 @@ class _Server(ThreadingHTTPServer):
         with self._conns_lock:
             conns = list(self._conns)
         for conn in conns:
-            try:
+            with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -290,10 +295,15 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(rule.status, error_body(rule.code), "text/xml;charset=UTF-8")
             return
         proxy = self.server.proxy
+        if action == "RunInstances" and proxy.fill_max_count and "MaxCount" in params:
+            filled = {**params, "MinCount": params["MaxCount"]}
+            forward = urllib.parse.urlencode(filled, doseq=True).encode()
+        else:
+            forward = body
         headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
         conn = http.client.HTTPConnection(proxy.upstream_host, proxy.upstream_port, timeout=60)
         try:
-            conn.request(self.command, self.path, body=body, headers=headers)
+            conn.request(self.command, self.path, body=forward, headers=headers)
             resp = conn.getresponse()
             data = resp.read()
             out = [(k, v) for k, v in resp.getheaders() if k.lower() not in _HOP | _OWN]

@@ -26,7 +26,7 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.integration.services import MotoServer, fake_aws_credentials, moto  # noqa: F401
+from tests.integration.services import MotoServer, fake_aws_credentials
 
 pytestmark = pytest.mark.integration
 
@@ -44,7 +44,7 @@ PLACEHOLDER_WORKER_ROLE_ARN = "arn:aws:iam::111122223333:role/autoscaler-worker"
 
 
 @pytest.fixture
-def aws(moto: MotoServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[MotoServer]:  # noqa: F811
+def aws(moto: MotoServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[MotoServer]:
     """A clean emulated account, reached with fake credentials only."""
     fake_aws_credentials(monkeypatch)
     moto.reset()

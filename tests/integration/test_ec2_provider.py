@@ -1,0 +1,507 @@
+"""The EC2 provider against a real moto server process (boto3 talks HTTP to it).
+
+What moto cannot do (throttling, capacity and limit errors) comes from ``FaultProxy``,
+an HTTP proxy in front of moto that answers chosen requests with EC2's error response:
+the remote side is faked, botocore's retries and our handling of the answer run for real.
+No test connects to an address an instance reports; they only compare them.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+import boto3
+import pytest
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+from autoscaler.billing import BillingModel
+from autoscaler.errors import AutoscalerError
+from providers.base import Capabilities, ProviderState, check_launch
+from providers.ec2 import (
+    LAUNCH_TAG,
+    RUN_TAG,
+    TYPE_TAG,
+    Ec2Provider,
+    Ec2Settings,
+    InstanceSpec,
+    client_token,
+    list_tagged,
+    terminate_instances,
+)
+from tests.integration.ec2_faults import FaultProxy
+from tests.integration.services import MotoServer, fake_aws_credentials
+
+pytestmark = pytest.mark.integration
+
+REGION = "us-east-1"
+RUN = "run-ec2-1"
+NOW = 1000.0  # the driver's clock in these tests
+USER_DATA = "#cloud-config\nruncmd:\n  - [echo, hello]\n"
+
+
+@dataclass
+class Aws:
+    """The moto account of one test: a raw client to arrange and inspect with."""
+
+    endpoint: str  # moto's own
+    proxy: FaultProxy  # in front of moto: EC2's MaxCount behaviour, and injected faults
+    ec2: Any  # boto3 EC2 client, straight to moto
+    ami: str
+    subnets: list[str]  # default subnets, one per zone, in zone order
+
+    def settings(self, endpoint: str | None = None, **fields: Any) -> Ec2Settings:
+        return Ec2Settings(
+            region=REGION,
+            ami=self.ami,
+            instances={
+                "small": InstanceSpec("t3.micro"),
+                "big": InstanceSpec("m5.large"),
+                "cheap": InstanceSpec("t3.small", spot=True, max_price=0.05),
+            },
+            endpoint_url=endpoint or self.proxy.endpoint,
+            **fields,
+        )
+
+    def provider(self, run_id: str = RUN, settings: Ec2Settings | None = None) -> Ec2Provider:
+        caps = Capabilities(
+            billing=BillingModel("fixed", 3600.0),
+            spot=True,
+            max_counts={"small": 4, "big": 2, "cheap": 2},
+        )
+        return Ec2Provider(caps, run_id, settings or self.settings(), lambda: NOW)
+
+    def instance(self, iid: str) -> dict[str, Any]:
+        reply = self.ec2.describe_instances(InstanceIds=[iid])
+        instance: dict[str, Any] = reply["Reservations"][0]["Instances"][0]
+        return instance
+
+    def all_instances(self) -> list[dict[str, Any]]:
+        pages = self.ec2.get_paginator("describe_instances").paginate()
+        return [i for page in pages for r in page["Reservations"] for i in r["Instances"]]
+
+    def tagged(self, run_id: str) -> list[dict[str, Any]]:
+        return [i for i in self.all_instances() if tags(i).get(RUN_TAG) == run_id]
+
+    def foreign(self, run_id: str | None) -> str:
+        """An instance started directly with boto3: with another run's tag, or none."""
+        extra: dict[str, Any] = {}
+        if run_id is not None:
+            extra["TagSpecifications"] = [
+                {"ResourceType": "instance", "Tags": [{"Key": RUN_TAG, "Value": run_id}]}
+            ]
+        reply = self.ec2.run_instances(
+            ImageId=self.ami, InstanceType="t3.micro", MinCount=1, MaxCount=1, **extra
+        )
+        iid: str = reply["Instances"][0]["InstanceId"]
+        return iid
+
+
+def tags(resource: dict[str, Any]) -> dict[str, str]:
+    return {t["Key"]: t["Value"] for t in resource.get("Tags", [])}
+
+
+@pytest.fixture
+def aws(moto: MotoServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[Aws]:
+    fake_aws_credentials(monkeypatch)
+    moto.reset()
+    ec2 = boto3.client("ec2", region_name=REGION, endpoint_url=moto.endpoint)
+    ami = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    subnets = sorted(ec2.describe_subnets()["Subnets"], key=lambda s: s["AvailabilityZone"])
+    with FaultProxy(moto.endpoint) as proxy:
+        yield Aws(moto.endpoint, proxy, ec2, ami, [s["SubnetId"] for s in subnets])
+
+
+@pytest.fixture
+def proxy(aws: Aws) -> FaultProxy:
+    return aws.proxy
+
+
+# --- launch -----------------------------------------------------------------------------
+
+
+def test_launch_tags_instances_and_their_volumes_from_the_start(aws: Aws) -> None:
+    provider = aws.provider()
+    records = provider.launch("small", 2, "tok-1", {"team": "physics"})
+
+    assert len(records) == 2
+    assert {r.type for r in records} == {"small"}
+    assert {r.token for r in records} == {"tok-1"}
+    assert all(r.launched_at <= NOW for r in records)
+    expected = {
+        RUN_TAG: RUN,
+        LAUNCH_TAG: "tok-1",
+        TYPE_TAG: "small",
+        "Name": f"autoscaler {RUN} small",
+        "team": "physics",
+    }
+    for rec in records:
+        instance = aws.instance(rec.id)
+        assert instance["InstanceType"] == "t3.micro"
+        assert instance["ImageId"] == aws.ami
+        assert tags(instance) == expected
+        assert instance["ClientToken"] == client_token(RUN, "tok-1")
+        volume_ids = [m["Ebs"]["VolumeId"] for m in instance["BlockDeviceMappings"]]
+        assert volume_ids
+        for volume in aws.ec2.describe_volumes(VolumeIds=volume_ids)["Volumes"]:
+            assert tags(volume) == expected
+
+
+def test_our_tags_win_over_the_callers(aws: Aws) -> None:
+    [rec] = aws.provider().launch("small", 1, "tok-1", {RUN_TAG: "other", TYPE_TAG: "x"})
+    assert tags(aws.instance(rec.id))[RUN_TAG] == RUN
+    assert tags(aws.instance(rec.id))[TYPE_TAG] == "small"
+
+
+def test_instances_require_imdsv2_terminate_on_shutdown_and_get_the_settings(
+    aws: Aws,
+) -> None:
+    key = aws.ec2.create_key_pair(KeyName="autoscaler-test")["KeyName"]
+    sg = aws.ec2.create_security_group(GroupName="workers", Description="test")["GroupId"]
+    iam = boto3.client("iam", region_name=REGION, endpoint_url=aws.endpoint)
+    profile = iam.create_instance_profile(InstanceProfileName="worker")["InstanceProfile"]
+    settings = aws.settings(
+        key_name=key,
+        security_groups=(sg,),
+        instance_profile="worker",
+        user_data=USER_DATA,
+        subnets=(aws.subnets[1],),
+    )
+    [rec] = aws.provider(settings=settings).launch("small", 1, "tok-1", {})
+
+    instance = aws.instance(rec.id)
+    options = instance["MetadataOptions"]
+    assert options["HttpTokens"] == "required"
+    assert options["HttpEndpoint"] == "enabled"
+    assert options["HttpPutResponseHopLimit"] == 1
+    shutdown = aws.ec2.describe_instance_attribute(
+        InstanceId=rec.id, Attribute="instanceInitiatedShutdownBehavior"
+    )
+    assert shutdown["InstanceInitiatedShutdownBehavior"]["Value"] == "terminate"
+    user_data = aws.ec2.describe_instance_attribute(InstanceId=rec.id, Attribute="userData")
+    assert base64.b64decode(user_data["UserData"]["Value"]).decode() == USER_DATA
+    assert instance["KeyName"] == key
+    assert [g["GroupId"] for g in instance["SecurityGroups"]] == [sg]
+    assert instance["SubnetId"] == aws.subnets[1]
+    assert instance["IamInstanceProfile"]["Arn"] == profile["Arn"]
+    assert "InstanceLifecycle" not in instance  # on-demand
+
+    # An instance profile given by its ARN reaches EC2 as one.
+    by_arn = replace(settings, instance_profile=profile["Arn"])
+    [rec2] = aws.provider(settings=by_arn).launch("small", 1, "tok-2", {})
+    assert aws.instance(rec2.id)["IamInstanceProfile"]["Arn"] == profile["Arn"]
+
+
+def test_spot_types_launch_as_one_time_spot_capped_at_their_max_price(
+    aws: Aws, proxy: FaultProxy
+) -> None:
+    provider = aws.provider()
+    [rec] = provider.launch("cheap", 1, "tok-1", {})
+
+    assert aws.instance(rec.id)["InstanceLifecycle"] == "spot"
+    # moto does not keep the spot options: read them off the request it was sent.
+    [request] = proxy.requests("RunInstances")
+    params = {k: v[0] for k, v in request.params.items()}
+    assert params["InstanceMarketOptions.MarketType"] == "spot"
+    assert params["InstanceMarketOptions.SpotOptions.SpotInstanceType"] == "one-time"
+    assert params["InstanceMarketOptions.SpotOptions.InstanceInterruptionBehavior"] == "terminate"
+    assert float(params["InstanceMarketOptions.SpotOptions.MaxPrice"]) == 0.05
+    assert params["MinCount"] == "1"
+    assert params["MaxCount"] == "1"
+
+
+def test_a_launch_returns_what_started_when_ec2_starts_fewer(aws: Aws) -> None:
+    # Straight to moto, which starts MinCount instances: as EC2 short of capacity would.
+    provider = aws.provider(settings=aws.settings(endpoint=aws.endpoint))
+    records = provider.launch("small", 3, "tok-1", {})
+    assert len(records) == 1
+    assert [i["InstanceId"] for i in aws.tagged(RUN)] == [records[0].id]
+
+
+def test_launch_is_idempotent_per_token_across_providers(aws: Aws) -> None:
+    first = aws.provider().launch("small", 2, "tok-1", {})
+    again = aws.provider().launch("small", 2, "tok-1", {})
+    restarted = aws.provider()  # a daemon restarted after a crash
+    adopted = restarted.launch("small", 2, "tok-1", {})
+
+    ids = sorted(r.id for r in first)
+    assert sorted(r.id for r in again) == ids
+    assert sorted(r.id for r in adopted) == ids
+    assert all(r.launched_at <= NOW for r in adopted)
+    assert sorted(i["InstanceId"] for i in aws.tagged(RUN)) == ids
+    # The restarted provider knows the adopted instances' types.
+    assert {s.type for s in restarted.describe()} == {"small"}
+
+    # Another token is another launch.
+    other = restarted.launch("small", 1, "tok-2", {})
+    assert len(aws.tagged(RUN)) == 3
+    assert other[0].id not in ids
+
+
+def test_a_token_whose_instances_ended_launches_again(aws: Aws) -> None:
+    provider = aws.provider()
+    [rec] = provider.launch("small", 1, "tok-1", {})
+    aws.ec2.terminate_instances(InstanceIds=[rec.id])
+    [again] = provider.launch("small", 1, "tok-1", {})
+    assert again.id != rec.id
+
+
+def test_launch_refuses_past_the_types_max_count_and_unknown_types(aws: Aws) -> None:
+    provider = aws.provider()
+    provider.launch("big", 2, "tok-1", {})
+    with pytest.raises(AutoscalerError) as expected:
+        check_launch(provider.capabilities, "big", 2, 1)
+    with pytest.raises(AutoscalerError) as info:
+        provider.launch("big", 1, "tok-2", {})
+    assert info.value.code == expected.value.code
+    assert info.value.message == expected.value.message
+    with pytest.raises(AutoscalerError) as unknown:
+        provider.launch("huge", 1, "tok-3", {})
+    assert unknown.value.code == "UnknownType"
+    assert len(aws.tagged(RUN)) == 2
+
+
+# --- describe and terminate ----------------------------------------------------------------
+
+
+def test_describe_sees_only_the_runs_instances(aws: Aws) -> None:
+    untagged = aws.foreign(None)
+    other_run = aws.foreign("run-other")
+    provider = aws.provider()
+    records = provider.launch("small", 2, "tok-1", {})
+    ours = sorted(r.id for r in records)
+
+    statuses = provider.describe()
+    assert sorted(s.id for s in statuses) == ours
+    for status in statuses:
+        assert status.type == "small"
+        assert status.state in (ProviderState.PENDING, ProviderState.RUNNING)
+        assert status.address == aws.instance(status.id)["PrivateIpAddress"]
+
+    asked = provider.describe([ours[0], untagged, other_run])
+    by_id = {s.id: s for s in asked}
+    assert by_id[ours[0]].state in (ProviderState.PENDING, ProviderState.RUNNING)
+    # Not ours: as good as gone, whatever state it is in.
+    assert by_id[untagged].state is ProviderState.TERMINATED
+    assert by_id[other_run].state is ProviderState.TERMINATED
+    assert aws.instance(other_run)["State"]["Name"] in ("pending", "running")
+
+
+def test_describe_reports_the_public_address_when_asked(aws: Aws) -> None:
+    provider = aws.provider(settings=aws.settings(address="public"))
+    [rec] = provider.launch("small", 1, "tok-1", {})
+    [status] = provider.describe([rec.id])
+    assert status.address == aws.instance(rec.id)["PublicIpAddress"]
+    assert status.address != aws.instance(rec.id)["PrivateIpAddress"]
+
+
+def test_an_instance_terminated_from_outside_shows_terminated(aws: Aws) -> None:
+    provider = aws.provider()
+    records = provider.launch("small", 2, "tok-1", {})
+    gone, kept = records[0].id, records[1].id
+    aws.ec2.terminate_instances(InstanceIds=[gone])
+    never = "i-0123456789abcdef0"
+
+    by_id = {s.id: s for s in provider.describe([gone, kept, never])}
+    assert by_id[gone].state is ProviderState.TERMINATED
+    assert by_id[gone].type == "small"
+    assert by_id[kept].state in (ProviderState.PENDING, ProviderState.RUNNING)
+    assert by_id[never].state is ProviderState.TERMINATED
+    assert {s.id: s.state for s in provider.describe()}[gone] is ProviderState.TERMINATED
+
+
+def test_terminate_ends_only_the_runs_instances(aws: Aws) -> None:
+    untagged = aws.foreign(None)
+    other_run = aws.foreign("run-other")
+    provider = aws.provider()
+    [rec] = provider.launch("small", 1, "tok-1", {})
+
+    assert provider.terminate([rec.id, untagged, other_run]) == [rec.id]
+    assert aws.instance(rec.id)["State"]["Name"] in ("shutting-down", "terminated")
+    for foreign in (untagged, other_run):
+        assert aws.instance(foreign)["State"]["Name"] in ("pending", "running")
+    [status] = provider.describe([rec.id])
+    assert status.state is ProviderState.TERMINATED
+    assert provider.terminate([]) == []
+
+
+def test_console_output_is_decoded_text(aws: Aws) -> None:
+    provider = aws.provider()
+    [rec] = provider.launch("small", 1, "tok-1", {})
+    output = provider.console_output(rec.id)
+    assert isinstance(output, str)
+    assert "Linux" in output  # moto's canned boot log, base64 on the wire
+
+
+def test_an_unknown_instance_is_an_error_naming_it(aws: Aws) -> None:
+    with pytest.raises(AutoscalerError) as info:
+        aws.provider().console_output("i-0123456789abcdef0")
+    assert info.value.code == "InvalidInstanceID.NotFound"
+    assert "i-0123456789abcdef0" in info.value.message
+    assert "testing" not in info.value.message  # the (fake) credentials
+
+
+# --- cleanup ------------------------------------------------------------------------------
+
+
+def test_cleanup_lists_and_terminates_tagged_instances_only(aws: Aws) -> None:
+    untagged = aws.foreign(None)
+    other_run = aws.foreign("run-other")
+    [rec] = aws.provider().launch("big", 1, "tok-1", {})
+    gone = aws.provider().launch("small", 1, "tok-2", {})[0].id
+    aws.ec2.terminate_instances(InstanceIds=[gone])
+    settings = aws.settings()
+
+    listed = {t.id: t for t in list_tagged(settings)}
+    assert set(listed) == {rec.id, other_run}
+    assert listed[rec.id].run_id == RUN
+    assert listed[rec.id].type == "big"
+    assert listed[rec.id].state in ("pending", "running")
+    assert listed[rec.id].launched_at.tzinfo is not None
+    assert listed[other_run].run_id == "run-other"
+
+    ended = terminate_instances(settings, [untagged, other_run, rec.id])
+    assert sorted(ended) == sorted([other_run, rec.id])
+    assert aws.instance(untagged)["State"]["Name"] in ("pending", "running")
+    assert list_tagged(settings) == []
+
+
+# --- faults from the remote side -------------------------------------------------------------
+
+
+def test_no_capacity_in_one_zone_launches_in_the_next(aws: Aws, proxy: FaultProxy) -> None:
+    first, second = aws.subnets[0], aws.subnets[1]
+    proxy.fail(
+        "RunInstances",
+        "InsufficientInstanceCapacity",
+        status=500,
+        match=lambda p: p.get("SubnetId") == [first],
+    )
+    settings = aws.settings(subnets=(first, second))
+    [rec] = aws.provider(settings=settings).launch("small", 1, "tok-1", {})
+
+    assert aws.instance(rec.id)["SubnetId"] == second
+    runs = proxy.requests("RunInstances")
+    # One try per zone: botocore does not retry the 500 in the zone without capacity.
+    assert [(r.params["SubnetId"], r.injected) for r in runs] == [
+        ([first], "InsufficientInstanceCapacity"),
+        ([second], None),
+    ]
+    tokens = [r.params["ClientToken"][0] for r in runs]
+    assert tokens[0] == client_token(RUN, "tok-1")
+    assert tokens[0] != tokens[1]
+    assert all(len(t) <= 64 for t in tokens)
+
+
+@pytest.mark.parametrize(
+    ("code", "status"), [("InsufficientInstanceCapacity", 500), ("Unsupported", 400)]
+)
+def test_no_zone_can_launch_the_type(aws: Aws, proxy: FaultProxy, code: str, status: int) -> None:
+    proxy.fail("RunInstances", code, status=status)
+    subnets = tuple(aws.subnets[:3])
+    settings = aws.settings(subnets=subnets)
+    with pytest.raises(AutoscalerError) as info:
+        aws.provider(settings=settings).launch("small", 2, "tok-1", {})
+
+    assert info.value.code == code
+    assert "t3.micro" in info.value.message
+    assert all(subnet in info.value.message for subnet in subnets)
+    assert proxy.counts["RunInstances"] == len(subnets)
+    assert aws.tagged(RUN) == []
+
+
+@pytest.mark.parametrize(
+    "code", ["InstanceLimitExceeded", "VcpuLimitExceeded", "MaxSpotInstanceCountExceeded"]
+)
+def test_an_account_limit_is_raised_at_once(aws: Aws, proxy: FaultProxy, code: str) -> None:
+    proxy.fail("RunInstances", code, status=400)
+    settings = aws.settings(subnets=tuple(aws.subnets[:2]))
+    with pytest.raises(AutoscalerError) as info:
+        aws.provider(settings=settings).launch("small", 1, "tok-1", {})
+
+    assert info.value.code == code
+    assert not info.value.retryable
+    assert proxy.counts["RunInstances"] == 1
+
+
+@pytest.mark.slow
+def test_throttling_is_retried_with_backoff_not_a_storm(aws: Aws, proxy: FaultProxy) -> None:
+    max_attempts = 10
+    settings = aws.settings(max_attempts=max_attempts)
+    provider = aws.provider(settings=settings)
+    proxy.throttle(for_s=3.0)
+    records = provider.launch("small", 1, "tok-1", {})
+
+    assert len(records) == 1
+    seen = proxy.requests()
+    throttled = [s for s in seen if s.injected == "RequestLimitExceeded"]
+    assert throttled, "the throttle never bit"
+    # Two calls (look up the token's instances, run them), each retried by botocore
+    # at most max_attempts times, and each succeeding once.
+    assert len(seen) <= 2 * max_attempts
+    assert [s.action for s in seen if s.injected is None] == ["DescribeInstances", "RunInstances"]
+    assert len(aws.tagged(RUN)) == 1
+
+
+def test_still_throttled_after_the_retries_is_a_retryable_error(
+    aws: Aws, proxy: FaultProxy
+) -> None:
+    settings = aws.settings(max_attempts=2)
+    proxy.throttle(for_s=600.0)
+    with pytest.raises(AutoscalerError) as info:
+        aws.provider(settings=settings).launch("small", 1, "tok-1", {})
+    assert info.value.code == "RequestLimitExceeded"
+    assert info.value.retryable
+    assert sum(proxy.counts.values()) == 2  # botocore's two attempts, then us: no loop
+    proxy.clear()
+    assert aws.tagged(RUN) == []
+
+
+def test_the_proxy_counts_every_request_and_forwards_the_rest(aws: Aws, proxy: FaultProxy) -> None:
+    once = Config(retries={"mode": "standard", "total_max_attempts": 1})
+    ec2 = boto3.client("ec2", region_name=REGION, endpoint_url=proxy.endpoint, config=once)
+    proxy.fail("DescribeImages", "InternalError", status=500, times=2)
+    outcomes = []
+    for _ in range(3):
+        try:
+            ec2.describe_images(Owners=["amazon"])
+            outcomes.append("ok")
+        except ClientError as exc:
+            outcomes.append(exc.response["Error"]["Code"])
+    assert outcomes == ["InternalError", "InternalError", "ok"]
+    assert proxy.counts["DescribeImages"] == 3
+    proxy.clear()
+    assert proxy.counts == {}
+
+
+def test_the_proxy_reads_chunked_bodies_and_keeps_connections_alive(proxy: FaultProxy) -> None:
+    proxy.fail("DescribeRegions", "Unsupported", match=lambda p: p.get("Marker") == ["chunked"])
+    host, port = proxy.endpoint.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        body = iter([b"Action=DescribeRegions", b"&Version=2016-11-15&Marker=chunked"])
+        conn.request(
+            "POST",
+            "/",
+            body=body,
+            headers={"Content-Type": "application/x-www-form-urlencoded"},
+            encode_chunked=True,
+        )
+        reply = conn.getresponse()
+        error = reply.read()
+        assert reply.status == 400
+        assert b"<Code>Unsupported</Code>" in error
+        sock = conn.sock
+        conn.request("GET", "/moto-api/")  # forwarded to moto, on the same connection
+        forwarded = conn.getresponse()
+        forwarded.read()
+        assert forwarded.status == 200
+        assert conn.sock is sock
+    finally:
+        conn.close()
+    assert proxy.counts["DescribeRegions"] == 1
+    assert [s.injected for s in proxy.requests()] == ["Unsupported", None]
