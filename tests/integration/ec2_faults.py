@@ -22,6 +22,7 @@ import collections
 import contextlib
 import http.client
 import socket
+import sys
 import threading
 import time
 import urllib.parse
@@ -117,6 +118,9 @@ class FaultProxy:
         self.seen: list[Seen] = []
         self._rules: list[Rule] = []
         self._lock = threading.Lock()
+        self._holds: set[str] = set()
+        self._released = threading.Event()
+        self.held = 0  # responses being held back now
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -133,6 +137,7 @@ class FaultProxy:
         return self
 
     def stop(self) -> None:
+        self.release()
         server, self._server = self._server, None
         if server is None:
             return
@@ -182,6 +187,30 @@ class FaultProxy:
         """Answer every request with ``RequestLimitExceeded`` (HTTP 503) for ``for_s``."""
         self.fail("*", "RequestLimitExceeded", status=503, for_s=for_s)
 
+    def hold(self, action: str) -> None:
+        """Forward ``action`` requests to moto (they take effect) but hold back the
+        answers until ``release``: a client killed meanwhile never learns the result."""
+        with self._lock:
+            self._holds.add(action)
+            self._released.clear()
+
+    def release(self) -> None:
+        """Let every held answer go (to whoever still listens)."""
+        with self._lock:
+            self._holds.clear()
+            self._released.set()
+
+    def _hold_back(self, action: str) -> None:
+        with self._lock:
+            if action not in self._holds:
+                return
+            self.held += 1
+        try:
+            self._released.wait(120)
+        finally:
+            with self._lock:
+                self.held -= 1
+
     def clear(self) -> None:
         """Drop every rule, the counts and the log of requests."""
         with self._lock:
@@ -211,6 +240,12 @@ class FaultProxy:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     proxy: FaultProxy
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        # A client killed while its answer was held (the crash tests) is expected.
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)  # type: ignore[arg-type]
 
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]):
         self._conns: set[socket.socket] = set()
@@ -313,6 +348,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         finally:
             conn.close()
+        proxy._hold_back(action)
         self.send_response(status)
         for key, value in out:
             self.send_header(key, value)

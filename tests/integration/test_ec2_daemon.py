@@ -1,0 +1,445 @@
+"""EC2 end to end: the daemon as a process, a moto server for the EC2 API, a real sshd.
+
+Every "instance" moto hands out is reached through one real sshd on loopback
+(``ec2.ssh.connect``): the daemon never connects to the private address moto returns.
+Agents are started over SSH and reach the dispatcher through reverse tunnels. Faults
+moto cannot make (throttling, capacity) come from ``FaultProxy`` in front of moto.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import re
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+import yaml
+
+from providers.ec2 import LAUNCH_TAG, RUN_TAG, TYPE_TAG
+from tests.integration.daemon_helpers import (
+    committed_over_time,
+    journal_rows,
+    run_id_of,
+    start_daemon,
+    successful_runs,
+    wait_for,
+)
+from tests.integration.ec2_faults import FaultProxy
+from tests.integration.services import FAKE_AWS_ENV, MotoServer
+from tests.integration.sshd import SshServer, sshd_fixture  # noqa: F401
+
+pytestmark = pytest.mark.integration
+
+ATU = 60.0
+N_TASKS = 40
+BUDGET = 30.0
+
+
+@dataclass
+class Ec2World:
+    moto: MotoServer
+    proxy: FaultProxy
+    sshd: SshServer
+    ec2: Any  # a boto3 client straight to moto, for the test's own looks
+    tmp: Path
+    remote_dir: Path
+    secret: str
+
+    def config(self, **overrides: Any) -> Path:
+        images = self.ec2.describe_images(Owners=["amazon"])["Images"]
+        subnets = [s["SubnetId"] for s in self.ec2.describe_subnets()["Subnets"]][:2]
+        data: dict[str, Any] = {
+            "name": "ec2it",
+            "bag": {"synthetic": N_TASKS},
+            "constraint": {"budget": BUDGET},
+            "machine_types": [
+                {"name": "small", "price": 1, "max_count": 3, "boot_s": 5},
+                {"name": "fast", "price": 3, "max_count": 3, "boot_s": 5},
+            ],
+            "billing": {"mode": "fixed", "atu_s": ATU},
+            "provider": "ec2",
+            "ec2": {
+                "region": "us-east-1",
+                "endpoint_url": self.proxy.endpoint,
+                "ami": images[0]["ImageId"],
+                "subnets": subnets,
+                "types": {
+                    "small": {"instance_type": "t3.micro"},
+                    "fast": {"instance_type": "c5.large", "spot": True},
+                },
+                "max_attempts": 6,
+                "ssh": {
+                    "user": self.sshd.user,
+                    "key_file": str(self.sshd.client_key),
+                    "connect": f"127.0.0.1:{self.sshd.port}",
+                    "remote_dir": str(self.remote_dir),
+                    "python": sys.executable,
+                    "poweroff_on_exit": False,
+                    "timeout_s": 60,
+                },
+            },
+            "monitoring_interval_s": 10,
+            "tail_replication": False,
+            "daemon": {"heartbeat_s": 0.5, "lost_after_s": 8, "orphan_after_s": 60},
+            "emulator": {
+                "seed": 5,
+                "runtime": {"dist": "normal", "mean_s": 3, "sd_s": 0.5},
+                "speed": {"small": 1, "fast": 2},
+            },
+        }
+        for key, value in overrides.items():
+            if isinstance(value, dict) and isinstance(data.get(key), dict):
+                data[key] = {**data[key], **value}
+            else:
+                data[key] = value
+        path = self.tmp / "ec2.yaml"
+        path.write_text(yaml.safe_dump(data), encoding="utf-8")
+        return path
+
+    def instances(self, run_id: str) -> list[dict[str, Any]]:
+        pages = self.ec2.get_paginator("describe_instances").paginate(
+            Filters=[{"Name": f"tag:{RUN_TAG}", "Values": [run_id]}]
+        )
+        return [i for page in pages for r in page["Reservations"] for i in r["Instances"]]
+
+    def running(self, run_id: str) -> list[str]:
+        return [
+            i["InstanceId"]
+            for i in self.instances(run_id)
+            if i["State"]["Name"] in ("pending", "running")
+        ]
+
+    def agent_pids(self) -> list[int]:
+        """Agents started over SSH into this test's remote directory."""
+        marker = str(self.remote_dir).encode()
+        out = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                with contextlib.suppress(OSError):
+                    cmd = (entry / "cmdline").read_bytes()
+                    if marker in cmd and b"agent.py" in cmd:
+                        out.append(int(entry.name))
+        return out
+
+
+@pytest.fixture
+def world(
+    moto: MotoServer, sshd: SshServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Ec2World]:
+    secret = "fake-secret-" + secrets.token_hex(8)  # unique, so a leak can be grepped for
+    for key, value in FAKE_AWS_ENV.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
+    moto.reset()
+    ec2 = boto3.client("ec2", endpoint_url=moto.endpoint, region_name="us-east-1")
+    remote = tmp_path / "remote"
+    remote.mkdir(mode=0o700)
+    with FaultProxy(moto.endpoint) as proxy:
+        w = Ec2World(moto, proxy, sshd, ec2, tmp_path, remote, secret)
+        try:
+            yield w
+        finally:
+            for pid in w.agent_pids():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(Exception):
+                ids = [i["InstanceId"] for i in ec2.describe_instances()["Reservations"]]
+                if ids:
+                    ec2.terminate_instances(InstanceIds=ids)
+
+
+def finish(proc: subprocess.Popen[str], timeout: float = 240) -> str:
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        raise AssertionError(f"the daemon did not finish in {timeout:g}s:\n{out[-3000:]}") from None
+    return out
+
+
+def kill9(proc: subprocess.Popen[str]) -> None:
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate()
+
+
+def report_of(run_dir: Path) -> dict[str, Any]:
+    import json
+
+    return dict(json.loads((run_dir / "report.json").read_text()))
+
+
+def moto_time(text: str) -> float:
+    """Seconds since the epoch of moto's "User initiated (YYYY-mm-dd HH:MM:SS UTC)"."""
+    found = re.search(r"\((\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) UTC\)", text)
+    assert found, text
+    return datetime.strptime(found.group(1) + "+0000", "%Y-%m-%d %H:%M:%S%z").timestamp()
+
+
+def check_every_task_once(run_dir: Path, n: int = N_TASKS) -> None:
+    done = Counter(data["task"] for _, _, data in journal_rows(run_dir, "TaskDone"))
+    assert sorted(done) == list(range(n))
+    assert set(done.values()) == {1}, "a task counted twice"
+    runs = successful_runs(run_dir)
+    assert all(len(r) == 1 for r in runs.values()), "a task ran to success twice"
+
+
+def check_spend(run_dir: Path) -> None:
+    spends = committed_over_time(run_dir)
+    assert spends, "no journal"
+    assert max(spends) <= BUDGET + 1e-9
+
+
+def check_no_secrets(w: Ec2World, run_dir: Path) -> None:
+    token = (run_dir / "token").read_text().strip()
+    key_lines = [
+        line
+        for line in w.sshd.client_key.read_text().splitlines()
+        if line and not line.startswith("-----")
+    ]
+    texts = {
+        p: p.read_text(errors="replace")
+        for p in [*run_dir.rglob("*"), *w.remote_dir.rglob("*.log")]
+        if p.is_file() and p.name not in ("token", "journal.sqlite-wal", "journal.sqlite-shm")
+    }
+    texts[run_dir / "journal.sqlite"] = (
+        (run_dir / "journal.sqlite").read_bytes().decode(errors="replace")
+    )
+    for path, text in texts.items():
+        assert token not in text, f"the run token leaked into {path}"
+        assert w.secret not in text, f"the AWS secret leaked into {path}"
+        for line in key_lines:
+            assert line not in text, f"private key material leaked into {path}"
+
+
+def test_a_bag_runs_on_two_instance_types_tunnelled_tagged_and_billed(world: Ec2World) -> None:
+    run_dir = world.tmp / "run"
+    started = time.monotonic()
+    proc = start_daemon(str(world.config()), "--out", str(run_dir))
+    out = finish(proc)
+    wall = time.monotonic() - started
+    assert proc.returncode == 0, out[-3000:]
+    report = report_of(run_dir)
+    run_id = run_id_of(run_dir)
+    print(f"\nEC2 (moto) + sshd: {N_TASKS} tasks in {wall:.1f}s wall, cost {report['cost']}")
+    assert report["tasks_done"] == N_TASKS
+    check_every_task_once(run_dir)
+    check_spend(run_dir)
+
+    instances = world.instances(run_id)
+    assert {i["InstanceId"] for i in instances} == {m["id"] for m in report["machines"]}
+    assert not world.running(run_id), "an instance of the run is still running"
+    types = Counter(i["InstanceType"] for i in instances)
+    assert set(types) == {"t3.micro", "c5.large"}
+    for i in instances:
+        tags = {t["Key"]: t["Value"] for t in i.get("Tags", [])}
+        assert tags[RUN_TAG] == run_id
+        assert tags[LAUNCH_TAG].startswith("L")
+        assert tags[TYPE_TAG] in ("small", "fast")
+        assert i["MetadataOptions"]["HttpTokens"] == "required"
+
+    # Tunnelled: every machine's agent was started over SSH and reached the dispatcher
+    # through its own tunnel port on the instance's loopback.
+    log = (run_dir / "log.jsonl").read_text()
+    for i in instances:
+        assert re.search(rf'"agent started over ssh".*"machine": "{i["InstanceId"]}"', log) or (
+            re.search(rf'"machine": "{i["InstanceId"]}".*"agent started over ssh"', log)
+        )
+        assert (world.remote_dir / i["InstanceId"] / "agent.py").is_file()
+    assert (run_dir / "known_hosts").stat().st_mode & 0o077 == 0
+
+    # The report's spend is what EC2's launch and termination times make under the
+    # configured billing: whole ATUs from launch to termination (moto's clock has whole
+    # seconds, so each end may be off by up to one second, in either direction).
+    by_type = {"t3.micro": 1.0, "c5.large": 3.0}
+    billed = 0.0
+    for i in instances:
+        life = moto_time(i["StateTransitionReason"]) - i["LaunchTime"].timestamp()
+        billed += by_type[i["InstanceType"]] * max(1, math.ceil((life - 1.0) / ATU))
+    assert report["cost"] == pytest.approx(billed)
+    assert report["cost"] <= BUDGET
+    check_no_secrets(world, run_dir)
+    assert not world.agent_pids(), "an agent outlived the run"
+
+
+# --- crashes ----------------------------------------------------------------------------------
+
+
+def launches(run_dir: Path) -> dict[str, int]:
+    """Launch token -> machines asked for, from the journal."""
+    return {d["token"]: d["count"] for _, _, d in journal_rows(run_dir, "Launch")}
+
+
+def check_no_duplicates(w: Ec2World, run_dir: Path, run_id: str) -> None:
+    asked = launches(run_dir)
+    per_token = Counter(
+        {t["Key"]: t["Value"] for t in i["Tags"]}[LAUNCH_TAG] for i in w.instances(run_id)
+    )
+    for token, count in per_token.items():
+        assert count <= asked[token], f"launch {token}: {count} instances for {asked[token]} asked"
+
+
+def done_count(run_dir: Path) -> int:
+    return len(journal_rows(run_dir, "TaskDone"))
+
+
+def test_kill9_after_the_token_is_journaled_before_run_instances_returns(world: Ec2World) -> None:
+    """moto has started the instances but the daemon dies before it hears so: the
+    resumed daemon finds them by their launch tag and adopts them, launching none again."""
+    run_dir = world.tmp / "run"
+    world.proxy.hold("RunInstances")
+    proc = start_daemon(str(world.config()), "--out", str(run_dir))
+    try:
+        wait_for(
+            lambda: (run_dir / "journal.sqlite").exists() and bool(launches(run_dir)),
+            30,
+            "launches journaled",
+        )
+        run_id = run_id_of(run_dir)
+        wait_for(
+            lambda: world.proxy.held >= 2 and len(world.running(run_id)) >= 2,
+            30,
+            "RunInstances done by moto, answers held back",
+        )
+        assert not journal_rows(run_dir, "MachineLaunched")
+    finally:
+        kill9(proc)
+    world.proxy.release()
+    before = set(world.running(run_id))
+    proc = start_daemon("--resume", str(run_dir))
+    out = finish(proc)
+    assert proc.returncode == 0, out[-3000:]
+    adopted = {d["machine"] for _, _, d in journal_rows(run_dir, "MachineLaunched")}
+    assert before <= adopted, "an instance started before the crash was not adopted"
+    check_no_duplicates(world, run_dir, run_id)
+    assert not world.running(run_id)
+    check_every_task_once(run_dir)
+    check_spend(run_dir)
+    assert not world.agent_pids()
+
+
+def test_kill9_while_instances_run_tasks_then_resume(world: Ec2World) -> None:
+    n = 80
+    run_dir = world.tmp / "run"
+    proc = start_daemon(str(world.config(bag={"synthetic": n})), "--out", str(run_dir))
+    try:
+        wait_for(lambda: done_count(run_dir) >= 15, 120, "15 tasks done")
+    finally:
+        kill9(proc)
+    run_id = run_id_of(run_dir)
+    alive = world.running(run_id)
+    assert alive, "the instances died with the daemon"
+    agents = set(world.agent_pids())
+    assert agents, "the agents died with the daemon"
+    time.sleep(2)  # the agents retry through their dead tunnels meanwhile
+    proc = start_daemon("--resume", str(run_dir))
+    out = finish(proc)
+    assert proc.returncode == 0, out[-3000:]
+    check_every_task_once(run_dir, n)
+    check_no_duplicates(world, run_dir, run_id)
+    check_spend(run_dir)
+    assert not world.running(run_id), "an instance outlived the resumed run"
+    # The resumed daemon re-opened the tunnels to the same agents: results after the
+    # crash came from machines launched before it.
+    after = {d["machine"] for _, _, d in journal_rows(run_dir, "TaskDone")[15:]}
+    assert after & set(alive)
+    assert not world.agent_pids()
+
+
+# --- faults moto cannot make -------------------------------------------------------------------
+
+
+def test_throttling_for_30s_slows_the_run_without_an_error_storm(world: Ec2World) -> None:
+    run_dir = world.tmp / "run"
+    world.proxy.throttle(30)
+    started = time.monotonic()
+    proc = start_daemon(str(world.config()), "--out", str(run_dir))
+    out = finish(proc, timeout=300)
+    wall = time.monotonic() - started
+    assert proc.returncode == 0, out[-3000:]
+    refused = [r for r in world.proxy.requests() if r.injected]
+    print(f"\nthrottled 30s: {len(refused)} requests refused, run took {wall:.0f}s")
+    assert refused, "the throttle never bit"
+    assert len(refused) < 60, f"{len(refused)} throttled requests: retries without backoff"
+    assert wall > 30  # it waited the throttling out
+    check_every_task_once(run_dir)
+    check_spend(run_dir)
+    assert not world.running(run_id_of(run_dir))
+
+
+def test_a_capacity_error_on_one_type_leads_to_a_plan_without_it(world: Ec2World) -> None:
+    n = 60
+    run_dir = world.tmp / "run"
+    world.proxy.fail(
+        "RunInstances",
+        "InsufficientInstanceCapacity",
+        status=500,
+        match=lambda p: p.get("InstanceType") == ["c5.large"],
+    )
+    proc = start_daemon(str(world.config(bag={"synthetic": n})), "--out", str(run_dir))
+    out = finish(proc)
+    assert proc.returncode == 0, out[-3000:]
+    report = report_of(run_dir)
+    run_id = run_id_of(run_dir)
+    assert {i["InstanceType"] for i in world.instances(run_id)} == {"t3.micro"}
+    problems = report["launch_problems"]
+    assert problems
+    assert {(p["type"], p["kind"]) for p in problems} == {("fast", "capacity")}
+    assert (
+        "InsufficientInstanceCapacity" in problems[0]["reason"]
+        or "capacity" in problems[0]["reason"]
+    )
+    plans = [c for c in report["configurations"] if c.get("predicted_makespan_s") is not None]
+    assert plans, "no plan was made"
+    assert plans[-1]["counts"].get("fast", 0) == 0
+    assert "Launches the provider refused" in (run_dir / "report.md").read_text()
+    check_every_task_once(run_dir, n)
+    check_spend(run_dir)
+
+
+def test_a_spot_instance_terminated_from_outside_has_its_tasks_requeued(world: Ec2World) -> None:
+    n = 80
+    run_dir = world.tmp / "run"
+    proc = start_daemon(str(world.config(bag={"synthetic": n})), "--out", str(run_dir))
+    try:
+        wait_for(lambda: done_count(run_dir) >= 10, 120, "10 tasks done")
+        run_id = run_id_of(run_dir)
+        spot = [
+            i["InstanceId"]
+            for i in world.instances(run_id)
+            if i["InstanceType"] == "c5.large" and i["State"]["Name"] == "running"
+        ]
+        assert spot
+        victim = spot[0]
+        world.ec2.terminate_instances(InstanceIds=[victim])  # the spot market took it back
+        out = finish(proc)
+    finally:
+        if proc.poll() is None:
+            kill9(proc)
+    assert proc.returncode == 0, out[-3000:]
+    lost = [d for _, _, d in journal_rows(run_dir, "MachineLost") if d["machine"] == victim]
+    assert lost, "the interrupted instance was not seen as lost"
+    given = {d["task"] for _, _, d in journal_rows(run_dir, "Assign") if d["machine"] == victim}
+    done_by = {d["task"]: d["machine"] for _, _, d in journal_rows(run_dir, "TaskDone")}
+    requeued = {t for t in given if done_by[t] != victim}
+    assert requeued, "the instance held no task when it went"
+    check_every_task_once(run_dir, n)
+    check_spend(run_dir)
+    report = report_of(run_dir)
+    gone = next(m for m in report["machines"] if m["id"] == victim)
+    assert gone["units_paid"] >= 1  # its paid units still count
+    assert "lost" in (gone["end_reason"] or "")
+    assert not world.running(run_id)
