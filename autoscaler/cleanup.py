@@ -14,6 +14,7 @@ from pathlib import Path
 
 from autoscaler.daemon import daemon_alive
 from autoscaler.errors import AutoscalerError
+from autoscaler.journal import JOURNAL_DB, SqliteJournal
 from autoscaler.wiring import ec2_settings
 from config.schema import RunConfig
 
@@ -27,14 +28,36 @@ class Tagged:
     owner_pid: int | None  # the live daemon that owns it, if any
 
 
-def _owner(run_id: str, runs: Sequence[Path]) -> int | None:
+def live_runs(runs: Sequence[Path]) -> dict[str, int]:
+    """Run id -> daemon pid of every run under ``runs`` whose daemon holds its lock.
+
+    The run id is read from each run directory's journal, not its name: ``run --out``
+    names the directory anything.
+    """
+    live: dict[str, int] = {}
     for base in runs:
-        run_dir = base / run_id
-        if run_dir.is_dir():
+        if not base.is_dir():
+            continue
+        for run_dir in [base, *sorted(p for p in base.iterdir() if p.is_dir())]:
+            if not (run_dir / JOURNAL_DB).is_file():
+                continue
             pid = daemon_alive(run_dir)
-            if pid is not None:
-                return pid
-    return None
+            if pid is None:
+                continue
+            journal = SqliteJournal(run_dir / JOURNAL_DB)
+            try:
+                run_id = journal.meta().get("run_id")
+            finally:
+                journal.close()
+            if run_id is not None:
+                live[str(run_id)] = pid
+    return live
+
+
+def _type_of(machine: str) -> str:
+    """Our machine ids are ``<type>-<token>-<i>`` (local agents, Grid Engine jobs)."""
+    parts = machine.rsplit("-", 2)
+    return parts[0] if len(parts) == 3 else machine
 
 
 def find_strays(cfg: RunConfig, runs: Sequence[Path]) -> list[Tagged]:
@@ -47,12 +70,12 @@ def find_strays(cfg: RunConfig, runs: Sequence[Path]) -> list[Tagged]:
     elif cfg.provider == "sge":
         from providers.sge import list_tagged as list_jobs
 
-        found = [(j.job_id, j.run_id, j.machine, j.state) for j in list_jobs()]
+        found = [(j.job_id, j.run_id, _type_of(j.machine), j.state) for j in list_jobs()]
     elif cfg.provider == "local":
         from providers.local import MACHINE_TAG, RUN_TAG, tagged_processes
 
         found = [
-            (str(pid), tags[RUN_TAG], tags[MACHINE_TAG], "running")
+            (str(pid), tags[RUN_TAG], _type_of(tags[MACHINE_TAG]), "running")
             for pid, tags in tagged_processes()
         ]
     else:
@@ -60,7 +83,8 @@ def find_strays(cfg: RunConfig, runs: Sequence[Path]) -> list[Tagged]:
             f"provider {cfg.provider!r} starts no machines: nothing to clean up "
             "(give a config whose provider is local, sge or ec2)"
         )
-    return [Tagged(i, run, t, st, _owner(run, runs)) for i, run, t, st in sorted(found)]
+    live = live_runs(runs)
+    return [Tagged(i, run, t, st, live.get(run)) for i, run, t, st in sorted(found)]
 
 
 def terminate_strays(cfg: RunConfig, strays: Sequence[Tagged]) -> list[str]:
