@@ -728,7 +728,7 @@ class Daemon:
         return touched
 
     def _end(self, mid: str) -> None:
-        """On a provider thread: terminate a machine, then close its SSH tunnel.
+        """On a provider thread: terminate a machine; its SSH tunnel closes a little later.
 
         A refused terminate (throttling past botocore's retries) is tried again with
         backoff: a machine released but left running would cost money. ``_finish``
@@ -749,8 +749,24 @@ class Daemon:
                 delay = min(delay * 2, 30.0)
             self.log.error("terminate kept failing; the end of the run tries again", machine=mid)
         finally:
-            if self.bootstrap is not None:
-                self.bootstrap.close(mid)
+            self._close_tunnel_later(mid)
+
+    def _tunnel_grace_s(self) -> float:
+        """How long a released machine's tunnel stays open: its agent's answer (release,
+        or 410 at its next heartbeat) must get through before the tunnel goes."""
+        return 2 * self.cfg.daemon.heartbeat_s + 0.5
+
+    def _close_tunnel_later(self, mid: str) -> None:
+        if self.bootstrap is None:
+            return
+        # If the scheduler has stopped, the end of the run closes every tunnel.
+        with contextlib.suppress(Exception):
+            self.scheduler.add_job(
+                self.bootstrap.close,
+                "date",
+                run_date=datetime.now().astimezone() + timedelta(seconds=self._tunnel_grace_s()),
+                args=[mid],
+            )
 
     def _boot(self, mid: str) -> None:
         """Start ``mid``'s agent over SSH (EC2 runs with SSH bootstrap; else nothing)."""
@@ -956,6 +972,8 @@ class Daemon:
                 self._kill_now()
             concurrent.futures.wait(list(self._futures), timeout=0.1)
         self._terminate_leftovers()
+        if self.bootstrap is not None:
+            time.sleep(self._tunnel_grace_s())  # released agents hear it before tunnels close
         if error is not None and not self.state.stopped:
             events: list[Event] = [
                 MachineLost(m.id, "daemon error") for m in self.state.alive_machines()
