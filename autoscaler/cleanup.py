@@ -17,6 +17,7 @@ from autoscaler.errors import AutoscalerError
 from autoscaler.journal import JOURNAL_DB, SqliteJournal
 from autoscaler.wiring import ec2_settings
 from config.schema import RunConfig
+from providers.base import split_machine_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,12 +55,6 @@ def live_runs(runs: Sequence[Path]) -> dict[str, int]:
     return live
 
 
-def _type_of(machine: str) -> str:
-    """Our machine ids are ``<type>-<token>-<i>`` (local agents, Grid Engine jobs)."""
-    parts = machine.rsplit("-", 2)
-    return parts[0] if len(parts) == 3 else machine
-
-
 def find_strays(cfg: RunConfig, runs: Sequence[Path]) -> list[Tagged]:
     """Every machine of ours the config's provider knows, with its owner if live."""
     found: list[tuple[str, str, str, str]] = []
@@ -70,12 +65,12 @@ def find_strays(cfg: RunConfig, runs: Sequence[Path]) -> list[Tagged]:
     elif cfg.provider == "sge":
         from providers.sge import list_tagged as list_jobs
 
-        found = [(j.job_id, j.run_id, _type_of(j.machine), j.state) for j in list_jobs()]
+        found = [(j.job_id, j.run_id, split_machine_id(j.machine)[0], j.state) for j in list_jobs()]
     elif cfg.provider == "local":
         from providers.local import MACHINE_TAG, RUN_TAG, tagged_processes
 
         found = [
-            (str(pid), tags[RUN_TAG], _type_of(tags[MACHINE_TAG]), "running")
+            (str(pid), tags[RUN_TAG], split_machine_id(tags[MACHINE_TAG])[0], "running")
             for pid, tags in tagged_processes()
         ]
     else:

@@ -16,7 +16,7 @@ from autoscaler.billing import BillingModel
 from autoscaler.errors import AutoscalerError
 from config.schema import RunConfig
 from providers.base import Capabilities, Provider
-from providers.local import AgentSettings, LocalProvider
+from providers.local import AgentSettings, LocalProvider, agent_flags
 
 if TYPE_CHECKING:
     from bootstrap.ssh import SshBootstrap
@@ -49,14 +49,7 @@ def holds(cfg: RunConfig) -> tuple[float, float]:
 def agent_args(cfg: RunConfig) -> list[str]:
     """Agent flags every provider passes the same way."""
     d = cfg.daemon
-    return [
-        "--heartbeat-s",
-        f"{d.heartbeat_s:g}",
-        "--orphan-after-s",
-        f"{d.orphan_after_s:g}",
-        "--tail-bytes",
-        str(d.tail_bytes),
-    ]
+    return agent_flags(d.heartbeat_s, d.orphan_after_s, d.tail_bytes)
 
 
 def ec2_settings(cfg: RunConfig, user_data: str | None = None) -> Ec2Settings:
@@ -108,7 +101,7 @@ def make_provider(
         assert cfg.ec2 is not None
         user_data = None
         if cfg.ec2.bootstrap == "user-data":
-            from bootstrap.userdata import render_user_data
+            from bootstrap.userdata import agent_source, render_user_data
 
             assert cfg.ec2.controller_url is not None
             user_data = render_user_data(
@@ -147,10 +140,6 @@ def make_provider(
             caps, run_id, settings, types, run_dir / "agents", clock, run_dir / "token"
         )
     return LocalProvider(caps, run_id, settings, run_dir / "agents", clock, cfg.time_scale)
-
-
-def agent_source() -> str:
-    return (Path(__file__).resolve().parent.parent / "bootstrap" / "agent.py").read_text()
 
 
 def make_bootstrap(

@@ -47,6 +47,18 @@ class Capabilities:
     boot_estimate_s: Mapping[str, float] = field(default_factory=dict)
 
 
+def machine_ids(type: str, token: str, count: int) -> list[str]:
+    """The ids of a launch's machines where the provider lets us name them (local agents,
+    Grid Engine jobs): ``<type>-<token>-<i>``, so a repeated launch finds its own."""
+    return [f"{type}-{token}-{i}" for i in range(count)]
+
+
+def split_machine_id(mid: str) -> tuple[str, str]:
+    """(type, launch token) of a ``machine_ids`` id (a type may contain dashes)."""
+    parts = mid.rsplit("-", 2)
+    return (parts[0], parts[1]) if len(parts) == 3 else (mid, "")
+
+
 def check_launch(capabilities: Capabilities, type: str, alive: int, count: int) -> None:
     """Refuse a launch of an unknown type, or one past the type's maximum count."""
     limit = capabilities.max_counts.get(type)

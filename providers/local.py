@@ -30,6 +30,8 @@ from providers.base import (
     MachineStatus,
     ProviderState,
     check_launch,
+    machine_ids,
+    split_machine_id,
 )
 
 AGENT = Path(__file__).resolve().parent.parent / "bootstrap" / "agent.py"
@@ -50,6 +52,21 @@ class AgentSettings:
     tail_bytes: int = 4096
     workdir: Path | None = None
     python: str = sys.executable
+
+    def flags(self) -> list[str]:
+        """The agent flags every provider passes alike (how it watches the daemon)."""
+        return agent_flags(self.heartbeat_s, self.orphan_after_s, self.tail_bytes)
+
+
+def agent_flags(heartbeat_s: float, orphan_after_s: float, tail_bytes: int) -> list[str]:
+    return [
+        "--heartbeat-s",
+        f"{heartbeat_s:g}",
+        "--orphan-after-s",
+        f"{orphan_after_s:g}",
+        "--tail-bytes",
+        str(tail_bytes),
+    ]
 
 
 @dataclass
@@ -142,7 +159,7 @@ class LocalProvider:
     def launch(
         self, type: str, count: int, token: str, tags: Mapping[str, str]
     ) -> list[MachineRecord]:
-        ids = [f"{type}-{token}-{i}" for i in range(count)]
+        ids = machine_ids(type, token, count)
         self._adopt()
         missing = [mid for mid in ids if not self._running(mid)]
         alive = sum(1 for a in self._agents.values() if a.type == type and self._running(a.id))
@@ -215,7 +232,7 @@ class LocalProvider:
             mid = tags[MACHINE_TAG]
             if pid in known or (mid in self._agents and self._running(mid)):
                 continue
-            mtype = mid.rsplit("-", 2)[0]
+            mtype = split_machine_id(mid)[0]
             started = _start_time(pid)
             launched = self._clock() - (started or 0.0) * self.time_scale
             self._agents[mid] = _Agent(mid, mtype, tags.get(LAUNCH_TAG, ""), pid, launched, None)
@@ -230,12 +247,7 @@ class LocalProvider:
             s.url,
             "--machine",
             mid,
-            "--heartbeat-s",
-            f"{s.heartbeat_s:g}",
-            "--orphan-after-s",
-            f"{s.orphan_after_s:g}",
-            "--tail-bytes",
-            str(s.tail_bytes),
+            *s.flags(),
             "--ready-at",
             f"{time.time() + boot:.6f}",
         ]

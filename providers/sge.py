@@ -47,6 +47,8 @@ from providers.base import (
     MachineStatus,
     ProviderState,
     check_launch,
+    machine_ids,
+    split_machine_id,
 )
 from providers.local import AGENT, AgentSettings
 
@@ -361,12 +363,6 @@ class _Machine:
     state: ProviderState
 
 
-def _split_machine(mid: str) -> tuple[str, str]:
-    """(type, launch token) of ``<type>-<token>-<i>`` (a type may contain dashes)."""
-    parts = mid.rsplit("-", 2)
-    return (parts[0], parts[1]) if len(parts) == 3 else (mid, "")
-
-
 class SgeProvider:
     """Grid Engine jobs as machines; one qstat per describe or launch, whatever the count."""
 
@@ -401,7 +397,7 @@ class SgeProvider:
         self, type: str, count: int, token: str, tags: Mapping[str, str]
     ) -> list[MachineRecord]:
         """Submit the token's jobs that are not queued or running; all of them as records."""
-        ids = [f"{type}-{token}-{i}" for i in range(count)]
+        ids = machine_ids(type, token, count)
         live = self._refresh()
         missing = [mid for mid in ids if mid not in live]
         alive = sum(1 for mid in live if self._machines[mid].type == type)
@@ -496,7 +492,7 @@ class SgeProvider:
 
     def _adopt(self, mid: str, job: Job) -> _Machine:
         """Take over a job of this run submitted by an earlier daemon (found by name)."""
-        mtype, token = _split_machine(mid)
+        mtype, token = split_machine_id(mid)
         age = 0.0 if job.submitted_at is None else max(0.0, time.time() - job.submitted_at)
         machine = _Machine(
             mid, mtype, token, job.job_id, self._clock() - age, ProviderState.PENDING
@@ -536,12 +532,7 @@ class SgeProvider:
             mid,
             "--token-file",
             str(self.token_file),
-            "--heartbeat-s",
-            f"{s.heartbeat_s:g}",
-            "--orphan-after-s",
-            f"{s.orphan_after_s:g}",
-            "--tail-bytes",
-            str(s.tail_bytes),
+            *s.flags(),
         ]
         if s.workdir is not None:
             args += ["--workdir", str(s.workdir)]
