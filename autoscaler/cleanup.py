@@ -12,12 +12,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from autoscaler.config.schema import RunConfig
 from autoscaler.daemon import daemon_alive
 from autoscaler.errors import AutoscalerError
 from autoscaler.journal import JOURNAL_DB, SqliteJournal
+from autoscaler.providers.base import split_machine_id
 from autoscaler.wiring import ec2_settings
-from config.schema import RunConfig
-from providers.base import split_machine_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,15 +59,15 @@ def find_strays(cfg: RunConfig, runs: Sequence[Path]) -> list[Tagged]:
     """Every machine of ours the config's provider knows, with its owner if live."""
     found: list[tuple[str, str, str, str]] = []
     if cfg.provider == "ec2":
-        from providers.ec2 import list_tagged
+        from autoscaler.providers.ec2 import list_tagged
 
         found = [(i.id, i.run_id, i.type, i.state) for i in list_tagged(ec2_settings(cfg))]
     elif cfg.provider == "sge":
-        from providers.sge import list_tagged as list_jobs
+        from autoscaler.providers.sge import list_tagged as list_jobs
 
         found = [(j.job_id, j.run_id, split_machine_id(j.machine)[0], j.state) for j in list_jobs()]
     elif cfg.provider == "local":
-        from providers.local import MACHINE_TAG, RUN_TAG, tagged_processes
+        from autoscaler.providers.local import MACHINE_TAG, RUN_TAG, tagged_processes
 
         found = [
             (str(pid), tags[RUN_TAG], split_machine_id(tags[MACHINE_TAG])[0], "running")
@@ -88,13 +88,13 @@ def terminate_strays(cfg: RunConfig, strays: Sequence[Tagged]) -> list[str]:
     if not ids:
         return []
     if cfg.provider == "ec2":
-        from providers.ec2 import terminate_instances
+        from autoscaler.providers.ec2 import terminate_instances
 
         return terminate_instances(ec2_settings(cfg), ids)
     if cfg.provider == "sge":
-        from providers.sge import delete_jobs
+        from autoscaler.providers.sge import delete_jobs
 
         return delete_jobs(ids)
-    from providers.local import terminate_tagged
+    from autoscaler.providers.local import terminate_tagged
 
     return terminate_tagged([int(i) for i in ids])

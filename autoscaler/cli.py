@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 from rich.console import Console
 
+from autoscaler.config.load import config_json_schema, expand_bag, load_config
+from autoscaler.config.schema import Billing, RunConfig
 from autoscaler.errors import AutoscalerError, ConfigError
 from autoscaler.model import TaskSpec
-from config.load import config_json_schema, expand_bag, load_config
-from config.schema import Billing, RunConfig
 
 if TYPE_CHECKING:
     from autoscaler.state import RunState
@@ -49,7 +49,7 @@ def _aws_prices(
     instance_types: Sequence[str], region: str, endpoint: str | None
 ) -> Mapping[str, float]:
     """On-demand USD per hour from the AWS Pricing API (only for ``ec2.lookup_prices``)."""
-    from providers.ec2 import lookup_prices
+    from autoscaler.providers.ec2 import lookup_prices
 
     return lookup_prices(instance_types, region, endpoint)
 

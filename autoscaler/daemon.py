@@ -42,6 +42,7 @@ from typing import IO, Any
 import yaml
 from apscheduler.schedulers.background import BackgroundScheduler
 
+from autoscaler.config.schema import RunConfig
 from autoscaler.controller import Controller
 from autoscaler.dispatch import Dispatcher, Poll
 from autoscaler.errors import AutoscalerError
@@ -69,6 +70,9 @@ from autoscaler.model import (
     TaskSpec,
     Tick,
 )
+from autoscaler.providers.base import MachineRecord, Provider, ProviderState, failure_kind
+from autoscaler.providers.local import LocalProvider
+from autoscaler.providers.sim import draw_runtimes
 from autoscaler.report import build_report, write_report
 from autoscaler.runs import (
     CONFIG_FILE,
@@ -80,10 +84,6 @@ from autoscaler.runs import (
 )
 from autoscaler.state import Machine, RunState
 from autoscaler.wiring import holds, make_bootstrap, make_provider
-from config.schema import RunConfig
-from providers.base import MachineRecord, Provider, ProviderState, failure_kind
-from providers.local import LocalProvider
-from providers.sim import draw_runtimes
 
 TOKEN_FILE = "token"
 TASKS_FILE = "tasks.jsonl"

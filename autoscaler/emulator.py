@@ -35,8 +35,8 @@ from autoscaler.model import (
     TaskFailed,
     Tick,
 )
+from autoscaler.providers.sim import SimProvider
 from autoscaler.state import RunState
-from providers.sim import SimProvider
 
 StepHook = Callable[[float, list[Event], list[Action], RunState], None]
 

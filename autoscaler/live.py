@@ -9,10 +9,10 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from autoscaler.config.schema import RunConfig
 from autoscaler.model import MachineState
 from autoscaler.report import hms
 from autoscaler.state import RunState
-from config.schema import RunConfig
 
 Update = Callable[[RunState, float | None], None]
 

@@ -13,8 +13,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from autoscaler.config.schema import RunConfig
 from autoscaler.state import RunState
-from config.schema import RunConfig
 
 REPORT_JSON = "report.json"
 REPORT_MD = "report.md"

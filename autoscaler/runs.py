@@ -21,16 +21,16 @@ import structlog
 import yaml
 
 from autoscaler.billing import BillingModel
+from autoscaler.config.schema import RunConfig
 from autoscaler.controller import Controller, ControllerSettings
 from autoscaler.emulator import Emulator, StepHook
 from autoscaler.estimate import sample_size
 from autoscaler.journal import fields
 from autoscaler.model import Action, Configure, Event, Launch, Release, Stop, TaskSpec, TypeSpec
+from autoscaler.providers.base import Capabilities
+from autoscaler.providers.sim import SimProvider
 from autoscaler.report import build_report, write_report
 from autoscaler.state import RunState
-from config.schema import RunConfig
-from providers.base import Capabilities
-from providers.sim import SimProvider
 
 REAL_SLACK_S = 0.5
 """Real seconds a time-scaled run keeps between a release decision and the boundary."""

@@ -13,14 +13,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from autoscaler.billing import BillingModel
+from autoscaler.config.schema import RunConfig
 from autoscaler.errors import AutoscalerError
-from config.schema import RunConfig
-from providers.base import Capabilities, Provider
-from providers.local import AgentSettings, LocalProvider, agent_flags
+from autoscaler.providers.base import Capabilities, Provider
+from autoscaler.providers.local import AgentSettings, LocalProvider, agent_flags
 
 if TYPE_CHECKING:
-    from bootstrap.ssh import SshBootstrap
-    from providers.ec2 import Ec2Settings
+    from autoscaler.bootstrap.ssh import SshBootstrap
+    from autoscaler.providers.ec2 import Ec2Settings
 
 REAL_PROVIDERS = ("local", "sge", "ec2")
 
@@ -53,7 +53,7 @@ def agent_args(cfg: RunConfig) -> list[str]:
 
 
 def ec2_settings(cfg: RunConfig, user_data: str | None = None) -> Ec2Settings:
-    from providers.ec2 import Ec2Settings, InstanceSpec
+    from autoscaler.providers.ec2 import Ec2Settings, InstanceSpec
 
     e = cfg.ec2
     if e is None:
@@ -96,12 +96,12 @@ def make_provider(
     caps = capabilities(cfg, billing)
     d = cfg.daemon
     if cfg.provider == "ec2":
-        from providers.ec2 import Ec2Provider
+        from autoscaler.providers.ec2 import Ec2Provider
 
         assert cfg.ec2 is not None
         user_data = None
         if cfg.ec2.bootstrap == "user-data":
-            from bootstrap.userdata import agent_source, render_user_data
+            from autoscaler.bootstrap.userdata import agent_source, render_user_data
 
             assert cfg.ec2.controller_url is not None
             user_data = render_user_data(
@@ -114,7 +114,7 @@ def make_provider(
         return Ec2Provider(caps, run_id, ec2_settings(cfg, user_data), clock)
     python = sys.executable
     if cfg.provider == "sge":
-        from providers.sge import SgeProvider, SgeType
+        from autoscaler.providers.sge import SgeProvider, SgeType
 
         assert cfg.sge is not None
         python = cfg.sge.python or python
@@ -148,7 +148,7 @@ def make_bootstrap(
     """The SSH bootstrapper of an EC2 run that starts agents over SSH; None otherwise."""
     if cfg.provider != "ec2" or cfg.ec2 is None or cfg.ec2.bootstrap != "ssh":
         return None
-    from bootstrap.ssh import SshBootstrap, SshSettings
+    from autoscaler.bootstrap.ssh import SshBootstrap, SshSettings
 
     ssh = cfg.ec2.ssh
     assert ssh is not None

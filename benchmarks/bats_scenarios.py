@@ -35,12 +35,12 @@ if __name__ == "__main__" and not __package__:  # ``python benchmarks/bats_scena
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from autoscaler.billing import BillingModel
+from autoscaler.config.load import expand_bag, load_config
+from autoscaler.config.schema import NormalRuntime, RunConfig
 from autoscaler.estimate import initial_workers, sample_size
 from autoscaler.model import TaskSpec
 from autoscaler.planner import TypeEstimate, plan_clairvoyant
 from autoscaler.runs import dry_run
-from config.load import expand_bag, load_config
-from config.schema import NormalRuntime, RunConfig
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIG_DIR = REPO / "config" / "examples"

@@ -29,13 +29,13 @@ if __name__ == "__main__" and not __package__:  # ``python benchmarks/scale.py``
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from autoscaler.billing import BillingModel
+from autoscaler.config.load import expand_bag, load_config
+from autoscaler.config.schema import Bag, RunConfig
 from autoscaler.model import Action, Event, TaskSpec
 from autoscaler.planner import BudgetProblem, Plan, Solver, TypeEstimate, plan_budget
 from autoscaler.runs import dry_run, make_emulator
 from autoscaler.state import RunState
 from benchmarks.bats_scenarios import library_digest, library_state, render_table
-from config.load import expand_bag, load_config
-from config.schema import Bag, RunConfig
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "config" / "examples"
 SEED = 0

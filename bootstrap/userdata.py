@@ -38,7 +38,7 @@ import re
 import shlex
 from collections.abc import Sequence
 
-from bootstrap.ssh import AGENT_SOURCE, BootstrapError
+from autoscaler.bootstrap.ssh import AGENT_SOURCE, BootstrapError
 
 USER_DATA_LIMIT = 16 * 1024  # bytes, before base64 (EC2's limit)
 

@@ -18,9 +18,9 @@ import yaml
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
+from autoscaler.config.schema import IntRange, RunConfig, SweepValues, TraceRuntime, parse_duration
 from autoscaler.errors import AutoscalerError, ConfigError
 from autoscaler.model import TaskSpec
-from config.schema import IntRange, RunConfig, SweepValues, TraceRuntime, parse_duration
 
 MAX_TASKS = 10_000_000
 """A sweep larger than this is almost certainly a mistake, and would not fit in memory."""

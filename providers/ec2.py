@@ -38,7 +38,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
 from autoscaler.errors import AutoscalerError
-from providers.base import (
+from autoscaler.providers.base import (
     CAPACITY_CODES,
     LIMIT_CODES,
     Capabilities,

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from providers.base import (
+from autoscaler.providers.base import (
     Capabilities,
     MachineRecord,
     MachineStatus,

@@ -41,7 +41,7 @@ from datetime import datetime
 from pathlib import Path
 
 from autoscaler.errors import AutoscalerError
-from providers.base import (
+from autoscaler.providers.base import (
     Capabilities,
     MachineRecord,
     MachineStatus,
@@ -50,7 +50,7 @@ from providers.base import (
     machine_ids,
     split_machine_id,
 )
-from providers.local import AGENT, AgentSettings
+from autoscaler.providers.local import AGENT, AgentSettings
 
 SGE_ROOT = "/var/lib/gridengine"
 SGE_CELL = "default"

@@ -13,8 +13,8 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from config.load import load_trace
-from config.schema import (
+from autoscaler.config.load import load_trace
+from autoscaler.config.schema import (
     ConstantRuntime,
     Emulator,
     LognormalRuntime,
@@ -22,7 +22,7 @@ from config.schema import (
     TraceRuntime,
     UniformRuntime,
 )
-from providers.base import (
+from autoscaler.providers.base import (
     Capabilities,
     MachineRecord,
     MachineStatus,

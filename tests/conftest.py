@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from config.schema import RunConfig
+from autoscaler.config.schema import RunConfig
 
 
 def make_config(**overrides: Any) -> RunConfig:

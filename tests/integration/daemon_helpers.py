@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from providers.local import run_processes
+from autoscaler.providers.local import run_processes
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -14,7 +14,14 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from providers.sge import SGE_CELL, SGE_ROOT, CommandResult, delete_jobs, parse_qsub, run_command
+from autoscaler.providers.sge import (
+    SGE_CELL,
+    SGE_ROOT,
+    CommandResult,
+    delete_jobs,
+    parse_qsub,
+    run_command,
+)
 from tests.integration.services import missing
 
 QUEUES = ("as_small.q", "as_large.q")

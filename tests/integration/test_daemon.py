@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
+from autoscaler.config.load import expand_bag, load_config
 from autoscaler.daemon import Daemon, RunFiles
-from config.load import expand_bag, load_config
 from tests.integration.daemon_helpers import (
     ROOT,
     agents_of,
@@ -167,7 +167,7 @@ def test_an_agent_killed_mid_task_has_its_task_requeued(tmp_path: Path) -> None:
         wait_for(lambda: len(journal_rows(run_dir, "TaskDone")) >= 10, 60, "10 tasks done")
         run_id = run_id_of(run_dir)
         victim_pid, victim = None, None
-        from providers.local import run_processes
+        from autoscaler.providers.local import run_processes
 
         ready = {d["machine"] for _, _, d in journal_rows(run_dir, "MachineReady")}
         for pid, tags in run_processes(run_id):
@@ -361,7 +361,7 @@ def test_prometheus_metrics_show_the_run(tmp_path: Path) -> None:
 def test_a_silent_agent_is_lost_and_its_task_runs_elsewhere(tmp_path: Path) -> None:
     """SIGSTOP of one agent: no heartbeats, so after lost_after_s the machine is lost,
     terminated, and its task runs on another machine."""
-    from providers.local import run_processes
+    from autoscaler.providers.local import run_processes
 
     config = local_config(tmp_path, bag={"synthetic": 80})
     run_dir = tmp_path / "run"

@@ -28,7 +28,7 @@ import boto3
 import pytest
 import yaml
 
-from providers.ec2 import LAUNCH_TAG, RUN_TAG, TYPE_TAG
+from autoscaler.providers.ec2 import LAUNCH_TAG, RUN_TAG, TYPE_TAG
 from tests.integration.daemon_helpers import (
     committed_over_time,
     journal_rows,

@@ -21,8 +21,8 @@ from botocore.exceptions import ClientError
 
 from autoscaler.billing import BillingModel
 from autoscaler.errors import AutoscalerError
-from providers.base import Capabilities, ProviderState, check_launch
-from providers.ec2 import (
+from autoscaler.providers.base import Capabilities, ProviderState, check_launch
+from autoscaler.providers.ec2 import (
     LAUNCH_TAG,
     RUN_TAG,
     TYPE_TAG,

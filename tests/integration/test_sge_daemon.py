@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from providers.sge import delete_jobs, job_name, list_tagged, run_command
+from autoscaler.providers.sge import delete_jobs, job_name, list_tagged, run_command
 from tests.integration.daemon_helpers import (
     committed_over_time,
     journal_rows,

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from bootstrap.ssh import (
+from autoscaler.bootstrap.ssh import (
     BootstrapError,
     HostKeyMismatch,
     SshBootstrap,

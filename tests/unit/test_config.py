@@ -13,9 +13,9 @@ import yaml
 from typer.testing import CliRunner
 
 from autoscaler.cli import app
+from autoscaler.config.load import config_json_schema, expand_bag, load_config, load_trace
+from autoscaler.config.schema import RunConfig, TraceRuntime
 from autoscaler.errors import ConfigError
-from config.load import config_json_schema, expand_bag, load_config, load_trace
-from config.schema import RunConfig, TraceRuntime
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"
 EXAMPLES = sorted((CONFIG_DIR / "examples").glob("*.yaml"))

@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 
 from autoscaler.billing import BillingModel
 from autoscaler.errors import AutoscalerError
-from providers.base import Capabilities, ProviderState
-from providers.local import AgentSettings
-from providers.sge import (
+from autoscaler.providers.base import Capabilities, ProviderState
+from autoscaler.providers.local import AgentSettings
+from autoscaler.providers.sge import (
     CommandResult,
     Job,
     SgeProvider,
