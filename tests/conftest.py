@@ -39,7 +39,9 @@ def config_factory() -> Any:
 
 
 @pytest.fixture(autouse=True)
-def state_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+def autoscaler_state(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Path:
     """A fresh state directory per test (daemons register there): never the real home."""
     path = tmp_path_factory.mktemp("state")
     monkeypatch.setenv(STATE_DIR_ENV, str(path))
