@@ -238,30 +238,45 @@ def cleanup(
     config: Annotated[Path, typer.Argument(help="a config naming the provider to search")],
     runs: Annotated[
         list[Path] | None,
-        typer.Option("--runs", help="where run directories live (repeatable; default: runs)"),
+        typer.Option(
+            "--runs",
+            help="where more run directories live, besides the registered runs "
+            "(repeatable; default: runs)",
+        ),
     ] = None,
     yes: Annotated[bool, typer.Option("--yes", help="terminate without asking")] = False,
 ) -> None:
     """Find machines carrying one of our run tags that no live run owns; terminate them.
 
-    A run is live while a daemon holds its run directory's lock. Untagged machines and
-    machines of a live run are never touched.
+    A run is live while a daemon holds its run directory's lock. Every run registers its
+    directory in the state directory ($AUTOSCALER_STATE_DIR, else
+    $XDG_STATE_HOME/autoscaler, else ~/.local/state/autoscaler), so a live run is found
+    wherever its directory is; run directories under --runs are looked at too. Untagged
+    machines and machines of a live run are never touched.
     """
     from autoscaler.cleanup import find_strays, terminate_strays
 
     cfg, _ = _load_or_exit(config)
     try:
-        found = find_strays(cfg, runs or [Path("runs")])
+        survey = find_strays(cfg, runs or [Path("runs")])
     except AutoscalerError as exc:
         _exit_with(exc)
+    for note in survey.notes:
+        _err.print(note, markup=False, soft_wrap=True)
+    found = survey.machines
     for m in found:
-        owner = f"live run (daemon pid {m.owner_pid})" if m.owner_pid else "stray"
+        if m.owner is None:
+            owner = "stray"
+        elif m.owner.pid is None:
+            owner = f"kept: {m.owner.source}"
+        else:
+            owner = f"live run (daemon pid {m.owner.pid})"
         _out.print(
             f"{m.id}  run {m.run_id}  type {m.type}  {m.state}  {owner}",
             markup=False,
             soft_wrap=True,
         )
-    strays = [m for m in found if m.owner_pid is None]
+    strays = [m for m in found if m.owner is None]
     if not strays:
         _out.print(f"no stray {cfg.provider} machines of ours", markup=False)
         return

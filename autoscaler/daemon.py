@@ -73,6 +73,7 @@ from autoscaler.model import (
 from autoscaler.providers.base import MachineRecord, Provider, ProviderState, failure_kind
 from autoscaler.providers.local import LocalProvider
 from autoscaler.providers.sim import draw_runtimes
+from autoscaler.registry import register
 from autoscaler.report import build_report, write_report
 from autoscaler.runs import (
     CONFIG_FILE,
@@ -336,7 +337,7 @@ class Daemon:
 
     def run(self) -> Outcome:
         files = self.files
-        with run_lock(files.run_dir):
+        with run_lock(files.run_dir), register(files.run_id, files.run_dir):
             return self._run_locked()
 
     def _run_locked(self) -> Outcome:

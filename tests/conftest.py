@@ -1,12 +1,14 @@
-"""Shared helpers for building configs in tests."""
+"""Shared helpers for building configs in tests; every test's own run registry."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from autoscaler.config.schema import RunConfig
+from autoscaler.registry import STATE_DIR_ENV
 
 
 def make_config(**overrides: Any) -> RunConfig:
@@ -34,3 +36,13 @@ def make_config(**overrides: Any) -> RunConfig:
 @pytest.fixture
 def config_factory() -> Any:
     return make_config
+
+
+@pytest.fixture(autouse=True)
+def autoscaler_state(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Path:
+    """A fresh state directory per test (daemons register there): never the real home."""
+    path = tmp_path_factory.mktemp("state")
+    monkeypatch.setenv(STATE_DIR_ENV, str(path))
+    return path

@@ -58,6 +58,19 @@ def cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "autoscaler", *args]
 
 
+def run_cleanup(config: Path, *args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    """``autoscaler cleanup`` as a user would run it from a script: no terminal."""
+    return subprocess.run(
+        cli("cleanup", str(config), *args),
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
 def start_daemon(*args: str) -> subprocess.Popen[str]:
     """``autoscaler run ...`` in its own session, as a user would start it."""
     return subprocess.Popen(

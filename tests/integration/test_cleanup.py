@@ -4,7 +4,9 @@ The machines are made by hand the way a crashed run would leave them: EC2 instan
 a moto server carrying our run tag, agent processes carrying the run's environment
 tags, Grid Engine jobs named ``as.<run>.<machine>``. Beside them sit machines that are
 not ours (untagged, foreign tags, a plain job or process) and machines of a live run
-(its run directory's lock held), which cleanup must list or ignore but never end.
+(its run directory's lock held), which cleanup must list or ignore but never end; and
+real runs started with ``--out`` away from where cleanup is started, which cleanup finds
+through the run registry (each test has its own, ``$AUTOSCALER_STATE_DIR``).
 
 Local agents and Grid Engine jobs are host- or cluster-wide: a cleanup run here would
 also end other runs' agents on this host. The local test therefore runs its processes
@@ -35,7 +37,15 @@ from autoscaler.journal import JOURNAL_DB, SqliteJournal
 from autoscaler.providers.ec2 import LAUNCH_TAG, RUN_TAG, TYPE_TAG
 from autoscaler.providers.local import tagged_processes
 from autoscaler.providers.sge import job_name, list_tagged
-from tests.integration.daemon_helpers import ROOT, cli, wait_for
+from autoscaler.registry import RunEntry, read_entries, write_entry
+from tests.integration.daemon_helpers import (
+    ROOT,
+    journal_rows,
+    local_config,
+    run_cleanup,
+    run_id_of,
+    wait_for,
+)
 from tests.integration.services import MotoServer, fake_aws_credentials, missing
 from tests.integration.sge import GridEngine, sge  # noqa: F401  (the fixture)
 
@@ -61,16 +71,7 @@ def write_config(tmp: Path, provider: str, **sections: Any) -> Path:
 
 
 def cleanup(config: Path, runs: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    """``autoscaler cleanup`` as a user would run it from a script: no terminal."""
-    return subprocess.run(
-        cli("cleanup", str(config), "--runs", str(runs), *extra),
-        cwd=ROOT,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return run_cleanup(config, "--runs", str(runs), *extra)
 
 
 def line_of(output: str, machine_id: str) -> str:
@@ -227,10 +228,13 @@ def test_a_finished_run_no_longer_protects_its_instances(account: Account) -> No
 # --- local agents ---------------------------------------------------------------------------
 
 # Run as PID 1 of a new PID namespace: starts a tagged agent that cannot reach any
-# daemon (it keeps retrying), a plain process, and runs cleanup; prints what happened.
+# daemon (it keeps retrying), a plain process, and, given an --out directory, a real run
+# (waiting until its agents run); then runs cleanup from the given directory, with
+# --runs if given; prints what happened.
 DRIVER = r"""
 import json, os, socket, subprocess, sys, time
-config, runs, agent, root, run_id = sys.argv[1:6]
+config, runs, agent, root, run_id, live_out, where = sys.argv[1:8]
+from autoscaler.providers.local import RUN_TAG, tagged_processes
 with socket.socket() as s:
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]  # closed once the block ends: nobody answers there
@@ -241,21 +245,42 @@ tagged = subprocess.Popen(
      "--orphan-after-s", "60"],
     env={**os.environ, **tags}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 plain = subprocess.Popen(["sleep", "60"])
+procs = [tagged, plain]
 out = {"agent": tagged.pid, "plain": plain.pid}
+def live_agents():
+    return [pid for pid, t in tagged_processes() if t[RUN_TAG] != run_id]
 try:
+    if live_out:
+        log = open(live_out + ".out", "w")
+        daemon = subprocess.Popen(
+            [sys.executable, "-m", "autoscaler", "run", config, "--out", live_out],
+            cwd=root, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        procs.append(daemon)
+        deadline = time.monotonic() + 60
+        while not live_agents() and time.monotonic() < deadline and daemon.poll() is None:
+            time.sleep(0.05)
+        out["live_agents_before"] = live_agents()
     time.sleep(0.5)
     out["agent_alive_before"] = tagged.poll() is None
     done = subprocess.run(
-        [sys.executable, "-m", "autoscaler", "cleanup", config, "--runs", runs, "--yes"],
-        cwd=root, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+        [sys.executable, "-m", "autoscaler", "cleanup", config, "--yes",
+         *(["--runs", runs] if runs else [])],
+        cwd=where, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
     out.update(rc=done.returncode, stdout=done.stdout, stderr=done.stderr)
+    if live_out:
+        out["daemon_alive_after"] = daemon.poll() is None
     try:
         out["agent_rc"] = tagged.wait(20)
     except subprocess.TimeoutExpired:
         out["agent_rc"] = None
     out["plain_alive"] = plain.poll() is None
+    if live_out:
+        try:
+            out["daemon_rc"] = daemon.wait(240)
+        except subprocess.TimeoutExpired:
+            out["daemon_rc"] = None
 finally:
-    for proc in (tagged, plain):
+    for proc in procs:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
@@ -275,11 +300,8 @@ def isolated() -> list[str]:
     return ["unshare", "--pid", "--fork", "--mount-proc"] if probe.returncode == 0 else []
 
 
-def test_cleanup_terminates_stray_local_agents_only(tmp_path: Path) -> None:
-    """A tagged agent of a run with no live daemon is ended; a plain process is not."""
-    config = write_config(tmp_path, "local")
-    runs = tmp_path / "runs"
-    runs.mkdir()
+def drive(config: Path, runs: Path | None, where: Path, live_out: Path | None) -> dict[str, Any]:
+    """Run ``DRIVER`` in a PID namespace of its own; what it saw."""
     prefix = isolated()
     if not prefix and tagged_processes():
         missing("no PID namespace here, and other runs' agents run on this host")
@@ -290,19 +312,21 @@ def test_cleanup_terminates_stray_local_agents_only(tmp_path: Path) -> None:
             "-c",
             DRIVER,
             str(config),
-            str(runs),
+            str(runs or ""),
             str(ROOT / "bootstrap" / "agent.py"),
             str(ROOT),
             STRAY,
+            str(live_out or ""),
+            str(where),
         ],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=360,
         check=False,
     )
     assert driver.returncode == 0, driver.stderr
-    result = json.loads(driver.stdout.splitlines()[-1])
+    result: dict[str, Any] = json.loads(driver.stdout.splitlines()[-1])
     assert result["agent_alive_before"], "the agent exited before cleanup ran"
     assert result["rc"] == 0, result["stdout"] + result["stderr"]
     line = line_of(result["stdout"], str(result["agent"]))
@@ -314,6 +338,47 @@ def test_cleanup_terminates_stray_local_agents_only(tmp_path: Path) -> None:
     assert str(result["plain"]) not in listed
     assert result["agent_rc"] == 0, "the agent did not exit as on SIGTERM"
     assert result["plain_alive"], "cleanup killed a process that carries no run tag"
+    return result
+
+
+def test_cleanup_terminates_stray_local_agents_only(tmp_path: Path) -> None:
+    """A tagged agent of a run with no live daemon is ended; a plain process is not."""
+    config = write_config(tmp_path, "local")
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    drive(config, runs, ROOT, None)
+
+
+def test_a_live_run_started_elsewhere_keeps_its_local_agents(
+    tmp_path: Path, autoscaler_state: Path
+) -> None:
+    """A real run with --out in a directory of its own, cleanup started from another one
+    (no runs/ there): the run's agents are its live run's and are kept, and the run ends
+    cleanly, no machine lost. The same cleanup ends a dead run's agent, although that run
+    left its registry entry behind (stale: nothing holds its lock), and removes the entry."""
+    config = local_config(tmp_path)
+    live_out = tmp_path / "somewhere" / "run"
+    live_out.parent.mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    dead_dir = tmp_path / "dead-run"
+    dead_dir.mkdir()
+    write_entry(autoscaler_state, RunEntry(STRAY, dead_dir, 1, "2026-01-01T00:00:00+00:00"))
+    result = drive(config, None, elsewhere, live_out)
+    daemon_out = (live_out.parent / "run.out").read_text()
+    assert result["live_agents_before"], f"the run started no agent:\n{daemon_out[-3000:]}"
+    assert result["daemon_alive_after"], "the run was over before cleanup looked"
+    run_id = run_id_of(live_out)
+    ours = [row for row in result["stdout"].splitlines() if f" run {run_id} " in row]
+    assert ours, f"none of the run's agents was listed:\n{result['stdout']}"
+    for row in ours:
+        assert "live run (daemon pid " in row, row
+    assert f"run {STRAY}: removed its stale registry entry" in result["stderr"]
+    assert result["daemon_rc"] == 0, daemon_out[-3000:]
+    assert journal_rows(live_out, "MachineLost") == [], "cleanup ended a machine of the run"
+    report = json.loads((live_out / "report.json").read_text())
+    assert report["tasks_done"] == 200
+    assert read_entries(autoscaler_state) == [], "an entry outlived its run"
 
 
 # --- Grid Engine ----------------------------------------------------------------------------

@@ -29,9 +29,11 @@ import pytest
 import yaml
 
 from autoscaler.providers.ec2 import LAUNCH_TAG, RUN_TAG, TYPE_TAG
+from autoscaler.registry import RunEntry, read_entries, write_entry
 from tests.integration.daemon_helpers import (
     committed_over_time,
     journal_rows,
+    run_cleanup,
     run_id_of,
     start_daemon,
     successful_runs,
@@ -443,3 +445,58 @@ def test_a_spot_instance_terminated_from_outside_has_its_tasks_requeued(world: E
     assert gone["units_paid"] >= 1  # its paid units still count
     assert "lost" in (gone["end_reason"] or "")
     assert not world.running(run_id)
+
+
+# --- cleanup beside a live run ------------------------------------------------------------------
+
+
+def test_cleanup_from_elsewhere_keeps_a_live_runs_instances(
+    world: Ec2World, autoscaler_state: Path
+) -> None:
+    """A run with --out in a directory of its own; cleanup --yes from another directory (no
+    runs/ there) while it runs: every instance of the run is its live run's and is kept,
+    and the run ends cleanly. The same cleanup terminates an instance of a dead run whose
+    registry entry its daemon left behind (stale: nothing holds its lock)."""
+    n = 80
+    config = world.config(bag={"synthetic": n})
+    dead = "ec2it-20260101T000000Z-dead"
+    ami = world.ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    tags = {RUN_TAG: dead, LAUNCH_TAG: "L0", TYPE_TAG: "small", "Name": dead}
+    stray = world.ec2.run_instances(
+        ImageId=ami,
+        InstanceType="t3.micro",
+        MinCount=1,
+        MaxCount=1,
+        TagSpecifications=[
+            {"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}
+        ],
+    )["Instances"][0]["InstanceId"]
+    (world.tmp / "dead-run").mkdir()
+    write_entry(autoscaler_state, RunEntry(dead, world.tmp / "dead-run", 1, "2026-01-01T00:00Z"))
+    elsewhere = world.tmp / "elsewhere"
+    elsewhere.mkdir()
+    run_dir = world.tmp / "somewhere" / "run"
+    proc = start_daemon(str(config), "--out", str(run_dir))
+    try:
+        wait_for(lambda: done_count(run_dir) >= 10, 120, "10 tasks done")
+        run_id = run_id_of(run_dir)
+        assert world.running(run_id), "the run has no instance running"
+        done = run_cleanup(config, "--yes", cwd=elsewhere)
+        assert proc.poll() is None, "the run was over before cleanup returned"
+        out = finish(proc)
+    finally:
+        if proc.poll() is None:
+            kill9(proc)
+    assert done.returncode == 0, done.stdout + done.stderr
+    ours = [row for row in done.stdout.splitlines() if f" run {run_id} " in row]
+    assert ours, f"none of the run's instances was listed:\n{done.stdout}"
+    for row in ours:
+        assert f"live run (daemon pid {proc.pid})" in row, row
+    assert f"terminated 1: {stray}" in done.stdout
+    assert f"run {dead}: removed its stale registry entry" in done.stderr
+    states = {i["InstanceId"]: i["State"]["Name"] for i in world.instances(dead)}
+    assert states[stray] in ("shutting-down", "terminated")
+    assert proc.returncode == 0, out[-3000:]
+    check_every_task_once(run_dir, n)
+    assert not world.running(run_id)
+    assert read_entries(autoscaler_state) == [], "an entry outlived its run"
