@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from autoscaler.billing import BillingModel
+from autoscaler.bootstrap.agent_start import AgentSettings, agent_flags, agent_source
 from autoscaler.config.schema import RunConfig
 from autoscaler.errors import AutoscalerError
 from autoscaler.providers.base import Capabilities, Provider
-from autoscaler.providers.local import AgentSettings, LocalProvider, agent_flags
+from autoscaler.providers.local import LocalProvider
 
 if TYPE_CHECKING:
     from autoscaler.bootstrap.ssh import SshBootstrap
@@ -101,7 +102,7 @@ def make_provider(
         assert cfg.ec2 is not None
         user_data = None
         if cfg.ec2.bootstrap == "user-data":
-            from autoscaler.bootstrap.userdata import agent_source, render_user_data
+            from autoscaler.bootstrap.userdata import render_user_data
 
             assert cfg.ec2.controller_url is not None
             user_data = render_user_data(

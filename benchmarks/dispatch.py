@@ -54,11 +54,12 @@ from typing import Any
 if __name__ == "__main__" and not __package__:  # ``python benchmarks/dispatch.py``
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from autoscaler.bootstrap.agent_start import AGENT
 from autoscaler.config.load import expand_bag
 from autoscaler.config.schema import RunConfig
 from autoscaler.daemon import OUTPUTS_FILE, Daemon, RunFiles
 from autoscaler.journal import JOURNAL_DB
-from autoscaler.providers.local import AGENT, RUN_TAG
+from autoscaler.providers.local import RUN_TAG
 from autoscaler.state import RunState
 from benchmarks.bats_scenarios import REPO, library_digest, library_state, render_table
 

@@ -22,43 +22,17 @@ machine of its run; it reconnects, asks sshd for the port stored in ``port`` (th
 agent's --url must stay valid), and starts an agent only if ``agent.pid`` does not name a
 live one.
 
-Host keys
-=========
-
-We never read ``~/.ssh/known_hosts`` and never add keys blindly (fabric's default
-``AutoAddPolicy`` is replaced). Keys are checked per MACHINE ID, not per address: cloud
-addresses get reused by other machines, and in tests (or behind a forward) several
-machines share one address. Two policies:
-
-* ``"pinned"`` (trust on first use): the first connection to a machine, right after its
-  launch, records the key it offers in the run's ``known_hosts`` file (paramiko's
-  HostKeys format with the machine id as the host name, mode 0600, replaced atomically).
-  Every later connection to that machine, from this daemon or a restarted one, must offer
-  the same key, else :class:`HostKeyMismatch`. The window of trust is the first
-  connection only.
-* ``"console"``: the key offered must be one of those the machine printed on its console
-  (cloud-init writes them between ``-----BEGIN SSH HOST KEY KEYS-----`` and
-  ``-----END SSH HOST KEY KEYS-----``; see :func:`parse_console_host_keys`). The console
-  output comes from the provider's API, not from the network path to the machine, so no
-  first use is trusted. The console appears minutes after boot: until it lists keys we
-  retry with backoff for ``console_wait_s``, then fail. A key so verified is pinned too,
-  so later connections do not depend on the console (which EC2 truncates).
-
-A mismatch names the machine, its address and both fingerprints (SHA256, as
-``ssh-keygen -l`` prints them), never key material. The private key file is only handed
-to paramiko by path; it is never read, logged or copied here.
+Host keys are checked per machine id, never blindly: the ``pinned`` and ``console``
+policies are described in :mod:`autoscaler.bootstrap.hostkeys`. The private key file is
+only handed to paramiko by path; it is never read, logged or copied here.
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import hashlib
-import os
 import re
 import shlex
 import socket
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -68,36 +42,25 @@ from typing import Any, Literal
 
 import fabric
 import paramiko
-from paramiko.hostkeys import HostKeyEntry
 
+from autoscaler.bootstrap.agent_start import AGENT, BootstrapError, agent_command
+from autoscaler.bootstrap.hostkeys import (
+    HostKeyCheck,
+    HostKeyMismatch,
+    KnownHosts,
+    fingerprint,
+    parse_console_host_keys,
+)
+from autoscaler.bootstrap.tunnel import TunnelPipes
 from autoscaler.errors import AutoscalerError
-
-AGENT_SOURCE = Path(__file__).resolve().parent / "agent.py"
-
-BEGIN_KEYS = "-----BEGIN SSH HOST KEY KEYS-----"
-END_KEYS = "-----END SSH HOST KEY KEYS-----"
 
 # A machine id names a directory on the machine and a known_hosts entry: keep it to
 # characters that are safe in both (and never "." or "..").
 _MACHINE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-_KEY_TYPE_RE = re.compile(r"(ssh|ecdsa|sk)-[A-Za-z0-9@.-]+")
 
 BACKOFF_FIRST_S = 0.2
 BACKOFF_MAX_S = 5.0
 KEEPALIVE_S = 15
-PIPE_CHUNK = 65536
-
-
-class BootstrapError(AutoscalerError):
-    """A machine could not be reached or its agent not started."""
-
-    code = "BootstrapError"
-
-
-class HostKeyMismatch(BootstrapError):
-    """A machine offered a host key other than the one we trust for it."""
-
-    code = "HostKeyMismatch"
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,275 +80,11 @@ class SshSettings:
     console_wait_s: float = 600.0  # "console" policy: how long to wait for keys there
 
 
-# --- host keys ---------------------------------------------------------------------------
-
-
-def parse_console_host_keys(text: str) -> list[str]:
-    """The ``"<type> <base64>"`` host keys listed in a machine's console output.
-
-    cloud-init prints the keys between ``-----BEGIN SSH HOST KEY KEYS-----`` and
-    ``-----END SSH HOST KEY KEYS-----``, one ``type base64 [comment]`` per line; lines may
-    carry a prefix (a timestamp, ``ec2:``) that is ignored, as are comments. The
-    fingerprint block cloud-init also prints (``BEGIN SSH HOST KEY FINGERPRINTS``) is not
-    a key list and is skipped. Keys that are not valid base64 are dropped, and so is a
-    block without its END line (console output cut short could cut a key short). If the
-    block appears more than once (a reboot), every listed key is returned, once.
-    """
-    keys: list[str] = []
-    block: list[str] | None = None  # the keys of the block being read
-    for raw in text.splitlines():
-        line = raw.strip()
-        if line.endswith(BEGIN_KEYS):
-            block = []
-        elif line.endswith(END_KEYS):
-            for key in block or ():
-                if key not in keys:
-                    keys.append(key)
-            block = None
-        elif block is not None:
-            found = _key_in(line)
-            if found is not None:
-                block.append(found)
-    return keys
-
-
-def _key_in(line: str) -> str | None:
-    """The ``"type base64"`` key on one console line, after any prefix, or None."""
-    words = line.split()
-    for i, word in enumerate(words[:-1]):
-        if _KEY_TYPE_RE.fullmatch(word):
-            blob = words[i + 1]
-            try:
-                base64.b64decode(blob, validate=True)
-            except ValueError:
-                return None
-            return f"{word} {blob}"
-    return None
-
-
-def fingerprint(key: str | paramiko.PKey) -> str:
-    """``SHA256:<unpadded base64>`` of a key, as ``ssh-keygen -l`` prints it.
-
-    ``key`` is a ``"type base64 [comment]"`` line (a known_hosts or authorized_keys line
-    without host names) or a paramiko key.
-    """
-    if isinstance(key, str):
-        parts = key.split()
-        if len(parts) < 2:
-            raise ValueError(f"not a public key line: {key[:40]!r}")
-        blob = base64.b64decode(parts[1])
-    else:
-        blob = key.asbytes()
-    digest = base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
-    return f"SHA256:{digest}"
-
-
-def _blob(key_line: str) -> bytes:
-    return base64.b64decode(key_line.split()[1])
-
-
-class _KnownHosts:
-    """The run's pinned keys: paramiko HostKeys format keyed by machine id, 0600."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._lock = threading.Lock()
-
-    def get(self, machine: str) -> list[paramiko.PKey]:
-        with self._lock:
-            return list(self._load().get(machine, {}).values())
-
-    def pin(self, machine: str, key: paramiko.PKey) -> None:
-        """Record ``key`` for ``machine`` (replacing any earlier pin), atomically."""
-        with self._lock:
-            hosts = self._load()
-            entries = [
-                HostKeyEntry([name], k)
-                for name in hosts
-                if name != machine
-                for k in hosts[name].values()
-            ]
-            entries.append(HostKeyEntry([machine], key))
-            text = "".join(entry.to_line() or "" for entry in entries)
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".known_hosts.", dir=self.path.parent)
-            try:
-                os.fchmod(fd, 0o600)
-                with os.fdopen(fd, "w", encoding="ascii") as out:
-                    out.write(text)
-                    out.flush()
-                    os.fsync(out.fileno())
-                os.replace(tmp, self.path)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise
-
-    def _load(self) -> paramiko.HostKeys:
-        hosts = paramiko.HostKeys()
-        if self.path.exists():
-            hosts.load(str(self.path))
-        return hosts
-
-
-class _HostKeyCheck(paramiko.MissingHostKeyPolicy):
-    """Pin-or-compare (or console-compare) for one machine.
-
-    paramiko calls this for every connection because the client's own HostKeys is empty:
-    the comparison by machine id is ours.
-    """
-
-    def __init__(
-        self,
-        known: _KnownHosts,
-        machine: str,
-        address: str,
-        console_keys: list[str] | None,
-    ) -> None:
-        self.known = known
-        self.machine = machine
-        self.address = address
-        self.console_keys = console_keys
-        self.accepted: str | None = None  # "pinned" / "matched pin" / "console"
-
-    def missing_host_key(
-        self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
-    ) -> None:
-        offered = fingerprint(key)
-        pinned = self.known.get(self.machine)
-        if pinned:
-            if any(p.asbytes() == key.asbytes() for p in pinned):
-                self.accepted = "matched pin"
-                return
-            expected = ", ".join(fingerprint(p) for p in pinned)
-            raise HostKeyMismatch(
-                f"host key mismatch for machine {self.machine} at {self.address}: "
-                f"it offered {key.get_name()} {offered}, expected {expected} "
-                f"(pinned in {self.known.path})"
-            )
-        if self.console_keys is not None:
-            if not any(_blob(line) == key.asbytes() for line in self.console_keys):
-                expected = ", ".join(fingerprint(line) for line in self.console_keys)
-                raise HostKeyMismatch(
-                    f"host key mismatch for machine {self.machine} at {self.address}: "
-                    f"it offered {key.get_name()} {offered}, not among the keys on its "
-                    f"console: {expected}"
-                )
-            self.accepted = "console"
-        else:
-            self.accepted = "pinned"
-        self.known.pin(self.machine, key)
-
-
-# --- the reverse tunnel ------------------------------------------------------------------
-
-
-class _Pipes:
-    """Connections carried by one tunnel: each forwarded channel piped to a local socket.
-
-    Every connection the agent opens to its --url arrives as a channel; it gets its own
-    socket to the dispatcher and two threads, one per direction, so long polls on
-    several keep-alive connections proceed at once. An end of stream on one side is
-    passed on as a half-close; an error on either side closes both.
-    """
-
-    def __init__(self, local_port: int, log: Callable[..., None], machine: str) -> None:
-        self.local_port = local_port
-        self.log = log
-        self.machine = machine
-        self._lock = threading.Lock()
-        self._open: set[_Pair] = set()
-        self._closed = False
-
-    def handler(
-        self, channel: paramiko.Channel, origin: tuple[str, int], server: tuple[str, int]
-    ) -> None:
-        """paramiko's forward handler: runs on the transport thread, so it must not block."""
-        threading.Thread(
-            target=self._connect, args=(channel,), name=f"tunnel-{self.machine}", daemon=True
-        ).start()
-
-    def _connect(self, channel: paramiko.Channel) -> None:
-        try:
-            sock = socket.create_connection(("127.0.0.1", self.local_port), timeout=10)
-        except OSError as exc:
-            self.log("tunnel: dispatcher unreachable", machine=self.machine, error=str(exc))
-            channel.close()
-            return
-        sock.settimeout(None)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        pair = _Pair(channel, sock, self._forget)
-        with self._lock:
-            if self._closed:
-                pair.close()
-                return
-            self._open.add(pair)
-        threading.Thread(
-            target=pair.copy,
-            args=(channel.recv, sock.sendall, lambda: sock.shutdown(socket.SHUT_WR)),
-            daemon=True,
-        ).start()
-        pair.copy(sock.recv, channel.sendall, channel.shutdown_write)
-
-    def _forget(self, pair: _Pair) -> None:
-        with self._lock:
-            self._open.discard(pair)
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            pairs = list(self._open)
-        for pair in pairs:
-            pair.close()
-
-
-class _Pair:
-    """One forwarded connection: a channel, a socket, and the two copying directions."""
-
-    def __init__(
-        self, channel: paramiko.Channel, sock: socket.socket, forget: Callable[[_Pair], None]
-    ) -> None:
-        self.channel = channel
-        self.sock = sock
-        self._forget = forget
-        self._lock = threading.Lock()
-        self._running = 2
-
-    def copy(
-        self,
-        read: Callable[[int], bytes],
-        write: Callable[[bytes], Any],
-        eof: Callable[[], None],
-    ) -> None:
-        """Copy one direction until its end of stream, then pass the half-close on."""
-        try:
-            while data := read(PIPE_CHUNK):
-                write(data)
-            eof()
-        except (OSError, EOFError):
-            self.close()  # unblocks the other direction too
-        with self._lock:
-            self._running -= 1
-            last = self._running == 0
-        if last:
-            self.close()
-
-    def close(self) -> None:
-        self.channel.close()
-        with contextlib.suppress(OSError):
-            self.sock.shutdown(socket.SHUT_RDWR)
-        self.sock.close()
-        self._forget(self)
-
-
-# --- bootstrap ---------------------------------------------------------------------------
-
-
 @dataclass
 class _Session:
     conn: Any  # fabric.Connection (untyped)
     port: int
-    pipes: _Pipes
+    pipes: TunnelPipes
     directory: str
 
     def alive(self) -> bool:
@@ -436,7 +135,7 @@ class SshBootstrap:
         self._sessions: dict[str, _Session] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
-        self._known = _KnownHosts(settings.known_hosts)
+        self._known = KnownHosts(settings.known_hosts)
 
     def __repr__(self) -> str:  # never the token
         return f"SshBootstrap(user={self.settings.user!r}, local_port={self.local_port})"
@@ -574,7 +273,7 @@ class SshBootstrap:
             },
             config=fabric.Config(overrides={"load_ssh_configs": False}),
         )
-        check = _HostKeyCheck(self._known, machine, address, console_keys)
+        check = HostKeyCheck(self._known, machine, address, console_keys)
         conn.client.set_missing_host_key_policy(check)
         try:
             conn.open()
@@ -602,7 +301,7 @@ class SshBootstrap:
 
     def _open(self, machine: str, address: str) -> _Session:
         conn = self._connect(machine, address)
-        pipes = _Pipes(self.local_port, self._log, machine)
+        pipes = TunnelPipes(self.local_port, self._log, machine)
         try:
             directory = self._prepare(conn, machine)
             port = self._tunnel(conn, machine, directory, pipes)
@@ -640,7 +339,7 @@ class SshBootstrap:
         )
         try:
             sftp = conn.sftp()
-            source = AGENT_SOURCE.read_bytes()
+            source = AGENT.read_bytes()
             if _read_remote(sftp, f"{directory}/agent.py") != source:
                 _write_remote(sftp, f"{directory}/agent.py", source, 0o644)
                 self._log("agent copied", machine=machine, path=f"{directory}/agent.py")
@@ -653,7 +352,7 @@ class SshBootstrap:
             ) from None
         return directory
 
-    def _tunnel(self, conn: Any, machine: str, directory: str, pipes: _Pipes) -> int:
+    def _tunnel(self, conn: Any, machine: str, directory: str, pipes: TunnelPipes) -> int:
         """Open the reverse tunnel on the stored port (or a new one); return the port."""
         sftp = conn.sftp()
         stored_text = _read_remote(sftp, f"{directory}/port")
@@ -718,19 +417,15 @@ class SshBootstrap:
             self._log("agent already running", machine=machine, pid=pid)
             return
         q = shlex.quote
-        agent = [
+        agent = agent_command(
             self.settings.python,
             f"{directory}/agent.py",
-            "--url",
-            f"http://127.0.0.1:{port}",
-            "--machine",
-            machine,
-            "--token-file",
-            f"{directory}/token",
-            "--workdir",
-            f"{directory}/work",
-            *self.agent_args,
-        ]
+            url=f"http://127.0.0.1:{port}",
+            machine=machine,
+            flags=self.agent_args,
+            token_file=f"{directory}/token",
+            workdir=f"{directory}/work",
+        ).argv
         # The inner shell starts the agent, records its pid (atomically), waits for it
         # and records its exit status, then powers off if asked. setsid + nohup detach
         # it from the SSH session, which returns at once (all output is redirected).

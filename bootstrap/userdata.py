@@ -38,7 +38,7 @@ import re
 import shlex
 from collections.abc import Sequence
 
-from autoscaler.bootstrap.ssh import AGENT_SOURCE, BootstrapError
+from autoscaler.bootstrap.agent_start import BootstrapError, agent_command
 
 USER_DATA_LIMIT = 16 * 1024  # bytes, before base64 (EC2's limit)
 
@@ -86,9 +86,9 @@ def render_user_data(
 ) -> str:
     """The user-data script that starts the agent on an instance (see the module doc).
 
-    ``agent_source`` is the text of ``bootstrap/agent.py`` (:func:`agent_source` reads
-    it). BootstrapError if the script would exceed EC2's 16 KB limit even compressed,
-    or if the token could not be written safely.
+    ``agent_source`` is the text of ``bootstrap/agent.py`` (``agent_start.agent_source``
+    reads it). BootstrapError if the script would exceed EC2's 16 KB limit even
+    compressed, or if the token could not be written safely.
     """
     if not token or not re.fullmatch(r"[\x21-\x7e]+", token):
         raise BootstrapError("the run token must be non-empty printable ASCII without spaces")
@@ -120,11 +120,6 @@ def render_user_data(
     return packed
 
 
-def agent_source() -> str:
-    """The text of bootstrap/agent.py, as shipped next to this module."""
-    return AGENT_SOURCE.read_text(encoding="utf-8")
-
-
 def _script(
     agent: bytes,
     encoding: str,
@@ -139,7 +134,7 @@ def _script(
     q = shlex.quote
     payload = gzip.compress(agent, compresslevel=9, mtime=0) if encoding == "gzip" else agent
     blob = base64.encodebytes(payload).decode()
-    args = " ".join(q(a) for a in agent_args)
+    command = _agent_command_line(python, remote_dir, url, agent_args)
     poweroff = (
         'echo "autoscaler: agent exited with status $rc; powering off"\n'
         'if [ "$(id -u)" -eq 0 ]; then poweroff; else sudo -n poweroff; fi\n'
@@ -162,7 +157,23 @@ printf '%s\\n' {q(token)} > "$DIR/token"
 {blob}AUTOSCALER_AGENT
 echo "autoscaler: starting the agent as $MACHINE"
 rc=0
-"$PY" "$DIR/agent.py" --url {q(url)} --machine "$MACHINE" --token-file "$DIR/token" \\
-    --workdir "$DIR/work" {args} < /dev/null >> "$DIR/agent.log" 2>&1 || rc=$?
+{command} \\
+    < /dev/null >> "$DIR/agent.log" 2>&1 || rc=$?
 {poweroff}exit "$rc"
 """
+
+
+def _agent_command_line(python: str, remote_dir: str, url: str, agent_args: Sequence[str]) -> str:
+    """The agent's command, quoted for sh; its machine id is the script's ``$MACHINE``."""
+    argv = agent_command(
+        python,
+        f"{remote_dir}/agent.py",
+        url=url,
+        machine="MACHINE",
+        flags=agent_args,
+        token_file=f"{remote_dir}/token",
+        workdir=f"{remote_dir}/work",
+    ).argv
+    words = [shlex.quote(arg) for arg in argv]
+    words[argv.index("--machine", 2) + 1] = '"$MACHINE"'
+    return " ".join(words)

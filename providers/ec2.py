@@ -16,6 +16,9 @@ machine type (``TYPE_TAG``). The tags are what the rest rests on:
 Instances shut down by their own agent terminate (``InstanceInitiatedShutdownBehavior``)
 rather than stop, so a machine that is done costs nothing. IMDSv2 is required.
 
+Each thread calls EC2 through a client of its own, on a boto3 session of its own: the
+daemon calls the provider from several threads, and boto3 sessions are not thread-safe.
+
 Throttling is retried by botocore (standard mode, exponential backoff with jitter); this
 module adds no retry loop of its own except the walk over subnets (zones) when one of
 them has no capacity for the type. Errors come out as ``AutoscalerError`` carrying the
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -146,18 +150,45 @@ def _config(max_attempts: int) -> Config:
     )
 
 
+# Making sessions and clients reads botocore's data files into shared caches; done
+# concurrently it has failed (boto/boto3#1592): one at a time.
+_CREATE_LOCK = threading.Lock()
+
+
 def _client(settings: Ec2Settings) -> EC2Client:
-    client: EC2Client = boto3.client(
-        "ec2",
-        region_name=settings.region,
-        endpoint_url=settings.endpoint_url,
-        config=_config(settings.max_attempts),
-    )
+    """An EC2 client on a new session of its own: never boto3's default session, which
+    threads must not share."""
+    with _CREATE_LOCK:
+        client: EC2Client = boto3.session.Session().client(
+            "ec2",
+            region_name=settings.region,
+            endpoint_url=settings.endpoint_url,
+            config=_config(settings.max_attempts),
+        )
     # botocore's standard mode retries every HTTP 5xx, and EC2 answers a capacity
     # shortage with a 500: retrying it in the same zone only delays the walk to the
     # next one (and spends the account's RunInstances rate). Raise those at once.
     client.meta.events.register_first("needs-retry.ec2.RunInstances", _no_retry_in_zone)
     return client
+
+
+class _ThreadClients:
+    """Each thread's own EC2 client and session, made on the thread's first call.
+
+    The daemon calls one provider from several threads (its executor, the bootstrap
+    threads); boto3 sessions are not thread-safe, so none is shared between threads.
+    """
+
+    def __init__(self, settings: Ec2Settings) -> None:
+        self._settings = settings
+        self._local = threading.local()
+
+    def ec2(self) -> EC2Client:
+        client: EC2Client | None = getattr(self._local, "ec2", None)
+        if client is None:
+            client = _client(self._settings)
+            self._local.ec2 = client
+        return client
 
 
 def _no_retry_in_zone(response: Any = None, **kwargs: Any) -> None:
@@ -234,12 +265,17 @@ class Ec2Provider:
         self.run_id = run_id
         self.settings = settings
         self._clock = clock
-        self.client = _client(settings)
+        self._clients = _ThreadClients(settings)
         self._types: dict[str, str] = {}  # instance id -> our type, for ids EC2 forgot
 
     @property
     def capabilities(self) -> Capabilities:
         return self._capabilities
+
+    @property
+    def client(self) -> EC2Client:
+        """The calling thread's EC2 client (each thread has a session of its own)."""
+        return self._clients.ec2()
 
     # --- the provider protocol ------------------------------------------------------
 
@@ -525,9 +561,10 @@ def lookup_prices(
     out of the answer (the caller names it). ``client`` replaces the one made here.
     """
     if client is None:
-        client = boto3.client(
-            "pricing", region_name="us-east-1", endpoint_url=endpoint_url, config=_config(8)
-        )
+        with _CREATE_LOCK:
+            client = boto3.session.Session().client(
+                "pricing", region_name="us-east-1", endpoint_url=endpoint_url, config=_config(8)
+            )
     out: dict[str, float] = {}
     for itype in dict.fromkeys(instance_types):
         price_list: list[str] = []

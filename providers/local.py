@@ -18,12 +18,12 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from autoscaler.bootstrap.agent_start import TOKEN_ENV, AgentSettings
 from autoscaler.providers.base import (
     Capabilities,
     MachineRecord,
@@ -34,39 +34,9 @@ from autoscaler.providers.base import (
     split_machine_id,
 )
 
-AGENT = Path(__file__).resolve().parent.parent / "bootstrap" / "agent.py"
-
 RUN_TAG = "AUTOSCALER_RUN"
 LAUNCH_TAG = "AUTOSCALER_LAUNCH"
 MACHINE_TAG = "AUTOSCALER_MACHINE"
-
-
-@dataclass(frozen=True, slots=True)
-class AgentSettings:
-    """How agents are started: where they report and how they watch the daemon."""
-
-    url: str
-    token: str
-    heartbeat_s: float = 2.0
-    orphan_after_s: float = 60.0
-    tail_bytes: int = 4096
-    workdir: Path | None = None
-    python: str = sys.executable
-
-    def flags(self) -> list[str]:
-        """The agent flags every provider passes alike (how it watches the daemon)."""
-        return agent_flags(self.heartbeat_s, self.orphan_after_s, self.tail_bytes)
-
-
-def agent_flags(heartbeat_s: float, orphan_after_s: float, tail_bytes: int) -> list[str]:
-    return [
-        "--heartbeat-s",
-        f"{heartbeat_s:g}",
-        "--orphan-after-s",
-        f"{orphan_after_s:g}",
-        "--tail-bytes",
-        str(tail_bytes),
-    ]
 
 
 @dataclass
@@ -87,7 +57,7 @@ def _environ(pid: int) -> dict[str, str]:
     out = {}
     for item in raw.split(b"\0"):
         key, sep, value = item.partition(b"=")
-        if sep and key.startswith(b"AUTOSCALER_") and key != b"AUTOSCALER_TOKEN":
+        if sep and key.startswith(b"AUTOSCALER_") and key != TOKEN_ENV.encode():
             out[key.decode()] = value.decode(errors="replace")
     return out
 
@@ -238,24 +208,11 @@ class LocalProvider:
             self._agents[mid] = _Agent(mid, mtype, tags.get(LAUNCH_TAG, ""), pid, launched, None)
 
     def _spawn(self, mid: str, type: str, token: str) -> None:
-        s = self.settings
         boot = self._capabilities.boot_estimate_s.get(type, 0.0) / self.time_scale
-        args = [
-            s.python,
-            str(AGENT),
-            "--url",
-            s.url,
-            "--machine",
-            mid,
-            *s.flags(),
-            "--ready-at",
-            f"{time.time() + boot:.6f}",
-        ]
-        if s.workdir is not None:
-            args += ["--workdir", str(s.workdir)]
+        command = self.settings.command(mid, ready_at=time.time() + boot)
         env = {
             **os.environ,
-            "AUTOSCALER_TOKEN": s.token,
+            **command.env,
             RUN_TAG: self.run_id,
             LAUNCH_TAG: token,
             MACHINE_TAG: mid,
@@ -263,7 +220,7 @@ class LocalProvider:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         with (self.log_dir / f"{mid}.log").open("ab") as log:
             proc = subprocess.Popen(
-                args,
+                command.argv,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,

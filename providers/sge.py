@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from autoscaler.bootstrap.agent_start import AgentSettings
 from autoscaler.errors import AutoscalerError
 from autoscaler.providers.base import (
     Capabilities,
@@ -50,7 +51,6 @@ from autoscaler.providers.base import (
     machine_ids,
     split_machine_id,
 )
-from autoscaler.providers.local import AGENT, AgentSettings
 
 SGE_ROOT = "/var/lib/gridengine"
 SGE_CELL = "default"
@@ -523,19 +523,7 @@ class SgeProvider:
             args += ["-l", spec.resources]
         args += list(spec.extra_args)
         args += ["-wd", str(s.workdir or self.log_dir)]
-        args += [
-            s.python,
-            str(AGENT),
-            "--url",
-            s.url,
-            "--machine",
-            mid,
-            "--token-file",
-            str(self.token_file),
-            *s.flags(),
-        ]
-        if s.workdir is not None:
-            args += ["--workdir", str(s.workdir)]
+        args += s.command(mid, token_file=self.token_file).argv
         return args
 
     def _submit(self, mid: str, type: str, token: str, spec: SgeType) -> None:

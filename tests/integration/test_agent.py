@@ -24,9 +24,10 @@ from typing import Any
 
 import pytest
 
+from autoscaler.bootstrap.agent_start import AGENT
+
 pytestmark = pytest.mark.integration
 
-AGENT = Path(__file__).resolve().parents[2] / "bootstrap" / "agent.py"
 TOKEN = "s3cret-test-token-0f9a"
 
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import base64
 import http.client
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -343,6 +345,34 @@ def test_an_unknown_instance_is_an_error_naming_it(aws: Aws) -> None:
     assert info.value.code == "InvalidInstanceID.NotFound"
     assert "i-0123456789abcdef0" in info.value.message
     assert "testing" not in info.value.message  # the (fake) credentials
+
+
+def test_threads_call_ec2_at_once_each_through_its_own_client(aws: Aws) -> None:
+    """Four threads launch, describe and read consoles at the same moment (as the
+    daemon's executor and bootstrap threads do); each has a client of its own, kept
+    for its later calls."""
+    provider = aws.provider()
+    threads = 4
+    barrier = threading.Barrier(threads, timeout=60)
+
+    def work(n: int) -> tuple[Any, str, ProviderState, str]:
+        barrier.wait()  # all four threads exist before any of them calls EC2
+        client = provider.client
+        [rec] = provider.launch("small", 1, f"tok-{n}", {})
+        [status] = provider.describe([rec.id])
+        console = provider.console_output(rec.id)
+        assert provider.client is client
+        return client, rec.id, status.state, console
+
+    with ThreadPoolExecutor(threads) as pool:
+        results = list(pool.map(work, range(threads)))
+
+    clients = [r[0] for r in results]
+    assert len({id(c) for c in clients}) == threads  # the objects are alive: ids differ
+    assert provider.client not in clients
+    assert sorted(r[1] for r in results) == sorted(i["InstanceId"] for i in aws.tagged(RUN))
+    assert all(r[2] in (ProviderState.PENDING, ProviderState.RUNNING) for r in results)
+    assert all("Linux" in r[3] for r in results)
 
 
 # --- cleanup ------------------------------------------------------------------------------

@@ -18,8 +18,8 @@ from typing import TypeVar
 import pytest
 
 from autoscaler.billing import BillingModel
+from autoscaler.bootstrap.agent_start import AgentSettings
 from autoscaler.providers.base import Capabilities, ProviderState
-from autoscaler.providers.local import AgentSettings
 from autoscaler.providers.sge import SgeProvider, SgeType, delete_jobs, job_name, list_tagged
 from tests.integration.sge import GridEngine, sge  # noqa: F401  (the fixture)
 from tests.integration.test_agent import FakeController, Request

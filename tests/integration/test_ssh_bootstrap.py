@@ -24,13 +24,9 @@ from typing import Any
 
 import pytest
 
-from autoscaler.bootstrap.ssh import (
-    BootstrapError,
-    HostKeyMismatch,
-    SshBootstrap,
-    SshSettings,
-    fingerprint,
-)
+from autoscaler.bootstrap.agent_start import AGENT, BootstrapError
+from autoscaler.bootstrap.hostkeys import HostKeyMismatch, fingerprint
+from autoscaler.bootstrap.ssh import SshBootstrap, SshSettings
 from tests.integration.services import free_port
 from tests.integration.sshd import SshServer, keygen, sshd_fixture  # noqa: F401
 from tests.integration.test_agent import FakeController, Reply, alive, gone_within
@@ -187,9 +183,7 @@ def test_ensure_starts_an_agent_that_polls_through_the_tunnel(
     assert token.read_text().strip() == TOKEN
     assert stat.S_IMODE(token.stat().st_mode) == 0o600
     assert stat.S_IMODE(directory.stat().st_mode) == 0o700
-    assert (directory / "agent.py").read_bytes() == (
-        Path(__file__).resolve().parents[2] / "bootstrap" / "agent.py"
-    ).read_bytes()
+    assert (directory / "agent.py").read_bytes() == AGENT.read_bytes()
 
 
 def test_ensure_twice_keeps_one_agent_and_one_port(

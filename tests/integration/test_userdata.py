@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from autoscaler.bootstrap.ssh import BootstrapError
-from autoscaler.bootstrap.userdata import USER_DATA_LIMIT, agent_source, render_user_data
+from autoscaler.bootstrap.agent_start import BootstrapError, agent_source
+from autoscaler.bootstrap.userdata import USER_DATA_LIMIT, render_user_data
 from tests.integration.test_agent import FakeController, Reply
 
 pytestmark = pytest.mark.integration

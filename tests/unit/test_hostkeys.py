@@ -10,7 +10,7 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from autoscaler.bootstrap.ssh import fingerprint, parse_console_host_keys
+from autoscaler.bootstrap.hostkeys import fingerprint, parse_console_host_keys
 
 DATA = Path(__file__).parent / "data"
 

@@ -17,9 +17,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from autoscaler.billing import BillingModel
+from autoscaler.bootstrap.agent_start import AgentSettings
 from autoscaler.errors import AutoscalerError
 from autoscaler.providers.base import Capabilities, ProviderState
-from autoscaler.providers.local import AgentSettings
 from autoscaler.providers.sge import (
     CommandResult,
     Job,
