@@ -241,6 +241,9 @@ class Ec2Provider:
     def capabilities(self) -> Capabilities:
         return self._capabilities
 
+    status_polling_interval = 10.0
+    """DescribeInstances is rate-limited and counted against the account."""
+
     # --- the provider protocol ------------------------------------------------------
 
     def launch(
@@ -281,8 +284,9 @@ class Ec2Provider:
             for i in dict.fromkeys(ids)
         ]
 
-    def terminate(self, ids: Sequence[str]) -> list[str]:
-        """Terminate the instances of ``ids`` that carry this run's tag; do not wait.
+    def terminate(self, ids: Sequence[str], *, now: bool = False) -> list[str]:
+        """Terminate the instances of ``ids`` that carry this run's tag; do not wait (so
+        ``now`` changes nothing).
 
         An id without the tag (another run's, or no run's) is left alone and left out.
         """
