@@ -17,6 +17,11 @@ nobody committed; a resumed daemon replays the journal (committed spend included
 adopts the machines of its run that still run, lets the provider launch again the
 launches it had journaled without seeing their result (idempotent per token), and
 terminates strays.
+
+The parts: ``rundir`` (the run directory and its lock), ``machines`` (provider and SSH
+calls on worker threads), ``agents`` (polls to events, the state to answers), ``leases``
+(the lease and clock arithmetic), ``metrics`` (Prometheus gauges). This module is the
+loop that ties them together.
 """
 
 from __future__ import annotations
