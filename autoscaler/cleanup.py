@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autoscaler.config.schema import RunConfig
-from autoscaler.daemon import daemon_alive, run_lock
 from autoscaler.errors import AutoscalerError
 from autoscaler.journal import JOURNAL_DB, SqliteJournal
 from autoscaler.providers.base import split_machine_id
@@ -32,6 +31,7 @@ from autoscaler.registry import (
     remove_entry,
     state_dir,
 )
+from autoscaler.rundir import daemon_alive, run_lock
 from autoscaler.wiring import ec2_settings
 
 

@@ -180,8 +180,9 @@ def _run_daemon(
     resume: bool,
     run_id: str = "",
 ) -> None:
-    from autoscaler.daemon import Daemon, RunFiles
+    from autoscaler.daemon import Daemon
     from autoscaler.live import live_view
+    from autoscaler.rundir import RunFiles
 
     try:
         if resume:
@@ -215,9 +216,9 @@ def status(
     run_dir: Annotated[Path, typer.Argument(help="a real run's directory")],
 ) -> None:
     """Show where a real run stands, from its journal (whether or not its daemon runs)."""
-    from autoscaler.daemon import RunFiles, daemon_alive, rebuild_state
     from autoscaler.journal import JOURNAL_DB, SqliteJournal
     from autoscaler.live import status_lines
+    from autoscaler.rundir import RunFiles, daemon_alive, rebuild_state
 
     try:
         files = RunFiles.open(run_dir)

@@ -74,12 +74,29 @@ class Reply:
             return self.body if self.body is not None else self.base
 
 
+@dataclass(frozen=True, slots=True)
+class AgentResult:
+    """One task run's result as an agent reports it (``Result`` in ``bootstrap/agent.py``)."""
+
+    run: int
+    task: int
+    exit_code: int | None  # None: killed by the timeout, or never started
+    runtime_s: float  # real seconds
+    error: str | None  # why it failed, if the agent knows
+    stdout: str = ""  # the tail of the output
+    stderr: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.error
+
+
 @dataclass
 class Poll:
     """One agent request as the daemon sees it."""
 
     machine: str
-    results: list[dict[str, Any]]
+    results: list[AgentResult]
     running: list[int]
     wait_s: float
     arrived: float  # monotonic
@@ -102,7 +119,7 @@ def parse_poll(body: bytes, arrived: float) -> Poll:
     if not isinstance(machine, str) or not machine:
         raise BadRequest("machine: must be a non-empty string")
     results = data.get("results", [])
-    if not isinstance(results, list) or not all(_is_result(r) for r in results):
+    if not isinstance(results, list):
         raise BadRequest("results: must be a list of {run, task, exit_code, runtime_s, ...}")
     running = data.get("running", [])
     if not isinstance(running, list) or not all(
@@ -112,17 +129,31 @@ def parse_poll(body: bytes, arrived: float) -> Poll:
     wait = data.get("wait_s", 0.0)
     if not isinstance(wait, int | float) or wait < 0:
         raise BadRequest("wait_s: must be a number ≥ 0")
-    return Poll(machine, results, running, min(float(wait), MAX_WAIT_S), arrived)
+    parsed = [parse_result(r, i) for i, r in enumerate(results)]
+    return Poll(machine, parsed, running, min(float(wait), MAX_WAIT_S), arrived)
 
 
-def _is_result(r: object) -> bool:
-    return (
-        isinstance(r, dict)
-        and isinstance(r.get("run"), int)
-        and isinstance(r.get("task"), int)
-        and isinstance(r.get("runtime_s"), int | float)
-        and (r.get("exit_code") is None or isinstance(r.get("exit_code"), int))
-    )
+def parse_result(r: object, index: int = 0) -> AgentResult:
+    """Check one result of an agent's request; ``BadRequest`` naming the bad field."""
+    where = f"results[{index}]"
+    if not isinstance(r, dict):
+        raise BadRequest(f"{where}: must be an object {{run, task, exit_code, runtime_s, ...}}")
+    for key in ("run", "task"):
+        if not isinstance(r.get(key), int):
+            raise BadRequest(f"{where}.{key}: must be an integer")
+    runtime = r.get("runtime_s")
+    if not isinstance(runtime, int | float):
+        raise BadRequest(f"{where}.runtime_s: must be a number")
+    code = r.get("exit_code")
+    if code is not None and not isinstance(code, int):
+        raise BadRequest(f"{where}.exit_code: must be an integer or null")
+    error = r.get("error")
+    if error is not None and not isinstance(error, str):
+        raise BadRequest(f"{where}.error: must be a string or null")
+    stdout, stderr = r.get("stdout", ""), r.get("stderr", "")
+    if not isinstance(stdout, str) or not isinstance(stderr, str):
+        raise BadRequest(f"{where}: stdout and stderr must be strings")
+    return AgentResult(r["run"], r["task"], code, runtime, error, stdout, stderr)
 
 
 class _Server(ThreadingHTTPServer):

@@ -57,9 +57,10 @@ if __name__ == "__main__" and not __package__:  # ``python benchmarks/dispatch.p
 from autoscaler.bootstrap.agent_start import AGENT
 from autoscaler.config.load import expand_bag
 from autoscaler.config.schema import RunConfig
-from autoscaler.daemon import OUTPUTS_FILE, Daemon, RunFiles
+from autoscaler.daemon import Daemon
 from autoscaler.journal import JOURNAL_DB
 from autoscaler.providers.local import RUN_TAG
+from autoscaler.rundir import OUTPUTS_FILE, RunFiles
 from autoscaler.state import RunState
 from benchmarks.bats_scenarios import REPO, library_digest, library_state, render_table
 

@@ -93,10 +93,23 @@ def failure_kind(code: str | None, retryable: bool = False) -> str:
 
 
 class Provider(Protocol):
-    """Acquires and releases machines. ``launch`` is idempotent per token."""
+    """Acquires and releases machines of one run.
+
+    ``launch`` is idempotent per token, and tags every machine with the provider's run
+    itself (an EC2 tag, an agent's environment, a job name): that is how ``describe``,
+    a resumed daemon and ``autoscaler cleanup`` find them. ``tags`` are extra tags.
+    """
 
     @property
     def capabilities(self) -> Capabilities: ...
+
+    @property
+    def status_polling_interval(self) -> float:
+        """Real seconds between two ``describe`` calls of a running daemon (as in Parsl's
+        providers): a process list is cheap, a cloud API call is rate-limited and counted
+        against the account. 0: never poll (a provider that cannot tell which machines
+        ended); the daemon learns of ends from agents that go silent."""
+        ...
 
     def launch(
         self, type: str, count: int, token: str, tags: Mapping[str, str]
@@ -104,4 +117,7 @@ class Provider(Protocol):
 
     def describe(self, ids: Sequence[str] | None = None) -> list[MachineStatus]: ...
 
-    def terminate(self, ids: Sequence[str]) -> list[str]: ...
+    def terminate(self, ids: Sequence[str], *, now: bool = False) -> list[str]:
+        """End the machines of ``ids`` (only this run's); the ids terminated. ``now``: no
+        grace for the agents to end their tasks (the user's second Ctrl-C)."""
+        ...

@@ -277,6 +277,9 @@ class Ec2Provider:
         """The calling thread's EC2 client (each thread has a session of its own)."""
         return self._clients.ec2()
 
+    status_polling_interval = 10.0
+    """DescribeInstances is rate-limited and counted against the account."""
+
     # --- the provider protocol ------------------------------------------------------
 
     def launch(
@@ -317,8 +320,9 @@ class Ec2Provider:
             for i in dict.fromkeys(ids)
         ]
 
-    def terminate(self, ids: Sequence[str]) -> list[str]:
-        """Terminate the instances of ``ids`` that carry this run's tag; do not wait.
+    def terminate(self, ids: Sequence[str], *, now: bool = False) -> list[str]:
+        """Terminate the instances of ``ids`` that carry this run's tag; do not wait (so
+        ``now`` changes nothing).
 
         An id without the tag (another run's, or no run's) is left alone and left out.
         """

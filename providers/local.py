@@ -37,6 +37,8 @@ from autoscaler.providers.base import (
 RUN_TAG = "AUTOSCALER_RUN"
 LAUNCH_TAG = "AUTOSCALER_LAUNCH"
 MACHINE_TAG = "AUTOSCALER_MACHINE"
+GRACE_S = 2.0
+"""How long a terminated agent has to end its task before it is killed."""
 
 
 @dataclass
@@ -124,6 +126,9 @@ class LocalProvider:
     def capabilities(self) -> Capabilities:
         return self._capabilities
 
+    status_polling_interval = 0.25
+    """A process list is cheap."""
+
     # --- the provider protocol ------------------------------------------------------
 
     def launch(
@@ -160,13 +165,14 @@ class LocalProvider:
             out.append(MachineStatus(mid, agent.type, state))
         return out
 
-    def terminate(self, ids: Sequence[str], grace_s: float = 2.0) -> list[str]:
-        """SIGTERM each agent, SIGKILL what is left after ``grace_s``; wait for the ends."""
+    def terminate(self, ids: Sequence[str], *, now: bool = False) -> list[str]:
+        """SIGTERM each agent, SIGKILL what is left after ``GRACE_S`` (at once if ``now``);
+        wait for the ends."""
         targets = [self._agents[mid] for mid in ids if mid in self._agents]
         for agent in targets:
             if self._running(agent.id):
                 self._signal(agent, signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
+        deadline = time.monotonic() + (0.0 if now else GRACE_S)
         for agent in targets:
             while self._running(agent.id) and time.monotonic() < deadline:
                 time.sleep(0.01)

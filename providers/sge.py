@@ -391,6 +391,9 @@ class SgeProvider:
     def capabilities(self) -> Capabilities:
         return self._capabilities
 
+    status_polling_interval = 3.0
+    """One qstat a describe: cheap, but the qmaster serves every user of the cluster."""
+
     # --- the provider protocol ------------------------------------------------------
 
     def launch(
@@ -436,8 +439,9 @@ class SgeProvider:
             if (m := self._machines.get(mid)) is not None
         ]
 
-    def terminate(self, ids: Sequence[str]) -> list[str]:
-        """qdel the jobs of those machines (only this run's); the ids terminated."""
+    def terminate(self, ids: Sequence[str], *, now: bool = False) -> list[str]:
+        """qdel the jobs of those machines (only this run's); the ids terminated. qdel never
+        waits for a job's end: ``now`` changes nothing."""
         if any(mid not in self._machines for mid in ids):
             self._refresh()  # adopt first: after a restart the ids may be new to us
         targets = [self._machines[mid] for mid in ids if mid in self._machines]

@@ -87,6 +87,9 @@ class SimProvider:
     def capabilities(self) -> Capabilities:
         return self._capabilities
 
+    status_polling_interval = 0.0
+    """The emulator learns of every end as an event: nothing to poll."""
+
     # --- the provider protocol ----------------------------------------------------------
 
     def launch(
@@ -117,7 +120,8 @@ class SimProvider:
             for m in chosen
         ]
 
-    def terminate(self, ids: Sequence[str]) -> list[str]:
+    def terminate(self, ids: Sequence[str], *, now: bool = False) -> list[str]:
+        """Virtual machines end at once, ``now`` or not."""
         done = []
         for mid in ids:
             m = self.machines.get(mid)

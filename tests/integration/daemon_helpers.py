@@ -137,8 +137,8 @@ def kill_agents(run_id: str) -> None:
 
 def committed_over_time(run_dir: Path) -> list[float]:
     """Committed spend after every step, recomputed by replaying the journal."""
-    from autoscaler.daemon import RunFiles
     from autoscaler.journal import SqliteJournal, replay
+    from autoscaler.rundir import RunFiles
     from autoscaler.runs import new_state
 
     files = RunFiles.open(run_dir)

@@ -32,12 +32,12 @@ import boto3
 import pytest
 import yaml
 
-from autoscaler.daemon import run_lock
 from autoscaler.journal import JOURNAL_DB, SqliteJournal
 from autoscaler.providers.ec2 import LAUNCH_TAG, RUN_TAG, TYPE_TAG
 from autoscaler.providers.local import tagged_processes
 from autoscaler.providers.sge import job_name, list_tagged
 from autoscaler.registry import RunEntry, read_entries, write_entry
+from autoscaler.rundir import run_lock
 from tests.integration.daemon_helpers import (
     ROOT,
     journal_rows,

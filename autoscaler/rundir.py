@@ -1,0 +1,153 @@
+"""A run's directory: what it holds, who holds it, and the state its journal left.
+
+A run directory holds the config, the tasks, the agents' token (mode 0600), the journal
+and the outputs; ``RunFiles`` reads and writes them alike for a new run and a resumed one.
+One daemon holds the directory at a time (``run_lock``, an flock that dies with its
+holder), and ``daemon_alive`` asks who does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import secrets
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from autoscaler.config.schema import RunConfig
+from autoscaler.errors import AutoscalerError
+from autoscaler.journal import JOURNAL_DB, SqliteJournal, replay
+from autoscaler.model import TaskSpec
+from autoscaler.runs import CONFIG_FILE, new_state, write_config
+from autoscaler.state import RunState
+
+TOKEN_FILE = "token"
+TASKS_FILE = "tasks.jsonl"
+OUTPUTS_FILE = "outputs.jsonl"
+LOCK_FILE = "daemon.lock"
+
+
+@dataclass
+class RunFiles:
+    """What a run directory holds, for a new run and for a resumed one alike."""
+
+    run_dir: Path
+    run_id: str
+    cfg: RunConfig
+    tasks: list[TaskSpec]
+    token: str
+    seed: int
+    start_wall: float  # time.time() at run time 0
+    address: tuple[str, int] | None = None  # the dispatcher's, once bound
+
+    @classmethod
+    def create(
+        cls, cfg: RunConfig, tasks: Sequence[TaskSpec], run_dir: Path, run_id: str, seed: int
+    ) -> RunFiles:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if (run_dir / JOURNAL_DB).exists():
+            raise AutoscalerError(f"{run_dir} already holds a run: use --resume {run_dir}")
+        write_config(cfg, run_dir)
+        with (run_dir / TASKS_FILE).open("w", encoding="utf-8") as f:
+            for t in tasks:
+                f.write(json.dumps({"id": t.id, "command": t.command, "env": dict(t.env)}) + "\n")
+        token = secrets.token_urlsafe(32)
+        fd = os.open(run_dir / TOKEN_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(token)
+        return cls(run_dir, run_id, cfg, list(tasks), token, seed, time.time())
+
+    @classmethod
+    def open(cls, run_dir: Path) -> RunFiles:
+        if not (run_dir / JOURNAL_DB).is_file():
+            raise AutoscalerError(f"{run_dir}: no {JOURNAL_DB} here; is it a real run's directory?")
+        try:
+            data = yaml.safe_load((run_dir / CONFIG_FILE).read_text(encoding="utf-8"))
+            cfg = RunConfig.model_validate(data)
+            tasks = [
+                TaskSpec(int(d["id"]), d["command"], d.get("env") or {})
+                for d in map(json.loads, (run_dir / TASKS_FILE).open(encoding="utf-8"))
+            ]
+            token = (run_dir / TOKEN_FILE).read_text(encoding="utf-8").strip()
+        except (OSError, ValueError, KeyError) as exc:
+            raise AutoscalerError(f"{run_dir}: cannot read the run ({exc})") from None
+        journal = SqliteJournal(run_dir / JOURNAL_DB)
+        try:
+            meta = journal.meta()
+        finally:
+            journal.close()
+        try:
+            address = (str(meta["host"]), int(meta["port"])) if "port" in meta else None
+            return cls(
+                run_dir,
+                str(meta["run_id"]),
+                cfg,
+                tasks,
+                token,
+                int(meta["seed"]),
+                float(meta["start_wall"]),
+                address,
+            )
+        except KeyError as exc:
+            raise AutoscalerError(f"{run_dir}: the journal lacks {exc}") from None
+
+    def journal_meta(self) -> dict[str, str | float | int]:
+        """What ``open`` reads back from the journal (the dispatcher's address once bound)."""
+        meta: dict[str, str | float | int] = {
+            "run_id": self.run_id,
+            "seed": self.seed,
+            "start_wall": self.start_wall,
+        }
+        if self.address is not None:
+            meta.update(host=self.address[0], port=self.address[1])
+        return {**meta, "time_scale": self.cfg.time_scale, "n_tasks": len(self.tasks)}
+
+
+def rebuild_state(files: RunFiles, journal: SqliteJournal) -> RunState:
+    """The run's state as its journal left it."""
+    state = new_state(files.cfg, len(files.tasks), files.seed)
+    replay(state, journal.records())
+    return state
+
+
+@contextlib.contextmanager
+def run_lock(run_dir: Path) -> Iterator[None]:
+    """Hold the run directory: one daemon per run (the lock dies with its holder)."""
+    path = run_dir / LOCK_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            other = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            raise AutoscalerError(
+                f"{run_dir}: another daemon runs this run (pid {other or '?'})"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
+def daemon_alive(run_dir: Path) -> int | None:
+    """The pid of the daemon holding ``run_dir``, if one does."""
+    path = run_dir / LOCK_FILE
+    if not path.exists():
+        return None
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            return int(text) if text.isdigit() else -1
+        return None
+    finally:
+        os.close(fd)
