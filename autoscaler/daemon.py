@@ -73,7 +73,7 @@ from autoscaler.model import (
 from autoscaler.providers.base import MachineRecord, Provider, ProviderState, failure_kind
 from autoscaler.providers.local import LocalProvider
 from autoscaler.providers.sim import draw_runtimes
-from autoscaler.report import build_report, write_report
+from autoscaler.report import Report, build_report, write_report
 from autoscaler.runs import (
     CONFIG_FILE,
     controller_settings,
@@ -270,7 +270,7 @@ def daemon_alive(run_dir: Path) -> int | None:
 class Outcome:
     run_id: str
     state: RunState
-    report: dict[str, Any]
+    report: Report
     run_dir: Path
     wall_s: float
 
@@ -434,9 +434,15 @@ class Daemon:
             log_file.close()
             self.journal.close()
         wall = time.perf_counter() - started
-        report = build_report(cfg, self.state, run_id=files.run_id, seed=files.seed, wall_s=wall)
-        report["time_scale"] = self.ts
-        report["refused_agents"] = self.dispatcher.refused
+        report = build_report(
+            cfg,
+            self.state,
+            run_id=files.run_id,
+            seed=files.seed,
+            wall_s=wall,
+            time_scale=self.ts,
+            refused_agents=self.dispatcher.refused,
+        )
         write_report(report, self.state, files.run_dir)
         return Outcome(files.run_id, self.state, report, files.run_dir, wall)
 
