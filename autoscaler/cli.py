@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 import typer
 from rich.console import Console
 
-from autoscaler.config.load import config_json_schema, expand_bag, load_config
+from autoscaler.config.load import config_json_schema, config_warnings, expand_bag, load_config
 from autoscaler.config.schema import Billing, RunConfig
 from autoscaler.errors import AutoscalerError, ConfigError
 from autoscaler.model import TaskSpec
@@ -80,8 +80,14 @@ def _exit_with(exc: AutoscalerError) -> NoReturn:
 def validate(
     config: Annotated[Path, typer.Argument(help="the run's YAML file")],
 ) -> None:
-    """Check a config file and expand its bag, without running anything."""
+    """Check a config file and expand its bag, without running anything.
+
+    Problems are errors (exit code 2); what is valid but likely not meant, such as a
+    machine type without an emulator speed, is a warning (exit code 0).
+    """
     cfg, tasks = _load_or_exit(config)
+    for warning in config_warnings(cfg):
+        _err.print(f"warning: {warning}", markup=False, soft_wrap=True)
     _out.print(_summary(cfg, len(tasks)), markup=False, soft_wrap=True)
 
 
