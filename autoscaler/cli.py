@@ -12,17 +12,18 @@ import json
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 from rich.console import Console
 
-from autoscaler.config.load import config_json_schema, expand_bag, load_config
+from autoscaler.config.load import config_json_schema, config_warnings, expand_bag, load_config
 from autoscaler.config.schema import Billing, RunConfig
 from autoscaler.errors import AutoscalerError, ConfigError
 from autoscaler.model import TaskSpec
 
 if TYPE_CHECKING:
+    from autoscaler.report import Report
     from autoscaler.state import RunState
 
 EXIT_CONFIG = 2
@@ -30,7 +31,9 @@ EXIT_CONFIG = 2
 EXIT_STOPPED = 3
 """Exit code for a run that stopped before the bag was finished (its report says why)."""
 
-app = typer.Typer(no_args_is_help=True, add_completion=False)
+# Markdown mode reflows a docstring's paragraphs to the terminal's width; the default
+# keeps the source's line breaks, and a narrow terminal then breaks lines mid-sentence.
+app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode="markdown")
 _out = Console(highlight=False)
 _err = Console(stderr=True, highlight=False)
 
@@ -77,17 +80,32 @@ def _exit_with(exc: AutoscalerError) -> NoReturn:
 def validate(
     config: Annotated[Path, typer.Argument(help="the run's YAML file")],
 ) -> None:
-    """Check a config file and expand its bag, without running anything."""
+    """Check a config file and expand its bag, without running anything.
+
+    Problems are errors (exit code 2); what is valid but likely not meant, such as a
+    machine type without an emulator speed, is a warning (exit code 0).
+    """
     cfg, tasks = _load_or_exit(config)
+    for warning in config_warnings(cfg):
+        _err.print(f"warning: {warning}", markup=False, soft_wrap=True)
     _out.print(_summary(cfg, len(tasks)), markup=False, soft_wrap=True)
 
 
 @app.command()
 def schema(
+    report: Annotated[
+        bool, typer.Option("--report", help="the schema of report.json instead")
+    ] = False,
     out: Annotated[Path | None, typer.Option("--out", help="write the schema to this file")] = None,
 ) -> None:
-    """Print the JSON Schema of config files (or write it to a file)."""
-    text = json.dumps(config_json_schema(), indent=2, sort_keys=True) + "\n"
+    """Print the JSON Schema of config files, or of report.json (or write it to a file)."""
+    if report:
+        from autoscaler.report import report_json_schema
+
+        document = report_json_schema()
+    else:
+        document = config_json_schema()
+    text = json.dumps(document, indent=2, sort_keys=True) + "\n"
     if out is None:
         typer.echo(text, nl=False)
     else:
@@ -125,7 +143,9 @@ def run(
         bool, typer.Option("--dry-run", help="run against the virtual-time emulator")
     ] = False,
     seed: Annotated[int | None, typer.Option(help="emulator seed (default: the config's)")] = None,
-    out: Annotated[Path | None, typer.Option(help="run directory (default: runs/<run-id>)")] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="run directory (default: `runs/<run id>`)")
+    ] = None,
     resume: Annotated[
         Path | None, typer.Option("--resume", help="carry on the run in this run directory")
     ] = None,
@@ -203,12 +223,21 @@ def _run_daemon(
     _conclude(outcome.report, run_dir)
 
 
-def _conclude(report: dict[str, Any], run_dir: Path) -> None:
+def _conclude(report: Report, run_dir: Path) -> None:
     """The report's head and where the run directory is; exit 3 if the bag is unfinished."""
-    _print_report(report)
-    _out.print(f"run directory: {run_dir}", markup=False, soft_wrap=True)
-    if report["stop_reason"] is not None:
+    _print_head(report, run_dir)
+    if report.stop_reason is not None:
         raise typer.Exit(EXIT_STOPPED)
+
+
+def _print_head(report: Report, run_dir: Path) -> None:
+    """What ``run`` prints at its end: the report's head, rendered, and the run directory."""
+    from rich.markdown import Markdown
+
+    from autoscaler.report import render_head
+
+    _out.print(Markdown(render_head(report)))
+    _out.print(f"run directory: {run_dir}", markup=False, soft_wrap=True)
 
 
 @app.command()
@@ -296,29 +325,28 @@ def cleanup(
 @app.command()
 def report(
     run_dir: Annotated[Path, typer.Argument(help="a run directory")],
+    markdown: Annotated[
+        bool, typer.Option("--markdown", help="print the whole report.md as it is")
+    ] = False,
 ) -> None:
-    """Print the report of a finished run again."""
-    from autoscaler.report import REPORT_JSON, read_report, render_markdown
+    """Print a finished run's report again, as `run` printed it at its end."""
+    from autoscaler.report import REPORT_JSON, REPORT_MD, read_report
 
     path = run_dir / REPORT_JSON
     if not path.is_file():
         _exit_with(AutoscalerError(f"{run_dir}: no {REPORT_JSON} here; is it a run directory?"))
+    if markdown:
+        try:
+            text = (run_dir / REPORT_MD).read_text(encoding="utf-8")
+        except OSError as exc:
+            _exit_with(AutoscalerError(f"{run_dir / REPORT_MD}: cannot read it ({exc})"))
+        typer.echo(text, nl=False)
+        return
     try:
         data = read_report(run_dir)
-    except (OSError, ValueError) as exc:
-        _exit_with(AutoscalerError(f"{path}: cannot read the report ({exc})"))
-    _out.print(render_markdown(data), markup=False, soft_wrap=True)
-
-
-def _print_report(data: dict[str, object]) -> None:
-    from rich.markdown import Markdown
-
-    from autoscaler.report import render_markdown
-
-    text = render_markdown(data)
-    # The headline and the predicted/actual table; the rest is in the run directory.
-    head = text.split("## Machine types")[0]
-    _out.print(Markdown(head))
+    except AutoscalerError as exc:
+        _exit_with(exc)
+    _print_head(data, run_dir)
 
 
 @contextlib.contextmanager

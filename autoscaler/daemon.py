@@ -79,7 +79,7 @@ from autoscaler.model import (
 from autoscaler.providers.base import Provider, ProviderState
 from autoscaler.providers.sim import draw_runtimes
 from autoscaler.registry import register
-from autoscaler.report import build_report, write_report
+from autoscaler.report import Report, build_report, write_report
 from autoscaler.rundir import OUTPUTS_FILE, RunFiles, rebuild_state, run_lock
 from autoscaler.runs import controller_settings, json_logger, log_action, new_state
 from autoscaler.state import Machine, RunState
@@ -119,7 +119,7 @@ class _Signal:
 class Outcome:
     run_id: str
     state: RunState
-    report: dict[str, Any]
+    report: Report
     run_dir: Path
     wall_s: float
 
@@ -247,9 +247,15 @@ class Daemon:
             log_file.close()
             self.journal.close()
         wall = time.perf_counter() - started
-        report = build_report(cfg, self.state, run_id=files.run_id, seed=files.seed, wall_s=wall)
-        report["time_scale"] = self.ts
-        report["refused_agents"] = self.dispatcher.refused
+        report = build_report(
+            cfg,
+            self.state,
+            run_id=files.run_id,
+            seed=files.seed,
+            wall_s=wall,
+            time_scale=self.ts,
+            refused_agents=self.dispatcher.refused,
+        )
         write_report(report, self.state, files.run_dir)
         return Outcome(files.run_id, self.state, report, files.run_dir, wall)
 

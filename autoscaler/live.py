@@ -11,7 +11,7 @@ from rich.table import Table
 
 from autoscaler.config.schema import RunConfig
 from autoscaler.model import MachineState
-from autoscaler.report import hms
+from autoscaler.report import hms, makespan_s
 from autoscaler.state import RunState
 
 Update = Callable[[RunState, float | None], None]
@@ -42,10 +42,17 @@ def summary_rows(cfg: RunConfig, state: RunState, estimate: float | None) -> lis
         ("machines", machines),
         ("committed", money),
         ("run time", hms(state.now)),
-        ("estimated finish", "not planned yet" if estimate is None else hms(estimate)),
     ]
+    # Once the run is over its finish is known: show it, not the last plan's estimate.
+    over = state.stopped and not state.any_alive()
+    if state.finished:
+        rows.append(("finished at", hms(makespan_s(state))))
+    elif over:
+        rows.append(("stopped at", hms(state.now)))
+    else:
+        rows.append(("estimated finish", "not planned yet" if estimate is None else hms(estimate)))
     if state.stopped:
-        rows.append(("stopping", state.stop_reason or "bag finished"))
+        rows.append(("ended" if over else "stopping", state.stop_reason or "bag finished"))
     return rows
 
 

@@ -1,25 +1,232 @@
 """The cost report of a run: ``report.json`` for programs, ``report.md`` for people,
-``gantt.png`` (machines over time with their tasks) and ``spend.png`` (committed and
-actual spend against the budget over time).
+and the plots of ``autoscaler.plots`` (``gantt.png``, ``spend.png``).
 
 Costs are recomputed from each machine's launch and end under the billing model, so
 the report checks the controller's bookkeeping rather than repeating it.
+
+``Report`` is the typed record; ``report.json`` is its ``to_json()``, and
+``config/report.schema.json`` (``report_json_schema()``, ``autoscaler schema --report``)
+is generated from the same dataclasses, so the three cannot drift apart.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypeVar, dataclass_transform
+
+from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from autoscaler.config.schema import RunConfig
+from autoscaler.errors import AutoscalerError
 from autoscaler.state import RunState
 
 REPORT_JSON = "report.json"
 REPORT_MD = "report.md"
-_OUTCOME_COLOURS = (("done", None), ("failed", "red"), ("cancelled", "grey"), ("lost", "black"))
+GANTT_PNG = "gantt.png"
+SPEND_PNG = "spend.png"
 _EPS = 1e-6
+
+_T = TypeVar("_T")
+
+
+@dataclass_transform(frozen_default=True)
+def _record(cls: type[_T]) -> type[_T]:
+    """A frozen dataclass that is part of report.json: its attribute docstrings become
+    the schema's descriptions, and a key it does not name is an error when read back,
+    so report.json and its schema cannot drift apart unnoticed."""
+    cls.__pydantic_config__ = ConfigDict(  # type: ignore[attr-defined]
+        extra="forbid", use_attribute_docstrings=True
+    )
+    return dataclass(frozen=True)(cls)
+
+
+@_record
+class Prediction:
+    """What BaTS's first plan after sampling said the run would cost and take."""
+
+    cost: float | None
+    """The plan's predicted cost."""
+    makespan_s: float | None
+    """The plan's predicted makespan, from the run's start, in seconds."""
+    at_s: float | None
+    """When the plan was made, in seconds from the run's start."""
+
+
+@_record
+class BillingTerms:
+    """How machines were paid (the config's ``billing``)."""
+
+    mode: Literal["fixed", "per_second"]
+    """fixed: whole ATUs; per_second: by the second after a minimum charge."""
+    atu_s: float
+    """The accountable time unit, in seconds: prices are per ATU."""
+    min_charge_s: float | None
+    """The minimum charge of a machine under per-second billing (null under fixed)."""
+
+
+@_record
+class ConfigurationChoice:
+    """A configuration the controller chose: how many machines of each type to run."""
+
+    t_s: float
+    """When, in seconds from the run's start."""
+    counts: Mapping[str, int]
+    """Machines wanted per machine type."""
+    reason: str
+    """Why (sampling, a plan, a re-plan, round robin)."""
+    predicted_cost: float | None
+    """The plan's predicted cost (null for sampling and round robin)."""
+    predicted_makespan_s: float | None
+    """The plan's predicted makespan in seconds (null for sampling and round robin)."""
+
+
+@_record
+class TypeSummary:
+    """What one machine type did and cost over the run."""
+
+    machines: int
+    """Machines of the type launched."""
+    units_paid: float
+    """ATUs paid for them (fractions under per-second billing)."""
+    cost: float
+    """What they cost under the billing model."""
+    tasks_run: int
+    """Tasks they finished."""
+    busy_s: float
+    """Seconds they spent running tasks."""
+    idle_s: float
+    """Seconds they were ready but ran nothing."""
+    boot_s: float
+    """Seconds from their launches to their being ready."""
+
+
+@_record
+class MachineSummary:
+    """One machine's life and cost."""
+
+    id: str
+    """The machine's id."""
+    type: str
+    """Its machine type."""
+    start_s: float
+    """Launched, in seconds from the run's start."""
+    ready_s: float | None
+    """Ready for tasks (null if it never was)."""
+    end_s: float
+    """Ended (or the report's time, if it was still alive)."""
+    units_paid: float
+    """ATUs paid for it (a fraction under per-second billing)."""
+    cost: float
+    """What it cost under the billing model."""
+    tasks_run: int
+    """Tasks it finished."""
+    busy_s: float
+    """Seconds it spent running tasks."""
+    idle_s: float
+    """Seconds it was ready but ran nothing."""
+    end_reason: str | None
+    """Why it ended (null if it was still alive)."""
+
+
+@_record
+class FailedTask:
+    """A task that failed on every attempt."""
+
+    task: int
+    """The task's id (its index in the bag)."""
+    attempts: int
+    """How many times it ran."""
+    error: str
+    """The last attempt's error."""
+
+
+@_record
+class LaunchProblem:
+    """A launch the provider refused, and what the controller made of it."""
+
+    t_s: float
+    """When, in seconds from the run's start."""
+    type: str
+    """The machine type asked for."""
+    kind: str
+    """capacity, limit, throttled or error."""
+    reason: str
+    """What the provider said."""
+
+
+@_record
+class Report:
+    """The outcome of one run against its budget, and its predictions against the actual."""
+
+    run_id: str
+    """The run's id (also the tag on its machines)."""
+    mode: Literal["budget"]
+    """The constraint: finish as fast as possible within a budget."""
+    policy: str
+    """The config's policy (bats or round_robin)."""
+    provider: str
+    """The config's provider (sim for a dry run's config, local, sge, ec2)."""
+    seed: int
+    """The emulator's seed."""
+    budget: float | None
+    """The budget (null if the config has none)."""
+    cost: float
+    """What the machines cost by their lives under the billing model."""
+    committed: float
+    """What the controller committed (paid units, launches in flight included)."""
+    within_budget: bool
+    """Whether ``cost`` is within the budget."""
+    makespan_s: float
+    """Seconds from the start to the last task done (to the stop if the bag is unfinished)."""
+    tasks_total: int
+    """Tasks in the bag."""
+    tasks_done: int
+    """Tasks done."""
+    tasks_failed: int
+    """Tasks that failed on every attempt."""
+    stop_reason: str | None
+    """Why the run stopped before the bag was finished (null if it finished)."""
+    predicted: Prediction | None
+    """BaTS's first plan after sampling (null if no plan was made)."""
+    billing: BillingTerms
+    """How machines were paid."""
+    configurations: tuple[ConfigurationChoice, ...]
+    """Every configuration the controller chose, in time order."""
+    machine_types: Mapping[str, TypeSummary]
+    """Per machine type, in the config's order."""
+    machines: tuple[MachineSummary, ...]
+    """Every machine launched."""
+    failed_tasks: tuple[FailedTask, ...]
+    """The failed tasks."""
+    launch_problems: tuple[LaunchProblem, ...]
+    """The launches the provider refused."""
+    wall_s: float | None
+    """Real seconds the run took (for a dry run, the emulation's)."""
+    time_scale: float | None = None
+    """A real run only: emulated seconds per real second (absent from a dry run's report)."""
+    refused_agents: int | None = None
+    """A real run only: agent requests refused (wrong token or run; absent from a dry run's)."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``report.json`` document: the fields in order, a real run's extras only there."""
+        data: dict[str, Any] = _REPORT.dump_python(self, mode="json")
+        for key in _REAL_RUN_ONLY:
+            if data[key] is None:
+                del data[key]
+        return data
+
+
+_REAL_RUN_ONLY = ("time_scale", "refused_agents")
+_REPORT = TypeAdapter(Report)
+
+
+def report_json_schema() -> dict[str, Any]:
+    """The JSON Schema of ``report.json`` (what ``config/report.schema.json`` holds)."""
+    return _REPORT.json_schema()
 
 
 def _r(value: float | None, digits: int = 3) -> float | None:
@@ -28,26 +235,29 @@ def _r(value: float | None, digits: int = 3) -> float | None:
     return round(value, digits)
 
 
+def makespan_s(state: RunState) -> float:
+    """The last task's end if the bag is finished, else the run's time so far."""
+    if not state.finished:
+        return state.now
+    return max((seg.end for seg in state.segments if seg.outcome == "done"), default=0.0)
+
+
 def build_report(
-    cfg: RunConfig, state: RunState, *, run_id: str, seed: int, wall_s: float | None = None
-) -> dict[str, Any]:
+    cfg: RunConfig,
+    state: RunState,
+    *,
+    run_id: str,
+    seed: int,
+    wall_s: float | None = None,
+    time_scale: float | None = None,
+    refused_agents: int | None = None,
+) -> Report:
+    """The report of ``state`` run under ``cfg``; ``time_scale`` and ``refused_agents``
+    are a real run's (the daemon's) and left out of a dry run's report."""
     billing = state.billing
     budget = cfg.constraint.budget
-    finish = max((seg.end for seg in state.segments if seg.outcome == "done"), default=0.0)
-    makespan = finish if state.finished else state.now
     machines = []
-    per_type: dict[str, dict[str, float]] = {
-        t.name: {
-            "machines": 0,
-            "units_paid": 0.0,
-            "cost": 0.0,
-            "tasks_run": 0,
-            "busy_s": 0.0,
-            "idle_s": 0.0,
-            "boot_s": 0.0,
-        }
-        for t in cfg.machine_types
-    }
+    totals = {t.name: _TypeTotals() for t in cfg.machine_types}
     for m in state.machines.values():
         end = m.ended_at if m.ended_at is not None else state.now
         life = end - m.launched_at
@@ -56,90 +266,113 @@ def build_report(
         units = billing.paid_units(life)
         idle = max(0.0, life - boot - m.busy_s)
         machines.append(
-            {
-                "id": m.id,
-                "type": m.type.name,
-                "start_s": _r(m.launched_at),
-                "ready_s": _r(m.ready_at),
-                "end_s": _r(end),
-                "units_paid": _r(units),
-                "cost": _r(cost, 4),
-                "tasks_run": m.tasks_done,
-                "busy_s": _r(m.busy_s),
-                "idle_s": _r(idle),
-                "end_reason": m.end_reason,
-            }
+            MachineSummary(
+                id=m.id,
+                type=m.type.name,
+                start_s=round(m.launched_at, 3),
+                ready_s=_r(m.ready_at),
+                end_s=round(end, 3),
+                units_paid=round(units, 3),
+                cost=round(cost, 4),
+                tasks_run=m.tasks_done,
+                busy_s=round(m.busy_s, 3),
+                idle_s=round(idle, 3),
+                end_reason=m.end_reason,
+            )
         )
-        agg = per_type[m.type.name]
-        agg["machines"] += 1
-        agg["units_paid"] += units
-        agg["cost"] += cost
-        agg["tasks_run"] += m.tasks_done
-        agg["busy_s"] += m.busy_s
-        agg["idle_s"] += idle
-        agg["boot_s"] += boot
-    cost = sum(float(t["cost"]) for t in per_type.values())
-    configurations = [
-        {
-            "t_s": _r(t),
-            "counts": dict(c.counts),
-            "reason": c.reason,
-            "predicted_cost": _r(c.predicted_cost, 2),
-            "predicted_makespan_s": _r(c.predicted_makespan_s),
-        }
+        totals[m.type.name].add(units, cost, m.tasks_done, m.busy_s, idle, boot)
+    cost = sum(t.cost for t in totals.values())
+    configurations = tuple(
+        ConfigurationChoice(
+            t_s=round(t, 3),
+            counts=dict(c.counts),
+            reason=c.reason,
+            predicted_cost=_r(c.predicted_cost, 2),
+            predicted_makespan_s=_r(c.predicted_makespan_s),
+        )
         for t, c in state.configurations
-    ]
+    )
     # Sampling and round robin configurations predict nothing; the first that does is
     # the first plan after sampling.
-    first_plan = next((c for c in configurations if c["predicted_cost"] is not None), None)
-    predicted = (
-        None
+    first_plan = next((c for c in configurations if c.predicted_cost is not None), None)
+    return Report(
+        run_id=run_id,
+        mode="budget",
+        policy=cfg.policy,
+        provider=cfg.provider,
+        seed=seed,
+        budget=budget,
+        cost=round(cost, 4),
+        committed=round(state.committed, 4),
+        within_budget=budget is None or cost <= budget + _EPS,
+        makespan_s=round(makespan_s(state), 3),
+        tasks_total=state.n_tasks,
+        tasks_done=state.done,
+        tasks_failed=state.failed,
+        stop_reason=state.stop_reason,
+        predicted=None
         if first_plan is None
-        else {
-            "cost": first_plan["predicted_cost"],
-            "makespan_s": first_plan["predicted_makespan_s"],
-            "at_s": first_plan["t_s"],
-        }
-    )
-    failed = [
-        {"task": tid, "attempts": state.attempts[tid], "error": state.task_errors.get(tid, "")}
-        for tid, st in enumerate(state.task_state)
-        if st.value == "failed"
-    ]
-    return {
-        "run_id": run_id,
-        "mode": "budget",
-        "policy": cfg.policy,
-        "provider": cfg.provider,
-        "seed": seed,
-        "budget": budget,
-        "cost": _r(cost, 4),
-        "committed": _r(state.committed, 4),
-        "within_budget": budget is None or cost <= budget + _EPS,
-        "makespan_s": _r(makespan),
-        "tasks_total": state.n_tasks,
-        "tasks_done": state.done,
-        "tasks_failed": state.failed,
-        "stop_reason": state.stop_reason,
-        "predicted": predicted,
-        "billing": {
-            "mode": billing.mode,
-            "atu_s": billing.atu_s,
-            "min_charge_s": billing.min_charge_s if billing.mode == "per_second" else None,
-        },
-        "configurations": configurations,
-        "machine_types": {
-            name: {k: (_r(v, 4) if isinstance(v, float) else v) for k, v in agg.items()}
-            for name, agg in per_type.items()
-        },
-        "machines": machines,
-        "failed_tasks": failed,
-        "launch_problems": [
-            {"t_s": _r(t), "type": tname, "kind": kind, "reason": reason}
+        else Prediction(
+            cost=first_plan.predicted_cost,
+            makespan_s=first_plan.predicted_makespan_s,
+            at_s=first_plan.t_s,
+        ),
+        billing=BillingTerms(
+            mode=billing.mode,
+            atu_s=billing.atu_s,
+            min_charge_s=billing.min_charge_s if billing.mode == "per_second" else None,
+        ),
+        configurations=configurations,
+        machine_types={name: t.summary() for name, t in totals.items()},
+        machines=tuple(machines),
+        failed_tasks=tuple(
+            FailedTask(task=tid, attempts=state.attempts[tid], error=state.task_errors.get(tid, ""))
+            for tid, st in enumerate(state.task_state)
+            if st.value == "failed"
+        ),
+        launch_problems=tuple(
+            LaunchProblem(t_s=round(t, 3), type=tname, kind=kind, reason=reason)
             for t, tname, kind, reason in state.launch_problems
-        ],
-        "wall_s": _r(wall_s),
-    }
+        ),
+        wall_s=_r(wall_s),
+        time_scale=time_scale,
+        refused_agents=refused_agents,
+    )
+
+
+@dataclass
+class _TypeTotals:
+    """One machine type's sums while the report is built (rounded once, at the end)."""
+
+    machines: int = 0
+    units_paid: float = 0.0
+    cost: float = 0.0
+    tasks_run: int = 0
+    busy_s: float = 0.0
+    idle_s: float = 0.0
+    boot_s: float = 0.0
+
+    def add(
+        self, units: float, cost: float, tasks: int, busy_s: float, idle_s: float, boot_s: float
+    ) -> None:
+        self.machines += 1
+        self.units_paid += units
+        self.cost += cost
+        self.tasks_run += tasks
+        self.busy_s += busy_s
+        self.idle_s += idle_s
+        self.boot_s += boot_s
+
+    def summary(self) -> TypeSummary:
+        return TypeSummary(
+            machines=self.machines,
+            units_paid=round(self.units_paid, 4),
+            cost=round(self.cost, 4),
+            tasks_run=self.tasks_run,
+            busy_s=round(self.busy_s, 4),
+            idle_s=round(self.idle_s, 4),
+            boot_s=round(self.boot_s, 4),
+        )
 
 
 # --- for people -----------------------------------------------------------------------
@@ -156,60 +389,68 @@ def _money(value: float | None) -> str:
     return "-" if value is None else f"{value:,.2f}"
 
 
-def render_markdown(report: dict[str, Any]) -> str:
-    budget = report["budget"]
+_LAUNCH_PROBLEM_MEANING = {
+    "capacity": "type avoided for a while, re-planned without it",
+    "limit": "account limit: scale-up held for a while",
+    "throttled": "throttled: scale-up paused briefly",
+    "error": "launch failed",
+}
+_ROWS_SHOWN = 50
+_WRONG_KEYS_SHOWN = 3
+HEAD_END = "## Machine types"
+"""The heading after the report's head (outcome and predicted against actual), which is
+what ``autoscaler run`` and ``autoscaler report`` print; the rest is in ``report.md``."""
+
+
+def render_markdown(report: Report) -> str:
     lines = [
-        f"# Run {report['run_id']}",
+        f"# Run {report.run_id}",
         "",
-        f"Policy **{report['policy']}** on provider **{report['provider']}**, "
-        f"mode {report['mode']}, seed {report['seed']}.",
+        f"Policy **{report.policy}** on provider **{report.provider}**, "
+        f"mode {report.mode}, seed {report.seed}.",
         "",
     ]
-    if report["stop_reason"] is None:
+    if report.stop_reason is None:
         lines.append(
-            f"The bag finished: {report['tasks_done']} of {report['tasks_total']} tasks done"
-            + (f", {report['tasks_failed']} failed." if report["tasks_failed"] else ".")
+            f"The bag finished: {report.tasks_done} of {report.tasks_total} tasks done"
+            + (f", {report.tasks_failed} failed." if report.tasks_failed else ".")
         )
     else:
         lines.append(
-            f"**The run stopped early:** {report['stop_reason']}. "
-            f"{report['tasks_done']} of {report['tasks_total']} tasks done, "
-            f"{report['tasks_failed']} failed."
+            f"**The run stopped early:** {report.stop_reason}. "
+            f"{report.tasks_done} of {report.tasks_total} tasks done, "
+            f"{report.tasks_failed} failed."
         )
-    within = "within budget" if report["within_budget"] else "**OVER BUDGET**"
+    within = "within budget" if report.within_budget else "**OVER BUDGET**"
+    predicted = report.predicted or Prediction(None, None, None)
     lines += [
         "",
         "| | predicted | actual |",
         "| --- | ---: | ---: |",
+        f"| cost | {_money(predicted.cost)} | {_money(report.cost)} |",
+        f"| makespan | {hms(predicted.makespan_s)} | {hms(report.makespan_s)} |",
+        "",
+        f"Budget {_money(report.budget)}; spent {_money(report.cost)} ({within}).",
     ]
-    predicted = report["predicted"] or {}
-    lines.append(f"| cost | {_money(predicted.get('cost'))} | {_money(report['cost'])} |")
-    lines.append(f"| makespan | {hms(predicted.get('makespan_s'))} | {hms(report['makespan_s'])} |")
+    if report.predicted is not None:
+        lines.append(f"Prediction made at {hms(predicted.at_s)}, the first plan after sampling.")
     lines += [
         "",
-        f"Budget {_money(budget)}; spent {_money(report['cost'])} ({within}).",
-    ]
-    if predicted:
-        lines.append(
-            f"Prediction made at {hms(predicted.get('at_s'))}, the first plan after sampling."
-        )
-    lines += [
-        "",
-        "## Machine types",
+        HEAD_END,
         "",
         "| type | machines | units paid | cost | tasks run | busy | idle |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for name, t in report["machine_types"].items():
+    for name, t in report.machine_types.items():
         lines.append(
-            f"| {name} | {t['machines']} | {t['units_paid']:g} | {_money(t['cost'])} | "
-            f"{t['tasks_run']} | {hms(t['busy_s'])} | {hms(t['idle_s'])} |"
+            f"| {name} | {t.machines} | {t.units_paid:g} | {_money(t.cost)} | "
+            f"{t.tasks_run} | {hms(t.busy_s)} | {hms(t.idle_s)} |"
         )
     lines += ["", "## Configurations", "", "| at | machines | why |", "| --- | --- | --- |"]
-    for c in report["configurations"]:
-        counts = ", ".join(f"{k}: {v}" for k, v in c["counts"].items())
-        lines.append(f"| {hms(c['t_s'])} | {counts} | {c['reason']} |")
-    if report["failed_tasks"]:
+    for c in report.configurations:
+        counts = ", ".join(f"{k}: {v}" for k, v in c.counts.items())
+        lines.append(f"| {hms(c.t_s)} | {counts} | {c.reason} |")
+    if report.failed_tasks:
         lines += [
             "",
             "## Failed tasks",
@@ -217,17 +458,13 @@ def render_markdown(report: dict[str, Any]) -> str:
             "| task | attempts | last error |",
             "| --- | ---: | --- |",
         ]
-        for f in report["failed_tasks"][:50]:
-            lines.append(f"| {f['task']} | {f['attempts']} | {f['error']} |")
-        if len(report["failed_tasks"]) > 50:
-            lines.append(f"| ... | | {len(report['failed_tasks']) - 50} more in report.json |")
-    if report.get("launch_problems"):
-        meaning = {
-            "capacity": "type avoided for a while, re-planned without it",
-            "limit": "account limit: scale-up held for a while",
-            "throttled": "throttled: scale-up paused briefly",
-            "error": "launch failed",
-        }
+        for f in report.failed_tasks[:_ROWS_SHOWN]:
+            lines.append(f"| {f.task} | {f.attempts} | {f.error} |")
+        if len(report.failed_tasks) > _ROWS_SHOWN:
+            lines.append(
+                f"| ... | | {len(report.failed_tasks) - _ROWS_SHOWN} more in {REPORT_JSON} |"
+            )
+    if report.launch_problems:
         lines += [
             "",
             "## Launches the provider refused",
@@ -235,11 +472,9 @@ def render_markdown(report: dict[str, Any]) -> str:
             "| at | type | what it meant | provider said |",
             "| ---: | --- | --- | --- |",
         ]
-        for p in report["launch_problems"][:50]:
-            lines.append(
-                f"| {hms(p['t_s'])} | {p['type']} | {meaning.get(p['kind'], p['kind'])} | "
-                f"{p['reason']} |"
-            )
+        for p in report.launch_problems[:_ROWS_SHOWN]:
+            meaning = _LAUNCH_PROBLEM_MEANING.get(p.kind, p.kind)
+            lines.append(f"| {hms(p.t_s)} | {p.type} | {meaning} | {p.reason} |")
     lines += [
         "",
         "## Machines",
@@ -247,125 +482,49 @@ def render_markdown(report: dict[str, Any]) -> str:
         "| machine | type | start | end | units paid | tasks run | ended because |",
         "| --- | --- | ---: | ---: | ---: | ---: | --- |",
     ]
-    for m in report["machines"]:
+    for m in report.machines:
         lines.append(
-            f"| {m['id']} | {m['type']} | {hms(m['start_s'])} | {hms(m['end_s'])} | "
-            f"{m['units_paid']:g} | {m['tasks_run']} | {m['end_reason'] or '-'} |"
+            f"| {m.id} | {m.type} | {hms(m.start_s)} | {hms(m.end_s)} | "
+            f"{m.units_paid:g} | {m.tasks_run} | {m.end_reason or '-'} |"
         )
     return "\n".join(lines) + "\n"
 
 
-# --- plots ----------------------------------------------------------------------------
-
-
-def plot_gantt(state: RunState, path: Path) -> None:
-    """Machines over time (one row each, coloured by type) with their tasks on them."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    machines = sorted(state.machines.values(), key=lambda m: (m.type.name, m.launched_at))
-    colours = plt.get_cmap("tab10")
-    type_colour = {name: colours(i % 10) for i, name in enumerate(sorted(state.types))}
-    by_machine: dict[str, list[tuple[float, float, str]]] = {}
-    for seg in state.segments:
-        by_machine.setdefault(seg.machine, []).append((seg.start, seg.end, seg.outcome))
-    height = min(40.0, 2.0 + 0.12 * len(machines))
-    fig, ax = plt.subplots(figsize=(12, height))
-    hours = 3600.0
-    for row, m in enumerate(machines):
-        end = m.ended_at if m.ended_at is not None else state.now
-        ax.broken_barh(
-            [(m.launched_at / hours, (end - m.launched_at) / hours)],
-            (row - 0.45, 0.9),
-            facecolors=[(*type_colour[m.type.name][:3], 0.25)],
-        )
-        segs = by_machine.get(m.id, [])
-        for outcome, colour in (
-            ("done", None),
-            ("failed", "red"),
-            ("cancelled", "grey"),
-            ("lost", "black"),
-        ):
-            spans = [(s / hours, (e - s) / hours) for s, e, o in segs if o == outcome]
-            if spans:
-                ax.broken_barh(
-                    spans,
-                    (row - 0.35, 0.7),
-                    facecolors=colour or type_colour[m.type.name],
-                    edgecolors="white",
-                    linewidth=0.3,
-                )
-    ax.set_yticks(range(len(machines)))
-    ax.set_yticklabels([m.id for m in machines], fontsize=max(3, 8 - len(machines) // 40))
-    ax.set_ylim(-1, len(machines))
-    ax.set_xlabel("hours since start")
-    ax.set_title(
-        "Machines over time: life (pale) and tasks (solid; red failed, grey cancelled, black lost)"
-    )
-    from matplotlib.patches import Patch
-
-    handles = [Patch(color=type_colour[name]) for name in sorted(state.types)]
-    ax.legend(handles, sorted(state.types), loc="upper right", fontsize=8)
-    ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
-def spend_curve(state: RunState, points: int = 400) -> tuple[list[float], list[float]]:
-    """Actual spend over time: every machine billed for its life up to each instant."""
-    end = max(state.now, 1.0)
-    times = [end * i / points for i in range(points + 1)]
-    spent = []
-    for t in times:
-        total = 0.0
-        for m in state.machines.values():
-            if m.launched_at > t:
-                continue
-            stop = min(t, m.ended_at if m.ended_at is not None else state.now)
-            total += state.billing.cost(m.type.price, stop - m.launched_at)
-        spent.append(total)
-    return times, spent
-
-
-def plot_spend(state: RunState, budget: float | None, path: Path) -> None:
-    """Committed and actual spend against the budget over time."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(10, 5))
-    hours = 3600.0
-    t_c = [t / hours for t, _ in state.spend_log] + [state.now / hours]
-    v_c = [v for _, v in state.spend_log] + [state.spend_log[-1][1]]
-    ax.step(t_c, v_c, where="post", label="committed (paid units incl. the current ones)")
-    times, spent = spend_curve(state)
-    ax.plot([t / hours for t in times], spent, label="spent by the machines' lives so far")
-    if budget is not None:
-        ax.axhline(budget, color="red", linestyle="--", label=f"budget {budget:g}")
-    ax.set_xlabel("hours since start")
-    ax.set_ylabel("money")
-    ax.set_title("Spend against budget")
-    ax.legend(loc="lower right")
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+def render_head(report: Report) -> str:
+    """The report's head in Markdown: the outcome, and predicted against actual."""
+    return render_markdown(report).split(HEAD_END)[0]
 
 
 def write_report(
-    report: dict[str, Any], state: RunState | None, out_dir: Path, *, plots: bool = True
+    report: Report, state: RunState | None, out_dir: Path, *, plots: bool = True
 ) -> None:
-    (out_dir / REPORT_JSON).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    (out_dir / REPORT_JSON).write_text(
+        json.dumps(report.to_json(), indent=2) + "\n", encoding="utf-8"
+    )
     (out_dir / REPORT_MD).write_text(render_markdown(report), encoding="utf-8")
     if plots and state is not None:
-        plot_gantt(state, out_dir / "gantt.png")
-        plot_spend(state, report["budget"], out_dir / "spend.png")
+        from autoscaler.plots import gantt_figure, spend_figure
+
+        gantt_figure(state).savefig(out_dir / GANTT_PNG, dpi=100)
+        spend_figure(state, report.budget).savefig(out_dir / SPEND_PNG, dpi=100)
 
 
-def read_report(run_dir: Path) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((run_dir / REPORT_JSON).read_text(encoding="utf-8"))
-    return data
+def read_report(run_dir: Path) -> Report:
+    """The report in ``run_dir``; ``AutoscalerError`` naming the first wrong keys if the
+    file cannot be read or is not a report this version writes."""
+    path = run_dir / REPORT_JSON
+    try:
+        return _REPORT.validate_json(path.read_bytes())
+    except OSError as exc:
+        raise AutoscalerError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    except ValidationError as exc:
+        wrong = [
+            f"{'.'.join(str(p) for p in e['loc']) or 'the document'}: {e['msg']}"
+            for e in exc.errors()[:_WRONG_KEYS_SHOWN]
+        ]
+        more = exc.error_count() - len(wrong)
+        raise AutoscalerError(
+            f"{path}: not a report this version writes ({'; '.join(wrong)}"
+            + (f"; {more} more" if more else "")
+            + ")"
+        ) from None

@@ -29,7 +29,7 @@ from autoscaler.journal import fields
 from autoscaler.model import Action, Configure, Event, Launch, Release, Stop, TaskSpec, TypeSpec
 from autoscaler.providers.base import Capabilities
 from autoscaler.providers.sim import SimProvider
-from autoscaler.report import build_report, write_report
+from autoscaler.report import Report, build_report, write_report
 from autoscaler.state import RunState
 
 REAL_SLACK_S = 0.5
@@ -134,7 +134,7 @@ class Journal:
 class DryRun:
     run_id: str
     state: RunState
-    report: dict[str, Any]
+    report: Report
     out_dir: Path | None
     wall_s: float
 
@@ -224,9 +224,9 @@ def dry_run(
         report = build_report(cfg, state, run_id=run_id, seed=seed, wall_s=wall)
         log.info(
             "run end",
-            cost=report["cost"],
-            makespan_s=report["makespan_s"],
-            stop_reason=report["stop_reason"],
+            cost=report.cost,
+            makespan_s=report.makespan_s,
+            stop_reason=report.stop_reason,
         )
     finally:
         if journal_file is not None:

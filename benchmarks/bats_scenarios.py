@@ -40,6 +40,7 @@ from autoscaler.config.schema import NormalRuntime, RunConfig
 from autoscaler.estimate import initial_workers, sample_size
 from autoscaler.model import TaskSpec
 from autoscaler.planner import TypeEstimate, plan_clairvoyant
+from autoscaler.report import Report
 from autoscaler.runs import dry_run
 
 REPO = Path(__file__).resolve().parent.parent
@@ -350,12 +351,10 @@ def _setup(name: str, tail_replication: bool) -> tuple[RunConfig, list[TaskSpec]
     return cfg, expand_bag(cfg), b_min(cfg)
 
 
-def _first_plan(report: dict[str, object], types: Sequence[str]) -> str | None:
-    configurations = report["configurations"]
-    assert isinstance(configurations, list)
-    for c in configurations:
-        if not str(c["reason"]).startswith("sampling"):
-            return "+".join(str(c["counts"].get(t, 0)) for t in types)
+def _first_plan(report: Report, types: Sequence[str]) -> str | None:
+    for c in report.configurations:
+        if not c.reason.startswith("sampling"):
+            return "+".join(str(c.counts.get(t, 0)) for t in types)
     return None
 
 
@@ -368,22 +367,21 @@ def run_seed(job: tuple[str, int, bool]) -> list[RunResult]:
     def one(row: str, run_cfg: RunConfig, budget: float | None) -> RunResult:
         d = dry_run(run_cfg, tasks, seed=seed, out_dir=None, plots=False)
         r = d.report
-        predicted = r["predicted"] or {}
         return RunResult(
             scenario=name,
             row=row,
             seed=seed,
             budget=budget,
-            cost=float(r["cost"]),
-            makespan_s=float(r["makespan_s"]),
-            tasks_done=int(r["tasks_done"]),
-            tasks_total=int(r["tasks_total"]),
-            within_budget=None if budget is None else bool(r["within_budget"]),
-            stop_reason=r["stop_reason"],
-            predicted_cost=predicted.get("cost"),
-            predicted_makespan_s=predicted.get("makespan_s"),
+            cost=r.cost,
+            makespan_s=r.makespan_s,
+            tasks_done=r.tasks_done,
+            tasks_total=r.tasks_total,
+            within_budget=None if budget is None else r.within_budget,
+            stop_reason=r.stop_reason,
+            predicted_cost=None if r.predicted is None else r.predicted.cost,
+            predicted_makespan_s=None if r.predicted is None else r.predicted.makespan_s,
             first_plan=None if budget is None else _first_plan(r, types),
-            clairvoyant_s=_clairvoyant_s(name, budget if budget is not None else float(r["cost"])),
+            clairvoyant_s=_clairvoyant_s(name, budget if budget is not None else r.cost),
             wall_s=d.wall_s,
         )
 

@@ -323,7 +323,7 @@ def run_daemon(
         result.cpu_main_s = time.thread_time() - main0
         result.cpu_children_s = cpu_s(resource.RUSAGE_CHILDREN) - child0
         result.leftovers = check_leftovers(run_id)
-    result.stop_reason = outcome.report.get("stop_reason")
+    result.stop_reason = outcome.report.stop_reason
     done, first_ready, last_done = journal_times(files.run_dir / JOURNAL_DB)
     result.done = done
     with (files.run_dir / OUTPUTS_FILE).open(encoding="utf-8") as f:

@@ -33,6 +33,7 @@ from autoscaler.config.load import expand_bag, load_config
 from autoscaler.config.schema import Bag, RunConfig
 from autoscaler.model import Action, Event, TaskSpec
 from autoscaler.planner import BudgetProblem, Plan, Solver, TypeEstimate, plan_budget
+from autoscaler.report import Report
 from autoscaler.runs import dry_run, make_emulator
 from autoscaler.state import RunState
 from benchmarks.bats_scenarios import library_digest, library_state, render_table
@@ -122,7 +123,7 @@ def time_policy(setup: Setup, cfg: RunConfig, repeats: int, tmp: Path) -> list[T
     for write in (False, True):
         walls: list[float] = []
         inners: list[float] = []
-        report: dict[str, object] = {}
+        report: Report | None = None
         size = None
         for rep in range(repeats):
             out_dir = tmp / f"{setup.key}-{cfg.policy}-{rep}" if write else None
@@ -133,9 +134,10 @@ def time_policy(setup: Setup, cfg: RunConfig, repeats: int, tmp: Path) -> list[T
             report = d.report
             if out_dir is not None:
                 size = _dir_mb(out_dir)
-        if not math.isclose(float(str(report["makespan_s"])), _makespan(state), abs_tol=1e-3):
+        assert report is not None
+        if not math.isclose(report.makespan_s, _makespan(state), abs_tol=1e-3):
             print(
-                f"warning: {setup.key} {cfg.policy}: dry_run makespan {report['makespan_s']} "
+                f"warning: {setup.key} {cfg.policy}: dry_run makespan {report.makespan_s} "
                 f"differs from the counting run's {_makespan(state):.3f}",
                 file=sys.stderr,
             )
@@ -149,9 +151,9 @@ def time_policy(setup: Setup, cfg: RunConfig, repeats: int, tmp: Path) -> list[T
                 max_machines=sum(t.max_count for t in cfg.machine_types),
                 launched=len(state.machines),
                 budget=None if cfg.policy == "round_robin" else cfg.constraint.budget,
-                cost=float(str(report["cost"])),
-                makespan_s=float(str(report["makespan_s"])),
-                done=int(str(report["tasks_done"])),
+                cost=report.cost,
+                makespan_s=report.makespan_s,
+                done=report.tasks_done,
                 steps=steps,
                 events=events,
                 actions=actions,

@@ -189,6 +189,24 @@ def _read_text(path: Path, source: str, field: str = "") -> str:
         raise ConfigError(source, [f"{prefix}cannot read {path}: not UTF-8 text"]) from None
 
 
+def config_warnings(cfg: RunConfig) -> list[str]:
+    """What is valid in ``cfg`` but likely not meant: each a sentence naming the fields.
+
+    A machine type left out of ``emulator.speed`` runs at speed 1 in a dry run (and in a
+    local run's synthetic tasks); with several types that silently changes which type
+    the planner prefers, and can turn a finishing run into one that stops early.
+    """
+    if len(cfg.machine_types) < 2:
+        return []
+    missing = [t.name for t in cfg.machine_types if t.name not in cfg.emulator.speed]
+    if not missing:
+        return []
+    return [
+        f"emulator.speed gives no speed for machine type{'s' if len(missing) > 1 else ''} "
+        f"{', '.join(missing)}: a dry run runs {'them' if len(missing) > 1 else 'it'} at speed 1"
+    ]
+
+
 def config_json_schema() -> dict[str, Any]:
     """The JSON Schema of a config file (what ``config/schema.json`` holds)."""
     return RunConfig.model_json_schema(mode="validation")

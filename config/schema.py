@@ -483,10 +483,15 @@ class RunConfig(_Model):
             return
         if section is None:
             raise ValueError(f"provider is {self.provider}: give the {self.provider} section")
+        # Unknown keys first: a misspelt key also leaves its type without an entry, and
+        # the typo is the more useful of the two to name.
+        for name in sorted(set(section.types) - names):
+            raise ValueError(
+                f"{self.provider}.types names unknown machine type {name!r} "
+                f"(machine types: {', '.join(sorted(names))})"
+            )
         for name in sorted(names - set(section.types)):
             raise ValueError(f"{self.provider}.types has no entry for machine type {name!r}")
-        for name in sorted(set(section.types) - names):
-            raise ValueError(f"{self.provider}.types names unknown machine type {name!r}")
 
     def _min_unit_cost(self, price: float) -> float:
         if self.billing.mode == "fixed":

@@ -78,25 +78,25 @@ def test_a_bag_of_200_runs_on_two_types_within_budget(tmp_path: Path) -> None:
     started = time.monotonic()
     outcome = run_in_process(config, tmp_path / "run")
     wall = time.monotonic() - started
-    print(f"\n200 tasks: wall {wall:.1f}s, makespan {outcome.report['makespan_s']:.0f} emulated s")
-    assert outcome.report["stop_reason"] is None
-    assert_clean_end(tmp_path / "run", outcome.report, 200)
+    print(f"\n200 tasks: wall {wall:.1f}s, makespan {outcome.report.makespan_s:.0f} emulated s")
+    assert outcome.report.stop_reason is None
+    assert_clean_end(tmp_path / "run", outcome.report.to_json(), 200)
     # Leases were renewed in time: no agent ended on its own, every machine was released.
     assert journal_rows(tmp_path / "run", "MachineLost") == []
     for log in (tmp_path / "run" / "agents").iterdir():
         assert "lease expired" not in log.read_text(), log.name
-    used = {m["type"] for m in outcome.report["machines"] if m["tasks_run"] > 0}
+    used = {m.type for m in outcome.report.machines if m.tasks_run > 0}
     assert used == {"small", "fast"}
     # The machines' paid time covers their real lives: the report's cost is what the
     # provider's processes used under the billing model.
-    for m in outcome.report["machines"]:
-        assert m["end_s"] - m["start_s"] <= m["units_paid"] * 3600 + 1e-6
+    for m in outcome.report.machines:
+        assert m.end_s - m.start_s <= m.units_paid * 3600 + 1e-6
 
 
 def test_emulator_predicts_the_real_run(tmp_path: Path) -> None:
     """Same config and seed: a dry run's makespan and cost within 10 % of the real run's."""
     config = local_config(tmp_path, local={"time_scale": 120})
-    real = run_in_process(config, tmp_path / "real").report
+    real = run_in_process(config, tmp_path / "real").report.to_json()
     dry = subprocess.run(
         cli("run", str(config), "--dry-run", "--out", str(tmp_path / "dry")),
         cwd=ROOT,
@@ -214,7 +214,7 @@ def test_a_failing_command_is_retried_then_reported(tmp_path: Path) -> None:
         policy="round_robin",
     )
     outcome = run_in_process(config, tmp_path / "run")
-    report = outcome.report
+    report = outcome.report.to_json()
     assert report["tasks_done"] == 2
     assert report["tasks_failed"] == 2
     failed = {f["task"]: f for f in report["failed_tasks"]}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -113,13 +114,52 @@ def test_seed_option_changes_the_run_and_repeats_it(runner: CliRunner, tmp_path:
     assert reports[0]["machines"] != reports[2]["machines"]
 
 
-def test_report_command_prints_the_report_again(runner: CliRunner, tmp_path: Path) -> None:
+def test_report_command_prints_what_run_printed(runner: CliRunner, tmp_path: Path) -> None:
+    """`report RUN` prints the rendered head and the run directory, as `run` did at its end."""
+    out = tmp_path / "run"
+    ran = runner.invoke(app, ["run", str(EXAMPLES[0]), "--dry-run", "--out", str(out)])
+    result = runner.invoke(app, ["report", str(out)])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == ran.stdout
+    assert "predicted" in result.stdout
+    assert "## Machine types" not in result.stdout  # rendered, not raw Markdown
+    assert f"run directory: {out}" in result.stdout
+
+
+def test_report_markdown_prints_report_md_as_it_is(runner: CliRunner, tmp_path: Path) -> None:
     out = tmp_path / "run"
     runner.invoke(app, ["run", str(EXAMPLES[0]), "--dry-run", "--out", str(out)])
-    result = runner.invoke(app, ["report", str(out)])
+    result = runner.invoke(app, ["report", str(out), "--markdown"])
     assert result.exit_code == 0
-    assert result.output == (out / "report.md").read_text() + "\n"
-    assert "## Machine types" in result.output
+    assert result.stdout == (out / "report.md").read_text()
+    assert "## Machine types" in result.stdout
+
+
+def test_report_of_a_report_this_version_did_not_write_is_a_clear_error(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    (tmp_path / "report.json").write_text('{"run_id": "x"}')
+    result = runner.invoke(app, ["report", str(tmp_path)])
+    assert result.exit_code == EXIT_CONFIG
+    assert "not a report this version writes (mode: Field required" in result.output
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("command", ["run", "cleanup"])
+def test_help_reads_as_whole_sentences(runner: CliRunner, command: str) -> None:
+    """A docstring's paragraphs are reflowed to the terminal's width: a line is broken
+    only where the next word would not fit, never left as a stub where the source broke."""
+    width = 72
+    result = runner.invoke(app, [command, "--help"], terminal_width=width)
+    assert result.exit_code == 0
+    lines = [line.strip() for line in result.stdout.splitlines()]
+    start = next(i for i, line in enumerate(lines) if line.startswith("Usage:")) + 1
+    end = next(i for i, line in enumerate(lines) if line.startswith("╭"))
+    prose = lines[start:end]
+    assert sum(bool(line) for line in prose) >= 3
+    for line, following in itertools.pairwise(prose):
+        if line and following:
+            assert len(line) + 1 + len(following.split()[0]) > width - 4, (line, following)
 
 
 def test_report_of_a_directory_without_a_report_is_a_clear_error(

@@ -13,7 +13,13 @@ import yaml
 from typer.testing import CliRunner
 
 from autoscaler.cli import app
-from autoscaler.config.load import config_json_schema, expand_bag, load_config, load_trace
+from autoscaler.config.load import (
+    config_json_schema,
+    config_warnings,
+    expand_bag,
+    load_config,
+    load_trace,
+)
 from autoscaler.config.schema import RunConfig, TraceRuntime
 from autoscaler.errors import ConfigError
 
@@ -473,6 +479,49 @@ def test_cli_schema_out(tmp_path: Path) -> None:
     assert out.read_text(encoding="utf-8") == (CONFIG_DIR / "schema.json").read_text(
         encoding="utf-8"
     )
+
+
+def test_cli_validate_warns_of_types_missing_from_emulator_speed(tmp_path: Path) -> None:
+    """A type left out of emulator.speed runs at speed 1 in a dry run: validate says so,
+    naming the types, and still exits 0 (the config is valid)."""
+    path = write(tmp_path, GOOD + "emulator: {speed: {small: 1}}\n")
+    result = CliRunner().invoke(app, ["validate", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "warning: emulator.speed gives no speed for machine type fast" in result.stderr
+    assert "small" not in result.stderr
+    assert "t: 5 tasks" in result.stdout
+
+
+def test_cli_validate_is_quiet_when_every_type_has_a_speed(tmp_path: Path) -> None:
+    """No warning when emulator.speed covers every type, or there is one type only."""
+    both = write(tmp_path, GOOD + "emulator: {speed: {small: 1, fast: 3}}\n", "both.yaml")
+    one = write(
+        tmp_path,
+        "bag: {synthetic: 5}\nconstraint: {budget: 40}\n"
+        "machine_types: [{name: small, price: 1, max_count: 2}]\n",
+        "one.yaml",
+    )
+    for path in (both, one):
+        result = CliRunner().invoke(app, ["validate", str(path)])
+        assert result.exit_code == 0, result.output
+        assert "warning" not in result.stderr
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_examples_give_no_warnings(path: Path) -> None:
+    """The shipped examples are what we recommend: nothing to warn about."""
+    assert config_warnings(load_config(path)) == []
+
+
+def test_cli_validate_names_a_misspelt_sge_type(tmp_path: Path) -> None:
+    """A typo among sge.types' keys is an error naming the key as written (exit 2)."""
+    data = yaml.safe_load((CONFIG_DIR / "examples" / "sge.yaml").read_text(encoding="utf-8"))
+    data["sge"]["types"]["lage"] = data["sge"]["types"].pop("large")
+    path = _write(tmp_path, data)
+    result = CliRunner().invoke(app, ["validate", str(path)])
+    assert result.exit_code == 2
+    assert "sge.types names unknown machine type 'lage'" in result.stderr
+    assert "Traceback" not in result.output
 
 
 # --- real providers' sections --------------------------------------------------------------

@@ -1,0 +1,146 @@
+"""The plots of a run's report: ``gantt.png`` (machines over time with their tasks) and
+``spend.png`` (committed and actual spend against the budget over time).
+
+Figures are made with matplotlib's object API (no pyplot): no global state, so a report
+written from any thread leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from autoscaler.state import RunState
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+_OUTCOME_COLOURS = (("done", None), ("failed", "red"), ("cancelled", "grey"), ("lost", "black"))
+_HOUR = 3600.0
+
+
+def gantt_figure(state: RunState) -> Figure:
+    """Machines over time (one row each, coloured by type) with their tasks on them.
+
+    The legend sits below the axes, where it hides no machine, and names only the types
+    that had machines.
+    """
+    from matplotlib import colormaps
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
+    machines = sorted(state.machines.values(), key=lambda m: (m.type.name, m.launched_at))
+    colours = colormaps["tab10"]
+    type_colour = {name: colours(i % 10) for i, name in enumerate(sorted(state.types))}
+    by_machine: dict[str, list[tuple[float, float, str]]] = {}
+    for seg in state.segments:
+        by_machine.setdefault(seg.machine, []).append((seg.start, seg.end, seg.outcome))
+    fig = Figure(figsize=(12, min(40.0, 2.5 + 0.12 * len(machines))), layout="constrained")
+    ax = fig.subplots()
+    for row, m in enumerate(machines):
+        end = m.ended_at if m.ended_at is not None else state.now
+        ax.broken_barh(
+            [(m.launched_at / _HOUR, (end - m.launched_at) / _HOUR)],
+            (row - 0.45, 0.9),
+            facecolors=[(*type_colour[m.type.name][:3], 0.25)],
+        )
+        segs = by_machine.get(m.id, [])
+        for outcome, colour in _OUTCOME_COLOURS:
+            spans = [(s / _HOUR, (e - s) / _HOUR) for s, e, o in segs if o == outcome]
+            if spans:
+                ax.broken_barh(
+                    spans,
+                    (row - 0.35, 0.7),
+                    facecolors=colour or type_colour[m.type.name],
+                    edgecolors="white",
+                    linewidth=0.3,
+                )
+    ax.set_yticks(range(len(machines)))
+    ax.set_yticklabels([m.id for m in machines], fontsize=max(3, 8 - len(machines) // 40))
+    ax.set_ylim(-1, len(machines))
+    ax.set_xlabel("hours since start")
+    ax.set_title(
+        "Machines over time: life (pale) and tasks (solid; red failed, grey cancelled, black lost)"
+    )
+    ran = sorted({m.type.name for m in machines})
+    if ran:
+        fig.legend(
+            [Patch(color=type_colour[name]) for name in ran],
+            ran,
+            loc="outside lower center",
+            ncol=min(len(ran), 8),
+            fontsize=8,
+            frameon=False,
+        )
+    ax.grid(axis="x", alpha=0.3)
+    return fig
+
+
+def spend_curve(state: RunState, points: int = 400) -> tuple[list[float], list[float]]:
+    """Actual spend over time: every machine billed for its life up to each instant."""
+    end = max(state.now, 1.0)
+    times = [end * i / points for i in range(points + 1)]
+    spent = []
+    for t in times:
+        total = 0.0
+        for m in state.machines.values():
+            if m.launched_at > t:
+                continue
+            stop = min(t, m.ended_at if m.ended_at is not None else state.now)
+            total += state.billing.cost(m.type.price, stop - m.launched_at)
+        spent.append(total)
+    return times, spent
+
+
+_SPEND_LABELS = {
+    "budget": "budget {budget:g}",
+    "spent": "spent by the machines' lives so far",
+    "committed": "committed (paid units incl. the current ones)",
+}
+"""The spend plot's legend entries (``budget`` formatted with the budget)."""
+
+
+def spend_figure(state: RunState, budget: float | None) -> Figure:
+    """Committed and actual spend against the budget over time.
+
+    The three often coincide (everything spent was committed; a run may spend its whole
+    budget), so each is drawn to stay visible: the budget as a wide pale band at the
+    bottom, spent as a thick line over it, committed as a thin dashed step on top.
+    """
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(10, 5), layout="constrained")
+    ax = fig.subplots()
+    if budget is not None:
+        ax.axhline(
+            budget,
+            color="tab:red",
+            linewidth=6,
+            alpha=0.25,
+            zorder=1,
+            label=_SPEND_LABELS["budget"].format(budget=budget),
+        )
+    times, spent = spend_curve(state)
+    ax.plot(
+        [t / _HOUR for t in times],
+        spent,
+        color="tab:orange",
+        linewidth=3.5,
+        zorder=2,
+        label=_SPEND_LABELS["spent"],
+    )
+    ax.step(
+        [t / _HOUR for t, _ in state.spend_log] + [state.now / _HOUR],
+        [v for _, v in state.spend_log] + [state.spend_log[-1][1]],
+        where="post",
+        color="tab:blue",
+        linewidth=1.5,
+        linestyle=(0, (4, 2)),
+        zorder=3,
+        label=_SPEND_LABELS["committed"],
+    )
+    ax.set_xlabel("hours since start")
+    ax.set_ylabel("money")
+    ax.set_title("Spend against budget")
+    fig.legend(loc="outside lower center", ncol=3, fontsize=9, frameon=False)
+    ax.grid(alpha=0.3)
+    return fig

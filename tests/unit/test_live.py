@@ -1,0 +1,54 @@
+"""``autoscaler status`` lines: a run under way shows its estimate, a run over its finish."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from autoscaler.config.load import expand_bag, load_config
+from autoscaler.live import status_lines
+from autoscaler.report import hms
+from autoscaler.runs import dry_run
+from autoscaler.state import RunState
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "config" / "examples"
+
+
+def rows(lines: list[str]) -> dict[str, str]:
+    """The ``  key: value`` lines of ``status_lines`` as a mapping."""
+    return dict(line.strip().split(": ", 1) for line in lines[1:] if line.startswith("  "))
+
+
+def test_a_finished_run_shows_its_finish_not_an_estimate() -> None:
+    cfg = load_config(EXAMPLES / "quickstart.yaml")
+    under_way: list[list[str]] = []
+
+    def watch(state: RunState) -> None:
+        if state.done >= 250 and not under_way:
+            under_way.append(status_lines("r", cfg, state, None))
+
+    d = dry_run(cfg, expand_bag(cfg), seed=1, out_dir=None, run_id="r", progress=watch)
+    assert d.report.stop_reason is None
+    middle = rows(under_way[0])
+    assert "estimated finish" in middle
+    assert "finished at" not in middle
+    over = rows(status_lines("r", cfg, d.state, None))
+    assert "estimated finish" not in over
+    assert over["finished at"] == hms(d.report.makespan_s)
+    assert over["ended"] == "bag finished"
+    assert not any("carry on" in line for line in status_lines("r", cfg, d.state, None))
+
+
+def test_a_run_stopped_early_shows_when_and_why(tmp_path: Path) -> None:
+    data = yaml.safe_load((EXAMPLES / "bats_s4_1.yaml").read_text(encoding="utf-8"))
+    data["constraint"]["budget"] = 500  # the sampling phase alone costs 450
+    path = tmp_path / "tight.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    cfg = load_config(path)
+    d = dry_run(cfg, expand_bag(cfg), seed=1, out_dir=None, run_id="r")
+    assert d.report.stop_reason is not None
+    over = rows(status_lines("r", cfg, d.state, None))
+    assert "estimated finish" not in over
+    assert over["stopped at"] == hms(d.report.makespan_s)
+    assert over["ended"] == d.report.stop_reason

@@ -1,0 +1,252 @@
+"""The typed report: report.json as its serialisation, the shipped JSON Schema, the plots."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import to_rgba
+from typer.testing import CliRunner
+
+from autoscaler.cli import app
+from autoscaler.config.load import expand_bag, load_config
+from autoscaler.errors import AutoscalerError
+from autoscaler.plots import gantt_figure, spend_figure
+from autoscaler.report import (
+    REPORT_JSON,
+    FailedTask,
+    LaunchProblem,
+    Report,
+    read_report,
+    report_json_schema,
+    write_report,
+)
+from autoscaler.runs import DryRun, dry_run
+
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"
+EXAMPLES = CONFIG_DIR / "examples"
+SCHEMA_FILE = CONFIG_DIR / "report.schema.json"
+
+KEYS = [
+    "run_id",
+    "mode",
+    "policy",
+    "provider",
+    "seed",
+    "budget",
+    "cost",
+    "committed",
+    "within_budget",
+    "makespan_s",
+    "tasks_total",
+    "tasks_done",
+    "tasks_failed",
+    "stop_reason",
+    "predicted",
+    "billing",
+    "configurations",
+    "machine_types",
+    "machines",
+    "failed_tasks",
+    "launch_problems",
+    "wall_s",
+]
+"""report.json's keys, in order, as every release so far has written them (a dry run's)."""
+
+
+def run(tmp_path: Path, name: str = "quickstart.yaml", **changes: object) -> DryRun:
+    """A dry run of an example (with top-level ``changes``), its run directory written."""
+    path = EXAMPLES / name
+    if changes:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data.update(changes)
+        path = tmp_path / name
+        path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    cfg = load_config(path)
+    return dry_run(cfg, expand_bag(cfg), seed=1, out_dir=tmp_path / "run", run_id="r")
+
+
+@pytest.fixture(scope="module")
+def quickstart(tmp_path_factory: pytest.TempPathFactory) -> DryRun:
+    return run(tmp_path_factory.mktemp("quickstart"))
+
+
+def on_disk(d: DryRun) -> dict[str, object]:
+    assert d.out_dir is not None
+    data: dict[str, object] = json.loads((d.out_dir / REPORT_JSON).read_text(encoding="utf-8"))
+    return data
+
+
+# --- report.json and the dataclass ------------------------------------------------------
+
+
+def test_report_json_has_the_same_keys_as_ever(quickstart: DryRun) -> None:
+    data = on_disk(quickstart)
+    assert list(data) == KEYS
+    assert list(data["machine_types"]) == ["small", "fast"]  # type: ignore[call-overload]
+    assert set(data["predicted"]) == {"cost", "makespan_s", "at_s"}  # type: ignore[arg-type]
+    assert set(data["billing"]) == {"mode", "atu_s", "min_charge_s"}  # type: ignore[arg-type]
+
+
+def test_report_json_is_the_dataclass_and_reads_back_into_it(quickstart: DryRun) -> None:
+    """What is written is ``to_json()``; ``read_report`` gives back an equal ``Report``."""
+    assert on_disk(quickstart) == quickstart.report.to_json()
+    assert quickstart.out_dir is not None
+    again = read_report(quickstart.out_dir)
+    assert isinstance(again, Report)
+    assert again == quickstart.report
+
+
+def test_report_figures_add_up(quickstart: DryRun) -> None:
+    r = quickstart.report
+    assert r.tasks_done == r.tasks_total == 500
+    assert sum(t.cost for t in r.machine_types.values()) == pytest.approx(r.cost)
+    assert sum(m.tasks_run for m in r.machines) == r.tasks_done
+    assert sum(t.machines for t in r.machine_types.values()) == len(r.machines)
+    assert r.predicted is not None
+    assert r.predicted.at_s == next(c.t_s for c in r.configurations if c.predicted_cost)
+
+
+def test_a_real_runs_extras_come_last_and_only_when_set(quickstart: DryRun) -> None:
+    """The daemon's ``time_scale`` and ``refused_agents`` follow ``wall_s``; a dry run has
+    neither key (not even as null)."""
+    real = dataclasses.replace(quickstart.report, time_scale=120.0, refused_agents=2)
+    data = real.to_json()
+    assert list(data) == [*KEYS, "time_scale", "refused_agents"]
+    assert (data["time_scale"], data["refused_agents"]) == (120.0, 2)
+    jsonschema.validate(data, report_json_schema())
+    assert "time_scale" not in quickstart.report.to_json()
+
+
+def test_a_stopped_run_and_per_second_billing_validate(tmp_path: Path) -> None:
+    """The optional parts filled in: a stop reason and per-second billing's minimum."""
+    d = run(tmp_path, "bats_s4_1.yaml", constraint={"budget": 500})
+    assert d.report.stop_reason is not None
+    jsonschema.validate(on_disk(d), report_json_schema())
+    per_second = run(tmp_path, "commands.yaml")
+    assert per_second.report.billing.min_charge_s == 60.0
+    jsonschema.validate(on_disk(per_second), report_json_schema())
+
+
+def test_failed_tasks_and_refused_launches_validate_and_read_back(
+    quickstart: DryRun, tmp_path: Path
+) -> None:
+    """A real run's lists (a dry run has none of them) in the schema and back from disk."""
+    real = dataclasses.replace(
+        quickstart.report,
+        failed_tasks=(FailedTask(task=3, attempts=3, error="exit 3"),),
+        launch_problems=(
+            LaunchProblem(t_s=12.5, type="fast", kind="capacity", reason="no capacity"),
+        ),
+        time_scale=60.0,
+        refused_agents=0,
+    )
+    write_report(real, None, tmp_path)
+    jsonschema.validate(json.loads((tmp_path / REPORT_JSON).read_text()), report_json_schema())
+    assert read_report(tmp_path) == real
+    md = (tmp_path / "report.md").read_text()
+    assert "| 3 | 3 | exit 3 |" in md
+    assert "type avoided for a while" in md
+
+
+# --- the schema -------------------------------------------------------------------------
+
+
+def test_report_schema_file_is_in_sync() -> None:
+    """config/report.schema.json is the schema of the current dataclasses."""
+    on_file = json.loads(SCHEMA_FILE.read_text(encoding="utf-8"))
+    assert on_file == report_json_schema(), (
+        "config/report.schema.json is stale: run "
+        "`autoscaler schema --report --out config/report.schema.json`"
+    )
+
+
+def test_cli_schema_report_out(tmp_path: Path) -> None:
+    out = tmp_path / "report.schema.json"
+    result = CliRunner().invoke(app, ["schema", "--report", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert out.read_text(encoding="utf-8") == SCHEMA_FILE.read_text(encoding="utf-8")
+    printed = CliRunner().invoke(app, ["schema", "--report"])
+    assert json.loads(printed.stdout) == report_json_schema()
+
+
+def test_a_dry_runs_report_validates_against_the_shipped_schema(quickstart: DryRun) -> None:
+    schema = json.loads(SCHEMA_FILE.read_text(encoding="utf-8"))
+    jsonschema.Draft202012Validator.check_schema(schema)
+    jsonschema.validate(on_disk(quickstart), schema)
+
+
+@pytest.mark.parametrize(
+    "spoil",
+    [
+        lambda r: r.pop("cost"),
+        lambda r: r.update(colour="blue"),
+        lambda r: r["machines"][0].update(tasks_run="many"),
+        lambda r: r["machine_types"]["small"].pop("idle_s"),
+        lambda r: r.update(mode="deadline"),
+    ],
+    ids=["missing", "unknown", "wrong type", "nested missing", "unknown mode"],
+)
+def test_the_schema_refuses_what_is_not_a_report(quickstart: DryRun, spoil: object) -> None:
+    data = on_disk(quickstart)
+    spoil(data)  # type: ignore[operator]
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(data, report_json_schema())
+
+
+def test_read_report_names_what_is_wrong(tmp_path: Path) -> None:
+    (tmp_path / REPORT_JSON).write_text('{"run_id": "x", "mode": "budget"}')
+    with pytest.raises(AutoscalerError, match=r"policy: Field required.*more\)"):
+        read_report(tmp_path)
+
+
+# --- plots ------------------------------------------------------------------------------
+
+
+def test_gantt_legend_is_below_the_axes_and_names_only_types_that_ran(tmp_path: Path) -> None:
+    """A type too dear for the budget never gets a machine: it is not in the legend, and
+    the legend covers no machine row."""
+    types = [
+        {"name": "small", "price": 1, "max_count": 10, "boot_s": "2m"},
+        {"name": "fast", "price": 3, "max_count": 10, "boot_s": "2m"},
+        {"name": "huge", "price": 200, "max_count": 5, "boot_s": "2m"},
+    ]
+    emulator = {
+        "seed": 1,
+        "runtime": {"dist": "normal", "mean_s": "10m", "sd_s": "2m"},
+        "speed": {"small": 1, "fast": 4, "huge": 8},
+    }
+    d = run(tmp_path, machine_types=types, emulator=emulator, constraint={"budget": 120})
+    assert d.report.machine_types["huge"].machines == 0
+    fig = gantt_figure(d.state)
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == ["fast", "small"]
+    (ax,) = fig.axes
+    renderer = canvas.get_renderer()
+    assert legend.get_window_extent(renderer).y1 < ax.get_window_extent(renderer).y0
+
+
+def test_spend_plot_draws_committed_over_spent_over_the_budget(quickstart: DryRun) -> None:
+    """Quickstart spends its whole budget: budget, spent and committed end on one value,
+    so each is drawn differently and committed on top."""
+    r = quickstart.report
+    assert r.budget is not None
+    assert r.cost == r.committed == r.budget
+    fig = spend_figure(quickstart.state, r.budget)
+    (ax,) = fig.axes
+    lines = {line.get_label().split()[0]: line for line in ax.get_lines()}
+    budget, spent, committed = lines["budget"], lines["spent"], lines["committed"]
+    assert budget.get_zorder() < spent.get_zorder() < committed.get_zorder()
+    assert committed.get_linestyle() != spent.get_linestyle()
+    assert committed.get_linewidth() < spent.get_linewidth() < budget.get_linewidth()
+    colours = {to_rgba(line.get_color()) for line in (budget, spent, committed)}
+    assert len(colours) == 3
+    (legend,) = fig.legends
+    assert len(legend.get_texts()) == 3
