@@ -57,6 +57,7 @@ def test_the_wheel_holds_one_top_level_package_with_its_data(wheel: Path) -> Non
     expected = {
         "autoscaler/bootstrap/agent.py",
         "autoscaler/config/schema.json",
+        "autoscaler/config/report.schema.json",
         "autoscaler/providers/ec2.py",
         *(
             f"autoscaler/config/examples/{p.name}"
