@@ -10,6 +10,10 @@ import pytest
 from autoscaler.config.schema import RunConfig
 from autoscaler.registry import STATE_DIR_ENV
 
+# The integration tests' services as fixtures (moto, sshd, Grid Engine): registered here,
+# the top-level conftest, so test modules use them by name without importing them.
+pytest_plugins = ("tests.integration.services", "tests.integration.sge", "tests.integration.sshd")
+
 
 def make_config(**overrides: Any) -> RunConfig:
     """A small valid config: two types, a synthetic bag, a budget; override any field."""

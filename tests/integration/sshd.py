@@ -3,8 +3,8 @@
 Each server is ``/usr/sbin/sshd -D -e -f <config>`` on a free 127.0.0.1 port, with a
 host key and a client key generated for the test; it lets the current user (root in CI)
 in with that key only, and allows remote port forwarding (bound to loopback). Test files
-use the fixture with ``from tests.integration.sshd import sshd_fixture  # noqa: F401`` and
-a ``sshd`` parameter.
+take a ``sshd`` parameter: the fixture is registered by ``pytest_plugins`` in
+``tests/conftest.py``.
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ from tests.integration.daemon_helpers import (
 )
 from tests.integration.ec2_faults import FaultProxy
 from tests.integration.services import FAKE_AWS_ENV, MotoServer
-from tests.integration.sshd import SshServer, sshd_fixture  # noqa: F401
+from tests.integration.sshd import SshServer
 
 pytestmark = pytest.mark.integration
 

@@ -30,7 +30,7 @@ from tests.integration.daemon_helpers import (
     successful_runs,
     wait_for,
 )
-from tests.integration.sge import GridEngine, sge  # noqa: F401  (the fixture)
+from tests.integration.sge import GridEngine
 
 pytestmark = pytest.mark.integration
 
@@ -187,7 +187,7 @@ def assert_machines_are_the_jobs(report: dict[str, Any], run_id: str, seen: dict
         assert job in ended[machine], f"{machine}: job {job} not in accounting {ended[machine]}"
 
 
-def test_a_bag_runs_on_two_queues_within_budget(sge: GridEngine, tmp_path: Path) -> None:  # noqa: F811
+def test_a_bag_runs_on_two_queues_within_budget(sge: GridEngine, tmp_path: Path) -> None:
     """A synthetic bag on two queue-backed types: all done once, within budget, no job left."""
     config = sge_config(tmp_path, 30)
     run_dir = tmp_path / "run"
@@ -210,7 +210,7 @@ def test_a_bag_runs_on_two_queues_within_budget(sge: GridEngine, tmp_path: Path)
     assert_machines_are_the_jobs(report, run_id, seen)
 
 
-def test_a_qdeleted_job_is_a_lost_machine(sge: GridEngine, tmp_path: Path) -> None:  # noqa: F811
+def test_a_qdeleted_job_is_a_lost_machine(sge: GridEngine, tmp_path: Path) -> None:
     """qdel of a running job from outside: MachineLost, its task re-runs, the run completes."""
     config = sge_config(tmp_path, 60)
     run_dir = tmp_path / "run"

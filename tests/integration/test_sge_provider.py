@@ -21,7 +21,7 @@ from autoscaler.billing import BillingModel
 from autoscaler.bootstrap.agent_start import AgentSettings
 from autoscaler.providers.base import Capabilities, ProviderState
 from autoscaler.providers.sge import SgeProvider, SgeType, delete_jobs, job_name, list_tagged
-from tests.integration.sge import GridEngine, sge  # noqa: F401  (the fixture)
+from tests.integration.sge import GridEngine
 from tests.integration.test_agent import FakeController, Request
 
 pytestmark = pytest.mark.integration
@@ -101,7 +101,7 @@ def our_jobs(run_id: str) -> dict[str, str]:
 
 
 def test_machines_are_jobs_whose_agents_poll_with_the_token(
-    sge: GridEngine,  # noqa: F811
+    sge: GridEngine,
     controller: FakeController,
     run_dir: Path,
     run_ids: list[str],
@@ -174,7 +174,7 @@ def test_machines_are_jobs_whose_agents_poll_with_the_token(
 
 
 def test_a_job_in_error_is_deleted_and_reported_terminated(
-    sge: GridEngine,  # noqa: F811
+    sge: GridEngine,
     run_dir: Path,
     run_ids: list[str],
 ) -> None:
@@ -194,7 +194,7 @@ def test_a_job_in_error_is_deleted_and_reported_terminated(
 
 
 def test_list_tagged_finds_every_runs_jobs_and_no_one_elses(
-    sge: GridEngine,  # noqa: F811
+    sge: GridEngine,
     controller: FakeController,
     run_dir: Path,
     run_ids: list[str],

@@ -28,7 +28,7 @@ from autoscaler.bootstrap.agent_start import AGENT, BootstrapError
 from autoscaler.bootstrap.hostkeys import HostKeyMismatch, fingerprint
 from autoscaler.bootstrap.ssh import SshBootstrap, SshSettings
 from tests.integration.services import free_port
-from tests.integration.sshd import SshServer, keygen, sshd_fixture  # noqa: F401
+from tests.integration.sshd import SshServer, keygen
 from tests.integration.test_agent import FakeController, Reply, alive, gone_within
 
 pytestmark = pytest.mark.integration
