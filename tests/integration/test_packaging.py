@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -20,10 +21,18 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The project's wheel, built as pip builds it (an isolated build environment)."""
+    """The project's wheel, built as pip builds it (an isolated build environment), from a
+    copy of the tree: setuptools writes ``build/`` next to the sources."""
+    source = tmp_path_factory.mktemp("source") / "autoscaler"
+    shutil.copytree(
+        ROOT,
+        source,
+        symlinks=True,
+        ignore=shutil.ignore_patterns(".git", ".venv", "build", "runs", "*.egg-info", "*cache*"),
+    )
     out = tmp_path_factory.mktemp("wheel")
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out), str(source)],
         check=True,
         capture_output=True,
         timeout=600,
