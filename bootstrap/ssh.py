@@ -29,7 +29,6 @@ only handed to paramiko by path; it is never read, logged or copied here.
 
 from __future__ import annotations
 
-import contextlib
 import re
 import shlex
 import socket
@@ -217,9 +216,15 @@ class SshBootstrap:
         if session is None:
             return
         session.pipes.close()
-        with contextlib.suppress(Exception):
-            session.conn.close()
+        self._close_conn(session.conn, machine)
         self._log("ssh closed", machine=machine)
+
+    def _close_conn(self, conn: Any, machine: str) -> None:
+        """Close an SSH connection; a failure to close is logged, the machine goes anyway."""
+        try:
+            conn.close()
+        except Exception as exc:
+            self._log("ssh close failed", machine=machine, error=f"{type(exc).__name__}: {exc}")
 
     def _target(self, address: str) -> tuple[str, int]:
         """Where to connect for a machine at ``address`` (``connect`` overrides it)."""
@@ -308,8 +313,7 @@ class SshBootstrap:
             self._start_agent(conn, machine, directory, port)
         except BaseException:
             pipes.close()
-            with contextlib.suppress(Exception):
-                conn.close()
+            self._close_conn(conn, machine)
             raise
         return _Session(conn, port, pipes, directory)
 
