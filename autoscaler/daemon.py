@@ -452,7 +452,6 @@ class Daemon:
     def _reconcile(self) -> list[Event]:
         """Match the journal's machines with the provider's after a restart."""
         state = self.state
-        state.now = self.now()
         events: list[Event] = []
         adopted: set[str] = set()
         for token, (tname, count) in list(state.pending_launches.items()):
@@ -979,10 +978,10 @@ class Daemon:
                 MachineLost(m.id, "daemon error") for m in self.state.alive_machines()
             ]
             with contextlib.suppress(Exception):
-                self.state.now = self.now()
+                now = self.now()
                 for event in events:
-                    self.state.apply_event(event)
-                self.state.apply_action(Stop(f"daemon error: {error!r}"))
+                    self.state.apply(now, event)
+                self.state.apply(now, Stop(f"daemon error: {error!r}"))
         self.log.info(
             "daemon end",
             done=self.state.done,
