@@ -465,15 +465,14 @@ class Controller:
         A launch that must wait (an outage of its type, an account hold) is deferred: the
         state learns which types wait (``Defer``) and a tick tries again.
         """
+        waiting = () if s.state.stopped else self._launch_or_mark(s)
+        if waiting != s.state.deferred:
+            s.do(Defer(waiting))
+
+    def _launch_or_mark(self, s: _Step) -> tuple[str, ...]:
+        """The launches and marks towards the target; returns the types whose launch waits."""
         state = s.state
         waiting: list[str] = []
-        if not state.stopped:
-            self._launch_or_mark(s, waiting)
-        if tuple(waiting) != state.deferred:
-            s.do(Defer(tuple(waiting)))
-
-    def _launch_or_mark(self, s: _Step, waiting: list[str]) -> None:
-        state = s.state
         for name, want in state.target.items():
             t = state.types[name]
             alive = [m for m in state.alive_machines() if m.type.name == name]
@@ -498,6 +497,7 @@ class Controller:
             elif want < have:
                 for m in sorted(keep, key=lambda m: m.paid_until)[: have - want]:
                     s.do(Mark(m.id, release=True))
+        return tuple(waiting)
 
     # --- giving out work -----------------------------------------------------------------
 

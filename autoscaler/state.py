@@ -18,6 +18,7 @@ from autoscaler.billing import BillingModel
 from autoscaler.errors import AutoscalerError
 from autoscaler.estimate import RuntimeStats
 from autoscaler.model import (
+    ACTION_TYPES,
     EVENT_TYPES,
     Action,
     Assign,
@@ -210,8 +211,10 @@ class RunState:
         self.now = t
         if isinstance(item, EVENT_TYPES):
             self._event(item)
+        elif isinstance(item, ACTION_TYPES):
+            self._action(item)
         else:
-            self._action(item)  # type: ignore[arg-type]
+            raise StateError(f"neither an event nor an action: {item!r}")
 
     # --- events -----------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from autoscaler.journal import Record, replay, step_records
 from autoscaler.model import (
     Action,
     BoundaryNear,
+    Defer,
     Event,
     Extend,
     Launch,
@@ -274,10 +275,14 @@ def test_a_type_without_capacity_is_avoided_until_its_outage_ends() -> None:
     actions = controller.step(state, [failed], 1.0)
     assert not state.available("b", 1.0)
     assert "b" not in launched(actions)
+    assert Defer(("b",)) in actions  # journaled: a replay knows a tick must try again
     assert state.committed == pytest.approx(launches["a"].count * 1.0)  # b's money freed
     assert "b" not in launched(controller.step(state, [Tick()], 300.0))
     # After the outage a tick tries the type again.
-    assert "b" in launched(controller.step(state, [Tick()], 700.0))
+    actions = controller.step(state, [Tick()], 700.0)
+    assert "b" in launched(actions)
+    assert Defer(()) in actions
+    assert not state.deferred
     assert state.launch_problems[0][1:3] == ("b", "capacity")
 
 
