@@ -1,8 +1,11 @@
 """The decision core: ``Controller.step(state, events, now) -> actions``.
 
-No clock, no I/O: the emulator and the daemon feed it events and apply the actions it
-returns. Every action is applied to the state as it is decided, so the state a driver
-journals is the state the next step sees.
+No clock, no I/O: the emulator and the daemon feed it events and carry out the actions
+it returns. The controller never writes the state itself: a step applies its events
+(``RunState.apply`` at the step's ``now``), then decides, applying each action as it is
+decided. That is the order a driver journals them in (events, then actions), so a
+replayed journal is the state the run had, and the state the next step sees. It reasons
+at the step's ``now``, which is also the state's time once anything was applied.
 
 Two policies share the machinery:
 
@@ -34,6 +37,7 @@ from autoscaler.model import (
     BoundaryNear,
     Cancel,
     Configure,
+    Defer,
     Event,
     Extend,
     Launch,
@@ -72,14 +76,19 @@ class ControllerSettings:
 
 
 class _Step:
-    """One call of ``Controller.step``: collects actions and applies them to the state."""
+    """One call of ``Controller.step`` at ``now``: applies its records to the state and
+    collects the actions."""
 
-    def __init__(self, state: RunState):
+    def __init__(self, state: RunState, now: float):
         self.state = state
+        self.now = now
         self.actions: list[Action] = []
 
+    def feed(self, event: Event) -> None:
+        self.state.apply(self.now, event)
+
     def do(self, action: Action) -> None:
-        self.state.apply_action(action)
+        self.state.apply(self.now, action)
         self.actions.append(action)
 
 
@@ -92,15 +101,18 @@ class Controller:
     # --- the one entry point ----------------------------------------------------------
 
     def step(self, state: RunState, events: Iterable[Event], now: float) -> list[Action]:
-        state.now = now
-        s = _Step(state)
+        s = _Step(state, now)
         touched: set[str] = set()
         boundaries: list[str] = []
         tick = False
         lost = False
         unavailable: list[str] = []
+        first: list[Action] = []  # decided while reading the events, applied after them
         for event in events:
-            state.apply_event(event)
+            others: list[str] = []
+            if isinstance(event, TaskDone):
+                others = [m for m in state.running_on.get(event.task, {}) if m != event.machine]
+            s.feed(event)
             match event:
                 case Tick():
                     tick = True
@@ -108,19 +120,21 @@ class Controller:
                     boundaries.append(mid)
                 case TaskDone(task=tid, machine=mid):
                     touched.add(mid)
-                    self._cancel_other_runs(s, tid)
+                    first.extend(Cancel(tid, m, "another run finished first") for m in others)
                 case LaunchFailed(kind="capacity", type=tname):
                     lost = True
                     unavailable.append(tname)
                 case MachineLost() | LaunchFailed():
                     lost = True
                 case Shutdown(reason=reason):
-                    if not state.stopped:
-                        s.do(Stop(reason))
+                    if not state.stopped and not any(isinstance(a, Stop) for a in first):
+                        first.append(Stop(reason))
                 case _:
                     machine = getattr(event, "machine", None)
                     if isinstance(machine, str):
                         touched.add(machine)
+        for action in first:
+            s.do(action)
 
         if state.shutdown:
             for m in list(state.alive_machines()):
@@ -133,13 +147,13 @@ class Controller:
         if self.settings.policy == "bats" and not state.stopped:
             replanned = self._monitor(s, tick)
             if unavailable and not replanned and self._planned(state):
-                est, n_e = self._outlook(state)
+                est, n_e = self._outlook(s)
                 why = f"{', '.join(sorted(set(unavailable)))} unavailable: plan without it"
                 replanned = self._replan(s, est, n_e, why, force=True)
             if replanned or lost or (tick and state.deferred):
-                self._reconcile(s)
+                self._meet_target(s)
         elif tick and state.deferred and not state.stopped:
-            self._reconcile(s)
+            self._meet_target(s)
         requeued = bool(state.pending) and any(isinstance(a, Release) for a in s.actions)
         if tick or lost or requeued or any(isinstance(a, Configure | Launch) for a in s.actions):
             touched = {m.id for m in state.alive_machines()}
@@ -156,14 +170,14 @@ class Controller:
         if self.settings.policy == "round_robin":
             counts = {name: t.max_count for name, t in state.types.items()}
             s.do(Configure(counts, None, None, "round robin: every machine"))
-            self._reconcile(s)
+            self._meet_target(s)
             return
         n = sample_size(state.n_tasks, self.settings.z, self.settings.delta)
         iw = initial_workers(state.n_tasks, n)
         counts = {name: min(iw, t.max_count) for name, t in state.types.items()}
         counts = self._affordable_sampling(state, counts)
         s.do(Configure(counts, None, None, f"sampling: n={n}, iw={iw}"))
-        self._reconcile(s)
+        self._meet_target(s)
 
     @staticmethod
     def _affordable_sampling(state: RunState, counts: dict[str, int]) -> dict[str, int]:
@@ -193,7 +207,7 @@ class Controller:
     def _boundary(self, s: _Step, m: Machine) -> None:
         state = s.state
         margin = state.billing.boundary_margin_s()
-        if not m.alive or m.paid_until - state.now > margin + _EPS:
+        if not m.alive or m.paid_until - s.now > margin + _EPS:
             return  # gone already, or extended since this event was scheduled
         has_work = bool(m.running or m.queue)
         only_replicas = has_work and all(
@@ -224,12 +238,12 @@ class Controller:
             and any(m.type.name == name for m in state.machines.values())
         ]
 
-    def _estimates(self, state: RunState) -> dict[str, TypeEstimate]:
+    def _estimates(self, state: RunState, now: float) -> dict[str, TypeEstimate]:
         """T_i per type with samples: done tasks plus running tasks' tail estimates."""
         elapsed: dict[str, list[float]] = {}
         for m in state.alive_machines():
             for start in m.running.values():
-                elapsed.setdefault(m.type.name, []).append(state.now - start)
+                elapsed.setdefault(m.type.name, []).append(now - start)
         billing = state.billing
         usable = billing.first_step_s - billing.boundary_margin_s()
         out: dict[str, TypeEstimate] = {}
@@ -250,7 +264,7 @@ class Controller:
             )
         return out
 
-    def _paid_completions(self, state: RunState, est: dict[str, TypeEstimate]) -> float:
+    def _paid_completions(self, state: RunState, now: float, est: dict[str, TypeEstimate]) -> float:
         """Σ ft_m: tasks live machines are expected to finish in time already paid for."""
         margin = state.billing.boundary_margin_s()
         total = 0.0
@@ -258,12 +272,12 @@ class Controller:
             e = est.get(m.type.name)
             if e is None:
                 continue
-            left = m.paid_until - margin - state.now
+            left = m.paid_until - margin - now
             if m.state is MachineState.BOOTING:
-                left -= max(0.0, m.launched_at + m.type.boot_s - state.now)
+                left -= max(0.0, m.launched_at + m.type.boot_s - now)
             stats = state.stats[m.type.name]
             for start in m.running.values():
-                rest = max(0.0, stats.tail_estimate(state.now - start) - (state.now - start))
+                rest = max(0.0, stats.tail_estimate(now - start) - (now - start))
                 if rest > left:
                     left = -1.0
                     break
@@ -280,22 +294,22 @@ class Controller:
             sampling = [
                 n
                 for n, c in state.configurations[-1][1].counts.items()
-                if c > 0 and (state.available(n) or state.count_alive(n) > 0)
+                if c > 0 and (state.available(n, s.now) or state.count_alive(n) > 0)
             ]
             if sampling and all(state.stats[n].sampled for n in sampling):
-                est, n_e = self._outlook(state)
+                est, n_e = self._outlook(s)
                 return self._replan(s, est, n_e, "plan after sampling", force=True)
             if tick and sampling and all(state.stats[n].done >= _EARLY_CHECK for n in sampling):
                 # Before the samples are complete, stop only if even the optimistic
                 # reading of what is known says the budget cannot finish the bag.
-                est, n_e = self._outlook(state)
+                est, n_e = self._outlook(s)
                 shortfall = self._known_insufficient(state, est, n_e, self._money_left(state))
                 if shortfall is not None:
                     s.do(Stop(shortfall))
             return False
         if not tick or state.finished:
             return False
-        est, n_e = self._outlook(state)
+        est, n_e = self._outlook(s)
         if not est:
             return False
         n_p = self._potential(state, est)
@@ -303,10 +317,11 @@ class Controller:
             return self._replan(s, est, n_e, f"N_p={n_p:.0f} < N_e={n_e:.0f}", force=True)
         return self._replan(s, est, n_e, "faster mix affordable", force=False)
 
-    def _outlook(self, state: RunState) -> tuple[dict[str, TypeEstimate], float]:
+    def _outlook(self, s: _Step) -> tuple[dict[str, TypeEstimate], float]:
         """T_i per type and N_e, the tasks left once the time already paid is used."""
-        est = self._estimates(state)
-        return est, max(0.0, state.tasks_left - self._paid_completions(state, est))
+        state = s.state
+        est = self._estimates(state, s.now)
+        return est, max(0.0, state.tasks_left - self._paid_completions(state, s.now, est))
 
     @staticmethod
     def _money_left(state: RunState) -> float:
@@ -359,7 +374,7 @@ class Controller:
             problem = BudgetProblem(
                 tasks=n_e,
                 budget=budget,
-                types=self._launchable(state, est),
+                types=self._launchable(state, s.now, est),
                 billing=state.billing,
                 cushion_z=self.settings.cushion_z,
                 final_loss=self.settings.final_loss,
@@ -389,17 +404,19 @@ class Controller:
         counts = {name: plan.counts.get(name, 0) for name in state.types}
         if counts == state.target and not first:
             return False
-        makespan = state.now + plan.makespan_s(state.tasks_left)
+        makespan = s.now + plan.makespan_s(state.tasks_left)
         s.do(Configure(counts, state.committed + plan.cost, makespan, reason))
         return True
 
     @staticmethod
-    def _launchable(state: RunState, est: dict[str, TypeEstimate]) -> list[TypeEstimate]:
+    def _launchable(
+        state: RunState, now: float, est: dict[str, TypeEstimate]
+    ) -> list[TypeEstimate]:
         """The types a plan may use: one the provider lacks capacity for keeps only the
         machines it has (none: left out), so the plan does not wait for it."""
         out = []
         for name, e in est.items():
-            if state.available(name):
+            if state.available(name, now):
                 out.append(e)
             elif e.live > 0:
                 out.append(replace(e, max_count=e.live))
@@ -442,12 +459,20 @@ class Controller:
 
     # --- carrying out the configuration --------------------------------------------------
 
-    def _reconcile(self, s: _Step) -> None:
-        """Launch, keep and mark machines so each type moves towards ``state.target``."""
+    def _meet_target(self, s: _Step) -> None:
+        """Launch, keep and mark machines so each type moves towards ``state.target``.
+
+        A launch that must wait (an outage of its type, an account hold) is deferred: the
+        state learns which types wait (``Defer``) and a tick tries again.
+        """
+        waiting = () if s.state.stopped else self._launch_or_mark(s)
+        if waiting != s.state.deferred:
+            s.do(Defer(waiting))
+
+    def _launch_or_mark(self, s: _Step) -> tuple[str, ...]:
+        """The launches and marks towards the target; returns the types whose launch waits."""
         state = s.state
-        state.deferred = False
-        if state.stopped:
-            return
+        waiting: list[str] = []
         for name, want in state.target.items():
             t = state.types[name]
             alive = [m for m in state.alive_machines() if m.type.name == name]
@@ -465,23 +490,25 @@ class Controller:
                 if state.budget is not None:
                     unit = state.billing.cost(t.price, state.billing.first_step_s)
                     count = min(count, math.floor((state.budget - state.committed) / unit + _EPS))
-                if count > 0 and (state.held() or not state.available(name)):
-                    state.deferred = True  # a tick after the hold or the outage tries again
+                if count > 0 and (state.held(s.now) or not state.available(name, s.now)):
+                    waiting.append(name)
                 elif count > 0:
                     s.do(Launch(name, count, f"L{state.launch_seq}"))
             elif want < have:
                 for m in sorted(keep, key=lambda m: m.paid_until)[: have - want]:
                     s.do(Mark(m.id, release=True))
+        return tuple(waiting)
 
     # --- giving out work -----------------------------------------------------------------
 
-    def _fits(self, state: RunState, m: Machine) -> bool:
+    def _fits(self, s: _Step, m: Machine) -> bool:
         """Whether a new task is likely (mean + one σ) to finish within ``m``'s paid time."""
+        state = s.state
         stats = state.stats[m.type.name]
         if stats.done == 0:
             return True
         margin = state.billing.boundary_margin_s()
-        return stats.mean() + stats.stddev() <= m.paid_until - margin - state.now
+        return stats.mean() + stats.stddev() <= m.paid_until - margin - s.now
 
     def _dispatch(self, s: _Step, machines: Iterable[str]) -> None:
         state = s.state
@@ -491,15 +518,15 @@ class Controller:
                 continue
             draining = state.stopped or m.marked or not self._can_extend(state, m)
             if state.pending:
-                if not draining or self._fits(state, m):
+                if not draining or self._fits(s, m):
                     s.do(Assign(state.pending[0], m.id))
                 else:
                     s.do(Release(m.id, "idle: no task fits its paid time"))
-            elif not self._replicate(s, m) and not self._standby(state, m):
+            elif not self._replicate(s, m) and not self._standby(s, m):
                 s.do(Release(m.id, "idle: bag empty"))
 
     @staticmethod
-    def _standby(state: RunState, m: Machine) -> bool:
+    def _standby(s: _Step, m: Machine) -> bool:
         """Keep an idle machine to the end of its paid unit while tasks run elsewhere.
 
         Only under fixed billing and once the machine is inside the unit it paid for: an
@@ -507,12 +534,13 @@ class Controller:
         fails, is cut off at another machine's boundary, or runs slow. (A machine just
         extended, whose new unit has not begun, is released: that saves the unit.)
         """
+        state = s.state
         billing = state.billing
         return (
             billing.mode == "fixed"
             and bool(state.running_on)
             and not state.stopped
-            and state.now >= m.paid_until - billing.step_s
+            and s.now >= m.paid_until - billing.step_s
         )
 
     def _replicate(self, s: _Step, m: Machine) -> bool:
@@ -524,11 +552,11 @@ class Controller:
         if mine.done == 0:
             return False
         margin = state.billing.boundary_margin_s()
-        my_finish = state.now + mine.mean()
+        my_finish = s.now + mine.mean()
         # Only within time already paid: not into a unit committed but not yet begun.
         paid_end = m.paid_until
         if state.billing.mode == "fixed":
-            paid_end = min(paid_end, state.billing.next_boundary(m.launched_at, state.now))
+            paid_end = min(paid_end, state.billing.next_boundary(m.launched_at, s.now))
         if my_finish > paid_end - margin:
             return False
         best: tuple[float, int] | None = None
@@ -538,7 +566,7 @@ class Controller:
             ((other, start),) = runs.items()
             host = state.machines[other]
             stats = state.stats[host.type.name]
-            finish = start + stats.tail_estimate(state.now - start)
+            finish = start + stats.tail_estimate(s.now - start)
             if finish > host.paid_until - margin and not self._can_extend(state, host):
                 finish = math.inf  # its machine goes before it is done: it will be cut off
             if best is None or finish > best[0]:
@@ -547,10 +575,6 @@ class Controller:
             return False
         s.do(Replicate(best[1], m.id))
         return True
-
-    def _cancel_other_runs(self, s: _Step, tid: int) -> None:
-        for other in list(s.state.running_on.get(tid, {})):
-            s.do(Cancel(tid, other, "another run finished first"))
 
     # --- the end --------------------------------------------------------------------------
 
@@ -565,7 +589,7 @@ class Controller:
         if state.stopped or state.pending_launches or state.any_alive():
             return
         # Nothing runs and tasks are left: start again if the budget allows, else stop.
-        self._reconcile(s)
+        self._meet_target(s)
         if not state.pending_launches and not state.deferred:
             left = self._money_left(state)
             s.do(

@@ -283,7 +283,6 @@ class Daemon:
         still running, relaunch (idempotently) the launches without a result, lose the
         machines that ended meanwhile, and terminate strays."""
         state = self.state
-        state.now = self.now()
         events: list[Event] = []
         adopted: set[str] = set()
         for token, (tname, count) in list(state.pending_launches.items()):
@@ -517,10 +516,10 @@ class Daemon:
                 MachineLost(m.id, "daemon error") for m in self.state.alive_machines()
             ]
             try:
-                self.state.now = self.now()
+                now = self.now()
                 for event in events:
-                    self.state.apply_event(event)
-                self.state.apply_action(Stop(f"daemon error: {error!r}"))
+                    self.state.apply(now, event)
+                self.state.apply(now, Stop(f"daemon error: {error!r}"))
             except Exception as exc:  # the report still comes, with the state as it was
                 self.log.error("the state could not record the daemon error", error=repr(exc))
         self.log.info(

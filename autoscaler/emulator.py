@@ -54,10 +54,11 @@ class _Run:
 
 @dataclass
 class _Box:
-    """The simulated side of one machine: what it runs and what waits."""
+    """The simulated side of one machine: what it runs and what waits (until it is ready)."""
 
     current: _Run | None = None
     queue: deque[int] = field(default_factory=deque)
+    ready: bool = False
     gone: bool = False
 
 
@@ -142,7 +143,14 @@ class Emulator:
                     self._attempts[run.task] = self._attempts.get(run.task, 0) + 1
                     return TaskFailed(run.task, run.machine, runtime, "emulated task failure")
                 return TaskDone(run.task, run.machine, runtime)
-            case MachineReady(machine=mid) | BoundaryNear(machine=mid):
+            case MachineReady(machine=mid):
+                box = self._boxes[mid]
+                if box.gone:
+                    return None
+                box.ready = True
+                self._start_next(mid)
+                return item
+            case BoundaryNear(machine=mid):
                 return None if self._boxes[mid].gone else item
             case MachineLost(machine=mid):
                 if self._boxes[mid].gone:
@@ -205,7 +213,7 @@ class Emulator:
 
     def _start_next(self, mid: str) -> None:
         box = self._boxes[mid]
-        if box.gone or box.current is not None or not box.queue:
+        if box.gone or not box.ready or box.current is not None or not box.queue:
             return
         tid = box.queue.popleft()
         runtime = self.sim.run_time(tid, mid)

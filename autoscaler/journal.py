@@ -1,13 +1,15 @@
-"""The journal of a real run: every event and action, in SQLite (WAL), before it acts.
+"""The journal of a run: every event and action, in order, with its run time.
 
-A record is what ``runs.record`` makes of an event or action: when (run time), whether
-it is an event or an action, its type and its fields. The daemon writes the events it
-fed into one ``Controller.step`` and the actions that came out in one transaction,
-before any action reaches a provider or an agent; replaying the records into a fresh
-``RunState`` rebuilds the state the run had (``replay``).
+A record (``Record``) is one event or action with the run time it was applied at; the
+state is the fold of ``RunState.apply`` over the records (``replay``). Every driver
+writes through the one ``Journal`` protocol: the daemon in SQLite (``SqliteJournal``),
+the dry run as JSON lines (``JsonlJournal``). The events fed into one ``Controller.step``
+and the actions that came out are written as one step, events first: the order the
+controller applies them in.
 
-WAL with ``synchronous=NORMAL``: a committed step survives the daemon being killed
-(the operating system holds the pages); only a power failure can lose the last steps.
+SQLite runs in WAL with ``synchronous=NORMAL``: a committed step survives the daemon
+being killed (the operating system holds the pages); only a power failure can lose the
+last steps. The daemon writes a step before any action reaches a provider or an agent.
 """
 
 from __future__ import annotations
@@ -15,55 +17,23 @@ from __future__ import annotations
 import dataclasses
 import json
 import sqlite3
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, Literal, Protocol
 
 from autoscaler.errors import AutoscalerError
-from autoscaler.model import (
-    Action,
-    Assign,
-    BoundaryNear,
-    Cancel,
-    Configure,
-    Event,
-    Extend,
-    Launch,
-    LaunchFailed,
-    MachineLaunched,
-    MachineLost,
-    MachineReady,
-    Mark,
-    Move,
-    Release,
-    Replicate,
-    Shutdown,
-    Stop,
-    TaskDone,
-    TaskFailed,
-    Tick,
-)
+from autoscaler.model import ACTION_TYPES, EVENT_TYPES, Action, Event
 from autoscaler.state import RunState
 
 JOURNAL_DB = "journal.sqlite"
+JOURNAL_JSONL = "journal.jsonl"
 
-_EVENTS: dict[str, type[Any]] = {
-    c.__name__: c
-    for c in (
-        MachineLaunched,
-        LaunchFailed,
-        MachineReady,
-        MachineLost,
-        TaskDone,
-        TaskFailed,
-        Tick,
-        BoundaryNear,
-        Shutdown,
-    )
-}
-_ACTIONS: dict[str, type[Any]] = {
-    c.__name__: c
-    for c in (Launch, Extend, Mark, Release, Assign, Replicate, Cancel, Move, Configure, Stop)
+Kind = Literal["event", "action"]
+
+_TYPES: dict[str, dict[str, type[Any]]] = {
+    "event": {c.__name__: c for c in EVENT_TYPES},
+    "action": {c.__name__: c for c in ACTION_TYPES},
 }
 
 _SCHEMA = """
@@ -80,6 +50,40 @@ CREATE TABLE IF NOT EXISTS journal (
 
 class JournalError(AutoscalerError):
     code = "JournalError"
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One journaled event or action: its place in the journal and its run time."""
+
+    seq: int
+    t: float
+    kind: Kind
+    item: Event | Action
+
+
+class Journal(Protocol):
+    """Where a driver writes its steps, and where a resume or a check reads them back."""
+
+    def step(self, now: float, events: Sequence[Event], actions: Sequence[Action]) -> None:
+        """One controller step: the events it was fed and the actions it returned."""
+        ...
+
+    def records(self) -> Iterator[Record]:
+        """Every record so far, in the order it was written."""
+        ...
+
+    def set_meta(self, **values: str | float | int) -> None:
+        """Facts about the run (its id, seed, address); a later value replaces one."""
+        ...
+
+    def meta(self) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...
+
+
+def kind_of(item: Event | Action) -> Kind:
+    return "event" if isinstance(item, EVENT_TYPES) else "action"
 
 
 def fields(item: Event | Action) -> dict[str, Any]:
@@ -101,30 +105,32 @@ def encode(item: Event | Action) -> str:
 
 
 def decode(kind: str, type_name: str, data: str | dict[str, Any]) -> Event | Action:
-    """The event or action a record holds."""
-    table = _EVENTS if kind == "event" else _ACTIONS
-    cls = table.get(type_name)
+    """The event or action a record holds (JSON lists come back as the tuples they were)."""
+    cls = _TYPES.get(kind, {}).get(type_name)
     if cls is None:
         raise JournalError(f"journal holds an unknown {kind} type {type_name!r}")
-    fields = json.loads(data) if isinstance(data, str) else data
-    if cls is Move:
-        fields = {**fields, "tasks": tuple(fields["tasks"])}
+    values = json.loads(data) if isinstance(data, str) else data
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
     try:
-        item: Event | Action = cls(**fields)
+        item: Event | Action = cls(**values)
     except TypeError as exc:
-        raise JournalError(f"journal record {type_name} {fields!r} does not fit: {exc}") from None
+        raise JournalError(f"journal record {type_name} {values!r} does not fit: {exc}") from None
     return item
 
 
-def replay(state: RunState, records: Iterator[tuple[float, str, Event | Action]]) -> int:
+def step_records(
+    seq: int, now: float, events: Sequence[Event], actions: Sequence[Action]
+) -> list[Record]:
+    """One step's records, numbered from ``seq``: events first, then actions."""
+    items: list[Event | Action] = [*events, *actions]
+    return [Record(seq + i, now, kind_of(item), item) for i, item in enumerate(items)]
+
+
+def replay(state: RunState, records: Iterable[Record]) -> int:
     """Apply journaled records to a fresh state, in order; returns how many there were."""
     n = 0
-    for t, kind, item in records:
-        state.now = t
-        if kind == "event":
-            state.apply_event(item)  # type: ignore[arg-type]
-        else:
-            state.apply_action(item)  # type: ignore[arg-type]
+    for record in records:
+        state.apply(record.t, record.item)
         n += 1
     return n
 
@@ -159,8 +165,10 @@ class SqliteJournal:
 
     def step(self, now: float, events: Sequence[Event], actions: Sequence[Action]) -> None:
         """Write one step's events and actions in one transaction."""
-        rows = [(now, "event", type(e).__name__, encode(e)) for e in events]
-        rows += [(now, "action", type(a).__name__, encode(a)) for a in actions]
+        rows = [
+            (r.t, r.kind, type(r.item).__name__, encode(r.item))
+            for r in step_records(0, now, events, actions)
+        ]
         if not rows:
             return
         self._db.execute("BEGIN")
@@ -173,7 +181,74 @@ class SqliteJournal:
             raise
         self._db.execute("COMMIT")
 
-    def records(self) -> Iterator[tuple[float, str, Event | Action]]:
-        cursor = self._db.execute("SELECT t, kind, type, data FROM journal ORDER BY seq")
-        for t, kind, type_name, data in cursor:
-            yield t, kind, decode(kind, type_name, data)
+    def records(self) -> Iterator[Record]:
+        cursor = self._db.execute("SELECT seq, t, kind, type, data FROM journal ORDER BY seq")
+        for seq, t, kind, type_name, data in cursor:
+            yield Record(seq, t, kind, decode(kind, type_name, data))
+
+
+class JsonlJournal:
+    """The dry run's journal: one JSON line per record, appended to ``path``.
+
+    A line holds the record's ``seq``, run time ``t``, ``kind``, ``type`` and ``data`` (its
+    fields); times are written in full, so a replay of the file rebuilds the run's state
+    exactly. Run facts, if any are set, go to a JSON file beside it (``<name>.meta.json``).
+    """
+
+    def __init__(self, path: Path, *, fresh: bool = False):
+        """Continue the journal at ``path``, or start it over (``fresh``)."""
+        self.path = path
+        self.meta_path = path.with_suffix(".meta.json")
+        if fresh:
+            path.unlink(missing_ok=True)
+            self.meta_path.unlink(missing_ok=True)
+        self._seq = 1 + sum(1 for _ in self._lines())  # numbered from 1, as in SQLite
+        self._stream: IO[str] = path.open("a", encoding="utf-8")
+
+    def close(self) -> None:
+        self._stream.close()
+
+    def _lines(self) -> Iterator[dict[str, Any]]:
+        if not self.path.exists():
+            return
+        with self.path.open(encoding="utf-8") as stream:
+            for n, line in enumerate(stream, 1):
+                try:
+                    yield json.loads(line)
+                except ValueError:
+                    raise JournalError(f"{self.path}:{n}: not a JSON line") from None
+
+    def _write(self, lines: Iterable[dict[str, Any]]) -> None:
+        self._stream.writelines(json.dumps(line) + "\n" for line in lines)
+        self._stream.flush()
+
+    def set_meta(self, **values: str | float | int) -> None:
+        self.meta_path.write_text(json.dumps({**self.meta(), **values}), encoding="utf-8")
+
+    def meta(self) -> dict[str, Any]:
+        if not self.meta_path.exists():
+            return {}
+        try:
+            out: dict[str, Any] = json.loads(self.meta_path.read_text(encoding="utf-8"))
+        except ValueError:
+            raise JournalError(f"{self.meta_path}: not JSON") from None
+        return out
+
+    def step(self, now: float, events: Sequence[Event], actions: Sequence[Action]) -> None:
+        records = step_records(self._seq, now, events, actions)
+        self._seq += len(records)
+        self._write(
+            {
+                "seq": r.seq,
+                "t": r.t,
+                "kind": r.kind,
+                "type": type(r.item).__name__,
+                "data": fields(r.item),
+            }
+            for r in records
+        )
+
+    def records(self) -> Iterator[Record]:
+        for line in self._lines():
+            kind = line["kind"]
+            yield Record(line["seq"], line["t"], kind, decode(kind, line["type"], line["data"]))

@@ -216,6 +216,17 @@ class Move:
 
 
 @dataclass(frozen=True, slots=True)
+class Defer:
+    """Launches the target wants wait for ``types`` (an outage or an account hold).
+
+    The monitoring tick after the wait tries them again; an empty ``types`` says nothing
+    waits any more. Only the state reads it: no driver acts on it.
+    """
+
+    types: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Configure:
     """A new machine configuration was chosen (counts per type), with its prediction."""
 
@@ -232,4 +243,31 @@ class Stop:
     reason: str | None
 
 
-Action = Launch | Extend | Mark | Release | Assign | Replicate | Cancel | Move | Configure | Stop
+Action = (
+    Launch | Extend | Mark | Release | Assign | Replicate | Cancel | Move | Defer | Configure | Stop
+)
+
+EVENT_TYPES: tuple[type[Event], ...] = (
+    MachineLaunched,
+    LaunchFailed,
+    MachineReady,
+    MachineLost,
+    TaskDone,
+    TaskFailed,
+    Tick,
+    BoundaryNear,
+    Shutdown,
+)
+ACTION_TYPES: tuple[type[Action], ...] = (
+    Launch,
+    Extend,
+    Mark,
+    Release,
+    Assign,
+    Replicate,
+    Cancel,
+    Move,
+    Defer,
+    Configure,
+    Stop,
+)

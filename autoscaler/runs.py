@@ -8,7 +8,6 @@ event and action, in order, with its virtual time), ``log.jsonl`` (structured lo
 from __future__ import annotations
 
 import dataclasses
-import json
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -25,7 +24,7 @@ from autoscaler.config.schema import RunConfig
 from autoscaler.controller import Controller, ControllerSettings
 from autoscaler.emulator import Emulator, StepHook
 from autoscaler.estimate import sample_size
-from autoscaler.journal import fields
+from autoscaler.journal import JOURNAL_JSONL, Journal, JsonlJournal
 from autoscaler.model import Action, Configure, Event, Launch, Release, Stop, TaskSpec, TypeSpec
 from autoscaler.providers.base import Capabilities
 from autoscaler.providers.sim import SimProvider
@@ -105,28 +104,6 @@ def make_emulator(
     return emulator
 
 
-# --- the journal ----------------------------------------------------------------------
-
-
-def record(kind: str, now: float, item: Event | Action) -> dict[str, Any]:
-    """One journal line: when, event or action, its type and its fields."""
-    return {"t": round(now, 3), "kind": kind, "type": type(item).__name__, "data": fields(item)}
-
-
-class Journal:
-    """Appends events and actions as JSON lines, in the order they happened."""
-
-    def __init__(self, stream: IO[str]):
-        self._stream = stream
-
-    def step(self, now: float, events: Sequence[Event], actions: Sequence[Action]) -> None:
-        write = self._stream.write
-        for event in events:
-            write(json.dumps(record("event", now, event)) + "\n")
-        for action in actions:
-            write(json.dumps(record("action", now, action)) + "\n")
-
-
 # --- a dry run ------------------------------------------------------------------------
 
 
@@ -194,16 +171,14 @@ def dry_run(
     """Run the bag against the emulator; write the run directory if ``out_dir`` is given."""
     run_id = run_id or new_run_id(cfg)
     seed = cfg.emulator.seed if seed is None else seed
-    journal_file: IO[str] | None = None
     log_file: IO[str] | None = None
     journal: Journal | None = None
     log: Any = structlog.wrap_logger(structlog.ReturnLogger())
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         write_config(cfg, out_dir)
-        journal_file = (out_dir / "journal.jsonl").open("w", encoding="utf-8")
+        journal = JsonlJournal(out_dir / JOURNAL_JSONL, fresh=True)
         log_file = (out_dir / "log.jsonl").open("w", encoding="utf-8")
-        journal = Journal(journal_file)
         log = json_logger(log_file)
     log = log.bind(run_id=run_id)
     log.info("run start", tasks=len(tasks), seed=seed, policy=cfg.policy, provider="sim")
@@ -229,8 +204,8 @@ def dry_run(
             stop_reason=report.stop_reason,
         )
     finally:
-        if journal_file is not None:
-            journal_file.close()
+        if journal is not None:
+            journal.close()
         if log_file is not None:
             log_file.close()
     if out_dir is not None:

@@ -1,8 +1,10 @@
 """The state of a run: a fold over the events and actions of its journal.
 
-``RunState`` changes only through ``apply_event`` and ``apply_action``, so replaying a
-journal rebuilds it exactly. It knows money (what is committed), machines and tasks;
-it decides nothing: that is the controller's job.
+``RunState`` changes only through ``RunState.apply(t, item)``: an event that happened, or
+an action the controller decided, at run time ``t``. A driver journals exactly those
+pairs, so replaying a journal rebuilds the state exactly (``journal.replay``). It knows
+money (what is committed), machines and tasks; it decides nothing: that is the
+controller's job.
 """
 
 from __future__ import annotations
@@ -16,11 +18,14 @@ from autoscaler.billing import BillingModel
 from autoscaler.errors import AutoscalerError
 from autoscaler.estimate import RuntimeStats
 from autoscaler.model import (
+    ACTION_TYPES,
+    EVENT_TYPES,
     Action,
     Assign,
     BoundaryNear,
     Cancel,
     Configure,
+    Defer,
     Event,
     Extend,
     Launch,
@@ -97,7 +102,7 @@ class RunState:
     budget: float | None
     n_tasks: int
     max_retries: int = 2
-    now: float = 0.0
+    now: float = 0.0  # run time of the last record applied
     machines: dict[str, Machine] = field(default_factory=dict)
     task_state: list[TaskState] = field(default_factory=list)
     attempts: list[int] = field(default_factory=list)
@@ -119,18 +124,18 @@ class RunState:
     launch_seq: int = 0  # launches decided so far; names the next launch token
     unavailable: dict[str, float] = field(default_factory=dict)  # type -> avoided until
     hold_until: float | None = None  # an account limit: no scale-up before this time
-    deferred: bool = False  # a launch the target wants waits for a type or a hold
+    deferred: tuple[str, ...] = ()  # types whose wanted launches wait for a tick (Defer)
     launch_problems: list[tuple[float, str, str, str]] = field(
         default_factory=list
     )  # (time, type, kind, reason) of refused launches, for the report
 
-    def available(self, type_name: str) -> bool:
-        """Whether the provider may have capacity for ``type_name`` now."""
-        return self.unavailable.get(type_name, -math.inf) <= self.now
+    def available(self, type_name: str, now: float) -> bool:
+        """Whether the provider may have capacity for ``type_name`` at ``now``."""
+        return self.unavailable.get(type_name, -math.inf) <= now
 
-    def held(self) -> bool:
-        """Whether scale-up waits for an account limit to lift."""
-        return self.hold_until is not None and self.hold_until > self.now
+    def held(self, now: float) -> bool:
+        """Whether scale-up waits at ``now`` for an account limit to lift."""
+        return self.hold_until is not None and self.hold_until > now
 
     @classmethod
     def new(
@@ -195,9 +200,25 @@ class RunState:
         self.committed += amount
         self.spend_log.append((self.now, self.committed))
 
+    # --- the one way the state changes ----------------------------------------------------
+
+    def apply(self, t: float, item: Event | Action) -> None:
+        """``item`` happened (an event) or was decided (an action) at run time ``t``.
+
+        The time comes with the record, as the journal stores it, so a replay sets
+        ``now`` exactly as the live run did.
+        """
+        self.now = t
+        if isinstance(item, EVENT_TYPES):
+            self._event(item)
+        elif isinstance(item, ACTION_TYPES):
+            self._action(item)
+        else:
+            raise StateError(f"neither an event nor an action: {item!r}")
+
     # --- events -----------------------------------------------------------------------
 
-    def apply_event(self, event: Event) -> None:
+    def _event(self, event: Event) -> None:
         match event:
             case MachineLaunched(machine=mid, type=tname, token=token, at=at):
                 ttype, count = self.pending_launches.get(token, (tname, 0))
@@ -236,6 +257,7 @@ class RunState:
                 if m.alive:
                     m.state = MachineState.READY
                     m.ready_at = self.now
+                    self._start_queued(m)
             case MachineLost(machine=mid, reason=reason):
                 self._end_machine(mid, f"lost: {reason}", outcome="lost")
             case TaskDone(task=tid, machine=mid, runtime_s=runtime):
@@ -247,6 +269,10 @@ class RunState:
                     self.task_state[tid] = TaskState.DONE
                     self.done += 1
                     m.tasks_done += 1
+                    # The first result wins: the other runs end now (the controller
+                    # sends each a Cancel, which then finds nothing left to stop).
+                    for other in list(self.running_on.get(tid, {})):
+                        self._cancel(tid, other)
                     if not self.running_on.get(tid):
                         self.running_on.pop(tid, None)
             case TaskFailed(task=tid, machine=mid, error=error):
@@ -286,6 +312,8 @@ class RunState:
         return True
 
     def _start_queued(self, m: Machine) -> None:
+        if m.state is not MachineState.READY:
+            return  # a booting machine starts its queue when it is ready
         while m.queue and not m.running:
             tid = m.queue.popleft()
             m.running[tid] = self.now
@@ -333,7 +361,7 @@ class RunState:
 
     # --- actions ----------------------------------------------------------------------
 
-    def apply_action(self, action: Action) -> None:
+    def _action(self, action: Action) -> None:
         match action:
             case Launch(type=tname, count=count, token=token):
                 self.launch_seq += 1
@@ -364,26 +392,42 @@ class RunState:
                 m.queue.append(tid)
                 self._start_queued(m)
             case Cancel(task=tid, machine=mid):
-                m = self.machines[mid]
-                if tid in m.queue:
-                    m.queue.remove(tid)
-                    self._drop_run(tid, mid)
-                start = m.running.pop(tid, None)
-                if start is not None:
-                    m.run_no.pop(tid, None)
-                    m.busy_s += self.now - start
-                    self.segments.append(Segment(tid, mid, start, self.now, "cancelled"))
-                    self._drop_run(tid, mid)
-                    self._start_queued(m)
+                self._cancel(tid, mid)
             case Move(tasks=tids, source=src, target=dst):
-                s, d = self.machines[src], self.machines[dst]
-                for tid in tids:
-                    s.queue.remove(tid)
-                    d.queue.append(tid)
-                self._start_queued(d)
+                self._move(tids, src, dst)
+            case Defer(types=types):
+                self.deferred = types
             case Configure(counts=counts):
                 self.target = dict(counts)
                 self.configurations.append((self.now, action))
             case Stop(reason=reason):
                 self.stopped = True
                 self.stop_reason = reason
+
+    def _cancel(self, tid: int, mid: str) -> None:
+        """End ``tid`` on ``mid`` without a result, queued or running; nothing if neither."""
+        m = self.machines[mid]
+        if tid in m.queue:
+            m.queue.remove(tid)
+            self._drop_run(tid, mid)
+        start = m.running.pop(tid, None)
+        if start is not None:
+            m.run_no.pop(tid, None)
+            m.busy_s += self.now - start
+            self.segments.append(Segment(tid, mid, start, self.now, "cancelled"))
+            self._drop_run(tid, mid)
+            self._start_queued(m)
+
+    def _move(self, tids: Sequence[int], src: str, dst: str) -> None:
+        """Queued tasks change machines; they start on ``dst`` in their order, once it is
+        ready and free. A task not queued on ``src``, or a target gone, is a bug."""
+        s, d = self.machines.get(src), self.machines.get(dst)
+        if s is None or d is None or not d.alive:
+            raise StateError(f"move from {src} to {dst}: no such live target")
+        missing = [tid for tid in tids if tid not in s.queue]
+        if missing:
+            raise StateError(f"move from {src} to {dst}: tasks {missing} are not queued there")
+        for tid in tids:
+            s.queue.remove(tid)
+            d.queue.append(tid)
+        self._start_queued(d)

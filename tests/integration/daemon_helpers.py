@@ -146,7 +146,7 @@ def committed_over_time(run_dir: Path) -> list[float]:
     journal = SqliteJournal(run_dir / "journal.sqlite")
     try:
         out = []
-        for _, step in itertools.groupby(journal.records(), key=lambda record: record[0]):
+        for _, step in itertools.groupby(journal.records(), key=lambda record: record.t):
             replay(state, step)
             out.append(state.committed)
     finally:

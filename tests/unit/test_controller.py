@@ -8,10 +8,11 @@ import pytest
 
 from autoscaler.billing import BillingModel
 from autoscaler.controller import Controller
-from autoscaler.journal import replay
+from autoscaler.journal import Record, replay, step_records
 from autoscaler.model import (
     Action,
     BoundaryNear,
+    Defer,
     Event,
     Extend,
     Launch,
@@ -34,11 +35,10 @@ HOURLY = BillingModel("fixed", 3600.0)
 
 
 def run(cfg, seed=None):  # type: ignore[no-untyped-def]
-    journal: list[tuple[float, str, Event | Action]] = []
+    journal: list[Record] = []
 
     def hook(now: float, events: list[Event], actions: list[Action], state: RunState) -> None:
-        journal.extend((now, "event", e) for e in events)
-        journal.extend((now, "action", a) for a in actions)
+        journal.extend(step_records(len(journal) + 1, now, events, actions))
 
     n = cfg.bag.synthetic
     state = make_emulator(cfg, n, seed=seed, on_step=hook).run()
@@ -120,16 +120,16 @@ def test_same_seed_same_run_and_another_seed_another() -> None:
 def test_round_robin_takes_every_machine_at_the_start() -> None:
     cfg = make_config(policy="round_robin")
     _, journal = run(cfg)
-    launches = [a for t, _, a in journal if isinstance(a, Launch)]
+    launches = [r.item for r in journal if isinstance(r.item, Launch)]
     assert {a.type: a.count for a in launches} == {"slow": 10, "fast": 10}
-    assert all(t == 0.0 for t, _, a in journal if isinstance(a, Launch))
+    assert all(r.t == 0.0 for r in journal if isinstance(r.item, Launch))
 
 
 def test_bats_samples_with_initial_workers_then_plans() -> None:
     """iw = min(N/10, n) machines per type (capped by max_count), then a plan."""
     cfg = make_config(bag={"synthetic": 400}, constraint={"budget": 200.0})
     state, journal = run(cfg)
-    first = [a for t, _, a in journal if isinstance(a, Launch) and t == 0.0]
+    first = [r.item for r in journal if isinstance(r.item, Launch) and r.t == 0.0]
     assert {a.type: a.count for a in first} == {"slow": 10, "fast": 10}
     reasons = [c.reason for _, c in state.configurations]
     assert reasons[0].startswith("sampling")
@@ -193,7 +193,7 @@ def test_a_budget_too_small_for_the_bag_stops_early_and_within_budget() -> None:
     assert "budget insufficient" in state.stop_reason
     assert state.done < 1000
     assert state.actual_cost() <= 30.0
-    stop_at = next(t for t, _, a in journal if isinstance(a, Stop))
+    stop_at = next(r.t for r in journal if isinstance(r.item, Stop))
     assert stop_at < 3600.0  # known within the first unit, after the samples
     assert not any(True for _ in state.alive_machines())
 
@@ -209,7 +209,7 @@ def test_tail_replicas_run_once_the_bag_is_empty_and_each_task_counts_once() -> 
         },
     )
     state, journal = run(cfg)
-    replicas = [a for _, _, a in journal if isinstance(a, Replicate)]
+    replicas = [r.item for r in journal if isinstance(r.item, Replicate)]
     assert replicas
     done = Counter(s.task for s in state.segments if s.outcome == "done")
     assert state.done == 120
@@ -220,7 +220,7 @@ def test_tail_replicas_run_once_the_bag_is_empty_and_each_task_counts_once() -> 
 def test_replication_can_be_switched_off() -> None:
     cfg = make_config(tail_replication=False)
     _, journal = run(cfg)
-    assert not any(isinstance(a, Replicate) for _, _, a in journal)
+    assert not any(isinstance(r.item, Replicate) for r in journal)
 
 
 def test_cbc_and_highs_drive_the_same_run() -> None:
@@ -246,19 +246,10 @@ def test_replaying_the_journal_rebuilds_the_state() -> None:
         },
     )
     state, journal = run(cfg)
-    assert any(isinstance(a, Mark) for _, _, a in journal), "the run should mark machines"
+    assert any(isinstance(r.item, Mark) for r in journal), "the run should mark machines"
     replayed = new_state(cfg, 400, cfg.emulator.seed)
-    replay(replayed, iter(journal))
-    assert replayed.committed == pytest.approx(state.committed)
-    assert replayed.task_state == state.task_state
-    assert replayed.attempts == state.attempts
-    assert replayed.stop_reason == state.stop_reason
-    assert {
-        mid: (m.marked, m.paid_until, m.ended_at, m.tasks_done)
-        for mid, m in replayed.machines.items()
-    } == {
-        mid: (m.marked, m.paid_until, m.ended_at, m.tasks_done) for mid, m in state.machines.items()
-    }
+    replay(replayed, journal)
+    assert replayed == state
 
 
 # --- capacity and account limits (a provider refusing launches) ---------------------------
@@ -282,12 +273,16 @@ def test_a_type_without_capacity_is_avoided_until_its_outage_ends() -> None:
     b = launches["b"]
     failed = LaunchFailed(b.token, "b", b.count, "no capacity", "capacity", until=600.0)
     actions = controller.step(state, [failed], 1.0)
-    assert not state.available("b")
+    assert not state.available("b", 1.0)
     assert "b" not in launched(actions)
+    assert Defer(("b",)) in actions  # journaled: a replay knows a tick must try again
     assert state.committed == pytest.approx(launches["a"].count * 1.0)  # b's money freed
     assert "b" not in launched(controller.step(state, [Tick()], 300.0))
     # After the outage a tick tries the type again.
-    assert "b" in launched(controller.step(state, [Tick()], 700.0))
+    actions = controller.step(state, [Tick()], 700.0)
+    assert "b" in launched(actions)
+    assert Defer(()) in actions
+    assert not state.deferred
     assert state.launch_problems[0][1:3] == ("b", "capacity")
 
 
@@ -300,7 +295,7 @@ def test_an_account_limit_holds_every_scale_up_and_never_stops_the_run() -> None
         LaunchFailed(b.token, "b", b.count, limit, "limit", until=900.0),
     ]
     actions = controller.step(state, events, 1.0)
-    assert state.held()
+    assert state.held(1.0)
     assert not launched(actions)
     assert not any(isinstance(x, Stop) for x in actions)  # nothing runs, but it waits
     assert not launched(controller.step(state, [Tick()], 600.0))

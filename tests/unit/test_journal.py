@@ -8,7 +8,16 @@ from pathlib import Path
 import pytest
 
 from autoscaler.dispatch import BadRequest, parse_poll
-from autoscaler.journal import JournalError, SqliteJournal, decode, encode, replay
+from autoscaler.journal import (
+    JOURNAL_JSONL,
+    Journal,
+    JournalError,
+    JsonlJournal,
+    SqliteJournal,
+    decode,
+    encode,
+    replay,
+)
 from autoscaler.model import (
     Action,
     Event,
@@ -20,8 +29,9 @@ from autoscaler.model import (
     Release,
     Shutdown,
     Stop,
+    TaskSpec,
 )
-from autoscaler.runs import make_emulator, new_state
+from autoscaler.runs import dry_run, make_emulator, new_state
 from autoscaler.state import RunState
 from tests.conftest import make_config
 
@@ -29,7 +39,7 @@ from tests.conftest import make_config
 def test_every_record_of_a_dry_run_survives_the_journal_and_replays_to_the_same_state(
     tmp_path: Path,
 ) -> None:
-    """Encode → SQLite → decode → replay gives the dry run's final state back."""
+    """Encode → SQLite → decode → replay gives the dry run's final state back, whole."""
     cfg = make_config(
         bag={"synthetic": 300},
         emulator={
@@ -53,21 +63,51 @@ def test_every_record_of_a_dry_run_survives_the_journal_and_replays_to_the_same_
 
     reopened = SqliteJournal(tmp_path / "j.sqlite")
     records = list(reopened.records())
-    assert records == [
+    assert [(r.t, r.kind, r.item) for r in records] == [
         (t, kind, item)
         for t, events, actions in steps
         for kind, items in (("event", events), ("action", actions))
         for item in items
     ]
+    assert [r.seq for r in records] == list(range(1, len(records) + 1))
     replayed = new_state(cfg, 300, cfg.emulator.seed)
-    replay(replayed, iter(records))
+    replay(replayed, records)
     reopened.close()
-    assert replayed.committed == pytest.approx(final.committed)
-    assert replayed.task_state == final.task_state
-    assert replayed.attempts == final.attempts
-    assert {m: (x.state, x.paid_until, x.ended_at) for m, x in replayed.machines.items()} == {
-        m: (x.state, x.paid_until, x.ended_at) for m, x in final.machines.items()
-    }
+    assert replayed == final
+
+
+def test_the_dry_runs_jsonl_journal_replays_to_the_runs_final_state(tmp_path: Path) -> None:
+    """The dry run writes through the same Journal protocol; its file rebuilds the state."""
+    cfg = make_config(bag={"synthetic": 80}, emulator={"seed": 2, "task_failure_prob": 0.1})
+    tasks = [TaskSpec(i, None) for i in range(80)]
+    run = dry_run(cfg, tasks, out_dir=tmp_path / "run", plots=False)
+    journal: Journal = JsonlJournal(tmp_path / "run" / JOURNAL_JSONL)
+    records = list(journal.records())
+    journal.close()
+    assert [r.seq for r in records] == list(range(1, len(records) + 1))
+    replayed = new_state(cfg, 80, cfg.emulator.seed)
+    assert replay(replayed, records) == len(records)
+    assert replayed == run.state
+
+
+def test_a_jsonl_journal_continues_its_numbering_and_keeps_run_facts(tmp_path: Path) -> None:
+    path = tmp_path / JOURNAL_JSONL
+    first = JsonlJournal(path)
+    first.set_meta(run_id="r1", seed=3)
+    first.step(0.0, [], [Launch("slow", 1, "L0")])
+    first.close()
+    again = JsonlJournal(path)
+    again.step(1.5, [MachineLaunched("slow-L0-0", "slow", "L0")], [])
+    again.set_meta(seed=4)
+    assert [(r.seq, r.t, r.kind) for r in again.records()] == [
+        (1, 0.0, "action"),
+        (2, 1.5, "event"),
+    ]
+    assert again.meta() == {"run_id": "r1", "seed": 4}
+    again.close()
+    fresh = JsonlJournal(path, fresh=True)
+    assert list(fresh.records()) == []
+    fresh.close()
 
 
 def test_decode_names_a_record_that_does_not_fit() -> None:
@@ -94,9 +134,8 @@ def _state() -> RunState:
 def test_a_launch_adopted_late_is_paid_from_when_it_started() -> None:
     """MachineLaunched.at dates the machine (an adoption after a restart)."""
     state = _state()
-    state.apply_action(Launch("slow", 1, "L0"))
-    state.now = 500.0
-    state.apply_event(MachineLaunched("slow-L0-0", "slow", "L0", at=120.0))
+    state.apply(0.0, Launch("slow", 1, "L0"))
+    state.apply(500.0, MachineLaunched("slow-L0-0", "slow", "L0", at=120.0))
     m = state.machines["slow-L0-0"]
     assert m.launched_at == 120.0
     assert m.paid_until == 120.0 + 3600.0
@@ -105,11 +144,10 @@ def test_a_launch_adopted_late_is_paid_from_when_it_started() -> None:
 def test_news_of_an_end_after_the_paid_time_dates_the_end_to_the_paid_time() -> None:
     """A machine lost while no daemon watched ended by its lease: no unpaid unit is counted."""
     state = _state()
-    state.apply_action(Launch("slow", 1, "L0"))
-    state.apply_event(MachineLaunched("slow-L0-0", "slow", "L0"))
+    state.apply(0.0, Launch("slow", 1, "L0"))
+    state.apply(0.0, MachineLaunched("slow-L0-0", "slow", "L0"))
     committed = state.committed
-    state.now = 3600.0 + 900.0
-    state.apply_event(MachineLost("slow-L0-0", "ended while the daemon was down"))
+    state.apply(3600.0 + 900.0, MachineLost("slow-L0-0", "ended while the daemon was down"))
     m = state.machines["slow-L0-0"]
     assert m.ended_at == 3600.0
     assert state.committed == committed

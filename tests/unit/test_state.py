@@ -1,0 +1,117 @@
+"""The state's own rules: moving queued tasks between machines, and equality by value."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from autoscaler.billing import BillingModel
+from autoscaler.journal import SqliteJournal, replay
+from autoscaler.model import (
+    Action,
+    Assign,
+    Event,
+    Launch,
+    MachineLaunched,
+    MachineReady,
+    Move,
+    TaskDone,
+    TaskState,
+    TypeSpec,
+)
+from autoscaler.state import RunState, StateError
+
+
+def _fresh() -> RunState:
+    return RunState.new(
+        [TypeSpec("a", 1.0, 4, 60.0)], BillingModel("fixed", 3600.0), None, 4, [0, 1, 2, 3]
+    )
+
+
+def _three_machines() -> list[tuple[float, Event | Action]]:
+    """Machines m0 and m1 ready, m2 booting; m0 runs task 0 with tasks 1 and 2 queued."""
+    return [
+        (0.0, Launch("a", 3, "L0")),
+        *((0.0, MachineLaunched(f"m{i}", "a", "L0")) for i in range(3)),
+        (60.0, MachineReady("m0")),
+        (60.0, MachineReady("m1")),
+        (60.0, Assign(0, "m0")),
+        (60.0, Assign(1, "m0")),
+        (60.0, Assign(2, "m0")),
+    ]
+
+
+def _state(records: list[tuple[float, Event | Action]]) -> RunState:
+    state = _fresh()
+    for t, item in records:
+        state.apply(t, item)
+    return state
+
+
+def test_move_takes_queued_tasks_to_another_machine_where_they_start_when_it_is_free() -> None:
+    state = _state([*_three_machines(), (100.0, Move((1,), "m0", "m1"))])
+    m0, m1 = state.machines["m0"], state.machines["m1"]
+    assert list(m0.running) == [0]
+    assert list(m0.queue) == [2]
+    assert m1.running == {1: 100.0}
+    assert not m1.queue
+    assert state.running_on[1] == {"m1": 100.0}
+    assert state.task_state[1] is TaskState.RUNNING
+    state.apply(700.0, TaskDone(1, "m1", 600.0))
+    assert state.done == 1
+    assert [(s.task, s.machine, s.start, s.end) for s in state.segments] == [
+        (1, "m1", 100.0, 700.0)
+    ]
+
+
+def test_tasks_moved_to_a_booting_machine_wait_until_it_is_ready() -> None:
+    state = _state([*_three_machines(), (100.0, Move((2, 1), "m0", "m2"))])
+    m2 = state.machines["m2"]
+    assert list(m2.queue) == [2, 1]
+    assert not m2.running
+    assert 2 not in state.running_on
+    state.apply(150.0, MachineReady("m2"))
+    assert m2.running == {2: 150.0}
+    assert list(m2.queue) == [1]
+    assert not state.machines["m0"].queue
+
+
+@pytest.mark.parametrize(
+    "move",
+    [Move((0,), "m0", "m1"), Move((3,), "m0", "m1"), Move((1,), "m0", "nowhere")],
+    ids=["running, not queued", "not on the machine", "unknown target"],
+)
+def test_a_move_that_does_not_fit_the_state_is_refused(move: Move) -> None:
+    state = _state(_three_machines())
+    with pytest.raises(StateError, match="move from m0"):
+        state.apply(100.0, move)
+
+
+def test_a_move_survives_the_journal_and_replays_to_the_same_state() -> None:
+    records = [*_three_machines(), (100.0, Move((2, 1), "m0", "m1"))]
+    journal = SqliteJournal(Path(":memory:"))
+    for t, item in records:
+        if isinstance(item, Launch | Assign | Move):
+            journal.step(t, [], [item])
+        else:
+            journal.step(t, [item], [])  # type: ignore[list-item]
+    read = list(journal.records())
+    journal.close()
+    assert read[-1].item == Move((2, 1), "m0", "m1")
+    assert read[-1].kind == "action"
+    replayed = _fresh()
+    replay(replayed, read)
+    assert replayed == _state(records)
+
+
+def test_states_compare_by_value_down_to_the_runtime_samples() -> None:
+    """Replay tests compare whole states: equality must see every field's value."""
+    one, other = _state(_three_machines()), _state(_three_machines())
+    assert one == other
+    assert one is not other
+    other.stats["a"].record(5.0)
+    assert one != other
+    other = _state(_three_machines())
+    other.machines["m0"].queue.rotate(1)
+    assert one != other
