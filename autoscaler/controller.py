@@ -174,9 +174,21 @@ class Controller:
             return
         n = sample_size(state.n_tasks, self.settings.z, self.settings.delta)
         iw = initial_workers(state.n_tasks, n)
-        counts = {name: min(iw, t.max_count) for name, t in state.types.items()}
-        counts = self._affordable_sampling(state, counts)
-        s.do(Configure(counts, None, None, f"sampling: n={n}, iw={iw}"))
+        wanted = {name: min(iw, t.max_count) for name, t in state.types.items()}
+        counts = self._affordable_sampling(state, dict(wanted))
+        caps = [
+            why
+            for why, capped in (
+                ("max_count", any(w < iw for w in wanted.values())),
+                ("budget", counts != wanted),
+            )
+            if capped
+        ]
+        reason = f"sampling: n={n}, iw={iw}"
+        if caps:
+            started = ", ".join(f"{name} {c}" for name, c in counts.items())
+            reason += f", capped by {' and '.join(caps)}: {started}"
+        s.do(Configure(counts, None, None, reason))
         self._meet_target(s)
 
     @staticmethod

@@ -7,11 +7,13 @@ from collections import Counter
 import pytest
 
 from autoscaler.billing import BillingModel
+from autoscaler.config.schema import RunConfig
 from autoscaler.controller import Controller
 from autoscaler.journal import Record, replay, step_records
 from autoscaler.model import (
     Action,
     BoundaryNear,
+    Configure,
     Defer,
     Event,
     Extend,
@@ -27,7 +29,7 @@ from autoscaler.model import (
     Tick,
     TypeSpec,
 )
-from autoscaler.runs import make_emulator, new_state
+from autoscaler.runs import controller_settings, make_emulator, new_state
 from autoscaler.state import RunState
 from tests.conftest import make_config
 
@@ -301,3 +303,37 @@ def test_an_account_limit_holds_every_scale_up_and_never_stops_the_run() -> None
     assert not launched(controller.step(state, [Tick()], 600.0))
     assert launched(controller.step(state, [Tick()], 950.0)) == {"a", "b"}
     assert state.committed <= 100.0
+
+
+def first_configurations(cfg: RunConfig) -> list[Configure]:
+    """The configurations the controller decides at the very first step of a run."""
+    state = new_state(cfg, cfg.bag.synthetic or 0, seed=1)
+    actions = Controller(controller_settings(cfg)).step(state, [], 0.0)
+    return [a for a in actions if isinstance(a, Configure)]
+
+
+def test_the_sampling_label_says_when_max_count_or_the_budget_capped_iw() -> None:
+    """iw = min(N/10, n) is what the paper asks for; the label says what was started."""
+    capped = make_config(
+        bag={"synthetic": 1000},
+        machine_types=[
+            {"name": "slow", "price": 1.0, "max_count": 10, "boot_s": 60},
+            {"name": "fast", "price": 4.0, "max_count": 40, "boot_s": 60},
+        ],
+        constraint={"budget": 1000.0},
+    )
+    (reason,) = [c.reason for c in first_configurations(capped)]
+    assert reason == "sampling: n=30, iw=30, capped by max_count: slow 10, fast 30"
+    poor = make_config(bag={"synthetic": 1000}, constraint={"budget": 20.0})
+    (reason,) = [c.reason for c in first_configurations(poor)]
+    assert reason.startswith("sampling: n=30, iw=30, capped by max_count and budget: slow ")
+    roomy = make_config(
+        bag={"synthetic": 1000},
+        machine_types=[
+            {"name": "slow", "price": 1.0, "max_count": 40, "boot_s": 60},
+            {"name": "fast", "price": 4.0, "max_count": 40, "boot_s": 60},
+        ],
+        constraint={"budget": 1000.0},
+    )
+    (reason,) = [c.reason for c in first_configurations(roomy)]
+    assert reason == "sampling: n=30, iw=30"
