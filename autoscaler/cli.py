@@ -52,7 +52,7 @@ def _aws_prices(
     instance_types: Sequence[str], region: str, endpoint: str | None
 ) -> Mapping[str, float]:
     """On-demand USD per hour from the AWS Pricing API (only for ``ec2.lookup_prices``)."""
-    from autoscaler.providers.ec2 import lookup_prices
+    from autoscaler.providers.ec2_prices import lookup_prices
 
     return lookup_prices(instance_types, region, endpoint)
 

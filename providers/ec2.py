@@ -1,5 +1,8 @@
 """EC2 instances as machines, through boto3 (the only module of the project that imports it).
 
+It also makes the clients of the AWS Pricing API (``pricing_client``) that ``ec2_prices``
+uses, and lends its error translation (``aws_errors``) to it.
+
 Every instance carries tags from the moment it exists (``TagSpecifications`` at
 ``RunInstances``): the run (``RUN_TAG``), the launch token (``LAUNCH_TAG``) and our
 machine type (``TYPE_TAG``). The tags are what the rest rests on:
@@ -28,7 +31,6 @@ AWS error code.
 from __future__ import annotations
 
 import hashlib
-import json
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -172,6 +174,18 @@ def _client(settings: Ec2Settings) -> EC2Client:
     return client
 
 
+def pricing_client(endpoint_url: str | None = None) -> PricingClient:
+    """A Pricing API client on a new session of its own (for ``ec2_prices``).
+
+    The API lives in us-east-1 whatever region it prices.
+    """
+    with _CREATE_LOCK:
+        client: PricingClient = boto3.session.Session().client(
+            "pricing", region_name="us-east-1", endpoint_url=endpoint_url, config=_config(8)
+        )
+    return client
+
+
 class _ThreadClients:
     """Each thread's own EC2 client and session, made on the thread's first call.
 
@@ -228,8 +242,9 @@ def _ours(what: str, exc: ClientError | BotoCoreError) -> AutoscalerError:
 
 
 @contextmanager
-def _aws(what: str) -> Iterator[None]:
-    """Raise botocore's errors in the block as ours (``_ours``)."""
+def aws_errors(what: str) -> Iterator[None]:
+    """Raise botocore's errors in the block as ours (``_ours``): for every AWS call of the
+    project, so modules that do not import boto3 (``ec2_prices``) can wrap theirs too."""
     try:
         yield
     except (ClientError, BotoCoreError) as exc:
@@ -328,7 +343,7 @@ class Ec2Provider:
         """
         ours = [i["InstanceId"] for i in self._run_instances(ids)]
         for chunk in _chunks(ours):
-            with _aws(f"terminating {len(chunk)} instance(s) of run {self.run_id}"):
+            with aws_errors(f"terminating {len(chunk)} instance(s) of run {self.run_id}"):
                 self.client.terminate_instances(InstanceIds=chunk)
         return ours
 
@@ -336,7 +351,7 @@ class Ec2Provider:
 
     def console_output(self, machine: str) -> str:
         """The instance's console output ("" before it has any); botocore decodes it."""
-        with _aws(f"reading the console of {machine}"):
+        with aws_errors(f"reading the console of {machine}"):
             reply = self.client.get_console_output(InstanceId=machine)
         return str(reply.get("Output") or "")
 
@@ -350,7 +365,7 @@ class Ec2Provider:
         fail the whole call on one unknown id.
         """
         run: FilterTypeDef = {"Name": f"tag:{RUN_TAG}", "Values": [self.run_id]}
-        with _aws(f"describing the instances of run {self.run_id}"):
+        with aws_errors(f"describing the instances of run {self.run_id}"):
             if ids is None:
                 yield from _instances(self.client, [run])
                 return
@@ -362,7 +377,7 @@ class Ec2Provider:
             {"Name": f"tag:{RUN_TAG}", "Values": [self.run_id]},
             {"Name": "instance-state-name", "Values": _LIVE_STATES},
         ]
-        with _aws(f"describing the instances of run {self.run_id}"):
+        with aws_errors(f"describing the instances of run {self.run_id}"):
             yield from _instances(self.client, filters)
 
     def _run(
@@ -481,7 +496,7 @@ def list_tagged(settings: Ec2Settings) -> list[TaggedInstance]:
         {"Name": "instance-state-name", "Values": _NOT_TERMINATED},
     ]
     out = []
-    with _aws(f"listing the instances tagged {RUN_TAG} in {settings.region}"):
+    with aws_errors(f"listing the instances tagged {RUN_TAG} in {settings.region}"):
         for instance in _instances(client, filters):
             tags = _tags(instance)
             out.append(
@@ -503,7 +518,7 @@ def terminate_instances(settings: Ec2Settings, ids: Sequence[str]) -> list[str]:
     """
     client = _client(settings)
     ours: list[str] = []
-    with _aws(f"finding the tagged instances among {len(ids)} id(s)"):
+    with aws_errors(f"finding the tagged instances among {len(ids)} id(s)"):
         for chunk in _chunks(list(dict.fromkeys(ids))):
             filters: list[FilterTypeDef] = [
                 {"Name": "tag-key", "Values": [RUN_TAG]},
@@ -511,82 +526,6 @@ def terminate_instances(settings: Ec2Settings, ids: Sequence[str]) -> list[str]:
             ]
             ours += [i["InstanceId"] for i in _instances(client, filters)]
     for chunk in _chunks(ours):
-        with _aws(f"terminating {len(chunk)} instance(s)"):
+        with aws_errors(f"terminating {len(chunk)} instance(s)"):
             client.terminate_instances(InstanceIds=chunk)
     return ours
-
-
-# --- prices ------------------------------------------------------------------------------
-
-
-def parse_price(price_list: Sequence[str]) -> float | None:
-    """USD per hour from the Pricing API's ``PriceList`` (JSON strings), OnDemand terms.
-
-    The filters of ``lookup_prices`` leave one product per type; should more remain
-    (a new attribute splitting a product in two), the highest hourly price is taken,
-    so a budget planned on it is not overrun. None when no hourly USD price is there.
-    """
-    prices = []
-    for raw in price_list:
-        item = json.loads(raw)
-        for term in item.get("terms", {}).get("OnDemand", {}).values():
-            for dim in term.get("priceDimensions", {}).values():
-                usd = dim.get("pricePerUnit", {}).get("USD")
-                if usd is None or dim.get("unit", "Hrs") not in ("Hrs", "Hours"):
-                    continue
-                value = float(usd)
-                if value > 0:
-                    prices.append(value)
-    return max(prices) if prices else None
-
-
-def _price_filters(instance_type: str, region: str) -> list[dict[str, str]]:
-    fields = {
-        "instanceType": instance_type,
-        "regionCode": region,
-        "operatingSystem": "Linux",
-        "tenancy": "Shared",
-        "preInstalledSw": "NA",
-        "capacitystatus": "Used",
-    }
-    return [{"Type": "TERM_MATCH", "Field": k, "Value": v} for k, v in fields.items()]
-
-
-def lookup_prices(
-    instance_types: Sequence[str],
-    region: str,
-    endpoint_url: str | None = None,
-    *,
-    client: PricingClient | None = None,
-) -> dict[str, float]:
-    """On-demand Linux USD per hour for each type in ``region``, from the Pricing API.
-
-    The API lives in us-east-1 whatever region it prices. A type with no price is left
-    out of the answer (the caller names it). ``client`` replaces the one made here.
-    """
-    if client is None:
-        with _CREATE_LOCK:
-            client = boto3.session.Session().client(
-                "pricing", region_name="us-east-1", endpoint_url=endpoint_url, config=_config(8)
-            )
-    out: dict[str, float] = {}
-    for itype in dict.fromkeys(instance_types):
-        price_list: list[str] = []
-        kwargs: dict[str, Any] = {
-            "ServiceCode": "AmazonEC2",
-            "Filters": _price_filters(itype, region),
-            "FormatVersion": "aws_v1",
-            "MaxResults": 100,
-        }
-        with _aws(f"looking up the price of {itype} in {region}"):
-            while True:
-                reply = client.get_products(**kwargs)
-                price_list += reply.get("PriceList", [])
-                next_token = reply.get("NextToken")
-                if not next_token:
-                    break
-                kwargs["NextToken"] = next_token
-        price = parse_price(price_list)
-        if price is not None:
-            out[itype] = price
-    return out

@@ -8,10 +8,11 @@ cluster network and read the run's token from ``--token-file`` (the run director
 command line nor in ``-v`` variables: ``qstat -j`` shows both to every user.
 
 The tag is the job name: ``as.<run id>.<machine id>``, each part escaped so that any run
-id survives Grid Engine's rules for names (``job_name``). A restarted daemon finds its
-run's jobs by name in ``qstat``, as a cloud provider finds instances by tag. Machine ids
-are ``<type>-<token>-<i>`` as in the local provider, so a repeated launch of a token
-submits only its machines that are not queued or running: ``launch`` is idempotent.
+id survives Grid Engine's rules for names (``sge_output.job_name``). A restarted daemon
+finds its run's jobs by name in ``qstat``, as a cloud provider finds instances by tag.
+Machine ids are ``<type>-<token>-<i>`` as in the local provider, so a repeated launch of
+a token submits only its machines that are not queued or running: ``launch`` is
+idempotent.
 
 States: a queued job (``qw``, ``hqw``) is PENDING; a running one (``r``, ``t``, ``Rr``,
 also suspended ones, which still hold their slot) is RUNNING. A job absent from qstat
@@ -23,6 +24,7 @@ job being deleted (``d``) is TERMINATED too: nothing brings it back.
 
 Every qsub, qstat and qdel goes through one seam, a ``CommandRunner``: ``run_command``
 runs the real commands; unit tests replay captured outputs through a scripted runner.
+What the commands print is read by the pure parsers of ``sge_output``.
 A failing command is an ``AutoscalerError`` with code ``"SgeError"``, retryable when the
 qmaster could not be reached.
 """
@@ -30,18 +32,16 @@ qmaster could not be reached.
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import subprocess
 import time
-import xml.etree.ElementTree as ET
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 
 from autoscaler.bootstrap.agent_start import AgentSettings
 from autoscaler.errors import AutoscalerError
+from autoscaler.providers import sge_output
 from autoscaler.providers.base import (
     Capabilities,
     MachineRecord,
@@ -51,14 +51,13 @@ from autoscaler.providers.base import (
     machine_ids,
     split_machine_id,
 )
+from autoscaler.providers.sge_output import ERROR_CODE, Job
 
 SGE_ROOT = "/var/lib/gridengine"
 SGE_CELL = "default"
 """Defaults for the client commands' environment (Debian's layout), used when unset."""
 
 COMMAND_TIMEOUT_S = 60.0
-ERROR_CODE = "SgeError"
-NAME_PREFIX = "as"
 
 # What Grid Engine's clients print when the qmaster cannot be reached (down, restarting,
 # network): the same call may work later.
@@ -135,170 +134,6 @@ def _run(runner: CommandRunner, argv: Sequence[str]) -> CommandResult:
     return result
 
 
-# --- job names: the tag -------------------------------------------------------------------
-
-_PLAIN = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
-_ESCAPE = re.compile(r"\+([0-9a-f]{2})")
-
-
-def _escape(text: str) -> str:
-    """Letters, digits, ``_`` and ``-`` as they are; any other byte as ``+xx`` (hex).
-
-    Grid Engine refuses names with ``/ : @ \\ * ?`` or blanks; ``.`` separates our parts.
-    """
-    out = []
-    for char in text:
-        if char in _PLAIN:
-            out.append(char)
-        else:
-            out.extend(f"+{byte:02x}" for byte in char.encode("utf-8"))
-    return "".join(out)
-
-
-def _unescape(text: str) -> str | None:
-    try:
-        raw = bytes(
-            ord(c) if len(c) == 1 else int(c[1:], 16)
-            for c in re.findall(r"\+[0-9a-f]{2}|.", text, flags=re.DOTALL)
-        )
-        return raw.decode("utf-8")
-    except (ValueError, UnicodeDecodeError):
-        return None
-
-
-def job_name(run_id: str, machine: str) -> str:
-    """The Grid Engine job name that tags ``machine`` of run ``run_id``."""
-    if not run_id or not machine:
-        raise AutoscalerError(
-            f"a job name needs a run id and a machine id (got {run_id!r}, {machine!r})"
-        )
-    return f"{NAME_PREFIX}.{_escape(run_id)}.{_escape(machine)}"
-
-
-def parse_job_name(name: str) -> tuple[str, str] | None:
-    """(run id, machine id) from a name ``job_name`` made; None for any other job's name."""
-    parts = name.split(".")
-    if len(parts) != 3 or parts[0] != NAME_PREFIX:
-        return None
-    run_id, machine = _unescape(parts[1]), _unescape(parts[2])
-    if not run_id or not machine or job_name(run_id, machine) != name:
-        return None  # not our canonical spelling: someone else's job
-    return run_id, machine
-
-
-# --- parsers of the commands' output ------------------------------------------------------
-
-_SUBMITTED = re.compile(r'^Your job(?:-array)? (\d+)(?:\.\S+)? \(".*"\) has been submitted', re.M)
-_TERSE = re.compile(r"(\d+)(?:\.\S+)?")
-
-
-def parse_qsub(stdout: str) -> str:
-    """The job id qsub printed, with or without ``-terse``."""
-    match = _SUBMITTED.search(stdout)
-    if match:
-        return match.group(1)
-    lines = stdout.strip().splitlines()
-    if len(lines) == 1 and (terse := _TERSE.fullmatch(lines[0].strip())):
-        return terse.group(1)
-    raise AutoscalerError(
-        f"cannot read a job id in qsub's output {stdout[:200]!r}", code=ERROR_CODE
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class Job:
-    """A job as ``qstat -xml`` lists it."""
-
-    job_id: str
-    name: str
-    state: str  # Grid Engine's letters: qw, hqw, r, t, Rr, Eqw, dr, ...
-    queue: str | None  # the queue instance (``as_small.q@node``) once it runs
-    submitted_at: float | None = None  # Unix time of submission (or start), if shown
-
-
-def _xml(text: str, command: str) -> ET.Element:
-    try:
-        return ET.fromstring(text)
-    except ET.ParseError as exc:
-        raise AutoscalerError(
-            f"{command}: output is not XML ({exc}): {text[:200]!r}", code=ERROR_CODE
-        ) from exc
-
-
-def _child(element: ET.Element, tag: str) -> str:
-    return (element.findtext(tag) or "").strip()
-
-
-def _timestamp(text: str) -> float | None:
-    """qstat prints times as local ``2026-11-22T03:50:31``."""
-    try:
-        return datetime.fromisoformat(text).timestamp() if text else None
-    except ValueError:
-        return None
-
-
-def parse_qstat_xml(xml: str) -> list[Job]:
-    """Pending and running jobs from ``qstat -xml -u '*'`` (optionally with ``-r``)."""
-    root = _xml(xml, "qstat -xml")
-    if root.tag != "job_info":
-        raise AutoscalerError(f"qstat -xml: unexpected document <{root.tag}>", code=ERROR_CODE)
-    jobs = []
-    for entry in root.iter("job_list"):
-        job_id = _child(entry, "JB_job_number")
-        if not job_id:
-            continue
-        name = _child(entry, "full_job_name") or _child(entry, "JB_name")
-        when = _child(entry, "JB_submission_time") or _child(entry, "JAT_start_time")
-        jobs.append(
-            Job(
-                job_id=job_id,
-                name=name,
-                state=_child(entry, "state"),
-                queue=_child(entry, "queue_name") or None,
-                submitted_at=_timestamp(when),
-            )
-        )
-    return jobs
-
-
-def parse_qstat_j(xml: str) -> set[str]:
-    """The ids of the jobs that exist, from ``qstat -xml -j ID,ID,...``.
-
-    Grid Engine answers ``<unknown_jobs>`` when none of them exists and lists only the
-    existing ones otherwise, so the caller takes every other id it asked for as gone.
-    """
-    root = _xml(xml, "qstat -xml -j")
-    if root.tag == "unknown_jobs":
-        return set()
-    if root.tag != "detailed_job_info":
-        raise AutoscalerError(f"qstat -xml -j: unexpected document <{root.tag}>", code=ERROR_CODE)
-    return {
-        number
-        for element in root.findall("./djob_info/element")
-        if (number := _child(element, "JB_job_number"))
-    }
-
-
-_QDEL_DONE = re.compile(r"has (?:registered the job|deleted job) (\d+)")
-_QDEL_GONE = re.compile(r'job "(\d+)" does not exist')
-
-
-def parse_qdel(stdout: str) -> tuple[set[str], set[str]]:
-    """(ids deleted or registered for deletion, ids that did not exist) from qdel."""
-    return set(_QDEL_DONE.findall(stdout)), set(_QDEL_GONE.findall(stdout))
-
-
-def provider_state(sge_state: str) -> ProviderState | None:
-    """Our state for a Grid Engine state; None for an error state (the job never runs)."""
-    if "E" in sge_state:
-        return None
-    if "d" in sge_state:
-        return ProviderState.TERMINATED
-    if "q" in sge_state:  # qw, hqw, hRwq: waiting for a slot
-        return ProviderState.PENDING
-    return ProviderState.RUNNING  # r, t, Rr, Rt; s, S, T: suspended, still holding a slot
-
-
 # --- for `autoscaler cleanup` ---------------------------------------------------------------
 
 
@@ -315,14 +150,14 @@ QSTAT_ALL = ("qstat", "-xml", "-u", "*")
 
 def list_jobs(runner: CommandRunner = run_command) -> list[Job]:
     """Every pending and running job of the cluster, of every user."""
-    return parse_qstat_xml(_run(runner, QSTAT_ALL).stdout)
+    return sge_output.parse_qstat_xml(_run(runner, QSTAT_ALL).stdout)
 
 
 def list_tagged(runner: CommandRunner = run_command) -> list[TaggedJob]:
     """Every job of ours (any run), found by name; other jobs are left out."""
     out = []
     for job in list_jobs(runner):
-        tag = parse_job_name(job.name)
+        tag = sge_output.parse_job_name(job.name)
         if tag is not None:
             out.append(TaggedJob(job.job_id, tag[0], tag[1], job.state))
     return out
@@ -335,7 +170,7 @@ def delete_jobs(job_ids: Sequence[str], runner: CommandRunner = run_command) -> 
         return []
     argv = ["qdel", *ids]
     result = runner(argv)
-    done, gone = parse_qdel(result.stdout + "\n" + result.stderr)
+    done, gone = sge_output.parse_qdel(result.stdout + "\n" + result.stderr)
     if result.rc != 0 and not set(ids) <= done | gone:
         raise _failure(argv, result)
     return [i for i in ids if i in done or i in gone or result.rc == 0]
@@ -461,7 +296,7 @@ class SgeProvider:
         """
         ours: dict[str, Job] = {}
         for job in list_jobs(self._runner):
-            tag = parse_job_name(job.name)
+            tag = sge_output.parse_job_name(job.name)
             if tag is not None and tag[0] == self.run_id:
                 previous = ours.get(tag[1])
                 if previous is None or int(job.job_id) > int(previous.job_id):
@@ -471,7 +306,7 @@ class SgeProvider:
             machine = self._machines.get(mid)
             if machine is None or machine.job_id != job.job_id:
                 machine = self._adopt(mid, job)
-            state = provider_state(job.state)
+            state = sge_output.provider_state(job.state)
             if state is None:
                 broken.append(job.job_id)
                 state = ProviderState.TERMINATED
@@ -492,7 +327,7 @@ class SgeProvider:
 
     def _existing(self, job_ids: Sequence[str]) -> set[str]:
         result = _run(self._runner, ["qstat", "-xml", "-j", ",".join(job_ids)])
-        return parse_qstat_j(result.stdout)
+        return sge_output.parse_qstat_j(result.stdout)
 
     def _adopt(self, mid: str, job: Job) -> _Machine:
         """Take over a job of this run submitted by an earlier daemon (found by name)."""
@@ -515,7 +350,7 @@ class SgeProvider:
             "-shell",
             "no",  # exec the agent directly: no shell reads its arguments
             "-N",
-            job_name(self.run_id, mid),
+            sge_output.job_name(self.run_id, mid),
             "-o",
             str(self.log_dir / f"{mid}.log"),
             "-j",
@@ -532,7 +367,7 @@ class SgeProvider:
 
     def _submit(self, mid: str, type: str, token: str, spec: SgeType) -> None:
         result = _run(self._runner, self._submit_args(mid, spec))
-        job_id = parse_qsub(result.stdout)
+        job_id = sge_output.parse_qsub(result.stdout)
         self._machines[mid] = _Machine(
             mid, type, token, job_id, self._clock(), ProviderState.PENDING
         )

@@ -19,9 +19,9 @@ from autoscaler.providers.sge import (
     SGE_ROOT,
     CommandResult,
     delete_jobs,
-    parse_qsub,
     run_command,
 )
+from autoscaler.providers.sge_output import parse_qsub
 from tests.integration.services import missing
 
 QUEUES = ("as_small.q", "as_large.q")

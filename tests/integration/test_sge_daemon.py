@@ -22,7 +22,8 @@ from typing import Any
 import pytest
 import yaml
 
-from autoscaler.providers.sge import delete_jobs, job_name, list_tagged, run_command
+from autoscaler.providers.sge import delete_jobs, list_tagged, run_command
+from autoscaler.providers.sge_output import job_name
 from tests.integration.daemon_helpers import (
     committed_over_time,
     journal_rows,

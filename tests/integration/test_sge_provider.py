@@ -20,7 +20,8 @@ import pytest
 from autoscaler.billing import BillingModel
 from autoscaler.bootstrap.agent_start import AgentSettings
 from autoscaler.providers.base import Capabilities, ProviderState
-from autoscaler.providers.sge import SgeProvider, SgeType, delete_jobs, job_name, list_tagged
+from autoscaler.providers.sge import SgeProvider, SgeType, delete_jobs, list_tagged
+from autoscaler.providers.sge_output import job_name
 from tests.integration.sge import GridEngine
 from tests.integration.test_agent import FakeController, Request
 

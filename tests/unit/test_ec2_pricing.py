@@ -18,7 +18,7 @@ import pytest
 from botocore.stub import Stubber
 
 from autoscaler.errors import AutoscalerError
-from autoscaler.providers.ec2 import lookup_prices, parse_price
+from autoscaler.providers.ec2_prices import lookup_prices, parse_price
 
 DATA = Path(__file__).parent / "data"
 

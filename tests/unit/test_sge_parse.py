@@ -22,13 +22,15 @@ from autoscaler.errors import AutoscalerError
 from autoscaler.providers.base import Capabilities, ProviderState
 from autoscaler.providers.sge import (
     CommandResult,
-    Job,
     SgeProvider,
     SgeType,
     TaggedJob,
     delete_jobs,
-    job_name,
     list_tagged,
+)
+from autoscaler.providers.sge_output import (
+    Job,
+    job_name,
     parse_job_name,
     parse_qdel,
     parse_qstat_j,
