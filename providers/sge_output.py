@@ -28,7 +28,6 @@ NAME_PREFIX = "as"
 # --- job names: the tag -------------------------------------------------------------------
 
 _PLAIN = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
-_ESCAPE = re.compile(r"\+([0-9a-f]{2})")
 
 
 def _escape(text: str) -> str:
