@@ -312,28 +312,26 @@ def first_configurations(cfg: RunConfig) -> list[Configure]:
     return [a for a in actions if isinstance(a, Configure)]
 
 
+def sampling_label(max_slow: int, max_fast: int, budget: float) -> str:
+    cfg = make_config(
+        bag={"synthetic": 1000},  # n = 30, iw = min(N/10, n) = 30
+        machine_types=[
+            {"name": "slow", "price": 1.0, "max_count": max_slow, "boot_s": 60},
+            {"name": "fast", "price": 4.0, "max_count": max_fast, "boot_s": 60},
+        ],
+        constraint={"budget": budget},
+    )
+    (configure,) = first_configurations(cfg)
+    return configure.reason
+
+
 def test_the_sampling_label_says_when_max_count_or_the_budget_capped_iw() -> None:
     """iw = min(N/10, n) is what the paper asks for; the label says what was started."""
-    capped = make_config(
-        bag={"synthetic": 1000},
-        machine_types=[
-            {"name": "slow", "price": 1.0, "max_count": 10, "boot_s": 60},
-            {"name": "fast", "price": 4.0, "max_count": 40, "boot_s": 60},
-        ],
-        constraint={"budget": 1000.0},
+    assert sampling_label(40, 40, 1000.0) == "sampling: n=30, iw=30"
+    assert sampling_label(10, 40, 1000.0) == (
+        "sampling: n=30, iw=30, capped by max_count: slow 10, fast 30"
     )
-    (reason,) = [c.reason for c in first_configurations(capped)]
-    assert reason == "sampling: n=30, iw=30, capped by max_count: slow 10, fast 30"
-    poor = make_config(bag={"synthetic": 1000}, constraint={"budget": 20.0})
-    (reason,) = [c.reason for c in first_configurations(poor)]
-    assert reason.startswith("sampling: n=30, iw=30, capped by max_count and budget: slow ")
-    roomy = make_config(
-        bag={"synthetic": 1000},
-        machine_types=[
-            {"name": "slow", "price": 1.0, "max_count": 40, "boot_s": 60},
-            {"name": "fast", "price": 4.0, "max_count": 40, "boot_s": 60},
-        ],
-        constraint={"budget": 1000.0},
+    assert sampling_label(10, 10, 20.0).startswith(
+        "sampling: n=30, iw=30, capped by max_count and budget: slow "
     )
-    (reason,) = [c.reason for c in first_configurations(roomy)]
-    assert reason == "sampling: n=30, iw=30"
+    assert sampling_label(40, 40, 50.0).startswith("sampling: n=30, iw=30, capped by budget: ")
