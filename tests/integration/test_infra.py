@@ -26,6 +26,7 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
+from autoscaler.registry import STATE_DIR_ENV
 from tests.integration.services import MotoServer, fake_aws_credentials
 
 pytestmark = pytest.mark.integration
@@ -309,6 +310,11 @@ def test_unit_is_sandboxed() -> None:
     writable = service["ReadWritePaths"].split()
     out_dir = exec_start()[exec_start().index("--out") + 1]
     assert any(out_dir.startswith(w.rstrip("/") + "/") for w in writable), (out_dir, writable)
+    # ProtectHome=yes hides ~/.local/state: the registry of live runs must be writable too,
+    # or no run starts.
+    env = dict(pair.split("=", 1) for pair in shlex.split(service["Environment"]))
+    state_dir = env[STATE_DIR_ENV]
+    assert any(state_dir.startswith(w.rstrip("/")) for w in writable), (state_dir, writable)
 
 
 def test_unit_keeps_credentials_out() -> None:
