@@ -269,6 +269,9 @@ def _chunks(ids: Sequence[str]) -> Iterator[list[str]]:
 class Ec2Provider:
     """EC2 instances of one run, found by the run's tag."""
 
+    status_polling_interval = 10.0
+    """DescribeInstances is rate-limited and counted against the account."""
+
     def __init__(
         self,
         capabilities: Capabilities,
@@ -291,9 +294,6 @@ class Ec2Provider:
     def client(self) -> EC2Client:
         """The calling thread's EC2 client (each thread has a session of its own)."""
         return self._clients.ec2()
-
-    status_polling_interval = 10.0
-    """DescribeInstances is rate-limited and counted against the account."""
 
     # --- the provider protocol ------------------------------------------------------
 
