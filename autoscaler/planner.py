@@ -211,7 +211,10 @@ def _solve_per_second(problem: BudgetProblem, solver: Solver) -> Plan | None:
     rate = pulp.lpSum((keep[t.name] + new[t.name]) * t.price for t in problem.types)
     lp += speed
     lp += problem.tasks * rate <= problem.budget * problem.billing.atu_s * speed
-    lp += speed >= 1e-12
+    # The budget constraint is homogeneous: the empty mix satisfies it. Ask for a machine
+    # in whole numbers (a bound on the speed, 1e-12, sat inside the solver's feasibility
+    # tolerance and let an unaffordable budget come back as a zero-machine plan).
+    lp += pulp.lpSum(keep.values()) + pulp.lpSum(new.values()) >= 1
     return _extract(lp, problem, keep, new, 0, solver)
 
 

@@ -174,3 +174,42 @@ def test_per_second_plan_keeps_cost_rate_times_time_within_budget() -> None:
     assert rate * plan.makespan_s(100.0) <= 60.0 + 1e-6
     # All cheap machines (cost/task 0.28) fit; dear ones (1.39/task) cannot all be added.
     assert plan.counts["cheap"] == 10
+
+
+PER_SECOND = BillingModel("per_second", 3600.0)
+
+
+def per_second_brute_force(problem: BudgetProblem) -> float | None:
+    """The fastest mix of at least one machine whose cost rate times N/speed fits B."""
+    best: float | None = None
+    for mix in itertools.product(*(range(t.max_count + 1) for t in problem.types)):
+        speed = sum(a / t.mean_s for a, t in zip(mix, problem.types, strict=True))
+        rate = sum(a * t.price for a, t in zip(mix, problem.types, strict=True))
+        if speed > 0 and problem.tasks * rate <= problem.budget * 3600.0 * speed + 1e-9:
+            best = speed if best is None else max(best, speed)
+    return best
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(budget_problems())
+def test_per_second_plan_matches_brute_force_and_is_none_when_unaffordable(
+    problem: BudgetProblem,
+) -> None:
+    problem = BudgetProblem(problem.tasks, problem.budget, problem.types, PER_SECOND)
+    expected = per_second_brute_force(problem)
+    plan = plan_budget(problem)
+    assert (plan is None) == (expected is None), (plan, expected)
+    if plan is not None:
+        assert sum(plan.counts.values()) >= 1
+        assert plan.speed == pytest.approx(expected, rel=1e-6)
+        assert plan.cost <= problem.budget * (1 + 1e-9)
+
+
+def test_a_per_second_budget_too_small_for_any_machine_gives_no_plan() -> None:
+    """100 tasks of 1000 s at $1/h cost at least $27.8 on the cheapest type: $20 pays none."""
+    types = [
+        TypeEstimate("cheap", 1.0, 10, 0.0, 1000.0),
+        TypeEstimate("dear", 10.0, 10, 0.0, 500.0),
+    ]
+    assert plan_budget(BudgetProblem(100.0, 20.0, types, PER_SECOND)) is None
+    assert plan_budget(BudgetProblem(100.0, 20.0, types, PER_SECOND), "cbc") is None
