@@ -17,12 +17,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from autoscaler.atomic import write_atomic
 from autoscaler.errors import AutoscalerError
 
 STATE_DIR_ENV = "AUTOSCALER_STATE_DIR"
@@ -84,17 +84,7 @@ def write_entry(state: Path, entry: RunEntry) -> Path:
             "started_at": entry.started_at,
         }
     )
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{entry.run_id}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    write_atomic(path, text + "\n", prefix=f"{entry.run_id}.")
     return path
 
 

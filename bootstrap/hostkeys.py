@@ -27,17 +27,15 @@ to paramiko by path; it is never read, logged or copied here.
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
-import os
 import re
-import tempfile
 import threading
 from pathlib import Path
 
 import paramiko
 from paramiko.hostkeys import HostKeyEntry
 
+from autoscaler.atomic import write_atomic
 from autoscaler.bootstrap.agent_start import BootstrapError
 
 BEGIN_KEYS = "-----BEGIN SSH HOST KEY KEYS-----"
@@ -140,18 +138,7 @@ class KnownHosts:
             entries.append(HostKeyEntry([machine], key))
             text = "".join(entry.to_line() or "" for entry in entries)
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".known_hosts.", dir=self.path.parent)
-            try:
-                os.fchmod(fd, 0o600)
-                with os.fdopen(fd, "w", encoding="ascii") as out:
-                    out.write(text)
-                    out.flush()
-                    os.fsync(out.fileno())
-                os.replace(tmp, self.path)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise
+            write_atomic(self.path, text, encoding="ascii", prefix=".known_hosts.")
 
     def _load(self) -> paramiko.HostKeys:
         hosts = paramiko.HostKeys()
