@@ -30,7 +30,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from autoscaler.estimate import initial_workers, sample_size, tasks_within
+from autoscaler.estimate import RuntimeEstimate, initial_workers, ragged_end, sample_size
+from autoscaler.frontier import minimum_budget
 from autoscaler.model import (
     Action,
     Assign,
@@ -43,20 +44,30 @@ from autoscaler.model import (
     Launch,
     LaunchFailed,
     MachineLost,
-    MachineState,
     Mark,
     Release,
     Replicate,
+    Shortfall,
     Shutdown,
     Stop,
     TaskDone,
     TaskState,
     Tick,
 )
+from autoscaler.outlook import expected_left, forecast, potential
 from autoscaler.planner import BudgetProblem, Plan, Solver, TypeEstimate, plan_budget
 from autoscaler.state import Machine, RunState
 
 _EPS = 1e-6
+
+
+def _moved(before: float | None, now: float | None, share: float = 0.1) -> bool:
+    """Whether a needed budget changed enough (``share``) to be said again."""
+    if before is None or now is None:
+        return before is not now
+    return abs(now - before) > share * max(before, _EPS)
+
+
 _EARLY_CHECK = 5  # completions per type before an early "budget insufficient" is trusted
 
 
@@ -72,7 +83,8 @@ class ControllerSettings:
     improve_ratio: float = 1.05  # adopt an unforced re-plan only if this much faster...
     improve_reserve: float = 0.1  # ...and still affordable with this share of money kept back
     leap_ratio: float = 1.5  # a re-plan this much faster is adopted on the full budget
-    confidence_z: float = 1.96  # "the budget is too small" must hold at this confidence
+    confidence_z: float = 1.96  # intervals of predictions; "the budget is too small" too
+    on_shortfall: Literal["continue", "stop"] = "continue"  # when the budget cannot finish
 
 
 class _Step:
@@ -250,54 +262,45 @@ class Controller:
             and any(m.type.name == name for m in state.machines.values())
         ]
 
-    def _estimates(self, state: RunState, now: float) -> dict[str, TypeEstimate]:
-        """T_i per type with samples: done tasks plus running tasks' tail estimates."""
-        elapsed: dict[str, list[float]] = {}
+    @staticmethod
+    def _running_ages(state: RunState, now: float) -> dict[str, list[float]]:
+        """Ages of the counted runs going on, per type (replicas are not counted)."""
+        ages: dict[str, list[float]] = {}
         for m in state.alive_machines():
-            for start in m.running.values():
-                elapsed.setdefault(m.type.name, []).append(now - start)
+            for tid, start in m.running.items():
+                if tid not in m.replicas:
+                    ages.setdefault(m.type.name, []).append(now - start)
+        return ages
+
+    def _estimates(self, state: RunState, now: float) -> dict[str, TypeEstimate]:
+        """T_i per type with samples: ended runs, and running ones censored at their age."""
+        ages = self._running_ages(state, now)
         billing = state.billing
         usable = billing.first_step_s - billing.boundary_margin_s()
         out: dict[str, TypeEstimate] = {}
         for name in self._sampled_types(state):
             t = state.types[name]
-            stats = state.stats[name]
-            mean = stats.mean(elapsed.get(name, ()))
+            e = state.stats[name].estimate(ages.get(name, ()), resamples=0)
             out[name] = TypeEstimate(
                 name=name,
                 price=t.price,
                 max_count=t.max_count,
                 boot_s=t.boot_s,
-                mean_s=mean,
-                sd_s=stats.stddev(),
+                mean_s=e.mean_s,
+                sd_s=e.sd_s,
                 live=state.count_alive(name),
                 first_cost=billing.cost(t.price, billing.first_step_s),
-                first_tasks=max(0, math.floor((usable - t.boot_s) / mean)),
+                first_tasks=max(0, math.floor((usable - t.boot_s) / e.mean_s)),
             )
         return out
 
-    def _paid_completions(self, state: RunState, now: float, est: dict[str, TypeEstimate]) -> float:
-        """Σ ft_m: tasks live machines are expected to finish in time already paid for."""
-        margin = state.billing.boundary_margin_s()
-        total = 0.0
-        for m in state.alive_machines():
-            e = est.get(m.type.name)
-            if e is None:
-                continue
-            left = m.paid_until - margin - now
-            if m.state is MachineState.BOOTING:
-                left -= max(0.0, m.launched_at + m.type.boot_s - now)
-            stats = state.stats[m.type.name]
-            for start in m.running.values():
-                rest = max(0.0, stats.tail_estimate(now - start) - (now - start))
-                if rest > left:
-                    left = -1.0
-                    break
-                total += 1
-                left -= rest
-            if left > 0:
-                total += math.floor(left / e.mean_s)
-        return total
+    def _intervals(
+        self, state: RunState, now: float, names: Iterable[str]
+    ) -> dict[str, RuntimeEstimate]:
+        """Each type's mean runtime with its bootstrap interval (only when a plan is made)."""
+        ages = self._running_ages(state, now)
+        z = self.settings.confidence_z
+        return {n: state.stats[n].estimate(ages.get(n, ()), z=z) for n in names}
 
     def _monitor(self, s: _Step, tick: bool) -> bool:
         """Check the plan; re-plan when needed. Returns True when the target changed."""
@@ -311,57 +314,78 @@ class Controller:
             if sampling and all(state.stats[n].sampled for n in sampling):
                 est, n_e = self._outlook(s)
                 return self._replan(s, est, n_e, "plan after sampling", force=True)
-            if tick and sampling and all(state.stats[n].done >= _EARLY_CHECK for n in sampling):
-                # Before the samples are complete, stop only if even the optimistic
+            if (
+                tick
+                and sampling
+                and not state.shortfalls
+                and all(state.stats[n].done >= _EARLY_CHECK for n in sampling)
+            ):
+                # Before the samples are complete, warn only if even the optimistic
                 # reading of what is known says the budget cannot finish the bag.
                 est, n_e = self._outlook(s)
-                shortfall = self._known_insufficient(state, est, n_e, self._money_left(state))
-                if shortfall is not None:
-                    s.do(Stop(shortfall))
+                self._shortfall(s, est, n_e, optimistic=True)
             return False
         if not tick or state.finished:
             return False
         est, n_e = self._outlook(s)
         if not est:
             return False
-        n_p = self._potential(state, est)
+        n_p = potential(
+            state,
+            {n: e.mean_s for n, e in est.items()},
+            {n: e.sd_s for n, e in est.items()},
+            self.settings.cushion_z,
+            self.settings.final_loss,
+        )
         if n_p < n_e:
             return self._replan(s, est, n_e, f"N_p={n_p:.0f} < N_e={n_e:.0f}", force=True)
+        moved = self._left_assumed(state, est)
+        if moved is not None and state.pending:
+            return self._replan(s, est, n_e, moved, force=True, refresh=True)
         return self._replan(s, est, n_e, "faster mix affordable", force=False)
+
+    @staticmethod
+    def _left_assumed(state: RunState, est: dict[str, TypeEstimate]) -> str | None:
+        """Which estimate has left the interval the current plan assumed, if any."""
+        plan = next(
+            (c for _, c in reversed(state.configurations) if c.predicted_makespan_s is not None),
+            None,
+        )
+        if plan is None:
+            return None
+        for name, e in sorted(est.items()):
+            lo, hi = plan.assumed_lo_s.get(name), plan.assumed_hi_s.get(name)
+            if lo is not None and hi is not None and not lo <= e.mean_s <= hi:
+                return (
+                    f"estimate left the plan's interval: {name} {e.mean_s:.0f} s "
+                    f"outside [{lo:.0f}, {hi:.0f}]"
+                )
+        return None
 
     def _outlook(self, s: _Step) -> tuple[dict[str, TypeEstimate], float]:
         """T_i per type and N_e, the tasks left once the time already paid is used."""
         state = s.state
         est = self._estimates(state, s.now)
-        return est, max(0.0, state.tasks_left - self._paid_completions(state, s.now, est))
+        n_e = expected_left(
+            state,
+            s.now,
+            {n: e.mean_s for n, e in est.items()},
+            lambda name, age: state.stats[name].tail_estimate(age),
+        )
+        return est, n_e
 
     @staticmethod
     def _money_left(state: RunState) -> float:
         return math.inf if state.budget is None else state.budget - state.committed
 
-    def _potential(self, state: RunState, est: dict[str, TypeEstimate]) -> float:
-        """N_p: tasks the current machines can do in the units the budget still pays for."""
-        keep = [m for m in state.alive_machines() if not m.marked and m.type.name in est]
-        if not keep:
-            return 0.0
-        per_unit = sum(m.type.price for m in keep)
-        left = math.inf if state.budget is None else state.budget - state.committed
-        if math.isinf(left):
-            return math.inf
-        atu = state.billing.atu_s
-        units = (
-            math.floor(left / per_unit + _EPS) if state.billing.mode == "fixed" else left / per_unit
-        )
-        z, loss = self.settings.cushion_z, self.settings.final_loss
-        return float(
-            sum(
-                tasks_within(units * atu, est[m.type.name].mean_s, est[m.type.name].sd_s, z, loss)
-                for m in keep
-            )
-        )
-
     def _replan(
-        self, s: _Step, est: dict[str, TypeEstimate], n_e: float, reason: str, force: bool
+        self,
+        s: _Step,
+        est: dict[str, TypeEstimate],
+        n_e: float,
+        reason: str,
+        force: bool,
+        refresh: bool = False,
     ) -> bool:
         """Solve the budget problem for what is left; adopt the result if it is needed.
 
@@ -369,7 +393,8 @@ class Controller:
         a plan is adopted when it is ``leap_ratio`` faster than the current mix (a plan
         made on pessimistic samples is left as soon as the estimates recover), or
         ``improve_ratio`` faster and still affordable with ``improve_reserve`` of the
-        money kept back (small gains must not chase noise).
+        money kept back (small gains must not chase noise). ``refresh`` issues the
+        configuration even when the counts stay, so its prediction is renewed.
         """
         state = s.state
         if not est:
@@ -405,20 +430,52 @@ class Controller:
         if plan is None:
             if not force:
                 return False
-            shortfall = self._known_insufficient(state, est, n_e, budget)
-            if shortfall is not None:
-                s.do(Stop(shortfall))
+            if self._shortfall(s, est, n_e, optimistic=False):
                 return True
             plan = self._best_effort(est)
             reason += "; budget tight: most profitable type only"
         elif not force and plan.speed < speed_now * self.settings.improve_ratio:
             return False
         counts = {name: plan.counts.get(name, 0) for name in state.types}
-        if counts == state.target and not first:
+        if counts == state.target and not first and not refresh:
             return False
-        makespan = s.now + plan.makespan_s(state.tasks_left)
-        s.do(Configure(counts, state.committed + plan.cost, makespan, reason))
+        s.do(self._configure(s, counts, est, reason))
         return True
+
+    def _configure(
+        self, s: _Step, counts: dict[str, int], est: dict[str, TypeEstimate], reason: str
+    ) -> Configure:
+        """The configuration with its prediction: cost and makespan at the estimated
+        means, and their interval at the ends of each mean's interval, widened for the
+        spread of the finite number of tasks left (``RuntimeEstimate.widened``)."""
+        state = s.state
+        intervals = self._intervals(state, s.now, est)
+        z = self.settings.confidence_z
+        rate = {n: counts.get(n, 0) / e.mean_s for n, e in est.items()}
+        total = sum(rate.values()) or 1.0
+        lo: dict[str, float] = {}
+        hi: dict[str, float] = {}
+        for name, e in intervals.items():
+            share = state.tasks_left * rate.get(name, 0.0) / total
+            lo[name], hi[name] = e.widened(share, z)
+        ragged = ragged_end(
+            ((state.stats[n], c) for n, c in counts.items() if n in est), self.settings.confidence_z
+        )
+        up = max((hi[n] / e.mean_s for n, e in est.items() if counts.get(n)), default=1.0)
+        down = min((lo[n] / e.mean_s for n, e in est.items() if counts.get(n)), default=1.0)
+        point = forecast(state, s.now, counts, {n: e.mean_s for n, e in est.items()}, ragged.mean_s)
+        fast = forecast(state, s.now, counts, lo, ragged.lo_s * down)
+        slow = forecast(state, s.now, counts, hi, ragged.hi_s * up)
+        return Configure(
+            counts,
+            point.cost,
+            point.end_s,
+            reason,
+            cost_interval=(min(fast.cost, point.cost), max(slow.cost, point.cost)),
+            makespan_interval_s=(min(fast.end_s, point.end_s), max(slow.end_s, point.end_s)),
+            assumed_lo_s={n: e.lo_s for n, e in intervals.items()},
+            assumed_hi_s={n: e.hi_s for n, e in intervals.items()},
+        )
 
     @staticmethod
     def _launchable(
@@ -445,29 +502,61 @@ class Controller:
         count = max(1, min(best.live, best.max_count))
         return Plan(counts={best.name: count}, units=0, speed=count / best.mean_s, cost=0.0)
 
-    def _known_insufficient(
-        self, state: RunState, est: dict[str, TypeEstimate], n_e: float, budget: float
-    ) -> str | None:
-        """Why the budget cannot finish the bag, if that holds even on optimistic runtimes.
+    def _shortfall(
+        self, s: _Step, est: dict[str, TypeEstimate], n_e: float, optimistic: bool
+    ) -> bool:
+        """Say that the budget is unlikely to finish the bag, once it is known; with
+        ``on_shortfall: stop`` also stop the run. Returns True when it stopped.
 
-        The cheapest conceivable way to do N_e tasks runs them all on the most profitable
-        type at its fluid cost c_i·T_i/ATU per task; T_i is taken at the lower end of
-        its confidence interval so noise alone never stops a run.
+        ``optimistic`` (before the samples are complete): only when even the cheapest
+        conceivable way of doing N_e tasks does not fit, every type at the lower end
+        of its mean's interval (each running task counted as ending now), all on the
+        most profitable type at its fluid cost c_i·T_i/ATU. Otherwise the planner found
+        no affordable mix at the estimated means. The budget needed is the planner's
+        minimum at the estimated means, plus what is committed.
         """
-        z = self.settings.confidence_z
-        atu = state.billing.atu_s
-        per_task = math.inf
-        for name, e in est.items():
-            n = max(1, state.stats[name].done)
-            optimistic = max(e.mean_s - z * e.sd_s / math.sqrt(n), 1e-9)
-            per_task = min(per_task, e.price * optimistic / atu)
-        need = per_task * n_e
-        if need <= budget:
-            return None
-        return (
-            f"budget insufficient: about {n_e:.0f} tasks remain beyond paid time and need "
-            f"at least {need:.2f} more, but only {max(budget, 0.0):.2f} is left"
+        state = s.state
+        budget = self._money_left(state)
+        if optimistic:
+            z = self.settings.confidence_z
+            atu = state.billing.atu_s
+            ages = self._running_ages(state, s.now)
+            per_task = math.inf
+            for name, e in est.items():
+                stats = state.stats[name]
+                seen = [*stats.done_times, *stats.censored_times, *ages.get(name, ())]
+                low = sum(seen) / len(seen) - z * e.sd_s / math.sqrt(len(seen))
+                per_task = min(per_task, e.price * max(low, 1e-9) / atu)
+            if per_task * n_e <= budget:
+                return False
+        problem = BudgetProblem(
+            tasks=n_e,
+            budget=budget,
+            types=self._launchable(state, s.now, est),
+            billing=state.billing,
+            cushion_z=self.settings.cushion_z,
+            final_loss=self.settings.final_loss,
         )
+        more = minimum_budget(problem, self.settings.solver) if problem.types else None
+        needed = None if more is None else state.committed + more
+        said = (
+            f"about {n_e:.0f} of {state.tasks_left} tasks left need a budget of about "
+            f"{needed:.2f} in all"
+            if needed is not None
+            else f"about {n_e:.0f} tasks left "
+            "cannot be finished at any budget the planner can search"
+        )
+        message = (
+            f"budget unlikely to finish the bag: {said}; the budget is "
+            f"{state.budget if state.budget is not None else math.inf:.2f}"
+        )
+        last = state.shortfalls[-1][1] if state.shortfalls else None
+        if last is None or _moved(last.needed_budget, needed):
+            s.do(Shortfall(state.tasks_left, needed, message))
+        if self.settings.on_shortfall == "stop":
+            s.do(Stop(message + " (on_shortfall: stop)"))
+            return True
+        return False
 
     # --- carrying out the configuration --------------------------------------------------
 

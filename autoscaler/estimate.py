@@ -2,8 +2,12 @@
 
 * sample size n = ⌈N·z² / (z² + 2(N−1)Δ²)⌉, bounded above by ⌈z² / (2Δ²)⌉;
 * initial workers per type iw = min(N/10, n);
-* T_i, a cumulative moving average of the runtimes seen on type i, where a running
-  task with elapsed time τ counts as τ_e, the mean of the sample's runtimes above τ.
+* T_i, the mean runtime on type i. Not the mean of whatever finished first (on a
+  skewed distribution that is the short tasks): a Kaplan–Meier survival estimate over
+  every counted run, where runs that ended without a result or still run are
+  right-censored at their age, with an exponential tail past the longest run seen;
+  a bootstrap gives its interval. A running task of age τ is expected to take
+  τ_e = E[T | T > τ] on that curve (paper 000's τ_e, without cutting off the tail).
 """
 
 from __future__ import annotations
@@ -12,6 +16,9 @@ import bisect
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from statistics import NormalDist
+
+import numpy as np
 
 
 def sample_size(n_tasks: int, z: float = 1.96, delta: float = 0.25) -> int:
@@ -28,66 +35,265 @@ def initial_workers(n_tasks: int, n_sample: int) -> int:
     return max(1, min(n_tasks // 10, n_sample))
 
 
+SAMPLE_OPEN_SHARE = 0.1
+"""A type is sampled once all but this share of its sample set have ended."""
+
+_RESAMPLES = 200
+
+
+@dataclass(frozen=True, slots=True)
+class Survival:
+    """Runtimes seen on one type as survival data: done runs are events, runs that ended
+    without a result (cancelled, cut off, lost, failed) or still run are right-censored.
+
+    ``times`` is sorted, an event before a censoring at the same time (the usual
+    Kaplan–Meier convention).
+    """
+
+    times: tuple[float, ...]
+    events: tuple[bool, ...]
+
+    @classmethod
+    def of(cls, done: Iterable[float], censored: Iterable[float]) -> Survival:
+        pairs = sorted([(t, False) for t in done] + [(t, True) for t in censored])
+        return cls(tuple(t for t, _ in pairs), tuple(not c for _, c in pairs))
+
+    @property
+    def n_events(self) -> int:
+        return sum(self.events)
+
+
+def _tail_start(times: np.ndarray, events: np.ndarray) -> float:
+    """Where the exponential tail model starts: the upper quarter of the event times
+    (at least three events), so it is fitted on the longest runs seen."""
+    ev = np.sort(times[events])
+    k = max(3, math.ceil(len(ev) / 4))
+    return float(ev[-k]) if len(ev) > k else 0.0
+
+
+def km_moments(
+    times: np.ndarray, events: np.ndarray, weights: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and second moment of runtime, one per row of ``weights`` (a bootstrap).
+
+    Kaplan–Meier up to the longest observation; past it, the survival left (runs still
+    going, or cut off, longer than anything seen to end) follows an exponential tail
+    whose rate is the events per second of exposure past ``_tail_start`` — the
+    piecewise-exponential maximum-likelihood estimate on the longest runs. With no
+    event there, the tail's mean residual life is the larger of the longest
+    observation and the mean so far (pessimistic rather than silent).
+    """
+    w = np.atleast_2d(weights).astype(float)
+    ev = events.astype(float)
+    at_risk = np.cumsum(w[:, ::-1], axis=1)[:, ::-1]
+    d = w * ev
+    with np.errstate(divide="ignore", invalid="ignore"):
+        hazard = np.where(at_risk > 0, d / at_risk, 0.0)
+    s_after = np.cumprod(1.0 - hazard, axis=1)
+    s_before = np.concatenate([np.ones((w.shape[0], 1)), s_after[:, :-1]], axis=1)
+    prev = np.concatenate([[0.0], times[:-1]])
+    mean = (s_before * (times - prev)).sum(axis=1)
+    second = (s_before * (times**2 - prev**2)).sum(axis=1)
+    left = s_after[:, -1]
+    t_max = float(times[-1])
+    u = _tail_start(times, events)
+    exposure = (w * np.maximum(0.0, times - u)).sum(axis=1)
+    tail_events = (w * ev * (times > u)).sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mrl = np.where(tail_events > 0, exposure / tail_events, np.maximum(t_max, mean))
+    mean = mean + left * mrl
+    second = second + left * (t_max**2 + 2 * t_max * mrl + 2 * mrl**2)
+    return mean, second
+
+
+def estimate_runtime(
+    survival: Survival, z: float = 1.96, resamples: int = _RESAMPLES, seed: int = 0
+) -> RuntimeEstimate:
+    """T_i with its spread and a bootstrap percentile interval at confidence ``z``.
+
+    The interval is for the mean runtime of the type (what a plan's makespan and cost
+    scale with); observations are resampled whole, censored ones included. Seeded, so
+    the same data always gives the same interval (a replayed run decides the same).
+    """
+    if survival.n_events == 0:
+        raise ValueError("no runtime has been seen to end yet")
+    times = np.asarray(survival.times, dtype=float)
+    events = np.asarray(survival.events, dtype=bool)
+    n = len(times)
+    mean, second = km_moments(times, events, np.ones(n))
+    m, sd = float(mean[0]), math.sqrt(max(0.0, float(second[0]) - float(mean[0]) ** 2))
+    if resamples <= 0 or n < 2:
+        return RuntimeEstimate(m, sd, m, m, survival.n_events, n - survival.n_events)
+    rng = np.random.default_rng(seed)
+    weights = rng.multinomial(n, np.full(n, 1.0 / n), size=resamples)
+    boot, _ = km_moments(times, events, weights)
+    boot = boot[np.isfinite(boot)]
+    p = NormalDist().cdf(-z)
+    lo, hi = (float(np.quantile(boot, q)) for q in (p, 1 - p))
+    return RuntimeEstimate(m, sd, min(lo, m), max(hi, m), survival.n_events, n - survival.n_events)
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeEstimate:
+    """What one type's runtimes are believed to be: mean, spread, and the mean's interval."""
+
+    mean_s: float
+    sd_s: float
+    lo_s: float
+    hi_s: float
+    done: int
+    censored: int
+
+    def widened(self, tasks: float, z: float) -> tuple[float, float]:
+        """The interval for the mean of ``tasks`` more runs: the mean's own uncertainty
+        and the spread of a finite number of runs around it, added in quadrature."""
+        spread = z * self.sd_s / math.sqrt(max(tasks, 1.0))
+        down = math.hypot(self.mean_s - self.lo_s, spread)
+        up = math.hypot(self.hi_s - self.mean_s, spread)
+        return max(self.mean_s - down, 1e-9), self.mean_s + up
+
+
+@dataclass(frozen=True, slots=True)
+class _Curve:
+    """The survival curve of ended runs, kept until the next run ends."""
+
+    times: list[float]
+    s_after: list[float]  # S just after each time
+    area: list[float]  # ∫ S from each time to the last
+    mrl: float  # mean residual life of the tail past the last time
+    mean_s: float
+    sd_s: float
+
+
 @dataclass
 class RuntimeStats:
     """What has been learnt about task runtimes on one machine type.
 
-    The first ``sample_target`` completions form the sample (kept sorted, with prefix
-    sums for the tail means); every completion feeds the moving average.
+    The sample set is the first ``sample_target`` tasks started on the type. Tasks leave
+    the bag in a random order fixed before the run (``runs.new_state``), so the set is a
+    random sample of the bag chosen independently of runtimes; planning waits until all
+    but ``SAMPLE_OPEN_SHARE`` of it has ended, and counts the rest (and every other run
+    still going) as right-censored, so long tasks are not left out of the estimate the
+    way they are from "the first n to finish". Every later run updates the estimate.
     """
 
     sample_target: int
-    sample: list[float] = field(default_factory=list)
-    _prefix: list[float] = field(default_factory=lambda: [0.0])
+    done_times: list[float] = field(default_factory=list)  # sorted
+    censored_times: list[float] = field(default_factory=list)  # sorted
+    sample: list[int] = field(default_factory=list)  # the sample set, in start order
+    sample_open: set[int] = field(default_factory=set)  # of it, still without an end
     done: int = 0
-    done_total_s: float = 0.0
-    done_sq_s: float = 0.0
+    _curve: _Curve | None = field(default=None, compare=False, repr=False)
 
-    def record(self, runtime_s: float) -> None:
+    def start(self, task: int) -> None:
+        """A run of ``task`` starts on this type (replicas are not counted)."""
+        if len(self.sample) < self.sample_target and task not in self.sample_open:
+            self.sample.append(task)
+            self.sample_open.add(task)
+
+    def record(self, runtime_s: float, task: int | None = None) -> None:
+        """A counted run ended with a result after ``runtime_s``."""
         self.done += 1
-        self.done_total_s += runtime_s
-        self.done_sq_s += runtime_s * runtime_s
-        if len(self.sample) < self.sample_target:
-            bisect.insort(self.sample, runtime_s)
-            self._prefix = [0.0]
-            for value in self.sample:
-                self._prefix.append(self._prefix[-1] + value)
+        bisect.insort(self.done_times, runtime_s)
+        if task is not None:
+            self.sample_open.discard(task)
+        self._curve = None
+
+    def censor(self, elapsed_s: float, task: int | None = None) -> None:
+        """A counted run ended without a result after ``elapsed_s`` (it needed longer)."""
+        bisect.insort(self.censored_times, elapsed_s)
+        if task is not None:
+            self.sample_open.discard(task)
+        self._curve = None
 
     @property
     def sampled(self) -> bool:
-        """True once the sample is complete (T_i may be used for planning)."""
-        return len(self.sample) >= self.sample_target
+        """True once the sample set has (mostly) ended, so T_i may be used for planning."""
+        return (
+            self.done > 0
+            and len(self.sample) >= self.sample_target
+            and len(self.sample_open) <= math.floor(SAMPLE_OPEN_SHARE * self.sample_target)
+        )
+
+    def survival(self, running_elapsed: Iterable[float] = ()) -> Survival:
+        return Survival.of(self.done_times, [*self.censored_times, *running_elapsed])
+
+    def estimate(
+        self, running_elapsed: Iterable[float] = (), z: float = 1.96, resamples: int = _RESAMPLES
+    ) -> RuntimeEstimate:
+        """T_i, its spread and interval, running tasks counted as censored at their age."""
+        return estimate_runtime(self.survival(running_elapsed), z, resamples)
+
+    def mean(self, running_elapsed: Iterable[float] = ()) -> float:
+        """T_i: the survival-curve mean over ended runs and the running ones' ages."""
+        running = list(running_elapsed)
+        if not running:
+            return self._survival_curve().mean_s
+        return self.estimate(running, resamples=0).mean_s
+
+    def stddev(self, running_elapsed: Iterable[float] = ()) -> float:
+        """Standard deviation of runtimes, from the same survival curve (0 before any end)."""
+        if self.done == 0:
+            return 0.0
+        running = list(running_elapsed)
+        if not running:
+            return self._survival_curve().sd_s
+        return self.estimate(running, resamples=0).sd_s
+
+    def _survival_curve(self) -> _Curve:
+        """Kaplan–Meier over the ended runs: times, S after each, ∫S from each time to the
+        last, and the mean residual life of the tail past the last time."""
+        if self._curve is None:
+            if self.done == 0:
+                raise ValueError("no runtime has been seen to end yet")
+            surv = self.survival()
+            whole = estimate_runtime(surv, resamples=0)
+            times = list(surv.times)
+            s_after: list[float] = []
+            s = 1.0
+            at_risk = len(times)
+            for event in surv.events:
+                if event:
+                    s *= 1.0 - 1.0 / at_risk
+                at_risk -= 1
+                s_after.append(s)
+            t_arr = np.asarray(times)
+            e_arr = np.asarray(surv.events, dtype=bool)
+            u = _tail_start(t_arr, e_arr)
+            exposure = float(np.maximum(0.0, t_arr - u).sum())
+            tail_events = int((e_arr & (t_arr > u)).sum())
+            mrl = exposure / tail_events if tail_events else max(times[-1], whole.mean_s)
+            # ∫ S from times[j] to times[-1]: S is s_after[i] on [times[i], times[i+1]).
+            area = [0.0] * len(times)
+            for j in range(len(times) - 2, -1, -1):
+                area[j] = area[j + 1] + s_after[j] * (times[j + 1] - times[j])
+            self._curve = _Curve(times, s_after, area, mrl, whole.mean_s, whole.sd_s)
+        return self._curve
 
     def tail_estimate(self, elapsed_s: float) -> float:
         """τ_e: expected total runtime of a task already running for ``elapsed_s``.
 
-        The mean of the sample's runtimes longer than ``elapsed_s``; a task that has
-        outlived the whole sample is expected to finish about now.
+        E[T | T > τ] = τ + ∫_τ^∞ S / S(τ) on the survival curve of ended runs, with the
+        exponential tail past the longest one: a task that has outlived every run seen
+        is expected to go on for the tail's mean residual life, not to end at once.
         """
-        k = bisect.bisect_right(self.sample, elapsed_s)
-        longer = len(self.sample) - k
-        if longer == 0:
+        if self.done == 0:
             return elapsed_s
-        return (self._prefix[-1] - self._prefix[k]) / longer
-
-    def mean(self, running_elapsed: Iterable[float] = ()) -> float:
-        """T_i: the moving average over done tasks and the running ones' τ_e."""
-        total = self.done_total_s
-        count = self.done
-        for elapsed in running_elapsed:
-            total += self.tail_estimate(elapsed)
-            count += 1
-        if count == 0:
-            raise ValueError("no runtimes seen yet")
-        return total / count
-
-    def stddev(self) -> float:
-        """Standard deviation of the completed runtimes (0 with fewer than two)."""
-        if self.done < 2:
-            return 0.0
-        mean = self.done_total_s / self.done
-        var = max(0.0, (self.done_sq_s - self.done * mean * mean) / (self.done - 1))
-        return math.sqrt(var)
+        c = self._survival_curve()
+        times, s_after, area, mrl = c.times, c.s_after, c.area, c.mrl
+        i = bisect.bisect_right(times, elapsed_s) - 1
+        if i < 0:
+            s_tau, integral = 1.0, times[0] - elapsed_s + area[0]
+        else:
+            s_tau = s_after[i]
+            nxt = times[i + 1] if i + 1 < len(times) else elapsed_s
+            later = area[i + 1] if i + 1 < len(times) else 0.0
+            integral = s_tau * max(0.0, nxt - elapsed_s) + later
+        if s_tau <= 0.0:
+            return elapsed_s
+        s_end = s_after[-1]
+        integral += s_end * mrl
+        return elapsed_s + integral / s_tau
 
 
 def tasks_within(
@@ -105,3 +311,66 @@ def tasks_within(
     b = z * sd_s
     root = (-b + math.sqrt(b * b + 4 * mean_s * horizon_s)) / (2 * mean_s)
     return max(0.0, root * root - loss)
+
+
+@dataclass(frozen=True, slots=True)
+class RaggedEnd:
+    """How far past the fluid end the last task ends: expected, and a low and high
+    quantile, in seconds (the fluid end shares the work in flight evenly; really each
+    machine finishes its own last task, and the run ends with the longest of them)."""
+
+    mean_s: float
+    lo_s: float
+    hi_s: float
+
+
+def ragged_end(
+    fleet: Iterable[tuple[RuntimeStats, int]], z: float = 1.96, points: int = 512
+) -> RaggedEnd:
+    """The last task's end after the bag runs empty, over ``fleet`` (stats, machines).
+
+    When the bag runs empty every machine is part-way through a task. By renewal
+    theory the rest of that task follows the equilibrium distribution of its type's
+    runtime, F_eq(t) = ∫_0^t S / E[T], so the last end is the largest of those rests:
+    P(max ≤ t) = Π F_eq,i(t)^{n_i}. The fluid end already counts each machine's rest at
+    its mean share (Σ n_i·E_eq,i/T_i / Σ n_i/T_i, E_eq = E[T²]/2E[T]); the excess over it
+    is what is returned. Tail replication (slides 001) can only shorten it.
+    """
+    parts = [(stats._survival_curve(), n) for stats, n in fleet if n > 0 and stats.done > 0]
+    if not parts:
+        return RaggedEnd(0.0, 0.0, 0.0)
+    horizon = max(c.times[-1] + 8 * c.mrl for c, _ in parts) or 1.0
+    grid = np.linspace(0.0, horizon, points)
+    log_cdf = np.zeros(points)
+    inflight = 0.0
+    rate = 0.0
+    for c, n in parts:
+        times = np.asarray(c.times)
+        s_after = np.asarray(c.s_after)
+        # ∫_0^t S: piecewise constant S (1 before the first time), exponential tail.
+        knots = np.concatenate([[0.0], times])
+        s_on = np.concatenate([[1.0], s_after])  # S on [knots[j], knots[j+1])
+        cum = np.concatenate([[0.0], np.cumsum(s_on[:-1] * np.diff(knots))])
+        j = np.searchsorted(knots, grid, side="right") - 1
+        inside = cum[j] + s_on[j] * (grid - knots[j])
+        past = grid > times[-1]
+        mrl = max(c.mrl, 1e-9)
+        beyond = np.maximum(grid - times[-1], 0.0)
+        tail = cum[-1] + s_on[-1] * mrl * -np.expm1(-beyond / mrl)
+        integral = np.where(past, tail, inside)
+        total = cum[-1] + s_on[-1] * mrl
+        cdf = np.clip(integral / total, 1e-300, 1.0)
+        log_cdf += n * np.log(cdf)
+        second = c.sd_s**2 + c.mean_s**2
+        inflight += n * second / (2 * c.mean_s) / c.mean_s  # in tasks' worth of work
+        rate += n / c.mean_s
+    cdf_max = np.exp(log_cdf)
+    step = grid[1] - grid[0]
+    expected = float(np.sum(1.0 - cdf_max) * step)
+    p = NormalDist().cdf(-z)
+
+    def quantile(q: float) -> float:
+        return float(grid[min(int(np.searchsorted(cdf_max, q)), points - 1)])
+
+    shared = inflight / rate
+    return RaggedEnd(expected - shared, quantile(p) - shared, quantile(1 - p) - shared)

@@ -228,12 +228,32 @@ class Defer:
 
 @dataclass(frozen=True, slots=True)
 class Configure:
-    """A new machine configuration was chosen (counts per type), with its prediction."""
+    """A new machine configuration was chosen (counts per type), with its prediction.
+
+    The prediction is a point and an interval (lo, hi) for the whole run's cost and
+    makespan (run time from the start), and the interval of each type's mean runtime the
+    plan assumed: the monitor re-plans when an estimate leaves it.
+    """
 
     counts: Mapping[str, int]
     predicted_cost: float | None  # None before anything is known (sampling)
     predicted_makespan_s: float | None
     reason: str
+    cost_interval: tuple[float, float] | None = None
+    makespan_interval_s: tuple[float, float] | None = None
+    assumed_lo_s: Mapping[str, float] = field(default_factory=dict)
+    assumed_hi_s: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Shortfall:
+    """The budget left is unlikely to finish the bag: said once it is known, with the
+    budget the estimates say the whole run needs (None: no affordable plan exists at any
+    budget the planner could search)."""
+
+    tasks_left: int
+    needed_budget: float | None
+    message: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,7 +264,18 @@ class Stop:
 
 
 Action = (
-    Launch | Extend | Mark | Release | Assign | Replicate | Cancel | Move | Defer | Configure | Stop
+    Launch
+    | Extend
+    | Mark
+    | Release
+    | Assign
+    | Replicate
+    | Cancel
+    | Move
+    | Defer
+    | Configure
+    | Shortfall
+    | Stop
 )
 
 EVENT_TYPES: tuple[type[Event], ...] = (
@@ -269,5 +300,6 @@ ACTION_TYPES: tuple[type[Action], ...] = (
     Move,
     Defer,
     Configure,
+    Shortfall,
     Stop,
 )

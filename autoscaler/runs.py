@@ -25,7 +25,17 @@ from autoscaler.controller import Controller, ControllerSettings
 from autoscaler.emulator import Emulator, StepHook
 from autoscaler.estimate import sample_size
 from autoscaler.journal import JOURNAL_JSONL, Journal, JsonlJournal
-from autoscaler.model import Action, Configure, Event, Launch, Release, Stop, TaskSpec, TypeSpec
+from autoscaler.model import (
+    Action,
+    Configure,
+    Event,
+    Launch,
+    Release,
+    Shortfall,
+    Stop,
+    TaskSpec,
+    TypeSpec,
+)
 from autoscaler.providers.base import Capabilities
 from autoscaler.providers.sim import SimProvider
 from autoscaler.report import Report, build_report, write_report
@@ -56,6 +66,7 @@ def controller_settings(cfg: RunConfig) -> ControllerSettings:
         delta=cfg.sampling.delta,
         tail_replication=cfg.tail_replication,
         solver=cfg.solver,
+        on_shortfall=cfg.constraint.on_shortfall,
     )
 
 
@@ -152,6 +163,8 @@ def log_action(log: Any, now: float, action: Action) -> None:
             log.info("release", t=now, machine=m, reason=reason)
         case Configure(counts=counts, reason=reason):
             log.info("configure", t=now, counts=dict(counts), reason=reason)
+        case Shortfall(needed_budget=needed, message=message):
+            log.warning("budget shortfall", t=now, needed_budget=needed, message=message)
         case Stop(reason=reason):
             log.info("stop", t=now, reason=reason)
         case _:

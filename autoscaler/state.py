@@ -38,6 +38,7 @@ from autoscaler.model import (
     Move,
     Release,
     Replicate,
+    Shortfall,
     Shutdown,
     Stop,
     TaskDone,
@@ -70,6 +71,7 @@ class Machine:
     run_no: dict[int, int] = field(default_factory=dict)  # task -> which run on this machine
     starts: int = 0  # runs started here so far; numbers the next run
     queue: deque[int] = field(default_factory=deque)  # assigned, not yet started
+    replicas: set[int] = field(default_factory=set)  # running copies of tasks run elsewhere
     tasks_done: int = 0
     busy_s: float = 0.0  # time spent on tasks that finished (any outcome)
 
@@ -125,6 +127,7 @@ class RunState:
     unavailable: dict[str, float] = field(default_factory=dict)  # type -> avoided until
     hold_until: float | None = None  # an account limit: no scale-up before this time
     deferred: tuple[str, ...] = ()  # types whose wanted launches wait for a tick (Defer)
+    shortfalls: list[tuple[float, Shortfall]] = field(default_factory=list)  # warnings given
     launch_problems: list[tuple[float, str, str, str]] = field(
         default_factory=list
     )  # (time, type, kind, reason) of refused launches, for the report
@@ -262,9 +265,8 @@ class RunState:
                 self._end_machine(mid, f"lost: {reason}", outcome="lost")
             case TaskDone(task=tid, machine=mid, runtime_s=runtime):
                 m = self.machines[mid]
-                if not self._finish_run(tid, mid, "done"):
+                if not self._finish_run(tid, mid, "done", runtime):
                     return
-                self.stats[m.type.name].record(runtime)
                 if self.task_state[tid] is TaskState.RUNNING:
                     self.task_state[tid] = TaskState.DONE
                     self.done += 1
@@ -275,8 +277,8 @@ class RunState:
                         self._cancel(tid, other)
                     if not self.running_on.get(tid):
                         self.running_on.pop(tid, None)
-            case TaskFailed(task=tid, machine=mid, error=error):
-                if not self._finish_run(tid, mid, "failed"):
+            case TaskFailed(task=tid, machine=mid, error=error, runtime_s=runtime):
+                if not self._finish_run(tid, mid, "failed", runtime):
                     return
                 if self.task_state[tid] is TaskState.RUNNING and not self.running_on.get(tid):
                     self.attempts[tid] += 1
@@ -296,12 +298,17 @@ class RunState:
     def _first_cost(self, type_name: str) -> float:
         return self.billing.cost(self.types[type_name].price, self.billing.first_step_s)
 
-    def _finish_run(self, tid: int, mid: str, outcome: str) -> bool:
-        """Close the run of ``tid`` on ``mid``; False if there was none (a late replica)."""
+    def _finish_run(self, tid: int, mid: str, outcome: str, runtime_s: float) -> bool:
+        """Close the run of ``tid`` on ``mid``; False if there was none (a late replica).
+
+        A counted run (not a replica) teaches the type's runtimes: a result is an
+        observed runtime, a failure a censored one (the task needed longer to succeed).
+        """
         m = self.machines[mid]
         start = m.running.pop(tid, None)
         if start is None:
             return False
+        self._observe(m, tid, runtime_s, ended_with_result=outcome == "done")
         m.run_no.pop(tid, None)
         runs = self.running_on.get(tid)
         if runs is not None:
@@ -311,11 +318,27 @@ class RunState:
         self._start_queued(m)
         return True
 
+    def _observe(self, m: Machine, tid: int, runtime_s: float, ended_with_result: bool) -> None:
+        """What a run that just ended says about its type's runtimes (replicas: nothing;
+        they are chosen for being long, so they would bias the estimate)."""
+        if tid in m.replicas:
+            m.replicas.discard(tid)
+            return
+        stats = self.stats[m.type.name]
+        if ended_with_result:
+            stats.record(runtime_s, tid)
+        else:
+            stats.censor(max(0.0, runtime_s), tid)
+
     def _start_queued(self, m: Machine) -> None:
         if m.state is not MachineState.READY:
             return  # a booting machine starts its queue when it is ready
         while m.queue and not m.running:
             tid = m.queue.popleft()
+            if self.running_on.get(tid):
+                m.replicas.add(tid)
+            else:
+                self.stats[m.type.name].start(tid)
             m.running[tid] = self.now
             m.starts += 1
             m.run_no[tid] = m.starts
@@ -331,6 +354,7 @@ class RunState:
         end = min(self.now, m.paid_until)
         for tid, start in list(m.running.items()):
             m.busy_s += max(0.0, end - start)
+            self._observe(m, tid, end - start, ended_with_result=False)
             self.segments.append(Segment(tid, mid, start, max(start, end), outcome))
             self._drop_run(tid, mid)
         m.running.clear()
@@ -400,6 +424,8 @@ class RunState:
             case Configure(counts=counts):
                 self.target = dict(counts)
                 self.configurations.append((self.now, action))
+            case Shortfall():
+                self.shortfalls.append((self.now, action))
             case Stop(reason=reason):
                 self.stopped = True
                 self.stop_reason = reason
@@ -412,6 +438,7 @@ class RunState:
             self._drop_run(tid, mid)
         start = m.running.pop(tid, None)
         if start is not None:
+            self._observe(m, tid, self.now - start, ended_with_result=False)
             m.run_no.pop(tid, None)
             m.busy_s += self.now - start
             self.segments.append(Segment(tid, mid, start, self.now, "cancelled"))

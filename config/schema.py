@@ -121,6 +121,14 @@ class Constraint(_Model):
 
     budget: PositiveFloat | None = Field(default=None, description="money, in the prices' currency")
     deadline_s: Seconds | None = Field(default=None, gt=0, description="reserved for deadline mode")
+    on_shortfall: Literal["continue", "stop"] = Field(
+        default="continue",
+        description=(
+            "when the budget is unlikely to finish the bag (said in the log, status, "
+            "metrics and report, with the budget needed): continue finishes as many tasks "
+            "as the budget pays for; stop ends the run at once and spends nothing more"
+        ),
+    )
 
     @model_validator(mode="after")
     def _one(self) -> Constraint:

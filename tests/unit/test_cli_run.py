@@ -192,8 +192,12 @@ def test_a_budget_too_small_at_run_time_stops_cleanly_with_a_report(
     assert report["within_budget"] is True
     assert report["cost"] <= 500
     assert report["tasks_done"] < 1000
-    assert "budget insufficient" in report["stop_reason"]
-    assert (out / "report.md").read_text().count("stopped early") == 1
+    assert "budget exhausted" in report["stop_reason"]
+    assert report["shortfall"]["needed_budget"] > 500
+    assert report["shortfall"]["at_s"] < 3600
+    md = (out / "report.md").read_text()
+    assert md.count("stopped early") == 1
+    assert "budget unlikely to finish the bag" in md
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,9 @@ from autoscaler.model import (
     Mark,
     Release,
     Replicate,
+    Shortfall,
     Stop,
+    TaskDone,
     TaskState,
     Tick,
     TypeSpec,
@@ -183,20 +185,41 @@ def test_a_lost_machine_has_its_task_requeued_and_done_elsewhere() -> None:
     assert state.done == 100
 
 
-def test_a_budget_too_small_for_the_bag_stops_early_and_within_budget() -> None:
-    """The run says it cannot finish as soon as the samples show it, and spends no more."""
+def _too_small(on_shortfall: str) -> tuple[RunState, list[Record]]:
     cfg = make_config(
         bag={"synthetic": 1000},
-        constraint={"budget": 30.0},
+        constraint={"budget": 30.0, "on_shortfall": on_shortfall},
         emulator={"seed": 1, "runtime": {"dist": "normal", "mean_s": 900, "sd_s": 60}},
     )
-    state, journal = run(cfg)
-    assert state.stop_reason is not None
-    assert "budget insufficient" in state.stop_reason
+    return run(cfg)
+
+
+def test_a_budget_too_small_is_said_early_with_the_budget_needed_and_the_run_goes_on() -> None:
+    """Default ``continue``: the shortfall is said within the first unit (the sampling
+    machines alone take the whole budget of 30 here), with a needed budget above the one
+    given; the run then does what the money pays for, stays within budget and leaves no
+    machine running."""
+    state, journal = _too_small("continue")
+    warned = [(r.t, r.item) for r in journal if isinstance(r.item, Shortfall)]
+    assert warned, "no shortfall was said"
+    t, first = warned[0]
+    assert t < 3600.0
+    assert first.needed_budget is not None and first.needed_budget > 30.0
     assert state.done < 1000
-    assert state.actual_cost() <= 30.0
+    done_by_then = sum(1 for r in journal if isinstance(r.item, TaskDone) and r.t <= t)
+    assert state.done > done_by_then, "nothing was done after the warning: the run stopped"
+    assert state.stop_reason is not None and "budget exhausted" in state.stop_reason
+    assert state.actual_cost() <= 30.0 + 1e-9
+    assert not any(True for _ in state.alive_machines())
+
+
+def test_on_shortfall_stop_ends_the_run_when_the_shortfall_is_known() -> None:
+    state, journal = _too_small("stop")
     stop_at = next(r.t for r in journal if isinstance(r.item, Stop))
-    assert stop_at < 3600.0  # known within the first unit, after the samples
+    warned_at = next(r.t for r in journal if isinstance(r.item, Shortfall))
+    assert stop_at == warned_at < 3600.0  # known within the first unit
+    assert state.stop_reason is not None and "budget unlikely" in state.stop_reason
+    assert state.actual_cost() <= 30.0
     assert not any(True for _ in state.alive_machines())
 
 

@@ -51,30 +51,42 @@ def test_tail_estimate_is_the_mean_of_longer_sample_runtimes() -> None:
     assert stats.tail_estimate(50.0) == pytest.approx(50.0)  # outlived the sample
 
 
-def test_moving_average_counts_running_tasks_by_their_tail_estimate() -> None:
-    """T_i = (Σ τ_e of running tasks + rt_done) / (running + done)."""
+def test_a_running_task_counts_as_censored_not_as_its_tail_estimate() -> None:
+    """Kaplan–Meier by hand: done 10, 20, 30, 60 and one run still going at 25.
+
+    S drops by 1/5 at 10 and at 20 (5 and 4 at risk: S = 0.8, 0.6); the run at 25 leaves
+    the risk set; 30 and 60 then take S to 0.6·(1/2) = 0.3 and to 0. The mean is the
+    area under S: 10·1 + 10·0.8 + 10·0.6 + 30·0.3 = 33 (the plain mean of what finished
+    would be 30; the running task, at least 25 long, pulls it up).
+    """
     stats = RuntimeStats(sample_target=3)
-    for runtime in (10.0, 20.0, 30.0):
+    for runtime in (10.0, 20.0, 30.0, 60.0):
         stats.record(runtime)
-    stats.record(60.0)  # beyond the sample: in the average, not in the sample
-    assert stats.sample == [10.0, 20.0, 30.0]
-    # One running task at τ = 25 is expected to take 30.
-    assert stats.mean([25.0]) == pytest.approx((10 + 20 + 30 + 60 + 30) / 5)
+    assert stats.mean([25.0]) == pytest.approx(33.0)
+    assert stats.mean() == pytest.approx(30.0)
 
 
-def test_sampled_once_the_target_is_reached() -> None:
-    stats = RuntimeStats(sample_target=2)
-    stats.record(1.0)
+def test_sampled_once_all_but_a_tenth_of_the_sample_set_has_ended() -> None:
+    """The sample set is the first n tasks started; the last 10 % may still run."""
+    stats = RuntimeStats(sample_target=10)
+    for task in range(12):
+        stats.start(task)
+    assert stats.sample == list(range(10))
+    for task in range(8):
+        stats.record(5.0, task)
+    stats.record(1.0, 11)  # not in the sample set: counts, but does not complete it
     assert not stats.sampled
-    stats.record(2.0)
-    assert stats.sampled
+    stats.censor(3.0, 8)  # cut off: it ended, without a result
+    assert stats.sampled  # one of ten still open
 
 
 def test_stddev_of_completed_runtimes() -> None:
+    """With every run ended the survival curve is the empirical distribution."""
     stats = RuntimeStats(sample_target=10)
     for runtime in (2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0):
         stats.record(runtime)
-    assert stats.stddev() == pytest.approx(2.138089935299395)
+    assert stats.mean() == pytest.approx(5.0)
+    assert stats.stddev() == pytest.approx(2.0)
 
 
 def test_capacity_loses_half_a_task_at_the_horizon() -> None:
