@@ -250,6 +250,7 @@ class Daemon:
         report = build_report(
             cfg,
             self.state,
+            tasks=self.tasks,
             run_id=files.run_id,
             seed=files.seed,
             wall_s=wall,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar, dataclass_transform
@@ -22,12 +22,15 @@ from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from autoscaler.config.schema import RunConfig
 from autoscaler.errors import AutoscalerError
+from autoscaler.model import TaskSpec, TaskState
 from autoscaler.state import RunState
 
 REPORT_JSON = "report.json"
 REPORT_MD = "report.md"
 GANTT_PNG = "gantt.png"
 SPEND_PNG = "spend.png"
+UNFINISHED_TXT = "unfinished.txt"
+"""The commands of the tasks not done, one a line: a bag file (``bag: {file: ...}``)."""
 _EPS = 1e-6
 
 _T = TypeVar("_T")
@@ -144,6 +147,25 @@ class FailedTask:
     """The last attempt's error."""
 
 
+UnfinishedWhy = Literal["not_started", "cut_off", "failed"]
+
+
+@_record
+class UnfinishedTask:
+    """A task the run did not do, and why: what ``unfinished.txt`` runs again."""
+
+    task: int
+    """The task's id (its index in the bag)."""
+    command: str | None
+    """Its command (null for a synthetic task, which has none)."""
+    why: UnfinishedWhy
+    """not_started: it never ran; cut_off: it ran, but the run ended before a run of it
+    finished (a retry after a failed attempt that never came included); failed: it failed
+    on every attempt."""
+    error: str | None
+    """The last failed attempt's error (null if no attempt failed)."""
+
+
 @_record
 class LaunchProblem:
     """A launch the provider refused, and what the controller made of it."""
@@ -206,6 +228,9 @@ class Report:
     """The launches the provider refused."""
     wall_s: float | None
     """Real seconds the run took (for a dry run, the emulation's)."""
+    unfinished_tasks: tuple[UnfinishedTask, ...] = ()
+    """Every task not done (failed ones included), by id; empty when every task was done.
+    Their commands are in ``unfinished.txt`` in the run directory."""
     time_scale: float | None = None
     """A real run only: emulated seconds per real second (absent from a dry run's report)."""
     refused_agents: int | None = None
@@ -242,18 +267,46 @@ def makespan_s(state: RunState) -> float:
     return max((seg.end for seg in state.segments if seg.outcome == "done"), default=0.0)
 
 
+def unfinished_tasks(state: RunState, tasks: Sequence[TaskSpec]) -> tuple[UnfinishedTask, ...]:
+    """The tasks of ``state`` not done, by id, with their commands from ``tasks``.
+
+    A task that ran at least once (a Gantt segment, of any outcome) and is neither done
+    nor failed for good was cut off; one that never ran was not started.
+    """
+    commands = {t.id: t.command for t in tasks}
+    ran = {seg.task for seg in state.segments}
+    out = []
+    for tid, st in enumerate(state.task_state):
+        if st is TaskState.DONE:
+            continue
+        why: UnfinishedWhy
+        if st is TaskState.FAILED:
+            why = "failed"
+        elif st is TaskState.RUNNING or tid in ran:
+            why = "cut_off"
+        else:
+            why = "not_started"
+        out.append(
+            UnfinishedTask(
+                task=tid, command=commands.get(tid), why=why, error=state.task_errors.get(tid)
+            )
+        )
+    return tuple(out)
+
+
 def build_report(
     cfg: RunConfig,
     state: RunState,
     *,
+    tasks: Sequence[TaskSpec],
     run_id: str,
     seed: int,
     wall_s: float | None = None,
     time_scale: float | None = None,
     refused_agents: int | None = None,
 ) -> Report:
-    """The report of ``state`` run under ``cfg``; ``time_scale`` and ``refused_agents``
-    are a real run's (the daemon's) and left out of a dry run's report."""
+    """The report of ``state`` run under ``cfg`` on the bag ``tasks``; ``time_scale`` and
+    ``refused_agents`` are a real run's (the daemon's) and left out of a dry run's report."""
     billing = state.billing
     budget = cfg.constraint.budget
     machines = []
@@ -335,6 +388,7 @@ def build_report(
             for t, tname, kind, reason in state.launch_problems
         ),
         wall_s=_r(wall_s),
+        unfinished_tasks=unfinished_tasks(state, tasks),
         time_scale=time_scale,
         refused_agents=refused_agents,
     )
@@ -396,6 +450,12 @@ _LAUNCH_PROBLEM_MEANING = {
     "error": "launch failed",
 }
 _ROWS_SHOWN = 50
+_UNFINISHED_SHOWN = 20
+_WHY_WORDS: dict[str, str] = {
+    "not_started": "not started",
+    "cut_off": "cut off",
+    "failed": "failed",
+}
 _WRONG_KEYS_SHOWN = 3
 HEAD_END = "## Machine types"
 """The heading after the report's head (outcome and predicted against actual), which is
@@ -421,6 +481,8 @@ def render_markdown(report: Report) -> str:
             f"{report.tasks_done} of {report.tasks_total} tasks done, "
             f"{report.tasks_failed} failed."
         )
+    if report.unfinished_tasks:
+        lines += ["", _unfinished_sentence(report.unfinished_tasks)]
     within = "within budget" if report.within_budget else "**OVER BUDGET**"
     predicted = report.predicted or Prediction(None, None, None)
     lines += [
@@ -450,6 +512,7 @@ def render_markdown(report: Report) -> str:
     for c in report.configurations:
         counts = ", ".join(f"{k}: {v}" for k, v in c.counts.items())
         lines.append(f"| {hms(c.t_s)} | {counts} | {c.reason} |")
+    lines += _unfinished_section(report)
     if report.failed_tasks:
         lines += [
             "",
@@ -490,6 +553,101 @@ def render_markdown(report: Report) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _unfinished_sentence(tasks: Sequence[UnfinishedTask]) -> str:
+    if all(t.command is None for t in tasks):
+        return (
+            f"The {len(tasks)} tasks not done are synthetic: `{UNFINISHED_TXT}` lists their ids, "
+            "but they cannot be re-run as commands."
+        )
+    runnable = sum(_bag_line(t.command) is not None for t in tasks)
+    which = "the" if runnable == len(tasks) else f"{runnable} of the"
+    return (
+        f"The commands of {which} {len(tasks)} tasks not done are in `{UNFINISHED_TXT}`, "
+        "a bag file for a new run."
+    )
+
+
+def _unfinished_section(report: Report) -> list[str]:
+    """The tasks not done: counts by why, then the first few (the rest are in the file)."""
+    tasks = report.unfinished_tasks
+    if not tasks:
+        return []
+    lines = [
+        "",
+        "## Tasks not done",
+        "",
+        f"{len(tasks)} of {report.tasks_total}: {_why_counts(tasks)}.",
+    ]
+    lines += ["", "| task | why | command | last error |", "| ---: | --- | --- | --- |"]
+    # Failed and cut-off tasks first: they say more than the many never started.
+    order = list(_WHY_WORDS)
+    shown = sorted(tasks, key=lambda t: (-order.index(t.why), t.task))[:_UNFINISHED_SHOWN]
+    for t in shown:
+        lines.append(f"| {t.task} | {_WHY_WORDS[t.why]} | {_cell(t.command)} | {_cell(t.error)} |")
+    if len(tasks) > _UNFINISHED_SHOWN:
+        lines += ["", f"… and {len(tasks) - _UNFINISHED_SHOWN} more; see {UNFINISHED_TXT}."]
+    return lines
+
+
+def _why_counts(tasks: Sequence[UnfinishedTask]) -> str:
+    counts = {why: sum(t.why == why for t in tasks) for why in _WHY_WORDS}
+    return ", ".join(f"{n} {_WHY_WORDS[why]}" for why, n in counts.items() if n)
+
+
+def _cell(text: str | None) -> str:
+    """``text`` as one Markdown table cell: one line, its pipes escaped."""
+    if text is None:
+        return "-"
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def unfinished_text(report: Report) -> str | None:
+    """What ``unfinished.txt`` holds: ``#`` lines saying whose tasks and why, then one
+    command per line, so the file is a bag (``bag: {file: unfinished.txt}``); None when
+    every task was done.
+
+    A synthetic task has no command: it gets a comment line with its id instead. So
+    does a command that spans lines, which a bag file cannot hold.
+    """
+    tasks = report.unfinished_tasks
+    if not tasks:
+        return None
+    header = [f"Tasks not done in run {report.run_id}: {len(tasks)} of {report.tasks_total}."]
+    if report.stop_reason is not None:
+        header.append(f"The run stopped early: {report.stop_reason.rstrip('.')}.")
+    if report.tasks_failed:
+        header.append(f"{report.tasks_failed} failed on every attempt (see {REPORT_MD}).")
+    header.append(f"By why: {_why_counts(tasks)}.")
+    lines = {t.task: _bag_line(t.command) for t in tasks}
+    commands = [line for line in lines.values() if line is not None]
+    left_out = [t for t in tasks if lines[t.task] is None]
+    if commands:
+        header.append(
+            f"One command per line: a bag for a new config, bag: {{file: {UNFINISHED_TXT}}}"
+        )
+        header.append("(give it the original bag's env, max_retries and timeout_s).")
+    if all(t.command is None for t in tasks):
+        header.append("The tasks are synthetic (bag.synthetic): they have no commands and")
+        header.append("cannot be re-run as commands. Their ids follow.")
+    elif left_out:
+        header.append(f"{len(left_out)} have no command a bag file can hold on one line:")
+        header.append("their ids follow, commented out.")
+    text = [f"# {' '.join(line.split())}" for line in header]
+    text += [f"# task {t.task}: {_WHY_WORDS[t.why]}" for t in left_out]
+    return "\n".join(text + commands) + "\n"
+
+
+def _bag_line(command: str | None) -> str | None:
+    """``command`` as a line a bag file gives back (a shell ignores blanks at its ends);
+    None for what no line can hold: no command, several lines, or a ``#`` comment."""
+    if command is None:
+        return None
+    line = command.strip()
+    if not line or line.startswith("#") or len(line.splitlines()) != 1:
+        return None
+    return line
+
+
 def render_head(report: Report) -> str:
     """The report's head in Markdown: the outcome, and predicted against actual."""
     return render_markdown(report).split(HEAD_END)[0]
@@ -502,6 +660,11 @@ def write_report(
         json.dumps(report.to_json(), indent=2) + "\n", encoding="utf-8"
     )
     (out_dir / REPORT_MD).write_text(render_markdown(report), encoding="utf-8")
+    unfinished = unfinished_text(report)
+    if unfinished is None:
+        (out_dir / UNFINISHED_TXT).unlink(missing_ok=True)  # a resumed run that finished
+    else:
+        (out_dir / UNFINISHED_TXT).write_text(unfinished, encoding="utf-8")
     if plots and state is not None:
         from autoscaler.plots import gantt_figure, spend_figure
 

@@ -2,7 +2,8 @@
 
 A run directory holds ``config.yaml`` (the config as resolved), ``journal.jsonl`` (every
 event and action, in order, with its virtual time), ``log.jsonl`` (structured logs),
-``report.json``, ``report.md``, ``gantt.png`` and ``spend.png``.
+``report.json``, ``report.md``, ``gantt.png`` and ``spend.png``, and when tasks were not
+done, ``unfinished.txt`` (their commands: a bag file for a new run).
 """
 
 from __future__ import annotations
@@ -209,7 +210,7 @@ def dry_run(
         emulator = make_emulator(cfg, len(tasks), seed, on_step=on_step, run_tag=run_id)
         state = emulator.run()
         wall = time.perf_counter() - started
-        report = build_report(cfg, state, run_id=run_id, seed=seed, wall_s=wall)
+        report = build_report(cfg, state, tasks=tasks, run_id=run_id, seed=seed, wall_s=wall)
         log.info(
             "run end",
             cost=report.cost,

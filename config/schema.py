@@ -200,6 +200,79 @@ class ConstantRuntime(_Model):
     value_s: Seconds = Field(gt=0)
 
 
+class BimodalRuntime(_Model):
+    """Two normal modes: most tasks short, a share of them long (a skewed bag).
+
+    Each task is long with probability ``long_share``; a mode's standard deviation is
+    ``sd_share`` of its mean, so the two stay apart whatever the scale. The mean runtime
+    is ``(1 - long_share) * short_s + long_share * long_s``.
+    """
+
+    dist: Literal["bimodal"]
+    short_s: Seconds = Field(gt=0, description="mean of the short mode")
+    long_s: Seconds = Field(gt=0, description="mean of the long mode")
+    long_share: float = Field(gt=0, lt=1, description="share of long tasks")
+    sd_share: float = Field(
+        default=0.1,
+        ge=0,
+        le=0.5,
+        description="standard deviation of each mode as a share of its mean; at most 0.5, "
+        "as a wider mode is cut at the 1 s floor and no longer has its mean",
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> BimodalRuntime:
+        if self.long_s <= self.short_s:
+            raise ValueError(f"long_s ({self.long_s:g}) must exceed short_s ({self.short_s:g})")
+        return self
+
+
+class ParetoRuntime(_Model):
+    """Pareto (type I) with the given mean: a heavy tail of very long tasks.
+
+    The scale (the shortest runtime) is ``x_m = mean_s * (alpha - 1) / alpha``. The
+    smaller ``alpha``, the heavier the tail: at ``alpha <= 2`` the variance is infinite,
+    at ``alpha <= 1`` the mean is too.
+    """
+
+    dist: Literal["pareto"]
+    mean_s: Seconds = Field(gt=0)
+    alpha: float = Field(allow_inf_nan=False, description="tail index (shape), above 1; e.g. 2.5")
+
+    @field_validator("alpha")
+    @classmethod
+    def _finite_mean(cls, alpha: float) -> float:
+        if alpha <= 1:
+            raise ValueError("alpha must be > 1: at alpha <= 1 a Pareto's mean is infinite")
+        return alpha
+
+
+class WeibullRuntime(_Model):
+    """Weibull with the given mean and shape ``k``: below 1 a long tail, above 1 a hump.
+
+    The scale is ``lambda = mean_s / Gamma(1 + 1/k)``.
+    """
+
+    dist: Literal["weibull"]
+    mean_s: Seconds = Field(gt=0)
+    shape: float = Field(gt=0, allow_inf_nan=False, description="k; e.g. 0.7")
+
+    @field_validator("shape")
+    @classmethod
+    def _scale_exists(cls, shape: float) -> float:
+        if not math.isfinite(weibull_mean_factor(shape)):
+            raise ValueError("shape is too small: Gamma(1 + 1/shape) overflows (use 0.006 or more)")
+        return shape
+
+
+def weibull_mean_factor(shape: float) -> float:
+    """``Gamma(1 + 1/k)``: a Weibull's mean over its scale (infinite where it overflows)."""
+    try:
+        return math.gamma(1.0 + 1.0 / shape)
+    except OverflowError:
+        return math.inf
+
+
 class TraceRuntime(_Model):
     """Runtimes in seconds from a file, one per line, used in order and cycled."""
 
@@ -208,7 +281,14 @@ class TraceRuntime(_Model):
 
 
 Runtime = Annotated[
-    NormalRuntime | LognormalRuntime | UniformRuntime | ConstantRuntime | TraceRuntime,
+    NormalRuntime
+    | LognormalRuntime
+    | UniformRuntime
+    | ConstantRuntime
+    | BimodalRuntime
+    | ParetoRuntime
+    | WeibullRuntime
+    | TraceRuntime,
     Field(discriminator="dist"),
 ]
 

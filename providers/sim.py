@@ -15,12 +15,16 @@ from dataclasses import dataclass
 
 from autoscaler.config.load import load_trace
 from autoscaler.config.schema import (
+    BimodalRuntime,
     ConstantRuntime,
     Emulator,
     LognormalRuntime,
     NormalRuntime,
+    ParetoRuntime,
     TraceRuntime,
     UniformRuntime,
+    WeibullRuntime,
+    weibull_mean_factor,
 )
 from autoscaler.providers.base import (
     Capabilities,
@@ -47,6 +51,17 @@ def draw_runtimes(model: Emulator, n_tasks: int, rng: random.Random) -> list[flo
             values = [rng.uniform(low, high) for _ in range(n_tasks)]
         case ConstantRuntime(value_s=value):
             values = [value] * n_tasks
+        case BimodalRuntime(short_s=short, long_s=long, long_share=p, sd_share=share):
+            values = []
+            for _ in range(n_tasks):
+                mode = long if rng.random() < p else short
+                values.append(rng.gauss(mode, share * mode))
+        case ParetoRuntime(mean_s=mean, alpha=alpha):
+            x_m = mean * (alpha - 1) / alpha
+            values = [x_m * rng.paretovariate(alpha) for _ in range(n_tasks)]
+        case WeibullRuntime(mean_s=mean, shape=k):
+            scale = mean / weibull_mean_factor(k)
+            values = [rng.weibullvariate(scale, k) for _ in range(n_tasks)]
         case TraceRuntime(file=path):
             trace = load_trace(path)
             values = [trace[i % len(trace)] for i in range(n_tasks)]

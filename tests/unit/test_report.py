@@ -15,13 +15,17 @@ from typer.testing import CliRunner
 
 from autoscaler.cli import app
 from autoscaler.config.load import expand_bag, load_config
-from autoscaler.errors import AutoscalerError
+from autoscaler.errors import AutoscalerError, ConfigError
+from autoscaler.model import TaskState
 from autoscaler.plots import gantt_figure, spend_figure
 from autoscaler.report import (
     REPORT_JSON,
+    REPORT_MD,
+    UNFINISHED_TXT,
     FailedTask,
     LaunchProblem,
     Report,
+    UnfinishedTask,
     read_report,
     report_json_schema,
     write_report,
@@ -55,8 +59,10 @@ KEYS = [
     "failed_tasks",
     "launch_problems",
     "wall_s",
+    "unfinished_tasks",
 ]
-"""report.json's keys, in order, as every release so far has written them (a dry run's)."""
+"""report.json's keys, in order, as every release so far has written them (a dry run's);
+a new key comes after those already there."""
 
 
 def run(tmp_path: Path, name: str = "quickstart.yaml", **changes: object) -> DryRun:
@@ -250,3 +256,159 @@ def test_spend_plot_draws_committed_over_spent_over_the_budget(quickstart: DryRu
     assert len(colours) == 3
     (legend,) = fig.legends
     assert len(legend.get_texts()) == 3
+
+
+# --- tasks not done ---------------------------------------------------------------------
+
+TIGHT = """\
+name: tight
+bag:
+  command: 'echo {a} {b}'
+  sweep:
+    a: [x, y]
+    b: {start: 0, stop: 100}
+  max_retries: 0
+constraint: {budget: 6}
+machine_types:
+  - {name: small, price: 1, max_count: 4, boot_s: 60}
+emulator:
+  seed: 3
+  runtime: {dist: normal, mean_s: 20m, sd_s: 5m}
+  task_failure_prob: 0.1
+"""
+"""200 commands, a budget for a few machine-hours of 20-minute tasks, and failures that
+are not retried: the run stops early with tasks of every kind not done."""
+
+
+def dry_run_of(tmp_path: Path, text: str) -> DryRun:
+    path = tmp_path / "run.yaml"
+    path.write_text(text, encoding="utf-8")
+    cfg = load_config(path)
+    return dry_run(cfg, expand_bag(cfg), out_dir=tmp_path / "run", run_id="r", plots=False)
+
+
+@pytest.fixture(scope="module")
+def tight(tmp_path_factory: pytest.TempPathFactory) -> DryRun:
+    return dry_run_of(tmp_path_factory.mktemp("tight"), TIGHT)
+
+
+def test_the_report_lists_every_task_not_done_with_its_command_and_why(tight: DryRun) -> None:
+    state, report = tight.state, tight.report
+    assert report.stop_reason is not None
+    not_done = [tid for tid, st in enumerate(state.task_state) if st is not TaskState.DONE]
+    assert [t.task for t in report.unfinished_tasks] == not_done
+    assert len(not_done) == report.tasks_total - report.tasks_done
+    ran = {seg.task for seg in state.segments}
+    by_why = {
+        why: {t.task for t in report.unfinished_tasks if t.why == why}
+        for why in ("not_started", "cut_off", "failed")
+    }
+    assert all(by_why.values()), by_why  # this run has tasks of every kind
+    assert by_why["failed"] == {f.task for f in report.failed_tasks}
+    assert by_why["cut_off"] <= ran
+    assert not by_why["not_started"] & ran
+    for t in report.unfinished_tasks:
+        a, b = divmod(t.task, 100)
+        assert t.command == f"echo {'xy'[a]} {b}"
+        assert (t.error is not None) == (t.why == "failed")
+
+
+def test_unfinished_txt_is_a_bag_of_exactly_the_tasks_not_done(
+    tight: DryRun, tmp_path: Path
+) -> None:
+    """Fed back as ``bag: {file: ...}`` through the config loader, the file gives the
+    commands of the tasks not done, in bag order, and nothing else."""
+    assert tight.out_dir is not None
+    text = (tight.out_dir / UNFINISHED_TXT).read_text(encoding="utf-8")
+    header = [line for line in text.splitlines() if line.startswith("#")]
+    assert text.startswith("#")
+    assert any("run r:" in line for line in header)
+    assert any("stopped early: budget insufficient" in line for line in header)
+    config = tmp_path / "again.yaml"
+    config.write_text(
+        f"bag: {{file: {tight.out_dir / UNFINISHED_TXT}}}\nconstraint: {{budget: 6}}\n"
+        "machine_types: [{name: small, price: 1, max_count: 4}]\n",
+        encoding="utf-8",
+    )
+    again = expand_bag(load_config(config))
+    assert [t.command for t in again] == [t.command for t in tight.report.unfinished_tasks]
+    done = {
+        f"echo {'xy'[tid // 100]} {tid % 100}"
+        for tid, st in enumerate(tight.state.task_state)
+        if st is TaskState.DONE
+    }
+    assert len(again) + len(done) == 200
+    assert not done & {t.command for t in again}
+
+
+def test_report_md_shows_the_first_tasks_not_done_and_counts_the_rest(tight: DryRun) -> None:
+    assert tight.out_dir is not None
+    md = (tight.out_dir / REPORT_MD).read_text(encoding="utf-8")
+    section = md.split("## Tasks not done")[1].split("\n## ")[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and "---" not in line]
+    assert len(rows) == 1 + 20  # the heading row and the first 20
+    n = len(tight.report.unfinished_tasks)
+    assert f"… and {n - 20} more; see {UNFINISHED_TXT}." in section
+    assert rows[1].split(" | ")[1] == "failed"  # failed and cut-off tasks come first
+    assert UNFINISHED_TXT in md.split("## Machine types")[0]  # the head says where they are
+
+
+def test_a_report_with_tasks_not_done_validates_and_reads_back(tight: DryRun) -> None:
+    assert tight.out_dir is not None
+    jsonschema.validate(on_disk(tight), report_json_schema())
+    assert read_report(tight.out_dir) == tight.report
+
+
+def test_synthetic_tasks_not_done_are_listed_by_id_and_said_not_re_runnable(
+    tmp_path: Path,
+) -> None:
+    d = run(tmp_path, "bats_s4_1.yaml", constraint={"budget": 500})
+    assert d.report.stop_reason is not None
+    assert d.out_dir is not None
+    ids = [t.task for t in d.report.unfinished_tasks]
+    assert ids
+    assert all(t.command is None for t in d.report.unfinished_tasks)
+    lines = (d.out_dir / UNFINISHED_TXT).read_text(encoding="utf-8").splitlines()
+    assert all(line.startswith("#") for line in lines)
+    assert "run r:" in lines[0]
+    assert any("cannot be re-run as commands" in line for line in lines[: len(lines) - len(ids)])
+    assert [int(line.split()[2].rstrip(":")) for line in lines[-len(ids) :]] == ids
+    config = tmp_path / "again.yaml"
+    config.write_text(
+        f"bag: {{file: {d.out_dir / UNFINISHED_TXT}}}\nconstraint: {{budget: 6}}\n"
+        "machine_types: [{name: small, price: 1, max_count: 4}]\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(ConfigError, match="no commands"):
+        expand_bag(load_config(config))
+
+
+def test_no_unfinished_txt_when_every_task_was_done(quickstart: DryRun, tmp_path: Path) -> None:
+    """Nor a stale one: a resumed run that finished removes what its first part wrote."""
+    assert quickstart.out_dir is not None
+    assert quickstart.report.unfinished_tasks == ()
+    assert not (quickstart.out_dir / UNFINISHED_TXT).exists()
+    (tmp_path / UNFINISHED_TXT).write_text("# from before\necho again\n")
+    write_report(quickstart.report, None, tmp_path)
+    assert not (tmp_path / UNFINISHED_TXT).exists()
+
+
+def test_commands_a_bag_file_cannot_hold_are_commented_out(
+    quickstart: DryRun, tmp_path: Path
+) -> None:
+    """A command over several lines, or one a bag file would read as a comment, is named
+    by id in a comment instead; a command's pipes do not break report.md's table."""
+    tasks = (
+        UnfinishedTask(task=0, command="printf 'a\nb'\necho two", why="cut_off", error=None),
+        UnfinishedTask(task=1, command="  sort | uniq -c  ", why="not_started", error=None),
+        UnfinishedTask(task=2, command="# nothing", why="failed", error="exit 1\nTraceback"),
+    )
+    report = dataclasses.replace(quickstart.report, stop_reason="stopped", unfinished_tasks=tasks)
+    write_report(report, None, tmp_path)
+    lines = (tmp_path / UNFINISHED_TXT).read_text(encoding="utf-8").splitlines()
+    assert [line for line in lines if not line.startswith("#")] == ["sort | uniq -c"]
+    assert "# task 0: cut off" in lines
+    assert "# task 2: failed" in lines
+    md = (tmp_path / REPORT_MD).read_text(encoding="utf-8")
+    assert "| 1 | not started | sort \\| uniq -c | - |" in md
+    assert "| 2 | failed | # nothing | exit 1 Traceback |" in md
