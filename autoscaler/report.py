@@ -57,6 +57,28 @@ class Prediction:
     """The plan's predicted makespan, from the run's start, in seconds."""
     at_s: float | None
     """When the plan was made, in seconds from the run's start."""
+    cost_interval: tuple[float, float] | None = None
+    """The interval the plan gave its cost (the ends of the runtimes' intervals)."""
+    makespan_interval_s: tuple[float, float] | None = None
+    """The interval the plan gave its makespan, in seconds from the run's start."""
+    cost_inside: bool | None = None
+    """Whether the actual cost fell inside the cost interval."""
+    makespan_inside: bool | None = None
+    """Whether the actual makespan fell inside its interval (null: the bag did not finish)."""
+
+
+@_record
+class ShortfallNote:
+    """The first time the run said its budget was unlikely to finish the bag."""
+
+    at_s: float
+    """When, in seconds from the run's start."""
+    tasks_left: int
+    """Tasks not yet done then."""
+    needed_budget: float | None
+    """The budget the estimates said the whole run needed (null: none the planner found)."""
+    message: str
+    """What was said (in the log, status, metrics and here)."""
 
 
 @_record
@@ -85,6 +107,10 @@ class ConfigurationChoice:
     """The plan's predicted cost (null for sampling and round robin)."""
     predicted_makespan_s: float | None
     """The plan's predicted makespan in seconds (null for sampling and round robin)."""
+    cost_interval: tuple[float, float] | None = None
+    """The interval of the predicted cost (null without a prediction)."""
+    makespan_interval_s: tuple[float, float] | None = None
+    """The interval of the predicted makespan (null without a prediction)."""
 
 
 @_record
@@ -228,6 +254,8 @@ class Report:
     """The launches the provider refused."""
     wall_s: float | None
     """Real seconds the run took (for a dry run, the emulation's)."""
+    shortfall: ShortfallNote | None = None
+    """The first warning that the budget was unlikely to finish the bag (null: none)."""
     unfinished_tasks: tuple[UnfinishedTask, ...] = ()
     """Every task not done (failed ones included), by id; empty when every task was done.
     Their commands are in ``unfinished.txt`` in the run directory."""
@@ -294,6 +322,18 @@ def unfinished_tasks(state: RunState, tasks: Sequence[TaskSpec]) -> tuple[Unfini
     return tuple(out)
 
 
+def _pair(pair: tuple[float, float] | None, digits: int) -> tuple[float, float] | None:
+    return None if pair is None else (round(pair[0], digits), round(pair[1], digits))
+
+
+def _inside(actual: float, interval: tuple[float, float] | None) -> bool | None:
+    """Whether ``actual`` fell in ``interval`` (rounding aside); None without one."""
+    if interval is None:
+        return None
+    lo, hi = interval
+    return lo - 0.01 <= actual <= hi + 0.01
+
+
 def build_report(
     cfg: RunConfig,
     state: RunState,
@@ -342,8 +382,21 @@ def build_report(
             reason=c.reason,
             predicted_cost=_r(c.predicted_cost, 2),
             predicted_makespan_s=_r(c.predicted_makespan_s),
+            cost_interval=_pair(c.cost_interval, 2),
+            makespan_interval_s=_pair(c.makespan_interval_s, 3),
         )
         for t, c in state.configurations
+    )
+    makespan = round(makespan_s(state), 3)
+    shortfall = (
+        None
+        if not state.shortfalls
+        else ShortfallNote(
+            at_s=round(state.shortfalls[0][0], 3),
+            tasks_left=state.shortfalls[0][1].tasks_left,
+            needed_budget=_r(state.shortfalls[0][1].needed_budget, 2),
+            message=state.shortfalls[0][1].message,
+        )
     )
     # Sampling and round robin configurations predict nothing; the first that does is
     # the first plan after sampling.
@@ -358,7 +411,7 @@ def build_report(
         cost=round(cost, 4),
         committed=round(state.committed, 4),
         within_budget=budget is None or cost <= budget + _EPS,
-        makespan_s=round(makespan_s(state), 3),
+        makespan_s=makespan,
         tasks_total=state.n_tasks,
         tasks_done=state.done,
         tasks_failed=state.failed,
@@ -369,7 +422,14 @@ def build_report(
             cost=first_plan.predicted_cost,
             makespan_s=first_plan.predicted_makespan_s,
             at_s=first_plan.t_s,
+            cost_interval=first_plan.cost_interval,
+            makespan_interval_s=first_plan.makespan_interval_s,
+            cost_inside=_inside(cost, first_plan.cost_interval),
+            makespan_inside=None
+            if not state.finished
+            else _inside(makespan, first_plan.makespan_interval_s),
         ),
+        shortfall=shortfall,
         billing=BillingTerms(
             mode=billing.mode,
             atu_s=billing.atu_s,
@@ -485,17 +545,28 @@ def render_markdown(report: Report) -> str:
         lines += ["", _unfinished_sentence(report.unfinished_tasks)]
     within = "within budget" if report.within_budget else "**OVER BUDGET**"
     predicted = report.predicted or Prediction(None, None, None)
+    ci, mi = predicted.cost_interval, predicted.makespan_interval_s
     lines += [
         "",
-        "| | predicted | actual |",
-        "| --- | ---: | ---: |",
-        f"| cost | {_money(predicted.cost)} | {_money(report.cost)} |",
-        f"| makespan | {hms(predicted.makespan_s)} | {hms(report.makespan_s)} |",
+        "| | predicted | interval | actual | inside |",
+        "| --- | ---: | ---: | ---: | :---: |",
+        f"| cost | {_money(predicted.cost)} | "
+        f"{'-' if ci is None else f'{_money(ci[0])} – {_money(ci[1])}'} | "
+        f"{_money(report.cost)} | {_yes(predicted.cost_inside)} |",
+        f"| makespan | {hms(predicted.makespan_s)} | "
+        f"{'-' if mi is None else f'{hms(mi[0])} – {hms(mi[1])}'} | "
+        f"{hms(report.makespan_s)} | {_yes(predicted.makespan_inside)} |",
         "",
         f"Budget {_money(report.budget)}; spent {_money(report.cost)} ({within}).",
     ]
     if report.predicted is not None:
         lines.append(f"Prediction made at {hms(predicted.at_s)}, the first plan after sampling.")
+    if report.shortfall is not None:
+        sf = report.shortfall
+        lines += [
+            "",
+            f"**Warning at {hms(sf.at_s)}** ({sf.tasks_left} tasks left): {sf.message}.",
+        ]
     lines += [
         "",
         HEAD_END,
@@ -646,6 +717,10 @@ def _bag_line(command: str | None) -> str | None:
     if not line or line.startswith("#") or len(line.splitlines()) != 1:
         return None
     return line
+
+
+def _yes(flag: bool | None) -> str:
+    return "-" if flag is None else ("yes" if flag else "**no**")
 
 
 def render_head(report: Report) -> str:

@@ -204,11 +204,13 @@ def test_a_budget_too_small_is_said_early_with_the_budget_needed_and_the_run_goe
     assert warned, "no shortfall was said"
     t, first = warned[0]
     assert t < 3600.0
-    assert first.needed_budget is not None and first.needed_budget > 30.0
+    assert first.needed_budget is not None
+    assert first.needed_budget > 30.0
     assert state.done < 1000
     done_by_then = sum(1 for r in journal if isinstance(r.item, TaskDone) and r.t <= t)
     assert state.done > done_by_then, "nothing was done after the warning: the run stopped"
-    assert state.stop_reason is not None and "budget exhausted" in state.stop_reason
+    assert state.stop_reason is not None
+    assert "budget exhausted" in state.stop_reason
     assert state.actual_cost() <= 30.0 + 1e-9
     assert not any(True for _ in state.alive_machines())
 
@@ -218,7 +220,8 @@ def test_on_shortfall_stop_ends_the_run_when_the_shortfall_is_known() -> None:
     stop_at = next(r.t for r in journal if isinstance(r.item, Stop))
     warned_at = next(r.t for r in journal if isinstance(r.item, Shortfall))
     assert stop_at == warned_at < 3600.0  # known within the first unit
-    assert state.stop_reason is not None and "budget unlikely" in state.stop_reason
+    assert state.stop_reason is not None
+    assert "budget unlikely" in state.stop_reason
     assert state.actual_cost() <= 30.0
     assert not any(True for _ in state.alive_machines())
 

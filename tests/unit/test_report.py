@@ -59,6 +59,7 @@ KEYS = [
     "failed_tasks",
     "launch_problems",
     "wall_s",
+    "shortfall",
     "unfinished_tasks",
 ]
 """report.json's keys, in order, as every release so far has written them (a dry run's);
@@ -95,7 +96,15 @@ def test_report_json_has_the_same_keys_as_ever(quickstart: DryRun) -> None:
     data = on_disk(quickstart)
     assert list(data) == KEYS
     assert list(data["machine_types"]) == ["small", "fast"]  # type: ignore[call-overload]
-    assert set(data["predicted"]) == {"cost", "makespan_s", "at_s"}  # type: ignore[arg-type]
+    assert set(data["predicted"]) == {  # type: ignore[arg-type]
+        "cost",
+        "makespan_s",
+        "at_s",
+        "cost_interval",
+        "makespan_interval_s",
+        "cost_inside",
+        "makespan_inside",
+    }
     assert set(data["billing"]) == {"mode", "atu_s", "min_charge_s"}  # type: ignore[arg-type]
 
 
@@ -268,7 +277,7 @@ bag:
     a: [x, y]
     b: {start: 0, stop: 100}
   max_retries: 0
-constraint: {budget: 6}
+constraint: {budget: 6, on_shortfall: stop}
 machine_types:
   - {name: small, price: 1, max_count: 4, boot_s: 60}
 emulator:
@@ -276,7 +285,8 @@ emulator:
   runtime: {dist: normal, mean_s: 20m, sd_s: 5m}
   task_failure_prob: 0.1
 """
-"""200 commands, a budget for a few machine-hours of 20-minute tasks, and failures that
+"""200 commands, a budget for a few machine-hours of 20-minute tasks that stops at once
+when it cannot finish, and failures that
 are not retried: the run stops early with tasks of every kind not done."""
 
 
@@ -323,7 +333,7 @@ def test_unfinished_txt_is_a_bag_of_exactly_the_tasks_not_done(
     header = [line for line in text.splitlines() if line.startswith("#")]
     assert text.startswith("#")
     assert any("run r:" in line for line in header)
-    assert any("stopped early: budget insufficient" in line for line in header)
+    assert any("stopped early: budget unlikely to finish" in line for line in header)
     config = tmp_path / "again.yaml"
     config.write_text(
         f"bag: {{file: {tight.out_dir / UNFINISHED_TXT}}}\nconstraint: {{budget: 6}}\n"
