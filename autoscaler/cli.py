@@ -149,6 +149,16 @@ def run(
     resume: Annotated[
         Path | None, typer.Option("--resume", help="carry on the run in this run directory")
     ] = None,
+    budget: Annotated[
+        float | None, typer.Option(help="budget for this run (overrides the config's)")
+    ] = None,
+    option: Annotated[
+        int | None,
+        typer.Option(help="run with the budget of option N of `autoscaler plan --out DIR`"),
+    ] = None,
+    plan_dir: Annotated[
+        Path | None, typer.Option("--plan", help="the plan directory --option refers to")
+    ] = None,
 ) -> None:
     """Run a bag. With --dry-run nothing is rented: the emulator shows what it would cost.
 
@@ -165,6 +175,7 @@ def run(
     if config is None:
         _exit_with(AutoscalerError("give a config file (or --resume RUN_DIR)"))
     cfg, tasks = _load_or_exit(config)
+    cfg = _with_budget(cfg, budget, option, plan_dir)
     from autoscaler.runs import new_run_id
 
     run_id = new_run_id(cfg)
@@ -189,6 +200,130 @@ def run(
         except AutoscalerError as exc:
             _exit_with(exc)
     _conclude(result.report, out_dir)
+
+
+def _with_budget(
+    cfg: RunConfig, budget: float | None, option: int | None, plan_dir: Path | None
+) -> RunConfig:
+    """The config with the budget given on the command line, or the plan option's."""
+    if option is not None:
+        if budget is not None:
+            _exit_with(AutoscalerError("give --budget or --option, not both"))
+        if plan_dir is None:
+            _exit_with(
+                AutoscalerError("--option N needs --plan DIR (from `autoscaler plan --out`)")
+            )
+        path = plan_dir / "plan.json"
+        try:
+            options = json.loads(path.read_text(encoding="utf-8"))["options"]
+        except (OSError, ValueError, KeyError) as exc:
+            _exit_with(AutoscalerError(f"cannot read the plan's options from {path}: {exc}"))
+        if not 1 <= option <= len(options):
+            _exit_with(
+                AutoscalerError(f"--option {option}: the plan has options 1 to {len(options)}")
+            )
+        budget = float(options[option - 1]["budget"])
+    if budget is None:
+        return cfg
+    if budget <= 0:
+        _exit_with(AutoscalerError(f"--budget must be positive (got {budget})"))
+    constraint = cfg.constraint.model_copy(update={"budget": budget})
+    return cfg.model_copy(update={"constraint": constraint})
+
+
+@app.command()
+def plan(
+    config: Annotated[Path, typer.Argument(help="the run's YAML file")],
+    seed: Annotated[int | None, typer.Option(help="emulator seed (default: the config's)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the frontier as JSON")] = False,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="write plan.json and frontier.png here (for `run --option N`)"),
+    ] = None,
+) -> None:
+    """Budget estimation before spending: sample, then print the budget frontier.
+
+    Runs the sampling phase in the emulator (the config's `emulator` section is the
+    world it samples) and prints options from the minimum budget that finishes the bag
+    to the budget of the fastest mix, each with predicted cost and makespan and their
+    intervals. `autoscaler run CONFIG --option N --plan DIR` (or `--budget B`) then runs
+    one; its sampling phase is the same run's (same seed).
+    """
+    cfg, tasks = _load_or_exit(config)
+    if cfg.policy != "bats":
+        _exit_with(AutoscalerError("plan needs policy: bats (round robin has no budget to plan)"))
+    from autoscaler.runs import plan_dry
+
+    try:
+        frontier = plan_dry(cfg, tasks, seed=seed)
+    except AutoscalerError as exc:
+        _exit_with(exc)
+    data = _frontier_json(frontier)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "plan.json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+        from autoscaler.plots import frontier_plot
+
+        frontier_plot(frontier, out / "frontier.png")
+    if as_json:
+        print(json.dumps(data, indent=2))
+        return
+    _out.print(_frontier_table(frontier))
+    if out is not None:
+        _out.print(f"written: {out / 'plan.json'}, {out / 'frontier.png'}")
+
+
+def _frontier_json(frontier: object) -> dict[str, object]:
+    import dataclasses
+
+    assert dataclasses.is_dataclass(frontier)
+    assert not isinstance(frontier, type)
+    data = dataclasses.asdict(frontier)
+    for i, o in enumerate(data["options"], 1):
+        o["option"] = i
+    return data
+
+
+def _frontier_table(frontier: object) -> object:
+    from rich.console import Group
+    from rich.table import Table
+
+    from autoscaler.frontier import Frontier
+    from autoscaler.report import hms
+
+    assert isinstance(frontier, Frontier)
+    head = (
+        f"Sampling took {hms(frontier.sampled_at_s)} and committed "
+        f"{frontier.sampling_cost:.2f}; {frontier.tasks_left} tasks were left then."
+    )
+    if frontier.tasks_left == 0:
+        return f"{head} The samples finish the bag: it costs {frontier.sampling_cost:.2f}."
+    if frontier.minimum_budget is None:
+        return f"{head}\nNo budget the planner can search finishes the bag."
+    table = Table(title=f"Minimum budget that finishes the bag: {frontier.minimum_budget:.2f}")
+    for name, justify in (
+        ("#", "right"),
+        ("option", "left"),
+        ("budget", "right"),
+        ("machines", "left"),
+        ("cost", "right"),
+        ("interval", "right"),
+        ("makespan", "right"),
+        ("interval", "right"),
+    ):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for i, o in enumerate(frontier.options, 1):
+        table.add_row(
+            str(i),
+            o.label,
+            f"{o.budget:.2f}",
+            ", ".join(f"{n} {c}" for n, c in o.counts.items() if c),
+            f"{o.cost:.2f}",
+            f"{o.cost_interval[0]:.2f} – {o.cost_interval[1]:.2f}",
+            hms(o.makespan_s),
+            f"{hms(o.makespan_interval_s[0])} – {hms(o.makespan_interval_s[1])}",
+        )
+    return Group(head, table)
 
 
 def _run_daemon(

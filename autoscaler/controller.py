@@ -175,6 +175,37 @@ class Controller:
         self._finish_or_stall(s)
         return s.actions
 
+    # --- for ``autoscaler plan``: the outlook and a prediction, without deciding ------------
+
+    def outlook(self, state: RunState, now: float) -> tuple[dict[str, TypeEstimate], float]:
+        """T_i per sampled type and N_e at ``now``; changes nothing."""
+        return self._outlook(_Step(state, now))
+
+    def budget_problem(
+        self, state: RunState, now: float, est: dict[str, TypeEstimate], n_e: float, money: float
+    ) -> BudgetProblem:
+        """The budget problem the planner would solve at ``now`` with ``money`` left."""
+        return BudgetProblem(
+            tasks=n_e,
+            budget=money,
+            types=self._launchable(state, now, est),
+            billing=state.billing,
+            cushion_z=self.settings.cushion_z,
+            final_loss=self.settings.final_loss,
+        )
+
+    def predict(
+        self,
+        state: RunState,
+        now: float,
+        counts: dict[str, int],
+        est: dict[str, TypeEstimate],
+        budget: float | None = None,
+    ) -> Configure:
+        """The configuration ``counts`` with its prediction, as a plan would issue it,
+        under ``budget`` (the run's whole budget; None: the state's)."""
+        return self._configure(_Step(state, now), counts, est, "a budget option", budget)
+
     # --- starting -----------------------------------------------------------------------
 
     def _start(self, s: _Step) -> None:
@@ -443,7 +474,12 @@ class Controller:
         return True
 
     def _configure(
-        self, s: _Step, counts: dict[str, int], est: dict[str, TypeEstimate], reason: str
+        self,
+        s: _Step,
+        counts: dict[str, int],
+        est: dict[str, TypeEstimate],
+        reason: str,
+        budget: float | None = None,
     ) -> Configure:
         """The configuration with its prediction: cost and makespan at the estimated
         means, and their interval at the ends of each mean's interval, widened for the
@@ -463,9 +499,10 @@ class Controller:
         )
         up = max((hi[n] / e.mean_s for n, e in est.items() if counts.get(n)), default=1.0)
         down = min((lo[n] / e.mean_s for n, e in est.items() if counts.get(n)), default=1.0)
-        point = forecast(state, s.now, counts, {n: e.mean_s for n, e in est.items()}, ragged.mean_s)
-        fast = forecast(state, s.now, counts, lo, ragged.lo_s * down)
-        slow = forecast(state, s.now, counts, hi, ragged.hi_s * up)
+        means = {n: e.mean_s for n, e in est.items()}
+        point = forecast(state, s.now, counts, means, ragged.mean_s, budget)
+        fast = forecast(state, s.now, counts, lo, ragged.lo_s * down, budget)
+        slow = forecast(state, s.now, counts, hi, ragged.hi_s * up, budget)
         return Configure(
             counts,
             point.cost,

@@ -112,6 +112,7 @@ def forecast(
     counts: Mapping[str, int],
     means: Mapping[str, float],
     ragged_s: float = 0.0,
+    budget: float | None = None,
 ) -> Forecast:
     """When ``counts`` (machines per type) would finish the tasks left, and the run's cost.
 
@@ -126,12 +127,17 @@ def forecast(
     billing = state.billing
     live: dict[str, list[tuple[float, float, float]]] = {}  # type -> (launched, free, paid)
     fixed_cost = 0.0
+    margin = billing.boundary_margin_s()
+    leaving_work = 0.0  # tasks' worth done by machines that go at the end of their paid time
     for m in state.machines.values():
         if not m.alive:
             end = m.ended_at if m.ended_at is not None else now
             fixed_cost += billing.cost(m.type.price, end - m.launched_at)
         elif m.marked or m.type.name not in means or counts.get(m.type.name, 0) == 0:
             fixed_cost += billing.cost(m.type.price, m.paid_until - m.launched_at)
+            if m.type.name in means:
+                free = max(now, m.launched_at + m.type.boot_s)
+                leaving_work += max(0.0, m.paid_until - margin - free) / means[m.type.name]
         else:
             free = max(now, m.launched_at + m.type.boot_s)
             live.setdefault(m.type.name, []).append((m.launched_at, free, m.paid_until))
@@ -154,16 +160,18 @@ def forecast(
             rate += 1.0 / means[tname]
             weighted_free += free / means[tname]
             workers.append((tname, launched))
-        for launched, _, paid in ordered[want:]:  # to be marked: they go when paid time ends
+        for launched, free, paid in ordered[want:]:  # to be marked: go when paid time ends
             fixed_cost += billing.cost(state.types[tname].price, paid - launched)
+            leaving_work += max(0.0, paid - margin - free) / means[tname]
     if rate <= 0 or state.tasks_left <= 0:
         return Forecast(now, fixed_cost + _paid_by_live(state, workers, now))
-    end = (state.tasks_left + weighted_free) / rate + ragged_s
+    end = (max(0.0, state.tasks_left - leaving_work) + weighted_free) / rate + ragged_s
     cost = fixed_cost + sum(
         billing.cost(state.types[t].price, end - launched) for t, launched in workers
     )
-    if state.budget is not None:
-        cost = min(cost, state.budget)
+    budget = state.budget if budget is None else budget
+    if budget is not None:
+        cost = min(cost, budget)
     return Forecast(end, cost)
 
 

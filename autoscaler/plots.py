@@ -12,7 +12,11 @@ from typing import TYPE_CHECKING
 from autoscaler.state import RunState
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from matplotlib.figure import Figure
+
+    from autoscaler.frontier import Frontier
 
 _OUTCOME_COLOURS = (("done", None), ("failed", "red"), ("cancelled", "grey"), ("lost", "black"))
 _HOUR = 3600.0
@@ -144,3 +148,34 @@ def spend_figure(state: RunState, budget: float | None) -> Figure:
     fig.legend(loc="outside lower center", ncol=3, fontsize=9, frameon=False)
     ax.grid(alpha=0.3)
     return fig
+
+
+def frontier_figure(frontier: Frontier) -> Figure:
+    """The budget frontier: predicted cost against makespan per option, with both
+    intervals as error bars, each point labelled with its option number."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(8, 5), layout="constrained")
+    ax = fig.subplots()
+    for i, o in enumerate(frontier.options, 1):
+        x = o.makespan_s / _HOUR
+        xlo, xhi = o.makespan_interval_s[0] / _HOUR, o.makespan_interval_s[1] / _HOUR
+        ax.errorbar(
+            [x],
+            [o.cost],
+            xerr=[[x - xlo], [xhi - x]],
+            yerr=[[o.cost - o.cost_interval[0]], [o.cost_interval[1] - o.cost]],
+            fmt="o",
+            color="tab:blue",
+            capsize=3,
+        )
+        ax.annotate(f"{i}: {o.label}", (x, o.cost), textcoords="offset points", xytext=(6, 6))
+    ax.set_xlabel("predicted makespan (hours)")
+    ax.set_ylabel("predicted cost")
+    ax.set_title("Budget options after sampling (intervals: the runtimes' uncertainty)")
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def frontier_plot(frontier: Frontier, path: Path) -> None:
+    frontier_figure(frontier).savefig(path, dpi=100)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any, TextIO
+from typing import IO, TYPE_CHECKING, Any, TextIO
 
 import structlog
 import yaml
@@ -24,8 +24,9 @@ from autoscaler.billing import BillingModel
 from autoscaler.config.schema import RunConfig
 from autoscaler.controller import Controller, ControllerSettings
 from autoscaler.emulator import Emulator, StepHook
+from autoscaler.errors import AutoscalerError
 from autoscaler.estimate import sample_size
-from autoscaler.journal import JOURNAL_JSONL, Journal, JsonlJournal
+from autoscaler.journal import JOURNAL_JSONL, Journal, JsonlJournal, Record, replay, step_records
 from autoscaler.model import (
     Action,
     Configure,
@@ -41,6 +42,9 @@ from autoscaler.providers.base import Capabilities
 from autoscaler.providers.sim import SimProvider
 from autoscaler.report import Report, build_report, write_report
 from autoscaler.state import RunState
+
+if TYPE_CHECKING:
+    from autoscaler.frontier import Frontier
 
 REAL_SLACK_S = 0.5
 """Real seconds a time-scaled run keeps between a release decision and the boundary."""
@@ -225,3 +229,44 @@ def dry_run(
     if out_dir is not None:
         write_report(report, state, out_dir, plots=plots)
     return DryRun(run_id, state, report, out_dir, wall)
+
+
+# --- `autoscaler plan`: sample in the emulator, then the budget frontier ----------------
+
+
+class _Sampled(Exception):
+    """Raised from the step hook to end the emulation once the samples are complete."""
+
+    def __init__(self, now: float, records: list[Record]):
+        self.now = now
+        self.records = records
+
+
+def plan_dry(cfg: RunConfig, tasks: Sequence[TaskSpec], *, seed: int | None = None) -> Frontier:
+    """Run the sampling phase in the emulator and return the budget frontier at its end.
+
+    The emulation stops at the step in which the controller makes its first plan; the
+    state is rebuilt from the journal up to that step's events (its decisions left
+    out), so the frontier sees the run exactly as the planner did.
+    """
+    from autoscaler.frontier import frontier
+
+    seed = cfg.emulator.seed if seed is None else seed
+    records: list[Record] = []
+
+    def on_step(now: float, events: list[Event], actions: list[Action], _: RunState) -> None:
+        if any(isinstance(a, Configure) and a.predicted_makespan_s is not None for a in actions):
+            raise _Sampled(now, [*records, *step_records(len(records), now, events, [])])
+        records.extend(step_records(len(records), now, events, actions))
+
+    emulator = make_emulator(cfg, len(tasks), seed, on_step=on_step)
+    try:
+        emulator.run()
+    except _Sampled as sampled:
+        state = new_state(cfg, len(tasks), seed)
+        replay(state, sampled.records)
+        return frontier(Controller(controller_settings(cfg)), state, sampled.now)
+    raise AutoscalerError(
+        "the sampling phase never completed: the bag is too small to sample every type "
+        "(or the budget cannot pay for sampling); plan needs a bag larger than the samples"
+    )
