@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import replace
 
+import pulp
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -14,8 +16,10 @@ from autoscaler.estimate import tasks_within
 from autoscaler.planner import (
     BudgetProblem,
     TypeEstimate,
+    classify_status,
     plan_budget,
     plan_clairvoyant,
+    solve_budget,
 )
 
 HOURLY = BillingModel("fixed", 3600.0)
@@ -91,7 +95,9 @@ def brute_force(problem: BudgetProblem) -> tuple[int, float] | None:
 def test_planner_matches_brute_force(problem: BudgetProblem) -> None:
     """The first feasible k and the fastest mix at it, as exhaustive search finds them."""
     expected = brute_force(problem)
-    plan = plan_budget(problem)
+    result = solve_budget(problem)
+    assert result.notes == ()  # every solve Optimal or Infeasible
+    plan = result.plan
     if expected is None:
         assert plan is None
         return
@@ -179,30 +185,177 @@ def test_per_second_plan_keeps_cost_rate_times_time_within_budget() -> None:
 PER_SECOND = BillingModel("per_second", 3600.0)
 
 
-def per_second_brute_force(problem: BudgetProblem) -> float | None:
-    """The fastest mix of at least one machine whose cost rate times N/speed fits B."""
-    best: float | None = None
-    for mix in itertools.product(*(range(t.max_count + 1) for t in problem.types)):
-        speed = sum(a / t.mean_s for a, t in zip(mix, problem.types, strict=True))
-        rate = sum(a * t.price for a, t in zip(mix, problem.types, strict=True))
-        if speed > 0 and problem.tasks * rate <= problem.budget * 3600.0 * speed + 1e-9:
-            best = speed if best is None else max(best, speed)
-    return best
+@st.composite
+def per_second_problems(draw: st.DrawFn) -> BudgetProblem:
+    """Small problems with boot times, live machines, cushions, and a minimum charge at,
+    below or above the commit step; budgets from unaffordable to generous."""
+    n_types = draw(st.integers(1, 3))
+    types = [draw(type_estimates(f"t{i}")) for i in range(n_types)]
+    billing = BillingModel(
+        "per_second",
+        3600.0,
+        min_charge_s=draw(st.sampled_from([0.0, 60.0, 300.0, 900.0])),
+        commit_s=draw(st.sampled_from([60.0, 300.0])),
+    )
+    return BudgetProblem(
+        tasks=float(draw(st.integers(1, 60))),
+        budget=draw(st.integers(1, 800)) / 4,
+        types=types,
+        billing=billing,
+        cushion_z=draw(st.sampled_from([0.0, 1.0])),
+        final_loss=draw(st.sampled_from([0.0, 0.25, 0.5])),
+    )
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(budget_problems())
-def test_per_second_plan_matches_brute_force_and_is_none_when_unaffordable(
-    problem: BudgetProblem,
-) -> None:
-    problem = BudgetProblem(problem.tasks, problem.budget, problem.types, PER_SECOND)
+def mix_tasks(problem: BudgetProblem, mix: tuple[tuple[int, int], ...], h: float) -> float:
+    """Tasks by h: kept machines work from now, new ones after their boot."""
+    total = 0.0
+    for (keep, new), t in zip(mix, problem.types, strict=True):
+        z, loss = problem.cushion_z, problem.final_loss
+        total += keep * tasks_within(h, t.mean_s, t.sd_s, z, loss)
+        total += new * tasks_within(h - t.boot_s, t.mean_s, t.sd_s, z, loss)
+    return total
+
+
+def mix_cost(problem: BudgetProblem, mix: tuple[tuple[int, int], ...], h: float) -> float:
+    """Kept machines pay h; new ones at least the minimum charge and their first step."""
+    billing = problem.billing
+    first = max(h, billing.min_charge_s, billing.commit_s)
+    return sum(
+        (keep * h + new * first) * t.price / billing.atu_s
+        for (keep, new), t in zip(mix, problem.types, strict=True)
+    )
+
+
+def finish_time(problem: BudgetProblem, mix: tuple[tuple[int, int], ...]) -> float:
+    low, high = 0.0, 1.0
+    while mix_tasks(problem, mix, high) < problem.tasks:
+        low, high = high, 2 * high
+    for _ in range(200):
+        mid = (low + high) / 2
+        low, high = (low, mid) if mix_tasks(problem, mix, mid) >= problem.tasks else (mid, high)
+    return high
+
+
+def all_mixes(problem: BudgetProblem) -> list[tuple[tuple[int, int], ...]]:
+    """Every (keep, new) per type with at least one machine."""
+    choices = [
+        [(keep, new) for keep in range(t.live + 1) for new in range(t.max_count - t.live + 1)]
+        for t in problem.types
+    ]
+    return [mix for mix in itertools.product(*choices) if any(k + n for k, n in mix)]
+
+
+def as_mix(problem: BudgetProblem, counts: dict[str, int]) -> tuple[tuple[int, int], ...]:
+    """A plan's counts as (keep, new): a live machine is kept before a new one launched
+    (it does as much, sooner, for less)."""
+    return tuple(
+        (min(counts[t.name], t.live), counts[t.name] - min(counts[t.name], t.live))
+        for t in problem.types
+    )
+
+
+def within_budget(cost: float, budget: float) -> bool:
+    return cost <= budget + 1e-6 * max(1.0, budget)
+
+
+def per_second_brute_force(problem: BudgetProblem) -> tuple[float, float] | None:
+    """The earliest finish time of any mix that is within budget by then, and the best
+    speed among the mixes within budget that finish by that time."""
+    finishing = [(finish_time(problem, mix), mix) for mix in all_mixes(problem)]
+    feasible = [
+        (h, mix) for h, mix in finishing if within_budget(mix_cost(problem, mix, h), problem.budget)
+    ]
+    if not feasible:
+        return None
+    best = min(h for h, _ in feasible)
+    speed = max(
+        sum((k + n) / t.mean_s for (k, n), t in zip(mix, problem.types, strict=True))
+        for h, mix in finishing
+        if h <= best * (1 + 1e-9) and within_budget(mix_cost(problem, mix, best), problem.budget)
+    )
+    return best, speed
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(per_second_problems())
+def test_per_second_plan_matches_brute_force(problem: BudgetProblem) -> None:
+    """The earliest finish any mix affords, boot, minimum charge and first step counted;
+    no plan when no mix does; the fastest mix among those that finish then."""
     expected = per_second_brute_force(problem)
-    plan = plan_budget(problem)
+    result = solve_budget(problem)
+    assert result.notes == ()
+    plan = result.plan
     assert (plan is None) == (expected is None), (plan, expected)
-    if plan is not None:
-        assert sum(plan.counts.values()) >= 1
-        assert plan.speed == pytest.approx(expected, rel=1e-6)
-        assert plan.cost <= problem.budget * (1 + 1e-9)
+    if plan is None or expected is None:
+        return
+    mix = as_mix(problem, dict(plan.counts))
+    finish = finish_time(problem, mix)
+    assert finish == pytest.approx(expected[0], rel=1e-6)
+    assert plan.units == 0
+    assert plan.cost == pytest.approx(mix_cost(problem, mix, finish), rel=1e-6)
+    assert within_budget(plan.cost, problem.budget)
+    min_speed = min(1 / t.mean_s for t in problem.types)
+    assert plan.speed == pytest.approx(expected[1], abs=1e-3 * min_speed)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(per_second_problems())
+def test_per_second_highs_and_cbc_agree(problem: BudgetProblem) -> None:
+    highs = plan_budget(problem, "highs")
+    cbc = plan_budget(problem, "cbc")
+    assert (highs is None) == (cbc is None)
+    if highs is not None and cbc is not None:
+        min_speed = min(1 / t.mean_s for t in problem.types)
+        assert highs.speed == pytest.approx(cbc.speed, abs=1e-3 * min_speed)
+        assert highs.cost == pytest.approx(cbc.cost, rel=1e-6)
+
+
+def test_keeping_a_live_machine_beats_launching_a_cheaper_one() -> None:
+    """A live machine needs no boot: kept alone it does 4 tasks of 600 s by 2400 s for
+    $2.67; the cheaper new machine boots 1200 s and finishes at 3600 s; both cost $3.50."""
+    types = [
+        TypeEstimate("live", 4.0, 1, 600.0, 600.0, live=1),
+        TypeEstimate("cheap", 3.0, 1, 1200.0, 600.0),
+    ]
+    problem = BudgetProblem(4.0, 3.0, types, PER_SECOND, cushion_z=0.0, final_loss=0.0)
+    plan = plan_budget(problem)
+    assert plan is not None
+    assert plan.counts == {"live": 1, "cheap": 0}
+    assert plan.cost == pytest.approx(4.0 * 2400.0 / 3600.0)
+    # With $3.50 both run: 1800 s.
+    plan = plan_budget(replace(problem, budget=3.5))
+    assert plan is not None
+    assert plan.counts == {"live": 1, "cheap": 1}
+    assert plan.cost == pytest.approx(3.5)
+
+
+def test_a_new_machine_pays_its_first_step_and_the_minimum_charge() -> None:
+    """One 60 s task on a $3.60/h machine: the fluid cost is $0.06, but a new machine
+    commits max(commit, minimum charge) = 600 s at launch: $0.60."""
+    billing = BillingModel("per_second", 3600.0, min_charge_s=600.0, commit_s=300.0)
+    types = [TypeEstimate("only", 3.6, 2, 30.0, 60.0)]
+    problem = BudgetProblem(1.0, 0.59, types, billing, cushion_z=0.0, final_loss=0.0)
+    assert plan_budget(problem) is None
+    plan = plan_budget(replace(problem, budget=0.6))
+    assert plan is not None
+    assert plan.counts == {"only": 1}
+    assert plan.cost == pytest.approx(0.6)
+
+
+def test_boot_time_delays_what_a_new_machine_does() -> None:
+    """Two tasks of 1000 s, one machine type, boot 500 s: one machine finishes at 2500 s,
+    two at 1500 s; the budget for two at 1500 s ($3 at $3.60/h) buys the faster plan."""
+    types = [TypeEstimate("only", 3.6, 2, 500.0, 1000.0)]
+    problem = BudgetProblem(2.0, 2.99, types, PER_SECOND, cushion_z=0.0, final_loss=0.0)
+    plan = plan_budget(problem)
+    assert plan is not None
+    assert plan.counts == {"only": 1}
+    assert plan.cost == pytest.approx(2.5)
+    plan = plan_budget(replace(problem, budget=3.0))
+    assert plan is not None
+    assert plan.counts == {"only": 2}
+    assert plan.cost == pytest.approx(3.0)
 
 
 def test_a_per_second_budget_too_small_for_any_machine_gives_no_plan() -> None:
@@ -213,3 +366,59 @@ def test_a_per_second_budget_too_small_for_any_machine_gives_no_plan() -> None:
     ]
     assert plan_budget(BudgetProblem(100.0, 20.0, types, PER_SECOND)) is None
     assert plan_budget(BudgetProblem(100.0, 20.0, types, PER_SECOND), "cbc") is None
+
+
+@pytest.mark.parametrize(
+    ("status", "sol_status", "outcome"),
+    [
+        (pulp.LpStatusOptimal, pulp.LpSolutionOptimal, "optimal"),
+        # A time or iteration limit with an incumbent: PuLP still says Optimal.
+        (pulp.LpStatusOptimal, pulp.LpSolutionIntegerFeasible, "feasible"),
+        (pulp.LpStatusOptimal, pulp.LpSolutionNoSolutionFound, "failed"),
+        (pulp.LpStatusInfeasible, pulp.LpSolutionInfeasible, "infeasible"),
+        (pulp.LpStatusInfeasible, pulp.LpSolutionNoSolutionFound, "infeasible"),
+        (pulp.LpStatusNotSolved, pulp.LpSolutionNoSolutionFound, "failed"),
+        (pulp.LpStatusNotSolved, pulp.LpSolutionInfeasible, "failed"),
+        (pulp.LpStatusUnbounded, pulp.LpSolutionUnbounded, "failed"),
+        (pulp.LpStatusUndefined, pulp.LpSolutionInfeasible, "failed"),
+        (pulp.LpStatusUndefined, pulp.LpSolutionNoSolutionFound, "failed"),
+    ],
+)
+def test_every_solver_status_has_a_meaning(status: int, sol_status: int, outcome: str) -> None:
+    assert classify_status(status, sol_status) == outcome
+
+
+# Prices and speeds that leave a real knapsack at every k and horizon: HiGHS's presolve
+# alone cannot answer it (it does answer a model where every machine is affordable).
+MIXED = [
+    TypeEstimate(
+        f"t{i}",
+        price,
+        20,
+        120.0,
+        mean,
+        sd_s=100.0,
+        live=5,
+        first_cost=price,
+        first_tasks=int((3540 - 120) // mean),
+    )
+    for i, (price, mean) in enumerate([(3.0, 900.0), (7.0, 500.0), (12.0, 350.0), (5.0, 640.0)])
+]
+
+
+@pytest.mark.parametrize("billing", [HOURLY, PER_SECOND], ids=["fixed", "per_second"])
+def test_a_solver_stopped_before_any_answer_is_named_and_retried_with_cbc(
+    billing: BillingModel,
+) -> None:
+    """A zero time limit really stops HiGHS (Not Solved) and CBC alike: every such solve
+    is named, CBC is tried after HiGHS, and the search gives up rather than guess."""
+    problem = BudgetProblem(1500.0, 1300.0, MIXED, billing, cushion_z=1.0)
+    assert solve_budget(problem).plan is not None  # without the limit there is a plan
+    result = solve_budget(problem, "highs", time_limit_s=0.0)
+    assert result.plan is None
+    assert 1 <= len(result.notes) <= 4
+    assert "HiGHS status Not Solved" in result.notes[0]
+    assert "retried with CBC: Not Solved" in result.notes[0]
+    result = solve_budget(problem, "cbc", time_limit_s=0.0)
+    assert result.plan is None
+    assert "CBC status Not Solved" in result.notes[0]
