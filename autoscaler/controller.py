@@ -55,7 +55,7 @@ from autoscaler.model import (
     Tick,
 )
 from autoscaler.outlook import expected_left, forecast, potential
-from autoscaler.planner import BudgetProblem, Plan, Solver, TypeEstimate, plan_budget
+from autoscaler.planner import BudgetProblem, Plan, Solver, TypeEstimate, solve_budget
 from autoscaler.state import Machine, RunState
 
 _EPS = 1e-6
@@ -435,6 +435,7 @@ class Controller:
         speed_now = sum(current[n] / e.mean_s for n, e in est.items())
         budget = self._money_left(state)
         plan: Plan | None
+        notes: list[str] = []
         if n_e <= 0:
             plan = Plan(counts=current, units=0, speed=speed_now, cost=0.0)
             reason += "; time already paid covers the bag"
@@ -447,7 +448,7 @@ class Controller:
                 cushion_z=self.settings.cushion_z,
                 final_loss=self.settings.final_loss,
             )
-            plan = plan_budget(problem, self.settings.solver) if budget > 0 else None
+            plan = self._solve(problem, notes) if budget > 0 else None
             if (
                 not force
                 and plan is not None
@@ -457,7 +458,7 @@ class Controller:
             if not force and plan is not None and plan.speed < speed_now * self.settings.leap_ratio:
                 # A small gain must hold with money to spare.
                 problem = replace(problem, budget=budget * (1 - self.settings.improve_reserve))
-                plan = plan_budget(problem, self.settings.solver)
+                plan = self._solve(problem, notes)
         if plan is None:
             if not force:
                 return False
@@ -470,6 +471,8 @@ class Controller:
         counts = {name: plan.counts.get(name, 0) for name in state.types}
         if counts == state.target and not first and not refresh:
             return False
+        if notes:
+            reason += "; solver: " + "; ".join(notes)
         s.do(self._configure(s, counts, est, reason))
         return True
 
@@ -513,6 +516,12 @@ class Controller:
             assumed_lo_s={n: e.lo_s for n, e in intervals.items()},
             assumed_hi_s={n: e.hi_s for n, e in intervals.items()},
         )
+
+    def _solve(self, problem: BudgetProblem, notes: list[str]) -> Plan | None:
+        """The planner's answer; what it says of solver trouble goes into ``notes``."""
+        result = solve_budget(problem, self.settings.solver)
+        notes.extend(result.notes)
+        return result.plan
 
     @staticmethod
     def _launchable(

@@ -51,6 +51,12 @@ def summary_rows(cfg: RunConfig, state: RunState, estimate: float | None) -> lis
         rows.append(("stopped at", hms(state.now)))
     else:
         rows.append(("estimated finish", "not planned yet" if estimate is None else hms(estimate)))
+        interval = planned_interval(state)
+        if interval is not None:
+            rows.append(("finish interval", f"{hms(interval[0])} – {hms(interval[1])}"))
+    if state.shortfalls:
+        at, warning = state.shortfalls[-1]
+        rows.append(("warning", f"at {hms(at)}: {warning.message}"))
     if state.stopped:
         rows.append(("ended" if over else "stopping", state.stop_reason or "bag finished"))
     return rows
@@ -88,6 +94,14 @@ def status_lines(run_id: str, cfg: RunConfig, state: RunState, pid: int | None) 
     if not pid and not state.finished and not (state.stopped and not state.any_alive()):
         lines.append("  carry on with: autoscaler run --resume <run dir>")
     return lines
+
+
+def planned_interval(state: RunState) -> tuple[float, float] | None:
+    """The last plan's makespan interval, if it gave one."""
+    for _, c in reversed(state.configurations):
+        if c.predicted_makespan_s is not None:
+            return c.makespan_interval_s
+    return None
 
 
 def planned_finish(state: RunState) -> float | None:

@@ -25,6 +25,16 @@ class Metrics:
         )
         self.spend = Gauge("autoscaler_spend_committed", "money committed", registry=r)
         self.budget = Gauge("autoscaler_budget", "the run's budget", registry=r)
+        self.needed = Gauge(
+            "autoscaler_budget_needed",
+            "the budget the estimates say the run needs, once it is unlikely to finish (else 0)",
+            registry=r,
+        )
+        self.shortfall = Gauge(
+            "autoscaler_budget_shortfall",
+            "1 once the budget is unlikely to finish the bag, else 0",
+            registry=r,
+        )
         self.makespan = Gauge(
             "autoscaler_estimated_makespan_seconds", "the plan's predicted makespan", registry=r
         )
@@ -57,6 +67,9 @@ class Metrics:
             for key, n in counts.items():
                 self.machines.labels(name, key).set(n)
         self.spend.set(state.committed)
+        if state.shortfalls:
+            self.shortfall.set(1)
+            self.needed.set(state.shortfalls[-1][1].needed_budget or 0.0)
         if estimate is not None:
             self.makespan.set(estimate)
 

@@ -221,3 +221,80 @@ def test_bad_configs_exit_2_naming_the_field(
     assert result.exit_code == EXIT_CONFIG
     assert field in result.output
     assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_plan_works_on_every_example(runner: CliRunner, example: Path) -> None:
+    """Every example with a bag gets a frontier (or, where sampling alone finishes the
+    bag, says so); options run from the minimum budget to the fastest, each with its
+    prediction inside its interval."""
+    result = runner.invoke(app, ["plan", str(example), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    if data["tasks_left"] == 0:
+        return
+    options = data["options"]
+    assert options[0]["label"] == "minimum"
+    assert options[-1]["label"] == "fastest"
+    assert options[0]["budget"] == pytest.approx(data["minimum_budget"], abs=0.01)
+    budgets = [o["budget"] for o in options]
+    assert budgets == sorted(budgets)
+    for o in options:
+        lo, hi = o["cost_interval"]
+        assert lo <= o["cost"] <= hi <= o["budget"] + 0.01
+        lo, hi = o["makespan_interval_s"]
+        assert lo <= o["makespan_s"] <= hi
+
+
+def test_run_with_a_plan_option_uses_its_budget_and_finishes_as_predicted(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    """`plan --out` then `run --option 1`: the minimum budget finishes the bag within it."""
+    example = next(p for p in EXAMPLES if p.stem == "quickstart")
+    plan_dir = tmp_path / "plan"
+    result = runner.invoke(app, ["plan", str(example), "--out", str(plan_dir)])
+    assert result.exit_code == 0, result.output
+    assert (plan_dir / "frontier.png").stat().st_size > 0
+    options = json.loads((plan_dir / "plan.json").read_text())["options"]
+    out = tmp_path / "run"
+    result = runner.invoke(
+        app,
+        [
+            "run",
+            str(example),
+            "--dry-run",
+            "--option",
+            "1",
+            "--plan",
+            str(plan_dir),
+            "--out",
+            str(out),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "report.json").read_text())
+    assert report["budget"] == pytest.approx(options[0]["budget"])
+    assert report["tasks_done"] == report["tasks_total"]
+    assert report["cost"] <= report["budget"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--option", "1"], "--plan"),
+        (["--option", "9", "--plan", "PLAN"], "options"),
+        (["--budget", "-3"], "positive"),
+        (["--budget", "5", "--option", "1", "--plan", "PLAN"], "not both"),
+    ],
+)
+def test_bad_budget_options_are_clear_errors(
+    runner: CliRunner, tmp_path: Path, args: list[str], message: str
+) -> None:
+    example = next(p for p in EXAMPLES if p.stem == "quickstart")
+    plan_dir = tmp_path / "plan"
+    plan_dir.mkdir()
+    (plan_dir / "plan.json").write_text(json.dumps({"options": [{"budget": 70}]}))
+    args = [a.replace("PLAN", str(plan_dir)) for a in args]
+    result = runner.invoke(app, ["run", str(example), "--dry-run", *args])
+    assert result.exit_code == EXIT_CONFIG
+    assert message in result.output

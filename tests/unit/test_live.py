@@ -52,3 +52,36 @@ def test_a_run_stopped_early_shows_when_and_why(tmp_path: Path) -> None:
     assert "estimated finish" not in over
     assert over["stopped at"] == hms(d.report.makespan_s)
     assert over["ended"] == d.report.stop_reason
+
+
+def test_a_shortfall_shows_in_status_and_metrics_as_soon_as_it_is_said() -> None:
+    """The step the run says its budget cannot finish the bag, `status` shows the warning
+    with the budget needed and the Prometheus gauges turn to it."""
+    from autoscaler.metrics import Metrics
+    from tests.conftest import make_config
+
+    cfg = make_config(
+        bag={"synthetic": 1000},
+        constraint={"budget": 30.0},
+        emulator={"seed": 1, "runtime": {"dist": "normal", "mean_s": 900, "sd_s": 60}},
+    )
+    metrics = Metrics(cfg)
+    seen: list[tuple[dict[str, str], float | None, float | None]] = []
+
+    def watch(state: RunState) -> None:
+        if state.shortfalls and not seen:
+            metrics.update(state, None)
+            needed = metrics.registry.get_sample_value("autoscaler_budget_needed")
+            flag = metrics.registry.get_sample_value("autoscaler_budget_shortfall")
+            seen.append((rows(status_lines("r", cfg, state, None)), needed, flag))
+
+    result = dry_run(cfg, expand_bag(cfg), progress=watch, plots=False)
+    assert seen, "no shortfall was said"
+    status, needed, flag = seen[0]
+    warning = result.state.shortfalls[0][1]
+    assert warning.needed_budget is not None
+    assert warning.needed_budget > 30.0
+    assert "budget unlikely to finish the bag" in status["warning"]
+    assert f"{warning.needed_budget:.2f}" in status["warning"]
+    assert flag == 1.0
+    assert needed == warning.needed_budget

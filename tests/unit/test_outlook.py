@@ -1,0 +1,138 @@
+"""N_e, N_p and the forecast against cases computed by hand (paper 000 §2.2)."""
+
+from __future__ import annotations
+
+import pytest
+
+from autoscaler.billing import BillingModel
+from autoscaler.model import (
+    Assign,
+    Extend,
+    Launch,
+    MachineLaunched,
+    MachineReady,
+    Mark,
+    TypeSpec,
+)
+from autoscaler.outlook import expected_left, forecast, paid_completions, potential
+from autoscaler.state import RunState
+
+SLOW = TypeSpec("slow", price=1.0, max_count=10, boot_s=100.0)
+FAST = TypeSpec("fast", price=4.0, max_count=10, boot_s=100.0)
+HOURLY = BillingModel("fixed", 3600.0, margin_s=0.0)
+
+
+def fresh(budget: float = 20.0, n_tasks: int = 100) -> RunState:
+    return RunState.new([SLOW, FAST], HOURLY, budget, n_tasks, list(range(n_tasks)))
+
+
+def up(state: RunState, name: str, mid: str, at: float) -> None:
+    """One machine of type ``name`` launched at ``at`` and ready after its boot."""
+    token = f"L-{mid}"
+    state.apply(at, Launch(name, 1, token))
+    state.apply(at, MachineLaunched(mid, name, token, at))
+    state.apply(at + state.types[name].boot_s, MachineReady(mid))
+
+
+def no_rest(_: str, age: float) -> float:
+    """Every running task is expected to end just now."""
+    return age
+
+
+def test_paid_completions_count_running_tasks_free_time_and_launches_in_flight() -> None:
+    """At t = 1000, T_slow = 600, T_fast = 200, no margin:
+
+    * slow machine a (launched at 0, paid to 3600), running a task started at 700
+      expected to take 900 in all: it ends at 1600 (1 task), then (3600−1600)/600 →
+      3 whole tasks: 4;
+    * fast machine b (launched at 900, booting until 1000+… ready at 1000): paid to
+      4500, free at 1000: 3500/200 → 17;
+    * a launch in flight of 2 fast machines: each does ⌊(3600 − 100)/200⌋ = 17: 34.
+    Total 55; with 100 tasks left, N_e = 45.
+    """
+    state = fresh()
+    up(state, "slow", "a", 0.0)
+    state.apply(700.0, Assign(0, "a"))
+    up(state, "fast", "b", 900.0)
+    state.apply(1000.0, Launch("fast", 2, "L2"))
+    means = {"slow": 600.0, "fast": 200.0}
+
+    def rest(name: str, age: float) -> float:
+        return 900.0 if name == "slow" else age
+
+    assert paid_completions(state, 1000.0, means, rest) == 4 + 17 + 34
+    assert expected_left(state, 1000.0, means, rest) == 100 - 55
+
+
+def test_a_running_task_that_outlasts_the_paid_time_counts_for_nothing() -> None:
+    """Expected to take 5000 s in all, it cannot end before the machine's time is up."""
+    state = fresh()
+    up(state, "slow", "a", 0.0)
+    state.apply(200.0, Assign(0, "a"))
+    assert paid_completions(state, 1000.0, {"slow": 600.0}, lambda _n, _a: 5000.0) == 0
+
+
+def test_types_without_an_estimate_count_for_nothing() -> None:
+    state = fresh()
+    up(state, "slow", "a", 0.0)
+    assert paid_completions(state, 1000.0, {"fast": 200.0}, no_rest) == 0
+
+
+def test_potential_counts_whole_units_the_money_left_pays_for() -> None:
+    """Committed: slow a (1) + fast b, c (4 each) + a launch of 1 fast (4) = 13.
+
+    Budget 20, c marked: the mix kept (a, b, the launch) costs 9 per unit and 7 is left:
+    no whole unit, N_p = 0. Budget 35, c kept: 13 per unit, 22 left: one unit of 3600 s,
+    in which each machine does 3600/T − ¼ (the final-unit loss, no spread): 5.75 on
+    slow, 17.75 on each of the three fast.
+    """
+    state = fresh(budget=20.0)
+    up(state, "slow", "a", 0.0)
+    up(state, "fast", "b", 0.0)
+    up(state, "fast", "c", 0.0)
+    state.apply(10.0, Mark("c", release=True))
+    state.apply(10.0, Launch("fast", 1, "L3"))
+    assert state.committed == pytest.approx(13.0)
+    means, sds = {"slow": 600.0, "fast": 200.0}, {"slow": 0.0, "fast": 0.0}
+    # left 7 < 9 per unit: no whole unit
+    assert potential(state, means, sds) == 0.0
+    state.apply(10.0, Mark("c", release=False))  # kept again: 13 per unit, still none
+    state.budget = 35.0  # left 22: one whole unit of the 13-per-unit mix
+    assert potential(state, means, sds) == pytest.approx(5.75 + 3 * 17.75)
+
+
+def test_potential_under_per_second_billing_uses_fractional_units() -> None:
+    state = RunState.new(
+        [SLOW], BillingModel("per_second", 3600.0, min_charge_s=60.0, commit_s=300.0), 2.0, 10,
+        list(range(10)),
+    )  # fmt: skip
+    up(state, "slow", "a", 0.0)
+    left = 2.0 - state.committed  # 2 − 300/3600
+    expected = left * 3600 / 600 - 0.25
+    assert potential(state, {"slow": 600.0}, {"slow": 0.0}) == pytest.approx(expected)
+
+
+def test_forecast_of_one_machine_is_the_work_left_and_its_paid_units() -> None:
+    """One slow machine ready at 100 with 10 tasks of 600 s: the fluid end is
+    100 + 6000 = 6100 (with no ragged end); it lives 6100 s: 2 units of 1 = 2."""
+    state = fresh(budget=50.0, n_tasks=10)
+    up(state, "slow", "a", 0.0)
+    f = forecast(state, 100.0, {"slow": 1}, {"slow": 600.0})
+    assert f.end_s == pytest.approx(6100.0)
+    assert f.cost == pytest.approx(2.0)
+
+
+def test_forecast_counts_the_work_of_machines_that_leave_and_caps_cost_at_the_budget() -> None:
+    """Two slow machines, one marked (paid to 3600, it does (3600 − 100)/600 tasks'
+    worth before it goes); 10 tasks of 600 s: the one kept does the rest."""
+    state = fresh(budget=3.0, n_tasks=10)
+    up(state, "slow", "a", 0.0)
+    up(state, "slow", "b", 0.0)
+    state.apply(100.0, Mark("b", release=True))
+    f = forecast(state, 100.0, {"slow": 1}, {"slow": 600.0})
+    leaving = 3500.0 / 600.0
+    assert f.end_s == pytest.approx(100.0 + (10 - leaving) * 600.0)
+    # a lives to ~2600 s: 1 unit; b its one paid unit: 2 in all
+    assert f.cost == pytest.approx(2.0)
+    state.apply(100.0, Extend("a", 7200.0))
+    assert forecast(state, 100.0, {"slow": 1}, {"slow": 60000.0}).cost == pytest.approx(3.0)
