@@ -1,0 +1,578 @@
+"""How honest are budget mode's predictions when runtimes are skewed?
+
+For each runtime distribution (normal, lognormal σ 0.5 and 1, bimodal, Pareto, Weibull;
+all with a mean of 600 s on a speed-1 machine), each billing model (fixed hourly ATUs,
+per-second with a 60 s minimum) and each seed:
+
+* ``plan_dry`` runs the sampling phase in the emulator and gives B_min, the least
+  whole-run budget the planner finds that finishes the bag (for that seed's samples);
+* three dry runs of the same bag and seed at 1.1, 1.3 and 2.0 × B_min.
+
+One table row per (distribution, billing, budget factor), over seeds: how often the run
+stayed in budget and finished, how far the first plan's prediction (made right after
+sampling) was from what happened, how often the plan's interval held the actual value,
+what sampling cost as a share of the spend, the makespan against the clairvoyant bound,
+and whether unfinished runs were warned of the shortfall before half the money was
+gone. The last lines hold every row against the targets. Run from the repository root::
+
+    .venv/bin/python -m benchmarks.estimates --seeds 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import math
+import multiprocessing
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+if __name__ == "__main__" and not __package__:  # ``python benchmarks/estimates.py``
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from autoscaler.config.load import expand_bag
+from autoscaler.config.schema import RunConfig
+from autoscaler.model import TaskSpec
+from autoscaler.planner import TypeEstimate, plan_clairvoyant
+from autoscaler.runs import billing_model, dry_run, plan_dry
+from benchmarks.bats_scenarios import library_digest, library_state, quantile, render_table
+
+MEAN_S = 600.0
+"""Mean runtime on a speed-1 machine, every distribution."""
+
+
+def _lognormal_sd(sigma: float) -> float:
+    """The runtime's own sd for a lognormal of log-sd ``sigma`` and mean ``MEAN_S``."""
+    return MEAN_S * math.sqrt(math.exp(sigma**2) - 1.0)
+
+
+DISTS: dict[str, dict[str, Any]] = {
+    "normal": {"dist": "normal", "mean_s": MEAN_S, "sd_s": 240.0},
+    "lognorm0.5": {"dist": "lognormal", "mean_s": MEAN_S, "sd_s": _lognormal_sd(0.5)},
+    "lognorm1": {"dist": "lognormal", "mean_s": MEAN_S, "sd_s": _lognormal_sd(1.0)},
+    "bimodal": {"dist": "bimodal", "short_s": 300.0, "long_s": 1800.0, "long_share": 0.2},
+    "pareto": {"dist": "pareto", "mean_s": MEAN_S, "alpha": 2.5},
+    "weibull": {"dist": "weibull", "mean_s": MEAN_S, "shape": 0.7},
+}
+"""The emulator's runtime per distribution; every one has mean ``MEAN_S``."""
+
+BILLINGS: dict[str, dict[str, Any]] = {
+    "fixed": {"mode": "fixed", "atu_s": 3600.0},
+    "per_second": {"mode": "per_second", "atu_s": 3600.0, "min_charge_s": 60.0},
+}
+
+TYPES: list[dict[str, Any]] = [
+    {"name": "small", "price": 1.0, "max_count": 20, "boot_s": 120.0},
+    {"name": "fast", "price": 3.0, "max_count": 20, "boot_s": 120.0},
+]
+SPEED = {"small": 1.0, "fast": 4.0}
+FACTORS = (1.1, 1.3, 2.0)
+PLAN_BUDGET = 1e6
+"""The budget ``plan_dry`` samples under: enough never to shrink the sampling phase."""
+
+
+def make_config(dist: str, billing: str, tasks: int, budget: float) -> RunConfig:
+    return RunConfig.model_validate(
+        {
+            "name": f"estimates-{dist}-{billing}",
+            "bag": {"synthetic": tasks},
+            "constraint": {"budget": budget},
+            "machine_types": TYPES,
+            "billing": BILLINGS[billing],
+            "emulator": {"seed": 0, "runtime": DISTS[dist], "speed": SPEED},
+            "policy": "bats",
+        }
+    )
+
+
+def with_budget(cfg: RunConfig, budget: float) -> RunConfig:
+    return cfg.model_copy(
+        update={"constraint": cfg.constraint.model_copy(update={"budget": budget})}
+    )
+
+
+@cache
+def _setup(dist: str, billing: str, tasks: int) -> tuple[RunConfig, list[TaskSpec]]:
+    cfg = make_config(dist, billing, tasks, PLAN_BUDGET)
+    return cfg, expand_bag(cfg)
+
+
+@cache
+def clairvoyant_s(dist: str, billing: str, tasks: int, budget: float) -> float:
+    """The makespan of the best mix had the true means (``MEAN_S``/speed) been known
+    from the start (``plan_clairvoyant``: fluid, no sampling, no boot)."""
+    cfg, _ = _setup(dist, billing, tasks)
+    types = [
+        TypeEstimate(t.name, t.price, t.max_count, 0.0, MEAN_S / SPEED[t.name])
+        for t in cfg.machine_types
+    ]
+    plan = plan_clairvoyant(tasks, budget, types, billing_model(cfg))
+    return math.nan if plan is None else plan.makespan_s(tasks)
+
+
+def committed_at(spend_log: Sequence[tuple[float, float]], t: float) -> float:
+    """Money committed at time ``t``: the last entry of the spend log at or before it."""
+    i = bisect.bisect_right([s for s, _ in spend_log], t + 1e-9)
+    return spend_log[i - 1][1] if i else 0.0
+
+
+# --- one seed: B_min, then a dry run per factor ----------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    dist: str
+    billing: str
+    factor: float
+    seed: int
+    b_min: float
+    budget: float
+    cost: float
+    makespan_s: float
+    finished: bool
+    within_budget: bool
+    cost_err: float  # first plan's predicted / actual − 1 (NaN: no prediction)
+    makespan_err: float  # the same for the makespan (NaN: no prediction or not finished)
+    cost_inside: bool | None
+    makespan_inside: bool | None  # None: not finished, or no prediction
+    sampling_share: float  # committed when the first plan was made / cost
+    over_clairvoyant: float  # makespan / clairvoyant bound (NaN: not finished)
+    warned_early: bool | None  # unfinished only: shortfall said before half the budget
+    wall_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class SeedResult:
+    dist: str
+    billing: str
+    seed: int
+    b_min: float | None  # None: plan_dry failed or found no budget that finishes the bag
+    sampling_cost: float
+    runs: tuple[RunResult, ...]
+    wall_s: float
+    error: str | None = None  # why plan_dry failed, if it did
+
+
+def _err(predicted: float | None, actual: float) -> float:
+    if predicted is None or actual <= 0:
+        return math.nan
+    return predicted / actual - 1.0
+
+
+def run_seed(job: tuple[str, str, int, int]) -> SeedResult:
+    """B_min from this seed's sampling phase, then a dry run at each factor × B_min."""
+    dist, billing, tasks, seed = job
+    started = time.perf_counter()
+    cfg, bag = _setup(dist, billing, tasks)
+    try:
+        frontier = plan_dry(cfg, bag, seed=seed)
+    except Exception as exc:  # a failed seed is counted and shown in the table
+        wall = time.perf_counter() - started
+        why = f"{type(exc).__name__}: {exc}"[:200]
+        return SeedResult(dist, billing, seed, None, math.nan, (), wall, why)
+    b_min = frontier.minimum_budget
+    if b_min is None:
+        return SeedResult(
+            dist, billing, seed, None, frontier.sampling_cost, (), time.perf_counter() - started
+        )
+    runs = []
+    for factor in FACTORS:
+        budget = round(factor * b_min, 2)
+        d = dry_run(with_budget(cfg, budget), bag, seed=seed, plots=False)
+        r = d.report
+        p = r.predicted
+        finished = r.tasks_done == r.tasks_total
+        sampled = committed_at(d.state.spend_log, p.at_s) if p and p.at_s is not None else math.nan
+        warned: bool | None = None
+        if not finished:
+            sf = r.shortfall
+            warned = sf is not None and committed_at(d.state.spend_log, sf.at_s) <= 0.5 * budget
+        runs.append(
+            RunResult(
+                dist=dist,
+                billing=billing,
+                factor=factor,
+                seed=seed,
+                b_min=b_min,
+                budget=budget,
+                cost=r.cost,
+                makespan_s=r.makespan_s,
+                finished=finished,
+                within_budget=r.within_budget,
+                cost_err=_err(p.cost if p else None, r.cost),
+                makespan_err=_err(p.makespan_s if p else None, r.makespan_s)
+                if finished
+                else math.nan,
+                cost_inside=p.cost_inside if p else None,
+                makespan_inside=p.makespan_inside if p and finished else None,
+                sampling_share=sampled / r.cost if r.cost > 0 else math.nan,
+                over_clairvoyant=r.makespan_s / clairvoyant_s(dist, billing, tasks, budget)
+                if finished
+                else math.nan,
+                warned_early=warned,
+                wall_s=d.wall_s,
+            )
+        )
+    return SeedResult(
+        dist,
+        billing,
+        seed,
+        b_min,
+        frontier.sampling_cost,
+        tuple(runs),
+        time.perf_counter() - started,
+    )
+
+
+# --- statistics and printing -----------------------------------------------------------
+
+
+def _pct(flags: Sequence[bool]) -> str:
+    return "-" if not flags else f"{100.0 * sum(flags) / len(flags):.0f}%"
+
+
+def _share(flags: Sequence[bool]) -> float:
+    return math.nan if not flags else sum(flags) / len(flags)
+
+
+def _good(values: Iterable[float]) -> list[float]:
+    return [v for v in values if not math.isnan(v)]
+
+
+def _median(values: Iterable[float]) -> float:
+    good = _good(values)
+    return statistics.median(good) if good else math.nan
+
+
+def _p(value: float, signed: bool = False) -> str:
+    """A ratio as a percentage: ``0.034`` -> ``3.4%``."""
+    if math.isnan(value):
+        return "-"
+    return f"{100.0 * value:+.1f}%" if signed else f"{100.0 * value:.1f}%"
+
+
+def _x(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:.2f}"
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One table row: the runs of one (distribution, billing, factor) over seeds."""
+
+    dist: str
+    billing: str
+    factor: float
+    runs: tuple[RunResult, ...]
+
+    @property
+    def within(self) -> float:
+        return _share([r.within_budget for r in self.runs])
+
+    @property
+    def finished(self) -> float:
+        return _share([r.finished for r in self.runs])
+
+    def abs_err(self, field: str, q: float) -> float:
+        return quantile(_good(abs(getattr(r, field)) for r in self.runs), q)
+
+    def coverage(self, field: str) -> float:
+        return _share([v for r in self.runs if (v := getattr(r, field)) is not None])
+
+
+def rows_of(
+    results: Sequence[SeedResult], dists: Sequence[str], billings: Sequence[str]
+) -> list[Row]:
+    out = []
+    for dist in dists:
+        for billing in billings:
+            for factor in FACTORS:
+                runs = tuple(
+                    run
+                    for s in results
+                    if s.dist == dist and s.billing == billing
+                    for run in s.runs
+                    if run.factor == factor
+                )
+                out.append(Row(dist, billing, factor, runs))
+    return out
+
+
+def bmin_table(results: Sequence[SeedResult], dists: Sequence[str], billings: Sequence[str]) -> str:
+    header = [
+        "dist",
+        "billing",
+        "seeds",
+        "plan failed",
+        "no B_min",
+        "B_min med",
+        "B_min min",
+        "B_min max",
+        "sampl. $",
+    ]
+    body = []
+    for dist in dists:
+        for billing in billings:
+            ss = [s for s in results if s.dist == dist and s.billing == billing]
+            bm = [s.b_min for s in ss if s.b_min is not None]
+            body.append(
+                [
+                    dist,
+                    billing,
+                    str(len(ss)),
+                    str(sum(s.error is not None for s in ss)),
+                    str(sum(s.error is None and s.b_min is None for s in ss)),
+                    _x(statistics.median(bm)) if bm else "-",
+                    _x(min(bm)) if bm else "-",
+                    _x(max(bm)) if bm else "-",
+                    _x(_median(s.sampling_cost for s in ss)),
+                ]
+            )
+    return render_table(header, body)
+
+
+def results_table(rows: Sequence[Row]) -> str:
+    header = [
+        "dist",
+        "billing",
+        "xB_min",
+        "runs",
+        "in budget",
+        "finished",
+        "mk err med",
+        "|mk| med",
+        "|mk| p90",
+        "$ err med",
+        "|$| med",
+        "|$| p90",
+        "mk cov",
+        "$ cov",
+        "sampl/$",
+        "mk/clv",
+        "warned early",
+    ]
+    body = []
+    for row in rows:
+        rs = row.runs
+        unfinished = [r for r in rs if not r.finished]
+        body.append(
+            [
+                row.dist,
+                row.billing,
+                f"{row.factor:g}",
+                str(len(rs)),
+                _pct([r.within_budget for r in rs]),
+                _pct([r.finished for r in rs]),
+                _p(_median(r.makespan_err for r in rs), signed=True),
+                _p(row.abs_err("makespan_err", 0.5)),
+                _p(row.abs_err("makespan_err", 0.9)),
+                _p(_median(r.cost_err for r in rs), signed=True),
+                _p(row.abs_err("cost_err", 0.5)),
+                _p(row.abs_err("cost_err", 0.9)),
+                _pct([v for r in rs if (v := r.makespan_inside) is not None]),
+                _pct([v for r in rs if (v := r.cost_inside) is not None]),
+                _p(_median(r.sampling_share for r in rs)),
+                _x(_median(r.over_clairvoyant for r in rs)),
+                f"{_pct([bool(r.warned_early) for r in unfinished])} of {len(unfinished)}"
+                if unfinished
+                else "-",
+            ]
+        )
+    return render_table(header, body, left=3)
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    name: str
+    applies: Callable[[Row], bool]
+    met: Callable[[Row], float]  # NaN: no data for this row
+    threshold: float
+    at_least: bool  # met ≥ threshold (else met ≤ threshold)
+
+
+TARGETS = (
+    Target("within budget = 100%", lambda r: True, lambda r: r.within, 1.0, True),
+    Target(
+        "median |cost err| <= 5%", lambda r: True, lambda r: r.abs_err("cost_err", 0.5), 0.05, False
+    ),
+    Target(
+        "median |makespan err| <= 10%",
+        lambda r: True,
+        lambda r: r.abs_err("makespan_err", 0.5),
+        0.10,
+        False,
+    ),
+    Target("cost coverage >= 90%", lambda r: True, lambda r: r.coverage("cost_inside"), 0.9, True),
+    Target(
+        "makespan coverage >= 90%",
+        lambda r: True,
+        lambda r: r.coverage("makespan_inside"),
+        0.9,
+        True,
+    ),
+    Target(
+        "finished at >= 1.3xB_min = 100%",
+        lambda r: r.factor >= 1.3 - 1e-9,
+        lambda r: r.finished,
+        1.0,
+        True,
+    ),
+)
+
+
+def target_lines(rows: Sequence[Row]) -> list[str]:
+    lines = []
+    for t in TARGETS:
+        passed, failed, nodata = [], [], 0
+        for row in rows:
+            if not t.applies(row) or not row.runs:
+                continue
+            v = t.met(row)
+            if math.isnan(v):
+                nodata += 1
+            elif (v >= t.threshold - 1e-9) if t.at_least else (v <= t.threshold + 1e-9):
+                passed.append(row)
+            else:
+                failed.append(row)
+        worst = ", ".join(f"{r.dist}/{r.billing}/{r.factor:g}" for r in failed[:6])
+        more = ",..." if len(failed) > 6 else ""
+        lines.append(
+            f"{t.name:34s} PASS {len(passed):2d}  FAIL {len(failed):2d}"
+            + (f"  (no data {nodata})" if nodata else "")
+            + (f"  failing: {worst}{more}" if failed else "")
+        )
+    return lines
+
+
+# --- main ------------------------------------------------------------------------------
+
+
+def run_all(
+    work: Sequence[tuple[str, str, int, int]], jobs: int, progress: Callable[[str], None]
+) -> list[SeedResult]:
+    results: list[SeedResult] = []
+    started = time.perf_counter()
+    if jobs <= 1:
+        done: Iterable[SeedResult] = map(run_seed, work)
+        pool = None
+    else:
+        pool = multiprocessing.get_context("fork").Pool(jobs)
+        done = pool.imap_unordered(run_seed, work)
+    try:
+        for i, s in enumerate(done, start=1):
+            results.append(s)
+            walls = " ".join(f"{r.wall_s:.2f}" for r in s.runs)
+            progress(
+                f"[{i:3d}/{len(work)}] {s.dist} {s.billing} seed {s.seed:2d}: B_min "
+                f"{_x(s.b_min if s.b_min is not None else math.nan)}, runs {walls} s, "
+                f"elapsed {time.perf_counter() - started:.0f} s"
+            )
+    finally:
+        if pool is not None:
+            pool.close()
+            pool.join()
+    return results
+
+
+def _names(
+    text: str, known: Iterable[str], what: str, parser: argparse.ArgumentParser
+) -> list[str]:
+    names = [s.strip() for s in text.split(",") if s.strip()]
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        parser.error(f"unknown {what} {unknown}; choose from {', '.join(known)}")
+    return names
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.estimates",
+        description="Budget mode's predictions against the runs, on skewed runtimes.",
+    )
+    parser.add_argument("--seeds", type=int, default=20, help="seeds 0..N-1 (default 20)")
+    parser.add_argument("--tasks", type=int, default=1000, help="tasks in the bag (default 1000)")
+    parser.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
+    parser.add_argument(
+        "--dists", default=",".join(DISTS), help=f"comma-separated subset of {','.join(DISTS)}"
+    )
+    parser.add_argument(
+        "--billing",
+        default=",".join(BILLINGS),
+        help=f"comma-separated subset of {','.join(BILLINGS)}",
+    )
+    args = parser.parse_args(argv)
+    dists = _names(args.dists, DISTS, "distribution(s)", parser)
+    billings = _names(args.billing, BILLINGS, "billing model(s)", parser)
+    if args.seeds < 1 or args.jobs < 1 or args.tasks < 1:
+        parser.error("--seeds, --tasks and --jobs must be at least 1")
+
+    started = time.perf_counter()
+    state_before = library_state()
+    for dist in dists:  # fail early, in this process, on a config the schema rejects
+        for billing in billings:
+            _setup(dist, billing, args.tasks)
+
+    def progress(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    work = [(d, b, args.tasks, s) for d in dists for b in billings for s in range(args.seeds)]
+    results = run_all(work, args.jobs, progress)
+    wall = time.perf_counter() - started
+    rows = rows_of(results, dists, billings)
+
+    print("Budget mode's predictions on skewed runtimes, in the emulator")
+    print(
+        f"{args.tasks} tasks; runtimes on a speed-1 machine with mean {MEAN_S:g} s: normal\n"
+        "sd 240, lognormal σ 0.5 and 1, bimodal (300 s / 1800 s, 20 % long, sd 10 % of each\n"
+        "mode), Pareto α 2.5, Weibull k 0.7. small: $1 per 1-h ATU, speed 1, max 20; fast: $3,\n"
+        "speed 4, max 20; boot 120 s. Billing fixed (whole hours) or per_second (60 s minimum).\n"
+        "BaTS defaults otherwise (z 1.96, Δ 0.25, monitoring every 5 min, tail replication)."
+    )
+    print(f"Library: {state_before}")
+    if library_digest() not in state_before:
+        print("WARNING: the library's sources changed while this benchmark ran")
+    print(
+        f"Seeds 0..{args.seeds - 1}. Per seed, B_min = plan_dry(...).minimum_budget (that seed's\n"
+        "sampling phase), then dry runs of the same seed at each factor × B_min."
+    )
+    print()
+    print("B_min per (distribution, billing), $ over seeds")
+    print(bmin_table(results, dists, billings))
+    failed = sorted((s for s in results if s.error), key=lambda s: (s.dist, s.billing, s.seed))
+    for s in failed[:5]:
+        print(f"- plan_dry failed, {s.dist} {s.billing} seed {s.seed}: {s.error}")
+    if len(failed) > 5:
+        print(f"- ... and {len(failed) - 5} more")
+    print()
+    print(f"Results over {args.seeds} seed(s)")
+    print(results_table(rows))
+    print(
+        "err = first plan's prediction (right after sampling) / actual − 1: 'mk err med' the\n"
+        "signed median, |mk| med/p90 of the absolute error; makespan only over finished runs.\n"
+        "cov: share of runs whose actual fell inside the first plan's interval (makespan:\n"
+        "finished runs only). sampl/$: median of money committed when the first plan was made\n"
+        "/ the run's cost. mk/clv: median makespan / the clairvoyant bound (plan_clairvoyant,\n"
+        "true means 600 s/speed, the row's budget, fluid, no sampling or boot) over finished\n"
+        "runs. warned early: among unfinished runs, the share whose first shortfall warning\n"
+        "came while committed ≤ 50 % of the budget."
+    )
+    print()
+    print(f"Targets (rows passing / failing of {len(rows)})")
+    for line in target_lines(rows):
+        print(line)
+    print()
+    n_runs = sum(len(s.runs) for s in results)
+    print(
+        f"{len(results)} plan_dry + {n_runs} dry runs in {wall:.1f} s wall with {args.jobs} "
+        f"job(s); {sum(s.wall_s for s in results):.1f} s in the workers."
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
