@@ -440,14 +440,7 @@ class Controller:
             plan = Plan(counts=current, units=0, speed=speed_now, cost=0.0)
             reason += "; time already paid covers the bag"
         else:
-            problem = BudgetProblem(
-                tasks=n_e,
-                budget=budget,
-                types=self._launchable(state, s.now, est),
-                billing=state.billing,
-                cushion_z=self.settings.cushion_z,
-                final_loss=self.settings.final_loss,
-            )
+            problem = self.budget_problem(state, s.now, est, n_e, budget)
             plan = self._solve(problem, notes) if budget > 0 else None
             if (
                 not force
@@ -575,14 +568,7 @@ class Controller:
                 per_task = min(per_task, e.price * max(low, 1e-9) / atu)
             if per_task * n_e <= budget:
                 return False
-        problem = BudgetProblem(
-            tasks=n_e,
-            budget=budget,
-            types=self._launchable(state, s.now, est),
-            billing=state.billing,
-            cushion_z=self.settings.cushion_z,
-            final_loss=self.settings.final_loss,
-        )
+        problem = self.budget_problem(state, s.now, est, n_e, budget)
         more = minimum_budget(problem, self.settings.solver) if problem.types else None
         needed = None if more is None else state.committed + more
         said = (
