@@ -59,15 +59,6 @@ from autoscaler.planner import BudgetProblem, Plan, Solver, TypeEstimate, solve_
 from autoscaler.state import Machine, RunState
 
 _EPS = 1e-6
-
-
-def _moved(before: float | None, now: float | None, share: float = 0.1) -> bool:
-    """Whether a needed budget changed enough (``share``) to be said again."""
-    if before is None or now is None:
-        return before is not now
-    return abs(now - before) > share * max(before, _EPS)
-
-
 _EARLY_CHECK = 5  # completions per type before an early "budget insufficient" is trusted
 
 
@@ -555,6 +546,12 @@ class Controller:
         minimum at the estimated means, plus what is committed.
         """
         state = s.state
+        if state.shortfalls:
+            # Said already: the needed budget (a bisection of planner solves) is worked
+            # out again, and said again, only once a tenth of the tasks then left is done.
+            last = state.shortfalls[-1][1]
+            if state.tasks_left > 0.9 * last.tasks_left:
+                return self.settings.on_shortfall == "stop" and self._stop(s, last.message)
         budget = self._money_left(state)
         if optimistic:
             z = self.settings.confidence_z
@@ -582,13 +579,13 @@ class Controller:
             f"budget unlikely to finish the bag: {said}; the budget is "
             f"{state.budget if state.budget is not None else math.inf:.2f}"
         )
-        last = state.shortfalls[-1][1] if state.shortfalls else None
-        if last is None or _moved(last.needed_budget, needed):
-            s.do(Shortfall(state.tasks_left, needed, message))
-        if self.settings.on_shortfall == "stop":
-            s.do(Stop(message + " (on_shortfall: stop)"))
-            return True
-        return False
+        s.do(Shortfall(state.tasks_left, needed, message))
+        return self.settings.on_shortfall == "stop" and self._stop(s, message)
+
+    @staticmethod
+    def _stop(s: _Step, message: str) -> bool:
+        s.do(Stop(message + " (on_shortfall: stop)"))
+        return True
 
     # --- carrying out the configuration --------------------------------------------------
 

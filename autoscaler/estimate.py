@@ -71,6 +71,22 @@ def _tail_start(times: np.ndarray, events: np.ndarray) -> float:
     return float(ev[-k]) if len(ev) > k else 0.0
 
 
+_MIN_ALPHA = 2.2
+"""The heaviest Pareto tail believed (finite variance): the tail index never goes below."""
+
+
+def hill_alpha(times: np.ndarray, events: np.ndarray) -> float:
+    """Hill's estimate of the Pareto tail index from the upper quarter of the runtimes
+    seen to end (at least three); inf when there are too few, or no spread among them.
+    Floored at ``_MIN_ALPHA``."""
+    ev = np.sort(times[events & (times > 0)])
+    k = max(3, math.ceil(len(ev) / 4))
+    if len(ev) <= k:
+        return math.inf
+    spread = float(np.sum(np.log(ev[-k:] / ev[-k - 1])))
+    return math.inf if spread <= 0 else max(_MIN_ALPHA, k / spread)
+
+
 def km_moments(
     times: np.ndarray, events: np.ndarray, weights: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -81,7 +97,10 @@ def km_moments(
     whose rate is the events per second of exposure past ``_tail_start`` — the
     piecewise-exponential maximum-likelihood estimate on the longest runs. With no
     event there, the tail's mean residual life is the larger of the longest
-    observation and the mean so far (pessimistic rather than silent).
+    observation and the mean so far (pessimistic rather than silent). Where Hill's
+    Pareto tail (``hill_alpha``) has the longer mean residual life t_max/(α−1), as on
+    heavy-tailed runtimes (lognormal, Weibull k < 1, Pareto) whose hazard falls, that
+    tail is used instead: an exponential one would cut their longest tasks short.
     """
     w = np.atleast_2d(weights).astype(float)
     ev = events.astype(float)
@@ -101,9 +120,15 @@ def km_moments(
     tail_events = (w * ev * (times > u)).sum(axis=1)
     with np.errstate(divide="ignore", invalid="ignore"):
         mrl = np.where(tail_events > 0, exposure / tail_events, np.maximum(t_max, mean))
-    mean = mean + left * mrl
-    second = second + left * (t_max**2 + 2 * t_max * mrl + 2 * mrl**2)
-    return mean, second
+    alpha = hill_alpha(times, events)
+    heavy = t_max / (alpha - 1) > mrl
+    tail_second = np.where(
+        heavy,
+        alpha * t_max**2 / (alpha - 2) if math.isfinite(alpha) else 0.0,
+        t_max**2 + 2 * t_max * mrl + 2 * mrl**2,
+    )
+    mrl = np.where(heavy, t_max / (alpha - 1), mrl)
+    return mean + left * mrl, second + left * tail_second
 
 
 def estimate_runtime(
@@ -161,6 +186,7 @@ class _Curve:
     s_after: list[float]  # S just after each time
     area: list[float]  # ∫ S from each time to the last
     mrl: float  # mean residual life of the tail past the last time
+    alpha: float  # the tail's Pareto index (inf: the tail is exponential)
     mean_s: float
     sd_s: float
 
@@ -263,11 +289,16 @@ class RuntimeStats:
             exposure = float(np.maximum(0.0, t_arr - u).sum())
             tail_events = int((e_arr & (t_arr > u)).sum())
             mrl = exposure / tail_events if tail_events else max(times[-1], whole.mean_s)
+            alpha = hill_alpha(t_arr, e_arr)
+            if times[-1] / (alpha - 1) > mrl:
+                mrl = times[-1] / (alpha - 1)  # the Pareto tail, as in ``km_moments``
+            else:
+                alpha = math.inf
             # ∫ S from times[j] to times[-1]: S is s_after[i] on [times[i], times[i+1]).
             area = [0.0] * len(times)
             for j in range(len(times) - 2, -1, -1):
                 area[j] = area[j + 1] + s_after[j] * (times[j + 1] - times[j])
-            self._curve = _Curve(times, s_after, area, mrl, whole.mean_s, whole.sd_s)
+            self._curve = _Curve(times, s_after, area, mrl, alpha, whole.mean_s, whole.sd_s)
         return self._curve
 
     def tail_estimate(self, elapsed_s: float) -> float:
@@ -281,6 +312,8 @@ class RuntimeStats:
             return elapsed_s
         c = self._survival_curve()
         times, s_after, area, mrl = c.times, c.s_after, c.area, c.mrl
+        if elapsed_s > times[-1] and math.isfinite(c.alpha) and s_after[-1] > 0:
+            return elapsed_s * c.alpha / (c.alpha - 1)  # a Pareto tail's residual grows
         i = bisect.bisect_right(times, elapsed_s) - 1
         if i < 0:
             s_tau, integral = 1.0, times[0] - elapsed_s + area[0]
@@ -339,7 +372,8 @@ def ragged_end(
     parts = [(stats._survival_curve(), n) for stats, n in fleet if n > 0 and stats.done > 0]
     if not parts:
         return RaggedEnd(0.0, 0.0, 0.0)
-    horizon = max(c.times[-1] + 8 * c.mrl for c, _ in parts) or 1.0
+    horizon = max(c.times[-1] + (40 if math.isfinite(c.alpha) else 8) * c.mrl for c, _ in parts)
+    horizon = horizon or 1.0
     grid = np.linspace(0.0, horizon, points)
     log_cdf = np.zeros(points)
     inflight = 0.0
@@ -356,7 +390,11 @@ def ragged_end(
         past = grid > times[-1]
         mrl = max(c.mrl, 1e-9)
         beyond = np.maximum(grid - times[-1], 0.0)
-        tail = cum[-1] + s_on[-1] * mrl * -np.expm1(-beyond / mrl)
+        if math.isfinite(c.alpha):  # ∫ of S(t_max)·(t/t_max)^−α from t_max
+            ratio = np.maximum(grid, times[-1]) / times[-1]
+            tail = cum[-1] + s_on[-1] * mrl * (1 - ratio ** (1 - c.alpha))
+        else:
+            tail = cum[-1] + s_on[-1] * mrl * -np.expm1(-beyond / mrl)
         integral = np.where(past, tail, inside)
         total = cum[-1] + s_on[-1] * mrl
         cdf = np.clip(integral / total, 1e-300, 1.0)

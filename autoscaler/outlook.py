@@ -119,10 +119,10 @@ def forecast(
     Fluid: every machine of the mix works from when it is free (now; the end of its
     boot; a new machine's boot from now) at 1/T_i tasks per second until the last task
     is done, plus ``ragged_s`` for the ragged end (the last tasks do not all end
-    together: ``estimate.ragged_end``). Machines pay their real lifetimes to that end,
-    under the billing's rules; machines already gone, or marked to go, pay what they
-    did. Capped at the budget: the run never spends more (what it cannot pay for, it
-    does not finish).
+    together: ``estimate.ragged_end``). Machines pay their lifetimes to the fluid end (a
+    machine goes when it has no task left), under the billing's rules; machines already
+    gone, or marked to go, pay what they did. Capped at the budget: the run never spends
+    more (what it cannot pay for, it does not finish).
     """
     billing = state.billing
     live: dict[str, list[tuple[float, float, float]]] = {}  # type -> (launched, free, paid)
@@ -165,10 +165,13 @@ def forecast(
             leaving_work += max(0.0, paid - margin - free) / means[tname]
     if rate <= 0 or state.tasks_left <= 0:
         return Forecast(now, fixed_cost + _paid_by_live(state, workers, now))
-    end = (max(0.0, state.tasks_left - leaving_work) + weighted_free) / rate + ragged_s
+    fluid_end = (max(0.0, state.tasks_left - leaving_work) + weighted_free) / rate
+    # Each machine goes once it has no task left: on average at the fluid end (its own
+    # last task), not at the run's end, which only the longest last task reaches.
     cost = fixed_cost + sum(
-        billing.cost(state.types[t].price, end - launched) for t, launched in workers
+        billing.cost(state.types[t].price, fluid_end - launched) for t, launched in workers
     )
+    end = fluid_end + ragged_s
     budget = state.budget if budget is None else budget
     if budget is not None:
         cost = min(cost, budget)
