@@ -481,12 +481,19 @@ class Controller:
         for name, e in intervals.items():
             share = state.tasks_left * rate.get(name, 0.0) / total
             lo[name], hi[name] = e.widened(share, z)
-        ragged = ragged_end(
-            ((state.stats[n], c) for n, c in counts.items() if n in est), self.settings.confidence_z
-        )
         up = max((hi[n] / e.mean_s for n, e in est.items() if counts.get(n)), default=1.0)
         down = min((lo[n] / e.mean_s for n, e in est.items() if counts.get(n)), default=1.0)
         means = {n: e.mean_s for n, e in est.items()}
+        fluid = forecast(state, s.now, counts, means, 0.0, budget)
+        ages = self._running_ages(state, s.now)
+        running = sum(len(a) for a in ages.values())
+        to_start = max(0, state.tasks_left - running)
+        ragged = ragged_end(
+            fluid.end_s - s.now,
+            ((state.stats[n], to_start * rate.get(n, 0.0) / total) for n in est),
+            ((state.stats[n], age) for n, a in ages.items() if n in est for age in a),
+            self.settings.confidence_z,
+        )
         point = forecast(state, s.now, counts, means, ragged.mean_s, budget)
         fast = forecast(state, s.now, counts, lo, ragged.lo_s * down, budget)
         slow = forecast(state, s.now, counts, hi, ragged.hi_s * up, budget)

@@ -189,6 +189,44 @@ class _Curve:
     alpha: float  # the tail's Pareto index (inf: the tail is exponential)
     mean_s: float
     sd_s: float
+    extreme: _Curve | None = None  # the same runs with a tail from a threshold (max-of-many)
+
+
+PARETO_EXTREME = False
+
+
+def _threshold_curve(
+    t_arr: np.ndarray,
+    e_arr: np.ndarray,
+    times: list[float],
+    s_after: list[float],
+    whole: RuntimeEstimate,
+) -> _Curve | None:
+    """The curve for the longest of many runs (peaks over threshold): Kaplan–Meier up to
+    u, the (k+1)-th longest runtime seen to end (k a quarter of them, at least 3), and a
+    tail fitted above u after it: exponential (its rate the events per second of
+    exposure above u) or Pareto with Hill's index over u, whichever has the longer mean
+    residual life. The plain curve ends where the sample ends, so the longest task of a
+    bag of thousands would never be longer than the longest of a sample of tens; None
+    with too few ends to fit above a threshold."""
+    ev = np.sort(t_arr[e_arr])
+    k = max(3, math.ceil(len(ev) / 4))
+    if len(ev) <= k or ev[-k - 1] <= 0:
+        return None
+    u, top = float(ev[-k - 1]), ev[-k:]
+    exposure = float(np.maximum(0.0, t_arr - u).sum())
+    mrl = exposure / k
+    spread = float(np.sum(np.log(top / u)))
+    alpha = math.inf if spread <= 0 else max(_MIN_ALPHA, k / spread)
+    if PARETO_EXTREME and u / (alpha - 1) > mrl:
+        mrl = u / (alpha - 1)
+    else:
+        alpha = math.inf
+    kept = bisect.bisect_right(times, u)
+    cut_t, cut_s = times[:kept], s_after[:kept]
+    if not cut_t or cut_t[-1] < u:
+        cut_t, cut_s = [*cut_t, u], [*cut_s, cut_s[-1] if cut_s else 1.0]
+    return _Curve(cut_t, cut_s, [], mrl, alpha, whole.mean_s, whole.sd_s)
 
 
 @dataclass
@@ -298,7 +336,10 @@ class RuntimeStats:
             area = [0.0] * len(times)
             for j in range(len(times) - 2, -1, -1):
                 area[j] = area[j + 1] + s_after[j] * (times[j + 1] - times[j])
-            self._curve = _Curve(times, s_after, area, mrl, alpha, whole.mean_s, whole.sd_s)
+            extreme = _threshold_curve(t_arr, e_arr, times, s_after, whole)
+            self._curve = _Curve(
+                times, s_after, area, mrl, alpha, whole.mean_s, whole.sd_s, extreme
+            )
         return self._curve
 
     def tail_estimate(self, elapsed_s: float) -> float:
@@ -349,66 +390,97 @@ def tasks_within(
 @dataclass(frozen=True, slots=True)
 class RaggedEnd:
     """How far past the fluid end the last task ends: expected, and a low and high
-    quantile, in seconds (the fluid end shares the work in flight evenly; really each
-    machine finishes its own last task, and the run ends with the longest of them)."""
+    quantile, in seconds (the fluid end shares all work evenly; really each task ends
+    when its own runtime is over, and the run ends with the latest of them)."""
 
     mean_s: float
     lo_s: float
     hi_s: float
 
 
-def ragged_end(
-    fleet: Iterable[tuple[RuntimeStats, int]], z: float = 1.96, points: int = 512
-) -> RaggedEnd:
-    """The last task's end after the bag runs empty, over ``fleet`` (stats, machines).
+def _survival_and_area(c: _Curve, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """S(t) and ∫_0^t S on the curve (1 before the first time), with its tail, at ``t``
+    (t ≥ 0)."""
+    times = np.asarray(c.times)
+    s_after = np.asarray(c.s_after)
+    knots = np.concatenate([[0.0], times])
+    s_on = np.concatenate([[1.0], s_after])  # S on [knots[j], knots[j+1])
+    cum = np.concatenate([[0.0], np.cumsum(s_on[:-1] * np.diff(knots))])
+    j = np.clip(np.searchsorted(knots, t, side="right") - 1, 0, len(knots) - 1)
+    t_max, s_end, mrl = times[-1], s_on[-1], max(c.mrl, 1e-9)
+    past = t > t_max
+    beyond = np.maximum(t - t_max, 0.0)
+    if math.isfinite(c.alpha):  # S(t_max)·(t/t_max)^−α
+        ratio = np.maximum(t, t_max) / max(t_max, 1e-9)
+        s_tail = s_end * ratio ** (-c.alpha)
+        a_tail = cum[-1] + s_end * mrl * (1 - ratio ** (1 - c.alpha))
+    else:
+        s_tail = s_end * np.exp(-beyond / mrl)
+        a_tail = cum[-1] + s_end * mrl * -np.expm1(-beyond / mrl)
+    survival = np.where(past, s_tail, s_on[j])
+    area = np.where(past, a_tail, cum[j] + s_on[j] * (t - knots[j]))
+    return survival, area
 
-    When the bag runs empty every machine is part-way through a task. By renewal
-    theory the rest of that task follows the equilibrium distribution of its type's
-    runtime, F_eq(t) = ∫_0^t S / E[T], so the last end is the largest of those rests:
-    P(max ≤ t) = Π F_eq,i(t)^{n_i}. The fluid end already counts each machine's rest at
-    its mean share (Σ n_i·E_eq,i/T_i / Σ n_i/T_i, E_eq = E[T²]/2E[T]); the excess over it
-    is what is returned. Tail replication (slides 001) can only shorten it.
+
+def _extreme(stats: RuntimeStats) -> _Curve:
+    curve = stats._survival_curve()
+    return curve.extreme or curve
+
+
+def ragged_end(
+    span_s: float,
+    starting: Iterable[tuple[RuntimeStats, float]],
+    running: Iterable[tuple[RuntimeStats, float]] = (),
+    z: float = 1.96,
+    points: int = 2048,
+) -> RaggedEnd:
+    """When the last task ends, against the fluid end F = now + ``span_s``.
+
+    ``starting``: (a type's stats, tasks that will start on it). They start between
+    now and F − E_eq,i (the bag runs empty when each machine still has, on average, the
+    equilibrium rest E_eq = E[T²]/2E[T] of a task to do), uniformly as far as the
+    model goes; a task starting at s ends by F + x with probability F_T(F + x − s).
+    ``running``: (stats, age) of tasks running now, which end by F + x with probability
+    1 − S(age + span + x)/S(age). The run ends with the latest of them all:
+    P(end ≤ F + x) = Π of those. This is what the fluid end leaves out: the longest
+    tasks, wherever in the run they start (on skewed runtimes the very longest of a
+    bag decides the end), and the ragged finish. Tail replication can only shorten it.
     """
-    parts = [(stats._survival_curve(), n) for stats, n in fleet if n > 0 and stats.done > 0]
-    if not parts:
+    starts = [(_extreme(s), n) for s, n in starting if n > 0 and s.done > 0]
+    runs = [(_extreme(s), age) for s, age in running if s.done > 0]
+    if not starts and not runs:
         return RaggedEnd(0.0, 0.0, 0.0)
-    horizon = max(c.times[-1] + (40 if math.isfinite(c.alpha) else 8) * c.mrl for c, _ in parts)
-    horizon = horizon or 1.0
-    grid = np.linspace(0.0, horizon, points)
+    span = max(span_s, 0.0)
+    curves = [c for c, _ in starts] + [c for c, _ in runs]
+    horizon = max(c.times[-1] + (40 if math.isfinite(c.alpha) else 8) * c.mrl for c in curves)
+    horizon = max(horizon, 1.0)
+    grid = np.linspace(-span, horizon, points)  # x: the end less F
     log_cdf = np.zeros(points)
-    inflight = 0.0
-    rate = 0.0
-    for c, n in parts:
-        times = np.asarray(c.times)
-        s_after = np.asarray(c.s_after)
-        # ∫_0^t S: piecewise constant S (1 before the first time), exponential tail.
-        knots = np.concatenate([[0.0], times])
-        s_on = np.concatenate([[1.0], s_after])  # S on [knots[j], knots[j+1])
-        cum = np.concatenate([[0.0], np.cumsum(s_on[:-1] * np.diff(knots))])
-        j = np.searchsorted(knots, grid, side="right") - 1
-        inside = cum[j] + s_on[j] * (grid - knots[j])
-        past = grid > times[-1]
-        mrl = max(c.mrl, 1e-9)
-        beyond = np.maximum(grid - times[-1], 0.0)
-        if math.isfinite(c.alpha):  # ∫ of S(t_max)·(t/t_max)^−α from t_max
-            ratio = np.maximum(grid, times[-1]) / times[-1]
-            tail = cum[-1] + s_on[-1] * mrl * (1 - ratio ** (1 - c.alpha))
+    for c, n in starts:
+        e_eq = (c.sd_s**2 + c.mean_s**2) / (2 * c.mean_s)
+        width = span - e_eq
+        hi_t = np.maximum(grid + span, 0.0)
+        if width <= 1e-9:  # all start now
+            cdf = 1.0 - _survival_and_area(c, hi_t)[0]
         else:
-            tail = cum[-1] + s_on[-1] * mrl * -np.expm1(-beyond / mrl)
-        integral = np.where(past, tail, inside)
-        total = cum[-1] + s_on[-1] * mrl
-        cdf = np.clip(integral / total, 1e-300, 1.0)
-        log_cdf += n * np.log(cdf)
-        second = c.sd_s**2 + c.mean_s**2
-        inflight += n * second / (2 * c.mean_s) / c.mean_s  # in tasks' worth of work
-        rate += n / c.mean_s
+            lo_t = np.maximum(grid + e_eq, 0.0)
+            # ∫ F_T over [x + E_eq, x + span] = width − (A(hi) − A(lo)), F_T = 0 below 0
+            a_hi = hi_t - _survival_and_area(c, hi_t)[1]
+            a_lo = lo_t - _survival_and_area(c, lo_t)[1]
+            cdf = (a_hi - a_lo) / width
+        log_cdf += n * np.log(np.clip(cdf, 1e-300, 1.0))
+    for c, age in runs:
+        s_age = float(_survival_and_area(c, np.asarray([age]))[0][0])
+        if s_age <= 0:
+            continue
+        later = _survival_and_area(c, np.maximum(age + span + grid, 0.0))[0]
+        log_cdf += np.log(np.clip(1.0 - later / s_age, 1e-300, 1.0))
     cdf_max = np.exp(log_cdf)
     step = grid[1] - grid[0]
-    expected = float(np.sum(1.0 - cdf_max) * step)
+    expected = float(grid[0] + np.sum(1.0 - cdf_max) * step)
     p = NormalDist().cdf(-z)
 
     def quantile(q: float) -> float:
         return float(grid[min(int(np.searchsorted(cdf_max, q)), points - 1)])
 
-    shared = inflight / rate
-    return RaggedEnd(expected - shared, quantile(p) - shared, quantile(1 - p) - shared)
+    return RaggedEnd(expected, quantile(p), quantile(1 - p))
