@@ -166,12 +166,18 @@ def forecast(
     if rate <= 0 or state.tasks_left <= 0:
         return Forecast(now, fixed_cost + _paid_by_live(state, workers, now))
     fluid_end = (max(0.0, state.tasks_left - leaving_work) + weighted_free) / rate
-    # Each machine goes once it has no task left: on average at the fluid end (its own
-    # last task), not at the run's end, which only the longest last task reaches.
-    cost = fixed_cost + sum(
-        billing.cost(state.types[t].price, fluid_end - launched) for t, launched in workers
-    )
     end = fluid_end + ragged_s
+    # Each machine goes once it has no task left: on average at the fluid end (its own
+    # last task), not at the run's end, which only the longest last task reaches: one
+    # machine of each type in the mix is counted to the end (it may run that task).
+    last: dict[str, float] = {}
+    cost = fixed_cost
+    for t, launched in workers:
+        cost += billing.cost(state.types[t].price, fluid_end - launched)
+        last[t] = min(last.get(t, launched), launched)
+    for t, launched in last.items():
+        price = state.types[t].price
+        cost += billing.cost(price, end - launched) - billing.cost(price, fluid_end - launched)
     budget = state.budget if budget is None else budget
     if budget is not None:
         cost = min(cost, budget)
