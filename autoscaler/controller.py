@@ -76,6 +76,7 @@ class ControllerSettings:
     leap_ratio: float = 1.5  # a re-plan this much faster is adopted on the full budget
     confidence_z: float = 1.96  # intervals of predictions; "the budget is too small" too
     on_shortfall: Literal["continue", "stop"] = "continue"  # when the budget cannot finish
+    reserve_z: float = 1.0  # plan on T_i + z·σ_i/√n: money kept back for a slower bag
 
 
 class _Step:
@@ -175,11 +176,12 @@ class Controller:
     def budget_problem(
         self, state: RunState, now: float, est: dict[str, TypeEstimate], n_e: float, money: float
     ) -> BudgetProblem:
-        """The budget problem the planner would solve at ``now`` with ``money`` left."""
+        """The budget problem the planner would solve at ``now`` with ``money`` left, on
+        the reserved runtimes (``_reserved``)."""
         return BudgetProblem(
             tasks=n_e,
             budget=money,
-            types=self._launchable(state, now, est),
+            types=self._launchable(state, now, self._reserved(state, est)),
             billing=state.billing,
             cushion_z=self.settings.cushion_z,
             final_loss=self.settings.final_loss,
@@ -397,6 +399,33 @@ class Controller:
         return est, n_e
 
     @staticmethod
+    def end_reserve(state: RunState, est: dict[str, TypeEstimate]) -> float:
+        """Money a plan leaves unspent for the end of the bag: one more step for one
+        machine of each type with an estimate. The last tasks of a skewed bag run long;
+        the machine that has one may then extend, because the plan did not spend it."""
+        if state.budget is None:
+            return 0.0
+        billing = state.billing
+        return sum(billing.cost(e.price, billing.step_s) for e in est.values())
+
+    def _reserved(self, state: RunState, est: dict[str, TypeEstimate]) -> dict[str, TypeEstimate]:
+        """The estimates a plan is made on: each mean raised by ``reserve_z`` standard
+        errors (σ_i/√n_i, n_i the runtimes seen to end). The plan then pays for a bag
+        somewhat slower than the estimate, and what it does not need is the reserve for
+        the end of the bag: it shrinks as the estimates firm up, and the monitor spends
+        it (a faster mix) once it is clearly not needed."""
+        z = self.settings.reserve_z
+        if z <= 0:
+            return est
+        usable = state.billing.first_step_s - state.billing.boundary_margin_s()
+        out = {}
+        for name, e in est.items():
+            mean = e.mean_s + z * e.sd_s / math.sqrt(max(1, state.stats[name].done))
+            first = max(0, math.floor((usable - e.boot_s) / mean))
+            out[name] = replace(e, mean_s=mean, first_tasks=first)
+        return out
+
+    @staticmethod
     def _money_left(state: RunState) -> float:
         return math.inf if state.budget is None else state.budget - state.committed
 
@@ -423,7 +452,8 @@ class Controller:
             return False
         first = not self._planned(state)
         current = {name: state.count_alive(name, include_marked=False) for name in state.types}
-        speed_now = sum(current[n] / e.mean_s for n, e in est.items())
+        reserved = self._reserved(state, est)
+        speed_now = sum(current[n] / e.mean_s for n, e in reserved.items())
         budget = self._money_left(state)
         plan: Plan | None
         notes: list[str] = []
@@ -431,8 +461,9 @@ class Controller:
             plan = Plan(counts=current, units=0, speed=speed_now, cost=0.0)
             reason += "; time already paid covers the bag"
         else:
-            problem = self.budget_problem(state, s.now, est, n_e, budget)
-            plan = self._solve(problem, notes) if budget > 0 else None
+            money = budget - self.end_reserve(state, est)
+            problem = self.budget_problem(state, s.now, est, n_e, money)
+            plan = self._solve(problem, notes) if money > 0 else None
             if (
                 not force
                 and plan is not None
@@ -441,7 +472,7 @@ class Controller:
                 return False  # the full budget buys nothing clearly faster
             if not force and plan is not None and plan.speed < speed_now * self.settings.leap_ratio:
                 # A small gain must hold with money to spare.
-                problem = replace(problem, budget=budget * (1 - self.settings.improve_reserve))
+                problem = replace(problem, budget=money * (1 - self.settings.improve_reserve))
                 plan = self._solve(problem, notes)
         if plan is None:
             if not force:
@@ -574,7 +605,7 @@ class Controller:
                 return False
         problem = self.budget_problem(state, s.now, est, n_e, budget)
         more = minimum_budget(problem, self.settings.solver) if problem.types else None
-        needed = None if more is None else state.committed + more
+        needed = None if more is None else state.committed + more + self.end_reserve(state, est)
         said = (
             f"about {n_e:.0f} of {state.tasks_left} tasks left need a budget of about "
             f"{needed:.2f} in all"

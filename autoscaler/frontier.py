@@ -95,14 +95,15 @@ def frontier(controller: Controller, state: RunState, now: float, between: int =
     more = minimum_budget(problem(0.0), solver)
     if more is None:
         return Frontier(now, base, state.tasks_left, None, ())
-    b_min = base + more
+    reserve = controller.end_reserve(state, est)
+    b_min = base + more + reserve
     # Enough money for every machine over the fluid makespan of them all, twice over.
     everything = list(problem(0.0).types)
     speed = sum(t.max_count / t.mean_s for t in everything)
     units = math.ceil(n_e / speed / state.billing.atu_s) + 2
     ample = sum(t.max_count * (t.price * units + t.first_cost) for t in everything) * 2
     fastest = plan_budget(problem(ample), solver)
-    b_fast = max(b_min, base + (fastest.cost if fastest is not None else more))
+    b_fast = max(b_min, base + reserve + (fastest.cost if fastest is not None else more))
     budgets: list[tuple[str, float]] = [("minimum", b_min)]
     low, high = 1.2 * b_min, 0.8 * b_fast
     if high > low:
@@ -114,7 +115,7 @@ def frontier(controller: Controller, state: RunState, now: float, between: int =
     options: list[Option] = []
     seen: set[tuple[tuple[str, int], ...]] = set()
     for label, budget in budgets:
-        plan = plan_budget(problem(budget - base), solver)
+        plan = plan_budget(problem(budget - base - reserve), solver)
         if plan is None:
             continue
         counts = {n: plan.counts.get(n, 0) for n in state.types}
