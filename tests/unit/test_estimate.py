@@ -7,11 +7,19 @@ import math
 import random
 from collections.abc import Callable
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autoscaler.estimate import RuntimeStats, initial_workers, sample_size, tasks_within
+from autoscaler.estimate import (
+    RuntimeStats,
+    hill_alpha,
+    initial_workers,
+    ragged_end,
+    sample_size,
+    tasks_within,
+)
 
 
 def test_sample_size_of_the_papers_setting_is_30() -> None:
@@ -179,3 +187,39 @@ def test_the_estimate_from_a_random_sample_is_unbiased_where_first_finishers_are
     if name != "normal":
         naive_mean = sum(naive) / len(naive)
         assert abs(naive_mean / truth - 1) > abs(mean / truth - 1), name
+
+
+def test_the_last_end_of_constant_tasks_is_the_latest_start_plus_the_runtime() -> None:
+    """Runtime 100 s always; 10 tasks start at F − v, v uniform on [E_eq, span] =
+    [50, 1000]: the last ends at F + 100 − min v, and E[min v] = 50 + 950/11, so the
+    expected excess over the fluid end F is 100 − 50 − 950/11 ≈ −36.4 s, and it is
+    never above 50 s."""
+    stats = RuntimeStats(sample_target=5)
+    for _ in range(20):
+        stats.record(100.0)
+    end = ragged_end(1000.0, [(stats, 10.0)])
+    assert end.mean_s == pytest.approx(100 - 50 - 950 / 11, abs=2.0)
+    assert end.hi_s <= 50.0 + 1.0
+    assert end.lo_s < end.mean_s < end.hi_s
+
+
+def test_a_running_task_that_is_already_long_pushes_the_end_out() -> None:
+    """Against the same bag, a task running for 5000 s on an exponential-tailed type
+    ends later than the fluid end by more than anything the bag alone gives."""
+    stats = RuntimeStats(sample_target=5)
+    rng = random.Random(3)
+    for _ in range(200):
+        stats.record(rng.expovariate(1 / 600))
+    alone = ragged_end(3000.0, [(stats, 100.0)])
+    with_old = ragged_end(3000.0, [(stats, 100.0)], [(stats, 5000.0)])
+    assert with_old.mean_s > alone.mean_s
+    # memoryless: it still has about a mean runtime to go, from now (F − 3000)
+    assert with_old.hi_s > -3000 + 600
+
+
+def test_hill_index_of_pareto_runtimes() -> None:
+    """Hill's estimate on 4000 Pareto(α = 2.5) runtimes is near 2.5 (top quarter)."""
+    rng = random.Random(11)
+    times = np.sort(np.asarray([360 * rng.paretovariate(2.5) for _ in range(4000)]))
+    alpha = hill_alpha(times, np.ones(len(times), dtype=bool))
+    assert alpha == pytest.approx(2.5, rel=0.1)
