@@ -77,6 +77,7 @@ class ControllerSettings:
     confidence_z: float = 1.96  # intervals of predictions; "the budget is too small" too
     on_shortfall: Literal["continue", "stop"] = "continue"  # when the budget cannot finish
     reserve_z: float = 1.0  # plan on T_i + z·σ_i/√n: money kept back for a slower bag
+    reserve_cost: float = 0.1  # ...unless that reserve makes the plan this much slower
 
 
 class _Step:
@@ -361,12 +362,26 @@ class Controller:
             self.settings.cushion_z,
             self.settings.final_loss,
         )
-        if n_p < n_e:
-            return self._replan(s, est, n_e, f"N_p={n_p:.0f} < N_e={n_e:.0f}", force=True)
+        if n_p < n_e - self._noise(state, est, n_e):
+            why = f"N_p={n_p:.0f} < N_e={n_e:.0f}"
+            return self._replan(s, est, n_e, why, force=True, shrink=True)
         moved = self._left_assumed(state, est)
         if moved is not None and state.pending:
             return self._replan(s, est, n_e, moved, force=True, refresh=True)
         return self._replan(s, est, n_e, "faster mix affordable", force=False)
+
+    @staticmethod
+    def _noise(state: RunState, est: dict[str, TypeEstimate], n_e: float) -> float:
+        """How far N_p may fall below N_e by the estimates' noise alone: N_e times the
+        largest relative standard error of a mean runtime (σ_i/T_i/√n_i). A shortfall
+        within it does not force a re-plan (that would trade a plan made to spend the
+        budget exactly for a much slower one, over a few tasks the next estimate may
+        give back); the end reserve pays for what is left of it."""
+        worst = max(
+            (e.sd_s / e.mean_s / math.sqrt(max(1, state.stats[n].done)) for n, e in est.items()),
+            default=0.0,
+        )
+        return n_e * worst
 
     @staticmethod
     def _left_assumed(state: RunState, est: dict[str, TypeEstimate]) -> str | None:
@@ -437,6 +452,7 @@ class Controller:
         reason: str,
         force: bool,
         refresh: bool = False,
+        shrink: bool = False,
     ) -> bool:
         """Solve the budget problem for what is left; adopt the result if it is needed.
 
@@ -446,14 +462,18 @@ class Controller:
         ``improve_ratio`` faster and still affordable with ``improve_reserve`` of the
         money kept back (small gains must not chase noise). ``refresh`` issues the
         configuration even when the counts stay, so its prediction is renewed.
+        ``shrink`` (N_p < N_e: the machines kept cost more than the money left pays)
+        first looks for a mix of the machines alive, launching none, and takes it if
+        it finishes the bag within budget: a new machine pays a whole first step, and
+        on types that differ by noise alone the planner would trade machines back and
+        forth on every small move of the estimates.
         """
         state = s.state
         if not est:
             return False
         first = not self._planned(state)
         current = {name: state.count_alive(name, include_marked=False) for name in state.types}
-        reserved = self._reserved(state, est)
-        speed_now = sum(current[n] / e.mean_s for n, e in reserved.items())
+        speed_now = sum(current[n] / e.mean_s for n, e in est.items())
         budget = self._money_left(state)
         plan: Plan | None
         notes: list[str] = []
@@ -461,9 +481,12 @@ class Controller:
             plan = Plan(counts=current, units=0, speed=speed_now, cost=0.0)
             reason += "; time already paid covers the bag"
         else:
-            money = budget - self.end_reserve(state, est)
-            problem = self.budget_problem(state, s.now, est, n_e, money)
-            plan = self._solve(problem, notes) if money > 0 else None
+            plan = None
+            if shrink:
+                alive = {n: replace(e, max_count=min(e.max_count, e.live)) for n, e in est.items()}
+                plan = self._plan(state, s.now, alive, n_e, budget, notes)
+            if plan is None:
+                plan = self._plan(state, s.now, est, n_e, budget, notes)
             if (
                 not force
                 and plan is not None
@@ -472,8 +495,8 @@ class Controller:
                 return False  # the full budget buys nothing clearly faster
             if not force and plan is not None and plan.speed < speed_now * self.settings.leap_ratio:
                 # A small gain must hold with money to spare.
-                problem = replace(problem, budget=money * (1 - self.settings.improve_reserve))
-                plan = self._solve(problem, notes)
+                spare = budget * (1 - self.settings.improve_reserve)
+                plan = self._plan(state, s.now, est, n_e, spare, notes)
         if plan is None:
             if not force:
                 return False
@@ -489,6 +512,13 @@ class Controller:
         if notes:
             reason += "; solver: " + "; ".join(notes)
         s.do(self._configure(s, counts, est, reason))
+        if state.budget is not None and state.tasks_left > 0:
+            # The plan fits the planner's model; if even its fluid cost at the estimated
+            # means is more than the budget, the bag is unlikely to finish: say so now.
+            means = {n: e.mean_s for n, e in est.items()}
+            over = forecast(state, s.now, counts, means).fluid_cost
+            if over > state.budget + _EPS:
+                self._shortfall(s, est, n_e, optimistic=False, needed_at_least=over)
         return True
 
     def _configure(
@@ -539,6 +569,50 @@ class Controller:
             assumed_hi_s={n: e.hi_s for n, e in intervals.items()},
         )
 
+    def _plan(
+        self,
+        state: RunState,
+        now: float,
+        est: dict[str, TypeEstimate],
+        n_e: float,
+        money: float,
+        notes: list[str],
+    ) -> Plan | None:
+        """The fastest mix ``money`` pays for, with the reserve for the end of the bag
+        (``_reserved`` runtimes, ``end_reserve`` kept back) unless the reserve would
+        cost more than ``reserve_cost`` of the speed: the fixed-ATU problem has cliffs,
+        where a little less money buys a mix many times slower, and a reserve must not
+        push a plan over one. Speeds are at the estimated means."""
+        if money <= 0:
+            return None
+        bare = self._solve(self._problem(state, now, est, n_e, money), notes)
+        kept = money - self.end_reserve(state, est)
+        guarded = (
+            self._solve(self.budget_problem(state, now, est, n_e, kept), notes)
+            if kept > 0 and self.settings.reserve_z >= 0
+            else None
+        )
+        if bare is None or guarded is None:
+            return bare if guarded is None else self._at_means(guarded, est)
+        bare, guarded = self._at_means(bare, est), self._at_means(guarded, est)
+        if guarded.speed >= (1 - self.settings.reserve_cost) * bare.speed:
+            return guarded
+        return bare
+
+    @staticmethod
+    def _at_means(plan: Plan, est: dict[str, TypeEstimate]) -> Plan:
+        speed = sum(c / est[n].mean_s for n, c in plan.counts.items() if n in est)
+        return replace(plan, speed=speed)
+
+    def _problem(
+        self, state: RunState, now: float, est: dict[str, TypeEstimate], n_e: float, money: float
+    ) -> BudgetProblem:
+        """The budget problem on the estimated means, without a reserve."""
+        return replace(
+            self.budget_problem(state, now, est, n_e, money),
+            types=self._launchable(state, now, est),
+        )
+
     def _solve(self, problem: BudgetProblem, notes: list[str]) -> Plan | None:
         """The planner's answer; what it says of solver trouble goes into ``notes``."""
         result = solve_budget(problem, self.settings.solver)
@@ -571,7 +645,12 @@ class Controller:
         return Plan(counts={best.name: count}, units=0, speed=count / best.mean_s, cost=0.0)
 
     def _shortfall(
-        self, s: _Step, est: dict[str, TypeEstimate], n_e: float, optimistic: bool
+        self,
+        s: _Step,
+        est: dict[str, TypeEstimate],
+        n_e: float,
+        optimistic: bool,
+        needed_at_least: float = 0.0,
     ) -> bool:
         """Say that the budget is unlikely to finish the bag, once it is known; with
         ``on_shortfall: stop`` also stop the run. Returns True when it stopped.
@@ -580,8 +659,10 @@ class Controller:
         conceivable way of doing N_e tasks does not fit, every type at the lower end
         of its mean's interval (each running task counted as ending now), all on the
         most profitable type at its fluid cost c_i·T_i/ATU. Otherwise the planner found
-        no affordable mix at the estimated means. The budget needed is the planner's
-        minimum at the estimated means, plus what is committed.
+        no affordable mix at the estimated means, or the mix it found costs more than the
+        budget in the forecast (``needed_at_least``). The budget needed is the planner's
+        minimum at the estimated means plus the end reserve and what is committed, and
+        at least ``needed_at_least``.
         """
         state = s.state
         if state.shortfalls:
@@ -606,6 +687,8 @@ class Controller:
         problem = self.budget_problem(state, s.now, est, n_e, budget)
         more = minimum_budget(problem, self.settings.solver) if problem.types else None
         needed = None if more is None else state.committed + more + self.end_reserve(state, est)
+        if needed is not None:
+            needed = max(needed, needed_at_least)
         said = (
             f"about {n_e:.0f} of {state.tasks_left} tasks left need a budget of about "
             f"{needed:.2f} in all"

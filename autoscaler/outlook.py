@@ -104,6 +104,7 @@ def potential(
 class Forecast:
     end_s: float  # run time at which the last task is expected to end
     cost: float  # what the whole run is expected to cost by then
+    fluid_cost: float = 0.0  # every machine to the fluid end, not capped at the budget
 
 
 def forecast(
@@ -164,7 +165,8 @@ def forecast(
             fixed_cost += billing.cost(state.types[tname].price, paid - launched)
             leaving_work += max(0.0, paid - margin - free) / means[tname]
     if rate <= 0 or state.tasks_left <= 0:
-        return Forecast(now, fixed_cost + _paid_by_live(state, workers, now))
+        paid = fixed_cost + _paid_by_live(state, workers, now)
+        return Forecast(now, paid, paid)
     fluid_end = (max(0.0, state.tasks_left - leaving_work) + weighted_free) / rate
     end = fluid_end + ragged_s
     # Each machine goes once it has no task left: on average at the fluid end (its own
@@ -175,13 +177,14 @@ def forecast(
     for t, launched in workers:
         cost += billing.cost(state.types[t].price, fluid_end - launched)
         last[t] = min(last.get(t, launched), launched)
+    fluid_cost = cost
     for t, launched in last.items():
         price = state.types[t].price
         cost += billing.cost(price, end - launched) - billing.cost(price, fluid_end - launched)
     budget = state.budget if budget is None else budget
     if budget is not None:
         cost = min(cost, budget)
-    return Forecast(end, cost)
+    return Forecast(end, cost, fluid_cost)
 
 
 def _paid_by_live(state: RunState, workers: list[tuple[str, float]], now: float) -> float:
