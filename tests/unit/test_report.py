@@ -249,11 +249,12 @@ def test_gantt_legend_is_below_the_axes_and_names_only_types_that_ran(tmp_path: 
 
 
 def test_spend_plot_draws_committed_over_spent_over_the_budget(quickstart: DryRun) -> None:
-    """Quickstart spends its whole budget: budget, spent and committed end on one value,
-    so each is drawn differently and committed on top."""
+    """Quickstart ends with spent and committed on one value next to the budget (its
+    reserve for the end of the bag left a little over), so each is drawn differently
+    and committed on top."""
     r = quickstart.report
     assert r.budget is not None
-    assert r.cost == r.committed == r.budget
+    assert r.cost == r.committed <= r.budget
     fig = spend_figure(quickstart.state, r.budget)
     (ax,) = fig.axes
     lines = {line.get_label().split()[0]: line for line in ax.get_lines()}
