@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ipaddress
+import socket
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +16,53 @@ from autoscaler.registry import STATE_DIR_ENV
 # The integration tests' services as fixtures (moto, sshd, Grid Engine): registered here,
 # the top-level conftest, so test modules use them by name without importing them.
 pytest_plugins = ("tests.integration.services", "tests.integration.sge", "tests.integration.sshd")
+
+
+PRIVATE_NETWORKS = tuple(
+    ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
+)
+"""Where cloud emulators put machines: tests may name such addresses, never reach them."""
+
+
+class PrivateAddressConnect(AssertionError):
+    """A test tried to connect to a private-range address instead of loopback."""
+
+
+def refuse_private(address: Any) -> None:
+    """Raise if ``address`` (a socket address tuple) is in a private range."""
+    if not isinstance(address, tuple) or not address:
+        return
+    try:
+        ip = ipaddress.ip_address(str(address[0]).strip("[]"))
+    except ValueError:
+        return  # a host name: tests use loopback names only, resolved by the resolver
+    if any(ip in net for net in PRIVATE_NETWORKS):
+        raise PrivateAddressConnect(
+            f"connection to {address[0]} refused by the test harness: map it to 127.0.0.1"
+        )
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_private_connects() -> Iterator[None]:
+    """Every socket connect in the test process goes through ``refuse_private`` first, so
+    a provider's private address can be data in a test but never a destination."""
+    connect, connect_ex = socket.socket.connect, socket.socket.connect_ex
+
+    def guarded_connect(self: socket.socket, address: Any) -> None:
+        refuse_private(address)
+        connect(self, address)
+
+    def guarded_connect_ex(self: socket.socket, address: Any) -> int:
+        refuse_private(address)
+        return connect_ex(self, address)
+
+    socket.socket.connect = guarded_connect  # type: ignore[method-assign]
+    socket.socket.connect_ex = guarded_connect_ex  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        socket.socket.connect = connect  # type: ignore[method-assign]
+        socket.socket.connect_ex = connect_ex  # type: ignore[method-assign]
 
 
 def make_config(**overrides: Any) -> RunConfig:
