@@ -12,7 +12,7 @@ import json
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -23,6 +23,9 @@ from autoscaler.errors import AutoscalerError, ConfigError
 from autoscaler.model import TaskSpec
 
 if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+    from autoscaler.frontier import Frontier
     from autoscaler.report import Report
     from autoscaler.state import RunState
 
@@ -273,25 +276,22 @@ def plan(
         _out.print(f"written: {out / 'plan.json'}, {out / 'frontier.png'}")
 
 
-def _frontier_json(frontier: object) -> dict[str, object]:
+def _frontier_json(frontier: Frontier) -> dict[str, Any]:
+    """The frontier as plain data, each option numbered as `run --option` takes it."""
     import dataclasses
 
-    assert dataclasses.is_dataclass(frontier)
-    assert not isinstance(frontier, type)
     data = dataclasses.asdict(frontier)
     for i, o in enumerate(data["options"], 1):
         o["option"] = i
     return data
 
 
-def _frontier_table(frontier: object) -> object:
+def _frontier_table(frontier: Frontier) -> RenderableType:
     from rich.console import Group
     from rich.table import Table
 
-    from autoscaler.frontier import Frontier
     from autoscaler.report import hms
 
-    assert isinstance(frontier, Frontier)
     head = (
         f"Sampling took {hms(frontier.sampled_at_s)} and committed "
         f"{frontier.sampling_cost:.2f}; {frontier.tasks_left} tasks were left then."

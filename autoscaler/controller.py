@@ -386,10 +386,7 @@ class Controller:
     @staticmethod
     def _left_assumed(state: RunState, est: dict[str, TypeEstimate]) -> str | None:
         """Which estimate has left the interval the current plan assumed, if any."""
-        plan = next(
-            (c for _, c in reversed(state.configurations) if c.predicted_makespan_s is not None),
-            None,
-        )
+        plan = state.plan()
         if plan is None:
             return None
         for name, e in sorted(est.items()):
@@ -486,7 +483,8 @@ class Controller:
                 alive = {n: replace(e, max_count=min(e.max_count, e.live)) for n, e in est.items()}
                 plan = self._plan(state, s.now, alive, n_e, budget, notes)
             if plan is None:
-                plan = self._plan(state, s.now, est, n_e, budget, notes)
+                wanted = 0.0 if force else speed_now * self.settings.improve_ratio
+                plan = self._plan(state, s.now, est, n_e, budget, notes, wanted)
             if (
                 not force
                 and plan is not None
@@ -577,15 +575,20 @@ class Controller:
         n_e: float,
         money: float,
         notes: list[str],
+        wanted: float = 0.0,
     ) -> Plan | None:
         """The fastest mix ``money`` pays for, with the reserve for the end of the bag
         (``_reserved`` runtimes, ``end_reserve`` kept back) unless the reserve would
         cost more than ``reserve_cost`` of the speed: the fixed-ATU problem has cliffs,
         where a little less money buys a mix many times slower, and a reserve must not
-        push a plan over one. Speeds are at the estimated means."""
+        push a plan over one. Speeds are at the estimated means. When even the mix
+        without a reserve is slower than ``wanted`` (the caller will not take it), the
+        one with the reserve, no faster, is not solved for."""
         if money <= 0:
             return None
         bare = self._solve(self._problem(state, now, est, n_e, money), notes)
+        if bare is not None and bare.speed < wanted:
+            return bare
         kept = money - self.end_reserve(state, est)
         guarded = (
             self._solve(self.budget_problem(state, now, est, n_e, kept), notes)
@@ -636,7 +639,7 @@ class Controller:
     @staticmethod
     def _planned(state: RunState) -> bool:
         """Whether a plan has been chosen: sampling configurations predict nothing."""
-        return any(c.predicted_makespan_s is not None for _, c in state.configurations)
+        return state.plan() is not None
 
     def _best_effort(self, est: dict[str, TypeEstimate]) -> Plan:
         """Keep going on the most profitable type while the budget pays for units."""

@@ -63,12 +63,11 @@ class Survival:
         return sum(self.events)
 
 
-def _tail_start(times: np.ndarray, events: np.ndarray) -> float:
-    """Where the exponential tail model starts: the upper quarter of the event times
-    (at least three events), so it is fitted on the longest runs seen."""
-    ev = np.sort(times[events])
-    k = max(3, math.ceil(len(ev) / 4))
-    return float(ev[-k]) if len(ev) > k else 0.0
+def _upper_quarter(times: np.ndarray, events: np.ndarray) -> tuple[np.ndarray, int]:
+    """The runtimes seen to end, sorted, and k: a quarter of them, at least three. The
+    tail models are fitted on the k longest (the piece the survival curve knows least)."""
+    ended = np.sort(times[events])
+    return ended, max(3, math.ceil(len(ended) / 4))
 
 
 _MIN_ALPHA = 2.2
@@ -79,55 +78,73 @@ def hill_alpha(times: np.ndarray, events: np.ndarray) -> float:
     """Hill's estimate of the Pareto tail index from the upper quarter of the runtimes
     seen to end (at least three); inf when there are too few, or no spread among them.
     Floored at ``_MIN_ALPHA``."""
-    ev = np.sort(times[events & (times > 0)])
-    k = max(3, math.ceil(len(ev) / 4))
-    if len(ev) <= k:
+    ended, k = _upper_quarter(times, events & (times > 0))
+    if len(ended) <= k:
         return math.inf
-    spread = float(np.sum(np.log(ev[-k:] / ev[-k - 1])))
+    spread = float(np.sum(np.log(ended[-k:] / ended[-k - 1])))
     return math.inf if spread <= 0 else max(_MIN_ALPHA, k / spread)
+
+
+def _kaplan_meier(
+    times: np.ndarray, events: np.ndarray, weights: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """S just after and just before each observation, one row per row of ``weights``
+    (observations taken one by one: ties give the usual product)."""
+    w = np.atleast_2d(weights).astype(float)
+    at_risk = np.cumsum(w[:, ::-1], axis=1)[:, ::-1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        hazard = np.where(at_risk > 0, w * events / at_risk, 0.0)
+    s_after = np.cumprod(1.0 - hazard, axis=1)
+    s_before = np.concatenate([np.ones((w.shape[0], 1)), s_after[:, :-1]], axis=1)
+    return s_after, s_before
+
+
+def _tail(
+    times: np.ndarray, events: np.ndarray, weights: np.ndarray, restricted: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The tail past the longest observation, per row of ``weights``: its mean residual
+    life, its Pareto index (inf where the tail is exponential), and E[T²] given T
+    exceeds the longest observation.
+
+    Exponential, its rate the events per second of exposure past the upper quarter
+    of the runtimes seen to end (the piecewise-exponential maximum-likelihood
+    estimate on the longest runs); with no event there, the mean residual life is the
+    larger of the longest observation and ``restricted`` (the mean up to it). Where
+    Hill's Pareto tail has the longer mean residual life t_max/(α−1), as on
+    heavy-tailed runtimes (lognormal, Weibull k < 1, Pareto) whose hazard falls, that
+    tail is used instead: an exponential one would cut their longest tasks short.
+    """
+    w = np.atleast_2d(weights).astype(float)
+    t_max = float(times[-1])
+    ended, k = _upper_quarter(times, events)
+    u = float(ended[-k]) if len(ended) > k else 0.0
+    exposure = (w * np.maximum(0.0, times - u)).sum(axis=1)
+    tail_events = (w * events * (times > u)).sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mrl = np.where(tail_events > 0, exposure / tail_events, np.maximum(t_max, restricted))
+    alpha = hill_alpha(times, events)
+    heavy = t_max / (alpha - 1) > mrl
+    second = np.where(
+        heavy,
+        alpha * t_max**2 / (alpha - 2) if math.isfinite(alpha) else 0.0,
+        t_max**2 + 2 * t_max * mrl + 2 * mrl**2,
+    )
+    index = np.where(heavy, alpha, math.inf)
+    return np.where(heavy, t_max / (alpha - 1), mrl), index, second
 
 
 def km_moments(
     times: np.ndarray, events: np.ndarray, weights: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Mean and second moment of runtime, one per row of ``weights`` (a bootstrap).
-
-    Kaplan–Meier up to the longest observation; past it, the survival left (runs still
-    going, or cut off, longer than anything seen to end) follows an exponential tail
-    whose rate is the events per second of exposure past ``_tail_start`` — the
-    piecewise-exponential maximum-likelihood estimate on the longest runs. With no
-    event there, the tail's mean residual life is the larger of the longest
-    observation and the mean so far (pessimistic rather than silent). Where Hill's
-    Pareto tail (``hill_alpha``) has the longer mean residual life t_max/(α−1), as on
-    heavy-tailed runtimes (lognormal, Weibull k < 1, Pareto) whose hazard falls, that
-    tail is used instead: an exponential one would cut their longest tasks short.
-    """
-    w = np.atleast_2d(weights).astype(float)
-    ev = events.astype(float)
-    at_risk = np.cumsum(w[:, ::-1], axis=1)[:, ::-1]
-    d = w * ev
-    with np.errstate(divide="ignore", invalid="ignore"):
-        hazard = np.where(at_risk > 0, d / at_risk, 0.0)
-    s_after = np.cumprod(1.0 - hazard, axis=1)
-    s_before = np.concatenate([np.ones((w.shape[0], 1)), s_after[:, :-1]], axis=1)
+    """Mean and second moment of runtime, one per row of ``weights`` (a bootstrap):
+    Kaplan–Meier up to the longest observation, then the survival left (runs still
+    going, or cut off, longer than anything seen to end) on the tail of ``_tail``."""
+    s_after, s_before = _kaplan_meier(times, events, weights)
     prev = np.concatenate([[0.0], times[:-1]])
     mean = (s_before * (times - prev)).sum(axis=1)
     second = (s_before * (times**2 - prev**2)).sum(axis=1)
     left = s_after[:, -1]
-    t_max = float(times[-1])
-    u = _tail_start(times, events)
-    exposure = (w * np.maximum(0.0, times - u)).sum(axis=1)
-    tail_events = (w * ev * (times > u)).sum(axis=1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        mrl = np.where(tail_events > 0, exposure / tail_events, np.maximum(t_max, mean))
-    alpha = hill_alpha(times, events)
-    heavy = t_max / (alpha - 1) > mrl
-    tail_second = np.where(
-        heavy,
-        alpha * t_max**2 / (alpha - 2) if math.isfinite(alpha) else 0.0,
-        t_max**2 + 2 * t_max * mrl + 2 * mrl**2,
-    )
-    mrl = np.where(heavy, t_max / (alpha - 1), mrl)
+    mrl, _, tail_second = _tail(times, events, weights, mean)
     return mean + left * mrl, second + left * tail_second
 
 
@@ -208,11 +225,10 @@ def _threshold_curve(
     the sample ends, so the longest task of a bag of thousands would never be longer
     than the longest of a sample of tens; None with too few ends to fit above a
     threshold."""
-    ev = np.sort(t_arr[e_arr])
-    k = max(3, math.ceil(len(ev) / 4))
-    if len(ev) <= k or ev[-k - 1] <= 0:
+    ended, k = _upper_quarter(t_arr, e_arr)
+    if len(ended) <= k or ended[-k - 1] <= 0:
         return None
-    u = float(ev[-k - 1])
+    u = float(ended[-k - 1])
     exposure = float(np.maximum(0.0, t_arr - u).sum())
     mrl = exposure / k
     kept = bisect.bisect_right(times, u)
@@ -305,26 +321,15 @@ class RuntimeStats:
                 raise ValueError("no runtime has been seen to end yet")
             surv = self.survival()
             whole = estimate_runtime(surv, resamples=0)
-            times = list(surv.times)
-            s_after: list[float] = []
-            s = 1.0
-            at_risk = len(times)
-            for event in surv.events:
-                if event:
-                    s *= 1.0 - 1.0 / at_risk
-                at_risk -= 1
-                s_after.append(s)
-            t_arr = np.asarray(times)
+            t_arr = np.asarray(surv.times, dtype=float)
             e_arr = np.asarray(surv.events, dtype=bool)
-            u = _tail_start(t_arr, e_arr)
-            exposure = float(np.maximum(0.0, t_arr - u).sum())
-            tail_events = int((e_arr & (t_arr > u)).sum())
-            mrl = exposure / tail_events if tail_events else max(times[-1], whole.mean_s)
-            alpha = hill_alpha(t_arr, e_arr)
-            if times[-1] / (alpha - 1) > mrl:
-                mrl = times[-1] / (alpha - 1)  # the Pareto tail, as in ``km_moments``
-            else:
-                alpha = math.inf
+            ones = np.ones(len(t_arr))
+            after, before = _kaplan_meier(t_arr, e_arr, ones)
+            prev = np.concatenate([[0.0], t_arr[:-1]])
+            restricted = (before * (t_arr - prev)).sum(axis=1)
+            mrls, index, _ = _tail(t_arr, e_arr, ones, restricted)
+            mrl, alpha = float(mrls[0]), float(index[0])
+            times, s_after = list(surv.times), [float(v) for v in after[0]]
             # ∫ S from times[j] to times[-1]: S is s_after[i] on [times[i], times[i+1]).
             area = [0.0] * len(times)
             for j in range(len(times) - 2, -1, -1):

@@ -39,11 +39,12 @@ def minimum_budget(
         return plan_budget(replace(problem, budget=budget), solver) is not None
 
     lo = fluid_lower_bound(problem)
+    limit = _GROWTH_LIMIT * max(lo, 1e-9)
     hi = max(lo, 1e-9) * 1.25
     while not feasible(hi):
         lo = hi
         hi *= 2
-        if hi > _GROWTH_LIMIT * max(fluid_lower_bound(problem), 1e-9):
+        if hi > limit:
             return None
     while hi - lo > rel_tol * hi:
         mid = (lo + hi) / 2

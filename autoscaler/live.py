@@ -51,7 +51,8 @@ def summary_rows(cfg: RunConfig, state: RunState, estimate: float | None) -> lis
         rows.append(("stopped at", hms(state.now)))
     else:
         rows.append(("estimated finish", "not planned yet" if estimate is None else hms(estimate)))
-        interval = planned_interval(state)
+        plan = state.plan()
+        interval = None if plan is None else plan.makespan_interval_s
         if interval is not None:
             rows.append(("finish interval", f"{hms(interval[0])} – {hms(interval[1])}"))
     if state.shortfalls:
@@ -96,16 +97,6 @@ def status_lines(run_id: str, cfg: RunConfig, state: RunState, pid: int | None) 
     return lines
 
 
-def planned_interval(state: RunState) -> tuple[float, float] | None:
-    """The last plan's makespan interval, if it gave one."""
-    for _, c in reversed(state.configurations):
-        if c.predicted_makespan_s is not None:
-            return c.makespan_interval_s
-    return None
-
-
 def planned_finish(state: RunState) -> float | None:
-    for _, c in reversed(state.configurations):
-        if c.predicted_makespan_s is not None:
-            return c.predicted_makespan_s
-    return None
+    plan = state.plan()
+    return None if plan is None else plan.predicted_makespan_s

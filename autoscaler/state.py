@@ -136,6 +136,14 @@ class RunState:
         """Whether the provider may have capacity for ``type_name`` at ``now``."""
         return self.unavailable.get(type_name, -math.inf) <= now
 
+    def plan(self) -> Configure | None:
+        """The configuration in force that came with a prediction (the last plan), or
+        None before the first plan: sampling and round robin predict nothing."""
+        for _, c in reversed(self.configurations):
+            if c.predicted_makespan_s is not None:
+                return c
+        return None
+
     def held(self, now: float) -> bool:
         """Whether scale-up waits at ``now`` for an account limit to lift."""
         return self.hold_until is not None and self.hold_until > now
