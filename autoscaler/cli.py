@@ -20,7 +20,7 @@ from rich.console import Console
 from autoscaler.config.load import config_json_schema, config_warnings, expand_bag, load_config
 from autoscaler.config.schema import Billing, RunConfig
 from autoscaler.errors import AutoscalerError, ConfigError
-from autoscaler.model import TaskSpec
+from autoscaler.model import BudgetSet, TaskSpec
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 EXIT_CONFIG = 2
 """Exit code for a config that cannot be used (and other errors we raise on purpose)."""
+PLAN_JSON = "plan.json"
 EXIT_STOPPED = 3
 """Exit code for a run that stopped before the bag was finished (its report says why)."""
 
@@ -170,15 +171,28 @@ def run(
     so a killed daemon carries on with --resume RUN_DIR. Ctrl-C (SIGINT) or SIGTERM
     releases every machine and writes the report; a second one terminates them at once.
     """
+    chosen = _chosen_budget(budget, option, plan_dir)
+    sampled = _sampled_run(plan_dir) if plan_dir is not None and not dry_run else None
+    if sampled is not None:
+        if resume is not None:
+            _exit_with(AutoscalerError("give --plan DIR or --resume RUN_DIR, not both"))
+        if config is not None:
+            _check_same_bag(config, sampled)
+        resume = sampled
     if resume is not None:
-        if config is not None or dry_run:
+        if (config is not None and sampled is None) or dry_run:
             _exit_with(AutoscalerError("--resume takes a run directory and no config file"))
-        _run_daemon(None, [], resume, seed, resume=True)
+        if sampled is not None and chosen is None:
+            _exit_with(AutoscalerError("--plan DIR needs --option N or --budget B"))
+        _take_over(resume)
+        _run_daemon(None, [], resume, seed, resume=True, budget=chosen)
         return
     if config is None:
         _exit_with(AutoscalerError("give a config file (or --resume RUN_DIR)"))
     cfg, tasks = _load_or_exit(config)
-    cfg = _with_budget(cfg, budget, option, plan_dir)
+    if chosen is not None:
+        constraint = cfg.constraint.model_copy(update={"budget": chosen.budget})
+        cfg = cfg.model_copy(update={"constraint": constraint})
     from autoscaler.runs import new_run_id
 
     run_id = new_run_id(cfg)
@@ -205,10 +219,11 @@ def run(
     _conclude(result.report, out_dir)
 
 
-def _with_budget(
-    cfg: RunConfig, budget: float | None, option: int | None, plan_dir: Path | None
-) -> RunConfig:
-    """The config with the budget given on the command line, or the plan option's."""
+def _chosen_budget(
+    budget: float | None, option: int | None, plan_dir: Path | None
+) -> BudgetSet | None:
+    """The budget given on the command line, or the plan option's; None: the config's."""
+    reason = "--budget"
     if option is not None:
         if budget is not None:
             _exit_with(AutoscalerError("give --budget or --option, not both"))
@@ -216,7 +231,7 @@ def _with_budget(
             _exit_with(
                 AutoscalerError("--option N needs --plan DIR (from `autoscaler plan --out`)")
             )
-        path = plan_dir / "plan.json"
+        path = plan_dir / PLAN_JSON
         try:
             options = json.loads(path.read_text(encoding="utf-8"))["options"]
         except (OSError, ValueError, KeyError) as exc:
@@ -226,12 +241,68 @@ def _with_budget(
                 AutoscalerError(f"--option {option}: the plan has options 1 to {len(options)}")
             )
         budget = float(options[option - 1]["budget"])
+        reason = f"option {option} of the plan in {plan_dir}"
     if budget is None:
-        return cfg
+        return None
     if budget <= 0:
         _exit_with(AutoscalerError(f"--budget must be positive (got {budget})"))
-    constraint = cfg.constraint.model_copy(update={"budget": budget})
-    return cfg.model_copy(update={"constraint": constraint})
+    return BudgetSet(budget, reason)
+
+
+def _sampled_run(plan_dir: Path) -> Path | None:
+    """The run directory whose samples a plan was made from, if it sampled for real."""
+    try:
+        data = json.loads((plan_dir / PLAN_JSON).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # _chosen_budget has said what is wrong, if anything is
+    run_dir = data.get("run_dir") if isinstance(data, dict) else None
+    return Path(run_dir) if run_dir else None
+
+
+def _check_same_bag(config: Path, run_dir: Path) -> None:
+    """A config given with a real plan must be the one it sampled (bag and machines)."""
+    from autoscaler.rundir import RunFiles
+
+    cfg, tasks = _load_or_exit(config)
+    try:
+        files = RunFiles.open(run_dir)
+    except AutoscalerError as exc:
+        _exit_with(exc)
+    same = [(t.id, t.command) for t in tasks] == [(t.id, t.command) for t in files.tasks]
+    if not same or cfg.machine_types != files.cfg.machine_types:
+        _exit_with(
+            AutoscalerError(
+                f"{config} is not the config the plan sampled ({run_dir / 'config.yaml'}): "
+                "give the plan's own config, or none"
+            )
+        )
+
+
+def _take_over(run_dir: Path, wait_s: float = 60.0) -> None:
+    """Ask the daemon holding ``run_dir`` after sampling (``autoscaler plan``) to hand its
+    machines over, and wait until it has let the run go."""
+    import os
+
+    from autoscaler.daemon import HANDOVER_SIGNAL
+    from autoscaler.rundir import daemon_alive
+
+    pid = daemon_alive(run_dir)
+    if pid is None:
+        return
+    if pid > 0:
+        _err.print(f"asking the plan's daemon (pid {pid}) to hand its machines over")
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, HANDOVER_SIGNAL)
+    deadline = time.monotonic() + wait_s
+    while daemon_alive(run_dir) is not None:
+        if time.monotonic() > deadline:
+            _exit_with(
+                AutoscalerError(
+                    f"{run_dir}: the daemon holding it (pid {pid}) did not hand it over within "
+                    f"{wait_s:.0f} s; it hands over only a run that waits for a budget"
+                )
+            )
+        time.sleep(0.1)
 
 
 @app.command()
@@ -243,37 +314,165 @@ def plan(
         Path | None,
         typer.Option(help="write plan.json and frontier.png here (for `run --option N`)"),
     ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="sample in the emulator, even for a real provider")
+    ] = False,
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="sample on the real provider without asking")
+    ] = False,
 ) -> None:
     """Budget estimation before spending: sample, then print the budget frontier.
 
-    Runs the sampling phase in the emulator (the config's `emulator` section is the
-    world it samples) and prints options from the minimum budget that finishes the bag
-    to the budget of the fastest mix, each with predicted cost and makespan and their
-    intervals. `autoscaler run CONFIG --option N --plan DIR` (or `--budget B`) then runs
-    one; its sampling phase is the same run's (same seed).
+    Options go from the minimum budget that finishes the bag to the budget of the
+    fastest mix, each with predicted cost and makespan and their intervals.
+
+    With `provider: sim`, or --dry-run, the sampling runs in the emulator (the config's
+    `emulator` section is the world it samples); `autoscaler run CONFIG --option N --plan
+    DIR` (or `--budget B`) then runs one, sampling again alike (same seed).
+
+    With a real provider the sampling is real: it says what sampling rents and asks
+    first (--yes: do not ask). The config's budget caps it. Once the samples are in, the
+    machines work on the bag until their paid time ends, and nothing more is committed.
+    `autoscaler run --plan DIR --option N` carries the run on from the samples, adopting
+    the sampling machines that still have paid time.
     """
     cfg, tasks = _load_or_exit(config)
     if cfg.policy != "bats":
         _exit_with(AutoscalerError("plan needs policy: bats (round robin has no budget to plan)"))
+    if cfg.provider != "sim" and not dry_run:
+        _plan_real(cfg, tasks, seed, as_json=as_json, out=out, yes=yes)
+        return
     from autoscaler.runs import plan_dry
 
     try:
         frontier = plan_dry(cfg, tasks, seed=seed)
     except AutoscalerError as exc:
         _exit_with(exc)
+    _show_frontier(frontier, out, as_json)
+
+
+def _show_frontier(
+    frontier: Frontier, out: Path | None, as_json: bool, run_dir: Path | None = None
+) -> None:
+    """Print the frontier (a table, or JSON); with ``out`` also write plan.json and the
+    plot there. ``run_dir``: the run whose samples it comes from (a real plan)."""
     data = _frontier_json(frontier)
+    if run_dir is not None:
+        data["run_dir"] = str(run_dir.resolve())
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        (out / "plan.json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+        (out / PLAN_JSON).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
         from autoscaler.plots import frontier_plot
 
         frontier_plot(frontier, out / "frontier.png")
     if as_json:
-        print(json.dumps(data, indent=2))
+        print(json.dumps(data, indent=2), flush=True)
         return
     _out.print(_frontier_table(frontier))
     if out is not None:
-        _out.print(f"written: {out / 'plan.json'}, {out / 'frontier.png'}")
+        _out.print(f"written: {out / PLAN_JSON}, {out / 'frontier.png'}")
+
+
+def _plan_real(
+    cfg: RunConfig,
+    tasks: list[TaskSpec],
+    seed: int | None,
+    *,
+    as_json: bool,
+    out: Path | None,
+    yes: bool,
+) -> None:
+    """``plan`` on a real provider: ask, sample for real, hold, print the frontier."""
+    import copy
+    import signal
+    import sys
+    import threading
+
+    from autoscaler.controller import Controller
+    from autoscaler.daemon import HANDOVER_SIGNAL, Daemon
+    from autoscaler.frontier import frontier
+    from autoscaler.live import live_view
+    from autoscaler.report import hms
+    from autoscaler.rundir import RunFiles
+    from autoscaler.runs import new_run_id, new_state, planning_settings
+
+    seed = cfg.emulator.seed if seed is None else seed
+    state = new_state(cfg, len(tasks), seed)
+    sampling = Controller(planning_settings(cfg)).sampling(state)
+    billing = state.billing
+    first = sum(
+        c * billing.cost(state.types[n].price, billing.first_step_s)
+        for n, c in sampling.counts.items()
+    )
+    machines = ", ".join(f"{c} × {n}" for n, c in sampling.counts.items() if c)
+    _err.print(
+        f"Sampling rents {machines} from provider {cfg.provider} ({sampling.reason}). "
+        f"Their first paid units commit {first:.2f}; sampling commits at most the budget "
+        f"of {state.budget:.2f} (`constraint.budget`) and stops committing once the "
+        "samples are in.",
+        markup=False,
+        soft_wrap=True,
+    )
+    if not yes:
+        if not sys.stdin.isatty():
+            _exit_with(
+                AutoscalerError(f"plan rents machines from {cfg.provider}: confirm with --yes")
+            )
+        if not typer.confirm("Start sampling?", default=False, err=True):
+            _err.print("Nothing was rented.")
+            raise typer.Exit(1)
+    run_id = new_run_id(cfg)
+    run_dir = Path("runs") / run_id
+    plan_dir = out if out is not None else run_dir
+
+    shown: list[threading.Thread] = []
+
+    def show(controller: Controller, state: RunState, now: float) -> None:
+        try:
+            _show_frontier(frontier(controller, state, now), plan_dir, as_json, run_dir)
+        except (AutoscalerError, ValueError) as exc:
+            _err.print(f"error: no frontier from these samples: {exc}", markup=False)
+            return
+        paid = max((m.paid_until for m in state.alive_machines()), default=now)
+        _err.print(
+            f"The samples are in. The sampling machines work on the bag until their paid "
+            f"time ends (within {hms((paid - now) / cfg.time_scale)} of the samples); to "
+            f"carry the run on with them: autoscaler run --plan {plan_dir} --option N",
+            markup=False,
+            soft_wrap=True,
+        )
+
+    def on_hold(controller: Controller, state: RunState, now: float) -> None:
+        # The solves and the plot take a while: the daemon goes on meanwhile (its
+        # machines' boundaries come), so they work on a copy of the state in a thread.
+        thread = threading.Thread(target=show, args=(controller, copy.deepcopy(state), now))
+        thread.start()
+        shown.append(thread)
+
+    # A hand-over asked for just as the daemon ends must not kill this process.
+    signal.signal(HANDOVER_SIGNAL, signal.SIG_IGN)
+    try:
+        files = RunFiles.create(cfg, tasks, run_dir, run_id, seed)
+        _err.print(f"run {run_id}: sampling, directory {run_dir}", markup=False, soft_wrap=True)
+        with live_view(_err, cfg, len(tasks)) as update:
+            daemon = Daemon(files, progress=update, hold=True, on_hold=on_hold)
+            outcome = daemon.run()
+    except AutoscalerError as exc:
+        _exit_with(exc)
+    finally:
+        for thread in shown:
+            thread.join()
+    if daemon.handed_over:
+        _err.print("The run was handed over with its machines to `autoscaler run`.")
+    elif outcome.state.awaiting_budget:
+        _err.print(
+            f"The sampling machines are released. The samples are kept in {run_dir}: "
+            f"autoscaler run --plan {plan_dir} --option N carries the run on from them.",
+            markup=False,
+            soft_wrap=True,
+        )
+    else:
+        _conclude(outcome.report, run_dir)
 
 
 def _frontier_json(frontier: Frontier) -> dict[str, Any]:
@@ -334,6 +533,7 @@ def _run_daemon(
     *,
     resume: bool,
     run_id: str = "",
+    budget: BudgetSet | None = None,
 ) -> None:
     from autoscaler.daemon import Daemon
     from autoscaler.live import live_view
@@ -352,7 +552,7 @@ def _run_daemon(
             soft_wrap=True,
         )
         with live_view(_err, files.cfg, len(files.tasks)) as update:
-            outcome = Daemon(files, resume=resume, progress=update).run()
+            outcome = Daemon(files, resume=resume, progress=update, budget=budget).run()
     except AutoscalerError as exc:
         _exit_with(exc)
     _conclude(outcome.report, run_dir)

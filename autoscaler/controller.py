@@ -36,11 +36,13 @@ from autoscaler.model import (
     Action,
     Assign,
     BoundaryNear,
+    BudgetSet,
     Cancel,
     Configure,
     Defer,
     Event,
     Extend,
+    Hold,
     Launch,
     LaunchFailed,
     MachineLost,
@@ -78,6 +80,7 @@ class ControllerSettings:
     on_shortfall: Literal["continue", "stop"] = "continue"  # when the budget cannot finish
     reserve_z: float = 1.0  # plan on T_i + z·σ_i/√n: money kept back for a slower bag
     reserve_cost: float = 0.1  # ...unless that reserve makes the plan this much slower
+    hold_after_sampling: bool = False  # `autoscaler plan`: Hold once the samples are in
 
 
 class _Step:
@@ -112,6 +115,7 @@ class Controller:
         tick = False
         lost = False
         unavailable: list[str] = []
+        budget_set: BudgetSet | None = None
         first: list[Action] = []  # decided while reading the events, applied after them
         for event in events:
             others: list[str] = []
@@ -134,6 +138,8 @@ class Controller:
                 case Shutdown(reason=reason):
                     if not state.stopped and not any(isinstance(a, Stop) for a in first):
                         first.append(Stop(reason))
+                case BudgetSet():
+                    budget_set = event
                 case _:
                     machine = getattr(event, "machine", None)
                     if isinstance(machine, str):
@@ -151,6 +157,10 @@ class Controller:
             self._boundary(s, state.machines[mid])
         if self.settings.policy == "bats" and not state.stopped:
             replanned = self._monitor(s, tick)
+            if budget_set is not None and not replanned and self._planned(state):
+                est, n_e = self._outlook(s)
+                why = f"budget set to {budget_set.budget:.2f}: {budget_set.reason}"
+                replanned = self._replan(s, est, n_e, why, force=True)
             if unavailable and not replanned and self._planned(state):
                 est, n_e = self._outlook(s)
                 why = f"{', '.join(sorted(set(unavailable)))} unavailable: plan without it"
@@ -209,6 +219,11 @@ class Controller:
             s.do(Configure(counts, None, None, "round robin: every machine"))
             self._meet_target(s)
             return
+        s.do(self.sampling(state))
+        self._meet_target(s)
+
+    def sampling(self, state: RunState) -> Configure:
+        """The sampling configuration a fresh run starts with (pure)."""
         n = sample_size(state.n_tasks, self.settings.z, self.settings.delta)
         iw = initial_workers(state.n_tasks, n)
         wanted = {name: min(iw, t.max_count) for name, t in state.types.items()}
@@ -225,8 +240,7 @@ class Controller:
         if caps:
             started = ", ".join(f"{name} {c}" for name, c in counts.items())
             reason += f", capped by {' and '.join(caps)}: {started}"
-        s.do(Configure(counts, None, None, reason))
-        self._meet_target(s)
+        return Configure(counts, None, None, reason)
 
     @staticmethod
     def _affordable_sampling(state: RunState, counts: dict[str, int]) -> dict[str, int]:
@@ -248,6 +262,8 @@ class Controller:
     # --- money at the end of a paid unit --------------------------------------------------
 
     def _can_extend(self, state: RunState, m: Machine) -> bool:
+        if state.awaiting_budget:
+            return False
         if state.budget is None:
             return True
         extra = state.billing.extension_cost(m.type.price, m.launched_at, m.paid_until)
@@ -274,6 +290,8 @@ class Controller:
             s.do(Release(m.id, "end of paid time: only replicas left"))
         elif self._can_extend(state, m):
             s.do(Extend(m.id, m.paid_until + state.billing.step_s))
+        elif state.awaiting_budget:
+            s.do(Release(m.id, "end of paid time: the run waits for a budget"))
         else:
             s.do(Release(m.id, "end of paid time: budget cannot pay another unit"))
 
@@ -330,6 +348,8 @@ class Controller:
     def _monitor(self, s: _Step, tick: bool) -> bool:
         """Check the plan; re-plan when needed. Returns True when the target changed."""
         state = s.state
+        if state.awaiting_budget:
+            return False
         if not self._planned(state):
             sampling = [
                 n
@@ -337,11 +357,15 @@ class Controller:
                 if c > 0 and (state.available(n, s.now) or state.count_alive(n) > 0)
             ]
             if sampling and all(state.stats[n].sampled for n in sampling):
+                if self.settings.hold_after_sampling:
+                    s.do(Hold("samples complete: the run waits for a budget"))
+                    return False
                 est, n_e = self._outlook(s)
                 return self._replan(s, est, n_e, "plan after sampling", force=True)
             if (
                 tick
                 and sampling
+                and not self.settings.hold_after_sampling  # planning: any budget may come
                 and not state.shortfalls
                 and all(state.stats[n].done >= _EARLY_CHECK for n in sampling)
             ):
@@ -618,6 +642,9 @@ class Controller:
 
     def _solve(self, problem: BudgetProblem, notes: list[str]) -> Plan | None:
         """The planner's answer; what it says of solver trouble goes into ``notes``."""
+        if not any(t.mean_s > 0 and t.max_count > 0 for t in problem.types):
+            notes.append("no machine type with an estimate can be launched")
+            return None
         result = solve_budget(problem, self.settings.solver)
         notes.extend(result.notes)
         return result.plan
@@ -669,10 +696,12 @@ class Controller:
         """
         state = s.state
         if state.shortfalls:
-            # Said already: the needed budget (a bisection of planner solves) is worked
-            # out again, and said again, only once a tenth of the tasks then left is done.
-            last = state.shortfalls[-1][1]
-            if state.tasks_left > 0.9 * last.tasks_left:
+            # Said already under this budget: the needed budget (a bisection of planner
+            # solves) is worked out again, and said again, only once a tenth of the tasks
+            # then left is done.
+            said_at, last = state.shortfalls[-1]
+            same_budget = state.budget_set_at is None or said_at >= state.budget_set_at
+            if same_budget and state.tasks_left > 0.9 * last.tasks_left:
                 return self.settings.on_shortfall == "stop" and self._stop(s, last.message)
         budget = self._money_left(state)
         if optimistic:
@@ -719,7 +748,8 @@ class Controller:
         A launch that must wait (an outage of its type, an account hold) is deferred: the
         state learns which types wait (``Defer``) and a tick tries again.
         """
-        waiting = () if s.state.stopped else self._launch_or_mark(s)
+        state = s.state
+        waiting = () if state.stopped or state.awaiting_budget else self._launch_or_mark(s)
         if waiting != s.state.deferred:
             s.do(Defer(waiting))
 
@@ -840,7 +870,7 @@ class Controller:
                 s.do(Release(m.id, "bag finished"))
             s.do(Stop(None))
             return
-        if state.stopped or state.pending_launches or state.any_alive():
+        if state.stopped or state.awaiting_budget or state.pending_launches or state.any_alive():
             return
         # Nothing runs and tasks are left: start again if the budget allows, else stop.
         self._meet_target(s)

@@ -62,9 +62,11 @@ from autoscaler.model import (
     Action,
     Assign,
     BoundaryNear,
+    BudgetSet,
     Cancel,
     Event,
     Extend,
+    Hold,
     Launch,
     LaunchFailed,
     MachineLaunched,
@@ -81,7 +83,13 @@ from autoscaler.providers.sim import draw_runtimes
 from autoscaler.registry import register
 from autoscaler.report import Report, build_report, write_report
 from autoscaler.rundir import OUTPUTS_FILE, RunFiles, rebuild_state, run_lock
-from autoscaler.runs import controller_settings, json_logger, log_action, new_state
+from autoscaler.runs import (
+    controller_settings,
+    json_logger,
+    log_action,
+    new_state,
+    planning_settings,
+)
 from autoscaler.state import Machine, RunState
 from autoscaler.wiring import make_bootstrap, make_provider
 
@@ -125,6 +133,9 @@ class Outcome:
 
 
 ProgressHook = Callable[[RunState, float | None], None]
+HoldHook = Callable[[Controller, RunState, float], None]
+HANDOVER_SIGNAL = signal.SIGUSR1
+"""Asks a daemon to end without releasing its machines, for another to adopt them."""
 
 
 @dataclass
@@ -134,6 +145,10 @@ class Daemon:
     progress: ProgressHook | None = None
     install_signals: bool = True
     log: Any = None
+    hold: bool = False  # `autoscaler plan`: hold once the samples are in
+    on_hold: HoldHook | None = None  # called in the step that holds
+    budget: BudgetSet | None = None  # a new budget, set in the first step
+    handed_over: bool = field(init=False, default=False)
     state: RunState = field(init=False)
     _inbox: queue.SimpleQueue[object] = field(init=False, default_factory=queue.SimpleQueue)
 
@@ -141,7 +156,9 @@ class Daemon:
         cfg = self.files.cfg
         self.cfg = cfg
         self.ts = cfg.time_scale
-        self.controller = Controller(controller_settings(cfg))
+        self.controller = Controller(
+            planning_settings(cfg) if self.hold else controller_settings(cfg)
+        )
         self.tasks = self.files.tasks
         synthetic = any(t.command is None for t in self.tasks)
         self.runtimes = (
@@ -257,7 +274,8 @@ class Daemon:
             time_scale=self.ts,
             refused_agents=self.dispatcher.refused,
         )
-        write_report(report, self.state, files.run_dir)
+        if not self.handed_over:  # else the daemon it was handed to writes it
+            write_report(report, self.state, files.run_dir)
         return Outcome(files.run_id, self.state, report, files.run_dir, wall)
 
     def _schedule_checks(self) -> None:
@@ -277,6 +295,13 @@ class Daemon:
         events: list[Event] = []
         if self.resume:
             events = self._adopt_after_restart()
+        if self.budget is not None:
+            if self.budget.budget < self.state.committed - 1e-9:
+                raise AutoscalerError(
+                    f"budget {self.budget.budget:.2f} is below the "
+                    f"{self.state.committed:.2f} this run has committed already"
+                )
+            events.append(self.budget)
         self._step(events, [])
 
     def _adopt_after_restart(self) -> list[Event]:
@@ -314,7 +339,7 @@ class Daemon:
     def _loop(self, metrics: Metrics | None) -> None:
         """Take what is queued, step, repeat; show progress at most five times a second."""
         last_view = 0.0
-        while not self._over():
+        while not self.state.over and not self.handed_over:
             items = [self._inbox.get()]
             with contextlib.suppress(queue.Empty):
                 while len(items) < 5000:
@@ -329,15 +354,12 @@ class Daemon:
                 if metrics is not None:
                     metrics.update(self.state, estimate)
 
-    def _over(self) -> bool:
-        s = self.state
-        return s.stopped and not s.pending_launches and not s.any_alive()
-
     def _handle(self, items: list[object]) -> None:
         """Queued items to events, then one step; a second signal kills every machine."""
         events: list[Event] = []
         polls: list[Poll] = []
         seen: set[tuple[str, int]] = set()
+        gone: set[str] = set()
         hard = False
         for item in items:
             match item:
@@ -356,13 +378,21 @@ class Daemon:
                 case Ended(machines=ended):
                     for mid in sorted(ended):
                         m = self.state.machines.get(mid)
-                        if m is not None and m.alive and mid in self._since:
+                        if m is not None and m.alive and mid in self._since and mid not in gone:
+                            gone.add(mid)  # several reports of one end make one event
                             events.append(MachineLost(mid, "machine ended"))
                 case BootFailed(machine=mid, reason=reason):
                     m = self.state.machines.get(mid)
-                    if m is not None and m.alive:
+                    if m is not None and m.alive and mid not in gone:
+                        gone.add(mid)
                         self.log.error("bootstrap failed", machine=mid, error=reason)
                         events.append(MachineLost(mid, f"bootstrap failed: {reason}"))
+                case _Signal(signum=signum) if signum == HANDOVER_SIGNAL:
+                    if self.state.awaiting_budget:
+                        self.log.info("handing the run over: its machines are kept")
+                        self.handed_over = True
+                    else:
+                        self.log.warning("hand-over asked for a run that does not wait: ignored")
                 case _Signal(signum=signum):
                     name = signal.Signals(signum).name
                     if not self.state.shutdown and not any(isinstance(e, Shutdown) for e in events):
@@ -387,6 +417,8 @@ class Daemon:
             actions = self.controller.step(state, events, now)
             self.journal.step(now, events, actions)
             touched = self._apply(events, actions)
+            if self.on_hold is not None and any(isinstance(a, Hold) for a in actions):
+                self.on_hold(self.controller, state, now)
         else:
             touched = set()
         for poll in polls:
@@ -482,11 +514,12 @@ class Daemon:
         def handler(signum: int, frame: FrameType | None) -> None:
             # Only a count and a queue item: the interrupted code may hold any lock
             # (the log's, a provider's), so the work is done by the main loop or _finish.
-            self._signals += 1
+            if signum != HANDOVER_SIGNAL:
+                self._signals += 1
             self._inbox.put(_Signal(signum))
 
         old: dict[int, Any] = {}
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        for signum in (signal.SIGINT, signal.SIGTERM, HANDOVER_SIGNAL):
             old[signum] = signal.signal(signum, handler)
         return old
 
@@ -509,7 +542,11 @@ class Daemon:
         self._step(events, [])
 
     def _finish(self, error: BaseException | None) -> None:
-        """Whatever happened: no machine of this run outlives the daemon."""
+        """Whatever happened: no machine of this run outlives the daemon, unless it was
+        handed over (the next daemon adopts them; their leases end them otherwise)."""
+        if self.handed_over and error is None:
+            self.log.info("daemon end: handed over", committed=round(self.state.committed, 4))
+            return
         # A second signal while machines are being released kills them all.
         self.lifecycle.wind_down(lambda: self._signals > 1, self._kill_now)
         if error is not None and not self.state.stopped:

@@ -63,7 +63,8 @@ class _Box:
 
 
 class Emulator:
-    """Runs one dry run to its end: the bag finished, or the controller stopped it."""
+    """Runs one dry run to its end: the bag finished, the controller stopped it, or (for
+    ``autoscaler plan``) it holds after sampling and its machines' paid time is over."""
 
     def __init__(
         self,
@@ -97,7 +98,7 @@ class Emulator:
     def run(self) -> RunState:
         self._at(self.interval, Tick())
         self._step([])
-        while not self._over():
+        while not self.state.over:
             if not self._heap:
                 raise AutoscalerError("emulator: nothing left to happen but the run is not over")
             when = self._heap[0][0]
@@ -113,10 +114,6 @@ class Emulator:
             if events:
                 self._step(events)
         return self.state
-
-    def _over(self) -> bool:
-        s = self.state
-        return s.stopped and not s.pending_launches and not s.any_alive()
 
     def _step(self, events: list[Event]) -> None:
         actions = self.controller.step(self.state, events, self.now)

@@ -34,6 +34,8 @@ def minimum_budget(
     with, within ``rel_tol``; None when even a huge budget finds no plan."""
     if problem.tasks <= 0:
         return 0.0
+    if not any(t.mean_s > 0 and t.max_count > 0 for t in problem.types):
+        return None
 
     def feasible(budget: float) -> bool:
         return plan_budget(replace(problem, budget=budget), solver) is not None

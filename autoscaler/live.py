@@ -27,7 +27,7 @@ def machine_counts(state: RunState) -> dict[str, dict[str, int]]:
 
 
 def summary_rows(cfg: RunConfig, state: RunState, estimate: float | None) -> list[tuple[str, str]]:
-    budget = cfg.constraint.budget
+    budget = state.budget_of(cfg.constraint.budget)
     money = f"{state.committed:.2f}" + ("" if budget is None else f" of {budget:g}")
     machines = ", ".join(
         f"{name} {c['ready']}" + (f" (+{c['booting']} booting)" if c["booting"] else "")
@@ -92,7 +92,12 @@ def status_lines(run_id: str, cfg: RunConfig, state: RunState, pid: int | None) 
     daemon = f"running (pid {pid})" if pid else "not running"
     lines = [f"run {run_id}: daemon {daemon}; journal up to run time {hms(state.now)}"]
     lines += [f"  {key}: {value}" for key, value in summary_rows(cfg, state, planned_finish(state))]
-    if not pid and not state.finished and not (state.stopped and not state.any_alive()):
+    if state.awaiting_budget:
+        lines.append(
+            "  the samples are in and the run waits for a budget: "
+            "autoscaler run --plan <plan dir> --option N (or --resume <run dir> --budget B)"
+        )
+    elif not pid and not state.finished and not (state.stopped and not state.any_alive()):
         lines.append("  carry on with: autoscaler run --resume <run dir>")
     return lines
 

@@ -38,6 +38,7 @@ class Metrics:
         self.makespan = Gauge(
             "autoscaler_estimated_makespan_seconds", "the plan's predicted makespan", registry=r
         )
+        self.configured_budget = cfg.constraint.budget
         if cfg.constraint.budget is not None:
             self.budget.set(cfg.constraint.budget)
         self._server: Any = None
@@ -67,6 +68,9 @@ class Metrics:
             for key, n in counts.items():
                 self.machines.labels(name, key).set(n)
         self.spend.set(state.committed)
+        budget = state.budget_of(self.configured_budget)
+        if budget is not None:
+            self.budget.set(budget)
         if state.shortfalls:
             self.shortfall.set(1)
             self.needed.set(state.shortfalls[-1][1].needed_budget or 0.0)

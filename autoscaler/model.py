@@ -132,6 +132,15 @@ class Shutdown:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class BudgetSet:
+    """The run's whole budget is now ``budget`` (a user's choice, e.g. an option of
+    ``autoscaler plan``); a held run carries on under it. Spend already committed stays."""
+
+    budget: float
+    reason: str
+
+
 Event = (
     MachineLaunched
     | LaunchFailed
@@ -142,6 +151,7 @@ Event = (
     | Tick
     | BoundaryNear
     | Shutdown
+    | BudgetSet
 )
 
 
@@ -257,6 +267,15 @@ class Shortfall:
 
 
 @dataclass(frozen=True, slots=True)
+class Hold:
+    """The samples are complete and the run waits for a budget (``autoscaler plan``):
+    nothing more is committed, the machines work on the bag until their paid time ends,
+    and a ``BudgetSet`` carries the run on from the samples."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class Stop:
     """The run ends: ``reason`` is None when the bag is finished."""
 
@@ -275,6 +294,7 @@ Action = (
     | Defer
     | Configure
     | Shortfall
+    | Hold
     | Stop
 )
 
@@ -288,6 +308,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     Tick,
     BoundaryNear,
     Shutdown,
+    BudgetSet,
 )
 ACTION_TYPES: tuple[type[Action], ...] = (
     Launch,
@@ -301,5 +322,6 @@ ACTION_TYPES: tuple[type[Action], ...] = (
     Defer,
     Configure,
     Shortfall,
+    Hold,
     Stop,
 )

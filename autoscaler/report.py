@@ -348,7 +348,7 @@ def build_report(
     """The report of ``state`` run under ``cfg`` on the bag ``tasks``; ``time_scale`` and
     ``refused_agents`` are a real run's (the daemon's) and left out of a dry run's report."""
     billing = state.billing
-    budget = cfg.constraint.budget
+    budget = state.budget_of(cfg.constraint.budget)
     machines = []
     totals = {t.name: _TypeTotals() for t in cfg.machine_types}
     for m in state.machines.values():

@@ -26,11 +26,12 @@ from autoscaler.controller import Controller, ControllerSettings
 from autoscaler.emulator import Emulator, StepHook
 from autoscaler.errors import AutoscalerError
 from autoscaler.estimate import sample_size
-from autoscaler.journal import JOURNAL_JSONL, Journal, JsonlJournal, Record, replay, step_records
+from autoscaler.journal import JOURNAL_JSONL, Journal, JsonlJournal
 from autoscaler.model import (
     Action,
     Configure,
     Event,
+    Hold,
     Launch,
     Release,
     Shortfall,
@@ -75,6 +76,11 @@ def controller_settings(cfg: RunConfig) -> ControllerSettings:
     )
 
 
+def planning_settings(cfg: RunConfig) -> ControllerSettings:
+    """The settings of ``autoscaler plan``'s sampling: hold once the samples are in."""
+    return dataclasses.replace(controller_settings(cfg), hold_after_sampling=True)
+
+
 def new_state(cfg: RunConfig, n_tasks: int, seed: int) -> RunState:
     """A fresh state; tasks leave the bag in an order shuffled by ``seed`` (paper 000 §2.3)."""
     order = list(range(n_tasks))
@@ -97,6 +103,7 @@ def make_emulator(
     seed: int | None = None,
     on_step: StepHook | None = None,
     run_tag: str = "dry-run",
+    controller: Controller | None = None,
 ) -> Emulator:
     """Everything a dry run needs, wired together; ``seed`` overrides the config's."""
     seed = cfg.emulator.seed if seed is None else seed
@@ -109,7 +116,7 @@ def make_emulator(
     holder: list[Emulator] = []
     sim = SimProvider(caps, cfg.emulator, n_tasks, clock=lambda: holder[0].now, seed=seed)
     emulator = Emulator(
-        Controller(controller_settings(cfg)),
+        controller or Controller(controller_settings(cfg)),
         state,
         sim,
         cfg.monitoring_interval_s,
@@ -170,6 +177,8 @@ def log_action(log: Any, now: float, action: Action) -> None:
             log.info("configure", t=now, counts=dict(counts), reason=reason)
         case Shortfall(needed_budget=needed, message=message):
             log.warning("budget shortfall", t=now, needed_budget=needed, message=message)
+        case Hold(reason=reason):
+            log.info("hold", t=now, reason=reason)
         case Stop(reason=reason):
             log.info("stop", t=now, reason=reason)
         case _:
@@ -234,38 +243,33 @@ def dry_run(
 # --- `autoscaler plan`: sample in the emulator, then the budget frontier ----------------
 
 
-class _Sampled(Exception):
+class _Held(Exception):
     """Raised from the step hook to end the emulation once the samples are complete."""
 
-    def __init__(self, now: float, records: list[Record]):
-        self.now = now
-        self.records = records
+    def __init__(self, frontier: Frontier):
+        self.frontier = frontier
 
 
 def plan_dry(cfg: RunConfig, tasks: Sequence[TaskSpec], *, seed: int | None = None) -> Frontier:
     """Run the sampling phase in the emulator and return the budget frontier at its end.
 
-    The emulation stops at the step in which the controller makes its first plan; the
-    state is rebuilt from the journal up to that step's events (its decisions left
-    out), so the frontier sees the run exactly as the planner did.
+    The controller holds once the samples are in (``Hold``: nothing more is committed);
+    the frontier is worked out on the state of that step, as a real ``plan`` does it.
     """
     from autoscaler.frontier import frontier
 
     seed = cfg.emulator.seed if seed is None else seed
-    records: list[Record] = []
+    controller = Controller(planning_settings(cfg))
 
-    def on_step(now: float, events: list[Event], actions: list[Action], _: RunState) -> None:
-        if any(isinstance(a, Configure) and a.predicted_makespan_s is not None for a in actions):
-            raise _Sampled(now, [*records, *step_records(len(records), now, events, [])])
-        records.extend(step_records(len(records), now, events, actions))
+    def on_step(now: float, events: list[Event], actions: list[Action], state: RunState) -> None:
+        if any(isinstance(a, Hold) for a in actions):
+            raise _Held(frontier(controller, state, now))
 
-    emulator = make_emulator(cfg, len(tasks), seed, on_step=on_step)
+    emulator = make_emulator(cfg, len(tasks), seed, on_step=on_step, controller=controller)
     try:
         emulator.run()
-    except _Sampled as sampled:
-        state = new_state(cfg, len(tasks), seed)
-        replay(state, sampled.records)
-        return frontier(Controller(controller_settings(cfg)), state, sampled.now)
+    except _Held as held:
+        return held.frontier
     raise AutoscalerError(
         "the sampling phase never completed: the bag is too small to sample every type "
         "(or the budget cannot pay for sampling); plan needs a bag larger than the samples"

@@ -23,11 +23,13 @@ from autoscaler.model import (
     Action,
     Assign,
     BoundaryNear,
+    BudgetSet,
     Cancel,
     Configure,
     Defer,
     Event,
     Extend,
+    Hold,
     Launch,
     LaunchFailed,
     MachineLaunched,
@@ -117,6 +119,8 @@ class RunState:
     stop_reason: str | None = None
     stopped: bool = False  # Stop was decided: nothing new is committed, machines drain
     shutdown: bool = False  # asked to end now: machines go at once, nothing is dispatched
+    awaiting_budget: bool = False  # held after sampling (Hold) until a BudgetSet
+    budget_set_at: float | None = None  # when the last BudgetSet came
     target: dict[str, int] = field(default_factory=dict)  # current configuration
     configurations: list[tuple[float, Configure]] = field(default_factory=list)
     segments: list[Segment] = field(default_factory=list)
@@ -182,6 +186,21 @@ class RunState:
 
     def any_alive(self) -> bool:
         return any(m.alive for m in self.machines.values())
+
+    def budget_of(self, configured: float | None) -> float | None:
+        """The run's budget: the last one set during the run (``BudgetSet``), else the
+        config's (``configured``; round robin runs without one but is reported on it)."""
+        return self.budget if self.budget_set_at is not None else configured
+
+    @property
+    def over(self) -> bool:
+        """Nothing is left to drive: the run stopped, or waits for a budget, and no
+        machine is alive or being launched."""
+        return (
+            (self.stopped or self.awaiting_budget)
+            and not self.pending_launches
+            and not self.any_alive()
+        )
 
     def count_alive(self, type_name: str, *, include_marked: bool = True) -> int:
         return sum(
@@ -300,6 +319,10 @@ class RunState:
                         self.pending.appendleft(tid)
             case Shutdown():
                 self.shutdown = True
+            case BudgetSet(budget=budget):
+                self.budget = budget
+                self.budget_set_at = self.now
+                self.awaiting_budget = False
             case Tick() | BoundaryNear():
                 pass
 
@@ -434,6 +457,10 @@ class RunState:
                 self.configurations.append((self.now, action))
             case Shortfall():
                 self.shortfalls.append((self.now, action))
+            case Hold():
+                # Nothing more is committed: the budget becomes what is committed.
+                self.awaiting_budget = True
+                self.budget = self.committed
             case Stop(reason=reason):
                 self.stopped = True
                 self.stop_reason = reason

@@ -11,6 +11,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -58,17 +59,22 @@ def cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "autoscaler", *args]
 
 
-def run_cleanup(config: Path, *args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    """``autoscaler cleanup`` as a user would run it from a script: no terminal."""
+def run_cli(*args: str, cwd: Path = ROOT, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """``autoscaler ARGS`` as a user would run it from a script: no terminal."""
     return subprocess.run(
-        cli("cleanup", str(config), *args),
+        cli(*args),
         cwd=cwd,
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
         check=False,
     )
+
+
+def run_cleanup(config: Path, *args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    """``autoscaler cleanup`` as a user would run it from a script: no terminal."""
+    return run_cli("cleanup", str(config), *args, cwd=cwd)
 
 
 def start_daemon(*args: str) -> subprocess.Popen[str]:
@@ -168,3 +174,24 @@ def successful_runs(run_dir: Path) -> dict[int, set[tuple[str, int]]]:
         if line["exit_code"] == 0 and not line["error"]:
             out.setdefault(line["task"], set()).add((line["machine"], line["run"]))
     return out
+
+
+def done_counts(run_dir: Path) -> Counter[int]:
+    return Counter(d["task"] for _, _, d in journal_rows(run_dir, "TaskDone"))
+
+
+def assert_clean_end(run_dir: Path, report: dict[str, Any], n_tasks: int) -> None:
+    """Every task done exactly once, money within budget all along, no agent left."""
+    done = done_counts(run_dir)
+    assert sorted(done) == list(range(n_tasks)), "some task never finished"
+    assert max(done.values()) == 1, f"tasks counted twice: {[t for t, c in done.items() if c > 1]}"
+    runs = successful_runs(run_dir)
+    twice = {t: r for t, r in runs.items() if len(r) > 1}
+    assert not twice, f"tasks that ran to success more than once: {twice}"
+    budget = report["budget"]
+    assert max(committed_over_time(run_dir)) <= budget + 1e-6
+    assert report["cost"] <= budget + 1e-6
+    assert report["tasks_done"] == n_tasks
+    assert agents_of(run_id_of(run_dir)) == []
+    for name in ("report.json", "report.md", "gantt.png", "spend.png", "log.jsonl"):
+        assert (run_dir / name).stat().st_size > 0, name

@@ -26,15 +26,16 @@ from autoscaler.rundir import RunFiles
 from tests.integration.daemon_helpers import (
     ROOT,
     agents_of,
+    assert_clean_end,
     cli,
     committed_over_time,
+    done_counts,
     journal_rows,
     kill_agents,
     local_config,
     outputs,
     run_id_of,
     start_daemon,
-    successful_runs,
     wait_for,
 )
 
@@ -49,27 +50,6 @@ def run_in_process(config: Path, run_dir: Path) -> Any:
         return Daemon(files, install_signals=False).run()
     finally:
         kill_agents(files.run_id)
-
-
-def done_counts(run_dir: Path) -> Counter[int]:
-    return Counter(d["task"] for _, _, d in journal_rows(run_dir, "TaskDone"))
-
-
-def assert_clean_end(run_dir: Path, report: dict[str, Any], n_tasks: int) -> None:
-    """Every task done exactly once, money within budget all along, no agent left."""
-    done = done_counts(run_dir)
-    assert sorted(done) == list(range(n_tasks)), "some task never finished"
-    assert max(done.values()) == 1, f"tasks counted twice: {[t for t, c in done.items() if c > 1]}"
-    runs = successful_runs(run_dir)
-    twice = {t: r for t, r in runs.items() if len(r) > 1}
-    assert not twice, f"tasks that ran to success more than once: {twice}"
-    budget = report["budget"]
-    assert max(committed_over_time(run_dir)) <= budget + 1e-6
-    assert report["cost"] <= budget + 1e-6
-    assert report["tasks_done"] == n_tasks
-    assert agents_of(run_id_of(run_dir)) == []
-    for name in ("report.json", "report.md", "gantt.png", "spend.png", "log.jsonl"):
-        assert (run_dir / name).stat().st_size > 0, name
 
 
 def test_a_bag_of_200_runs_on_two_types_within_budget(tmp_path: Path) -> None:

@@ -228,7 +228,7 @@ def test_plan_works_on_every_example(runner: CliRunner, example: Path) -> None:
     """Every example with a bag gets a frontier (or, where sampling alone finishes the
     bag, says so); options run from the minimum budget to the fastest, each with its
     prediction inside its interval."""
-    result = runner.invoke(app, ["plan", str(example), "--json"])
+    result = runner.invoke(app, ["plan", str(example), "--json", "--dry-run"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     if data["tasks_left"] == 0:
@@ -298,3 +298,17 @@ def test_bad_budget_options_are_clear_errors(
     result = runner.invoke(app, ["run", str(example), "--dry-run", *args])
     assert result.exit_code == EXIT_CONFIG
     assert message in result.output
+
+
+@pytest.mark.parametrize("example", [p for p in EXAMPLES if p.stem in ("local", "ec2", "sge")])
+def test_plan_on_a_real_provider_asks_first_and_rents_nothing_unconfirmed(
+    runner: CliRunner, tmp_path: Path, example: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a terminal to ask on and without --yes, `plan` says what sampling would
+    rent and stops before any run directory (or machine) exists."""
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["plan", str(example)])
+    assert result.exit_code == EXIT_CONFIG, result.output
+    assert "--yes" in result.output
+    assert "Sampling rents" in result.output
+    assert not (tmp_path / "runs").exists()

@@ -3,7 +3,8 @@
 Random runs go through the real ``Controller`` and ``RunState``: launches that succeed
 in part or fail (error, capacity, limit, throttled, with or without an end), machines
 that boot or are lost, tasks that finish or fail (replicas included), budgets so small
-that money runs out, signals, and a daemon restart in the middle (the state rebuilt from
+that money runs out, a hold after sampling (`autoscaler plan`) and a budget set later,
+signals, and a daemon restart in the middle (the state rebuilt from
 the journal, the run continued from it). After every step the state replayed from a
 real ``SqliteJournal`` must equal the live one, whole.
 """
@@ -21,6 +22,7 @@ from autoscaler.controller import Controller, ControllerSettings
 from autoscaler.journal import Journal, SqliteJournal, replay
 from autoscaler.model import (
     BoundaryNear,
+    BudgetSet,
     Event,
     LaunchFailed,
     MachineLaunched,
@@ -103,11 +105,13 @@ def test_the_state_replayed_from_the_journal_is_the_live_state_after_every_step(
     steps = data.draw(st.integers(1, 60), label="steps")
     resume_at = data.draw(st.none() | st.integers(0, steps - 1), label="resume at")
     signal_at = data.draw(st.integers(1, 4 * steps), label="signal at")  # mostly never
+    hold = policy == "bats" and data.draw(st.booleans(), label="hold after sampling")
+    budget_at = data.draw(st.integers(1, steps), label="budget set at") if hold else -1
 
     def fresh() -> RunState:
         return RunState.new(TYPES, billing, budget, n_tasks, order, retries, sample)
 
-    controller = Controller(ControllerSettings(policy=policy))
+    controller = Controller(ControllerSettings(policy=policy, hold_after_sampling=hold))
     journal: Journal = SqliteJournal(Path(":memory:"))
     live, replayed = fresh(), fresh()
     seen = 0
@@ -120,17 +124,36 @@ def test_the_state_replayed_from_the_journal_is_the_live_state_after_every_step(
         events += [] if step == 0 else _machine_events(data, live, now)
         if step == signal_at:
             events.append(Shutdown("interrupted by SIGTERM"))
+        if 0 <= budget_at <= step and live.awaiting_budget:
+            more = data.draw(st.sampled_from([0.0, 1.0, 5.0, 50.0]), label="budget over committed")
+            events.append(BudgetSet(live.committed + more, "test"))
+            controller = Controller(ControllerSettings(policy=policy))  # `run --plan`
+            budget_at = -1
         actions = controller.step(live, events, now)
         journal.step(now, events, actions)
         new = [r for r in journal.records() if r.seq > seen]
         replay(replayed, new)
         seen += len(new)
         assert replayed == live
-        if live.stopped and not live.pending_launches and not live.any_alive():
-            break
+        if live.budget is not None:
+            assert live.committed <= live.budget + 1e-9
+        if live.over:
+            if not live.awaiting_budget or budget_at < 0:
+                break
+            budget_at = min(budget_at, step + 1)  # nothing runs: the budget comes now
         now += data.draw(st.sampled_from([1.0, 60.0, 300.0, 900.0, 1750.0]), label="dt")
     kinds = {type(r.item).__name__ for r in journal.records()}
-    for name in ("Replicate", "Cancel", "Defer", "Mark", "Extend", "LaunchFailed", "TaskFailed"):
+    for name in (
+        "Replicate",
+        "Cancel",
+        "Defer",
+        "Mark",
+        "Extend",
+        "LaunchFailed",
+        "TaskFailed",
+        "Hold",
+        "BudgetSet",
+    ):
         event(f"{name} {'seen' if name in kinds else 'not seen'}")
     event(f"planned: {any(c.predicted_makespan_s is not None for _, c in live.configurations)}")
     event(f"stop: {(live.stop_reason or 'bag finished' if live.stopped else 'running')[:24]}")

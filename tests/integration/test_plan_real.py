@@ -1,0 +1,145 @@
+"""`autoscaler plan` on a real provider (local worker processes, time-scaled): it samples
+for real, holds, and `autoscaler run --plan DIR --option N` carries the same run on from
+the samples, adopting the sampling machines that still have paid time."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.daemon_helpers import (
+    agents_of,
+    assert_clean_end,
+    cli,
+    journal_rows,
+    local_config,
+    run_cli,
+    run_id_of,
+    wait_for,
+)
+
+pytestmark = pytest.mark.integration
+
+N_TASKS = 400
+
+
+def planning_config(tmp: Path) -> Path:
+    """Sampling ends well inside the first paid unit (4 emulated hours, 24 real s), so
+    the sampling machines still have paid time to hand over."""
+    return local_config(
+        tmp,
+        bag={"synthetic": N_TASKS},
+        constraint={"budget": 100},
+        machine_types=[
+            {"name": "small", "price": 1, "max_count": 3, "boot_s": "2m"},
+            {"name": "fast", "price": 2, "max_count": 3, "boot_s": "2m"},
+        ],
+        billing={"mode": "fixed", "atu_s": "4h"},
+        local={"time_scale": 600},
+        emulator={"speed": {"small": 1, "fast": 2}},
+    )
+
+
+def first_t(run_dir: Path, type_name: str) -> float:
+    rows = journal_rows(run_dir, type_name)
+    assert rows, f"no {type_name} in the journal"
+    return rows[0][0]
+
+
+def assert_sampled_once(run_dir: Path) -> None:
+    """One sampling configuration, one hold, one budget set: the samples were reused."""
+    sampling = [
+        d for _, _, d in journal_rows(run_dir, "Configure") if d["reason"].startswith("sampling")
+    ]
+    assert len(sampling) == 1
+    assert len(journal_rows(run_dir, "Hold")) == 1
+    assert len(journal_rows(run_dir, "BudgetSet")) == 1
+    assert first_t(run_dir, "Hold") <= first_t(run_dir, "BudgetSet")
+
+
+def plan_in_background(config: Path, plan_dir: Path, cwd: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        cli("plan", str(config), "--yes", "--out", str(plan_dir)),
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def read_plan(plan_dir: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((plan_dir / "plan.json").read_text(encoding="utf-8"))
+    return data
+
+
+def test_run_takes_the_sampling_machines_over_from_plan(tmp_path: Path) -> None:
+    config = planning_config(tmp_path)
+    plan_dir = tmp_path / "plan"
+    plan = plan_in_background(config, plan_dir, tmp_path)
+    try:
+        wait_for(lambda: (plan_dir / "plan.json").exists(), 120, "the plan's frontier")
+        data = read_plan(plan_dir)
+        run_dir = Path(data["run_dir"])
+        option = len(data["options"])  # the fastest: the shortest test
+        run = run_cli(
+            "run",
+            str(config),
+            "--plan",
+            str(plan_dir),
+            "--option",
+            str(option),
+            cwd=tmp_path,
+            timeout=300,
+        )
+        _, plan_err = plan.communicate(timeout=60)
+    finally:
+        plan.kill()
+    assert plan.returncode == 0, plan_err
+    assert "handed over" in plan_err
+    assert run.returncode == 0, run.stdout + run.stderr
+    report = json.loads((run_dir / "report.json").read_text(encoding="utf-8"))
+    assert report["budget"] == pytest.approx(data["options"][option - 1]["budget"])
+    assert_clean_end(run_dir, report, N_TASKS)
+    assert_sampled_once(run_dir)
+    # Sampling machines kept working for the run that took them over.
+    set_at = first_t(run_dir, "BudgetSet")
+    sampling_machines = {
+        d["machine"] for t, _, d in journal_rows(run_dir, "MachineLaunched") if t < set_at
+    }
+    worked_on = {d["machine"] for t, _, d in journal_rows(run_dir, "TaskDone") if t > set_at}
+    assert sampling_machines & worked_on, "no sampling machine was adopted"
+
+
+def test_a_held_run_whose_machines_are_gone_carries_on_with_a_budget(tmp_path: Path) -> None:
+    """`plan` to its end (its machines' paid time over), then `run --resume DIR --budget B`:
+    the samples are reused and new machines finish the bag within B."""
+    config = planning_config(tmp_path)
+    plan_dir = tmp_path / "plan"
+    plan = plan_in_background(config, plan_dir, tmp_path)
+    try:
+        _, plan_err = plan.communicate(timeout=180)
+    finally:
+        plan.kill()
+    assert plan.returncode == 0, plan_err
+    assert "machines are released" in plan_err
+    data = read_plan(plan_dir)
+    run_dir = Path(data["run_dir"])
+    assert agents_of(run_id_of(run_dir)) == []
+    budget = data["options"][-1]["budget"]
+    run = run_cli(
+        "run", "--resume", str(run_dir), "--budget", str(budget), cwd=tmp_path, timeout=300
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    report = json.loads((run_dir / "report.json").read_text(encoding="utf-8"))
+    assert report["budget"] == pytest.approx(budget)
+    assert_clean_end(run_dir, report, N_TASKS)
+    assert_sampled_once(run_dir)
+    assert first_t(run_dir, "BudgetSet") < max(
+        t for t, _, _ in journal_rows(run_dir, "MachineLaunched")
+    )

@@ -1,0 +1,74 @@
+"""`autoscaler plan`'s sampling: the run holds once the samples are in, commits nothing
+more, and a budget set later carries it on from the samples (no second sampling)."""
+
+from __future__ import annotations
+
+from autoscaler.controller import Controller
+from autoscaler.model import Action, BudgetSet, Configure, Event, Extend, Hold, Launch
+from autoscaler.runs import controller_settings, make_emulator, planning_settings
+from autoscaler.state import RunState
+from tests.conftest import make_config
+
+
+def held_run(budget: float = 100.0) -> tuple[RunState, list[tuple[float, list[Action]]]]:
+    """A dry run with the planning settings, to its end; the steps' actions."""
+    cfg = make_config(bag={"synthetic": 300}, constraint={"budget": budget})
+    steps: list[tuple[float, list[Action]]] = []
+
+    def on_step(now: float, _: list[Event], actions: list[Action], __: RunState) -> None:
+        steps.append((now, list(actions)))
+
+    controller = Controller(planning_settings(cfg))
+    emulator = make_emulator(cfg, 300, 1, on_step=on_step, controller=controller)
+    return emulator.run(), steps
+
+
+def test_a_planning_run_holds_once_sampled_and_commits_nothing_more() -> None:
+    state, steps = held_run()
+    holds = [(t, a) for t, actions in steps for a in actions if isinstance(a, Hold)]
+    assert len(holds) == 1
+    held_at = holds[0][0]
+    after = [a for t, actions in steps if t >= held_at for a in actions]
+    assert not [a for a in after if isinstance(a, Launch | Extend)]
+    assert not [a for a in after if isinstance(a, Configure) and a.predicted_cost is not None]
+    committed_at_hold = max(c for t, c in state.spend_log if t <= held_at)
+    assert state.committed <= committed_at_hold + 1e-9
+    # The machines worked on the bag in their paid time, then went; the run waits.
+    assert state.awaiting_budget
+    assert not state.stopped
+    assert state.over
+    assert any(seg.outcome == "done" and seg.start > held_at for seg in state.segments)
+    for m in state.machines.values():
+        assert m.ended_at is not None
+        assert m.ended_at <= m.paid_until + 1e-9
+    assert state.tasks_left > 0
+
+
+def test_a_budget_set_on_a_held_run_plans_from_its_samples() -> None:
+    state, _ = held_run()
+    committed = state.committed
+    budget = committed + 40.0
+    controller = Controller(controller_settings(make_config()))
+    actions = controller.step(state, [BudgetSet(budget, "option 2")], state.now + 60.0)
+    configures = [a for a in actions if isinstance(a, Configure)]
+    assert len(configures) == 1
+    plan = configures[0]
+    assert plan.predicted_cost is not None
+    assert plan.predicted_cost <= budget + 1e-9
+    assert plan.reason.startswith("plan after sampling")
+    assert [a for a in actions if isinstance(a, Launch)]
+    assert state.budget == budget
+    assert not state.awaiting_budget
+    assert state.committed <= budget + 1e-9
+    # One sampling configuration in all: the samples were not taken again.
+    sampling = [c for _, c in state.configurations if c.reason.startswith("sampling")]
+    assert len(sampling) == 1
+
+
+def test_a_budget_below_what_is_committed_buys_nothing() -> None:
+    """A held run given less than it has committed launches nothing and says so."""
+    state, _ = held_run()
+    controller = Controller(controller_settings(make_config()))
+    actions = controller.step(state, [BudgetSet(state.committed, "too little")], state.now + 60)
+    assert not [a for a in actions if isinstance(a, Launch)]
+    assert state.stopped or state.shortfalls
