@@ -464,7 +464,7 @@ def _plan_real(
             thread.join()
     if daemon.handed_over:
         _err.print("The run was handed over with its machines to `autoscaler run`.")
-    elif outcome.state.awaiting_budget:
+    elif outcome.state.awaiting_budget and not outcome.state.finished:
         _err.print(
             f"The sampling machines are released. The samples are kept in {run_dir}: "
             f"autoscaler run --plan {plan_dir} --option N carries the run on from them.",

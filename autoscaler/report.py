@@ -334,6 +334,12 @@ def _inside(actual: float, interval: tuple[float, float] | None) -> bool | None:
     return lo - 0.01 <= actual <= hi + 0.01
 
 
+HELD = (
+    "the samples are in and the run waits for a budget (`autoscaler plan`); carry it on "
+    "with `autoscaler run --plan PLAN_DIR --option N`, or `--resume RUN_DIR --budget B`"
+)
+
+
 def build_report(
     cfg: RunConfig,
     state: RunState,
@@ -415,7 +421,7 @@ def build_report(
         tasks_total=state.n_tasks,
         tasks_done=state.done,
         tasks_failed=state.failed,
-        stop_reason=state.stop_reason,
+        stop_reason=HELD if state.awaiting_budget and not state.finished else state.stop_reason,
         predicted=None
         if first_plan is None
         else Prediction(

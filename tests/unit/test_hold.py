@@ -3,8 +3,10 @@ more, and a budget set later carries it on from the samples (no second sampling)
 
 from __future__ import annotations
 
+from autoscaler.config.load import expand_bag
 from autoscaler.controller import Controller
 from autoscaler.model import Action, BudgetSet, Configure, Event, Extend, Hold, Launch
+from autoscaler.report import build_report, render_head
 from autoscaler.runs import controller_settings, make_emulator, planning_settings
 from autoscaler.state import RunState
 from tests.conftest import make_config
@@ -72,3 +74,12 @@ def test_a_budget_below_what_is_committed_buys_nothing() -> None:
     actions = controller.step(state, [BudgetSet(state.committed, "too little")], state.now + 60)
     assert not [a for a in actions if isinstance(a, Launch)]
     assert state.stopped or state.shortfalls
+
+
+def test_the_report_of_a_held_run_says_it_waits_for_a_budget() -> None:
+    cfg = make_config(bag={"synthetic": 300})
+    state, _ = held_run()
+    report = build_report(cfg, state, tasks=expand_bag(cfg), run_id="held", seed=1)
+    assert report.stop_reason is not None
+    assert "waits for a budget" in report.stop_reason
+    assert "--option N" in render_head(report)
