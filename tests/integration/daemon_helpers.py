@@ -195,3 +195,48 @@ def assert_clean_end(run_dir: Path, report: dict[str, Any], n_tasks: int) -> Non
     assert agents_of(run_id_of(run_dir)) == []
     for name in ("report.json", "report.md", "gantt.png", "spend.png", "log.jsonl"):
         assert (run_dir / name).stat().st_size > 0, name
+
+
+# --- `autoscaler plan` for real, and the run that takes it over ---------------------------
+
+
+def first_t(run_dir: Path, type_name: str) -> float:
+    rows = journal_rows(run_dir, type_name)
+    assert rows, f"no {type_name} in the journal"
+    return rows[0][0]
+
+
+def assert_sampled_once(run_dir: Path) -> None:
+    """One sampling configuration, one hold, one budget set: the samples were reused."""
+    sampling = [
+        d for _, _, d in journal_rows(run_dir, "Configure") if d["reason"].startswith("sampling")
+    ]
+    assert len(sampling) == 1
+    assert len(journal_rows(run_dir, "Hold")) == 1
+    assert len(journal_rows(run_dir, "BudgetSet")) == 1
+    assert first_t(run_dir, "Hold") <= first_t(run_dir, "BudgetSet")
+
+
+def plan_in_background(config: Path, plan_dir: Path, cwd: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        cli("plan", str(config), "--yes", "--out", str(plan_dir)),
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def read_plan(plan_dir: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((plan_dir / "plan.json").read_text(encoding="utf-8"))
+    return data
+
+
+def adopted(run_dir: Path) -> set[str]:
+    """Machines launched before the budget was set that finished tasks after it: the
+    sampling machines the run took over."""
+    set_at = first_t(run_dir, "BudgetSet")
+    before = {d["machine"] for t, _, d in journal_rows(run_dir, "MachineLaunched") if t < set_at}
+    return before & {d["machine"] for t, _, d in journal_rows(run_dir, "TaskDone") if t > set_at}

@@ -31,9 +31,14 @@ import yaml
 from autoscaler.providers.ec2 import LAUNCH_TAG, RUN_TAG, TYPE_TAG
 from autoscaler.registry import RunEntry, read_entries, write_entry
 from tests.integration.daemon_helpers import (
+    adopted,
+    assert_sampled_once,
     committed_over_time,
     journal_rows,
+    plan_in_background,
+    read_plan,
     run_cleanup,
+    run_cli,
     run_id_of,
     start_daemon,
     successful_runs,
@@ -358,6 +363,36 @@ def test_kill9_while_instances_run_tasks_then_resume(world: Ec2World) -> None:
     # crash came from machines launched before it.
     after = {d["machine"] for _, _, d in journal_rows(run_dir, "TaskDone")[15:]}
     assert after & set(alive)
+    assert not world.agent_pids()
+
+
+def test_plan_samples_on_ec2_and_the_run_takes_its_instances_over(world: Ec2World) -> None:
+    """`plan --yes` samples on EC2 and holds; `run --plan DIR --option N` carries the run
+    on from the samples with the instances that still have paid time (their agents
+    reached through new tunnels), and no instance outlives it."""
+    n = 80
+    config = world.config(bag={"synthetic": n})
+    plan_dir = world.tmp / "plan"
+    plan = plan_in_background(config, plan_dir, world.tmp)
+    try:
+        wait_for(lambda: (plan_dir / "plan.json").exists(), 120, "the plan's frontier")
+        data = read_plan(plan_dir)
+        option = str(len(data["options"]))
+        run = run_cli(
+            "run", "--plan", str(plan_dir), "--option", option, cwd=world.tmp, timeout=240
+        )
+        _, plan_err = plan.communicate(timeout=60)
+    finally:
+        plan.kill()
+    assert plan.returncode == 0, plan_err
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    run_dir = Path(data["run_dir"])
+    run_id = run_id_of(run_dir)
+    check_every_task_once(run_dir, n)
+    check_spend(run_dir)
+    assert_sampled_once(run_dir)
+    assert adopted(run_dir), "no sampling instance was taken over"
+    assert not world.running(run_id), "an instance outlived the run"
     assert not world.agent_pids()
 
 

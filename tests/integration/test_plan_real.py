@@ -5,18 +5,20 @@ the samples, adopting the sampling machines that still have paid time."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.integration.daemon_helpers import (
+    adopted,
     agents_of,
     assert_clean_end,
-    cli,
+    assert_sampled_once,
+    first_t,
     journal_rows,
     local_config,
+    plan_in_background,
+    read_plan,
     run_cli,
     run_id_of,
     wait_for,
@@ -42,40 +44,6 @@ def planning_config(tmp: Path) -> Path:
         local={"time_scale": 600},
         emulator={"speed": {"small": 1, "fast": 2}},
     )
-
-
-def first_t(run_dir: Path, type_name: str) -> float:
-    rows = journal_rows(run_dir, type_name)
-    assert rows, f"no {type_name} in the journal"
-    return rows[0][0]
-
-
-def assert_sampled_once(run_dir: Path) -> None:
-    """One sampling configuration, one hold, one budget set: the samples were reused."""
-    sampling = [
-        d for _, _, d in journal_rows(run_dir, "Configure") if d["reason"].startswith("sampling")
-    ]
-    assert len(sampling) == 1
-    assert len(journal_rows(run_dir, "Hold")) == 1
-    assert len(journal_rows(run_dir, "BudgetSet")) == 1
-    assert first_t(run_dir, "Hold") <= first_t(run_dir, "BudgetSet")
-
-
-def plan_in_background(config: Path, plan_dir: Path, cwd: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        cli("plan", str(config), "--yes", "--out", str(plan_dir)),
-        cwd=cwd,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-
-
-def read_plan(plan_dir: Path) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((plan_dir / "plan.json").read_text(encoding="utf-8"))
-    return data
 
 
 def test_run_takes_the_sampling_machines_over_from_plan(tmp_path: Path) -> None:
@@ -107,13 +75,7 @@ def test_run_takes_the_sampling_machines_over_from_plan(tmp_path: Path) -> None:
     assert report["budget"] == pytest.approx(data["options"][option - 1]["budget"])
     assert_clean_end(run_dir, report, N_TASKS)
     assert_sampled_once(run_dir)
-    # Sampling machines kept working for the run that took them over.
-    set_at = first_t(run_dir, "BudgetSet")
-    sampling_machines = {
-        d["machine"] for t, _, d in journal_rows(run_dir, "MachineLaunched") if t < set_at
-    }
-    worked_on = {d["machine"] for t, _, d in journal_rows(run_dir, "TaskDone") if t > set_at}
-    assert sampling_machines & worked_on, "no sampling machine was adopted"
+    assert adopted(run_dir), "no sampling machine was taken over"
 
 
 def test_a_held_run_whose_machines_are_gone_carries_on_with_a_budget(tmp_path: Path) -> None:
