@@ -21,6 +21,7 @@ from pydantic import (
     Field,
     PositiveFloat,
     PositiveInt,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -373,6 +374,20 @@ class Sampling(_Model):
         description="compact: tasks run on every type, the pairs the fit is made on "
         "(slides 001: 7 of a sample of 30; at least 3, at most the sample size n)",
     )
+
+    @field_validator("replicated")
+    @classmethod
+    def _within_sample(cls, replicated: int, info: ValidationInfo) -> int:
+        """At most the largest sample size ⌈z²/(2Δ²)⌉ (a smaller bag's n caps it too)."""
+        z, delta = info.data.get("z"), info.data.get("delta")
+        if z is not None and delta is not None:
+            largest = math.ceil(z * z / (2 * delta * delta) - 1e-9)
+            if replicated > largest:
+                raise ValueError(
+                    f"must be at most the sample size n = {largest} "
+                    f"(z = {z:g}, delta = {delta:g}); got {replicated}"
+                )
+        return replicated
 
 
 # --- real runs: the local provider and the daemon -------------------------------------
