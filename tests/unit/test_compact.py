@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from autoscaler.config.load import expand_bag
-from autoscaler.config.schema import Emulator, RunConfig
+from autoscaler.config.schema import Emulator, MachineFailure, RunConfig
 from autoscaler.controller import Controller
 from autoscaler.estimate import fit_affine, sample_size
-from autoscaler.journal import Record, replay, step_records
+from autoscaler.journal import JOURNAL_JSONL, JsonlJournal, Record, replay, step_records
 from autoscaler.model import Action, Configure, Event
 from autoscaler.providers.sim import type_runtime
 from autoscaler.runs import controller_settings, dry_run, make_emulator, new_state
@@ -211,3 +212,26 @@ def test_emulator_affine_types_relate_with_noise_and_others_keep_their_speed() -
     assert noisy == [type_runtime(model, 600.0, t, "noisy") for t in range(2000)]
     assert len(set(noisy)) > 1000
     assert sum(noisy) / len(noisy) == pytest.approx(300.0, rel=0.02)
+
+
+def test_a_compact_runs_journal_replays_to_its_final_state(tmp_path: Path) -> None:
+    """The pairs (which tasks, their runs per type) are rebuilt from the journal alone,
+    with task failures and a lost machine on the way."""
+    tasks = 400
+    cfg = config("compact", tasks).model_copy(
+        update={
+            "emulator": config("compact", tasks).emulator.model_copy(
+                update={
+                    "task_failure_prob": 0.05,
+                    "machine_failures": [MachineFailure(type="fast", at_s=400.0)],
+                }
+            )
+        }
+    )
+    run = dry_run(cfg, expand_bag(cfg), out_dir=tmp_path / "run", plots=False)
+    journal = JsonlJournal(tmp_path / "run" / JOURNAL_JSONL)
+    replayed = new_state(cfg, tasks, cfg.emulator.seed)
+    replay(replayed, list(journal.records()))
+    journal.close()
+    assert replayed.paired
+    assert replayed == run.state
