@@ -28,6 +28,7 @@ from autoscaler.model import (
     TaskFailed,
     TaskSpec,
 )
+from autoscaler.providers.sim import type_runtime
 from autoscaler.state import Machine, RunState
 
 
@@ -125,12 +126,12 @@ class Agents:
     def _payload(self, m: Machine, run: int, task: int) -> dict[str, Any]:
         spec = self.tasks[task]
         if spec.command is None:
-            speed = self.cfg.emulator.speed.get(m.type.name, 1.0)
+            runtime = type_runtime(self.cfg.emulator, self.runtimes[task], task, m.type.name)
             return {
                 "run": run,
                 "task": task,
                 "command": None,
-                "sleep_s": self.runtimes[task] / speed / self.cfg.time_scale,
+                "sleep_s": runtime / self.cfg.time_scale,
                 "env": {},
                 "cwd": None,
                 "timeout_s": None,

@@ -30,7 +30,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from autoscaler.estimate import RuntimeEstimate, initial_workers, ragged_end, sample_size
+from autoscaler.estimate import (
+    AffineFit,
+    RuntimeEstimate,
+    RuntimeStats,
+    derived_estimate,
+    fit_affine,
+    initial_workers,
+    mapped_stats,
+    ragged_end,
+    sample_size,
+)
 from autoscaler.frontier import minimum_budget
 from autoscaler.model import (
     Action,
@@ -81,6 +91,7 @@ class ControllerSettings:
     reserve_z: float = 1.0  # plan on T_i + z·σ_i/√n: money kept back for a slower bag
     reserve_cost: float = 0.1  # ...unless that reserve makes the plan this much slower
     hold_after_sampling: bool = False  # `autoscaler plan`: Hold once the samples are in
+    sampling_mode: Literal["plain", "compact"] = "plain"  # compact: slides 001 (see below)
 
 
 class _Step:
@@ -119,7 +130,7 @@ class Controller:
         first: list[Action] = []  # decided while reading the events, applied after them
         for event in events:
             others: list[str] = []
-            if isinstance(event, TaskDone):
+            if isinstance(event, TaskDone) and event.task not in state.paired_runs:
                 others = [m for m in state.running_on.get(event.task, {}) if m != event.machine]
             s.feed(event)
             match event:
@@ -226,17 +237,28 @@ class Controller:
         """The sampling configuration a fresh run starts with (pure)."""
         n = sample_size(state.n_tasks, self.settings.z, self.settings.delta)
         iw = initial_workers(state.n_tasks, n)
-        wanted = {name: min(iw, t.max_count) for name, t in state.types.items()}
+        aim = dict.fromkeys(state.types, iw)
+        if self._compact(state):
+            # Only the reference samples n tasks; the others run the replicated ones.
+            ref = self.reference(state)
+            aim = {name: iw if name == ref else min(iw, state.paired_target) for name in aim}
+        wanted = {name: min(aim[name], t.max_count) for name, t in state.types.items()}
+        short = any(wanted[name] < aim[name] for name in aim)
         counts = self._affordable_sampling(state, dict(wanted))
         caps = [
             why
             for why, capped in (
-                ("max_count", any(w < iw for w in wanted.values())),
+                ("max_count", short),
                 ("budget", counts != wanted),
             )
             if capped
         ]
         reason = f"sampling: n={n}, iw={iw}"
+        if self._compact(state):
+            reason = (
+                f"compact sampling: n={n} on {self.reference(state)}, iw={iw}; "
+                f"{state.paired_target} tasks replicated on every type"
+            )
         if caps:
             started = ", ".join(f"{name} {c}" for name, c in counts.items())
             reason += f", capped by {' and '.join(caps)}: {started}"
@@ -259,6 +281,156 @@ class Controller:
             counts[name] -= 1
         return counts
 
+    # --- compact sampling (slides 001) -----------------------------------------------------
+    #
+    # The first ``state.paired_target`` tasks assigned run on every type (their runs are
+    # counted on each type and never cancelled when another ends: ``RunState``). The
+    # reference type runs the rest of the sample set of n; each other type's runtimes
+    # are the reference's mapped through g(x) = a·x + b, fitted by least squares on the
+    # pairs, until the type has seen n runs of its own. Its machines (k of them) are
+    # released at the end of their paid time once they have their replicated tasks,
+    # unless the first plan wants them.
+
+    def _compact(self, state: RunState) -> bool:
+        return (
+            self.settings.policy == "bats"
+            and self.settings.sampling_mode == "compact"
+            and state.paired_target > 0
+            and len(state.types) > 1
+        )
+
+    def reference(self, state: RunState) -> str:
+        """The type that samples the rest of the sample set: the one that can start the
+        most of the iw sampling machines (the sample of n is in soonest), then the
+        cheapest (iw machines of it are most of the sampling cost), then by name.
+        Runtimes are unknown before sampling, so the price per task cannot choose."""
+        n = sample_size(state.n_tasks, self.settings.z, self.settings.delta)
+        iw = initial_workers(state.n_tasks, n)
+        best = min(state.types.values(), key=lambda t: (-min(iw, t.max_count), t.price, t.name))
+        return best.name
+
+    def fit(self, state: RunState, name: str) -> AffineFit | None:
+        """g for ``name`` against the reference, on the replicated tasks done on both."""
+        ref = self.reference(state)
+        runs = (state.paired_runs[tid] for tid in state.paired)
+        return fit_affine((r[ref], r[name]) for r in runs if ref in r and name in r)
+
+    def _derived(self, state: RunState, name: str) -> tuple[AffineFit, RuntimeStats] | None:
+        """The fit and the mapped reference runs ``name``'s estimates come from, or None
+        when they come from its own runs: plain sampling, the reference itself, a type
+        with n runs of its own, or no fit yet."""
+        if not self._compact(state):
+            return None
+        ref = self.reference(state)
+        base = state.stats[ref]
+        if name == ref or state.stats[name].done >= base.sample_target or base.done == 0:
+            return None
+        fit = self.fit(state, name)
+        if fit is None:
+            return None
+        return fit, mapped_stats(base, fit)
+
+    def _stats(self, state: RunState, name: str) -> RuntimeStats:
+        """The runs ``name``'s runtimes are judged by: its own, or the reference's mapped."""
+        derived = self._derived(state, name)
+        return state.stats[name] if derived is None else derived[1]
+
+    def _estimate(
+        self,
+        state: RunState,
+        name: str,
+        ages: dict[str, list[float]],
+        z: float = 1.96,
+        resamples: int | None = None,
+    ) -> RuntimeEstimate:
+        """T_i with its spread and interval; running tasks counted as censored at their
+        age (for a derived type, the reference's running tasks at their mapped age)."""
+        derived = self._derived(state, name)
+        if derived is None:
+            if resamples is None:
+                return state.stats[name].estimate(ages.get(name, ()), z=z)
+            return state.stats[name].estimate(ages.get(name, ()), z=z, resamples=resamples)
+        fit, mapped = derived
+        ref_ages = ages.get(self.reference(state), [])
+        ref_mean = state.stats[self.reference(state)].estimate(ref_ages, resamples=0).mean_s
+        mapped_ages = [max(1.0, fit(a)) for a in ref_ages]
+        if resamples is None:
+            return derived_estimate(mapped, fit, ref_mean, mapped_ages, z)
+        return derived_estimate(mapped, fit, ref_mean, mapped_ages, z, resamples)
+
+    def _n_eff(self, state: RunState, name: str, e: TypeEstimate) -> float:
+        """The runs T_i's standard error σ_i/√n stands on: the runs seen to end, or for
+        a derived type the n for which σ_i/√n is the error of a·T_ref + b (the
+        reference's mean's error times a, and the fitted line's, in quadrature)."""
+        derived = self._derived(state, name)
+        if derived is None:
+            return max(1, state.stats[name].done)
+        fit, _ = derived
+        base = state.stats[self.reference(state)]
+        se_ref = base.stddev() / math.sqrt(max(1, base.done))
+        var = (fit.a * se_ref) ** 2 + fit.line_var(base.mean())
+        return max(1.0, e.sd_s**2 / var) if var > 0 else float(max(1, base.done))
+
+    def _compact_progress(self, s: _Step) -> tuple[bool, list[str]]:
+        """Whether compact sampling is complete, and the types it samples: the reference
+        has its sample set (as ``RuntimeStats.sampled``), every other type has ended its
+        runs of the replicated tasks (or has no machine left to run them on)."""
+        state = s.state
+        ref = self.reference(state)
+        first = state.configurations[0][1].counts
+        sampling = [
+            n
+            for n, c in first.items()
+            if c > 0 and (state.available(n, s.now) or state.count_alive(n) > 0)
+        ]
+        if ref not in sampling or not state.stats[ref].sampled:
+            return False, sampling
+        if len(state.paired) < state.paired_target:
+            return False, sampling
+        for name in sampling:
+            stats = state.stats[name]
+            open_ = any(t not in stats.sample or t in stats.sample_open for t in state.paired)
+            if name != ref and open_ and state.count_alive(name) > 0:
+                return False, sampling
+        return True, sampling
+
+    def _probe(self, s: _Step, m: Machine) -> bool:
+        """Compact sampling: give idle ``m`` a replicated task its type has not run yet
+        (the first ``paired_target`` tasks assigned become them). A type other than the
+        reference that has them all is sampled: its target drops to 0, so its machines
+        go at the end of their paid time (draining meanwhile), unless a plan wants them."""
+        state = s.state
+        name = m.type.name
+        ref = self.reference(state)
+        queued = {t for x in state.alive_machines() if x.type.name == name for t in x.queue}
+        for tid in state.paired:
+            if tid in state.stats[name].sample or tid in queued:
+                continue
+            if state.task_state[tid] is TaskState.PENDING:
+                s.do(Assign(tid, m.id))
+                return True
+            if state.task_state[tid] is TaskState.DONE or state.task_state[tid] is (
+                TaskState.RUNNING
+            ):
+                s.do(Replicate(tid, m.id))
+                return True
+        if name == ref:
+            return False
+        if len(state.paired) < state.paired_target:
+            if state.pending:
+                s.do(Assign(state.pending[0], m.id))
+                return True
+            return False
+        if state.target.get(name, 0) > 0:
+            counts = {**state.target, name: 0}
+            why = (
+                f"compact sampling: {name} has its {state.paired_target} replicated tasks; "
+                "its machines go at the end of their paid time"
+            )
+            s.do(Configure(counts, None, None, why))
+            self._meet_target(s)
+        return False
+
     # --- money at the end of a paid unit --------------------------------------------------
 
     def _can_extend(self, state: RunState, m: Machine) -> bool:
@@ -269,6 +441,18 @@ class Controller:
         extra = state.billing.extension_cost(m.type.price, m.launched_at, m.paid_until)
         return state.committed + extra <= state.budget + _EPS
 
+    def _probing(self, state: RunState, m: Machine) -> bool:
+        """Whether ``m`` runs a replicated task's counted run during compact sampling."""
+        return (
+            bool(state.paired_runs)
+            and not state.stopped
+            and not self._planned(state)
+            and any(
+                t in state.paired_runs and m.type.name not in state.paired_runs[t]
+                for t in m.running
+            )
+        )
+
     def _boundary(self, s: _Step, m: Machine) -> None:
         state = s.state
         margin = state.billing.boundary_margin_s()
@@ -278,7 +462,9 @@ class Controller:
         only_replicas = has_work and all(
             len(state.running_on.get(t, {})) > 1 for t in (*m.running, *m.queue)
         )
-        if state.stopped or m.marked:
+        if self._probing(state, m) and self._can_extend(state, m):
+            s.do(Extend(m.id, m.paid_until + state.billing.step_s))  # a pair is not cut off
+        elif state.stopped or m.marked:
             s.do(
                 Release(
                     m.id, "end of paid time: " + ("run stopping" if state.stopped else "marked")
@@ -323,7 +509,7 @@ class Controller:
         out: dict[str, TypeEstimate] = {}
         for name in self._sampled_types(state):
             t = state.types[name]
-            e = state.stats[name].estimate(ages.get(name, ()), resamples=0)
+            e = self._estimate(state, name, ages, resamples=0)
             out[name] = TypeEstimate(
                 name=name,
                 price=t.price,
@@ -343,7 +529,7 @@ class Controller:
         """Each type's mean runtime with its bootstrap interval (only when a plan is made)."""
         ages = self._running_ages(state, now)
         z = self.settings.confidence_z
-        return {n: state.stats[n].estimate(ages.get(n, ()), z=z) for n in names}
+        return {n: self._estimate(state, n, ages, z=z) for n in names}
 
     def _monitor(self, s: _Step, tick: bool) -> bool:
         """Check the plan; re-plan when needed. Returns True when the target changed."""
@@ -351,12 +537,16 @@ class Controller:
         if state.awaiting_budget:
             return False
         if not self._planned(state):
-            sampling = [
-                n
-                for n, c in state.configurations[-1][1].counts.items()
-                if c > 0 and (state.available(n, s.now) or state.count_alive(n) > 0)
-            ]
-            if sampling and all(state.stats[n].sampled for n in sampling):
+            if self._compact(state):
+                ready, sampling = self._compact_progress(s)
+            else:
+                sampling = [
+                    n
+                    for n, c in state.configurations[-1][1].counts.items()
+                    if c > 0 and (state.available(n, s.now) or state.count_alive(n) > 0)
+                ]
+                ready = bool(sampling) and all(state.stats[n].sampled for n in sampling)
+            if ready:
                 if self.settings.hold_after_sampling:
                     s.do(Hold("samples complete: the run waits for a budget"))
                     return False
@@ -367,7 +557,7 @@ class Controller:
                 and sampling
                 and not self.settings.hold_after_sampling  # planning: any budget may come
                 and not state.shortfalls
-                and all(state.stats[n].done >= _EARLY_CHECK for n in sampling)
+                and all(self._stats(state, n).done >= _EARLY_CHECK for n in sampling)
             ):
                 # Before the samples are complete, warn only if even the optimistic
                 # reading of what is known says the budget cannot finish the bag.
@@ -394,15 +584,14 @@ class Controller:
             return self._replan(s, est, n_e, moved, force=True, refresh=True)
         return self._replan(s, est, n_e, "faster mix affordable", force=False)
 
-    @staticmethod
-    def _noise(state: RunState, est: dict[str, TypeEstimate], n_e: float) -> float:
+    def _noise(self, state: RunState, est: dict[str, TypeEstimate], n_e: float) -> float:
         """How far N_p may fall below N_e by the estimates' noise alone: N_e times the
         largest relative standard error of a mean runtime (σ_i/T_i/√n_i). A shortfall
         within it does not force a re-plan (that would trade a plan made to spend the
         budget exactly for a much slower one, over a few tasks the next estimate may
         give back); the end reserve pays for what is left of it."""
         worst = max(
-            (e.sd_s / e.mean_s / math.sqrt(max(1, state.stats[n].done)) for n, e in est.items()),
+            (e.sd_s / e.mean_s / math.sqrt(self._n_eff(state, n, e)) for n, e in est.items()),
             default=0.0,
         )
         return n_e * worst
@@ -430,7 +619,7 @@ class Controller:
             state,
             s.now,
             {n: e.mean_s for n, e in est.items()},
-            lambda name, age: state.stats[name].tail_estimate(age),
+            lambda name, age: self._stats(state, name).tail_estimate(age),
         )
         return est, n_e
 
@@ -456,7 +645,7 @@ class Controller:
         usable = state.billing.first_step_s - state.billing.boundary_margin_s()
         out = {}
         for name, e in est.items():
-            mean = e.mean_s + z * e.sd_s / math.sqrt(max(1, state.stats[name].done))
+            mean = e.mean_s + z * e.sd_s / math.sqrt(self._n_eff(state, name, e))
             first = max(0, math.floor((usable - e.boot_s) / mean))
             out[name] = replace(e, mean_s=mean, first_tasks=first)
         return out
@@ -573,8 +762,8 @@ class Controller:
         to_start = max(0, state.tasks_left - running)
         ragged = ragged_end(
             fluid.end_s - s.now,
-            ((state.stats[n], to_start * rate.get(n, 0.0) / total) for n in est),
-            ((state.stats[n], age) for n, a in ages.items() if n in est for age in a),
+            ((self._stats(state, n), to_start * rate.get(n, 0.0) / total) for n in est),
+            ((self._stats(state, n), age) for n, a in ages.items() if n in est for age in a),
             self.settings.confidence_z,
         )
         point = forecast(state, s.now, counts, means, ragged.mean_s, budget)
@@ -710,7 +899,7 @@ class Controller:
             ages = self._running_ages(state, s.now)
             per_task = math.inf
             for name, e in est.items():
-                stats = state.stats[name]
+                stats = self._stats(state, name)
                 seen = [*stats.done_times, *stats.censored_times, *ages.get(name, ())]
                 low = sum(seen) / len(seen) - z * e.sd_s / math.sqrt(len(seen))
                 per_task = min(per_task, e.price * max(low, 1e-9) / atu)
@@ -788,7 +977,7 @@ class Controller:
     def _fits(self, s: _Step, m: Machine) -> bool:
         """Whether a new task is likely (mean + one σ) to finish within ``m``'s paid time."""
         state = s.state
-        stats = state.stats[m.type.name]
+        stats = self._stats(state, m.type.name)
         if stats.done == 0:
             return True
         margin = state.billing.boundary_margin_s()
@@ -799,6 +988,8 @@ class Controller:
         for mid in sorted(machines):
             m = state.machines[mid]
             if not m.idle:
+                continue
+            if not self._planned(state) and self._compact(state) and self._probe(s, m):
                 continue
             draining = state.stopped or m.marked or not self._can_extend(state, m)
             if state.pending:
@@ -832,7 +1023,7 @@ class Controller:
         state = s.state
         if self.settings.policy != "bats" or not self.settings.tail_replication:
             return False
-        mine = state.stats[m.type.name]
+        mine = self._stats(state, m.type.name)
         if mine.done == 0:
             return False
         margin = state.billing.boundary_margin_s()
@@ -849,7 +1040,7 @@ class Controller:
                 continue
             ((other, start),) = runs.items()
             host = state.machines[other]
-            stats = state.stats[host.type.name]
+            stats = self._stats(state, host.type.name)
             finish = start + stats.tail_estimate(s.now - start)
             if finish > host.paid_until - margin and not self._can_extend(state, host):
                 finish = math.inf  # its machine goes before it is done: it will be cut off

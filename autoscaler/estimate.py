@@ -257,6 +257,9 @@ class RuntimeStats:
     sample_open: set[int] = field(default_factory=set)  # of it, still without an end
     done: int = 0
     _curve: _Curve | None = field(default=None, compare=False, repr=False)
+    # Compact sampling: these runs mapped through a fit (``mapped_stats``), kept with
+    # their own curves until a run ends here.
+    _mapped: dict[AffineFit, RuntimeStats] = field(default_factory=dict, compare=False, repr=False)
 
     def start(self, task: int) -> None:
         """A run of ``task`` starts on this type (replicas are not counted)."""
@@ -271,6 +274,7 @@ class RuntimeStats:
         if task is not None:
             self.sample_open.discard(task)
         self._curve = None
+        self._mapped.clear()
 
     def censor(self, elapsed_s: float, task: int | None = None) -> None:
         """A counted run ended without a result after ``elapsed_s`` (it needed longer)."""
@@ -278,6 +282,7 @@ class RuntimeStats:
         if task is not None:
             self.sample_open.discard(task)
         self._curve = None
+        self._mapped.clear()
 
     @property
     def sampled(self) -> bool:
@@ -482,3 +487,94 @@ def ragged_end(
         return float(grid[min(int(np.searchsorted(cdf_max, q)), points - 1)])
 
     return RaggedEnd(expected, quantile(p), quantile(1 - p))
+
+
+# --- compact sampling (slides 001): one type's runtimes from another's ------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AffineFit:
+    """g(x) = a·x + b between two types' runtimes of the same tasks (slides 001, compact
+    sampling), fitted by least squares on ``pairs`` pairs (x on the reference type).
+
+    ``resid_sd`` is the residuals' standard deviation (k − 2 degrees of freedom): the
+    part of a task's runtime the reference does not predict. A mean runtime T on the
+    reference maps to a·T + b with the variance of the fitted line at T,
+    σ²·(1/k + (T − x̄)²/Sxx) (the regression's own error, which a larger sample on the
+    reference does not remove).
+    """
+
+    a: float
+    b: float
+    pairs: int
+    x_mean: float
+    sxx: float
+    resid_sd: float
+
+    def __call__(self, x: float) -> float:
+        return self.a * x + self.b
+
+    def line_var(self, x: float) -> float:
+        """Variance of the fitted line's value at ``x``."""
+        return self.resid_sd**2 * (1.0 / self.pairs + (x - self.x_mean) ** 2 / self.sxx)
+
+
+def fit_affine(pairs: Iterable[tuple[float, float]]) -> AffineFit | None:
+    """Least-squares g(x) = a·x + b through (reference runtime, other runtime) pairs;
+    None with fewer than three pairs, no spread in x, or a slope that is not positive
+    (runtimes that fall as the reference's rise cannot be mapped)."""
+    xy = np.asarray(list(pairs), dtype=float).reshape(-1, 2)
+    k = len(xy)
+    if k < 3:
+        return None
+    x, y = xy[:, 0], xy[:, 1]
+    x_mean, y_mean = float(x.mean()), float(y.mean())
+    sxx = float(((x - x_mean) ** 2).sum())
+    if sxx <= 0:
+        return None
+    a = float(((x - x_mean) * (y - y_mean)).sum()) / sxx
+    if a <= 0:
+        return None
+    b = y_mean - a * x_mean
+    resid = y - (a * x + b)
+    resid_sd = math.sqrt(float((resid**2).sum()) / (k - 2)) if k > 2 else 0.0
+    return AffineFit(a, b, k, x_mean, sxx, resid_sd)
+
+
+_MIN_MAPPED_S = 1.0
+
+
+def mapped_stats(ref: RuntimeStats, fit: AffineFit) -> RuntimeStats:
+    """The reference type's runs mapped through ``fit``: what they say of the other
+    type's runtimes (an increasing map keeps the order, so censored runs stay censored
+    at the mapped age). Its spread is the reference's times a; ``derived_estimate``
+    adds the fit's own error. Kept on ``ref`` until a run ends there."""
+    kept = ref._mapped.get(fit)
+    if kept is not None:
+        return kept
+    out = RuntimeStats(ref.sample_target)
+    out.done_times = [max(_MIN_MAPPED_S, fit(t)) for t in ref.done_times]
+    out.censored_times = [max(_MIN_MAPPED_S, fit(t)) for t in ref.censored_times]
+    out.done = ref.done
+    ref._mapped[fit] = out
+    return out
+
+
+def derived_estimate(
+    mapped: RuntimeStats,
+    fit: AffineFit,
+    ref_mean_s: float,
+    running_elapsed: Iterable[float] = (),
+    z: float = 1.96,
+    resamples: int = _RESAMPLES,
+) -> RuntimeEstimate:
+    """A type's T_i from the reference's runs (``mapped_stats``): a·T_ref + b, its
+    runtimes' spread the mapped spread and the residuals' in quadrature, and its
+    interval the mapped interval widened by z times the fitted line's standard error
+    at T_ref, in quadrature."""
+    e = mapped.estimate(running_elapsed, z, resamples)
+    line = z * math.sqrt(fit.line_var(ref_mean_s))
+    sd = math.hypot(e.sd_s, fit.resid_sd)
+    lo = e.mean_s - math.hypot(e.mean_s - e.lo_s, line)
+    hi = e.mean_s + math.hypot(e.hi_s - e.mean_s, line)
+    return RuntimeEstimate(e.mean_s, sd, max(lo, 1e-9), hi, e.done, e.censored)

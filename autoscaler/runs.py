@@ -70,6 +70,7 @@ def controller_settings(cfg: RunConfig) -> ControllerSettings:
         policy=cfg.policy,
         z=cfg.sampling.z,
         delta=cfg.sampling.delta,
+        sampling_mode=cfg.sampling.mode,
         tail_replication=cfg.tail_replication,
         solver=cfg.solver,
         on_shortfall=cfg.constraint.on_shortfall,
@@ -86,6 +87,7 @@ def new_state(cfg: RunConfig, n_tasks: int, seed: int) -> RunState:
     order = list(range(n_tasks))
     random.Random(seed).shuffle(order)
     budget = cfg.constraint.budget if cfg.policy == "bats" else None
+    n = sample_size(n_tasks, cfg.sampling.z, cfg.sampling.delta)
     return RunState.new(
         type_specs(cfg),
         billing_model(cfg),
@@ -93,7 +95,8 @@ def new_state(cfg: RunConfig, n_tasks: int, seed: int) -> RunState:
         n_tasks,
         order,
         max_retries=cfg.bag.max_retries,
-        sample_target=sample_size(n_tasks, cfg.sampling.z, cfg.sampling.delta),
+        sample_target=n,
+        paired=min(cfg.sampling.replicated, n) if cfg.sampling.mode == "compact" else 0,
     )
 
 

@@ -135,6 +135,11 @@ class RunState:
     launch_problems: list[tuple[float, str, str, str]] = field(
         default_factory=list
     )  # (time, type, kind, reason) of refused launches, for the report
+    # Compact sampling (slides 001): the first ``paired_target`` tasks assigned are run
+    # on every type, each run counted on its type, none cancelled when another ends.
+    paired_target: int = 0
+    paired: list[int] = field(default_factory=list)  # those tasks, in assignment order
+    paired_runs: dict[int, dict[str, float]] = field(default_factory=dict)  # runtime per type
 
     def available(self, type_name: str, now: float) -> bool:
         """Whether the provider may have capacity for ``type_name`` at ``now``."""
@@ -147,6 +152,11 @@ class RunState:
             if c.predicted_makespan_s is not None:
                 return c
         return None
+
+    def paired_first_run(self, task: int, type_name: str) -> bool:
+        """Whether a run of ``task`` starting on ``type_name`` is the paired task's
+        counted run there (compact sampling): its first on the type."""
+        return task in self.paired_runs and task not in self.stats[type_name].sample
 
     def held(self, now: float) -> bool:
         """Whether scale-up waits at ``now`` for an account limit to lift."""
@@ -162,8 +172,10 @@ class RunState:
         order: Sequence[int],
         max_retries: int = 2,
         sample_target: int = 30,
+        paired: int = 0,
     ) -> RunState:
-        """A fresh run; ``order`` is the FCFS order tasks leave the bag in."""
+        """A fresh run; ``order`` is the FCFS order tasks leave the bag in; ``paired``:
+        tasks to run on every type (compact sampling; 0: plain sampling)."""
         if sorted(order) != list(range(n_tasks)):
             raise StateError("task order must be a permutation of the task ids")
         return cls(
@@ -177,6 +189,7 @@ class RunState:
             pending=deque(order),
             spend_log=[(0.0, 0.0)],
             stats={t.name: RuntimeStats(sample_target) for t in types},
+            paired_target=paired,
         )
 
     # --- queries ----------------------------------------------------------------------
@@ -300,10 +313,14 @@ class RunState:
                     m.tasks_done += 1
                     # The first result wins: the other runs end now (the controller
                     # sends each a Cancel, which then finds nothing left to stop).
-                    for other in list(self.running_on.get(tid, {})):
-                        self._cancel(tid, other)
+                    # A paired task's runs on other types go on: they are the pairs.
+                    if tid not in self.paired_runs:
+                        for other in list(self.running_on.get(tid, {})):
+                            self._cancel(tid, other)
                     if not self.running_on.get(tid):
                         self.running_on.pop(tid, None)
+                elif tid in self.paired_runs and not self.running_on.get(tid):
+                    self.running_on.pop(tid, None)
             case TaskFailed(task=tid, machine=mid, error=error, runtime_s=runtime):
                 if not self._finish_run(tid, mid, "failed", runtime):
                     return
@@ -317,6 +334,8 @@ class RunState:
                     else:
                         self.task_state[tid] = TaskState.PENDING
                         self.pending.appendleft(tid)
+                elif tid in self.paired_runs and not self.running_on.get(tid):
+                    self.running_on.pop(tid, None)
             case Shutdown():
                 self.shutdown = True
             case BudgetSet(budget=budget):
@@ -358,6 +377,8 @@ class RunState:
         stats = self.stats[m.type.name]
         if ended_with_result:
             stats.record(runtime_s, tid)
+            if tid in self.paired_runs:
+                self.paired_runs[tid][m.type.name] = runtime_s
         else:
             stats.censor(max(0.0, runtime_s), tid)
 
@@ -366,7 +387,9 @@ class RunState:
             return  # a booting machine starts its queue when it is ready
         while m.queue and not m.running:
             tid = m.queue.popleft()
-            if self.running_on.get(tid):
+            if self.paired_first_run(tid, m.type.name):
+                self.stats[m.type.name].start(tid)
+            elif self.running_on.get(tid):
                 m.replicas.add(tid)
             else:
                 self.stats[m.type.name].start(tid)
@@ -440,6 +463,9 @@ class RunState:
                     else:
                         self.pending.remove(tid)
                 self.task_state[tid] = TaskState.RUNNING
+                if len(self.paired) < self.paired_target and tid not in self.paired_runs:
+                    self.paired.append(tid)
+                    self.paired_runs[tid] = {}
                 m.queue.append(tid)
                 self._start_queued(m)
             case Replicate(task=tid, machine=mid):

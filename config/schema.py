@@ -21,6 +21,7 @@ from pydantic import (
     Field,
     PositiveFloat,
     PositiveInt,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -301,10 +302,30 @@ class MachineFailure(_Model):
     index: int = Field(default=0, ge=0)
 
 
+class Affine(_Model):
+    """Emulator only: how a type's runtimes relate to the drawn ones, not in proportion.
+
+    A task of drawn runtime x takes (a·x + b_s)·(1 + noise·ε) / speed on the type, ε a
+    standard normal drawn once per task and type (clipped so the factor stays ≥ 0.05):
+    the types are related by g(x) = a·f(x) + b up to noise (slides 001, compact
+    sampling), which a plain ``speed`` (exactly proportional) would make exact.
+    """
+
+    a: PositiveFloat = Field(default=1.0, description="slope: the drawn runtime's factor")
+    b_s: Seconds = Field(default=0.0, description="intercept: seconds added to every task")
+    noise: float = Field(
+        default=0.0,
+        ge=0,
+        lt=1,
+        description="relative per-task noise: the sd of the factor 1 + noise·ε",
+    )
+
+
 class Emulator(_Model):
     """The virtual world of a dry run: how fast tasks run where, and what goes wrong.
 
-    A task's runtime on a type is its drawn runtime divided by the type's ``speed``.
+    A task's runtime on a type is its drawn runtime divided by the type's ``speed``;
+    a type listed in ``affine`` maps the drawn runtime affinely, with noise, first.
     """
 
     seed: int = 0
@@ -314,6 +335,11 @@ class Emulator(_Model):
     speed: dict[str, PositiveFloat] = Field(
         default_factory=dict, description="per machine type; missing types run at 1.0"
     )
+    affine: dict[str, Affine] = Field(
+        default_factory=dict,
+        description="per machine type: runtime (a·x + b_s)·(1 + noise·ε) before the "
+        "speed; missing types run the drawn runtime x",
+    )
     task_failure_prob: float = Field(default=0.0, ge=0, lt=1)
     machine_failures: list[MachineFailure] = Field(default_factory=list)
 
@@ -322,10 +348,46 @@ class Emulator(_Model):
 
 
 class Sampling(_Model):
-    """Sample size parameters of paper 000 §2.1 (defaults: 95 % confidence, Δ = 0.25)."""
+    """Sample size parameters of paper 000 §2.1 (defaults: 95 % confidence, Δ = 0.25),
+    and how the sample is taken.
+
+    ``plain``: every type runs a sample set of n tasks. ``compact`` (slides 001): the
+    first ``replicated`` tasks run on every type, the reference type (the one that can
+    start the most sampling machines, then the cheapest) runs the rest of the n, and
+    each other type's runtimes are the reference's mapped through g(x) = a·x + b,
+    fitted by least squares on the replicated pairs, with the fit's error in their
+    uncertainty. The other types start only ``replicated`` machines, released at the
+    end of their paid time unless the first plan wants them.
+    """
 
     z: PositiveFloat = 1.96
     delta: float = Field(default=0.25, gt=0, lt=1)
+    mode: Literal["plain", "compact"] = Field(
+        default="plain",
+        description="plain: a sample of n tasks on every type; compact: replicate a few "
+        "tasks on every type, fit g(x) = a·x + b, sample the rest on one type",
+    )
+    replicated: int = Field(
+        default=7,
+        ge=3,
+        le=100,
+        description="compact: tasks run on every type, the pairs the fit is made on "
+        "(slides 001: 7 of a sample of 30; at least 3, at most the sample size n)",
+    )
+
+    @field_validator("replicated")
+    @classmethod
+    def _within_sample(cls, replicated: int, info: ValidationInfo) -> int:
+        """At most the largest sample size ⌈z²/(2Δ²)⌉ (a smaller bag's n caps it too)."""
+        z, delta = info.data.get("z"), info.data.get("delta")
+        if z is not None and delta is not None:
+            largest = math.ceil(z * z / (2 * delta * delta) - 1e-9)
+            if replicated > largest:
+                raise ValueError(
+                    f"must be at most the sample size n = {largest} "
+                    f"(z = {z:g}, delta = {delta:g}); got {replicated}"
+                )
+        return replicated
 
 
 # --- real runs: the local provider and the daemon -------------------------------------
@@ -540,12 +602,13 @@ class RunConfig(_Model):
     @model_validator(mode="after")
     def _cross_checks(self) -> RunConfig:
         names = {t.name for t in self.machine_types}
-        for name in self.emulator.speed:
-            if name not in names:
-                raise ValueError(
-                    f"emulator.speed names unknown machine type {name!r} "
-                    f"(known: {', '.join(sorted(names))})"
-                )
+        for field, named in (("speed", self.emulator.speed), ("affine", self.emulator.affine)):
+            for name in named:
+                if name not in names:
+                    raise ValueError(
+                        f"emulator.{field} names unknown machine type {name!r} "
+                        f"(known: {', '.join(sorted(names))})"
+                    )
         for failure in self.emulator.machine_failures:
             if failure.type not in names:
                 raise ValueError(

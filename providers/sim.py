@@ -2,8 +2,9 @@
 and fail when told to. Time is whatever the emulator's clock says.
 
 Task runtimes are drawn once per run from the configured distribution with the run's
-seed; a task takes ``runtime / speed`` on a machine of a type with that ``speed``, every
-time it runs there (a replica of a task is as long as the task).
+seed; a task takes ``runtime / speed`` on a machine of a type with that ``speed`` (its
+``affine`` relation applied first, if it has one: ``type_runtime``), every time it runs
+there (a replica of a task is as long as the task).
 """
 
 from __future__ import annotations
@@ -66,6 +67,24 @@ def draw_runtimes(model: Emulator, n_tasks: int, rng: random.Random) -> list[flo
             trace = load_trace(path)
             values = [trace[i % len(trace)] for i in range(n_tasks)]
     return [max(_MIN_RUNTIME_S, v) for v in values]
+
+
+_MIN_NOISE_FACTOR = 0.05
+
+
+def type_runtime(model: Emulator, runtime_s: float, task: int, type_name: str) -> float:
+    """How long ``task``, of drawn runtime ``runtime_s``, takes on ``type_name``: the
+    drawn runtime, mapped by the type's ``affine`` relation (a·x + b, times a noise
+    factor fixed by the task and the type) if it has one, over the type's speed."""
+    value = runtime_s
+    relation = model.affine.get(type_name)
+    if relation is not None:
+        value = relation.a * runtime_s + relation.b_s
+        if relation.noise > 0:
+            eps = random.Random(f"{runtime_s!r}:{task}:{type_name}").gauss(0.0, 1.0)
+            value *= max(_MIN_NOISE_FACTOR, 1.0 + relation.noise * eps)
+        value = max(_MIN_RUNTIME_S, value)
+    return value / model.speed.get(type_name, 1.0)
 
 
 @dataclass
@@ -151,8 +170,7 @@ class SimProvider:
         return self._capabilities.boot_estimate_s.get(self.machines[machine].type, 0.0)
 
     def run_time(self, task: int, machine: str) -> float:
-        speed = self._model.speed.get(self.machines[machine].type, 1.0)
-        return self.runtimes[task] / speed
+        return type_runtime(self._model, self.runtimes[task], task, self.machines[machine].type)
 
     def run_fails(self, task: int, attempt: int) -> float | None:
         """If this run of ``task`` fails, the fraction of its runtime after which it does."""

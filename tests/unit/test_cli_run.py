@@ -72,7 +72,8 @@ def test_every_example_dry_runs_to_a_full_run_directory(
     assert [t["name"] for t in resolved["machine_types"]] == [
         t["name"] for t in original["machine_types"]
     ]
-    assert resolved["sampling"] == {"z": 1.96, "delta": 0.25} or "sampling" in original
+    defaults = {"z": 1.96, "delta": 0.25, "mode": "plain", "replicated": 7}
+    assert resolved["sampling"] == defaults or "sampling" in original
 
 
 def test_journal_records_events_and_actions_in_time_order(

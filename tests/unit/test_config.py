@@ -614,3 +614,33 @@ def test_a_price_the_lookup_lacks_is_named(tmp_path: Path) -> None:
         load_config(_write(tmp_path, data), prices=lambda types, region, endpoint: {})
     assert "machine_types[1].price: not given" in str(info.value)
     assert "c5.large" in str(info.value)
+
+
+# --- compact sampling and the emulator's affine types -------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        ("sampling: {mode: fancy}", "sampling.mode:"),
+        ("sampling: {mode: compact, replicated: 2}", "sampling.replicated: must be greater than"),
+        ("sampling: {mode: compact, replicated: 40}", "sampling.replicated: must be at most the"),
+        ("emulator: {affine: {huge: {a: 2}}}", "names unknown machine type 'huge'"),
+        ("emulator: {affine: {fast: {a: 0}}}", "emulator.affine.fast.a: must be greater than 0"),
+        ("emulator: {affine: {fast: {noise: 1.5}}}", "emulator.affine.fast.noise: must be less"),
+        ("emulator: {affine: {fast: {slope: 2}}}", "emulator.affine.fast.slope: unknown field"),
+    ],
+)
+def test_bad_compact_sampling_or_affine_setting_names_the_field(
+    tmp_path: Path, extra: str, expected: str
+) -> None:
+    """A bad compact-sampling setting or emulator relation is refused, naming the field."""
+    found = problems(tmp_path, GOOD + extra + "\n")
+    assert any(expected in p for p in found), found
+
+
+def test_compact_sampling_setting_loads(tmp_path: Path) -> None:
+    """compact with its number of replicated tasks loads; the default is plain."""
+    cfg = load_config(write(tmp_path, GOOD + "sampling: {mode: compact, replicated: 5}\n"))
+    assert (cfg.sampling.mode, cfg.sampling.replicated) == ("compact", 5)
+    assert load_config(write(tmp_path, GOOD)).sampling.mode == "plain"
