@@ -18,6 +18,7 @@ from the start). Run from the repository root::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import math
 import multiprocessing
@@ -26,10 +27,11 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import TypeVar
 
 if __name__ == "__main__" and not __package__:  # ``python benchmarks/bats_scenarios.py``
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -55,6 +57,9 @@ BOOT_NOTE = (
     "instances are typically ready for SSH 1-2 min after launch; the paper's SGE-emulated\n"
     'clouds had "realistic, significant startup times" but it gives no number.'
 )
+
+W = TypeVar("W")
+R = TypeVar("R")
 
 # --- the scenarios of paper 000 §3 ------------------------------------------------------
 
@@ -661,13 +666,7 @@ def run_all(
     work = [(name, seed, tail_replication) for name in names for seed in range(seeds)]
     results: list[RunResult] = []
     started = time.perf_counter()
-    if jobs <= 1:
-        chunks: Iterable[list[RunResult]] = map(run_seed, work)
-        pool = None
-    else:
-        pool = multiprocessing.get_context("fork").Pool(jobs)
-        chunks = pool.imap_unordered(run_seed, work)
-    try:
+    with pooled(run_seed, work, jobs) as chunks:
         for i, chunk in enumerate(chunks, start=1):
             results.extend(chunk)
             first = chunk[0]
@@ -676,11 +675,22 @@ def run_all(
                 f"[{i:3d}/{len(work)}] {first.scenario} seed {first.seed:2d}: "
                 f"runs {walls} s, elapsed {time.perf_counter() - started:.0f} s"
             )
-    finally:
-        if pool is not None:
-            pool.close()
-            pool.join()
     return results
+
+
+@contextlib.contextmanager
+def pooled(fn: Callable[[W], R], work: Sequence[W], jobs: int) -> Iterator[Iterable[R]]:
+    """``fn`` over ``work``, in ``jobs`` forked processes (results as they come) or,
+    with one job, in this process and in order."""
+    if jobs <= 1:
+        yield map(fn, work)
+        return
+    pool = multiprocessing.get_context("fork").Pool(jobs)
+    try:
+        yield pool.imap_unordered(fn, work)
+    finally:
+        pool.close()
+        pool.join()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

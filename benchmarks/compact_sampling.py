@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import multiprocessing
 import sys
 import time
 from collections.abc import Iterable, Sequence
@@ -42,7 +41,13 @@ from autoscaler.estimate import sample_size
 from autoscaler.model import TaskSpec
 from autoscaler.runs import controller_settings, dry_run
 from autoscaler.state import RunState
-from benchmarks.bats_scenarios import library_digest, library_state, quantile, render_table
+from benchmarks.bats_scenarios import (
+    library_digest,
+    library_state,
+    pooled,
+    quantile,
+    render_table,
+)
 from benchmarks.estimates import _good, _median, _names, _p, _pct, _x
 
 MEAN_S = 900.0
@@ -237,11 +242,7 @@ def table(results: Sequence[RunResult], prices: Sequence[str], dists: Sequence[s
 def run_all(work: Sequence[Job], jobs: int) -> list[RunResult]:
     results: list[RunResult] = []
     started = time.perf_counter()
-    pool = multiprocessing.get_context("fork").Pool(jobs) if jobs > 1 else None
-    done: Iterable[RunResult] = (
-        map(run_one, work) if pool is None else pool.imap_unordered(run_one, work)
-    )
-    try:
+    with pooled(run_one, work, jobs) as done:
         for i, r in enumerate(done, start=1):
             results.append(r)
             print(
@@ -251,10 +252,6 @@ def run_all(work: Sequence[Job], jobs: int) -> list[RunResult]:
                 file=sys.stderr,
                 flush=True,
             )
-    finally:
-        if pool is not None:
-            pool.close()
-            pool.join()
     return results
 
 
