@@ -1,0 +1,690 @@
+"""The deadline planners of paper 002 (Thai, Varghese, Barker) §III–IV: the cheapest
+machines that finish every job by its deadline.
+
+Environment (paper 002 §III.A). A job j has n_j tasks, a deadline d_j (absolute run
+time) and a mean task time e_{j,it} per machine type (the paper's recurring
+applications; a type without one cannot run the job). A type has a price c_it per
+ATU, a boot time β_it and a maximum count. A new machine is launched at ``now``,
+boots, then runs its jobs one after the other; it is paid from launch for its
+running time r_v = β + Σ_j n_{j,v}·e_{j,it}, rounded up to whole ATUs (``BillingModel``;
+under per-second billing, r_v with the minimum charge).
+
+Job order. A machine runs its jobs earliest deadline first (EDF; ties in the order
+given). The paper uses "a pre-defined priority"; EDF loses nothing: on one machine with
+given task counts, if any order meets every deadline, EDF does (exchange argument).
+So the deadline constraint (2) is, for every job j, with L_{j,it} = d_j − now − β_it::
+
+    Σ_{j' ≤ j} n_{j',v}·e_{j',it} ≤ L_{j,it}                                   (2')
+
+(for a job v does not run, the constraint is implied by the one of the last job before
+it that v runs, whose deadline is no later).
+
+Model (7), literal (``formulation="literal"``): a candidate machine v per type and
+index k ≤ K_it, binary x_v, integer tasks n_{j,v} ≤ x_v·⌊L_{j,it}/e_{j,it}⌋, (2'),
+Σ_v n_{j,v} = n_j, and the ATU-rounded cost: integer units u_v ≥ x_v with
+u_v·ATU ≥ β·x_v + Σ_j n_{j,v}·e_{j,it} (per second: paid seconds P_v ≥ that and
+≥ min_charge·x_v). Minimise Σ_v c_{it_v}·u_v.
+
+Candidate bound K_it. Take an optimal plan with the fewest machines. Two machines of
+one type whose fills f_v = max_j W_v(j)/L_j (W_v(j) the left side of (2')) sum to at
+most 1 could be merged into one that meets (2') and costs no more (⌈(β+a+b)/ATU⌉ ≤
+⌈(β+a)/ATU⌉ + ⌈(β+b)/ATU⌉), so at most one machine of a type has f_v ≤ ½. Since
+f_v ≤ Σ_j n_{j,v}·e_{j,it}/L_{j,it} (EDF: L grows with j), the count M_it satisfies
+(M_it − 1)/2 < Σ_j n_j·e_{j,it}/L_{j,it} =: S_it, so K_it = min(max_count, ⌊2·S_it⌋ + 1)
+loses no optimum.
+
+Model (7), fast (``formulation="fast"``): aggregated by type, so machines of a type
+are not told apart (no symmetry). Under fixed ATUs a group g = (it, u) holds the y_g
+machines of type it paid for u units; its windows are W_{j,g} = min(L_{j,it},
+u·ATU − β_it). Integer N_{j,g} tasks of job j run on the group::
+
+    minimise   Σ_g u·c_it·y_g
+    s.t.       Σ_g N_{j,g} = n_j                                   every job j
+               Σ_{j' ≤ j} N_{j',g}·e_{j',it} ≤ W_{j,g}·y_g          every group, job
+               N_{j,g} ≤ ⌊W_{j,g}/e_{j,it}⌋·y_g                     every group, job
+               Σ_u y_{it,u} ≤ K_it                                 every type
+
+Every plan of model (7) gives one of this model with the same cost (sum its machines'
+tasks per group), so its optimum is a lower bound on (7)'s. Its solution is then split
+into machines, group by group (least loaded first, in EDF order; if that fails, a
+small exact MILP over the group's y_g machines). A split that succeeds is a plan of
+(7) at the lower bound, hence optimal for (7). If a group cannot be split (the
+aggregate let tasks of several machines share one machine's leftover seconds), the
+planner solves the per-machine model instead (the literal one, with the machines of
+a type ordered x_1 ≥ x_2 ≥ … to remove symmetry) and notes it. Under per-second
+billing a group is a type, with paid seconds P ≥ β·y + Σ_j N_j·e_j and P ≥ min·y; a
+split whose true cost exceeds that bound also falls back.
+
+Model (10), single job: the fast model with one job. With one job a group's tasks
+always split (each machine takes at most ⌊W/e⌋), so under fixed ATUs it is exact:
+the paper's n_j = Σ_it ni_it·n_{j,it} with ≥ (a machine may do fewer than n_{j,it}) and
+the cost rounded to ATUs per machine.
+
+Algorithms (paper 002 §IV): ``assign`` is Algorithm 1 (fill running machines without
+extending their paid time or missing a deadline), ``handle_multi`` Algorithm 2 (assign
+every job, then model (7) for what is left), ``handle_single`` Algorithm 3 (job by job:
+assign, then model (10), the new machines joining the running ones).
+
+A deadline no mix can meet is a result, not an error: ``DeadlineResult.plan`` is None
+and ``reason`` names the job(s). Solved with PuLP (HiGHS, CBC as fallback) through the
+budget planner's ``_solve``; every status that is neither Optimal nor Infeasible is
+named in ``notes``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+import pulp
+
+from autoscaler.billing import BillingModel
+from autoscaler.planner import Solver, _solve
+
+Formulation = Literal["fast", "literal"]
+
+_EPS = 1e-9
+_MONEY_TOL = 1e-6
+
+
+# --- inputs ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DeadlineJob:
+    """A bag with a deadline (paper 002: j, n_j, d_j, e_{a_j,it})."""
+
+    name: str
+    tasks: int  # n_j
+    deadline_s: float  # d_j, absolute run time
+    task_s: Mapping[str, float]  # e_{j,it}: mean task time per type name; absent: unknown
+
+
+@dataclass(frozen=True, slots=True)
+class MachineType:
+    name: str
+    price: float  # c_it per ATU
+    boot_s: float  # β_it
+    max_count: int  # new machines of this type at most
+
+
+@dataclass(frozen=True, slots=True)
+class RunningMachine:
+    """A machine that exists already (booting or running)."""
+
+    id: str
+    type: str
+    paid_until: float  # absolute time its paid time ends
+    free_at: float  # absolute time its queue is done (for a booting machine: ready + queue)
+
+
+@dataclass(frozen=True, slots=True)
+class DeadlineProblem:
+    jobs: Sequence[DeadlineJob]
+    types: Sequence[MachineType]
+    billing: BillingModel
+    now: float = 0.0
+    machines: Sequence[RunningMachine] = ()
+
+
+# --- outputs ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class NewMachine:
+    """A machine to launch now, and the tasks of each job it runs (in EDF order)."""
+
+    type: str
+    tasks: Mapping[str, int]
+    busy_s: float  # r_v: boot plus work, from launch
+    paid_s: float  # what it is paid for: whole ATUs, or r_v with the minimum charge
+    cost: float
+
+
+@dataclass(frozen=True, slots=True)
+class DeadlinePlan:
+    existing: Mapping[str, Mapping[str, int]]  # running machine id -> job -> tasks
+    new: tuple[NewMachine, ...]
+    cost: float  # money the new machines commit
+
+    def counts(self) -> dict[str, int]:
+        """New machines per type."""
+        out: dict[str, int] = {}
+        for m in self.new:
+            out[m.type] = out.get(m.type, 0) + 1
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class DeadlineResult:
+    """A plan, or None with the reason (naming the jobs); ``notes`` names every solver
+    status that was neither Optimal nor Infeasible, and fallbacks taken."""
+
+    plan: DeadlinePlan | None
+    reason: str | None = None
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """What Algorithm 1 did: tasks per running machine and job, and tasks left per job."""
+
+    tasks: Mapping[str, Mapping[str, int]]
+    left: Mapping[str, int]
+    machines: tuple[RunningMachine, ...]  # the machines with their queues extended
+
+
+# --- Algorithm 1 -----------------------------------------------------------------------------
+
+
+def edf(jobs: Sequence[DeadlineJob]) -> list[DeadlineJob]:
+    """Jobs earliest deadline first, ties in the order given."""
+    return sorted(jobs, key=lambda j: j.deadline_s)
+
+
+def _fits(seconds: float, task_s: float) -> int:
+    return max(0, math.floor(seconds / task_s + _EPS)) if seconds > 0 else 0
+
+
+def assign(
+    jobs: Sequence[DeadlineJob],
+    machines: Sequence[RunningMachine],
+    now: float,
+    left: Mapping[str, int] | None = None,
+) -> Assignment:
+    """Algorithm 1: give each job (EDF) as many tasks as each machine (in the order
+    given) can finish by min(deadline, paid_until), after its queue.
+
+    A machine's work is never pushed past its paid time nor past the job's deadline;
+    ``left`` (default: every job's n_j) is what is still to place.
+    """
+    remaining = {j.name: (left[j.name] if left is not None else j.tasks) for j in jobs}
+    free = {m.id: max(m.free_at, now) for m in machines}
+    tasks: dict[str, dict[str, int]] = {m.id: {} for m in machines}
+    for job in edf(jobs):
+        for m in machines:
+            if remaining[job.name] <= 0:
+                break
+            e = job.task_s.get(m.type)
+            if e is None or e <= 0:
+                continue
+            n = min(remaining[job.name], _fits(min(job.deadline_s, m.paid_until) - free[m.id], e))
+            if n > 0:
+                tasks[m.id][job.name] = tasks[m.id].get(job.name, 0) + n
+                free[m.id] += n * e
+                remaining[job.name] -= n
+    extended = tuple(
+        RunningMachine(m.id, m.type, m.paid_until, max(m.free_at, free[m.id])) for m in machines
+    )
+    return Assignment({k: v for k, v in tasks.items() if v}, remaining, extended)
+
+
+# --- the models ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Lane:
+    """One job on one type: its window L and task time e (only when one task fits)."""
+
+    job: int  # index in EDF order
+    e: float
+    window: float  # L_{j,it} = d_j − now − β_it
+    cap: int  # ⌊L/e⌋
+
+
+@dataclass(frozen=True, slots=True)
+class _Type:
+    t: MachineType
+    lanes: tuple[_Lane, ...]  # jobs this type can run, in EDF order
+    bound: int  # K_it
+
+
+@dataclass(frozen=True, slots=True)
+class _Instance:
+    jobs: tuple[DeadlineJob, ...]  # EDF, only those with tasks to place
+    need: tuple[int, ...]
+    types: tuple[_Type, ...]
+    billing: BillingModel
+
+
+def _instance(
+    jobs: Sequence[DeadlineJob],
+    need: Mapping[str, int],
+    types: Sequence[MachineType],
+    billing: BillingModel,
+    now: float,
+) -> _Instance:
+    ordered = tuple(j for j in edf(jobs) if need.get(j.name, 0) > 0)
+    counts = tuple(need[j.name] for j in ordered)
+    out: list[_Type] = []
+    for t in types:
+        lanes = []
+        for i, job in enumerate(ordered):
+            e = job.task_s.get(t.name)
+            window = job.deadline_s - now - t.boot_s
+            if e is not None and e > 0 and _fits(window, e) > 0:
+                lanes.append(_Lane(i, e, window, _fits(window, e)))
+        if not lanes or t.max_count <= 0:
+            continue
+        s = sum(counts[ln.job] * ln.e / ln.window for ln in lanes)
+        out.append(_Type(t, tuple(lanes), min(t.max_count, math.floor(2 * s + _EPS) + 1)))
+    return _Instance(ordered, counts, tuple(out), billing)
+
+
+def _unreachable(inst: _Instance) -> str | None:
+    """A reason when some job cannot be finished even with every machine to itself."""
+    late = []
+    for i, job in enumerate(inst.jobs):
+        most = sum(tp.t.max_count * ln.cap for tp in inst.types for ln in tp.lanes if ln.job == i)
+        if most == 0:
+            late.append(
+                f"job {job.name!r}: no machine type finishes one task by its deadline "
+                f"(boot + one task is longer than the time left, or no task time known)"
+            )
+        elif most < inst.need[i]:
+            late.append(
+                f"job {job.name!r}: {inst.need[i]} tasks, but every machine allowed "
+                f"finishes at most {most} by its deadline"
+            )
+    return "; ".join(late) or None
+
+
+def _units(inst: _Instance, tp: _Type) -> range:
+    """Unit counts worth buying for a type: up to the one that covers its last window."""
+    atu = inst.billing.atu_s
+    last = max(ln.window for ln in tp.lanes) + tp.t.boot_s
+    return range(1, max(1, math.ceil(last / atu - _EPS)) + 1)
+
+
+def _machine_cost(billing: BillingModel, t: MachineType, busy_s: float) -> tuple[float, float]:
+    """(paid seconds, cost) of a new machine busy for ``busy_s`` from launch."""
+    if billing.mode == "fixed":
+        paid = billing.units(busy_s) * billing.atu_s
+    else:
+        paid = max(busy_s, billing.min_charge_s)
+    return paid, billing.cost(t.price, busy_s)
+
+
+def _new_machine(inst: _Instance, t: MachineType, tasks: Sequence[int]) -> NewMachine:
+    busy = t.boot_s + sum(n * j.task_s[t.name] for n, j in zip(tasks, inst.jobs, strict=True) if n)
+    paid, cost = _machine_cost(inst.billing, t, busy)
+    named = {j.name: n for n, j in zip(tasks, inst.jobs, strict=True) if n}
+    return NewMachine(t.name, named, busy, paid, cost)
+
+
+def _int(var: pulp.LpVariable) -> int:
+    return round(var.value() or 0)
+
+
+@dataclass(slots=True)
+class _Outcome:
+    machines: list[NewMachine] | None
+    notes: list[str] = field(default_factory=list)
+    failed: bool = False  # the solver gave no usable answer (as opposed to infeasible)
+
+
+def _run(
+    lp: pulp.LpProblem, solver: Solver, label: str, limit: float | None
+) -> tuple[bool, _Outcome]:
+    solved = _solve(lp, solver, label, limit)
+    out = _Outcome(None)
+    if solved.outcome == "feasible":
+        out.notes.append(f"{solved.note}; plan used, not proven the cheapest")
+    elif solved.outcome == "failed":
+        out.notes.append(f"{solved.note}; no plan")
+        out.failed = True
+    elif solved.note:
+        out.notes.append(solved.note)
+    return solved.outcome in ("optimal", "feasible"), out
+
+
+def _per_machine(
+    inst: _Instance, solver: Solver, limit: float | None, symmetry_cuts: bool, label: str
+) -> _Outcome:
+    """Model (7) with a variable per candidate machine (see the module docstring)."""
+    lp = pulp.LpProblem("deadline_literal", pulp.LpMinimize)
+    atu = inst.billing.atu_s
+    cover: list[list[pulp.LpVariable]] = [[] for _ in inst.jobs]
+    machines: list[tuple[_Type, dict[int, pulp.LpVariable]]] = []
+    cost = []
+    for a, tp in enumerate(inst.types):
+        previous = None
+        top = len(_units(inst, tp))
+        for k in range(tp.bound):
+            x = lp.add_variable(f"x_{a}_{k}", 0, 1, cat="Binary")
+            n = {
+                ln.job: lp.add_variable(
+                    f"n_{a}_{k}_{ln.job}", 0, min(ln.cap, inst.need[ln.job]), cat="Integer"
+                )
+                for ln in tp.lanes
+            }
+            work = []
+            for ln in tp.lanes:
+                lp += n[ln.job] <= ln.cap * x
+                cover[ln.job].append(n[ln.job])
+                work.append(n[ln.job] * ln.e)
+                lp += pulp.lpSum(work) <= ln.window
+            busy = tp.t.boot_s * x + pulp.lpSum(work)
+            if inst.billing.mode == "fixed":
+                u = lp.add_variable(f"u_{a}_{k}", 0, top, cat="Integer")
+                lp += u >= x
+                lp += u * atu >= busy
+                cost.append(tp.t.price * u)
+            else:
+                p = lp.add_variable(f"p_{a}_{k}", 0)
+                lp += p >= busy
+                lp += p >= inst.billing.min_charge_s * x
+                cost.append(tp.t.price / atu * p)
+            if symmetry_cuts and previous is not None:
+                lp += previous >= x
+            previous = x
+            machines.append((tp, n))
+    for i, terms in enumerate(cover):
+        lp += pulp.lpSum(terms) == inst.need[i]
+    lp += pulp.lpSum(cost)
+    usable, out = _run(lp, solver, label, limit)
+    if usable:
+        out.machines = []
+        for tp, n in machines:
+            tasks = [_int(n[i]) if i in n else 0 for i in range(len(inst.jobs))]
+            if any(tasks):
+                out.machines.append(_new_machine(inst, tp.t, tasks))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Group:
+    tp: _Type
+    windows: tuple[float, ...]  # W_{j,g} per lane
+    caps: tuple[int, ...]  # ⌊W/e⌋ per lane
+
+
+def _groups(inst: _Instance) -> list[tuple[_Group, int]]:
+    """(group, units) pairs: per type and unit count under fixed ATUs, per type otherwise."""
+    out = []
+    for tp in inst.types:
+        if inst.billing.mode == "fixed":
+            for u in _units(inst, tp):
+                reach = u * inst.billing.atu_s - tp.t.boot_s
+                windows = tuple(min(ln.window, reach) for ln in tp.lanes)
+                caps = tuple(_fits(w, ln.e) for w, ln in zip(windows, tp.lanes, strict=True))
+                if any(caps):
+                    out.append((_Group(tp, windows, caps), u))
+        else:
+            out.append(
+                (
+                    _Group(
+                        tp, tuple(ln.window for ln in tp.lanes), tuple(ln.cap for ln in tp.lanes)
+                    ),
+                    0,
+                )
+            )
+    return out
+
+
+def _split(
+    inst: _Instance, group: _Group, count: int, tasks: Sequence[int]
+) -> list[list[int]] | None:
+    """Split a group's tasks (per lane) over ``count`` machines, each meeting (2'):
+    least loaded first in EDF order; None when that fails."""
+    loads = [(0.0, k) for k in range(count)]
+    out = [[0] * len(inst.jobs) for _ in range(count)]
+    for ln, window, n in zip(group.tp.lanes, group.windows, tasks, strict=True):
+        heapq.heapify(loads)
+        for _ in range(n):
+            load, k = heapq.heappop(loads)
+            if load + ln.e > window + _EPS * max(1.0, window):
+                return None
+            out[k][ln.job] += 1
+            heapq.heappush(loads, (load + ln.e, k))
+    return out
+
+
+def _split_exact(
+    inst: _Instance,
+    group: _Group,
+    count: int,
+    tasks: Sequence[int],
+    solver: Solver,
+    limit: float | None,
+) -> tuple[list[list[int]] | None, list[str]]:
+    """The same split as a feasibility MILP over the group's machines."""
+    lp = pulp.LpProblem("deadline_split", pulp.LpMinimize)
+    n = [
+        [lp.add_variable(f"n_{k}_{a}", 0, cap, cat="Integer") for a, cap in enumerate(group.caps)]
+        for k in range(count)
+    ]
+    for k in range(count):
+        work = []
+        for a, (ln, window) in enumerate(zip(group.tp.lanes, group.windows, strict=True)):
+            work.append(n[k][a] * ln.e)
+            lp += pulp.lpSum(work) <= window
+    for a, total in enumerate(tasks):
+        lp += pulp.lpSum(n[k][a] for k in range(count)) == total
+    lp += pulp.lpSum(n[0])
+    usable, out = _run(lp, solver, f"split {group.tp.t.name}", limit)
+    if not usable:
+        return None, out.notes
+    rows = []
+    for k in range(count):
+        row = [0] * len(inst.jobs)
+        for a, ln in enumerate(group.tp.lanes):
+            row[ln.job] = _int(n[k][a])
+        rows.append(row)
+    return rows, out.notes
+
+
+def _aggregate(inst: _Instance, solver: Solver, limit: float | None, label: str) -> _Outcome:
+    """The fast model: aggregated by type (and units), then split into machines."""
+    lp = pulp.LpProblem("deadline_fast", pulp.LpMinimize)
+    atu = inst.billing.atu_s
+    cover: list[list[pulp.LpVariable]] = [[] for _ in inst.jobs]
+    per_type: dict[str, list[pulp.LpVariable]] = {}
+    rows = []
+    cost = []
+    for g, (group, u) in enumerate(_groups(inst)):
+        tp = group.tp
+        y = lp.add_variable(f"y_{g}", 0, tp.bound, cat="Integer")
+        per_type.setdefault(tp.t.name, []).append(y)
+        big_n = []
+        work = []
+        for a, (ln, window, cap) in enumerate(
+            zip(tp.lanes, group.windows, group.caps, strict=True)
+        ):
+            var = lp.add_variable(f"N_{g}_{a}", 0, inst.need[ln.job], cat="Integer")
+            big_n.append(var)
+            cover[ln.job].append(var)
+            lp += var <= cap * y
+            work.append(var * ln.e)
+            lp += pulp.lpSum(work) <= window * y
+        if inst.billing.mode == "fixed":
+            cost.append(u * tp.t.price * y)
+        else:
+            p = lp.add_variable(f"p_{g}", 0)
+            lp += p >= tp.t.boot_s * y + pulp.lpSum(work)
+            lp += p >= inst.billing.min_charge_s * y
+            cost.append(tp.t.price / atu * p)
+        rows.append((group, y, big_n))
+    for name, ys in per_type.items():
+        bound = next(tp.bound for tp in inst.types if tp.t.name == name)
+        lp += pulp.lpSum(ys) <= bound
+    for i, terms in enumerate(cover):
+        lp += pulp.lpSum(terms) == inst.need[i]
+    lp += pulp.lpSum(cost)
+    usable, out = _run(lp, solver, label, limit)
+    if not usable:
+        return out
+    bound_cost = pulp.value(lp.objective) or 0.0
+    machines: list[NewMachine] = []
+    for group, y, big_n in rows:
+        count = _int(y)
+        tasks = [_int(v) for v in big_n]
+        if count == 0 or not any(tasks):
+            continue
+        split = _split(inst, group, count, tasks)
+        if split is None:
+            split, notes = _split_exact(inst, group, count, tasks, solver, limit)
+            out.notes.extend(notes)
+        if split is None:
+            out.notes.append(
+                f"{label}: the aggregate's {count} {group.tp.t.name} machine(s) cannot split "
+                "their tasks; solved per machine instead"
+            )
+            return _fallback(inst, solver, limit, label, out.notes)
+        machines.extend(_new_machine(inst, group.tp.t, row) for row in split if any(row))
+    total = sum(m.cost for m in machines)
+    if total > bound_cost + _MONEY_TOL * max(1.0, bound_cost):
+        out.notes.append(
+            f"{label}: split costs {total:.6g} above the aggregate's {bound_cost:.6g}; "
+            "solved per machine instead"
+        )
+        return _fallback(inst, solver, limit, label, out.notes)
+    out.machines = machines
+    return out
+
+
+def _fallback(
+    inst: _Instance, solver: Solver, limit: float | None, label: str, notes: list[str]
+) -> _Outcome:
+    out = _per_machine(inst, solver, limit, symmetry_cuts=True, label=f"{label} per machine")
+    out.notes[:0] = notes
+    return out
+
+
+def _plan_new(
+    jobs: Sequence[DeadlineJob],
+    need: Mapping[str, int],
+    types: Sequence[MachineType],
+    billing: BillingModel,
+    now: float,
+    formulation: Formulation,
+    solver: Solver,
+    time_limit_s: float | None,
+) -> tuple[list[NewMachine] | None, str | None, list[str]]:
+    inst = _instance(jobs, need, types, billing, now)
+    if not inst.jobs:
+        return [], None, []
+    reason = _unreachable(inst)
+    if reason is not None:
+        return None, reason, []
+    label = "model 7" if len(inst.jobs) > 1 else "model 10"
+    if formulation == "literal":
+        out = _per_machine(inst, solver, time_limit_s, symmetry_cuts=False, label=label)
+    else:
+        out = _aggregate(inst, solver, time_limit_s, label)
+    if out.machines is not None:
+        return out.machines, None, out.notes
+    names = ", ".join(repr(j.name) for j in inst.jobs)
+    if out.failed:
+        return None, f"jobs {names}: the solver gave no answer (see notes)", out.notes
+    return (
+        None,
+        (
+            f"jobs {names}: no mix of at most the allowed machines finishes them all by "
+            "their deadlines"
+        ),
+        out.notes,
+    )
+
+
+# --- entry points ----------------------------------------------------------------------------
+
+
+def solve_new(
+    jobs: Sequence[DeadlineJob],
+    types: Sequence[MachineType],
+    billing: BillingModel,
+    now: float = 0.0,
+    formulation: Formulation = "fast",
+    solver: Solver = "highs",
+    time_limit_s: float | None = None,
+    need: Mapping[str, int] | None = None,
+) -> DeadlineResult:
+    """The cheapest new machines that finish ``need`` (default: every job's n_j) by the
+    deadlines: model (7), or model (10) for one job. No running machine is used."""
+    left = need if need is not None else {j.name: j.tasks for j in jobs}
+    machines, reason, notes = _plan_new(
+        jobs, left, types, billing, now, formulation, solver, time_limit_s
+    )
+    if machines is None:
+        return DeadlineResult(None, reason, tuple(notes))
+    plan = DeadlinePlan({}, tuple(machines), sum(m.cost for m in machines))
+    return DeadlineResult(plan, None, tuple(notes))
+
+
+def handle_multi(
+    problem: DeadlineProblem,
+    formulation: Formulation = "fast",
+    solver: Solver = "highs",
+    time_limit_s: float | None = None,
+) -> DeadlineResult:
+    """Algorithm 2: fill the running machines (Algorithm 1), then model (7) for every
+    job's tasks left."""
+    done = assign(problem.jobs, problem.machines, problem.now)
+    result = solve_new(
+        problem.jobs,
+        problem.types,
+        problem.billing,
+        problem.now,
+        formulation,
+        solver,
+        time_limit_s,
+        need=done.left,
+    )
+    if result.plan is None:
+        return result
+    plan = DeadlinePlan(done.tasks, result.plan.new, result.plan.cost)
+    return DeadlineResult(plan, None, result.notes)
+
+
+def handle_single(
+    problem: DeadlineProblem, solver: Solver = "highs", time_limit_s: float | None = None
+) -> DeadlineResult:
+    """Algorithm 3: job by job (EDF), fill the running machines and those bought so far
+    (Algorithm 1), then model (10) for the job's tasks left, from the machines of each
+    type not yet bought; the new machines join the running ones with their paid time."""
+    running = list(problem.machines)
+    existing: dict[str, dict[str, int]] = {}
+    new: dict[str, tuple[NewMachine, dict[str, int]]] = {}  # id -> (as bought, tasks added)
+    notes: list[str] = []
+    for job in edf(problem.jobs):
+        done = assign([job], running, problem.now)
+        running = list(done.machines)
+        for mid, tasks in done.tasks.items():
+            target = new[mid][1] if mid in new else existing.setdefault(mid, {})
+            for name, n in tasks.items():
+                target[name] = target.get(name, 0) + n
+        bought = Counter(m.type for m, _ in new.values())
+        allowed = [replace(t, max_count=t.max_count - bought[t.name]) for t in problem.types]
+        result = solve_new(
+            [job],
+            allowed,
+            problem.billing,
+            problem.now,
+            "fast",
+            solver,
+            time_limit_s,
+            need=done.left,
+        )
+        notes.extend(result.notes)
+        if result.plan is None:
+            return DeadlineResult(None, result.reason, tuple(notes))
+        for m in result.plan.new:
+            mid = f"new-{len(new)}"
+            new[mid] = (m, dict(m.tasks))
+            running.append(
+                RunningMachine(mid, m.type, problem.now + m.paid_s, problem.now + m.busy_s)
+            )
+    types = {t.name: t for t in problem.types}
+    jobs = {j.name: j for j in problem.jobs}
+    machines = []
+    for bought, tasks in new.values():
+        t = types[bought.type]
+        busy = t.boot_s + sum(n * jobs[name].task_s[t.name] for name, n in tasks.items())
+        machines.append(NewMachine(t.name, tasks, busy, bought.paid_s, bought.cost))
+    plan = DeadlinePlan(existing, tuple(machines), sum(m.cost for m in machines))
+    return DeadlineResult(plan, None, tuple(notes))
