@@ -658,8 +658,8 @@ def handle_single(
             target = new[mid][1] if mid in new else existing.setdefault(mid, {})
             for name, n in tasks.items():
                 target[name] = target.get(name, 0) + n
-        bought = Counter(m.type for m, _ in new.values())
-        allowed = [replace(t, max_count=t.max_count - bought[t.name]) for t in problem.types]
+        used = Counter(m.type for m, _ in new.values())
+        allowed = [replace(t, max_count=t.max_count - used[t.name]) for t in problem.types]
         result = solve_new(
             [job],
             allowed,
