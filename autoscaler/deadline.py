@@ -46,14 +46,19 @@ u·ATU − β_it). Integer N_{j,g} tasks of job j run on the group::
 
 Every plan of model (7) gives one of this model with the same cost (sum its machines'
 tasks per group), so its optimum is a lower bound on (7)'s. Its solution is then split
-into machines, group by group (least loaded first, in EDF order; if that fails, a
-small exact MILP over the group's y_g machines). A split that succeeds is a plan of
-(7) at the lower bound, hence optimal for (7). If a group cannot be split (the
-aggregate let tasks of several machines share one machine's leftover seconds), the
-planner solves the per-machine model instead (the literal one, with the machines of
-a type ordered x_1 ≥ x_2 ≥ … to remove symmetry) and notes it. Under per-second
-billing a group is a type, with paid seconds P ≥ β·y + Σ_j N_j·e_j and P ≥ min·y; a
-split whose true cost exceeds that bound also falls back.
+into machines, group by group: first fit, then least loaded first (both in EDF order);
+if both leave tasks, per-machine job patterns as columns (every pattern over the
+group's jobs with tasks, each with as many tasks of its last job as fit, at most
+``_MAX_PATTERNS``): integer z_p machines of pattern p, Σ z_p ≤ y_g, Σ_p z_p·p ≥ N_g.
+Tasks still left are planned again the same way on the machines not used. A split
+that costs the lower bound is a plan of (7) at the bound, hence optimal for (7)
+(``proven``). Otherwise (the aggregate let tasks of several machines share their spare
+seconds) the plan is the cheaper of that split and Algorithm 3's machines, then the
+per-machine model (the literal one, machines of a type ordered x_1 ≥ x_2 ≥ … against
+symmetry) under ``fallback_s`` if it finds a cheaper one; ``bound`` says how far from
+optimal the plan can be. Under per-second billing a group is a type, with paid
+seconds P ≥ β·y + Σ_j N_j·e_j and P ≥ min·y; a split whose true cost exceeds that is
+handled the same way.
 
 Model (10), single job: the fast model with one job. With one job a group's tasks
 always split (each machine takes at most ⌊W/e⌋), so under fixed ATUs it is exact:
@@ -89,6 +94,10 @@ Formulation = Literal["fast", "literal"]
 
 _EPS = 1e-9
 _MONEY_TOL = 1e-6
+_MAX_PATTERNS = 2_000  # per group split
+_PATTERN_LIMIT_S = 0.5  # per group split: a pattern MILP not solved by then is not used
+FALLBACK_S = 5.0
+"""Fast model: how long the per-machine model may run when a split stays above the bound."""
 
 
 # --- inputs ----------------------------------------------------------------------------------
@@ -162,11 +171,16 @@ class DeadlinePlan:
 @dataclass(frozen=True, slots=True)
 class DeadlineResult:
     """A plan, or None with the reason (naming the jobs); ``notes`` names every solver
-    status that was neither Optimal nor Infeasible, and fallbacks taken."""
+    status that was neither Optimal nor Infeasible, and fallbacks taken. ``proven``:
+    the plan is an optimum of its model (False when a time limit cut a solve short, or
+    the fast model's split stayed above its bound). ``bound``: the fast model's lower
+    bound on the cost of model (7) (None for the literal model)."""
 
     plan: DeadlinePlan | None
     reason: str | None = None
     notes: tuple[str, ...] = ()
+    proven: bool = True
+    bound: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,6 +263,7 @@ class _Instance:
     need: tuple[int, ...]
     types: tuple[_Type, ...]
     billing: BillingModel
+    now: float
 
 
 def _instance(
@@ -272,7 +287,7 @@ def _instance(
             continue
         s = sum(counts[ln.job] * ln.e / ln.window for ln in lanes)
         out.append(_Type(t, tuple(lanes), min(t.max_count, math.floor(2 * s + _EPS) + 1)))
-    return _Instance(ordered, counts, tuple(out), billing)
+    return _Instance(ordered, counts, tuple(out), billing, now)
 
 
 def _unreachable(inst: _Instance) -> str | None:
@@ -325,6 +340,8 @@ class _Outcome:
     machines: list[NewMachine] | None
     notes: list[str] = field(default_factory=list)
     failed: bool = False  # the solver gave no usable answer (as opposed to infeasible)
+    proven: bool = True  # optimal, not only feasible
+    bound: float | None = None  # the aggregate's optimum: no plan of model (7) costs less
 
 
 def _run(
@@ -334,6 +351,7 @@ def _run(
     out = _Outcome(None)
     if solved.outcome == "feasible":
         out.notes.append(f"{solved.note}; plan used, not proven the cheapest")
+        out.proven = False
     elif solved.outcome == "failed":
         out.notes.append(f"{solved.note}; no plan")
         out.failed = True
@@ -426,25 +444,80 @@ def _groups(inst: _Instance) -> list[tuple[_Group, int]]:
     return out
 
 
+def _pack(
+    inst: _Instance, group: _Group, count: int, tasks: Sequence[int], first_fit: bool
+) -> tuple[list[list[int]], list[int]]:
+    """Place a group's tasks (per lane, EDF) on ``count`` machines, each meeting (2'):
+    first fit (fill machine 1, then 2, ...) or least loaded first. Returns the machines'
+    tasks per job and the tasks per lane that did not fit."""
+    loads = [0.0] * count
+    rows = [[0] * len(inst.jobs) for _ in range(count)]
+    left = []
+    for ln, window, n in zip(group.tp.lanes, group.windows, tasks, strict=True):
+        if first_fit:
+            for k in range(count):
+                fit = min(n, _fits(window - loads[k], ln.e))
+                rows[k][ln.job] += fit
+                loads[k] += fit * ln.e
+                n -= fit
+        else:
+            heap = [(load, k) for k, load in enumerate(loads)]
+            heapq.heapify(heap)
+            while n > 0 and _fits(window - heap[0][0], ln.e):
+                load, k = heap[0]
+                heapq.heapreplace(heap, (load + ln.e, k))
+                rows[k][ln.job] += 1
+                loads[k] += ln.e
+                n -= 1
+        left.append(n)
+    return rows, left
+
+
 def _split(
     inst: _Instance, group: _Group, count: int, tasks: Sequence[int]
-) -> list[list[int]] | None:
-    """Split a group's tasks (per lane) over ``count`` machines, each meeting (2'):
-    least loaded first in EDF order; None when that fails."""
-    loads = [(0.0, k) for k in range(count)]
-    out = [[0] * len(inst.jobs) for _ in range(count)]
-    for ln, window, n in zip(group.tp.lanes, group.windows, tasks, strict=True):
-        heapq.heapify(loads)
-        for _ in range(n):
-            load, k = heapq.heappop(loads)
-            if load + ln.e > window + _EPS * max(1.0, window):
-                return None
-            out[k][ln.job] += 1
-            heapq.heappush(loads, (load + ln.e, k))
+) -> tuple[list[list[int]], list[int]]:
+    """The better of first fit and least loaded first (fewest seconds of work left)."""
+    best: tuple[list[list[int]], list[int]] | None = None
+    for first_fit in (True, False):
+        rows, left = _pack(inst, group, count, tasks, first_fit)
+        if not any(left):
+            return rows, left
+        work = sum(n * ln.e for n, ln in zip(left, group.tp.lanes, strict=True))
+        if best is None or work < sum(
+            n * ln.e for n, ln in zip(best[1], group.tp.lanes, strict=True)
+        ):
+            best = (rows, left)
+    assert best is not None
+    return best
+
+
+def _patterns(group: _Group, active: Sequence[int]) -> list[tuple[int, ...]]:
+    """Per-machine patterns over the lanes in ``active`` (tasks per lane meeting (2')),
+    each with as many tasks of its last lane as fit; at most ``_MAX_PATTERNS``, the
+    fullest first."""
+    lanes = group.tp.lanes
+    out: list[tuple[int, ...]] = []
+
+    def room(load: float, pos: int) -> float:
+        # the time left for lane ``active[pos]``: every later window must hold it too
+        return min(group.windows[a] for a in active[pos:]) - load
+
+    def walk(pos: int, load: float, chosen: list[int]) -> None:
+        if len(out) >= _MAX_PATTERNS:
+            return
+        a = active[pos]
+        most = min(group.caps[a], _fits(room(load, pos), lanes[a].e))
+        if pos == len(active) - 1:
+            out.append((*chosen, most))
+            return
+        for n in range(most, -1, -1):
+            walk(pos + 1, load + n * lanes[a].e, [*chosen, n])
+
+    walk(0, 0.0, [])
     return out
 
 
-def _split_exact(
+def _split_patterns(
     inst: _Instance,
     group: _Group,
     count: int,
@@ -452,34 +525,38 @@ def _split_exact(
     solver: Solver,
     limit: float | None,
 ) -> tuple[list[list[int]] | None, list[str]]:
-    """The same split as a feasibility MILP over the group's machines."""
-    lp = pulp.LpProblem("deadline_split", pulp.LpMinimize)
-    n = [
-        [lp.add_variable(f"n_{k}_{a}", 0, cap, cat="Integer") for a, cap in enumerate(group.caps)]
-        for k in range(count)
-    ]
-    for k in range(count):
-        work = []
-        for a, (ln, window) in enumerate(zip(group.tp.lanes, group.windows, strict=True)):
-            work.append(n[k][a] * ln.e)
-            lp += pulp.lpSum(work) <= window
-    for a, total in enumerate(tasks):
-        lp += pulp.lpSum(n[k][a] for k in range(count)) == total
-    lp += pulp.lpSum(n[0])
-    usable, out = _run(lp, solver, f"split {group.tp.t.name}", limit)
+    """Split a group by choosing per-machine patterns (columns): integer z_p machines
+    of pattern p, Σ z_p ≤ count, Σ z_p·p ≥ tasks per lane; extra tasks are dropped."""
+    active = [a for a, n in enumerate(tasks) if n > 0]
+    patterns = _patterns(group, active)
+    lp = pulp.LpProblem("deadline_patterns", pulp.LpMinimize)
+    z = [lp.add_variable(f"z_{p}", 0, count, cat="Integer") for p in range(len(patterns))]
+    lp += pulp.lpSum(z) <= count
+    for pos, a in enumerate(active):
+        lp += pulp.lpSum(v * pat[pos] for v, pat in zip(z, patterns, strict=True)) >= tasks[a]
+    lp += pulp.lpSum(z)
+    usable, out = _run(lp, solver, f"patterns {group.tp.t.name}", limit)
     if not usable:
         return None, out.notes
+    lanes = group.tp.lanes
+    need = list(tasks)
     rows = []
-    for k in range(count):
-        row = [0] * len(inst.jobs)
-        for a, ln in enumerate(group.tp.lanes):
-            row[ln.job] = _int(n[k][a])
-        rows.append(row)
+    for v, pat in zip(z, patterns, strict=True):
+        for _ in range(_int(v)):
+            row = [0] * len(inst.jobs)
+            for pos, a in enumerate(active):
+                take = min(pat[pos], need[a])
+                row[lanes[a].job] = take
+                need[a] -= take
+            rows.append(row)
     return rows, out.notes
 
 
-def _aggregate(inst: _Instance, solver: Solver, limit: float | None, label: str) -> _Outcome:
-    """The fast model: aggregated by type (and units), then split into machines."""
+def _aggregate_lp(
+    inst: _Instance, solver: Solver, limit: float | None, label: str
+) -> tuple[_Outcome, float, list[tuple[_Group, int, list[int]]]]:
+    """Solve the aggregate. Returns the outcome (its machines unset), the optimum, and
+    per group its machines and tasks per lane (empty when there is no solution)."""
     lp = pulp.LpProblem("deadline_fast", pulp.LpMinimize)
     atu = inst.billing.atu_s
     cover: list[list[pulp.LpVariable]] = [[] for _ in inst.jobs]
@@ -492,13 +569,11 @@ def _aggregate(inst: _Instance, solver: Solver, limit: float | None, label: str)
         per_type.setdefault(tp.t.name, []).append(y)
         big_n = []
         work = []
-        for a, (ln, window, cap) in enumerate(
-            zip(tp.lanes, group.windows, group.caps, strict=True)
-        ):
+        for a, (ln, window) in enumerate(zip(tp.lanes, group.windows, strict=True)):
             var = lp.add_variable(f"N_{g}_{a}", 0, inst.need[ln.job], cat="Integer")
             big_n.append(var)
             cover[ln.job].append(var)
-            lp += var <= cap * y
+            lp += var <= _fits(window, ln.e) * y
             work.append(var * ln.e)
             lp += pulp.lpSum(work) <= window * y
         if inst.billing.mode == "fixed":
@@ -509,49 +584,146 @@ def _aggregate(inst: _Instance, solver: Solver, limit: float | None, label: str)
             lp += p >= inst.billing.min_charge_s * y
             cost.append(tp.t.price / atu * p)
         rows.append((group, y, big_n))
-    for name, ys in per_type.items():
-        bound = next(tp.bound for tp in inst.types if tp.t.name == name)
-        lp += pulp.lpSum(ys) <= bound
+    for tp in inst.types:
+        lp += pulp.lpSum(per_type.get(tp.t.name, [])) <= tp.bound
     for i, terms in enumerate(cover):
         lp += pulp.lpSum(terms) == inst.need[i]
     lp += pulp.lpSum(cost)
     usable, out = _run(lp, solver, label, limit)
     if not usable:
-        return out
-    bound_cost = pulp.value(lp.objective) or 0.0
+        return out, math.inf, []
+    solution = [(group, _int(y), [_int(v) for v in big_n]) for group, y, big_n in rows]
+    return out, pulp.value(lp.objective) or 0.0, solution
+
+
+def _split_all(
+    inst: _Instance,
+    solution: Sequence[tuple[_Group, int, list[int]]],
+    solver: Solver,
+    limit: float | None,
+    label: str,
+) -> tuple[list[NewMachine] | None, list[str]]:
+    """Split every group into machines; tasks a split leaves are planned again (the same
+    way) on the machines not used yet. None when that places nothing more."""
     machines: list[NewMachine] = []
-    for group, y, big_n in rows:
-        count = _int(y)
-        tasks = [_int(v) for v in big_n]
+    used: dict[str, int] = {}
+    left = [0] * len(inst.jobs)
+    extra: list[str] = []
+    for group, count, tasks in solution:
         if count == 0 or not any(tasks):
             continue
-        split = _split(inst, group, count, tasks)
-        if split is None:
-            split, notes = _split_exact(inst, group, count, tasks, solver, limit)
-            out.notes.extend(notes)
-        if split is None:
-            out.notes.append(
-                f"{label}: the aggregate's {count} {group.tp.t.name} machine(s) cannot split "
-                "their tasks; solved per machine instead"
+        split, rest = _split(inst, group, count, tasks)
+        if any(rest):
+            by_patterns, notes = _split_patterns(
+                inst, group, count, tasks, solver, min(limit or math.inf, _PATTERN_LIMIT_S)
             )
-            return _fallback(inst, solver, limit, label, out.notes)
-        machines.extend(_new_machine(inst, group.tp.t, row) for row in split if any(row))
-    total = sum(m.cost for m in machines)
-    if total > bound_cost + _MONEY_TOL * max(1.0, bound_cost):
-        out.notes.append(
-            f"{label}: split costs {total:.6g} above the aggregate's {bound_cost:.6g}; "
-            "solved per machine instead"
-        )
-        return _fallback(inst, solver, limit, label, out.notes)
-    out.machines = machines
-    return out
+            extra.extend(notes)
+            if by_patterns is not None:
+                split, rest = by_patterns, [0] * len(rest)
+        for ln, n in zip(group.tp.lanes, rest, strict=True):
+            left[ln.job] += n
+        taken = [row for row in split if any(row)]
+        used[group.tp.t.name] = used.get(group.tp.t.name, 0) + len(taken)
+        machines.extend(_new_machine(inst, group.tp.t, row) for row in taken)
+    if not any(left):
+        return machines, extra
+    if list(left) == list(inst.need):
+        return None, extra
+    rest_inst = _rest(inst, left, used)
+    out, _, again = _aggregate_lp(rest_inst, solver, limit, f"{label} repair")
+    if not again:
+        return None, extra + out.notes
+    more, notes = _split_all(rest_inst, again, solver, limit, label)
+    if more is None:
+        return None, extra + out.notes + notes
+    return machines + more, extra + out.notes + notes
+
+
+def _job_by_job(
+    inst: _Instance, solver: Solver, limit: float | None
+) -> tuple[list[NewMachine] | None, list[str]]:
+    """Algorithm 3's machines for the same tasks: a plan of model (7) (each machine
+    runs its jobs in EDF order), so the fast model never costs more than job by job."""
+    jobs = [replace(j, tasks=n) for j, n in zip(inst.jobs, inst.need, strict=True)]
+    types = [tp.t for tp in inst.types]
+    result = handle_single(DeadlineProblem(jobs, types, inst.billing, inst.now), solver, limit)
+    if result.plan is None:
+        return None, list(result.notes)
+    return list(result.plan.new), list(result.notes)
+
+
+def _cost(machines: Sequence[NewMachine]) -> float:
+    return sum(m.cost for m in machines)
+
+
+def _aggregate(
+    inst: _Instance, solver: Solver, limit: float | None, label: str, fallback_s: float | None
+) -> _Outcome:
+    """The fast model: the aggregate's optimum is a lower bound on model (7); its
+    machines, split, are the plan when they reach it. Otherwise the cheapest of: the
+    split (and repair) of the aggregate with slack, job by job (Algorithm 3), and the
+    per-machine model under ``fallback_s``."""
+    out, lower, solution = _aggregate_lp(inst, solver, limit, label)
+    if not solution:
+        return out  # infeasible: no plan of model (7) either; or the solver failed
+    bound = lower if out.proven else None
+
+    def reached(machines: Sequence[NewMachine]) -> bool:
+        return bound is not None and _cost(machines) <= bound + _MONEY_TOL * max(1.0, bound)
+
+    best, notes = _split_all(inst, solution, solver, limit, label)
+    out.notes.extend(notes)
+    if best is not None and reached(best):
+        out.machines, out.bound = best, bound
+        return out
+    candidates = [best]
+    if len(inst.jobs) > 1:
+        machines, notes = _job_by_job(inst, solver, limit)
+        out.notes.extend(notes)
+        candidates.append(machines)
+    found = [c for c in candidates if c is not None]
+    best = min(found, key=_cost) if found else None
+    if best is not None and reached(best):
+        out.machines, out.bound = best, bound
+        return out
+    out.notes.append(
+        f"{label}: no split of the aggregate reaches its bound {lower:.6g}"
+        + (f" (best plan {_cost(best):.6g})" if best is not None else "")
+    )
+    return _fallback(inst, solver, fallback_s, label, out.notes, best, bound)
+
+
+def _rest(inst: _Instance, left: Sequence[int], used: Mapping[str, int]) -> _Instance:
+    """The instance of the tasks a split left, with the machines it used taken away."""
+    types = [replace(tp.t, max_count=tp.t.max_count - used.get(tp.t.name, 0)) for tp in inst.types]
+    need = {j.name: n for j, n in zip(inst.jobs, left, strict=True)}
+    return _instance(inst.jobs, need, types, inst.billing, inst.now)
 
 
 def _fallback(
-    inst: _Instance, solver: Solver, limit: float | None, label: str, notes: list[str]
+    inst: _Instance,
+    solver: Solver,
+    limit: float | None,
+    label: str,
+    notes: list[str],
+    repaired: list[NewMachine] | None,
+    bound: float | None,
 ) -> _Outcome:
-    out = _per_machine(inst, solver, limit, symmetry_cuts=True, label=f"{label} per machine")
-    out.notes[:0] = notes
+    """The per-machine model (with a symmetry cut) under ``limit`` (0: not tried); the
+    repaired split when that ends with nothing cheaper."""
+    if limit == 0.0:
+        out = _Outcome(None, list(notes), failed=repaired is None)
+    else:
+        out = _per_machine(inst, solver, limit, symmetry_cuts=True, label=f"{label} per machine")
+        out.notes[:0] = notes
+    out.bound = bound
+    if repaired is None:
+        return out
+    cost = sum(m.cost for m in repaired)
+    if out.machines is None or (not out.proven and cost < sum(m.cost for m in out.machines)):
+        out.notes.append(f"{label}: the repaired split used ({cost:.6g})")
+        out.machines, out.failed = repaired, False
+        out.proven = bound is not None and cost <= bound + _MONEY_TOL * max(1.0, bound)
     return out
 
 
@@ -564,30 +736,31 @@ def _plan_new(
     formulation: Formulation,
     solver: Solver,
     time_limit_s: float | None,
-) -> tuple[list[NewMachine] | None, str | None, list[str]]:
+    fallback_s: float | None,
+) -> DeadlineResult:
     inst = _instance(jobs, need, types, billing, now)
     if not inst.jobs:
-        return [], None, []
+        return DeadlineResult(DeadlinePlan({}, (), 0.0))
     reason = _unreachable(inst)
     if reason is not None:
-        return None, reason, []
+        return DeadlineResult(None, reason)
     label = "model 7" if len(inst.jobs) > 1 else "model 10"
     if formulation == "literal":
         out = _per_machine(inst, solver, time_limit_s, symmetry_cuts=False, label=label)
     else:
-        out = _aggregate(inst, solver, time_limit_s, label)
+        out = _aggregate(inst, solver, time_limit_s, label, fallback_s)
+    notes = tuple(out.notes)
     if out.machines is not None:
-        return out.machines, None, out.notes
+        plan = DeadlinePlan({}, tuple(out.machines), sum(m.cost for m in out.machines))
+        return DeadlineResult(plan, None, notes, out.proven, out.bound)
     names = ", ".join(repr(j.name) for j in inst.jobs)
     if out.failed:
-        return None, f"jobs {names}: the solver gave no answer (see notes)", out.notes
-    return (
+        return DeadlineResult(None, f"jobs {names}: the solver gave no answer (see notes)", notes)
+    return DeadlineResult(
         None,
-        (
-            f"jobs {names}: no mix of at most the allowed machines finishes them all by "
-            "their deadlines"
-        ),
-        out.notes,
+        f"jobs {names}: no mix of at most the allowed machines finishes them all by their "
+        "deadlines",
+        notes,
     )
 
 
@@ -603,17 +776,12 @@ def solve_new(
     solver: Solver = "highs",
     time_limit_s: float | None = None,
     need: Mapping[str, int] | None = None,
+    fallback_s: float | None = FALLBACK_S,
 ) -> DeadlineResult:
     """The cheapest new machines that finish ``need`` (default: every job's n_j) by the
     deadlines: model (7), or model (10) for one job. No running machine is used."""
     left = need if need is not None else {j.name: j.tasks for j in jobs}
-    machines, reason, notes = _plan_new(
-        jobs, left, types, billing, now, formulation, solver, time_limit_s
-    )
-    if machines is None:
-        return DeadlineResult(None, reason, tuple(notes))
-    plan = DeadlinePlan({}, tuple(machines), sum(m.cost for m in machines))
-    return DeadlineResult(plan, None, tuple(notes))
+    return _plan_new(jobs, left, types, billing, now, formulation, solver, time_limit_s, fallback_s)
 
 
 def handle_multi(
@@ -621,6 +789,7 @@ def handle_multi(
     formulation: Formulation = "fast",
     solver: Solver = "highs",
     time_limit_s: float | None = None,
+    fallback_s: float | None = FALLBACK_S,
 ) -> DeadlineResult:
     """Algorithm 2: fill the running machines (Algorithm 1), then model (7) for every
     job's tasks left."""
@@ -634,11 +803,12 @@ def handle_multi(
         solver,
         time_limit_s,
         need=done.left,
+        fallback_s=fallback_s,
     )
     if result.plan is None:
         return result
     plan = DeadlinePlan(done.tasks, result.plan.new, result.plan.cost)
-    return DeadlineResult(plan, None, result.notes)
+    return DeadlineResult(plan, None, result.notes, result.proven, result.bound)
 
 
 def handle_single(
@@ -651,6 +821,7 @@ def handle_single(
     existing: dict[str, dict[str, int]] = {}
     new: dict[str, tuple[NewMachine, dict[str, int]]] = {}  # id -> (as bought, tasks added)
     notes: list[str] = []
+    proven = True
     for job in edf(problem.jobs):
         done = assign([job], running, problem.now)
         running = list(done.machines)
@@ -671,6 +842,7 @@ def handle_single(
             need=done.left,
         )
         notes.extend(result.notes)
+        proven = proven and result.proven
         if result.plan is None:
             return DeadlineResult(None, result.reason, tuple(notes))
         for m in result.plan.new:
@@ -687,4 +859,4 @@ def handle_single(
         busy = t.boot_s + sum(n * jobs[name].task_s[t.name] for name, n in tasks.items())
         machines.append(NewMachine(t.name, tasks, busy, bought.paid_s, bought.cost))
     plan = DeadlinePlan(existing, tuple(machines), sum(m.cost for m in machines))
-    return DeadlineResult(plan, None, tuple(notes))
+    return DeadlineResult(plan, None, tuple(notes), proven)
