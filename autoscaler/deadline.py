@@ -96,6 +96,7 @@ _EPS = 1e-9
 _MONEY_TOL = 1e-6
 _MAX_PATTERNS = 2_000  # per group split
 _PATTERN_LIMIT_S = 0.5  # per group split: a pattern MILP not solved by then is not used
+_PATTERN_MODEL_S = 2.0  # the pattern model's time limit
 FALLBACK_S = 5.0
 """Fast model: how long the per-machine model may run when a split stays above the bound."""
 
@@ -552,6 +553,64 @@ def _split_patterns(
     return rows, out.notes
 
 
+def _pattern_model(
+    inst: _Instance, solver: Solver, limit: float | None, label: str
+) -> tuple[list[NewMachine] | None, bool, list[str]]:
+    """Model (7) over per-machine job patterns as columns: integer z_p machines of
+    pattern p (a group and its tasks per job, ``_patterns`` over all the type's jobs),
+    Σ_p z_p·p_j ≥ n_j, at most K_it per type, minimise Σ_p z_p·cost_p; extra tasks are
+    dropped. Every machine of a plan of (7) runs at most what some pattern of its group
+    holds, so under fixed ATUs its optimum is (7)'s. Not tried when a group has
+    ``_MAX_PATTERNS`` patterns or more. Returns the machines, whether they are proven
+    optimal, and notes."""
+    lp = pulp.LpProblem("deadline_patterns_all", pulp.LpMinimize)
+    columns: list[tuple[_Group, tuple[int, ...], pulp.LpVariable]] = []
+    per_type: dict[str, list[pulp.LpVariable]] = {}
+    cover: list[list[pulp.LpExpression]] = [[] for _ in inst.jobs]
+    cost = []
+    listed = [
+        (group, u, _patterns(group, range(len(group.tp.lanes)))) for group, u in _groups(inst)
+    ]
+    if any(len(patterns) >= _MAX_PATTERNS for _, _, patterns in listed):
+        return None, False, [f"{label}: too many patterns, pattern model not tried"]
+    for group, u, patterns in listed:
+        tp = group.tp
+        for pat in patterns:
+            if not any(pat):
+                continue
+            z = lp.add_variable(f"z_{len(columns)}", 0, tp.bound, cat="Integer")
+            columns.append((group, pat, z))
+            per_type.setdefault(tp.t.name, []).append(z)
+            for ln, n in zip(tp.lanes, pat, strict=True):
+                if n:
+                    cover[ln.job].append(n * z)
+            busy = tp.t.boot_s + sum(n * ln.e for ln, n in zip(tp.lanes, pat, strict=True))
+            if inst.billing.mode == "fixed":
+                cost.append(u * tp.t.price * z)
+            else:
+                cost.append(_machine_cost(inst.billing, tp.t, busy)[1] * z)
+    for tp in inst.types:
+        lp += pulp.lpSum(per_type.get(tp.t.name, [])) <= tp.bound
+    for i, terms in enumerate(cover):
+        lp += pulp.lpSum(terms) >= inst.need[i]
+    lp += pulp.lpSum(cost)
+    usable, out = _run(lp, solver, f"{label} patterns", limit)
+    if not usable:
+        return None, False, out.notes
+    need = list(inst.need)
+    machines = []
+    for group, pat, z in columns:
+        for _ in range(_int(z)):
+            row = [0] * len(inst.jobs)
+            for ln, n in zip(group.tp.lanes, pat, strict=True):
+                row[ln.job] = min(n, need[ln.job])
+                need[ln.job] -= row[ln.job]
+            if any(row):
+                machines.append(_new_machine(inst, group.tp.t, row))
+    proven = out.proven and inst.billing.mode == "fixed"
+    return machines, proven, out.notes
+
+
 def _aggregate_lp(
     inst: _Instance, solver: Solver, limit: float | None, label: str
 ) -> tuple[_Outcome, float, list[tuple[_Group, int, list[int]]]]:
@@ -677,6 +736,14 @@ def _aggregate(
         out.machines, out.bound = best, bound
         return out
     candidates = [best]
+    by_patterns, exact, notes = _pattern_model(
+        inst, solver, min(limit or math.inf, _PATTERN_MODEL_S), label
+    )
+    out.notes.extend(notes)
+    if by_patterns is not None and exact:
+        out.machines, out.bound = by_patterns, _cost(by_patterns)
+        return out
+    candidates.append(by_patterns)
     if len(inst.jobs) > 1:
         machines, notes = _job_by_job(inst, solver, limit)
         out.notes.extend(notes)
