@@ -52,13 +52,23 @@ group's jobs with tasks, each with as many tasks of its last job as fit, at most
 ``_MAX_PATTERNS``): integer z_p machines of pattern p, Σ z_p ≤ y_g, Σ_p z_p·p ≥ N_g.
 Tasks still left are planned again the same way on the machines not used. A split
 that costs the lower bound is a plan of (7) at the bound, hence optimal for (7)
-(``proven``). Otherwise (the aggregate let tasks of several machines share their spare
-seconds) the plan is the cheaper of that split and Algorithm 3's machines, then the
-per-machine model (the literal one, machines of a type ordered x_1 ≥ x_2 ≥ … against
-symmetry) under ``fallback_s`` if it finds a cheaper one; ``bound`` says how far from
-optimal the plan can be. Under per-second billing a group is a type, with paid
-seconds P ≥ β·y + Σ_j N_j·e_j and P ≥ min·y; a split whose true cost exceeds that is
-handled the same way.
+(``proven``; ``bound`` is the lower bound).
+
+Otherwise (the aggregate let tasks of several machines share their spare seconds):
+model (7) over per-machine job patterns as columns, all groups at once: every pattern
+of every group (as above, over all the type's jobs), integer z_p, Σ_p z_p·p_j ≥ n_j,
+Σ z_p ≤ K_it per type, minimise Σ_p z_p·cost_p. Every machine of a plan of (7) runs
+at most what some pattern of its group holds, so under fixed ATUs this is exact: when
+solved to optimality its plan is proven optimal for (7), above the aggregate's bound
+or not. It is skipped when a group has ``_MAX_PATTERNS`` patterns or more (many jobs)
+and limited to ``_PATTERN_MODEL_S``. Failing that, the plan is the cheapest of the
+split, the pattern model's best plan and Algorithm 3's machines (so model (7) never
+costs more than job by job), then the per-machine model (the literal one, machines of
+a type ordered x_1 ≥ x_2 ≥ … against symmetry) under ``fallback_s`` if it finds a
+cheaper one; ``proven`` is False and ``bound`` says how far from optimal the plan can
+be. Under per-second billing a group is a type, with paid seconds P ≥ β·y + Σ_j N_j·e_j
+and P ≥ min·y, and a pattern costs its full load: neither is exact, so a plan is
+proven only when it reaches the aggregate's bound.
 
 Model (10), single job: the fast model with one job. With one job a group's tasks
 always split (each machine takes at most ⌊W/e⌋), so under fixed ATUs it is exact:
