@@ -180,12 +180,12 @@ def describe_status(status: int, sol_status: int) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class _Solved:
+class Solved:
     outcome: SolveOutcome
     note: str | None = None  # set when some solve was neither Optimal nor Infeasible
 
 
-def _solve(lp: pulp.LpProblem, name: Solver, label: str, time_limit_s: float | None) -> _Solved:
+def solve_lp(lp: pulp.LpProblem, name: Solver, label: str, time_limit_s: float | None) -> Solved:
     """Solve with the chosen solver; retry with CBC when HiGHS is missing or gives no
     usable answer (a HiGHS solution not proven optimal is kept: CBC under the same time
     limit is unlikely to do better, and the retry would overwrite it)."""
@@ -199,9 +199,9 @@ def _solve(lp: pulp.LpProblem, name: Solver, label: str, time_limit_s: float | N
             outcome = classify_status(lp.status, lp.sol_status)
             status = describe_status(lp.status, lp.sol_status)
             if outcome in ("optimal", "infeasible"):
-                return _Solved(outcome)
+                return Solved(outcome)
             if outcome == "feasible":
-                return _Solved(outcome, f"{label}: HiGHS status {status}")
+                return Solved(outcome, f"{label}: HiGHS status {status}")
             first = f"HiGHS status {status}"
     try:
         lp.solve(_solver("cbc", time_limit_s))
@@ -212,10 +212,10 @@ def _solve(lp: pulp.LpProblem, name: Solver, label: str, time_limit_s: float | N
     outcome = classify_status(lp.status, lp.sol_status)
     status = describe_status(lp.status, lp.sol_status)
     if first:
-        return _Solved(outcome, f"{label}: {first}, retried with CBC: {status}")
+        return Solved(outcome, f"{label}: {first}, retried with CBC: {status}")
     if outcome in ("optimal", "infeasible"):
-        return _Solved(outcome)
-    return _Solved(outcome, f"{label}: CBC status {status}")
+        return Solved(outcome)
+    return Solved(outcome, f"{label}: CBC status {status}")
 
 
 def _solver(name: Solver, time_limit_s: float | None) -> pulp.LpSolver:
@@ -278,7 +278,7 @@ def _mix_variables(
 
 def _solve_fixed_k(
     problem: BudgetProblem, k: int, solver: Solver, time_limit_s: float | None
-) -> tuple[Plan | None, _Solved]:
+) -> tuple[Plan | None, Solved]:
     atu = problem.billing.atu_s
     lp = pulp.LpProblem("bats_budget", pulp.LpMaximize)
     keep, new = _mix_variables(lp, problem.types)
@@ -299,7 +299,7 @@ def _solve_fixed_k(
         )
         >= problem.tasks
     )
-    solved = _solve(lp, solver, f"k={k}", time_limit_s)
+    solved = solve_lp(lp, solver, f"k={k}", time_limit_s)
     if solved.outcome in ("failed", "infeasible"):
         return None, solved
     counts = {t.name: _value(keep[t.name]) + _value(new[t.name]) for t in problem.types}
@@ -494,11 +494,11 @@ def _most_tasks(
     problem: BudgetProblem,
     solver: Solver,
     time_limit_s: float | None,
-) -> tuple[_Solved, Mix | None]:
+) -> tuple[Solved, Mix | None]:
     """T(H): the mix affordable at H that does the most tasks by H."""
     lp, x = _per_second_lp(kinds, horizon_s, problem, "per_second_tasks")
     lp += pulp.lpSum(v * _kind_tasks(k, horizon_s, problem) for v, k in zip(x, kinds, strict=True))
-    solved = _solve(lp, solver, f"H={horizon_s:.0f}s", time_limit_s)
+    solved = solve_lp(lp, solver, f"H={horizon_s:.0f}s", time_limit_s)
     usable = solved.outcome in ("optimal", "feasible")
     return solved, tuple(_value(v) for v in x) if usable else None
 
@@ -509,7 +509,7 @@ def _fastest_at(
     problem: BudgetProblem,
     solver: Solver,
     time_limit_s: float | None,
-) -> tuple[_Solved, Mix | None]:
+) -> tuple[Solved, Mix | None]:
     """Among mixes feasible at H, the fastest, then the cheapest, then the one that
     launches least (the tie-breaks of the fixed-ATU model)."""
     lp, x = _per_second_lp(kinds, horizon_s, problem, "per_second_speed")
@@ -527,7 +527,7 @@ def _fastest_at(
     lp += pulp.lpSum(
         v * _kind_tasks(k, horizon_s, problem) for v, k in zip(x, kinds, strict=True)
     ) >= (problem.tasks * (1 - _FINISH_REL))
-    solved = _solve(lp, solver, f"H={horizon_s:.0f}s", time_limit_s)
+    solved = solve_lp(lp, solver, f"H={horizon_s:.0f}s", time_limit_s)
     usable = solved.outcome in ("optimal", "feasible")
     return solved, tuple(_value(v) for v in x) if usable else None
 

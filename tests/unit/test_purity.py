@@ -19,6 +19,7 @@ import pytest
 PURE = [
     "autoscaler.controller",
     "autoscaler.planner",
+    "autoscaler.deadline",
     "autoscaler.estimate",
     "autoscaler.state",
     "autoscaler.billing",
