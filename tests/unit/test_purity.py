@@ -20,6 +20,7 @@ PURE = [
     "autoscaler.controller",
     "autoscaler.planner",
     "autoscaler.deadline",
+    "autoscaler.reassign",
     "autoscaler.estimate",
     "autoscaler.state",
     "autoscaler.billing",
