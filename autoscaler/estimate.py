@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
 from statistics import NormalDist
 
 import numpy as np
@@ -345,6 +345,31 @@ class RuntimeStats:
             )
         return self._curve
 
+    def extreme_curve(self, running_elapsed: Sequence[float] = ()) -> _Curve:
+        """The curve for the longest of many runs (``_threshold_curve``; the plain curve
+        when too few runs ended), runs still going counted as censored at their ages, as
+        in T_i (``estimate``): on skewed runtimes those are the long ones, and a tail
+        fitted on ended runs alone leaves them out (their exposure above the threshold,
+        without an end, lengthens it). Its mean and spread are T_i's, with the same runs
+        censored. Raises ValueError before any run has ended."""
+        ended = self._survival_curve()
+        if not running_elapsed:
+            return ended.extreme or ended
+        n_done = len(self.done_times)
+        t_arr = np.concatenate(
+            [self.done_times, self.censored_times, np.asarray(running_elapsed, dtype=float)]
+        )
+        e_arr = np.arange(len(t_arr)) < n_done
+        order = np.lexsort((~e_arr, t_arr))  # by time, an end before a censoring
+        t_arr, e_arr = t_arr[order], e_arr[order]
+        ones = np.ones(len(t_arr))
+        after, _ = _kaplan_meier(t_arr, e_arr, ones)
+        mean, second = (float(v[0]) for v in km_moments(t_arr, e_arr, ones))
+        sd = math.sqrt(max(0.0, second - mean**2))
+        whole = RuntimeEstimate(mean, sd, mean, mean, n_done, len(t_arr) - n_done)
+        curve = _threshold_curve(t_arr, e_arr, t_arr.tolist(), after[0].tolist(), whole)
+        return curve or replace(ended, mean_s=mean, sd_s=sd)
+
     def tail_estimate(self, elapsed_s: float) -> float:
         """τ_e: expected total runtime of a task already running for ``elapsed_s``.
 
@@ -425,11 +450,6 @@ def _survival_and_area(c: _Curve, t: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return survival, area
 
 
-def _extreme(stats: RuntimeStats) -> _Curve:
-    curve = stats._survival_curve()
-    return curve.extreme or curve
-
-
 def ragged_end(
     span_s: float,
     starting: Iterable[tuple[RuntimeStats, float]],
@@ -448,12 +468,55 @@ def ragged_end(
     P(end ≤ F + x) = Π of those. This is what the fluid end leaves out: the longest
     tasks, wherever in the run they start (on skewed runtimes the very longest of a
     bag decides the end), and the ragged finish. Tail replication can only shorten it.
+
+    S is each type's curve for the longest of many runs, and there are two of it that
+    the first plan's data cannot choose between (benchmarks/estimates.py, issue 11):
+    on the ended runs alone (``extreme_curve()``), which is short where the hazard
+    falls (lognormal, Weibull k < 1, Pareto: the long runs are the ones still going),
+    and with the running tasks censored at their ages (``extreme_curve(ages)``), whose
+    exponential tail is long where the hazard rises (bimodal: the runs still going are
+    about to end). The expected end is the first's, the interval spans both.
     """
-    starts = [(_extreme(s), n) for s, n in starting if n > 0 and s.done > 0]
-    runs = [(_extreme(s), age) for s, age in running if s.done > 0]
-    if not starts and not runs:
+    started = [(s, n) for s, n in starting if n > 0 and s.done > 0]
+    going = [(s, age) for s, age in running if s.done > 0]
+    if not started and not going:
         return RaggedEnd(0.0, 0.0, 0.0)
+    ages: dict[int, tuple[RuntimeStats, list[float]]] = {}
+    for s, _ in started:
+        ages.setdefault(id(s), (s, []))
+    for s, age in going:
+        ages.setdefault(id(s), (s, []))[1].append(age)
     span = max(span_s, 0.0)
+    ended = {key: s.extreme_curve() for key, (s, _) in ages.items()}
+    end = _end_of(
+        span,
+        [(ended[id(s)], n) for s, n in started],
+        [(ended[id(s)], a) for s, a in going],
+        z,
+        points,
+    )
+    if not going:
+        return end
+    censored = {key: s.extreme_curve(a) for key, (s, a) in ages.items()}
+    wide = _end_of(
+        span,
+        [(censored[id(s)], n) for s, n in started],
+        [(censored[id(s)], a) for s, a in going],
+        z,
+        points,
+    )
+    return RaggedEnd(end.mean_s, min(end.lo_s, wide.lo_s), max(end.hi_s, wide.hi_s))
+
+
+def _end_of(
+    span: float,
+    starts: list[tuple[_Curve, float]],
+    runs: list[tuple[_Curve, float]],
+    z: float,
+    points: int,
+) -> RaggedEnd:
+    """The distribution of the end on given curves (``ragged_end``): its mean and the
+    quantiles at ±``z``."""
     curves = [c for c, _ in starts] + [c for c, _ in runs]
     horizon = max(c.times[-1] + (40 if math.isfinite(c.alpha) else 8) * c.mrl for c in curves)
     horizon = max(horizon, 1.0)

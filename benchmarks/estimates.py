@@ -494,7 +494,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m benchmarks.estimates",
         description="Budget mode's predictions against the runs, on skewed runtimes.",
     )
-    parser.add_argument("--seeds", type=int, default=20, help="seeds 0..N-1 (default 20)")
+    parser.add_argument("--seeds", type=int, default=20, help="how many seeds (default 20)")
+    parser.add_argument(
+        "--seed-offset", type=int, default=0, help="first seed (default 0): seeds K..K+N-1"
+    )
     parser.add_argument("--tasks", type=int, default=1000, help="tasks in the bag (default 1000)")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
     parser.add_argument(
@@ -510,6 +513,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     billings = _names(args.billing, BILLINGS, "billing model(s)", parser)
     if args.seeds < 1 or args.jobs < 1 or args.tasks < 1:
         parser.error("--seeds, --tasks and --jobs must be at least 1")
+    if args.seed_offset < 0:
+        parser.error("--seed-offset must not be negative")
+    first = args.seed_offset
 
     started = time.perf_counter()
     state_before = library_state()
@@ -520,7 +526,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     def progress(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
-    work = [(d, b, args.tasks, s) for d in dists for b in billings for s in range(args.seeds)]
+    work = [
+        (d, b, args.tasks, s)
+        for d in dists
+        for b in billings
+        for s in range(first, first + args.seeds)
+    ]
     results = run_all(work, args.jobs, progress)
     wall = time.perf_counter() - started
     rows = rows_of(results, dists, billings)
@@ -537,7 +548,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if library_digest() not in state_before:
         print("WARNING: the library's sources changed while this benchmark ran")
     print(
-        f"Seeds 0..{args.seeds - 1}. Per seed, B_min = plan_dry(...).minimum_budget (that seed's\n"
+        f"Seeds {first}..{first + args.seeds - 1}. Per seed, B_min = "
+        "plan_dry(...).minimum_budget (that seed's\n"
         "sampling phase), then dry runs of the same seed at each factor × B_min."
     )
     print()
