@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import bisect
 import math
-import multiprocessing
 import statistics
 import sys
 import time
@@ -41,7 +40,13 @@ from autoscaler.config.schema import RunConfig
 from autoscaler.model import TaskSpec
 from autoscaler.planner import TypeEstimate, plan_clairvoyant
 from autoscaler.runs import billing_model, dry_run, plan_dry
-from benchmarks.bats_scenarios import library_digest, library_state, quantile, render_table
+from benchmarks.bats_scenarios import (
+    library_digest,
+    library_state,
+    pooled,
+    quantile,
+    render_table,
+)
 
 MEAN_S = 600.0
 """Mean runtime on a speed-1 machine, every distribution."""
@@ -457,13 +462,7 @@ def run_all(
 ) -> list[SeedResult]:
     results: list[SeedResult] = []
     started = time.perf_counter()
-    if jobs <= 1:
-        done: Iterable[SeedResult] = map(run_seed, work)
-        pool = None
-    else:
-        pool = multiprocessing.get_context("fork").Pool(jobs)
-        done = pool.imap_unordered(run_seed, work)
-    try:
+    with pooled(run_seed, work, jobs) as done:
         for i, s in enumerate(done, start=1):
             results.append(s)
             walls = " ".join(f"{r.wall_s:.2f}" for r in s.runs)
@@ -472,10 +471,6 @@ def run_all(
                 f"{_x(s.b_min if s.b_min is not None else math.nan)}, runs {walls} s, "
                 f"elapsed {time.perf_counter() - started:.0f} s"
             )
-    finally:
-        if pool is not None:
-            pool.close()
-            pool.join()
     return results
 
 
