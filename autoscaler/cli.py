@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 EXIT_CONFIG = 2
 """Exit code for a config that cannot be used (and other errors we raise on purpose)."""
 PLAN_JSON = "plan.json"
+"""What `autoscaler plan --out DIR` writes: the options `run --option N` reads."""
 EXIT_STOPPED = 3
 """Exit code for a run that stopped before the bag was finished (its report says why)."""
 
@@ -361,10 +362,12 @@ def _show_frontier(
         data["run_dir"] = str(run_dir.resolve())
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        (out / PLAN_JSON).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+        from autoscaler.atomic import write_atomic
         from autoscaler.plots import frontier_plot
 
         frontier_plot(frontier, out / "frontier.png")
+        # Last and whole: `run --plan` may be waiting for it (a real plan's hand-over).
+        write_atomic(out / PLAN_JSON, json.dumps(data, indent=2) + "\n")
     if as_json:
         print(json.dumps(data, indent=2), flush=True)
         return
