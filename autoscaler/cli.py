@@ -185,6 +185,8 @@ def run(
             _exit_with(AutoscalerError("--resume takes a run directory and no config file"))
         if sampled is not None and chosen is None:
             _exit_with(AutoscalerError("--plan DIR needs --option N or --budget B"))
+        if chosen is not None:
+            _check_budget_covers_commitments(resume, chosen.budget)
         _take_over(resume)
         _run_daemon(None, [], resume, seed, resume=True, budget=chosen)
         return
@@ -275,6 +277,30 @@ def _check_same_bag(config: Path, run_dir: Path) -> None:
             AutoscalerError(
                 f"{config} is not the config the plan sampled ({run_dir / 'config.yaml'}): "
                 "give the plan's own config, or none"
+            )
+        )
+
+
+def _check_budget_covers_commitments(run_dir: Path, budget: float) -> None:
+    """Refuse a budget below what the run has committed, before anything is taken over
+    (a held run commits nothing more, so its journal's figure holds)."""
+    from autoscaler.journal import JOURNAL_DB, SqliteJournal
+    from autoscaler.rundir import RunFiles, rebuild_state
+
+    try:
+        files = RunFiles.open(run_dir)
+        journal = SqliteJournal(run_dir / JOURNAL_DB)
+        try:
+            committed = rebuild_state(files, journal).committed
+        finally:
+            journal.close()
+    except AutoscalerError as exc:
+        _exit_with(exc)
+    if budget < committed - 1e-9:
+        _exit_with(
+            AutoscalerError(
+                f"budget {budget:.2f} is below the {committed:.2f} the run in {run_dir} "
+                "has committed already"
             )
         )
 

@@ -93,6 +93,9 @@ def test_a_held_run_whose_machines_are_gone_carries_on_with_a_budget(tmp_path: P
     data = read_plan(plan_dir)
     run_dir = Path(data["run_dir"])
     assert agents_of(run_id_of(run_dir)) == []
+    too_little = run_cli("run", "--resume", str(run_dir), "--budget", "1", cwd=tmp_path)
+    assert too_little.returncode == 2
+    assert "committed already" in too_little.stdout + too_little.stderr
     budget = data["options"][-1]["budget"]
     run = run_cli(
         "run", "--resume", str(run_dir), "--budget", str(budget), cwd=tmp_path, timeout=300
