@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from autoscaler.controller import Controller
+from autoscaler.deadline_control import DeadlineController
 from autoscaler.errors import AutoscalerError
 from autoscaler.model import (
     Action,
@@ -23,6 +24,7 @@ from autoscaler.model import (
     Cancel,
     Event,
     Extend,
+    JobArrived,
     Launch,
     LaunchFailed,
     MachineLaunched,
@@ -68,7 +70,7 @@ class Emulator:
 
     def __init__(
         self,
-        controller: Controller,
+        controller: Controller | DeadlineController,
         state: RunState,
         sim: SimProvider,
         monitoring_interval_s: float,
@@ -88,6 +90,7 @@ class Emulator:
         self._seq = itertools.count()
         self._boxes: dict[str, _Box] = {}
         self._attempts: dict[int, int] = {}
+        self._launch_seen: dict[str, int] = {}
 
     def clock(self) -> float:
         return self.now
@@ -97,6 +100,9 @@ class Emulator:
 
     def run(self) -> RunState:
         self._at(self.interval, Tick())
+        for job in self.state.jobs:
+            if job.name not in self.state.arrived:
+                self._at(job.at, JobArrived(job.name))
         self._step([])
         while not self.state.over:
             if not self._heap:
@@ -155,7 +161,16 @@ class Emulator:
                 self.sim.terminate([mid])
                 self._boxes[mid].gone = True
                 return item
-            case MachineLaunched():
+            case MachineLaunched(machine=mid, token=token):
+                # The tasks the launch was bought for: the state queues them on the
+                # machines in the order their launch events come, as here.
+                queues = self.state.launch_queues.get(token, ())
+                i = self._launch_seen.get(token, 0)
+                self._launch_seen[token] = i + 1
+                if i < len(queues):
+                    self._boxes[mid].queue.extend(queues[i])
+                return item
+            case JobArrived():
                 return item
         raise AutoscalerError(f"emulator: unknown scheduled item {item!r}")
 

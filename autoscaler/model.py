@@ -33,6 +33,26 @@ class TypeSpec:
     boot_s: float  # launch to ready, the planner's estimate (β)
 
 
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """A job of a deadline-mode run (paper 002): the tasks ``first .. first + count - 1``,
+    arriving at run time ``at``, due at run time ``deadline`` (absolute), optionally with
+    a budget of its own, and the mean task time per type when it is known (a recurring
+    application); without ``task_s`` the controller samples it. A type missing from a
+    non-empty ``task_s`` cannot run the job."""
+
+    name: str
+    first: int
+    count: int
+    at: float
+    deadline: float
+    budget: float | None = None
+    task_s: Mapping[str, float] = field(default_factory=dict)
+
+    def owns(self, task: int) -> bool:
+        return self.first <= task < self.first + self.count
+
+
 class TaskState(enum.Enum):
     """Where a task is in its life."""
 
@@ -141,6 +161,13 @@ class BudgetSet:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class JobArrived:
+    """Job ``job`` of a deadline-mode run arrives now: its tasks may be planned."""
+
+    job: str
+
+
 Event = (
     MachineLaunched
     | LaunchFailed
@@ -152,6 +179,7 @@ Event = (
     | BoundaryNear
     | Shutdown
     | BudgetSet
+    | JobArrived
 )
 
 
@@ -160,11 +188,16 @@ Event = (
 
 @dataclass(frozen=True, slots=True)
 class Launch:
-    """Start ``count`` machines of ``type``; ``token`` makes the launch idempotent."""
+    """Start ``count`` machines of ``type``; ``token`` makes the launch idempotent.
+
+    ``queues`` (deadline mode): the tasks each new machine is bought for, one tuple per
+    machine, queued on the machines in the order they come up; tasks of a machine that
+    never comes up go back to the bag."""
 
     type: str
     count: int
     token: str
+    queues: tuple[tuple[int, ...], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,6 +300,31 @@ class Shortfall:
 
 
 @dataclass(frozen=True, slots=True)
+class Forecast:
+    """Deadline mode: what the plan just made expects of job ``job``: when its last task
+    ends (``finish``, run time) and the money its machines' time costs (``cost``: each
+    machine's planned cost shared by the jobs in proportion to their planned seconds)."""
+
+    job: str
+    finish: float
+    cost: float
+
+
+@dataclass(frozen=True, slots=True)
+class Late:
+    """Deadline mode: job ``job`` is expected to miss its deadline, ``tasks`` of its tasks
+    ending late, the last by ``seconds`` (0 and 0: it is expected on time again);
+    ``cause`` says what gave way: ``deadline`` (no machines the provider allows finish it
+    in time) or ``budget`` (the budget cannot pay for those that would)."""
+
+    job: str
+    tasks: int
+    seconds: float
+    cause: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
 class Hold:
     """The samples are complete and the run waits for a budget (``autoscaler plan``):
     nothing more is committed, the machines work on the bag until their paid time ends,
@@ -294,6 +352,8 @@ Action = (
     | Defer
     | Configure
     | Shortfall
+    | Forecast
+    | Late
     | Hold
     | Stop
 )
@@ -309,6 +369,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     BoundaryNear,
     Shutdown,
     BudgetSet,
+    JobArrived,
 )
 ACTION_TYPES: tuple[type[Action], ...] = (
     Launch,
@@ -322,6 +383,8 @@ ACTION_TYPES: tuple[type[Action], ...] = (
     Defer,
     Configure,
     Shortfall,
+    Forecast,
+    Late,
     Hold,
     Stop,
 )

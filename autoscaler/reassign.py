@@ -84,7 +84,7 @@ def finish_times(q: Queue, deadlines: Mapping[str, float]) -> dict[str, float]:
     return out
 
 
-def _late_tasks(q: Queue, deadlines: Mapping[str, float]) -> dict[str, tuple[int, float]]:
+def late_tasks(q: Queue, deadlines: Mapping[str, float]) -> dict[str, tuple[int, float]]:
     """Per job: how many of its tasks on ``q`` end after its deadline, and by how much the
     last does (EDF order)."""
     per_job: dict[str, int] = {}
@@ -129,7 +129,7 @@ def room(q: Queue, job: str, e: float, deadlines: Mapping[str, float]) -> int:
 def reassign(queues: Sequence[Queue], deadlines: Mapping[str, float]) -> Reassignment:
     """Algorithm 4 over ``queues``; ``deadlines``: absolute deadline per job name."""
     work = {q.machine: q for q in queues}
-    late = {q.machine: _late_tasks(q, deadlines) for q in queues}
+    late = {q.machine: late_tasks(q, deadlines) for q in queues}
     violators = sorted(
         (m for m in work if late[m]),
         key=lambda m: -max(seconds for _, seconds in late[m].values()),
@@ -159,14 +159,18 @@ def reassign(queues: Sequence[Queue], deadlines: Mapping[str, float]) -> Reassig
                 moves.append(Move(tuple(t for t, _ in taken), vg, vr))
                 recipients.remove(vr)
                 need -= n
+    return Reassignment(tuple(moves), lateness(list(work.values()), deadlines))
+
+
+def lateness(queues: Sequence[Queue], deadlines: Mapping[str, float]) -> tuple[Lateness, ...]:
+    """What ``queues`` will finish late, per job: tasks, and seconds of the latest."""
     after: dict[str, list[float]] = {}
     counts: dict[str, int] = {}
-    for q in work.values():
-        for job, (n, seconds) in _late_tasks(q, deadlines).items():
+    for q in queues:
+        for job, (n, seconds) in late_tasks(q, deadlines).items():
             counts[job] = counts.get(job, 0) + n
             after.setdefault(job, []).append(seconds)
-    still = tuple(Lateness(job, counts[job], max(after[job])) for job in sorted(after))
-    return Reassignment(tuple(moves), still)
+    return tuple(Lateness(job, counts[job], max(after[job])) for job in sorted(after))
 
 
 def _receiving_s(q: Queue, job: str, deadlines: Mapping[str, float]) -> float:

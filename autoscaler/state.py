@@ -29,7 +29,11 @@ from autoscaler.model import (
     Defer,
     Event,
     Extend,
+    Forecast,
     Hold,
+    JobArrived,
+    JobSpec,
+    Late,
     Launch,
     LaunchFailed,
     MachineLaunched,
@@ -140,6 +144,16 @@ class RunState:
     paired_target: int = 0
     paired: list[int] = field(default_factory=list)  # those tasks, in assignment order
     paired_runs: dict[int, dict[str, float]] = field(default_factory=dict)  # runtime per type
+    # Deadline mode (paper 002): the jobs, which have arrived, the tasks each launch in
+    # flight was bought for (one tuple per machine), runtimes per job, and lateness said.
+    jobs: tuple[JobSpec, ...] = ()
+    arrived: set[str] = field(default_factory=set)
+    launch_queues: dict[str, deque[tuple[int, ...]]] = field(default_factory=dict)
+    job_runs: dict[tuple[str, str], list[float]] = field(default_factory=dict)  # (job, type)
+    machine_job_runs: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+    forecasts: dict[str, Forecast] = field(default_factory=dict)  # the last, per job
+    late: dict[str, Late] = field(default_factory=dict)  # the last lateness said, per job
+    late_log: list[tuple[float, Late]] = field(default_factory=list)
 
     def available(self, type_name: str, now: float) -> bool:
         """Whether the provider may have capacity for ``type_name`` at ``now``."""
@@ -173,12 +187,20 @@ class RunState:
         max_retries: int = 2,
         sample_target: int = 30,
         paired: int = 0,
+        jobs: Sequence[JobSpec] = (),
     ) -> RunState:
         """A fresh run; ``order`` is the FCFS order tasks leave the bag in; ``paired``:
-        tasks to run on every type (compact sampling; 0: plain sampling)."""
+        tasks to run on every type (compact sampling; 0: plain sampling); ``jobs``: a
+        deadline-mode run's jobs, owning the task ids between them."""
         if sorted(order) != list(range(n_tasks)):
             raise StateError("task order must be a permutation of the task ids")
+        if jobs and sorted(t for j in jobs for t in range(j.first, j.first + j.count)) != list(
+            range(n_tasks)
+        ):
+            raise StateError("the jobs' tasks must be the task ids, each owned by one job")
         return cls(
+            jobs=tuple(jobs),
+            arrived={j.name for j in jobs if j.at <= 0},
             types={t.name: t for t in types},
             billing=billing,
             budget=budget,
@@ -193,6 +215,23 @@ class RunState:
         )
 
     # --- queries ----------------------------------------------------------------------
+
+    @property
+    def deadline_mode(self) -> bool:
+        return bool(self.jobs)
+
+    def job_of(self, task: int) -> JobSpec:
+        """The job that owns ``task`` (deadline mode)."""
+        for job in self.jobs:
+            if job.owns(task):
+                return job
+        raise StateError(f"task {task} belongs to no job")
+
+    def job_named(self, name: str) -> JobSpec:
+        for job in self.jobs:
+            if job.name == name:
+                return job
+        raise StateError(f"no job named {name!r}")
 
     def alive_machines(self) -> Iterator[Machine]:
         return (m for m in self.machines.values() if m.alive)
@@ -279,6 +318,11 @@ class RunState:
                     launched_at=start,
                     paid_until=start + self.billing.first_step_s,
                 )
+                queues = self.launch_queues.get(token)
+                if queues:
+                    self.machines[mid].queue.extend(queues.popleft())
+                if queues is not None and (not queues or token not in self.pending_launches):
+                    self._unqueue_launch(token)
             case LaunchFailed(
                 token=token, count=count, type=tname, kind=kind, until=until, reason=why
             ):
@@ -295,6 +339,12 @@ class RunState:
                     self.pending_launches[token] = (ttype, left - count)
                 if count > 0:
                     self._commit(-count * self._first_cost(ttype))
+                queues = self.launch_queues.get(token)
+                for _ in range(min(count, len(queues or ()))):
+                    assert queues is not None
+                    self._back_to_bag(queues.pop())
+                if queues is not None and (not queues or token not in self.pending_launches):
+                    self._unqueue_launch(token)
             case MachineReady(machine=mid):
                 m = self.machines[mid]
                 if m.alive:
@@ -342,8 +392,21 @@ class RunState:
                 self.budget = budget
                 self.budget_set_at = self.now
                 self.awaiting_budget = False
+            case JobArrived(job=name):
+                self.arrived.add(self.job_named(name).name)
             case Tick() | BoundaryNear():
                 pass
+
+    def _unqueue_launch(self, token: str) -> None:
+        """A launch is settled: tasks still held for machines it never made go back."""
+        for queue in self.launch_queues.pop(token, deque()):
+            self._back_to_bag(queue)
+
+    def _back_to_bag(self, tasks: Sequence[int]) -> None:
+        for tid in reversed(tasks):
+            if self.task_state[tid] is TaskState.RUNNING and not self.running_on.get(tid):
+                self.task_state[tid] = TaskState.PENDING
+                self.pending.appendleft(tid)
 
     def _first_cost(self, type_name: str) -> float:
         return self.billing.cost(self.types[type_name].price, self.billing.first_step_s)
@@ -375,6 +438,16 @@ class RunState:
             m.replicas.discard(tid)
             return
         stats = self.stats[m.type.name]
+        if ended_with_result and self.jobs:
+            job = self.job_of(tid).name
+            for key, table in (
+                ((job, m.type.name), self.job_runs),
+                ((m.id, job), self.machine_job_runs),
+            ):
+                runs = table.setdefault(key, [0.0, 0.0, 0.0])
+                runs[0] += 1
+                runs[1] += runtime_s
+                runs[2] += runtime_s * runtime_s
         if ended_with_result:
             stats.record(runtime_s, tid)
             if tid in self.paired_runs:
@@ -441,10 +514,18 @@ class RunState:
 
     def _action(self, action: Action) -> None:
         match action:
-            case Launch(type=tname, count=count, token=token):
+            case Launch(type=tname, count=count, token=token, queues=queues):
                 self.launch_seq += 1
                 self.pending_launches[token] = (tname, count)
                 self._commit(count * self._first_cost(tname))
+                if queues:
+                    taken = {tid for q in queues for tid in q}
+                    for tid in taken:
+                        if self.task_state[tid] is not TaskState.PENDING:
+                            raise StateError(f"launch {token}: task {tid} is not in the bag")
+                        self.task_state[tid] = TaskState.RUNNING
+                    self.pending = deque(t for t in self.pending if t not in taken)
+                    self.launch_queues[token] = deque(tuple(q) for q in queues)
             case Extend(machine=mid, until=until):
                 m = self.machines[mid]
                 old = self.billing.cost(m.type.price, m.paid_until - m.launched_at)
@@ -483,6 +564,11 @@ class RunState:
                 self.configurations.append((self.now, action))
             case Shortfall():
                 self.shortfalls.append((self.now, action))
+            case Forecast(job=name):
+                self.forecasts[name] = action
+            case Late(job=name):
+                self.late[name] = action
+                self.late_log.append((self.now, action))
             case Hold():
                 # Nothing more is committed: the budget becomes what is committed.
                 self.awaiting_budget = True
