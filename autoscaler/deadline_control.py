@@ -82,6 +82,10 @@ from autoscaler.reassign import (
 from autoscaler.state import Machine, RunState
 
 _EPS = 1e-6
+_CAUSES = {
+    "budget": "the budget cannot pay for machines that would finish it in time",
+    "deadline": "no machines the provider allows finish it in time",
+}
 _RELAX = (1.5, 2.0, 4.0, 8.0, 32.0)  # deadline windows tried when no plan meets them
 
 
@@ -96,6 +100,14 @@ class DeadlineSettings:
     late_change: float = 0.1  # a lateness is said again when it changes by this share
 
 
+class _DStep(_Step):
+    """A step, and the jobs whose machines the budget could not pay for in it."""
+
+    def __init__(self, state: RunState, now: float):
+        super().__init__(state, now)
+        self.unpaid: set[str] = set()
+
+
 class DeadlineController:
     """Deadline-aware controller for jobs with deadlines. Holds settings only."""
 
@@ -105,7 +117,7 @@ class DeadlineController:
     # --- the one entry point ----------------------------------------------------------
 
     def step(self, state: RunState, events: Iterable[Event], now: float) -> list[Action]:
-        s = _Step(state, now)
+        s = _DStep(state, now)
         boundaries: list[str] = []
         tick = False
         news = False  # something that changes the plan's premises
@@ -274,7 +286,7 @@ class DeadlineController:
             return handle_single(problem, solver=self.settings.solver)
         return handle_multi(problem, solver=self.settings.solver)
 
-    def _plan(self, s: _Step) -> bool:
+    def _plan(self, s: _DStep) -> bool:
         """Plan every task of an arrived job in the bag; True if anything was planned."""
         state = s.state
         tasks = self._ready_jobs(state)
@@ -379,7 +391,7 @@ class DeadlineController:
         window = max(job.deadline_s - now, least)
         return DeadlineJob(job.name, job.tasks, now + factor * window, job.task_s)
 
-    def _carry_out(self, s: _Step, plan: DeadlinePlan, tasks: dict[str, list[int]]) -> None:
+    def _carry_out(self, s: _DStep, plan: DeadlinePlan, tasks: dict[str, list[int]]) -> None:
         """Queue the plan's tasks: on running machines (``Assign``), and on the new machines
         the budget pays for (``Launch`` with their queues); what it cannot pay for is
         queued where it finishes first."""
@@ -400,6 +412,7 @@ class DeadlineController:
         for new in sorted(plan.new, key=lambda m: -sum(m.tasks.values()) / max(m.cost, _EPS)):
             first = state.billing.cost(state.types[new.type].price, state.billing.first_step_s)
             if first > money + _EPS:
+                s.unpaid.update(n for n, k in new.tasks.items() if k > 0)
                 continue
             money -= max(first, min(new.cost, money))
             queue: list[int] = []
@@ -471,13 +484,13 @@ class DeadlineController:
         for move in result.moves:
             s.do(move)
 
-    def _watch(self, s: _Step, buy: bool) -> None:
+    def _watch(self, s: _DStep, buy: bool) -> None:
         """Say what will be late; first, if ``buy``, give late tasks to new machines that
         finish them in time, when the budget pays for them."""
         state = s.state
         deadlines = self._deadlines(state)
         late = lateness(self._queues(state, s.now), deadlines)
-        cause = "deadline"
+        cause: str | None = None
         if late and buy:
             bought, cause = self._buy_for_late(s, late)
             if bought:
@@ -492,19 +505,17 @@ class DeadlineController:
                 continue
             if said is not None and said.tasks > 0 and not self._changed(said, item):
                 continue
-            why = (
-                "the budget cannot pay for machines that would finish it in time"
-                if cause == "budget"
-                else "no machines the provider allows finish it in time"
-            )
+            why = cause or ("budget" if job.name in s.unpaid else None)
+            if why is None:
+                why = said.cause if said is not None and said.cause else "deadline"
             s.do(
                 Late(
                     job.name,
                     item.tasks,
                     item.seconds,
-                    cause,
+                    why,
                     f"job {job.name} is expected to miss its deadline: {item.tasks} tasks "
-                    f"late, the last by {item.seconds:.0f} s ({why})",
+                    f"late, the last by {item.seconds:.0f} s ({_CAUSES[why]})",
                 )
             )
 
@@ -514,7 +525,7 @@ class DeadlineController:
             now.seconds - said.seconds
         ) > share * max(said.seconds, 1.0)
 
-    def _buy_for_late(self, s: _Step, late: Sequence[Lateness]) -> tuple[bool, str]:
+    def _buy_for_late(self, s: _DStep, late: Sequence[Lateness]) -> tuple[bool, str]:
         """New machines for the tasks expected late, if they finish them in time and the
         budget pays; returns (whether any were bought, what gave way otherwise)."""
         state = s.state
