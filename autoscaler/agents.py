@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from autoscaler.config.schema import RunConfig
+from autoscaler.config.schema import JobMeans, RunConfig
 from autoscaler.dispatch import AgentResult, Poll
 from autoscaler.leases import Timeline, lease, renew_at
 from autoscaler.model import (
@@ -42,6 +42,7 @@ class Agents:
     workdir: Path  # where tasks' commands run
     outputs: IO[str]  # the run's outputs file, one JSON line per result
     log: Any
+    task_means: Sequence[JobMeans | None] = ()  # per task id, its job's (config.load.task_means)
     parked: dict[str, Poll] = field(default_factory=dict)  # an idle agent's poll, by machine
 
     def poll_events(self, state: RunState, poll: Poll, seen: set[tuple[str, int]]) -> list[Event]:
@@ -126,7 +127,8 @@ class Agents:
     def _payload(self, m: Machine, run: int, task: int) -> dict[str, Any]:
         spec = self.tasks[task]
         if spec.command is None:
-            runtime = type_runtime(self.cfg.emulator, self.runtimes[task], task, m.type.name)
+            means = self.task_means[task] if self.task_means else None
+            runtime = type_runtime(self.cfg.emulator, self.runtimes[task], task, m.type.name, means)
             return {
                 "run": run,
                 "task": task,
@@ -143,7 +145,9 @@ class Agents:
             "sleep_s": None,
             "env": dict(spec.env),
             "cwd": str(self.workdir),
-            "timeout_s": self.cfg.bag.timeout_s,
+            "timeout_s": spec.timeout_s
+            if spec.timeout_s is not None
+            else (self.cfg.bag.timeout_s if self.cfg.bag is not None else None),
         }
 
 

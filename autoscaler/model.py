@@ -21,6 +21,7 @@ class TaskSpec:
     id: int
     command: str | None  # shell command; None for a synthetic (emulated) task
     env: Mapping[str, str] = field(default_factory=dict)
+    timeout_s: float | None = None  # its bag's per-task timeout
 
 
 @dataclass(frozen=True, slots=True)

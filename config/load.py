@@ -1,4 +1,4 @@
-"""Loading a run's YAML file: parse, validate, resolve paths, expand the bag.
+"""Loading a run's YAML file: parse, validate, resolve paths, expand the bag or the jobs.
 
 Every way a file can be wrong ends in one ``ConfigError`` whose problems each name the
 field (``machine_types[1].price``) and, where it is safe to show, the value as given.
@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 import string
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,16 @@ import yaml
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
-from autoscaler.config.schema import IntRange, RunConfig, SweepValues, TraceRuntime, parse_duration
+from autoscaler.config.schema import (
+    Bag,
+    IntRange,
+    Job,
+    JobMeans,
+    RunConfig,
+    SweepValues,
+    TraceRuntime,
+    parse_duration,
+)
 from autoscaler.errors import AutoscalerError, ConfigError
 from autoscaler.model import TaskSpec
 
@@ -115,10 +125,14 @@ def resolve_paths(cfg: RunConfig, base_dir: str | Path) -> RunConfig:
         p = p.expanduser()
         return p if p.is_absolute() else base / p
 
-    if cfg.bag.file is not None:
-        cfg = cfg.model_copy(
-            update={"bag": cfg.bag.model_copy(update={"file": resolve(cfg.bag.file)})}
-        )
+    def resolve_bag(bag: Bag) -> Bag:
+        return bag if bag.file is None else bag.model_copy(update={"file": resolve(bag.file)})
+
+    if cfg.bag is not None:
+        cfg = cfg.model_copy(update={"bag": resolve_bag(cfg.bag)})
+    if cfg.jobs:
+        jobs = [j.model_copy(update={"bag": resolve_bag(j.bag)}) for j in cfg.jobs]
+        cfg = cfg.model_copy(update={"jobs": jobs})
     runtime = cfg.emulator.runtime
     if isinstance(runtime, TraceRuntime):
         emulator = cfg.emulator.model_copy(
@@ -132,9 +146,11 @@ def resolve_paths(cfg: RunConfig, base_dir: str | Path) -> RunConfig:
 
 
 def _check_files(cfg: RunConfig, source: str) -> None:
-    problems: list[str] = []
-    if cfg.bag.file is not None and not cfg.bag.file.is_file():
-        problems.append(f"bag.file: no such file: {cfg.bag.file}")
+    problems = [
+        f"{field}.file: no such file: {bag.file}"
+        for field, bag in _bags(cfg)
+        if bag.file is not None and not bag.file.is_file()
+    ]
     runtime = cfg.emulator.runtime
     if isinstance(runtime, TraceRuntime):
         if not runtime.file.is_file():
@@ -196,8 +212,9 @@ def config_warnings(cfg: RunConfig) -> list[str]:
     local run's synthetic tasks); with several types that silently changes which type
     the planner prefers, and can turn a finishing run into one that stops early.
     """
-    if len(cfg.machine_types) < 2:
-        return []
+    jobs = cfg.deadline_jobs()
+    if len(cfg.machine_types) < 2 or (jobs and all(j.emulator_means() for j in jobs)):
+        return []  # every job's tasks run at the job's own means: the speeds are unused
     missing = [t.name for t in cfg.machine_types if t.name not in cfg.emulator.speed]
     if not missing:
         return []
@@ -216,56 +233,104 @@ def config_json_schema() -> dict[str, Any]:
 
 
 def expand_bag(cfg: RunConfig, *, source: str = "config") -> list[TaskSpec]:
-    """The tasks of the bag, with ids 0..N-1, in the order they are given.
+    """The tasks of the bag, or of every job in the order given, with ids 0..N-1.
 
     ``command`` with ``sweep`` is formatted with every combination of the sweep values
     (the first key varies slowest); ``command`` alone is one task, taken verbatim.
-    ``source`` names the config in errors.
+    Each task carries its bag's environment and timeout. ``source`` names the config in
+    errors.
     """
-    bag = cfg.bag
-    env = dict(bag.env)
-    if bag.synthetic is not None:
-        return [TaskSpec(id=i, command=None, env=env) for i in range(bag.synthetic)]
-    if bag.file is not None:
-        commands: Iterable[str] = _file_commands(bag.file, source)
-    elif bag.command is not None and bag.sweep:
-        commands = _sweep_commands(bag.command, bag.sweep, source)
-    elif bag.command is not None:
-        commands = [bag.command]
-    else:  # the schema guarantees one source; keep the error typed if that ever changes
-        raise ConfigError(source, ["bag: give exactly one of command, file or synthetic"])
-    return [TaskSpec(id=i, command=c, env=env) for i, c in enumerate(commands)]
+    return _expand(cfg, source)[0]
 
 
-def _file_commands(path: Path, source: str) -> list[str]:
+def expand_jobs(cfg: RunConfig, *, source: str = "config") -> list[tuple[Job, range]]:
+    """Each job of deadline mode (``cfg.deadline_jobs()``) with the ids of its tasks
+    in ``expand_bag``'s numbering; none in budget mode."""
+    jobs = cfg.deadline_jobs()
+    if not jobs:
+        return []
+    return list(zip(jobs, _expand(cfg, source)[1], strict=True))
+
+
+def task_means(cfg: RunConfig, n_tasks: int) -> list[JobMeans | None]:
+    """Per task id, the emulator's mean task time per machine type (its job's
+    ``emulator_task_s``, else ``task_s``), or None where the job gives none or in
+    budget mode."""
+    means: list[JobMeans | None] = [None] * n_tasks
+    for job, ids in expand_jobs(cfg):
+        if ids.stop > n_tasks:
+            raise AutoscalerError(
+                f"job {job.name!r} owns tasks up to {ids.stop - 1}, the run has {n_tasks}"
+            )
+        job_means = job.emulator_means()
+        for i in ids:
+            means[i] = job_means
+    return means
+
+
+def _bags(cfg: RunConfig) -> list[tuple[str, Bag]]:
+    """Every bag of ``cfg`` with the field that gives it."""
+    if cfg.bag is not None:
+        return [("bag", cfg.bag)]
+    return [(f"jobs[{i}].bag", j.bag) for i, j in enumerate(cfg.jobs)]
+
+
+def _expand(cfg: RunConfig, source: str) -> tuple[list[TaskSpec], list[range]]:
+    """All tasks numbered from 0, and the ids each bag owns."""
+    tasks: list[TaskSpec] = []
+    owned: list[range] = []
+    for field, bag in _bags(cfg):
+        first = len(tasks)
+        env, timeout = dict(bag.env), bag.timeout_s
+        if bag.synthetic is not None:
+            commands: Sequence[str | None] = [None] * bag.synthetic
+        elif bag.file is not None:
+            commands = _file_commands(bag.file, source, field)
+        elif bag.command is not None and bag.sweep:
+            commands = _sweep_commands(bag.command, bag.sweep, source, field)
+        elif bag.command is not None:
+            commands = [bag.command]
+        else:  # the schema guarantees one source; keep the error typed if that ever changes
+            raise ConfigError(source, [f"{field}: give exactly one of command, file or synthetic"])
+        tasks.extend(
+            TaskSpec(id=first + i, command=c, env=env, timeout_s=timeout)
+            for i, c in enumerate(commands)
+        )
+        owned.append(range(first, len(tasks)))
+    return tasks, owned
+
+
+def _file_commands(path: Path, source: str, field: str = "bag") -> list[str]:
     commands = []
-    for line in _read_text(path, source, "bag.file").splitlines():
+    for line in _read_text(path, source, f"{field}.file").splitlines():
         text = line.strip()
         if text and not text.startswith("#"):
             commands.append(text)
     if not commands:
-        raise ConfigError(source, [f"bag.file: {_NO_TASKS}: no commands in {path}"])
+        raise ConfigError(source, [f"{field}.file: {_NO_TASKS}: no commands in {path}"])
     return commands
 
 
-def _sweep_commands(template: str, sweep: Mapping[str, SweepValues], source: str) -> list[str]:
+def _sweep_commands(
+    template: str, sweep: Mapping[str, SweepValues], source: str, bag: str = "bag"
+) -> list[str]:
     problems: list[str] = []
     try:
         fields = [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
     except ValueError as exc:
-        raise ConfigError(source, [f"bag.command: not a valid template: {exc}"]) from None
+        raise ConfigError(source, [f"{bag}.command: not a valid template: {exc}"]) from None
     used: set[str] = set()
     for field in fields:
         name = field.split(".", 1)[0].split("[", 1)[0]
         if not name or name.isdigit():
             problems.append(
-                f"bag.command: placeholders need a sweep name, as in {{alpha}} (got {{{field}}})"
+                f"{bag}.command: placeholders need a sweep name, as in {{alpha}} (got {{{field}}})"
             )
         elif name not in sweep:
-            problems.append(f"bag.command: placeholder {{{name}}} is not in bag.sweep")
+            problems.append(f"{bag}.command: placeholder {{{name}}} is not in {bag}.sweep")
         used.add(name)
     problems.extend(
-        f"bag.sweep.{name}: not used in bag.command" for name in sweep if name not in used
+        f"{bag}.sweep.{name}: not used in {bag}.command" for name in sweep if name not in used
     )
 
     values: dict[str, Sequence[object]] = {}
@@ -275,14 +340,14 @@ def _sweep_commands(template: str, sweep: Mapping[str, SweepValues], source: str
         else:
             values[name] = given
             if not given:
-                problems.append(f"bag.sweep.{name}: {_NO_TASKS}: the list is empty (got [])")
+                problems.append(f"{bag}.sweep.{name}: {_NO_TASKS}: the list is empty (got [])")
     if problems:
         raise ConfigError(source, problems)
 
     count = math.prod(len(v) for v in values.values())
     if count > MAX_TASKS:
         raise ConfigError(
-            source, [f"bag.sweep: {count} combinations, more than the limit of {MAX_TASKS}"]
+            source, [f"{bag}.sweep: {count} combinations, more than the limit of {MAX_TASKS}"]
         )
     names = list(values)
     try:
@@ -291,7 +356,7 @@ def _sweep_commands(template: str, sweep: Mapping[str, SweepValues], source: str
             for combo in itertools.product(*values.values())
         ]
     except (AttributeError, IndexError, KeyError, TypeError, ValueError) as exc:
-        raise ConfigError(source, [f"bag.command: cannot fill the template: {exc}"]) from None
+        raise ConfigError(source, [f"{bag}.command: cannot fill the template: {exc}"]) from None
 
 
 # --- turning pydantic's errors into short lines ---------------------------------------
@@ -316,7 +381,10 @@ _TYPE_MESSAGES = {
 }
 
 _QUIET = ("bag.env.",)
-"""Values under these paths may be secrets: errors name the field but never the value."""
+"""Values under these paths (a job's bag's too) may be secrets: errors name the field but
+never the value."""
+
+_JOB_PREFIX = re.compile(r"^jobs\[\d+\]\.")
 
 _UNION_HINTS = {
     "bag.sweep.": "must be a list of values or a range {start, stop, step}",
@@ -346,7 +414,11 @@ def validation_problems(exc: ValidationError, data: object) -> list[str]:
             problems.extend(_problem(e, p) for e, p in specific or errors)
             continue
         hint = next(
-            (h for prefix, h in _UNION_HINTS.items() if union_path.startswith(prefix)),
+            (
+                h
+                for prefix, h in _UNION_HINTS.items()
+                if _JOB_PREFIX.sub("", union_path).startswith(prefix)
+            ),
             "does not match any allowed form",
         )
         problems.append(f"{union_path}: {hint}{_got(union_inputs[union_path], hint)}")
@@ -407,7 +479,7 @@ def _problem(error: ErrorDetails, path: str) -> str:
     value = error.get("input")
     if error["type"] in ("extra_forbidden", "missing", "invalid_key") or not error["loc"]:
         return line  # an unknown field's value is not ours to echo; a model's input is all
-    if path.startswith(_QUIET):
+    if _JOB_PREFIX.sub("", path).startswith(_QUIET):
         return line
     if error["type"] == "value_error" and isinstance(value, list | dict):
         return line  # a check across items says which item it means

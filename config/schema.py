@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -21,10 +23,14 @@ from pydantic import (
     Field,
     PositiveFloat,
     PositiveInt,
+    SerializerFunctionWrapHandler,
     ValidationInfo,
     field_validator,
+    model_serializer,
     model_validator,
 )
+
+from autoscaler.errors import AutoscalerError
 
 _UNITS = {"s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(s|m|min|h|d)?\s*$")
@@ -48,6 +54,10 @@ Seconds = Annotated[float, BeforeValidator(parse_duration)]
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+Name = Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")]
+"""A machine type's or a job's name: letters, digits, ``_``, ``.`` and ``-``."""
 
 
 # --- the bag -------------------------------------------------------------------------
@@ -118,10 +128,18 @@ class Bag(_Model):
 
 
 class Constraint(_Model):
-    """What the run must respect. ``budget`` is implemented; ``deadline`` is reserved."""
+    """What the run, or one job, must respect: a budget, a deadline, or both.
+
+    With both, the deadline is met only as far as the budget allows. A deadline is in
+    seconds from the job's arrival (for a single bag, from the start of the run).
+    """
 
     budget: PositiveFloat | None = Field(default=None, description="money, in the prices' currency")
-    deadline_s: Seconds | None = Field(default=None, gt=0, description="reserved for deadline mode")
+    deadline_s: Seconds | None = Field(
+        default=None,
+        gt=0,
+        description="deadline mode: seconds from the job's arrival (the run's start for a bag)",
+    )
     on_shortfall: Literal["continue", "stop"] = Field(
         default="continue",
         description=(
@@ -134,9 +152,7 @@ class Constraint(_Model):
     @model_validator(mode="after")
     def _one(self) -> Constraint:
         if self.budget is None and self.deadline_s is None:
-            raise ValueError("give a budget (deadline mode is not available yet)")
-        if self.deadline_s is not None:
-            raise ValueError("deadline mode is not available yet: give a budget")
+            raise ValueError("give a budget, a deadline_s, or both")
         return self
 
 
@@ -159,7 +175,7 @@ class Billing(_Model):
 class MachineType(_Model):
     """A cloud offering: all machines of a type are alike."""
 
-    name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")]
+    name: Name
     price: PositiveFloat = Field(description="price per ATU of one machine")
     max_count: PositiveInt = Field(description="at most this many machines at once")
     boot_s: Seconds = Field(
@@ -554,15 +570,85 @@ class Sge(_Model):
     workdir: Path | None = Field(default=None, description="working directory of tasks")
 
 
+# --- deadline mode: jobs --------------------------------------------------------------
+
+
+class Job(_Model):
+    """Deadline mode (paper 002): one bag that arrives ``at`` seconds into the run and
+    must finish ``constraint.deadline_s`` seconds after it arrives.
+
+    ``task_s`` gives the mean task time per machine type when it is known (a recurring
+    application): the job then runs only on the types it names. Empty, the means are
+    unknown and the controller samples them. ``emulator_task_s`` is for dry runs and
+    synthetic tasks only: the true mean per type the emulator runs the job's tasks at
+    (a type it leaves out takes ``task_s``'s).
+    """
+
+    name: Name
+    bag: Bag
+    constraint: Constraint = Field(description="must give deadline_s; a budget is optional")
+    at: Seconds = Field(default=0.0, ge=0, description="arrival, seconds from the run's start")
+    task_s: dict[str, PositiveFloat] = Field(
+        default_factory=dict,
+        description="known mean task time per machine type; types not named cannot run "
+        "the job; empty: unknown, sampled",
+    )
+    emulator_task_s: dict[str, PositiveFloat] = Field(
+        default_factory=dict,
+        description="dry runs and synthetic tasks only: the true mean task time per "
+        "machine type (default: task_s)",
+    )
+
+    def emulator_means(self) -> JobMeans | None:
+        """The emulator's mean task time per type, or None: the job gives none."""
+        means = {**self.task_s, **self.emulator_task_s}
+        return JobMeans(self.name, means) if means else None
+
+
+@dataclass(frozen=True, slots=True)
+class JobMeans:
+    """A job's mean task time per machine type, as the emulator runs its tasks."""
+
+    job: str
+    by_type: Mapping[str, float]
+
+    def of(self, type_name: str) -> float:
+        """The mean on ``type_name``; a type the job has none for cannot run it."""
+        mean = self.by_type.get(type_name)
+        if mean is None:
+            raise AutoscalerError(
+                f"job {self.job!r} has no mean task time for machine type {type_name!r} "
+                f"(it has: {', '.join(sorted(self.by_type))}): it cannot run there"
+            )
+        return mean
+
+
 # --- the whole file -------------------------------------------------------------------
 
 
 class RunConfig(_Model):
-    """One run: a bag, a constraint, where it may run and how that is paid."""
+    """One run: what to run under which constraint, where it may run and how that is paid.
+
+    What to run is either one ``bag`` with its ``constraint`` (a budget: budget mode; a
+    ``deadline_s``: deadline mode with one job), or ``jobs`` (deadline mode, paper 002):
+    bags arriving over time, each with its own constraint. In the jobs form
+    ``constraint`` is not given; once validated it holds their summary (the sum of the
+    jobs' budgets if every job has one, and the last deadline), and ``bag`` is None.
+    """
 
     name: str = "run"
-    bag: Bag
-    constraint: Constraint
+    bag: Bag | None = Field(default=None, description="the tasks, with constraint; not with jobs")
+    if TYPE_CHECKING:  # always set once validated: the jobs form fills in their summary
+        constraint: Constraint
+    else:
+        constraint: Constraint | None = Field(
+            default=None, description="what the bag must respect; not with jobs"
+        )
+    jobs: list[Job] = Field(
+        default_factory=list,
+        description="deadline mode: bags arriving over time, each with a deadline; "
+        "instead of bag and constraint",
+    )
     machine_types: list[MachineType] = Field(min_length=1)
     billing: Billing = Field(default_factory=Billing)
     provider: Literal["sim", "local", "sge", "ec2"] = Field(
@@ -601,28 +687,58 @@ class RunConfig(_Model):
 
     @model_validator(mode="after")
     def _cross_checks(self) -> RunConfig:
+        self._one_form()
         names = {t.name for t in self.machine_types}
         for field, named in (("speed", self.emulator.speed), ("affine", self.emulator.affine)):
-            for name in named:
-                if name not in names:
-                    raise ValueError(
-                        f"emulator.{field} names unknown machine type {name!r} "
-                        f"(known: {', '.join(sorted(names))})"
-                    )
+            _known_types(f"emulator.{field}", named, names)
         for failure in self.emulator.machine_failures:
             if failure.type not in names:
                 raise ValueError(
                     f"emulator.machine_failures names unknown machine type {failure.type!r}"
                 )
         self._provider_section(names)
-        cheapest = min(t.price for t in self.machine_types)
-        budget = self.constraint.budget
-        if budget is not None and budget < self._min_unit_cost(cheapest):
-            raise ValueError(
-                f"constraint.budget {budget:g} is below one unit of the cheapest machine "
-                f"type ({self._min_unit_cost(cheapest):g})"
-            )
+        for i, job in enumerate(self.jobs):
+            _check_job(f"jobs[{i}]", job, names)
+        cheapest = self._min_unit_cost(min(t.price for t in self.machine_types))
+        budgets = [(f"jobs[{i}].constraint.budget", j.constraint) for i, j in enumerate(self.jobs)]
+        for field, constraint in budgets or [("constraint.budget", self.constraint)]:
+            budget = constraint.budget
+            if budget is not None and budget < cheapest:
+                raise ValueError(
+                    f"{field} {budget:g} is below one unit of the cheapest machine "
+                    f"type ({cheapest:g})"
+                )
+        if self.jobs:  # frozen: the summary is set once, here
+            object.__setattr__(self, "constraint", _summary(self.jobs))
         return self
+
+    def _one_form(self) -> None:
+        if self.jobs:
+            given = [f for f in ("bag", "constraint") if getattr(self, f) is not None]
+            if given:
+                raise ValueError(
+                    f"give either bag and constraint, or jobs, not both (got jobs and "
+                    f"{' and '.join(given)})"
+                )
+            seen: set[str] = set()
+            for i, job in enumerate(self.jobs):
+                if job.name in seen:
+                    raise ValueError(f"jobs[{i}].name: job {job.name!r} is given twice")
+                seen.add(job.name)
+        elif self.bag is None:
+            raise ValueError(
+                "give a bag and its constraint (budget mode, or one deadline bag), "
+                "or jobs (deadline mode)"
+            )
+        elif self.constraint is None:
+            raise ValueError("constraint: missing (required)")
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if self.jobs:  # the jobs' summary, derived again when the dump is validated
+            data.pop("constraint", None)
+        return data
 
     def _provider_section(self, names: set[str]) -> None:
         section: Ec2 | Sge | None = None
@@ -654,8 +770,69 @@ class RunConfig(_Model):
         """Emulated seconds per real second (1 but for a time-scaled local run)."""
         return self.local.time_scale if self.provider == "local" else 1.0
 
+    @property
+    def deadline_mode(self) -> bool:
+        """Jobs, or one bag with a deadline: the controller meets deadlines."""
+        return bool(self.jobs) or self.constraint.deadline_s is not None
+
+    def deadline_jobs(self) -> list[Job]:
+        """The jobs of deadline mode: ``jobs``, or one job named after the run holding
+        the bag (arriving at 0, means unknown); none in budget mode."""
+        if self.jobs:
+            return list(self.jobs)
+        if self.bag is None or self.constraint.deadline_s is None:
+            return []
+        # Not validated again: the run's name need not be a valid job name.
+        return [Job.model_construct(name=self.name, bag=self.bag, constraint=self.constraint)]
+
+    @property
+    def max_retries(self) -> int:
+        """Re-runs of a failed task: the bag's, or the most of any job's."""
+        if self.bag is not None:
+            return self.bag.max_retries
+        return max(j.bag.max_retries for j in self.jobs)
+
     def type_named(self, name: str) -> MachineType:
         for t in self.machine_types:
             if t.name == name:
                 return t
         raise KeyError(name)
+
+
+def _known_types(field: str, named: Iterable[str], names: set[str]) -> None:
+    for name in named:
+        if name not in names:
+            raise ValueError(
+                f"{field} names unknown machine type {name!r} (known: {', '.join(sorted(names))})"
+            )
+
+
+def _check_job(where: str, job: Job, names: set[str]) -> None:
+    if job.constraint.deadline_s is None:
+        raise ValueError(
+            f"{where}.constraint.deadline_s: missing: every job needs a deadline (a bag "
+            "with a budget only runs as a single bag and constraint, without jobs)"
+        )
+    _known_types(f"{where}.task_s", job.task_s, names)
+    _known_types(f"{where}.emulator_task_s", job.emulator_task_s, names)
+    if job.emulator_task_s and not job.task_s:
+        missing = sorted(names - set(job.emulator_task_s))
+        if missing:
+            raise ValueError(
+                f"{where}.emulator_task_s gives no mean for machine type "
+                f"{', '.join(missing)}, which the job may run on (its task_s is empty: "
+                "every type)"
+            )
+
+
+def _summary(jobs: Sequence[Job]) -> Constraint:
+    """One constraint for all the jobs: their budgets' sum (if each has one), the last
+    deadline, and stop on a shortfall only if every job says so."""
+    budgets = [j.constraint.budget for j in jobs]
+    return Constraint(
+        budget=None if None in budgets else sum(b for b in budgets if b is not None),
+        deadline_s=max(j.at + (j.constraint.deadline_s or 0.0) for j in jobs),
+        on_shortfall="stop"
+        if all(j.constraint.on_shortfall == "stop" for j in jobs)
+        else "continue",
+    )

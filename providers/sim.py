@@ -4,21 +4,26 @@ and fail when told to. Time is whatever the emulator's clock says.
 Task runtimes are drawn once per run from the configured distribution with the run's
 seed; a task takes ``runtime / speed`` on a machine of a type with that ``speed`` (its
 ``affine`` relation applied first, if it has one: ``type_runtime``), every time it runs
-there (a replica of a task is as long as the task).
+there (a replica of a task is as long as the task). A task of a deadline job that gives
+mean task times per type takes, on a type, the job's mean there times its drawn runtime
+over the distribution's mean: the distribution is then only the noise around the means.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from autoscaler.config.load import load_trace
 from autoscaler.config.schema import (
     BimodalRuntime,
     ConstantRuntime,
     Emulator,
+    JobMeans,
     LognormalRuntime,
     NormalRuntime,
     ParetoRuntime,
@@ -72,10 +77,44 @@ def draw_runtimes(model: Emulator, n_tasks: int, rng: random.Random) -> list[flo
 _MIN_NOISE_FACTOR = 0.05
 
 
-def type_runtime(model: Emulator, runtime_s: float, task: int, type_name: str) -> float:
-    """How long ``task``, of drawn runtime ``runtime_s``, takes on ``type_name``: the
-    drawn runtime, mapped by the type's ``affine`` relation (a·x + b, times a noise
-    factor fixed by the task and the type) if it has one, over the type's speed."""
+def runtime_mean(model: Emulator) -> float:
+    """The mean of the runtime distribution (a trace's: the mean of its runtimes)."""
+    runtime = model.runtime
+    match runtime:
+        case UniformRuntime(low_s=low, high_s=high):
+            return (low + high) / 2
+        case ConstantRuntime(value_s=value):
+            return value
+        case BimodalRuntime(short_s=short, long_s=long, long_share=p):
+            return (1 - p) * short + p * long
+        case TraceRuntime(file=path):
+            return _trace_mean(path)
+        case _:
+            return runtime.mean_s
+
+
+@functools.lru_cache(maxsize=8)
+def _trace_mean(path: Path) -> float:
+    trace = load_trace(path)
+    return sum(trace) / len(trace)
+
+
+def type_runtime(
+    model: Emulator,
+    runtime_s: float,
+    task: int,
+    type_name: str,
+    means: JobMeans | None = None,
+) -> float:
+    """How long ``task``, of drawn runtime ``runtime_s``, takes on ``type_name``.
+
+    With ``means`` (its job's mean task times): the mean on the type times the drawn
+    runtime over the distribution's mean. Otherwise the drawn runtime, mapped by the
+    type's ``affine`` relation (a·x + b, times a noise factor fixed by the task and the
+    type) if it has one, over the type's speed.
+    """
+    if means is not None:
+        return means.of(type_name) * runtime_s / runtime_mean(model)
     value = runtime_s
     relation = model.affine.get(type_name)
     if relation is not None:
@@ -107,12 +146,15 @@ class SimProvider:
         n_tasks: int,
         clock: Callable[[], float],
         seed: int | None = None,
+        task_means: Sequence[JobMeans | None] | None = None,
     ):
+        """``task_means``: per task id, its job's mean task times (None: none given)."""
         self._capabilities = capabilities
         self._model = model
         self._clock = clock
         self.seed = model.seed if seed is None else seed
         self.runtimes = draw_runtimes(model, n_tasks, random.Random(self.seed))
+        self._means: Sequence[JobMeans | None] = task_means or [None] * n_tasks
         self.machines: dict[str, SimMachine] = {}
         self._by_token: dict[str, list[str]] = {}
         self._launched: dict[str, int] = {}
@@ -170,7 +212,8 @@ class SimProvider:
         return self._capabilities.boot_estimate_s.get(self.machines[machine].type, 0.0)
 
     def run_time(self, task: int, machine: str) -> float:
-        return type_runtime(self._model, self.runtimes[task], task, self.machines[machine].type)
+        machine_type = self.machines[machine].type
+        return type_runtime(self._model, self.runtimes[task], task, machine_type, self._means[task])
 
     def run_fails(self, task: int, attempt: int) -> float | None:
         """If this run of ``task`` fails, the fraction of its runtime after which it does."""
