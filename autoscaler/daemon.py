@@ -43,6 +43,7 @@ from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from autoscaler.agents import Agents, lost_contact
+from autoscaler.config.load import task_means
 from autoscaler.controller import Controller
 from autoscaler.dispatch import Dispatcher, Poll
 from autoscaler.errors import AutoscalerError
@@ -67,11 +68,13 @@ from autoscaler.model import (
     Event,
     Extend,
     Hold,
+    JobArrived,
     Launch,
     LaunchFailed,
     MachineLaunched,
     MachineLost,
     MachineReady,
+    Move,
     Release,
     Replicate,
     Shutdown,
@@ -84,11 +87,10 @@ from autoscaler.registry import register
 from autoscaler.report import Report, build_report, write_report
 from autoscaler.rundir import OUTPUTS_FILE, RunFiles, rebuild_state, run_lock
 from autoscaler.runs import (
-    controller_settings,
     json_logger,
     log_action,
+    make_controller,
     new_state,
-    planning_settings,
 )
 from autoscaler.state import Machine, RunState
 from autoscaler.wiring import make_bootstrap, make_provider
@@ -156,9 +158,7 @@ class Daemon:
         cfg = self.files.cfg
         self.cfg = cfg
         self.ts = cfg.time_scale
-        self.controller = Controller(
-            planning_settings(cfg) if self.hold else controller_settings(cfg)
-        )
+        self.controller = make_controller(cfg, hold=self.hold)
         self.tasks = self.files.tasks
         synthetic = any(t.command is None for t in self.tasks)
         self.runtimes = (
@@ -188,7 +188,15 @@ class Daemon:
         log_file = (files.run_dir / "log.jsonl").open("a", encoding="utf-8")
         self.log = json_logger(log_file).bind(run_id=files.run_id)
         outputs = (files.run_dir / OUTPUTS_FILE).open("a", encoding="utf-8")
-        self.agents = Agents(cfg, self.tasks, self.runtimes, self._workdir, outputs, self.log)
+        self.agents = Agents(
+            cfg,
+            self.tasks,
+            self.runtimes,
+            self._workdir,
+            outputs,
+            self.log,
+            task_means=task_means(cfg, len(self.tasks)),
+        )
         self._workdir.mkdir(parents=True, exist_ok=True)
         self.journal = SqliteJournal(files.run_dir / JOURNAL_DB)
         if self.resume:
@@ -302,7 +310,30 @@ class Daemon:
                     f"{self.state.committed:.2f} this run has committed already"
                 )
             events.append(self.budget)
+        events.extend(self._schedule_arrivals())
         self._step(events, [])
+
+    def _schedule_arrivals(self) -> list[Event]:
+        """Deadline mode: jobs due to arrive; those due already (a restart) arrive now."""
+        now = self.now()
+        due: list[Event] = []
+        for job in self.state.jobs:
+            if job.name in self.state.arrived:
+                continue
+            if job.at <= now:
+                due.append(JobArrived(job.name))
+                continue
+            delay = delay_s(self.timeline, job.at, time.monotonic())
+            self.scheduler.add_job(
+                self._inbox.put,
+                "date",
+                run_date=datetime.now().astimezone() + timedelta(seconds=delay),
+                args=[JobArrived(job.name)],
+                id=f"arrival:{job.name}",
+                replace_existing=True,
+                misfire_grace_time=None,
+            )
+        return due
 
     def _adopt_after_restart(self) -> list[Event]:
         """Match the journal's machines with the provider's after a restart: adopt those
@@ -400,6 +431,9 @@ class Daemon:
                         events.append(Shutdown(f"interrupted by {name}"))
                     else:
                         hard = True
+                case JobArrived(job=name):
+                    if name not in self.state.arrived and item not in events:
+                        events.append(item)
                 case Wake():
                     pass
         # MachineReady before the results of the same machine, as they happened.
@@ -417,7 +451,8 @@ class Daemon:
             actions = self.controller.step(state, events, now)
             self.journal.step(now, events, actions)
             touched = self._apply(events, actions)
-            if self.on_hold is not None and any(isinstance(a, Hold) for a in actions):
+            held = any(isinstance(a, Hold) for a in actions)
+            if self.on_hold is not None and held and isinstance(self.controller, Controller):
                 self.on_hold(self.controller, state, now)
         else:
             touched = set()
@@ -477,6 +512,8 @@ class Daemon:
                     self.lifecycle.end(mid)
                 case Assign(machine=mid) | Replicate(machine=mid) | Cancel(machine=mid):
                     touched.add(mid)
+                case Move(source=src, target=dst):
+                    touched.update((src, dst))
                 case _:
                     pass
             log_action(self.log, self.state.now, action)

@@ -21,8 +21,10 @@ import structlog
 import yaml
 
 from autoscaler.billing import BillingModel
+from autoscaler.config.load import expand_jobs, task_means
 from autoscaler.config.schema import RunConfig
 from autoscaler.controller import Controller, ControllerSettings
+from autoscaler.deadline_control import DeadlineController, DeadlineSettings
 from autoscaler.emulator import Emulator, StepHook
 from autoscaler.errors import AutoscalerError
 from autoscaler.estimate import sample_size
@@ -32,6 +34,7 @@ from autoscaler.model import (
     Configure,
     Event,
     Hold,
+    JobSpec,
     Launch,
     Release,
     Shortfall,
@@ -82,11 +85,66 @@ def planning_settings(cfg: RunConfig) -> ControllerSettings:
     return dataclasses.replace(controller_settings(cfg), hold_after_sampling=True)
 
 
+def deadline_settings(cfg: RunConfig) -> DeadlineSettings:
+    d = cfg.deadline
+    return DeadlineSettings(
+        planner=d.planner,
+        reassign=d.reassign,
+        buy_when_late=d.buy_when_late,
+        solver=cfg.solver,
+        sample=d.sample,
+        z=cfg.sampling.z,
+    )
+
+
+def make_controller(cfg: RunConfig, *, hold: bool = False) -> Controller | DeadlineController:
+    """The controller ``cfg`` asks for: deadline mode's, or the budget controller (with
+    ``hold``: ``autoscaler plan``'s, which holds once the samples are in)."""
+    if cfg.deadline_mode:
+        if hold:
+            raise AutoscalerError(
+                "autoscaler plan offers budgets for a budget-mode bag; this config has "
+                "deadlines (jobs or constraint.deadline_s): use run --dry-run to see its cost"
+            )
+        return DeadlineController(deadline_settings(cfg))
+    return Controller(planning_settings(cfg) if hold else controller_settings(cfg))
+
+
+def job_specs(cfg: RunConfig) -> list[JobSpec]:
+    """Deadline mode's jobs with their task ids and absolute times; none in budget mode."""
+    out = []
+    for job, ids in expand_jobs(cfg):
+        c = job.constraint
+        assert c.deadline_s is not None  # the schema requires it of a job
+        out.append(
+            JobSpec(
+                job.name,
+                ids.start,
+                len(ids),
+                job.at,
+                job.at + c.deadline_s,
+                c.budget,
+                dict(job.task_s),
+            )
+        )
+    return out
+
+
 def new_state(cfg: RunConfig, n_tasks: int, seed: int) -> RunState:
-    """A fresh state; tasks leave the bag in an order shuffled by ``seed`` (paper 000 §2.3)."""
-    order = list(range(n_tasks))
-    random.Random(seed).shuffle(order)
-    budget = cfg.constraint.budget if cfg.policy == "bats" else None
+    """A fresh state; tasks leave the bag in an order shuffled by ``seed`` (paper 000 §2.3;
+    in deadline mode within each job, so a sampled job's sample is drawn at random)."""
+    jobs = job_specs(cfg)
+    rng = random.Random(seed)
+    if jobs:
+        order = []
+        for job in jobs:
+            ids = list(range(job.first, job.first + job.count))
+            rng.shuffle(ids)
+            order.extend(ids)
+    else:
+        order = list(range(n_tasks))
+        rng.shuffle(order)
+    budget = cfg.constraint.budget if cfg.policy == "bats" or jobs else None
     n = sample_size(n_tasks, cfg.sampling.z, cfg.sampling.delta)
     return RunState.new(
         type_specs(cfg),
@@ -94,9 +152,10 @@ def new_state(cfg: RunConfig, n_tasks: int, seed: int) -> RunState:
         budget,
         n_tasks,
         order,
-        max_retries=cfg.bag.max_retries,
+        max_retries=cfg.max_retries,
         sample_target=n,
         paired=min(cfg.sampling.replicated, n) if cfg.sampling.mode == "compact" else 0,
+        jobs=jobs,
     )
 
 
@@ -106,7 +165,7 @@ def make_emulator(
     seed: int | None = None,
     on_step: StepHook | None = None,
     run_tag: str = "dry-run",
-    controller: Controller | None = None,
+    controller: Controller | DeadlineController | None = None,
 ) -> Emulator:
     """Everything a dry run needs, wired together; ``seed`` overrides the config's."""
     seed = cfg.emulator.seed if seed is None else seed
@@ -117,9 +176,16 @@ def make_emulator(
         boot_estimate_s={t.name: t.boot_s for t in cfg.machine_types},
     )
     holder: list[Emulator] = []
-    sim = SimProvider(caps, cfg.emulator, n_tasks, clock=lambda: holder[0].now, seed=seed)
+    sim = SimProvider(
+        caps,
+        cfg.emulator,
+        n_tasks,
+        clock=lambda: holder[0].now,
+        seed=seed,
+        task_means=task_means(cfg, n_tasks),
+    )
     emulator = Emulator(
-        controller or Controller(controller_settings(cfg)),
+        controller or make_controller(cfg),
         state,
         sim,
         cfg.monitoring_interval_s,

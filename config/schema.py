@@ -360,6 +360,34 @@ class Emulator(_Model):
     machine_failures: list[MachineFailure] = Field(default_factory=list)
 
 
+# --- deadline mode ----------------------------------------------------------------------
+
+
+class Deadline(_Model):
+    """How deadline mode (``jobs``, or a bag with ``constraint.deadline_s``) plans."""
+
+    planner: Literal["multi", "single"] = Field(
+        default="multi",
+        description="multi: every job in the bag at once (paper 002 model 7, Algorithm 2); "
+        "single: job by job, earliest deadline first (model 10, Algorithm 3)",
+    )
+    reassign: bool = Field(
+        default=True,
+        description="every monitoring interval, move queued tasks off machines that would "
+        "miss a deadline onto machines with room (paper 002 Algorithm 4)",
+    )
+    buy_when_late: bool = Field(
+        default=True,
+        description="with reassign: buy machines for tasks still expected late, when they "
+        "finish them in time and the budget (if any) pays",
+    )
+    sample: PositiveInt = Field(
+        default=5,
+        description="a job without task_s runs this many tasks on every type before it is "
+        "planned on their mean + z·sd/sqrt(n)",
+    )
+
+
 # --- sampling and monitoring ----------------------------------------------------------
 
 
@@ -666,6 +694,7 @@ class RunConfig(_Model):
     )
     emulator: Emulator = Field(default_factory=Emulator)
     sampling: Sampling = Field(default_factory=Sampling)
+    deadline: Deadline = Field(default_factory=Deadline)
     monitoring_interval_s: Seconds = Field(default=300.0, gt=0)
     solver: Literal["highs", "cbc"] = Field(
         default="highs",
