@@ -113,6 +113,11 @@ class _Tick:
 
 
 @dataclass(frozen=True, slots=True)
+class _Arrivals:
+    jobs: tuple[JobArrived, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class _Health:
     pass
 
@@ -314,22 +319,26 @@ class Daemon:
         self._step(events, [])
 
     def _schedule_arrivals(self) -> list[Event]:
-        """Deadline mode: jobs due to arrive; those due already (a restart) arrive now."""
+        """Deadline mode: jobs due to arrive, one timer per arrival time (jobs arriving
+        together are planned together); those due already (a restart) arrive now."""
         now = self.now()
         due: list[Event] = []
+        at: dict[float, list[JobArrived]] = {}
         for job in self.state.jobs:
             if job.name in self.state.arrived:
                 continue
             if job.at <= now:
                 due.append(JobArrived(job.name))
-                continue
-            delay = delay_s(self.timeline, job.at, time.monotonic())
+            else:
+                at.setdefault(job.at, []).append(JobArrived(job.name))
+        for when, arrivals in at.items():
+            delay = delay_s(self.timeline, when, time.monotonic())
             self.scheduler.add_job(
                 self._inbox.put,
                 "date",
                 run_date=datetime.now().astimezone() + timedelta(seconds=delay),
-                args=[JobArrived(job.name)],
-                id=f"arrival:{job.name}",
+                args=[_Arrivals(tuple(arrivals))],
+                id=f"arrival:{when}",
                 replace_existing=True,
                 misfire_grace_time=None,
             )
@@ -431,9 +440,8 @@ class Daemon:
                         events.append(Shutdown(f"interrupted by {name}"))
                     else:
                         hard = True
-                case JobArrived(job=name):
-                    if name not in self.state.arrived and item not in events:
-                        events.append(item)
+                case _Arrivals(jobs=arrivals):
+                    events.extend(a for a in arrivals if a.job not in self.state.arrived)
                 case Wake():
                     pass
         # MachineReady before the results of the same machine, as they happened.

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from autoscaler.providers.local import run_processes
@@ -195,6 +196,30 @@ def assert_clean_end(run_dir: Path, report: dict[str, Any], n_tasks: int) -> Non
     assert agents_of(run_id_of(run_dir)) == []
     for name in ("report.json", "report.md", "gantt.png", "spend.png", "log.jsonl"):
         assert (run_dir / name).stat().st_size > 0, name
+
+
+def assert_deadline_end(run_dir: Path, n_tasks: int) -> dict[str, Any]:
+    """A deadline run's clean end: every task done exactly once, no agent left, the
+    per-job report adding up; the report."""
+    report: dict[str, Any] = json.loads((run_dir / "report.json").read_text())
+    assert report["mode"] == "deadline"
+    assert report["stop_reason"] is None
+    done = done_counts(run_dir)
+    assert sorted(done) == list(range(n_tasks)), "some task never finished"
+    assert max(done.values()) == 1
+    twice = {t: r for t, r in successful_runs(run_dir).items() if len(r) > 1}
+    assert not twice, f"tasks that ran to success more than once: {twice}"
+    assert agents_of(run_id_of(run_dir)) == []
+    assert sum(j["done"] for j in report["jobs"]) == n_tasks
+    assert sum(j["cost"] for j in report["jobs"]) + report["unattributed_cost"] == pytest.approx(
+        report["cost"]
+    )
+    for j in report["jobs"]:
+        assert j["finish_s"] is not None
+        assert j["met_deadline"] == (j["tasks_late"] == 0)
+    for name in ("report.json", "report.md", "gantt.png", "log.jsonl"):
+        assert (run_dir / name).stat().st_size > 0, name
+    return report
 
 
 # --- `autoscaler plan` for real, and the run that takes it over ---------------------------

@@ -32,6 +32,7 @@ from autoscaler.providers.ec2 import LAUNCH_TAG, RUN_TAG, TYPE_TAG
 from autoscaler.registry import RunEntry, read_entries, write_entry
 from tests.integration.daemon_helpers import (
     adopted,
+    assert_deadline_end,
     assert_sampled_once,
     committed_over_time,
     journal_rows,
@@ -279,6 +280,33 @@ def test_a_bag_runs_on_two_instance_types_tunnelled_tagged_and_billed(world: Ec2
     assert report["cost"] == pytest.approx(billed)
     assert report["cost"] <= BUDGET
     check_no_secrets(world, run_dir)
+    assert not world.agent_pids(), "an agent outlived the run"
+
+
+def test_a_deadline_job_runs_on_ec2(world: Ec2World) -> None:
+    """Deadline mode on EC2 (moto, agents over SSH): one job with known task times,
+    planned and run once each; every instance terminated; the per-job report."""
+    job = {
+        "name": "sweep",
+        "bag": {"synthetic": 12},
+        "constraint": {"deadline_s": 60},
+        "task_s": {"small": 3, "fast": 1.5},
+    }
+    config = world.config(bag=None, constraint=None, jobs=[job])
+    run_dir = world.tmp / "run"
+    proc = start_daemon(str(config), "--out", str(run_dir))
+    out = finish(proc)
+    assert proc.returncode == 0, out[-3000:]
+    report = assert_deadline_end(run_dir, 12)
+    run_id = run_id_of(run_dir)
+    (outcome,) = report["jobs"]
+    print(
+        f"\nEC2 deadline job: finish {outcome['finish_s']:.0f}s of {outcome['deadline_s']:.0f}s, "
+        f"{outcome['tasks_late']} late, cost {report['cost']}"
+    )
+    instances = world.instances(run_id)
+    assert {i["InstanceId"] for i in instances} == {m["id"] for m in report["machines"]}
+    assert not world.running(run_id), "an instance of the run is still running"
     assert not world.agent_pids(), "an agent outlived the run"
 
 

@@ -25,6 +25,7 @@ import yaml
 from autoscaler.providers.sge import delete_jobs, list_tagged, run_command
 from autoscaler.providers.sge_output import job_name
 from tests.integration.daemon_helpers import (
+    assert_deadline_end,
     committed_over_time,
     journal_rows,
     start_daemon,
@@ -208,6 +209,42 @@ def test_a_bag_runs_on_two_queues_within_budget(sge: GridEngine, tmp_path: Path)
     used = {m["type"] for m in report["machines"] if m["tasks_run"] > 0}
     assert used == {"small", "large"}
     assert seen, "qstat never listed a job of the run"
+    assert_machines_are_the_jobs(report, run_id, seen)
+
+
+def test_a_deadline_job_runs_on_grid_engine(sge: GridEngine, tmp_path: Path) -> None:
+    """Deadline mode on Grid Engine: one job with known task times, planned on the two
+    queues, finished once each; every machine a job of the run, none left."""
+    config = sge_config(tmp_path, 1)
+    data = yaml.safe_load(config.read_text())
+    del data["bag"], data["constraint"]
+    data["jobs"] = [
+        {
+            "name": "sweep",
+            "bag": {"synthetic": 16},
+            "constraint": {"deadline_s": 45},
+            "task_s": {"small": 4, "large": 2},
+        }
+    ]
+    config.write_text(yaml.safe_dump(data), encoding="utf-8")
+    run_dir = tmp_path / "run"
+    daemon = start_daemon(str(config), "--out", str(run_dir))
+    run_id: str | None = None
+    seen: dict[str, str] = {}
+    try:
+        run_id = wait_run_id(run_dir, daemon)
+        code = watch(daemon, run_id, seen)
+        assert code == 0, output_of(daemon)
+    finally:
+        stop(daemon, run_id)
+    report = assert_deadline_end(run_dir, 16)
+    (job,) = report["jobs"]
+    print(
+        f"\nsge deadline job: finish {job['finish_s']:.0f}s of {job['deadline_s']:.0f}s, "
+        f"{job['tasks_late']} late, cost {report['cost']:.2f}"
+    )
+    assert journal_rows(run_dir, "Launch"), "nothing was launched"
+    wait_for(lambda: jobs_of(run_id) == {}, 30, "the run's jobs to leave qstat")
     assert_machines_are_the_jobs(report, run_id, seen)
 
 
