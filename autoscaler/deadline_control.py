@@ -67,6 +67,7 @@ from autoscaler.model import (
     Release,
     Shutdown,
     Stop,
+    TaskDone,
     TaskFailed,
     Tick,
 )
@@ -120,12 +121,15 @@ class DeadlineController:
         s = _DStep(state, now)
         boundaries: list[str] = []
         tick = False
+        done = False
         news = False  # something that changes the plan's premises
         for event in events:
             s.feed(event)
             match event:
                 case Tick():
                     tick = True
+                case TaskDone():
+                    done = True
                 case BoundaryNear(machine=mid):
                     boundaries.append(mid)
                 case JobArrived() | MachineLost() | LaunchFailed() | TaskFailed() | BudgetSet():
@@ -139,9 +143,13 @@ class DeadlineController:
             return s.actions
         for mid in boundaries:
             self._boundary(s, state.machines[mid])
+        # The bag changes only with news, at a boundary (a released machine's queue goes
+        # back), or when a sampled job's samples come in; ticks re-plan what is left.
+        sampled = done and any(not j.task_s for j in state.jobs if j.name in state.arrived)
+        wake = news or tick or bool(boundaries) or sampled or not state.configurations
         if not state.stopped:
             self._sample(s)
-            planned = self._plan(s)
+            planned = self._plan(s) if wake else False
             if tick and self.settings.reassign:
                 self._reassign(s)
             if tick or planned or news:
@@ -609,12 +617,11 @@ class DeadlineController:
         state = s.state
         if state.billing.mode == "fixed":
             return
-        for m in list(state.alive_machines()):
-            if (
-                m.idle
-                and not self._ready_jobs(state)
-                and not self._wanted_soon(state, m, m.paid_until)
-            ):
+        idle = [m for m in state.alive_machines() if m.idle]
+        if not idle or self._ready_jobs(state):
+            return
+        for m in idle:
+            if not self._wanted_soon(state, m, m.paid_until):
                 s.do(Release(m.id, "idle: no work left"))
 
     # --- the end --------------------------------------------------------------------------
