@@ -10,7 +10,7 @@ from rich.live import Live
 from rich.table import Table
 
 from autoscaler.config.schema import RunConfig
-from autoscaler.model import MachineState
+from autoscaler.model import JobSpec, MachineState, TaskState
 from autoscaler.report import hms, makespan_s
 from autoscaler.state import RunState
 
@@ -58,8 +58,31 @@ def summary_rows(cfg: RunConfig, state: RunState, estimate: float | None) -> lis
     if state.shortfalls:
         at, warning = state.shortfalls[-1]
         rows.append(("warning", f"at {hms(at)}: {warning.message}"))
+    rows += job_rows(state)
     if state.stopped:
         rows.append(("ended" if over else "stopping", state.stop_reason or "bag finished"))
+    return rows
+
+
+def job_done(state: RunState, job: JobSpec) -> int:
+    """Tasks of ``job`` done so far."""
+    return sum(
+        state.task_state[t] is TaskState.DONE for t in range(job.first, job.first + job.count)
+    )
+
+
+def job_rows(state: RunState) -> list[tuple[str, str]]:
+    """Deadline mode: per job, its tasks done of all, its deadline, and the lateness last
+    said of it (none in budget mode)."""
+    rows = []
+    for job in state.jobs:
+        text = f"{job_done(state, job)}/{job.count} done, due at {hms(job.deadline)}"
+        if job.name not in state.arrived:
+            text += f", arrives at {hms(job.at)}"
+        late = state.late.get(job.name)
+        if late is not None and late.tasks > 0:
+            text += f"; expected late: {late.tasks} tasks, by {late.seconds:.0f} s ({late.cause})"
+        rows.append((f"job {job.name}", text))
     return rows
 
 

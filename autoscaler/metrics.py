@@ -1,5 +1,6 @@
 """Prometheus gauges of a live run, on their own port: tasks by state, machines by type
-and state, committed spend, the budget, and the plan's predicted makespan."""
+and state, committed spend, the budget, and the plan's predicted makespan; in deadline
+mode, per job its tasks done and in all, its deadline, and the lateness last said."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 
 from autoscaler.config.schema import RunConfig
 from autoscaler.errors import AutoscalerError
-from autoscaler.live import machine_counts
+from autoscaler.live import job_done, machine_counts
 from autoscaler.state import RunState
 
 
@@ -37,6 +38,31 @@ class Metrics:
         )
         self.makespan = Gauge(
             "autoscaler_estimated_makespan_seconds", "the plan's predicted makespan", registry=r
+        )
+        labels = ["job"]
+        self.job_tasks = Gauge(
+            "autoscaler_job_tasks",
+            "deadline mode: a job's tasks by state",
+            ["job", "state"],
+            registry=r,
+        )
+        self.job_deadline = Gauge(
+            "autoscaler_job_deadline_seconds",
+            "deadline mode: a job's deadline, in seconds from the run's start",
+            labels,
+            registry=r,
+        )
+        self.job_late_tasks = Gauge(
+            "autoscaler_job_late_tasks",
+            "deadline mode: a job's tasks expected to miss its deadline, as last said (0: on time)",
+            labels,
+            registry=r,
+        )
+        self.job_late_seconds = Gauge(
+            "autoscaler_job_late_seconds",
+            "deadline mode: by how much a job's last task is expected to be late, as last said",
+            labels,
+            registry=r,
         )
         self.configured_budget = cfg.constraint.budget
         if cfg.constraint.budget is not None:
@@ -76,6 +102,13 @@ class Metrics:
             self.needed.set(state.shortfalls[-1][1].needed_budget or 0.0)
         if estimate is not None:
             self.makespan.set(estimate)
+        for job in state.jobs:
+            self.job_tasks.labels(job.name, "done").set(job_done(state, job))
+            self.job_tasks.labels(job.name, "total").set(job.count)
+            self.job_deadline.labels(job.name).set(job.deadline)
+            late = state.late.get(job.name)
+            self.job_late_tasks.labels(job.name).set(0 if late is None else late.tasks)
+            self.job_late_seconds.labels(job.name).set(0.0 if late is None else late.seconds)
 
     def close(self) -> None:
         if self._server is not None:

@@ -26,7 +26,9 @@ def gantt_figure(state: RunState) -> Figure:
     """Machines over time (one row each, coloured by type) with their tasks on them.
 
     The legend sits below the axes, where it hides no machine, and names only the types
-    that had machines.
+    that had machines. In deadline mode the tasks are coloured by job instead, the legend
+    names the jobs, and each job's deadline is a line in its colour (its arrival a thin
+    dotted one); the machines' lives stay pale in their type's colour.
     """
     from matplotlib import colormaps
     from matplotlib.figure import Figure
@@ -35,9 +37,12 @@ def gantt_figure(state: RunState) -> Figure:
     machines = sorted(state.machines.values(), key=lambda m: (m.type.name, m.launched_at))
     colours = colormaps["tab10"]
     type_colour = {name: colours(i % 10) for i, name in enumerate(sorted(state.types))}
-    by_machine: dict[str, list[tuple[float, float, str]]] = {}
+    job_colour = _job_colours(state)
+    life_grey = (0.5, 0.5, 0.5, 1.0)
+    by_machine: dict[str, list[tuple[float, float, str, str]]] = {}
     for seg in state.segments:
-        by_machine.setdefault(seg.machine, []).append((seg.start, seg.end, seg.outcome))
+        job = state.job_of(seg.task).name if state.deadline_mode else ""
+        by_machine.setdefault(seg.machine, []).append((seg.start, seg.end, seg.outcome, job))
     fig = Figure(figsize=(12, min(40.0, 2.5 + 0.12 * len(machines))), layout="constrained")
     ax = fig.subplots()
     for row, m in enumerate(machines):
@@ -45,16 +50,18 @@ def gantt_figure(state: RunState) -> Figure:
         ax.broken_barh(
             [(m.launched_at / _HOUR, (end - m.launched_at) / _HOUR)],
             (row - 0.45, 0.9),
-            facecolors=[(*type_colour[m.type.name][:3], 0.25)],
+            facecolors=[(*(life_grey if job_colour else type_colour[m.type.name])[:3], 0.25)],
         )
         segs = by_machine.get(m.id, [])
         for outcome, colour in _OUTCOME_COLOURS:
-            spans = [(s / _HOUR, (e - s) / _HOUR) for s, e, o in segs if o == outcome]
-            if spans:
+            done = [(s, e, j) for s, e, o, j in segs if o == outcome]
+            if done:
                 ax.broken_barh(
-                    spans,
+                    [(s / _HOUR, (e - s) / _HOUR) for s, e, _ in done],
                     (row - 0.35, 0.7),
-                    facecolors=colour or type_colour[m.type.name],
+                    facecolors=[
+                        colour or job_colour.get(j) or type_colour[m.type.name] for _, _, j in done
+                    ],
                     edgecolors="white",
                     linewidth=0.3,
                 )
@@ -65,8 +72,25 @@ def gantt_figure(state: RunState) -> Figure:
     ax.set_title(
         "Machines over time: life (pale) and tasks (solid; red failed, grey cancelled, black lost)"
     )
+    for spec in state.jobs:
+        line = job_colour[spec.name]
+        ax.axvline(spec.deadline / _HOUR, color=line, linewidth=1.5)
+        ax.axvline(spec.at / _HOUR, color=line, linewidth=0.8, linestyle=":")
     ran = sorted({m.type.name for m in machines})
-    if ran:
+    if state.deadline_mode:
+        ax.set_title(
+            "Machines over time: life (pale) and tasks (solid, by job; red failed, "
+            "grey cancelled, black lost); deadlines solid, arrivals dotted"
+        )
+        fig.legend(
+            [Patch(color=job_colour[j.name]) for j in state.jobs],
+            [j.name for j in state.jobs],
+            loc="outside lower center",
+            ncol=min(len(state.jobs), 8),
+            fontsize=8,
+            frameon=False,
+        )
+    elif ran:
         fig.legend(
             [Patch(color=type_colour[name]) for name in ran],
             ran,
@@ -77,6 +101,21 @@ def gantt_figure(state: RunState) -> Figure:
         )
     ax.grid(axis="x", alpha=0.3)
     return fig
+
+
+def _job_colours(state: RunState) -> dict[str, tuple[float, float, float, float]]:
+    """A colour per job (deadline mode), in the jobs' order; none in budget mode. Reds
+    and greys are left out: they mean failed and cancelled runs."""
+    from matplotlib import colormaps
+
+    many = len(state.jobs) > len(_TAB10_FOR_JOBS)
+    name, picks = ("tab20", _TAB20_FOR_JOBS) if many else ("tab10", _TAB10_FOR_JOBS)
+    colours = colormaps[name]
+    return {j.name: colours(picks[i % len(picks)]) for i, j in enumerate(state.jobs)}
+
+
+_TAB10_FOR_JOBS = (0, 1, 2, 4, 5, 6, 8, 9)
+_TAB20_FOR_JOBS = (0, 1, 2, 3, 4, 5, 8, 9, 10, 11, 12, 13, 16, 17, 18, 19)
 
 
 def spend_curve(state: RunState, points: int = 400) -> tuple[list[float], list[float]]:

@@ -6,23 +6,26 @@ the report checks the controller's bookkeeping rather than repeating it.
 
 ``Report`` is the typed record; ``report.json`` is its ``to_json()``, and
 ``config/report.schema.json`` (``report_json_schema()``, ``autoscaler schema --report``)
-is generated from the same dataclasses, so the three cannot drift apart.
+is generated from the same dataclasses, so the three cannot drift apart. A deadline-mode
+run's report is a ``DeadlineReport``: the same record (``mode`` ``deadline``) with a
+section per job after the others (``jobs``); ``mode`` tells the two apart.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar, dataclass_transform
+from typing import Annotated, Any, Literal, TypeVar, dataclass_transform
 
-from pydantic import ConfigDict, TypeAdapter, ValidationError
+from pydantic import ConfigDict, Discriminator, Tag, TypeAdapter, ValidationError
 
 from autoscaler.config.schema import RunConfig
 from autoscaler.errors import AutoscalerError
-from autoscaler.model import TaskSpec, TaskState
+from autoscaler.model import JobSpec, Late, TaskSpec, TaskState
 from autoscaler.state import RunState
 
 REPORT_JSON = "report.json"
@@ -207,6 +210,69 @@ class LaunchProblem:
 
 
 @_record
+class LateNote:
+    """A lateness the run said of a job (deadline mode, ``Late``)."""
+
+    at_s: float
+    """When it was said, in seconds from the run's start."""
+    tasks: int
+    """The job's tasks then expected to end after its deadline."""
+    seconds: float
+    """By how much the last of them was expected to be late, in seconds."""
+    cause: str
+    """What gave way: deadline (no machines the provider allows finish the job in time)
+    or budget (the budget cannot pay for those that would)."""
+    message: str
+    """What was said (in the log, status, metrics and here)."""
+
+
+GaveWay = Literal["none", "deadline", "budget", "both"]
+
+
+@_record
+class JobOutcome:
+    """One job of a deadline-mode run: its deadline and budget against what happened."""
+
+    name: str
+    """The job's name."""
+    at_s: float
+    """When it arrived, in seconds from the run's start."""
+    deadline_s: float
+    """When it was due, in seconds from the run's start."""
+    budget: float | None
+    """Its own budget (null if it has none)."""
+    tasks: int
+    """Its tasks."""
+    done: int
+    """Its tasks done."""
+    failed: int
+    """Its tasks that failed on every attempt."""
+    finish_s: float | None
+    """The end of its last task done (null if none was done)."""
+    tasks_late: int
+    """Tasks done after the deadline, and tasks not done once the deadline had passed."""
+    seconds_late: float
+    """How late it finished (finish minus deadline, at least 0); a job not finished by
+    the report's time is late by at least that time minus its deadline."""
+    met_deadline: bool
+    """Whether every task was done by the deadline."""
+    cost: float
+    """Its share of the machines' cost: each machine's cost shared by the jobs in
+    proportion to the seconds the machine ran each job's tasks (idle time shared alike)."""
+    predicted_cost: float | None
+    """The last plan's forecast of its cost (null if it was never planned)."""
+    predicted_finish_s: float | None
+    """The last plan's forecast of its finish, in seconds from the run's start."""
+    first_warning: LateNote | None
+    """The first time it was said to be late (null: never)."""
+    warnings: int
+    """How many times a lateness was said of it (each a change of the expectation)."""
+    gave_way: GaveWay | None
+    """A job with a budget: what gave way, the deadline (tasks late), the budget (its
+    cost above it), both, or none (null: the job has no budget)."""
+
+
+@_record
 class Report:
     """The outcome of one run against its budget, and its predictions against the actual."""
 
@@ -273,8 +339,38 @@ class Report:
         return data
 
 
+@_record
+class DeadlineReport(Report):
+    """The outcome of a deadline-mode run (paper 002): the run's record, then each job
+    against its deadline. ``predicted`` is null: each job has its own forecast."""
+
+    mode: Literal["deadline"]  # type: ignore[assignment]  # the tag: a Report of another mode
+    """The constraint: each job by its deadline, as cheaply as possible."""
+    jobs: tuple[JobOutcome, ...] = dataclasses.field(kw_only=True)
+    """Every job, in the order given."""
+    jobs_met_deadline: int = dataclasses.field(kw_only=True)
+    """Jobs whose every task was done by the deadline."""
+    unattributed_cost: float = dataclasses.field(kw_only=True)
+    """The cost of machines that ran no task, which no job is charged."""
+
+
 _REAL_RUN_ONLY = ("time_scale", "refused_agents")
-_REPORT = TypeAdapter(Report)
+
+
+def _mode(report: Any) -> str:
+    """Which record a report is: a deadline run's says so; anything else is read as a
+    budget run's (one without ``mode`` is then refused for that)."""
+    mode = report.get("mode") if isinstance(report, dict) else getattr(report, "mode", None)
+    return "deadline" if mode == "deadline" else "budget"
+
+
+_REPORT: TypeAdapter[Report] = TypeAdapter(
+    Annotated[
+        Annotated[Report, Tag("budget")] | Annotated[DeadlineReport, Tag("deadline")],
+        Discriminator(_mode),
+    ]
+)
+_TAGS = ("budget", "deadline")
 
 
 def report_json_schema() -> dict[str, Any]:
@@ -407,7 +503,9 @@ def build_report(
     # Sampling and round robin configurations predict nothing; the first that does is
     # the first plan after sampling.
     first_plan = next((c for c in configurations if c.predicted_cost is not None), None)
-    return Report(
+    if state.deadline_mode:
+        first_plan = None
+    report = Report(
         run_id=run_id,
         mode="budget",
         policy=cfg.policy,
@@ -458,6 +556,115 @@ def build_report(
         time_scale=time_scale,
         refused_agents=refused_agents,
     )
+    if not state.deadline_mode:
+        return report
+    jobs, unattributed = job_outcomes(state)
+    fields = {f.name: getattr(report, f.name) for f in dataclasses.fields(report)}
+    fields["mode"] = "deadline"
+    return DeadlineReport(
+        **fields,
+        jobs=jobs,
+        jobs_met_deadline=sum(j.met_deadline for j in jobs),
+        unattributed_cost=round(unattributed, 4),
+    )
+
+
+def job_costs(state: RunState) -> tuple[dict[str, float], float]:
+    """Each job's share of the machines' actual cost, and the cost no job is charged.
+
+    A machine's cost (its life under the billing model, as ``RunState.actual_cost``) is
+    shared by the jobs in proportion to the seconds it ran each job's tasks (runs of any
+    outcome); its idle and boot time is shared the same way. A machine that ran no task
+    is charged to no job.
+    """
+    seconds: dict[str, dict[str, float]] = {}
+    for seg in state.segments:
+        per_job = seconds.setdefault(seg.machine, {})
+        name = state.job_of(seg.task).name
+        per_job[name] = per_job.get(name, 0.0) + (seg.end - seg.start)
+    costs = {j.name: 0.0 for j in state.jobs}
+    unattributed = 0.0
+    for m in state.machines.values():
+        end = m.ended_at if m.ended_at is not None else state.now
+        cost = state.billing.cost(m.type.price, end - m.launched_at)
+        per_job = seconds.get(m.id, {})
+        busy = sum(per_job.values())
+        if busy <= 0:
+            unattributed += cost
+            continue
+        for name, sec in per_job.items():
+            costs[name] += cost * sec / busy
+    return costs, unattributed
+
+
+def job_outcomes(state: RunState) -> tuple[tuple[JobOutcome, ...], float]:
+    """Each job of a deadline-mode run against its deadline, and the unattributed cost."""
+    done_at: dict[int, float] = {}
+    for seg in state.segments:
+        if seg.outcome == "done":
+            done_at[seg.task] = min(seg.end, done_at.get(seg.task, math.inf))
+    costs, unattributed = job_costs(state)
+    firsts: dict[str, tuple[float, Late]] = {}
+    said: dict[str, int] = {}
+    for t, note in state.late_log:
+        if note.tasks > 0:
+            firsts.setdefault(note.job, (t, note))
+            said[note.job] = said.get(note.job, 0) + 1
+    out = []
+    for job in state.jobs:
+        ids = range(job.first, job.first + job.count)
+        ends = [done_at[t] for t in ids if t in done_at]
+        states = [state.task_state[t] for t in ids]
+        done = sum(s is TaskState.DONE for s in states)
+        failed = sum(s is TaskState.FAILED for s in states)
+        finish = max(ends, default=None)
+        late = sum(e > job.deadline + _EPS for e in ends)
+        if state.now > job.deadline + _EPS:
+            late += job.count - len(ends)
+        end = finish if len(ends) == job.count else max(state.now, finish or 0.0)
+        forecast = state.forecasts.get(job.name)
+        first = firsts.get(job.name)
+        out.append(
+            JobOutcome(
+                name=job.name,
+                at_s=round(job.at, 3),
+                deadline_s=round(job.deadline, 3),
+                budget=job.budget,
+                tasks=job.count,
+                done=done,
+                failed=failed,
+                finish_s=_r(finish),
+                tasks_late=late,
+                seconds_late=round(max(0.0, (end or 0.0) - job.deadline), 3),
+                met_deadline=late == 0 and len(ends) == job.count,
+                cost=round(costs[job.name], 4),
+                predicted_cost=None if forecast is None else round(forecast.cost, 4),
+                predicted_finish_s=None if forecast is None else round(forecast.finish, 3),
+                first_warning=None
+                if first is None
+                else LateNote(
+                    at_s=round(first[0], 3),
+                    tasks=first[1].tasks,
+                    seconds=round(first[1].seconds, 3),
+                    cause=first[1].cause,
+                    message=first[1].message,
+                ),
+                warnings=said.get(job.name, 0),
+                gave_way=_gave_way(job, late, costs[job.name]),
+            )
+        )
+    return tuple(out), unattributed
+
+
+def _gave_way(job: JobSpec, tasks_late: int, cost: float) -> GaveWay | None:
+    if job.budget is None:
+        return None
+    over = cost > job.budget + _EPS
+    if tasks_late and over:
+        return "both"
+    if tasks_late:
+        return "deadline"
+    return "budget" if over else "none"
 
 
 @dataclass
@@ -550,6 +757,10 @@ def render_markdown(report: Report) -> str:
     if report.unfinished_tasks:
         lines += ["", _unfinished_sentence(report.unfinished_tasks)]
     within = "within budget" if report.within_budget else "**OVER BUDGET**"
+    if isinstance(report, DeadlineReport):
+        lines += ["", *_deadline_head(report, within)]
+        lines += ["", HEAD_END, *_types_table(report), *_jobs_section(report)]
+        return _tail(report, lines)
     predicted = report.predicted or Prediction(None, None, None)
     ci, mi = predicted.cost_interval, predicted.makespan_interval_s
     lines += [
@@ -573,9 +784,12 @@ def render_markdown(report: Report) -> str:
             "",
             f"**Warning at {hms(sf.at_s)}** ({sf.tasks_left} tasks left): {sf.message}.",
         ]
-    lines += [
-        "",
-        HEAD_END,
+    lines += ["", HEAD_END, *_types_table(report)]
+    return _tail(report, lines)
+
+
+def _types_table(report: Report) -> list[str]:
+    lines = [
         "",
         "| type | machines | units paid | cost | tasks run | busy | idle |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
@@ -585,6 +799,66 @@ def render_markdown(report: Report) -> str:
             f"| {name} | {t.machines} | {t.units_paid:g} | {_money(t.cost)} | "
             f"{t.tasks_run} | {hms(t.busy_s)} | {hms(t.idle_s)} |"
         )
+    return lines
+
+
+def _deadline_head(report: DeadlineReport, within: str) -> list[str]:
+    """How many jobs met their deadline, and the warnings given before they passed."""
+    late = [j for j in report.jobs if not j.met_deadline]
+    lines = [
+        f"**{report.jobs_met_deadline} of {len(report.jobs)} jobs met their deadline**"
+        + (
+            f"; {', '.join(j.name for j in late)} "
+            f"{'was' if len(late) == 1 else 'were'} late by "
+            f"{sum(j.tasks_late for j in late)} tasks in all."
+            if late
+            else "."
+        ),
+        "",
+        f"Budget {_money(report.budget)}; spent {_money(report.cost)} ({within}), "
+        f"{_money(report.unattributed_cost)} of it on machines that ran no task.",
+    ]
+    warned = [j for j in report.jobs if j.first_warning is not None]
+    for j in warned:
+        w = j.first_warning
+        assert w is not None
+        ahead = j.deadline_s - w.at_s
+        lines += [
+            "",
+            f"**Warning at {hms(w.at_s)}** "
+            + (f"({hms(ahead)} before its deadline)" if ahead > 0 else "(after its deadline)")
+            + f": {w.message}.",
+        ]
+    return lines
+
+
+def _jobs_section(report: DeadlineReport) -> list[str]:
+    lines = [
+        "",
+        "## Jobs",
+        "",
+        "| job | arrived | deadline | tasks | done | failed | finish | late tasks | "
+        "late by | cost | predicted cost | predicted finish | first warning | gave way |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+        "| --- | --- |",
+    ]
+    for j in report.jobs:
+        w = j.first_warning
+        warning = (
+            "-" if w is None else f"{hms(w.at_s)}: {w.tasks} tasks, {w.seconds:.0f} s ({w.cause})"
+        )
+        late = f"**{j.tasks_late}**" if j.tasks_late else "0"
+        lines.append(
+            f"| {j.name} | {hms(j.at_s)} | {hms(j.deadline_s)} | {j.tasks} | {j.done} | "
+            f"{j.failed} | {hms(j.finish_s)} | {late} | {hms(j.seconds_late)} | "
+            f"{_money(j.cost)} | {_money(j.predicted_cost)} | {hms(j.predicted_finish_s)} | "
+            f"{warning} | {j.gave_way or '-'} |"
+        )
+    return lines
+
+
+def _tail(report: Report, lines: list[str]) -> str:
+    """The report after the machine types: configurations, tasks not done, machines."""
     lines += ["", "## Configurations", "", "| at | machines | why |", "| --- | --- | --- |"]
     for c in report.configurations:
         counts = ", ".join(f"{k}: {v}" for k, v in c.counts.items())
@@ -763,7 +1037,7 @@ def read_report(run_dir: Path) -> Report:
         raise AutoscalerError(f"{path}: cannot read it ({exc.strerror or exc})") from None
     except ValidationError as exc:
         wrong = [
-            f"{'.'.join(str(p) for p in e['loc']) or 'the document'}: {e['msg']}"
+            f"{'.'.join(str(p) for p in _untagged(e['loc'])) or 'the document'}: {e['msg']}"
             for e in exc.errors()[:_WRONG_KEYS_SHOWN]
         ]
         more = exc.error_count() - len(wrong)
@@ -772,3 +1046,8 @@ def read_report(run_dir: Path) -> Report:
             + (f"; {more} more" if more else "")
             + ")"
         ) from None
+
+
+def _untagged(loc: tuple[int | str, ...]) -> tuple[int | str, ...]:
+    """An error's place in the document, without the mode's tag pydantic puts first."""
+    return loc[1:] if loc and loc[0] in _TAGS else loc

@@ -1,0 +1,195 @@
+"""Deadline mode's report, Gantt chart, status and metrics, on small runs in the emulator:
+the per-job figures against the run's segments, counted here independently."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+from autoscaler.config.load import load_config
+from autoscaler.config.schema import RunConfig
+from autoscaler.live import status_lines
+from autoscaler.metrics import Metrics
+from autoscaler.plots import gantt_figure
+from autoscaler.report import (
+    REPORT_JSON,
+    REPORT_MD,
+    DeadlineReport,
+    build_report,
+    read_report,
+    render_head,
+    write_report,
+)
+from autoscaler.state import RunState
+from tests.unit.deadline_runs import deadline_run, jobs
+
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"
+
+
+@pytest.fixture(scope="module")
+def cfg() -> RunConfig:
+    return load_config(CONFIG_DIR / "examples" / "quickstart.yaml")
+
+
+@pytest.fixture(scope="module")
+def on_time() -> RunState:
+    return deadline_run(jobs(3, 20), slow=1.0)
+
+
+@pytest.fixture(scope="module")
+def late() -> RunState:
+    """Tasks take three times what the jobs say, on too few machines to catch up."""
+    return deadline_run(jobs(3, 20), slow=3.0)
+
+
+def report_of(cfg: RunConfig, state: RunState) -> DeadlineReport:
+    report = build_report(cfg, state, tasks=[], run_id="d", seed=1)
+    assert isinstance(report, DeadlineReport)
+    return report
+
+
+def first_done(state: RunState) -> dict[int, float]:
+    out: dict[int, float] = {}
+    for seg in state.segments:
+        if seg.outcome == "done":
+            out[seg.task] = min(seg.end, out.get(seg.task, seg.end))
+    return out
+
+
+@pytest.mark.parametrize("which", ["on_time", "late"])
+def test_per_job_figures_are_the_segments(
+    cfg: RunConfig, which: str, request: pytest.FixtureRequest
+) -> None:
+    """Finish, late tasks and seconds late per job, from the done segments."""
+    state: RunState = request.getfixturevalue(which)
+    report = report_of(cfg, state)
+    done = first_done(state)
+    assert [j.name for j in report.jobs] == [j.name for j in state.jobs]
+    for spec, out in zip(state.jobs, report.jobs, strict=True):
+        ends = [done[t] for t in range(spec.first, spec.first + spec.count) if t in done]
+        assert out.done == len(ends) == spec.count
+        assert out.finish_s == pytest.approx(max(ends), abs=1e-3)
+        assert out.tasks_late == sum(e > spec.deadline for e in ends)
+        assert out.seconds_late == pytest.approx(max(0.0, max(ends) - spec.deadline), abs=1e-3)
+        assert out.met_deadline == (out.tasks_late == 0)
+        forecast = state.forecasts[spec.name]
+        assert out.predicted_finish_s == pytest.approx(forecast.finish, abs=1e-3)
+    assert report.jobs_met_deadline == sum(j.met_deadline for j in report.jobs)
+
+
+@pytest.mark.parametrize("which", ["on_time", "late"])
+def test_cost_shares_add_up_to_the_machines_cost(
+    cfg: RunConfig, which: str, request: pytest.FixtureRequest
+) -> None:
+    """Each machine's cost split by its seconds per job; the shares and the unattributed
+    cost add up to what the machines cost."""
+    state: RunState = request.getfixturevalue(which)
+    report = report_of(cfg, state)
+    expected = {j.name: 0.0 for j in state.jobs}
+    for m in state.machines.values():
+        assert m.ended_at is not None
+        cost = state.billing.cost(m.type.price, m.ended_at - m.launched_at)
+        secs = {j.name: 0.0 for j in state.jobs}
+        for seg in state.segments:
+            if seg.machine == m.id:
+                secs[state.job_of(seg.task).name] += seg.end - seg.start
+        for name, s in secs.items():
+            expected[name] += cost * s / sum(secs.values())
+    for out in report.jobs:
+        assert out.cost == pytest.approx(expected[out.name], abs=1e-3)
+    total = sum(j.cost for j in report.jobs) + report.unattributed_cost
+    assert total == pytest.approx(state.actual_cost(), abs=1e-3)
+    assert total == pytest.approx(report.cost, abs=1e-3)
+
+
+def test_a_late_run_reports_late_tasks_and_was_warned_before_the_deadline(
+    cfg: RunConfig, late: RunState
+) -> None:
+    report = report_of(cfg, late)
+    lateish = [j for j in report.jobs if j.tasks_late > 0]
+    assert lateish, "the slow run finished every job in time"
+    for out in lateish:
+        spec = late.job_named(out.name)
+        said = [t for t, note in late.late_log if note.job == out.name and note.tasks > 0]
+        assert said
+        assert said[0] < spec.deadline
+        assert out.first_warning is not None
+        assert out.first_warning.at_s == pytest.approx(said[0])
+        assert out.first_warning.cause in ("deadline", "budget")
+        assert out.warnings == len(said)
+    assert report.jobs_met_deadline < len(report.jobs)
+
+
+def test_the_on_time_run_meets_every_deadline_unwarned(cfg: RunConfig, on_time: RunState) -> None:
+    report = report_of(cfg, on_time)
+    assert report.jobs_met_deadline == len(report.jobs)
+    assert all(j.first_warning is None and j.tasks_late == 0 for j in report.jobs)
+
+
+def test_report_json_validates_and_reads_back(
+    cfg: RunConfig, late: RunState, tmp_path: Path
+) -> None:
+    report = report_of(cfg, late)
+    write_report(report, late, tmp_path)
+    data = json.loads((tmp_path / REPORT_JSON).read_text(encoding="utf-8"))
+    assert data["mode"] == "deadline"
+    assert list(data)[-3:] == ["jobs", "jobs_met_deadline", "unattributed_cost"]
+    schema = json.loads((CONFIG_DIR / "report.schema.json").read_text(encoding="utf-8"))
+    jsonschema.validate(data, schema)
+    assert read_report(tmp_path) == report
+    data["jobs"][0].pop("tasks_late")
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(data, schema)
+
+
+def test_markdown_has_the_jobs_table_and_says_how_many_met_their_deadline(
+    cfg: RunConfig, late: RunState, tmp_path: Path
+) -> None:
+    report = report_of(cfg, late)
+    write_report(report, None, tmp_path)
+    md = (tmp_path / REPORT_MD).read_text(encoding="utf-8")
+    assert "## Jobs" in md
+    rows = [line for line in md.splitlines() if line.startswith("| job")]
+    assert len(rows) == 1 + len(report.jobs)  # the header and a row per job
+    head = render_head(report)
+    assert f"{report.jobs_met_deadline} of {len(report.jobs)} jobs met their deadline" in head
+    assert "Warning at" in head
+
+
+def test_gantt_colours_tasks_by_job_and_draws_deadlines(cfg: RunConfig, late: RunState) -> None:
+    fig = gantt_figure(late)
+    FigureCanvasAgg(fig)
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend == [j.name for j in late.jobs]
+    ax = fig.axes[0]
+    xs = {round(line.get_xdata()[0] * 3600, 3) for line in ax.get_lines()}
+    assert {j.deadline for j in late.jobs} <= xs
+    assert {j.at for j in late.jobs} <= xs
+
+
+def test_status_and_metrics_show_each_job_and_its_lateness(cfg: RunConfig, late: RunState) -> None:
+    lines = status_lines("d", cfg, late, None)
+    for spec in late.jobs:
+        line = next(x for x in lines if f"job {spec.name}:" in x)
+        assert f"{spec.count}/{spec.count} done" in line
+        said = late.late.get(spec.name)
+        assert ("expected late" in line) == (said is not None and said.tasks > 0)
+    metrics = Metrics(cfg)
+    metrics.update(late, None)
+    from prometheus_client import generate_latest
+
+    text = generate_latest(metrics.registry).decode()
+    for spec in late.jobs:
+        said = late.late.get(spec.name)
+        tasks = 0 if said is None else said.tasks
+        assert f'autoscaler_job_late_tasks{{job="{spec.name}"}} {float(tasks)}' in text
+        assert (
+            f'autoscaler_job_tasks{{job="{spec.name}",state="total"}} {float(spec.count)}' in text
+        )
+        assert (
+            f'autoscaler_job_deadline_seconds{{job="{spec.name}"}} {float(spec.deadline)}' in text
+        )
