@@ -168,7 +168,7 @@ class Emulator:
                 i = self._launch_seen.get(token, 0)
                 self._launch_seen[token] = i + 1
                 if i < len(queues):
-                    self._boxes[mid].queue.extend(queues[i])
+                    self.state.enqueue(self._boxes[mid].queue, queues[i])
                 return item
             case JobArrived():
                 return item
@@ -199,7 +199,11 @@ class Emulator:
                 box.gone = True
                 if box.current is not None:
                     box.current.live = False
-            case Assign(task=tid, machine=mid) | Replicate(task=tid, machine=mid):
+            case Assign(task=tid, machine=mid):
+                self.state.enqueue(self._boxes[mid].queue, (tid,))
+                if self._boxes[mid].current is None:
+                    self._start_next(mid)
+            case Replicate(task=tid, machine=mid):
                 self._boxes[mid].queue.append(tid)
                 if self._boxes[mid].current is None:
                     self._start_next(mid)
@@ -214,7 +218,7 @@ class Emulator:
             case Move(tasks=tids, source=src, target=dst):
                 for tid in tids:
                     self._boxes[src].queue.remove(tid)
-                    self._boxes[dst].queue.append(tid)
+                self.state.enqueue(self._boxes[dst].queue, tids)
                 if self._boxes[dst].current is None:
                     self._start_next(dst)
             case _:

@@ -281,7 +281,7 @@ class Report:
     mode: Literal["budget"]
     """The constraint: finish as fast as possible within a budget."""
     policy: str
-    """The config's policy (bats or round_robin)."""
+    """The config's policy (bats or round_robin; deadline mode: its planner)."""
     provider: str
     """The config's provider (sim for a dry run's config, local, sge, ec2)."""
     seed: int
@@ -508,7 +508,9 @@ def build_report(
     report = Report(
         run_id=run_id,
         mode="budget",
-        policy=cfg.policy,
+        policy=f"deadline ({cfg.deadline.planner}-job planner)"
+        if cfg.deadline_mode
+        else cfg.policy,
         provider=cfg.provider,
         seed=seed,
         budget=budget,

@@ -35,7 +35,9 @@ from autoscaler.model import (
     Event,
     Hold,
     JobSpec,
+    Late,
     Launch,
+    Move,
     Release,
     Shortfall,
     Stop,
@@ -248,6 +250,19 @@ def log_action(log: Any, now: float, action: Action) -> None:
             log.warning("budget shortfall", t=now, needed_budget=needed, message=message)
         case Hold(reason=reason):
             log.info("hold", t=now, reason=reason)
+        case Late(job=job, tasks=n, seconds=late_s, cause=cause, message=message):
+            say = log.warning if n > 0 else log.info
+            say(
+                "job late" if n > 0 else "job on time",
+                t=now,
+                job=job,
+                tasks=n,
+                seconds=round(late_s, 1),
+                cause=cause,
+                message=message,
+            )
+        case Move(tasks=tasks, source=src, target=dst):
+            log.info("move", t=now, tasks=len(tasks), source=src, target=dst)
         case Stop(reason=reason):
             log.info("stop", t=now, reason=reason)
         case _:

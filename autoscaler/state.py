@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from autoscaler.billing import BillingModel
@@ -233,6 +233,20 @@ class RunState:
                 return job
         raise StateError(f"no job named {name!r}")
 
+    def enqueue(self, queue: deque[int], tasks: Iterable[int]) -> None:
+        """Add ``tasks`` to a machine's ``queue``: at the end, or in deadline mode earliest
+        deadline first (stably: after every task due no later), the order a machine runs
+        its jobs in (paper 002). The emulator queues with this too, so both agree."""
+        if not self.jobs:
+            queue.extend(tasks)
+            return
+        for tid in tasks:
+            due = self.job_of(tid).deadline
+            i = len(queue)
+            while i > 0 and self.job_of(queue[i - 1]).deadline > due:
+                i -= 1
+            queue.insert(i, tid)
+
     def alive_machines(self) -> Iterator[Machine]:
         return (m for m in self.machines.values() if m.alive)
 
@@ -320,7 +334,7 @@ class RunState:
                 )
                 queues = self.launch_queues.get(token)
                 if queues:
-                    self.machines[mid].queue.extend(queues.popleft())
+                    self.enqueue(self.machines[mid].queue, queues.popleft())
                 if queues is not None and (not queues or token not in self.pending_launches):
                     self._unqueue_launch(token)
             case LaunchFailed(
@@ -547,7 +561,7 @@ class RunState:
                 if len(self.paired) < self.paired_target and tid not in self.paired_runs:
                     self.paired.append(tid)
                     self.paired_runs[tid] = {}
-                m.queue.append(tid)
+                self.enqueue(m.queue, (tid,))
                 self._start_queued(m)
             case Replicate(task=tid, machine=mid):
                 m = self.machines[mid]
@@ -603,5 +617,5 @@ class RunState:
             raise StateError(f"move from {src} to {dst}: tasks {missing} are not queued there")
         for tid in tids:
             s.queue.remove(tid)
-            d.queue.append(tid)
+        self.enqueue(d.queue, tids)
         self._start_queued(d)

@@ -24,6 +24,7 @@ from autoscaler.model import (
     JobSpec,
     Late,
     Launch,
+    MachineLaunched,
     Move,
     TaskState,
     TypeSpec,
@@ -270,3 +271,23 @@ def test_the_journal_replays_to_the_live_state():
     }
     assert fresh.late == live.late
     assert fresh.forecasts == live.forecasts
+
+
+def test_a_machine_queue_keeps_earliest_deadline_first_whatever_comes_in():
+    """A task moved or assigned to a machine runs before queued tasks due later (the
+    order reassignment's finish times assume): the state and the emulator agree."""
+    jobs = [
+        JobSpec("early", 0, 3, 0.0, 600.0, None, {"m": 60.0}),
+        JobSpec("late", 3, 3, 0.0, 1800.0, None, {"m": 60.0}),
+    ]
+    state = RunState.new([TypeSpec("m", 1.0, 4, 0.0)], HOURLY, None, 6, list(range(6)), jobs=jobs)
+    state.apply(0.0, Launch("m", 2, "L0", ((3, 4, 0), (5,))))
+    state.apply(0.0, MachineLaunched("m-0", "m", "L0"))
+    state.apply(0.0, MachineLaunched("m-1", "m", "L0"))
+    assert list(state.machines["m-0"].queue) == [0, 3, 4]
+    state.apply(1.0, Move((0,), "m-0", "m-1"))
+    assert list(state.machines["m-1"].queue) == [0, 5]
+    state.apply(2.0, Assign(1, "m-1"))
+    state.apply(2.0, Assign(2, "m-0"))
+    assert list(state.machines["m-1"].queue) == [0, 1, 5]
+    assert list(state.machines["m-0"].queue) == [2, 3, 4]
