@@ -99,6 +99,7 @@ class DeadlineSettings:
     sample: int = 5  # runs per type of a job without known times before it is planned
     z: float = 1.96  # a sampled job is planned on mean + z·σ/√n
     late_change: float = 0.1  # a lateness is said again when it changes by this share
+    guard_z: float = 1.0  # plans and moves aim this many task-time sds before a deadline
 
 
 class _DStep(_Step):
@@ -300,13 +301,14 @@ class DeadlineController:
         tasks = self._ready_jobs(state)
         if not tasks:
             return False
+        guarded = self._deadlines(state, guarded=True)
         jobs = []
         for name, tids in tasks.items():
             job = state.job_named(name)
             times = self.task_times(state, job)
             if not times:
                 continue
-            jobs.append(DeadlineJob(name, len(tids), job.deadline, times))
+            jobs.append(DeadlineJob(name, len(tids), guarded[name], times))
         if not jobs:
             return False
         machines = self._running(state, s.now)
@@ -483,12 +485,28 @@ class DeadlineController:
     def _queues(self, state: RunState, now: float) -> list[Queue]:
         return [self._queue(state, m, now) for m in state.alive_machines()]
 
-    def _deadlines(self, state: RunState) -> dict[str, float]:
-        return {j.name: j.deadline for j in state.jobs}
+    def _deadlines(self, state: RunState, guarded: bool = False) -> dict[str, float]:
+        """Each job's deadline; ``guarded``: less ``guard_z`` times the spread of one of
+        its tasks (the largest sd seen on a type), what plans and moves aim for, so the
+        last task's own noise does not carry it past the deadline."""
+        return {
+            j.name: j.deadline - (self._guard(state, j) if guarded else 0.0) for j in state.jobs
+        }
+
+    def _guard(self, state: RunState, job: JobSpec) -> float:
+        worst = 0.0
+        for name in state.types:
+            runs = state.job_runs.get((job.name, name))
+            if runs is None or runs[0] < 2:
+                continue
+            n, total, squares = runs
+            mean = total / n
+            worst = max(worst, math.sqrt(max(0.0, squares / n - mean * mean) * n / (n - 1)))
+        return self.settings.guard_z * worst
 
     def _reassign(self, s: _Step) -> None:
         state = s.state
-        result = reassign(self._queues(state, s.now), self._deadlines(state))
+        result = reassign(self._queues(state, s.now), self._deadlines(state, guarded=True))
         for move in result.moves:
             s.do(move)
 
@@ -497,12 +515,13 @@ class DeadlineController:
         finish them in time, when the budget pays for them."""
         state = s.state
         deadlines = self._deadlines(state)
-        late = lateness(self._queues(state, s.now), deadlines)
         cause: str | None = None
-        if late and buy:
-            bought, cause = self._buy_for_late(s, late)
-            if bought:
-                late = lateness(self._queues(state, s.now), deadlines)
+        if buy:
+            guarded = self._deadlines(state, guarded=True)
+            at_risk = lateness(self._queues(state, s.now), guarded)
+            if at_risk:
+                _, cause = self._buy_for_late(s, at_risk, guarded)
+        late = lateness(self._queues(state, s.now), deadlines)
         late_by_job = {item.job: item for item in late}
         for job in state.jobs:
             item = late_by_job.get(job.name)
@@ -533,11 +552,13 @@ class DeadlineController:
             now.seconds - said.seconds
         ) > share * max(said.seconds, 1.0)
 
-    def _buy_for_late(self, s: _DStep, late: Sequence[Lateness]) -> tuple[bool, str]:
-        """New machines for the tasks expected late, if they finish them in time and the
-        budget pays; returns (whether any were bought, what gave way otherwise)."""
+    def _buy_for_late(
+        self, s: _DStep, late: Sequence[Lateness], deadlines: Mapping[str, float]
+    ) -> tuple[bool, str]:
+        """New machines for the tasks expected late (by ``deadlines``), if they finish
+        them in time and the budget pays; returns (whether any were bought, what gave
+        way otherwise)."""
         state = s.state
-        deadlines = self._deadlines(state)
         late_jobs = {item.job for item in late}
         # The late tasks: from the end of each violating machine's queue of the job.
         taken: dict[str, list[tuple[int, str]]] = {}
@@ -555,7 +576,7 @@ class DeadlineController:
             job = state.job_named(name)
             times = self.task_times(state, job) or dict(job.task_s)
             if times:
-                jobs.append(DeadlineJob(name, len(items), job.deadline, times))
+                jobs.append(DeadlineJob(name, len(items), deadlines[name], times))
         types = self._types(state)
         result = solve_new(jobs, types, state.billing, s.now, solver=self.settings.solver)
         if result.plan is None:
