@@ -237,16 +237,30 @@ class DeadlineController:
                 if give <= 0:
                     continue
                 chosen, pending = pending[:give], pending[give:]
-                host = min(
-                    (m for m in state.alive_machines() if m.type.name == name and not m.marked),
-                    key=lambda m: len(m.queue) + len(m.running),
-                    default=None,
-                )
-                if host is not None:
-                    for tid in chosen:
-                        s.do(Assign(tid, host.id))
-                elif self._affordable(state, name):
-                    s.do(Launch(name, 1, f"L{state.launch_seq}", (tuple(chosen),)))
+                self._spread_sample(s, name, chosen)
+
+    def _spread_sample(self, s: _Step, name: str, tasks: list[int]) -> None:
+        """Run sample ``tasks`` on type ``name`` side by side, the deadline running: one
+        each on its idle machines, then one each on new machines the limits and the
+        budget allow, the rest queued on the least loaded machine of the type."""
+        state = s.state
+        mine = [m for m in state.alive_machines() if m.type.name == name and not m.marked]
+        for m in mine:
+            if tasks and m.idle:
+                s.do(Assign(tasks.pop(0), m.id))
+        room = state.types[name].max_count - state.count_alive(name)
+        if state.budget is not None:
+            unit = state.billing.cost(state.types[name].price, state.billing.first_step_s)
+            room = min(room, math.floor((state.budget - state.committed) / unit + _EPS))
+        count = min(room, len(tasks))
+        if count > 0 and state.available(name, s.now) and not state.held(s.now):
+            queues = tuple((tid,) for tid in tasks[:count])
+            s.do(Launch(name, count, f"L{state.launch_seq}", queues))
+            tasks = tasks[count:]
+        host = min(mine, key=lambda m: len(m.queue) + len(m.running), default=None)
+        if host is not None:
+            for tid in tasks:
+                s.do(Assign(tid, host.id))
 
     # --- planning (Algorithms 1–3) ----------------------------------------------------------
 
@@ -592,14 +606,6 @@ class DeadlineController:
         return True, "deadline"
 
     # --- money at the end of a paid unit, and idle machines --------------------------------
-
-    @staticmethod
-    def _affordable(state: RunState, name: str) -> bool:
-        """Whether the budget pays a first unit of a new ``name`` machine."""
-        if state.budget is None:
-            return True
-        first = state.billing.cost(state.types[name].price, state.billing.first_step_s)
-        return state.committed + first <= state.budget + _EPS
 
     def _can_extend(self, state: RunState, m: Machine) -> bool:
         if state.budget is None:

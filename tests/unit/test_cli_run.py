@@ -316,3 +316,70 @@ def test_plan_on_a_real_provider_asks_first_and_rents_nothing_unconfirmed(
     assert "--yes" in result.output
     assert "Sampling rents" in result.output
     assert not (tmp_path / "runs").exists()
+
+
+DEADLINE_EXAMPLES = [p for p in EXAMPLES if p not in BUDGET_EXAMPLES]
+
+
+@pytest.mark.parametrize("example", DEADLINE_EXAMPLES, ids=lambda p: p.stem)
+def test_every_deadline_example_dry_runs_to_a_per_job_report(
+    runner: CliRunner, example: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "run"
+    result = runner.invoke(app, ["run", str(example), "--dry-run", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "report.json").read_text())
+    assert report["mode"] == "deadline"
+    assert report["tasks_done"] == report["tasks_total"]
+    names = [j["name"] for j in yaml.safe_load(example.read_text())["jobs"]]
+    assert [j["name"] for j in report["jobs"]] == names
+    for job in report["jobs"]:
+        assert job["done"] == job["tasks"]
+        assert job["predicted_finish_s"] is not None
+    assert "## Jobs" in (out / "report.md").read_text()
+    assert mpimg.imread(out / "gantt.png").std() > 0.01
+
+
+def _deadline_config(tmp_path: Path, **constraint: float) -> Path:
+    data = yaml.safe_load((EXAMPLES[0].parent / "quickstart.yaml").read_text())
+    data["bag"] = {"synthetic": 200}
+    data["constraint"] = constraint
+    data["emulator"]["runtime"] = {"dist": "lognormal", "mean_s": 600, "sd_s": 300}
+    path = tmp_path / "deadline.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return path
+
+
+def test_a_single_bag_with_a_deadline_is_sampled_then_planned_to_meet_it(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    """One bag, `constraint: {deadline_s}` and no known task times: deadline mode
+    samples each type, then plans the rest; the skewed bag finishes in time."""
+    config = _deadline_config(tmp_path, deadline_s=4 * 3600)
+    out = tmp_path / "run"
+    result = runner.invoke(app, ["run", str(config), "--dry-run", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "report.json").read_text())
+    (job,) = report["jobs"]
+    assert job["done"] == 200
+    assert job["met_deadline"], job
+    assert {m["type"] for m in report["machines"]} >= {"small", "fast"}  # both sampled
+
+
+def test_a_budget_too_small_for_the_deadline_gives_way_and_holds(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    """A deadline that needs more machines than the budget pays: spend stays within the
+    budget, the run says early that the budget gave way, and the report says so."""
+    config = _deadline_config(tmp_path, deadline_s=3600, budget=12)
+    out = tmp_path / "run"
+    result = runner.invoke(app, ["run", str(config), "--dry-run", "--out", str(out)])
+    assert result.exit_code in (0, EXIT_STOPPED), result.output
+    report = json.loads((out / "report.json").read_text())
+    assert report["cost"] <= 12 + 1e-9
+    (job,) = report["jobs"]
+    assert job["tasks_late"] > 0
+    assert job["first_warning"] is not None
+    assert job["first_warning"]["cause"] == "budget"
+    assert job["first_warning"]["at_s"] < job["deadline_s"]
+    assert job["gave_way"] in ("deadline", "both")
