@@ -366,6 +366,13 @@ def plan(
     cfg, tasks = _load_or_exit(config)
     if cfg.policy != "bats":
         _exit_with(AutoscalerError("plan needs policy: bats (round robin has no budget to plan)"))
+    if cfg.deadline_mode:
+        _exit_with(
+            AutoscalerError(
+                "plan offers budgets for a budget-mode bag; this config has deadlines (jobs, "
+                "or constraint.deadline_s): `run --dry-run` shows what meeting them costs"
+            )
+        )
     if cfg.provider != "sim" and not dry_run:
         _plan_real(cfg, tasks, seed, as_json=as_json, out=out, yes=yes)
         return

@@ -105,8 +105,8 @@ def make_controller(cfg: RunConfig, *, hold: bool = False) -> Controller | Deadl
     if cfg.deadline_mode:
         if hold:
             raise AutoscalerError(
-                "autoscaler plan offers budgets for a budget-mode bag; this config has "
-                "deadlines (jobs or constraint.deadline_s): use run --dry-run to see its cost"
+                "plan offers budgets for a budget-mode bag; this config has deadlines (jobs, "
+                "or constraint.deadline_s): `run --dry-run` shows what meeting them costs"
             )
         return DeadlineController(deadline_settings(cfg))
     return Controller(planning_settings(cfg) if hold else controller_settings(cfg))

@@ -383,3 +383,13 @@ def test_a_budget_too_small_for_the_deadline_gives_way_and_holds(
     assert job["first_warning"]["cause"] == "budget"
     assert job["first_warning"]["at_s"] < job["deadline_s"]
     assert job["gave_way"] in ("deadline", "both")
+
+
+@pytest.mark.parametrize("example", DEADLINE_EXAMPLES, ids=lambda p: p.stem)
+def test_plan_on_a_deadline_config_says_what_to_use_instead(
+    runner: CliRunner, example: Path
+) -> None:
+    result = runner.invoke(app, ["plan", str(example), "--dry-run"])
+    assert result.exit_code == EXIT_CONFIG
+    assert "run --dry-run" in result.output
+    assert "Traceback" not in result.output
