@@ -737,6 +737,15 @@ class RunConfig(_Model):
                     f"{field} {budget:g} is below one unit of the cheapest machine "
                     f"type ({cheapest:g})"
                 )
+        with_budget = [j.name for j in self.jobs if j.constraint.budget is not None]
+        if with_budget and len(with_budget) < len(self.jobs):
+            without = next(i for i, j in enumerate(self.jobs) if j.constraint.budget is None)
+            raise ValueError(
+                f"jobs[{without}].constraint.budget: missing, while "
+                f"{', '.join(with_budget)} {'has' if len(with_budget) == 1 else 'have'} one: "
+                "give every job a budget or none (the jobs share machines, so their budgets "
+                "are held as one: the run never commits more than their sum)"
+            )
         if self.jobs:  # frozen: the summary is set once, here
             object.__setattr__(self, "constraint", _summary(self.jobs))
         return self

@@ -7,6 +7,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import yaml
 
 from autoscaler.billing import BillingModel
 from autoscaler.config.load import expand_bag, expand_jobs, load_config, task_means
@@ -249,3 +250,16 @@ def test_runtime_mean_of_a_trace(tmp_path: Path) -> None:
     (tmp_path / "t.txt").write_text("10\n20\n# x\n60\n", encoding="utf-8")
     model = Emulator.model_validate({"runtime": {"dist": "trace", "file": tmp_path / "t.txt"}})
     assert runtime_mean(model) == pytest.approx(30.0)
+
+
+def test_budgets_are_given_to_every_job_or_to_none() -> None:
+    """Jobs share machines, so their budgets are held as one (their sum): a job without
+    one among jobs with budgets would be unbounded; the error names it."""
+    example = Path(__file__).parents[2] / "config" / "examples" / "deadline.yaml"
+    data = yaml.safe_load(example.read_text())
+    data["jobs"][0]["constraint"]["budget"] = 5
+    with pytest.raises(ValueError, match=r"jobs\[1\]\.constraint\.budget: missing"):
+        RunConfig.model_validate(data)
+    for job in data["jobs"]:
+        job["constraint"]["budget"] = 2
+    assert RunConfig.model_validate(data).constraint.budget == pytest.approx(12)
