@@ -78,11 +78,6 @@ def test_jobs_form_summarises_the_constraint(tmp_path: Path) -> None:
     assert [j.name for j in cfg.deadline_jobs()] == ["a", "b"]
 
 
-def test_summary_has_no_budget_unless_every_job_has_one(tmp_path: Path) -> None:
-    cfg = load(tmp_path, JOBS.replace("budget: 5, ", "") + TYPES)
-    assert cfg.constraint.budget is None
-
-
 def test_jobs_form_survives_a_dump(tmp_path: Path) -> None:
     """A run directory's config.yaml (the dump) validates back to the same config."""
     cfg = load(tmp_path, JOBS + TYPES)
