@@ -58,4 +58,4 @@ run_pytest() {
 }
 
 run_pytest unit no tests/unit -q
-run_pytest integration no tests/integration -q
+run_pytest integration no tests/integration -q --durations=25
