@@ -658,11 +658,51 @@ def _aggregate_lp(
     for i, terms in enumerate(cover):
         lp += pulp.lpSum(terms) == inst.need[i]
     lp += pulp.lpSum(cost)
-    usable, out = _run(lp, solver, label, limit)
-    if not usable:
-        return out, math.inf, []
+    ys = [y for _, y, _ in rows]
+    tasks = [v for _, _, big_n in rows for v in big_n]
+    staged = _two_stage(lp, ys, tasks, solver, label, limit)
+    if staged is not None:
+        out, lower = staged
+    else:
+        usable, out = _run(lp, solver, label, limit)
+        if not usable:
+            return out, math.inf, []
+        lower = pulp.value(lp.objective) or 0.0
     solution = [(group, _int(y), [_int(v) for v in big_n]) for group, y, big_n in rows]
-    return out, pulp.value(lp.objective) or 0.0, solution
+    return out, lower, solution
+
+
+def _two_stage(
+    lp: pulp.LpProblem,
+    ys: Sequence[pulp.LpVariable],
+    tasks: Sequence[pulp.LpVariable],
+    solver: Solver,
+    label: str,
+    limit: float | None,
+) -> tuple[_Outcome, float] | None:
+    """The aggregate in two steps: machines y integer with tasks N continuous (a
+    relaxation, so its optimum is a lower bound on the aggregate's), then integer N with
+    y fixed at that optimum. When the second step costs no more than the first, its
+    solution is an optimum of the aggregate. None (the model as it was) otherwise; the
+    caller then solves the aggregate whole."""
+    for v in tasks:
+        v.cat = pulp.LpContinuous
+    usable, first = _run(lp, solver, f"{label} (tasks relaxed)", limit)
+    for v in tasks:
+        v.cat = pulp.LpInteger
+    if not usable or not first.proven:
+        return None
+    lower = pulp.value(lp.objective) or 0.0
+    bounds = [(y.lowBound, y.upBound) for y in ys]
+    for y in ys:
+        y.lowBound = y.upBound = _int(y)
+    usable, second = _run(lp, solver, f"{label} (machines fixed)", limit)
+    for y, (low, up) in zip(ys, bounds, strict=True):
+        y.lowBound, y.upBound = low, up
+    cost = pulp.value(lp.objective) if usable else None
+    if not second.proven or cost is None or cost > lower + _MONEY_TOL * max(1.0, abs(lower)):
+        return None
+    return second, lower
 
 
 def _split_all(
