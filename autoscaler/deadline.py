@@ -45,12 +45,18 @@ u·ATU − β_it). Integer N_{j,g} tasks of job j run on the group::
                Σ_u y_{it,u} ≤ K_it                                 every type
 
 Every plan of model (7) gives one of this model with the same cost (sum its machines'
-tasks per group), so its optimum is a lower bound on (7)'s. Its solution is then split
-into machines, group by group: first fit, then least loaded first (both in EDF order);
-if both leave tasks, per-machine job patterns as columns (every pattern over the
-group's jobs with tasks, each with as many tasks of its last job as fit, at most
-``_MAX_PATTERNS``): integer z_p machines of pattern p, Σ z_p ≤ y_g, Σ_p z_p·p ≥ N_g.
-Tasks still left are planned again the same way on the machines not used. A split
+tasks per group), so its optimum is a lower bound on (7)'s. It is solved in two steps:
+y integer with N continuous (a relaxation: its optimum is a lower bound on the
+aggregate's), then N integer with y fixed there; when that costs no more, it is an
+optimum of the aggregate (HiGHS takes seconds on the integer N of 10 jobs × 1,000 tasks,
+milliseconds on the two steps); otherwise the aggregate is solved whole. Its solution
+is then split into machines, group by group: first fit, then least loaded first (both
+in EDF order); if both leave tasks, per-machine job patterns as columns (every pattern
+over the group's jobs with tasks, each with as many tasks of its last job as fit, at
+most ``_MAX_PATTERNS``; a list cut there is used only up to ``_PARTIAL_LANES`` jobs):
+integer z_p machines of pattern p, Σ z_p ≤ y_g, Σ_p z_p·p ≥ N_g. When such a pattern
+split finds none after the two steps, the whole aggregate's solution (another optimum)
+is split too. Tasks still left are planned again the same way on the machines not used. A split
 that costs the lower bound is a plan of (7) at the bound, hence optimal for (7)
 (``proven``; ``bound`` is the lower bound).
 
