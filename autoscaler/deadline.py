@@ -677,7 +677,16 @@ def _aggregate_lp(
     lp += pulp.lpSum(cost)
     ys = [y for _, y, _ in rows]
     tasks = [v for _, _, big_n in rows for v in big_n]
-    two = _two_stage(lp, ys, tasks, solver, label, limit) if staged else None
+    busy = None
+    if inst.billing.mode == "fixed":  # cost fixed with y: the least busy time breaks ties
+        busy = pulp.LpAffineExpression(
+            [
+                (v, ln.e)
+                for group, _, big_n in rows
+                for v, ln in zip(big_n, group.tp.lanes, strict=True)
+            ]
+        )
+    two = _two_stage(lp, ys, tasks, busy, solver, label, limit) if staged else None
     if two is not None:
         out, lower = two
         out.staged = True
@@ -694,6 +703,7 @@ def _two_stage(
     lp: pulp.LpProblem,
     ys: Sequence[pulp.LpVariable],
     tasks: Sequence[pulp.LpVariable],
+    busy: pulp.LpAffineExpression | None,
     solver: Solver,
     label: str,
     limit: float | None,
@@ -701,8 +711,9 @@ def _two_stage(
     """The aggregate in two steps: machines y integer with tasks N continuous (a
     relaxation, so its optimum is a lower bound on the aggregate's), then integer N with
     y fixed at that optimum. When the second step costs no more than the first, its
-    solution is an optimum of the aggregate. None (the model as it was) otherwise; the
-    caller then solves the aggregate whole."""
+    solution is an optimum of the aggregate; ``busy`` (when the cost is fixed by y), the
+    second step's objective, prefers the least busy of them. None (the model as it was)
+    otherwise; the caller then solves the aggregate whole."""
     for v in tasks:
         v.cat = pulp.LpContinuous
     usable, first = _run(lp, solver, f"{label} (tasks relaxed)", limit)
@@ -714,10 +725,14 @@ def _two_stage(
     bounds = [(y.lowBound, y.upBound) for y in ys]
     for y in ys:
         y.lowBound = y.upBound = _int(y)
+    objective = lp.objective
+    if busy is not None:
+        lp.setObjective(busy)
     usable, second = _run(lp, solver, f"{label} (machines fixed)", limit)
+    lp.setObjective(objective)
     for y, (low, up) in zip(ys, bounds, strict=True):
         y.lowBound, y.upBound = low, up
-    cost = pulp.value(lp.objective) if usable else None
+    cost = pulp.value(objective) if usable else None
     if not second.proven or cost is None or cost > lower + _MONEY_TOL * max(1.0, abs(lower)):
         return None
     return second, lower
