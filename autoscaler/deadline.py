@@ -45,12 +45,18 @@ u·ATU − β_it). Integer N_{j,g} tasks of job j run on the group::
                Σ_u y_{it,u} ≤ K_it                                 every type
 
 Every plan of model (7) gives one of this model with the same cost (sum its machines'
-tasks per group), so its optimum is a lower bound on (7)'s. Its solution is then split
-into machines, group by group: first fit, then least loaded first (both in EDF order);
-if both leave tasks, per-machine job patterns as columns (every pattern over the
-group's jobs with tasks, each with as many tasks of its last job as fit, at most
-``_MAX_PATTERNS``): integer z_p machines of pattern p, Σ z_p ≤ y_g, Σ_p z_p·p ≥ N_g.
-Tasks still left are planned again the same way on the machines not used. A split
+tasks per group), so its optimum is a lower bound on (7)'s. It is solved in two steps:
+y integer with N continuous (a relaxation: its optimum is a lower bound on the
+aggregate's), then N integer with y fixed there; when that costs no more, it is an
+optimum of the aggregate (HiGHS takes seconds on the integer N of 10 jobs × 1,000 tasks,
+milliseconds on the two steps); otherwise the aggregate is solved whole. Its solution
+is then split into machines, group by group: first fit, then least loaded first (both
+in EDF order); if both leave tasks, per-machine job patterns as columns (every pattern
+over the group's jobs with tasks, each with as many tasks of its last job as fit, at
+most ``_MAX_PATTERNS``; a list cut there is used only up to ``_PARTIAL_LANES`` jobs):
+integer z_p machines of pattern p, Σ z_p ≤ y_g, Σ_p z_p·p ≥ N_g. When such a pattern
+split finds none after the two steps, the whole aggregate's solution (another optimum)
+is split too. Tasks still left are planned again the same way on the machines not used. A split
 that costs the lower bound is a plan of (7) at the bound, hence optimal for (7)
 (``proven``; ``bound`` is the lower bound).
 
@@ -106,6 +112,7 @@ _EPS = 1e-9
 _MONEY_TOL = 1e-6
 _MAX_PATTERNS = 2_000  # per group split
 _PATTERN_LIMIT_S = 0.5  # per group split: a pattern MILP not solved by then is not used
+_PARTIAL_LANES = 3  # per group split: patterns cut at _MAX_PATTERNS are used up to this many jobs
 _PATTERN_MODEL_S = 2.0  # the pattern model's time limit
 FALLBACK_S = 5.0
 """Fast model: how long the per-machine model may run when a split stays above the bound."""
@@ -353,6 +360,7 @@ class _Outcome:
     failed: bool = False  # the solver gave no usable answer (as opposed to infeasible)
     proven: bool = True  # optimal, not only feasible
     bound: float | None = None  # the aggregate's optimum: no plan of model (7) costs less
+    staged: bool = False  # the aggregate was solved in two steps (``_two_stage``)
 
 
 def _run(
@@ -535,20 +543,27 @@ def _split_patterns(
     tasks: Sequence[int],
     solver: Solver,
     limit: float | None,
-) -> tuple[list[list[int]] | None, list[str]]:
+) -> tuple[list[list[int]] | None, list[str], bool]:
     """Split a group by choosing per-machine patterns (columns): integer z_p machines
-    of pattern p, Σ z_p ≤ count, Σ z_p·p ≥ tasks per lane; extra tasks are dropped."""
+    of pattern p, Σ z_p ≤ count, Σ z_p·p ≥ tasks per lane; extra tasks are dropped.
+    Not tried (None) when the group has ``_MAX_PATTERNS`` patterns or more over more than
+    ``_PARTIAL_LANES`` jobs: the first patterns listed then vary only the last jobs, and
+    a model over them rarely splits what first fit could not. The flag: the model was
+    tried."""
     active = [a for a, n in enumerate(tasks) if n > 0]
     patterns = _patterns(group, active)
+    if len(patterns) >= _MAX_PATTERNS and len(active) > _PARTIAL_LANES:
+        return None, [], False
     lp = pulp.LpProblem("deadline_patterns", pulp.LpMinimize)
     z = [lp.add_variable(f"z_{p}", 0, count, cat="Integer") for p in range(len(patterns))]
     lp += pulp.lpSum(z) <= count
     for pos, a in enumerate(active):
-        lp += pulp.lpSum(v * pat[pos] for v, pat in zip(z, patterns, strict=True)) >= tasks[a]
+        terms = [(v, pat[pos]) for v, pat in zip(z, patterns, strict=True) if pat[pos]]
+        lp += pulp.LpAffineExpression(terms) >= tasks[a]
     lp += pulp.lpSum(z)
     usable, out = _run(lp, solver, f"patterns {group.tp.t.name}", limit)
     if not usable:
-        return None, out.notes
+        return None, out.notes, True
     lanes = group.tp.lanes
     need = list(tasks)
     rows = []
@@ -560,7 +575,7 @@ def _split_patterns(
                 row[lanes[a].job] = take
                 need[a] -= take
             rows.append(row)
-    return rows, out.notes
+    return rows, out.notes, True
 
 
 def _pattern_model(
@@ -622,10 +637,12 @@ def _pattern_model(
 
 
 def _aggregate_lp(
-    inst: _Instance, solver: Solver, limit: float | None, label: str
+    inst: _Instance, solver: Solver, limit: float | None, label: str, staged: bool = True
 ) -> tuple[_Outcome, float, list[tuple[_Group, int, list[int]]]]:
-    """Solve the aggregate. Returns the outcome (its machines unset), the optimum, and
-    per group its machines and tasks per lane (empty when there is no solution)."""
+    """Solve the aggregate, in two steps (``_two_stage``) when ``staged`` and they reach
+    its optimum, else whole. Returns the outcome (its machines unset; ``staged`` says
+    which), the optimum, and per group its machines and tasks per lane (empty when there
+    is no solution)."""
     lp = pulp.LpProblem("deadline_fast", pulp.LpMinimize)
     atu = inst.billing.atu_s
     cover: list[list[pulp.LpVariable]] = [[] for _ in inst.jobs]
@@ -658,11 +675,67 @@ def _aggregate_lp(
     for i, terms in enumerate(cover):
         lp += pulp.lpSum(terms) == inst.need[i]
     lp += pulp.lpSum(cost)
-    usable, out = _run(lp, solver, label, limit)
-    if not usable:
-        return out, math.inf, []
+    ys = [y for _, y, _ in rows]
+    tasks = [v for _, _, big_n in rows for v in big_n]
+    busy = None
+    if inst.billing.mode == "fixed":  # cost fixed with y: the least busy time breaks ties
+        busy = pulp.LpAffineExpression(
+            [
+                (v, ln.e)
+                for group, _, big_n in rows
+                for v, ln in zip(big_n, group.tp.lanes, strict=True)
+            ]
+        )
+    two = _two_stage(lp, ys, tasks, busy, solver, label, limit) if staged else None
+    if two is not None:
+        out, lower = two
+        out.staged = True
+    else:
+        usable, out = _run(lp, solver, label, limit)
+        if not usable:
+            return out, math.inf, []
+        lower = pulp.value(lp.objective) or 0.0
     solution = [(group, _int(y), [_int(v) for v in big_n]) for group, y, big_n in rows]
-    return out, pulp.value(lp.objective) or 0.0, solution
+    return out, lower, solution
+
+
+def _two_stage(
+    lp: pulp.LpProblem,
+    ys: Sequence[pulp.LpVariable],
+    tasks: Sequence[pulp.LpVariable],
+    busy: pulp.LpAffineExpression | None,
+    solver: Solver,
+    label: str,
+    limit: float | None,
+) -> tuple[_Outcome, float] | None:
+    """The aggregate in two steps: machines y integer with tasks N continuous (a
+    relaxation, so its optimum is a lower bound on the aggregate's), then integer N with
+    y fixed at that optimum. When the second step costs no more than the first, its
+    solution is an optimum of the aggregate; ``busy`` (when the cost is fixed by y), the
+    second step's objective, prefers the least busy of them. None (the model as it was)
+    otherwise; the caller then solves the aggregate whole."""
+    for v in tasks:
+        v.cat = pulp.LpContinuous
+    usable, first = _run(lp, solver, f"{label} (tasks relaxed)", limit)
+    for v in tasks:
+        v.cat = pulp.LpInteger
+    if not usable or not first.proven:
+        return None
+    lower = pulp.value(lp.objective) or 0.0
+    bounds = [(y.lowBound, y.upBound) for y in ys]
+    for y in ys:
+        y.lowBound = y.upBound = _int(y)
+    objective = lp.objective
+    if busy is not None:
+        lp.setObjective(busy)
+    usable, second = _run(lp, solver, f"{label} (machines fixed)", limit)
+    lp.setObjective(objective)
+    for y, (low, up) in zip(ys, bounds, strict=True):
+        y.lowBound, y.upBound = low, up
+    cost = pulp.value(objective) if usable else None
+    if not second.proven or cost is None or cost > lower + _MONEY_TOL * max(1.0, abs(lower)):
+        return None
+    return second, lower
 
 
 def _split_all(
@@ -671,22 +744,25 @@ def _split_all(
     solver: Solver,
     limit: float | None,
     label: str,
-) -> tuple[list[NewMachine] | None, list[str]]:
+) -> tuple[list[NewMachine] | None, list[str], bool]:
     """Split every group into machines; tasks a split leaves are planned again (the same
-    way) on the machines not used yet. None when that places nothing more."""
+    way) on the machines not used yet. None when that places nothing more. The flag:
+    some group's pattern split was tried and found none."""
     machines: list[NewMachine] = []
     used: dict[str, int] = {}
     left = [0] * len(inst.jobs)
     extra: list[str] = []
+    stuck = False
     for group, count, tasks in solution:
         if count == 0 or not any(tasks):
             continue
         split, rest = _split(inst, group, count, tasks)
         if any(rest):
-            by_patterns, notes = _split_patterns(
+            by_patterns, notes, tried = _split_patterns(
                 inst, group, count, tasks, solver, min(limit or math.inf, _PATTERN_LIMIT_S)
             )
             extra.extend(notes)
+            stuck = stuck or (tried and by_patterns is None)
             if by_patterns is not None:
                 split, rest = by_patterns, [0] * len(rest)
         for ln, n in zip(group.tp.lanes, rest, strict=True):
@@ -695,17 +771,17 @@ def _split_all(
         used[group.tp.t.name] = used.get(group.tp.t.name, 0) + len(taken)
         machines.extend(_new_machine(inst, group.tp.t, row) for row in taken)
     if not any(left):
-        return machines, extra
+        return machines, extra, stuck
     if list(left) == list(inst.need):
-        return None, extra
+        return None, extra, stuck
     rest_inst = _rest(inst, left, used)
     out, _, again = _aggregate_lp(rest_inst, solver, limit, f"{label} repair")
     if not again:
-        return None, extra + out.notes
-    more, notes = _split_all(rest_inst, again, solver, limit, label)
+        return None, extra + out.notes, stuck
+    more, notes, _ = _split_all(rest_inst, again, solver, limit, label)
     if more is None:
-        return None, extra + out.notes + notes
-    return machines + more, extra + out.notes + notes
+        return None, extra + out.notes + notes, stuck
+    return machines + more, extra + out.notes + notes, stuck
 
 
 def _job_by_job(
@@ -740,12 +816,24 @@ def _aggregate(
     def reached(machines: Sequence[NewMachine]) -> bool:
         return bound is not None and _cost(machines) <= bound + _MONEY_TOL * max(1.0, bound)
 
-    best, notes = _split_all(inst, solution, solver, limit, label)
+    best, notes, stuck = _split_all(inst, solution, solver, limit, label)
     out.notes.extend(notes)
     if best is not None and reached(best):
         out.machines, out.bound = best, bound
         return out
     candidates = [best]
+    if stuck and out.staged:
+        # the two steps' tasks per group do not split; the whole aggregate may pick
+        # others (same optimum) that do
+        whole, _, other = _aggregate_lp(inst, solver, limit, label, staged=False)
+        out.notes.extend(whole.notes)
+        if other:
+            again, notes, _ = _split_all(inst, other, solver, limit, label)
+            out.notes.extend(notes)
+            if again is not None and reached(again):
+                out.machines, out.bound = again, bound
+                return out
+            candidates.append(again)
     by_patterns, exact, notes = _pattern_model(
         inst, solver, min(limit or math.inf, _PATTERN_MODEL_S), label
     )

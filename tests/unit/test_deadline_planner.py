@@ -5,10 +5,12 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from autoscaler import deadline
 from autoscaler.billing import BillingModel
 from autoscaler.deadline import (
     DeadlineJob,
@@ -205,6 +207,53 @@ def test_aggregate_that_cannot_split_is_solved_by_patterns() -> None:
     check_plan(problem, result.plan)
     assert result.plan.cost == brute_force(problem) == 3.0
     assert result.proven
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_two_step_aggregate_has_the_whole_aggregates_optimum(data: st.DataObject) -> None:
+    """Machines integer with tasks relaxed, then tasks integer with the machines fixed:
+    the same optimum as the aggregate solved whole, and a solution that meets it."""
+    types = data.draw(machine_types(data.draw(st.integers(1, 3))))
+    types = [replace(t, max_count=data.draw(st.integers(1, 8))) for t in types]
+    jobs = [
+        replace(j, tasks=data.draw(st.integers(1, 40)))
+        for j in data.draw(jobs_on(types, data.draw(st.integers(1, 4))))
+    ]
+    billing = data.draw(billings())
+    inst = deadline._instance(jobs, {j.name: j.tasks for j in jobs}, types, billing, 0.0)
+    whole, whole_cost, whole_solution = deadline._aggregate_lp(
+        inst, "highs", None, "t", staged=False
+    )
+    two, two_cost, solution = deadline._aggregate_lp(inst, "highs", None, "t")
+    assert bool(solution) == bool(whole_solution)
+    if not solution:
+        return
+    assert whole.proven
+    assert two.proven
+    assert math.isclose(two_cost, whole_cost, rel_tol=1e-7, abs_tol=TOL)
+    for i, need in enumerate(inst.need):  # every task placed once
+        placed = sum(
+            n
+            for group, _, tasks in solution
+            for ln, n in zip(group.tp.lanes, tasks, strict=True)
+            if ln.job == i
+        )
+        assert placed == need
+    for group, count, tasks in solution:  # (2') and the caps, per group
+        work = 0.0
+        for ln, window, cap, n in zip(
+            group.tp.lanes, group.windows, group.caps, tasks, strict=True
+        ):
+            work += n * ln.e
+            assert n <= cap * count
+            assert work <= window * count + 1e-6
+    if billing.mode == "fixed":
+        paid = sum(
+            u * group.tp.t.price * count
+            for (group, u), (_, count, _) in zip(deadline._groups(inst), solution, strict=True)
+        )
+        assert math.isclose(paid, two_cost, rel_tol=1e-7, abs_tol=TOL)
 
 
 # --- Algorithm 1 -----------------------------------------------------------------------------
