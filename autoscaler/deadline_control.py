@@ -99,7 +99,7 @@ class DeadlineSettings:
     sample: int = 5  # runs per type of a job without known times before it is planned
     z: float = 1.96  # a sampled job is planned on mean + z·σ/√n
     late_change: float = 0.1  # a lateness is said again when it changes by this share
-    guard_z: float = 1.0  # plans and moves aim this many task-time sds before a deadline
+    guard_z: float = 2.0  # plans and moves aim this many task-time sds before a deadline
 
 
 class _DStep(_Step):
