@@ -189,11 +189,9 @@ def assert_machines_are_the_jobs(report: dict[str, Any], run_id: str, seen: dict
         assert job in ended[machine], f"{machine}: job {job} not in accounting {ended[machine]}"
 
 
-def test_a_bag_runs_on_two_queues_within_budget(sge: GridEngine, tmp_path: Path) -> None:
-    """A synthetic bag on two queue-backed types: all done once, within budget, no job left."""
-    config = sge_config(tmp_path, 30)
-    run_dir = tmp_path / "run"
-    started = time.monotonic()
+def run_to_its_end(config: Path, run_dir: Path) -> tuple[str, dict[str, str]]:
+    """``autoscaler run CONFIG`` to its end, recording the run's jobs (machine -> job id);
+    the run id and those jobs. Whatever fails, no daemon or job of the run is left."""
     daemon = start_daemon(str(config), "--out", str(run_dir))
     run_id: str | None = None
     seen: dict[str, str] = {}
@@ -203,6 +201,15 @@ def test_a_bag_runs_on_two_queues_within_budget(sge: GridEngine, tmp_path: Path)
         assert code == 0, output_of(daemon)
     finally:
         stop(daemon, run_id)
+    return run_id, seen
+
+
+def test_a_bag_runs_on_two_queues_within_budget(sge: GridEngine, tmp_path: Path) -> None:
+    """A synthetic bag on two queue-backed types: all done once, within budget, no job left."""
+    config = sge_config(tmp_path, 30)
+    run_dir = tmp_path / "run"
+    started = time.monotonic()
+    run_id, seen = run_to_its_end(config, run_dir)
     wall = time.monotonic() - started
     report = assert_clean_end(run_dir, run_id, 30)
     print(f"\nsge, 30 tasks: wall {wall:.1f}s, cost {report['cost']:.2f} of {report['budget']:g}")
@@ -228,15 +235,7 @@ def test_a_deadline_job_runs_on_grid_engine(sge: GridEngine, tmp_path: Path) -> 
     ]
     config.write_text(yaml.safe_dump(data), encoding="utf-8")
     run_dir = tmp_path / "run"
-    daemon = start_daemon(str(config), "--out", str(run_dir))
-    run_id: str | None = None
-    seen: dict[str, str] = {}
-    try:
-        run_id = wait_run_id(run_dir, daemon)
-        code = watch(daemon, run_id, seen)
-        assert code == 0, output_of(daemon)
-    finally:
-        stop(daemon, run_id)
+    run_id, seen = run_to_its_end(config, run_dir)
     report = assert_deadline_end(run_dir, 16)
     (job,) = report["jobs"]
     print(
