@@ -171,10 +171,8 @@ class DeadlineController:
             runs = state.job_runs.get((job.name, name))
             if runs is None or runs[0] < min(self.settings.sample, job.count):
                 continue
-            n, total, squares = runs
-            mean = total / n
-            var = max(0.0, squares / n - mean * mean) * n / max(n - 1, 1)
-            out[name] = mean + self.settings.z * math.sqrt(var / n)
+            mean, sd = _mean_sd(runs)
+            out[name] = mean + self.settings.z * sd / math.sqrt(runs[0])
         return out
 
     def _machine_s(self, state: RunState, m: Machine, job: JobSpec) -> float | None:
@@ -511,11 +509,8 @@ class DeadlineController:
         worst = 0.0
         for name in state.types:
             runs = state.job_runs.get((job.name, name))
-            if runs is None or runs[0] < 2:
-                continue
-            n, total, squares = runs
-            mean = total / n
-            worst = max(worst, math.sqrt(max(0.0, squares / n - mean * mean) * n / (n - 1)))
+            if runs is not None and runs[0] >= 2:
+                worst = max(worst, _mean_sd(runs)[1])
         return self.settings.guard_z * worst
 
     def _reassign(self, s: _Step) -> None:
@@ -676,3 +671,10 @@ class DeadlineController:
                 )
             )
         )
+
+
+def _mean_sd(runs: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample sd of runs kept as (count, sum, sum of squares)."""
+    n, total, squares = runs
+    mean = total / n
+    return mean, math.sqrt(max(0.0, squares / n - mean * mean) * n / max(n - 1, 1))
