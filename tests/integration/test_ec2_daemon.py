@@ -289,7 +289,7 @@ def test_a_deadline_job_runs_on_ec2(world: Ec2World) -> None:
     job = {
         "name": "sweep",
         "bag": {"synthetic": 12},
-        "constraint": {"deadline_s": 60},
+        "constraint": {"deadline_s": 20},
         "task_s": {"small": 3, "fast": 1.5},
     }
     config = world.config(bag=None, constraint=None, jobs=[job])

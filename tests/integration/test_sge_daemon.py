@@ -229,7 +229,7 @@ def test_a_deadline_job_runs_on_grid_engine(sge: GridEngine, tmp_path: Path) -> 
         {
             "name": "sweep",
             "bag": {"synthetic": 16},
-            "constraint": {"deadline_s": 45},
+            "constraint": {"deadline_s": 25},
             "task_s": {"small": 4, "large": 2},
         }
     ]
