@@ -109,7 +109,10 @@ class _Pair:
             self.close()
 
     def close(self) -> None:
-        self.channel.close()
+        # The SSH transport may be gone already (the tunnel closing under this copy):
+        # closing the channel then has nothing to tell the server.
+        with contextlib.suppress(OSError, EOFError):
+            self.channel.close()
         with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
         self.sock.close()
