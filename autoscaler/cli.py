@@ -208,7 +208,13 @@ def run(
                     "to local (worker processes on this host), sge or ec2 with its section"
                 )
             )
-        _run_daemon(cfg, tasks, out_dir, seed, resume=False, run_id=run_id)
+        from autoscaler.cli_service import run_as_service
+
+        try:
+            outcome = run_as_service(cfg, tasks, out_dir, run_id, seed)
+        except AutoscalerError as exc:
+            _exit_with(exc)
+        _conclude(outcome.report, out_dir)
         return
     from autoscaler.runs import dry_run as do_dry_run
 
@@ -752,3 +758,7 @@ def _progress(total: int) -> Iterator[Callable[[RunState], None]]:
             )
 
         yield update
+
+
+# The service's commands (serve, submit, jobs, ...) register themselves on `app`.
+from autoscaler import cli_service  # noqa: E402, F401

@@ -59,6 +59,7 @@ from autoscaler.model import (
     Mark,
     Release,
     Replicate,
+    Resumed,
     Shortfall,
     Shutdown,
     Stop,
@@ -127,6 +128,7 @@ class Controller:
         lost = False
         unavailable: list[str] = []
         budget_set: BudgetSet | None = None
+        resumed: Resumed | None = None
         first: list[Action] = []  # decided while reading the events, applied after them
         for event in events:
             others: list[str] = []
@@ -151,6 +153,9 @@ class Controller:
                         first.append(Stop(reason))
                 case BudgetSet():
                     budget_set = event
+                case Resumed():  # after an interruption: every machine is gone
+                    resumed = event
+                    lost = True
                 case _:
                     machine = getattr(event, "machine", None)
                     if isinstance(machine, str):
@@ -168,9 +173,13 @@ class Controller:
             self._boundary(s, state.machines[mid])
         if self.settings.policy == "bats" and not state.stopped:
             replanned = self._monitor(s, tick)
-            if budget_set is not None and not replanned and self._planned(state):
+            news = budget_set is not None or resumed is not None
+            if news and not replanned and self._planned(state):
                 est, n_e = self._outlook(s)
-                why = f"budget set to {budget_set.budget:.2f}: {budget_set.reason}"
+                if budget_set is not None:
+                    why = f"budget set to {budget_set.budget:.2f}: {budget_set.reason}"
+                else:
+                    why = f"resumed: {resumed.reason}" if resumed else ""
                 replanned = self._replan(s, est, n_e, why, force=True)
             if unavailable and not replanned and self._planned(state):
                 est, n_e = self._outlook(s)

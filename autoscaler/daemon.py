@@ -65,9 +65,11 @@ from autoscaler.model import (
     BoundaryNear,
     BudgetSet,
     Cancel,
+    DeadlineSet,
     Event,
     Extend,
     Hold,
+    Interrupted,
     JobArrived,
     Launch,
     LaunchFailed,
@@ -77,6 +79,7 @@ from autoscaler.model import (
     Move,
     Release,
     Replicate,
+    Resumed,
     Shutdown,
     Stop,
     Tick,
@@ -127,6 +130,13 @@ class _Signal:
     signum: int
 
 
+@dataclass(frozen=True, slots=True)
+class _Told:
+    """An event from the daemon's owner (the service): a user's update, an interruption."""
+
+    event: Event
+
+
 # --- the daemon ------------------------------------------------------------------------
 
 
@@ -155,6 +165,7 @@ class Daemon:
     hold: bool = False  # `autoscaler plan`: hold once the samples are in
     on_hold: HoldHook | None = None  # called in the step that holds
     budget: BudgetSet | None = None  # a new budget, set in the first step
+    resumed: str | None = None  # an interrupted run carries on: why (Resumed, first step)
     handed_over: bool = field(init=False, default=False)
     state: RunState = field(init=False)
     _inbox: queue.SimpleQueue[object] = field(init=False, default_factory=queue.SimpleQueue)
@@ -179,6 +190,12 @@ class Daemon:
     def now(self) -> float:
         """Run time (emulated seconds) now."""
         return self.timeline.run_time(time.monotonic())
+
+    def tell(self, event: Event) -> None:
+        """Hand the run an event from outside (any thread): a ``BudgetSet`` or
+        ``DeadlineSet`` of a user's update, ``Shutdown`` to cancel, ``Interrupted`` to
+        stop it resumably. It is journaled and stepped like any other."""
+        self._inbox.put(_Told(event))
 
     # --- the run ------------------------------------------------------------------------
 
@@ -308,6 +325,8 @@ class Daemon:
         events: list[Event] = []
         if self.resume:
             events = self._adopt_after_restart()
+        if self.resumed is not None and self.state.interrupted:
+            events.append(Resumed(self.resumed))
         if self.budget is not None:
             if self.budget.budget < self.state.committed - 1e-9:
                 raise AutoscalerError(
@@ -440,6 +459,8 @@ class Daemon:
                         events.append(Shutdown(f"interrupted by {name}"))
                     else:
                         hard = True
+                case _Told(event=told):
+                    events.extend(self._told(told))
                 case _Arrivals(jobs=arrivals):
                     events.extend(a for a in arrivals if a.job not in self.state.arrived)
                 case Wake():
@@ -472,6 +493,27 @@ class Daemon:
                 self.agents.answer(state, parked, self.timeline)
 
     # --- from the outside world to events -----------------------------------------------
+
+    def _told(self, event: Event) -> list[Event]:
+        """An owner's event, unless the run is past it or it does not fit the run."""
+        state = self.state
+        match event:
+            case BudgetSet(budget=budget) if budget < state.committed - 1e-9:
+                self.log.warning(
+                    "budget update refused: below what is committed",
+                    budget=budget,
+                    committed=round(state.committed, 4),
+                )
+                return []
+            case DeadlineSet(job=name) if name not in {j.name for j in state.jobs}:
+                self.log.warning("deadline update refused: no such job", job=name)
+                return []
+            case Interrupted() if state.stopped or state.interrupted:
+                return [Shutdown(event.reason)] if not state.shutdown else []
+            case Shutdown() if state.shutdown:
+                return []
+        self.log.info("told", event=type(event).__name__, detail=repr(event))
+        return [event]
 
     def _boundary_event(self, mid: str) -> list[Event]:
         m = self.state.machines.get(mid)
@@ -557,16 +599,21 @@ class Daemon:
 
     def _install_signals(self) -> dict[int, Any]:
         def handler(signum: int, frame: FrameType | None) -> None:
-            # Only a count and a queue item: the interrupted code may hold any lock
-            # (the log's, a provider's), so the work is done by the main loop or _finish.
-            if signum != HANDOVER_SIGNAL:
-                self._signals += 1
-            self._inbox.put(_Signal(signum))
+            self.signal(signum)
 
         old: dict[int, Any] = {}
         for signum in (signal.SIGINT, signal.SIGTERM, HANDOVER_SIGNAL):
             old[signum] = signal.signal(signum, handler)
         return old
+
+    def signal(self, signum: int) -> None:
+        """A signal for the run (from a handler, on any thread): the first SIGINT or
+        SIGTERM releases every machine, a second kills them; ``HANDOVER_SIGNAL`` hands
+        a held run over. Only a count and a queue item: the interrupted code may hold
+        any lock (the log's, a provider's), so the work is done by the loop or _finish."""
+        if signum != HANDOVER_SIGNAL:
+            self._signals += 1
+        self._inbox.put(_Signal(signum))
 
     def _kill_now(self) -> None:
         """The second signal: every machine the run knows ends now, without grace."""

@@ -54,6 +54,7 @@ from autoscaler.model import (
     BudgetSet,
     Cancel,
     Configure,
+    DeadlineSet,
     Event,
     Extend,
     Forecast,
@@ -65,6 +66,7 @@ from autoscaler.model import (
     MachineLost,
     MachineState,
     Release,
+    Resumed,
     Shutdown,
     Stop,
     TaskDone,
@@ -133,7 +135,15 @@ class DeadlineController:
                     done = True
                 case BoundaryNear(machine=mid):
                     boundaries.append(mid)
-                case JobArrived() | MachineLost() | LaunchFailed() | TaskFailed() | BudgetSet():
+                case (
+                    JobArrived()
+                    | MachineLost()
+                    | LaunchFailed()
+                    | TaskFailed()
+                    | BudgetSet()
+                    | DeadlineSet()
+                    | Resumed()
+                ):
                     news = True
                 case Shutdown(reason=reason):
                     if not state.stopped:

@@ -163,6 +163,32 @@ class BudgetSet:
 
 
 @dataclass(frozen=True, slots=True)
+class DeadlineSet:
+    """Job ``job``'s deadline is now run time ``deadline`` (a user's update); its tasks
+    are planned against it from now on."""
+
+    job: str
+    deadline: float
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Interrupted:
+    """The service stops (a signal) and keeps the run to resume: every machine goes at
+    once, nothing is dispatched, and the run waits (``awaiting_budget``) until
+    ``Resumed``. Unlike ``Shutdown`` the run is not stopped."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Resumed:
+    """An interrupted run carries on: it plans again with the money and the bag it has."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class JobArrived:
     """Job ``job`` of a deadline-mode run arrives now: its tasks may be planned."""
 
@@ -181,6 +207,9 @@ Event = (
     | Shutdown
     | BudgetSet
     | JobArrived
+    | DeadlineSet
+    | Interrupted
+    | Resumed
 )
 
 
@@ -371,6 +400,9 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     Shutdown,
     BudgetSet,
     JobArrived,
+    DeadlineSet,
+    Interrupted,
+    Resumed,
 )
 ACTION_TYPES: tuple[type[Action], ...] = (
     Launch,

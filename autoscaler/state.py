@@ -9,6 +9,7 @@ controller's job.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
@@ -26,11 +27,13 @@ from autoscaler.model import (
     BudgetSet,
     Cancel,
     Configure,
+    DeadlineSet,
     Defer,
     Event,
     Extend,
     Forecast,
     Hold,
+    Interrupted,
     JobArrived,
     JobSpec,
     Late,
@@ -44,6 +47,7 @@ from autoscaler.model import (
     Move,
     Release,
     Replicate,
+    Resumed,
     Shortfall,
     Shutdown,
     Stop,
@@ -125,6 +129,7 @@ class RunState:
     shutdown: bool = False  # asked to end now: machines go at once, nothing is dispatched
     awaiting_budget: bool = False  # held after sampling (Hold) until a BudgetSet
     budget_set_at: float | None = None  # when the last BudgetSet came
+    interrupted: bool = False  # Interrupted (the service stopped), until Resumed
     target: dict[str, int] = field(default_factory=dict)  # current configuration
     configurations: list[tuple[float, Configure]] = field(default_factory=list)
     segments: list[Segment] = field(default_factory=list)
@@ -408,6 +413,15 @@ class RunState:
                 self.awaiting_budget = False
             case JobArrived(job=name):
                 self.arrived.add(self.job_named(name).name)
+            case DeadlineSet(job=name, deadline=deadline):
+                old = self.job_named(name)
+                self.jobs = tuple(
+                    dataclasses.replace(j, deadline=deadline) if j is old else j for j in self.jobs
+                )
+            case Interrupted():
+                self.shutdown = self.awaiting_budget = self.interrupted = True
+            case Resumed():
+                self.shutdown = self.awaiting_budget = self.interrupted = False
             case Tick() | BoundaryNear():
                 pass
 

@@ -24,7 +24,11 @@ from autoscaler.config.schema import RunConfig, TraceRuntime
 from autoscaler.errors import ConfigError
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"
-EXAMPLES = sorted((CONFIG_DIR / "examples").glob("*.yaml"))
+EXAMPLES = sorted(
+    p
+    for p in (CONFIG_DIR / "examples").glob("*.yaml")
+    if p.name not in ("service.yaml", "job.yaml")  # a service and a job: test_service_*
+)
 
 TYPES = """\
 machine_types:

@@ -1,0 +1,208 @@
+"""A service's config and the jobs submitted to it.
+
+A service config (``autoscaler serve SERVICE.yaml``) is a run config without the work:
+machine types, billing, provider and its section, dispatcher, emulator, sampling and
+monitoring settings, plus a ``service:`` section. A job file gives the work: a bag and
+its constraint (a budget, or a deadline), or several deadline ``jobs`` that share
+machines. A job becomes a run config by laying the job over the service's, so every
+check of a run config applies to it, and its problems name the job file's fields.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import AwareDatetime, Field, NaiveDatetime, PositiveInt, ValidationError
+
+from autoscaler.config.load import (
+    _check_files,
+    _read_text,
+    _yaml_problem,
+    expand_bag,
+    resolve_paths,
+    validation_problems,
+)
+from autoscaler.config.schema import RunConfig, _Model
+from autoscaler.errors import ConfigError
+from autoscaler.model import TaskSpec
+
+WORK_FIELDS = ("bag", "constraint", "jobs")
+"""What a run config has and a service config has not: the work, given by jobs."""
+
+JOB_FIELDS = ("name", "bag", "constraint", "task_s", "emulator_task_s", "jobs")
+"""What a job file may give."""
+
+
+class ServiceSettings(_Model):
+    """The ``service:`` section: how many jobs run at once, and where the API listens."""
+
+    max_running_jobs: PositiveInt = Field(
+        default=4, description="jobs running at once; later ones wait in the queue"
+    )
+    host: str = Field(default="127.0.0.1", description="the API's address (loopback)")
+    port: int = Field(default=0, ge=0, le=65535, description="0: any free port")
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    """A validated service config: the run fields every job inherits, and the settings."""
+
+    run_fields: dict[str, Any]  # a run config's fields but the work, as JSON, paths resolved
+    settings: ServiceSettings
+    source: str
+
+    @property
+    def provider(self) -> str:
+        return str(self.run_fields.get("provider", "sim"))
+
+    @property
+    def name(self) -> str:
+        return str(self.run_fields.get("name", "service"))
+
+
+def _mapping(data: object, source: str, what: str) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        got = "an empty file" if data is None else f"a {type(data).__name__}"
+        raise ConfigError(source, [f"the top level must be a mapping of {what}, got {got}"])
+    return data
+
+
+def load_yaml(path: Path, what: str) -> dict[str, Any]:
+    """A YAML file's top-level mapping, or a ``ConfigError`` naming the file."""
+    source = str(path)
+    try:
+        data = yaml.safe_load(_read_text(path, source))
+    except yaml.YAMLError as exc:
+        raise ConfigError(source, [_yaml_problem(exc)]) from None
+    return _mapping(data, source, what)
+
+
+def service_config(data: object, *, source: str, base_dir: Path) -> ServiceConfig:
+    """Validate a service config (a mapping, as read from YAML)."""
+    data = dict(_mapping(data, source, "service fields (machine_types, provider, ...)"))
+    work = [f for f in WORK_FIELDS if f in data]
+    if work:
+        raise ConfigError(
+            source,
+            [
+                f"{f}: a service config holds no work; give it in a job file "
+                "(`autoscaler submit JOB.yaml`)"
+                for f in work
+            ],
+        )
+    try:
+        settings = ServiceSettings.model_validate(data.pop("service", None) or {})
+    except ValidationError as exc:
+        problems = validation_problems(exc, data.get("service"))
+        raise ConfigError(source, [f"service.{p}" for p in problems]) from None
+    probe = {**data, "bag": {"synthetic": 1}, "constraint": {"budget": 1e12}}
+    try:
+        cfg = RunConfig.model_validate(probe)
+    except ValidationError as exc:
+        raise ConfigError(source, validation_problems(exc, probe)) from None
+    cfg = resolve_paths(cfg, base_dir)
+    _check_files(cfg, source)
+    fields = cfg.model_dump(mode="json")
+    for f in WORK_FIELDS:
+        fields.pop(f, None)
+    return ServiceConfig(fields, settings, source)
+
+
+def load_service_config(path: Path) -> ServiceConfig:
+    return service_config(
+        load_yaml(path, "service fields"), source=str(path), base_dir=path.absolute().parent
+    )
+
+
+class JobFile(_Model):
+    """What a job file may hold (checked before it is laid over the service's config)."""
+
+    name: str | None = None
+    bag: dict[str, Any] | None = None
+    constraint: dict[str, Any] | None = None
+    task_s: dict[str, Any] | None = None
+    emulator_task_s: dict[str, Any] | None = None
+    jobs: list[Any] | None = None
+
+
+def _deadline_at(constraint: dict[str, Any], now_wall: float) -> dict[str, Any]:
+    """``constraint.deadline_at`` (a date and time, UTC unless it says) to ``deadline_s``
+    from now; a time past is refused."""
+    if "deadline_at" not in constraint:
+        return constraint
+    constraint = dict(constraint)
+    raw = constraint.pop("deadline_at")
+    if "deadline_s" in constraint:
+        raise ValueError("constraint: give deadline_s or deadline_at, not both")
+    when = _Stamp.model_validate({"at": raw}).at
+    stamp = (when if when.tzinfo is not None else when.replace(tzinfo=UTC)).timestamp()
+    left = stamp - now_wall
+    if left <= 0:
+        now = datetime.fromtimestamp(now_wall, UTC).isoformat(timespec="seconds")
+        raise ValueError(f"constraint.deadline_at: {raw} is in the past (now {now})")
+    constraint["deadline_s"] = left
+    return constraint
+
+
+class _Stamp(_Model):
+    at: AwareDatetime | NaiveDatetime
+
+
+def job_config(
+    service: ServiceConfig,
+    data: object,
+    *,
+    source: str,
+    base_dir: Path,
+    now_wall: float,
+) -> tuple[RunConfig, list[TaskSpec]]:
+    """Lay job file ``data`` over ``service``: the job's run config and its tasks, or a
+    ``ConfigError`` that names each bad field of the job."""
+    data = _mapping(data, source, f"job fields ({', '.join(JOB_FIELDS)})")
+    try:
+        job = JobFile.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(source, validation_problems(exc, data)) from None
+    name = job.name or "job"
+    merged: dict[str, Any] = {**service.run_fields, "name": name}
+    try:
+        constraint = _deadline_at(job.constraint, now_wall) if job.constraint else None
+    except ValidationError as exc:  # not a date and time
+        problems = validation_problems(exc, {"at": (job.constraint or {}).get("deadline_at")})
+        raise ConfigError(source, [f"constraint.deadline_{p}" for p in problems]) from None
+    except ValueError as exc:
+        raise ConfigError(source, [str(exc)]) from None
+    if job.jobs is not None:
+        merged["jobs"] = job.jobs
+        for f in ("bag", "constraint", "task_s", "emulator_task_s"):
+            if getattr(job, f) is not None:
+                raise ConfigError(source, [f"{f}: give it in each of jobs, not beside them"])
+    elif job.task_s or job.emulator_task_s:
+        # Known task times: a deadline job of the jobs form, which carries them.
+        merged["jobs"] = [
+            {
+                "name": name,
+                "bag": job.bag,
+                "constraint": constraint,
+                **({"task_s": job.task_s} if job.task_s else {}),
+                **({"emulator_task_s": job.emulator_task_s} if job.emulator_task_s else {}),
+            }
+        ]
+    else:
+        merged["bag"] = job.bag
+        merged["constraint"] = constraint
+    try:
+        cfg = RunConfig.model_validate(merged)
+    except ValidationError as exc:
+        problems = validation_problems(exc, merged)
+        if job.jobs is None and (job.task_s or job.emulator_task_s):
+            problems = [p.removeprefix("jobs[0].") for p in problems]
+        raise ConfigError(source, problems) from None
+    cfg = resolve_paths(cfg, base_dir)
+    _check_files(cfg, source)
+    return cfg, expand_bag(cfg, source=source)
+
