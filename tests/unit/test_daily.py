@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from autoscaler.config.load import expand_bag, load_config
-from autoscaler.daily import DayReport, JobRun, daily_costs, write_daily_reports
+from autoscaler.daily import DayReport, JobRun, daily_costs, day_fractions, write_daily_reports
 from autoscaler.errors import AutoscalerError
 from autoscaler.runs import dry_run
 from autoscaler.state import Machine, RunState
@@ -199,3 +199,13 @@ def test_written_reports_read_back(budget_state: RunState, tmp_path: Path) -> No
         assert f"{day.cost:,.4f}" in md
         assert "| j1 | quickstart |" in md
         assert md.count("| small |") == md.count("| fast |") == 1
+
+
+def test_day_fractions_at_the_edges() -> None:
+    """A life with no length is its launch day's; one ending at midnight touches one day;
+    one across a midnight is split by its seconds either side."""
+    first, second = (datetime.fromtimestamp(MIDNIGHT + d, UTC).date() for d in (-1, 1))
+    assert day_fractions(MIDNIGHT - 5, MIDNIGHT - 5) == {first: 1.0}
+    assert day_fractions(MIDNIGHT - 100, MIDNIGHT) == {first: 1.0}
+    split = day_fractions(MIDNIGHT - 100, MIDNIGHT + 300)
+    assert split == {first: pytest.approx(0.25), second: pytest.approx(0.75)}
