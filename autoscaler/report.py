@@ -26,7 +26,7 @@ from pydantic import ConfigDict, Discriminator, Tag, TypeAdapter, ValidationErro
 from autoscaler.config.schema import RunConfig
 from autoscaler.errors import AutoscalerError
 from autoscaler.model import JobSpec, Late, TaskSpec, TaskState
-from autoscaler.state import RunState
+from autoscaler.state import Machine, RunState
 
 REPORT_JSON = "report.json"
 REPORT_MD = "report.md"
@@ -571,31 +571,47 @@ def build_report(
     )
 
 
-def job_costs(state: RunState) -> tuple[dict[str, float], float]:
-    """Each job's share of the machines' actual cost, and the cost no job is charged.
+def machine_cost(state: RunState, machine: Machine) -> float:
+    """What ``machine`` cost under the billing model: its life, to ``state.now`` while it
+    is alive (as ``RunState.actual_cost``)."""
+    end = machine.ended_at if machine.ended_at is not None else state.now
+    return state.billing.cost(machine.type.price, end - machine.launched_at)
 
-    A machine's cost (its life under the billing model, as ``RunState.actual_cost``) is
-    shared by the jobs in proportion to the seconds it ran each job's tasks (runs of any
-    outcome); its idle and boot time is shared the same way. A machine that ran no task
-    is charged to no job.
-    """
+
+def job_shares(state: RunState) -> dict[str, dict[str, float]]:
+    """Per machine id, the share of the machine each job bears (deadline mode): the
+    seconds it ran the job's tasks (runs of any outcome) over the seconds it ran any
+    task. The shares of a machine sum to 1; a machine that ran no task has none."""
     seconds: dict[str, dict[str, float]] = {}
     for seg in state.segments:
         per_job = seconds.setdefault(seg.machine, {})
         name = state.job_of(seg.task).name
         per_job[name] = per_job.get(name, 0.0) + (seg.end - seg.start)
+    shares: dict[str, dict[str, float]] = {}
+    for machine, per_job in seconds.items():
+        busy = sum(per_job.values())
+        if busy > 0:
+            shares[machine] = {name: sec / busy for name, sec in per_job.items()}
+    return shares
+
+
+def job_costs(state: RunState) -> tuple[dict[str, float], float]:
+    """Each job's share of the machines' actual cost, and the cost no job is charged.
+
+    A machine's cost (``machine_cost``) is shared by the jobs by ``job_shares``: in
+    proportion to the seconds it ran each job's tasks; its idle and boot time is shared
+    the same way. A machine that ran no task is charged to no job.
+    """
+    shares = job_shares(state)
     costs = {j.name: 0.0 for j in state.jobs}
     unattributed = 0.0
     for m in state.machines.values():
-        end = m.ended_at if m.ended_at is not None else state.now
-        cost = state.billing.cost(m.type.price, end - m.launched_at)
-        per_job = seconds.get(m.id, {})
-        busy = sum(per_job.values())
-        if busy <= 0:
+        cost = machine_cost(state, m)
+        if m.id not in shares:
             unattributed += cost
             continue
-        for name, sec in per_job.items():
-            costs[name] += cost * sec / busy
+        for name, share in shares[m.id].items():
+            costs[name] += cost * share
     return costs, unattributed
 
 

@@ -1,0 +1,87 @@
+"""Prometheus text for the service's ``GET /metrics``: per job (labels ``job``, its id,
+and ``name``) its tasks by state, money committed and cost, its budget, deadline and
+predicted finish when it has them, and a 0/1 gauge per job state; for the service, jobs
+by state and machines alive.
+
+Built afresh from the jobs' views (the API's JobView, issue 13) on each scrape, in a
+registry of its own, so a job that is gone leaves no stale series behind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+JOB_STATES = ("queued", "running", "done", "stopped", "failed", "cancelled", "interrupted")
+"""The states of a service job (JobView ``state``)."""
+_TASK_STATES = ("done", "failed", "running")
+_RELEASED = "released"
+
+
+def render_metrics(jobs: Sequence[Mapping[str, Any]]) -> tuple[bytes, str]:
+    """The body and content type of ``/metrics`` for the JobView dicts ``jobs``.
+
+    Reads of each view: ``id``, ``name``, ``state``, ``tasks``, ``done``, ``failed``,
+    ``running``, ``spend``, ``cost``, ``budget``, ``deadline_at``, ``predicted_finish_at``
+    (epoch seconds) and ``machines`` (each with ``state``; alive unless ``released``).
+    """
+    from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
+
+    r = CollectorRegistry()
+    labels = ["job", "name"]
+    tasks = Gauge("autoscaler_job_tasks", "a job's tasks by state", [*labels, "state"], registry=r)
+    spend = Gauge("autoscaler_job_spend_committed", "money a job committed", labels, registry=r)
+    cost = Gauge("autoscaler_job_cost", "what a job's machines cost so far", labels, registry=r)
+    budget = Gauge("autoscaler_job_budget", "a job's budget (if it has one)", labels, registry=r)
+    deadline = Gauge(
+        "autoscaler_job_deadline_timestamp_seconds",
+        "a job's deadline, epoch seconds (if it has one)",
+        labels,
+        registry=r,
+    )
+    finish = Gauge(
+        "autoscaler_job_predicted_finish_timestamp_seconds",
+        "a job's finish as its plan predicts it, epoch seconds (once planned)",
+        labels,
+        registry=r,
+    )
+    job_state = Gauge(
+        "autoscaler_job_state",
+        "1 for a job's state, 0 for the others",
+        [*labels, "state"],
+        registry=r,
+    )
+    by_state = Gauge(
+        "autoscaler_service_jobs", "the service's jobs by state", ["state"], registry=r
+    )
+    alive = Gauge(
+        "autoscaler_service_machines_alive", "machines not yet released, all jobs", registry=r
+    )
+    spend_all = Gauge("autoscaler_service_spend_committed", "money committed, all jobs", registry=r)
+    counts = dict.fromkeys(JOB_STATES, 0)
+    machines = 0
+    committed = 0.0
+    for view in jobs:
+        key = (str(view["id"]), str(view["name"]))
+        for st in _TASK_STATES:
+            tasks.labels(*key, st).set(view[st])
+        tasks.labels(*key, "total").set(view["tasks"])
+        spend.labels(*key).set(view["spend"])
+        cost.labels(*key).set(view["cost"])
+        for gauge, field in (
+            (budget, "budget"),
+            (deadline, "deadline_at"),
+            (finish, "predicted_finish_at"),
+        ):
+            if view.get(field) is not None:
+                gauge.labels(*key).set(view[field])
+        for st in JOB_STATES:
+            job_state.labels(*key, st).set(int(view["state"] == st))
+        counts[view["state"]] = counts.get(view["state"], 0) + 1
+        machines += sum(m["state"] != _RELEASED for m in view.get("machines", ()))
+        committed += view["spend"]
+    for st, n in counts.items():
+        by_state.labels(st).set(n)
+    alive.set(machines)
+    spend_all.set(committed)
+    return generate_latest(r), CONTENT_TYPE_LATEST
