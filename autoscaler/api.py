@@ -194,10 +194,10 @@ class _Handler(BaseHTTPRequestHandler):
 
                 self._send(HTTPStatus.OK, render_page().encode(), "text/html; charset=utf-8")
             case "GET", ["metrics"]:
-                from autoscaler.service_metrics import service_metrics
+                from autoscaler.service_metrics import render_metrics
 
-                data, content_type = service_metrics(service.views(), service.service_view())
-                self._send(HTTPStatus.OK, data, content_type)
+                text, content_type = render_metrics(service.views())
+                self._send(HTTPStatus.OK, text, content_type)
             case "GET", ["api", "v1", "status"]:
                 self._json(
                     HTTPStatus.OK,

@@ -59,7 +59,7 @@ def _call(client: Any, method: str, path: str, body: object = None, timeout: flo
         return client.call(method, path, body, timeout=timeout)
     except ApiError as exc:
         if exc.problems:
-            _err.print(f"error: {exc.message}", markup=False, soft_wrap=True)
+            _err.print("error: the service refused it:", markup=False, soft_wrap=True)
             for p in exc.problems:
                 _err.print(f"  - {p}", markup=False, soft_wrap=True)
             raise typer.Exit(EXIT_CONFIG) from None
@@ -124,7 +124,6 @@ def serve(
         _out.print("stopping: running jobs release their machines and are kept", markup=False)
         server.shutdown()
         service.close(interrupt=True)
-        _write_daily(service)
     finally:
         for s, h in old.items():
             signal.signal(s, h)
@@ -140,11 +139,9 @@ def _attach_daily_reports(service: Any) -> None:
 
 def _write_daily(service: Any) -> None:
     try:
-        from autoscaler.daily import service_daily_reports
-    except ImportError:  # pragma: no cover - until the module lands
-        return
-    with contextlib.suppress(Exception):
-        service_daily_reports(service)
+        service.write_daily_reports()
+    except Exception as exc:  # a report that cannot be written does not stop the service
+        _err.print(f"warning: the daily cost reports: {exc!r}", markup=False, soft_wrap=True)
 
 
 # --- submit, jobs, cancel, update, wait, page -------------------------------------------

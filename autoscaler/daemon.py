@@ -512,7 +512,7 @@ class Daemon:
                 return [Shutdown(event.reason)] if not state.shutdown else []
             case Shutdown() if state.shutdown:
                 return []
-        self.log.info("told", event=type(event).__name__, detail=repr(event))
+        self.log.info("told", kind=type(event).__name__, detail=repr(event))
         return [event]
 
     def _boundary_event(self, mid: str) -> list[Event]:

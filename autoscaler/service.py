@@ -384,6 +384,9 @@ class Service:
                 r.thread.join()
         if self._pump is not None:
             self._pump.join()
+        if self.on_job_end is not None and self.store is not None:
+            with contextlib.suppress(Exception):  # the last word on the day's costs
+                self.on_job_end(self, "")
         if self.store is not None:
             self.store.close()
         if self._lock_fd is not None:
@@ -573,10 +576,41 @@ class Service:
             runner = self._runners.get(job_id)
         return None if runner is None else runner.daemon
 
-    def ended_states(self) -> dict[str, tuple[RunState, float, float]]:
-        """The final state of each job ended in this service's life: (state, start_wall,
-        time_scale)."""
-        return dict(self._ended_states)
+    def write_daily_reports(self) -> list[Path]:
+        """The cost per UTC day, per job and per machine type, of every job that ran
+        (``reports/daily/YYYY-MM-DD.json`` and ``.md``); the files written."""
+        from autoscaler.daily import JobRun, daily_costs, write_daily_reports
+
+        records = []
+        for row in self._store.rows("WHERE started_at IS NOT NULL"):
+            got = self._report_state(row)
+            if got is not None:
+                state, start_wall, ts = got
+                records.append(JobRun(row.id, row.name, state, start_wall, ts))
+        out = self.state_dir / "reports" / "daily"
+        out.mkdir(parents=True, exist_ok=True)
+        return write_daily_reports(daily_costs(records), out)
+
+    def _report_state(self, row: JobRow) -> tuple[RunState, float, float] | None:
+        """A job's state for the cost reports: its final one, else read from its journal
+        (a running job's, as far as it is written)."""
+        from autoscaler.journal import JOURNAL_DB, SqliteJournal
+        from autoscaler.rundir import RunFiles, rebuild_state
+
+        if row.id in self._ended_states:
+            return self._ended_states[row.id]
+        if not (row.run_dir / JOURNAL_DB).is_file():
+            return None
+        files = RunFiles.open(row.run_dir)
+        journal = SqliteJournal(row.run_dir / JOURNAL_DB)
+        try:
+            state = rebuild_state(files, journal)
+        finally:
+            journal.close()
+        got = (state, files.start_wall, files.cfg.time_scale)
+        if row.state in ENDED:
+            self._ended_states[row.id] = got
+        return got
 
     # --- the pump: start what can start, reap what ended -----------------------------
 
