@@ -205,4 +205,3 @@ def job_config(
     cfg = resolve_paths(cfg, base_dir)
     _check_files(cfg, source)
     return cfg, expand_bag(cfg, source=source)
-
