@@ -14,7 +14,8 @@ service listens. JSON in and out; errors are ``{"error": ..., "problems": [...]}
     POST /api/v1/jobs             {"job": {job file}, "base_dir": DIR, "source": NAME}
                                   -> 201 {"id": ID}; 400 with the problems, field by field
     POST /api/v1/jobs/ID/cancel   -> job
-    POST /api/v1/jobs/ID/update   {"budget": B} or {"deadline_s": D (from now)} -> job
+    POST /api/v1/jobs/ID/update   {"budget": B}, {"deadline_s": D} (run seconds from now:
+                                  emulated in a time-scaled run) or {"deadline_at": epoch}
     GET  /api/v1/jobs/ID/wait?timeout=S   blocks until the job ends (or S) -> job
     GET  /metrics                 Prometheus text, per job
 """
@@ -231,6 +232,7 @@ class _Handler(BaseHTTPRequestHandler):
                         job_id,
                         budget=_number(data, "budget"),
                         deadline_s=_number(data, "deadline_s"),
+                        deadline_at=_number(data, "deadline_at"),
                     ),
                 )
             case _:

@@ -227,13 +227,14 @@ def cancel(
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(s|m|min|h|d)?\s*$")
 
 
-def _deadline_s(text: str) -> float:
-    """``--deadline``: a duration from now (``90m``, ``2h``, seconds) or a date and time
-    (ISO 8601, UTC unless it says); seconds from now."""
+def _deadline(text: str) -> dict[str, float]:
+    """``--deadline``: a duration from now in run time (``90m``, ``2h``, seconds;
+    emulated time in a time-scaled run, as a job file's ``deadline_s``), or a date and
+    time (ISO 8601, UTC unless it says)."""
     match = _DURATION.match(text)
     if match is not None:
         unit = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}[match.group(2) or "s"]
-        return float(match.group(1)) * unit
+        return {"deadline_s": float(match.group(1)) * unit}
     try:
         when = datetime.fromisoformat(text)
     except ValueError:
@@ -245,10 +246,9 @@ def _deadline_s(text: str) -> float:
         )
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
-    left = when.timestamp() - time.time()
-    if left <= 0:
+    if when.timestamp() <= time.time():
         _exit_with(AutoscalerError(f"--deadline {text}: that is in the past"))
-    return left
+    return {"deadline_at": when.timestamp()}
 
 
 @app.command()
@@ -263,9 +263,7 @@ def update(
     """Change a job's budget or deadline; it is journaled and re-planned at once."""
     if (budget is None) == (deadline is None):
         _exit_with(AutoscalerError("give --budget B or --deadline D"))
-    body: dict[str, float] = (
-        {"budget": budget} if budget is not None else {"deadline_s": _deadline_s(str(deadline))}
-    )
+    body = {"budget": budget} if budget is not None else _deadline(str(deadline))
     view = _call(_client(state_dir), "POST", f"/api/v1/jobs/{job_id}/update", body)
     _out.print(
         f"{view['id']}: budget {_money(view.get('budget'))}, deadline "

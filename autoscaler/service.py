@@ -456,9 +456,20 @@ class Service:
         return self.view(job_id)
 
     def update(
-        self, job_id: str, *, budget: float | None = None, deadline_s: float | None = None
+        self,
+        job_id: str,
+        *,
+        budget: float | None = None,
+        deadline_s: float | None = None,
+        deadline_at: float | None = None,
     ) -> dict[str, Any]:
-        """Change a running or queued job's budget or deadline (seconds from now)."""
+        """Change a running or queued job's budget or deadline: ``deadline_s`` run seconds
+        from now (emulated seconds in a time-scaled run, as in a job file), or
+        ``deadline_at`` a wall-clock time (epoch seconds)."""
+        if deadline_at is not None:
+            if deadline_s is not None:
+                raise AutoscalerError("give deadline_s or deadline_at, not both")
+            deadline_s = (deadline_at - self.clock()) * self.config.time_scale
         if (budget is None) == (deadline_s is None):
             raise AutoscalerError("give a budget or a deadline to update, one of them")
         row = self._store.row(job_id)
@@ -492,7 +503,7 @@ class Service:
                     daemon.tell(BudgetSet(budget, "updated by the user"))
                 else:
                     assert deadline_s is not None
-                    at = daemon.now() + deadline_s * cfg.time_scale
+                    at = daemon.now() + deadline_s
                     for job in daemon.state.jobs:
                         daemon.tell(DeadlineSet(job.name, at, "updated by the user"))
                 return self.view(job_id)

@@ -63,6 +63,11 @@ class ServiceConfig:
     def name(self) -> str:
         return str(self.run_fields.get("name", "service"))
 
+    @property
+    def time_scale(self) -> float:
+        """Emulated seconds per real second (1 but for a time-scaled local service)."""
+        return float(self.run_fields["local"]["time_scale"]) if self.provider == "local" else 1.0
+
 
 def _mapping(data: object, source: str, what: str) -> dict[str, Any]:
     if not isinstance(data, dict):
@@ -129,9 +134,9 @@ class JobFile(_Model):
     jobs: list[Any] | None = None
 
 
-def _deadline_at(constraint: dict[str, Any], now_wall: float) -> dict[str, Any]:
+def _deadline_at(constraint: dict[str, Any], now_wall: float, scale: float) -> dict[str, Any]:
     """``constraint.deadline_at`` (a date and time, UTC unless it says) to ``deadline_s``
-    from now; a time past is refused."""
+    from now, in run seconds (``scale`` per real second); a time past is refused."""
     if "deadline_at" not in constraint:
         return constraint
     constraint = dict(constraint)
@@ -144,7 +149,7 @@ def _deadline_at(constraint: dict[str, Any], now_wall: float) -> dict[str, Any]:
     if left <= 0:
         now = datetime.fromtimestamp(now_wall, UTC).isoformat(timespec="seconds")
         raise ValueError(f"constraint.deadline_at: {raw} is in the past (now {now})")
-    constraint["deadline_s"] = left
+    constraint["deadline_s"] = left * scale
     return constraint
 
 
@@ -170,7 +175,8 @@ def job_config(
     name = job.name or "job"
     merged: dict[str, Any] = {**service.run_fields, "name": name}
     try:
-        constraint = _deadline_at(job.constraint, now_wall) if job.constraint else None
+        scale = service.time_scale
+        constraint = _deadline_at(job.constraint, now_wall, scale) if job.constraint else None
     except ValidationError as exc:  # not a date and time
         problems = validation_problems(exc, {"at": (job.constraint or {}).get("deadline_at")})
         raise ConfigError(source, [f"constraint.deadline_{p}" for p in problems]) from None

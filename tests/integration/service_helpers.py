@@ -1,0 +1,123 @@
+"""Helpers for tests of the service: its config, `autoscaler serve` as a process, its API."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from autoscaler.api import Client
+from tests.integration.daemon_helpers import ROOT, cli, run_cli, wait_for
+
+
+def service_config(tmp: Path, **overrides: Any) -> Path:
+    """A time-scaled local service (one emulated hour in 10 real seconds), two types."""
+    data: dict[str, Any] = {
+        "name": "svc",
+        "machine_types": [
+            {"name": "small", "price": 1, "max_count": 4, "boot_s": "2m"},
+            {"name": "fast", "price": 3, "max_count": 4, "boot_s": "2m"},
+        ],
+        "billing": {"mode": "fixed", "atu_s": "1h"},
+        "provider": "local",
+        "local": {"time_scale": 360},
+        "monitoring_interval_s": "5m",
+        "tail_replication": False,
+        "daemon": {"heartbeat_s": 0.5, "lost_after_s": 3, "orphan_after_s": 30},
+        "emulator": {
+            "seed": 3,
+            "runtime": {"dist": "normal", "mean_s": "10m", "sd_s": "2m"},
+            "speed": {"small": 1, "fast": 3},
+        },
+        "service": {"max_running_jobs": 4},
+    }
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key] = {**data[key], **value}
+        else:
+            data[key] = value
+    path = tmp / "service.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return path
+
+
+def budget_job(name: str, tasks: int = 40, budget: float = 30.0) -> dict[str, Any]:
+    return {"name": name, "bag": {"synthetic": tasks}, "constraint": {"budget": budget}}
+
+
+def write_job(tmp: Path, job: dict[str, Any]) -> Path:
+    path = tmp / f"{job.get('name', 'job')}.yaml"
+    path.write_text(yaml.safe_dump(job), encoding="utf-8")
+    return path
+
+
+class ServiceProcess:
+    """``autoscaler serve CONFIG --state-dir DIR`` in its own session."""
+
+    def __init__(self, config: Path, state_dir: Path) -> None:
+        self.config = config
+        self.state_dir = state_dir
+        self.log = state_dir.parent / f"{state_dir.name}.serve.log"
+        with self.log.open("a", encoding="utf-8") as out:
+            self.proc = subprocess.Popen(
+                cli("serve", str(config), "--state-dir", str(state_dir)),
+                cwd=ROOT,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                text=True,
+                start_new_session=True,
+            )
+        wait_for(self._answers, 30, f"the service to answer (log: {self.log})")
+        self.client = Client(state_dir)
+
+    def _answers(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"serve exited {self.proc.returncode}: {self.log.read_text()}")
+        try:
+            info = json.loads((self.state_dir / "api.json").read_text())
+            if int(info["pid"]) != self.proc.pid:
+                return False  # a previous service's file
+            Client(self.state_dir).call("GET", "/api/v1/jobs", timeout=2)
+            return True
+        except (OSError, ValueError, KeyError, Exception):
+            return False
+
+    def submit(self, job: dict[str, Any]) -> str:
+        return str(self.client.call("POST", "/api/v1/jobs", {"job": job})["id"])
+
+    def view(self, job_id: str) -> dict[str, Any]:
+        return dict(self.client.call("GET", f"/api/v1/jobs/{job_id}"))
+
+    def views(self) -> list[dict[str, Any]]:
+        return list(self.client.call("GET", "/api/v1/jobs")["jobs"])
+
+    def cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return run_cli(*args, "--state-dir", str(self.state_dir), timeout=timeout)
+
+    def stop(self, signum: int = signal.SIGTERM, timeout: float = 60) -> int:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.proc.pid, signum)
+        return self.proc.wait(timeout=timeout)
+
+    def kill9(self) -> None:
+        """SIGKILL the service process alone (its local agents live on, as after a crash)."""
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+
+def stored_states(state_dir: Path) -> dict[str, str]:
+    """Job id -> state, from the service's store (the service need not run)."""
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{state_dir / 'service.db'}?mode=ro", uri=True, timeout=5)
+    try:
+        return dict(con.execute("SELECT id, state FROM jobs ORDER BY seq").fetchall())
+    finally:
+        con.close()

@@ -1,0 +1,290 @@
+"""The service for real on the local provider: jobs submitted to `autoscaler serve`,
+updated, cancelled, interrupted and resumed; its API's authentication; its reports."""
+
+from __future__ import annotations
+
+import json
+import signal
+import stat
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autoscaler.api import ApiError
+from tests.integration.daemon_helpers import (
+    agents_of,
+    assert_clean_end,
+    done_counts,
+    journal_rows,
+    run_id_of,
+    successful_runs,
+    wait_for,
+)
+from tests.integration.service_helpers import (
+    ServiceProcess,
+    budget_job,
+    service_config,
+    stored_states,
+    write_job,
+)
+
+
+def _report(view: dict[str, Any]) -> dict[str, Any]:
+    return json.loads((Path(view["run_dir"]) / "report.json").read_text())
+
+
+def _no_agents_left(views: list[dict[str, Any]]) -> None:
+    for v in views:
+        run_dir = Path(v["run_dir"])
+        if (run_dir / "journal.sqlite").exists():
+            assert agents_of(run_id_of(run_dir)) == [], f"{v['id']} left agents"
+
+
+def _once_each(run_dir: Path, n: int) -> None:
+    done = done_counts(run_dir)
+    assert sorted(done) == list(range(n)), "some task never finished"
+    assert max(done.values()) == 1, "a task was counted twice"
+    twice = {t: r for t, r in successful_runs(run_dir).items() if len(r) > 1}
+    assert not twice, f"tasks that ran to success more than once: {twice}"
+
+
+def test_jobs_run_to_their_reports_behind_a_token(tmp_path: Path) -> None:
+    state_dir = tmp_path / "state"
+    svc = ServiceProcess(service_config(tmp_path), state_dir)
+    try:
+        # The state directory and its secrets are the service user's alone.
+        assert stat.S_IMODE(state_dir.stat().st_mode) == 0o700
+        for name in ("token", "api.json"):
+            assert stat.S_IMODE((state_dir / name).stat().st_mode) == 0o600, name
+        url = svc.client.url
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Cookie": "autoscaler_token=x"}):
+            for path in ("/api/v1/jobs", "/", "/metrics"):
+                request = urllib.request.Request(url + path, headers=headers)
+                with pytest.raises(urllib.error.HTTPError) as refused:
+                    urllib.request.urlopen(request, timeout=5)
+                assert refused.value.code == 401, (path, headers)
+
+        budget = svc.cli("submit", str(write_job(tmp_path, budget_job("sweep", 40, 30))))
+        assert budget.returncode == 0, budget.stderr
+        budget_id = budget.stdout.strip()
+        deadline = {
+            "name": "due",
+            "bag": {"synthetic": 30},
+            "constraint": {"deadline_s": "3h"},
+            "task_s": {"small": 600, "fast": 200},
+        }
+        deadline_id = svc.submit(deadline)
+        assert budget_id != deadline_id
+
+        listed = svc.cli("jobs")
+        assert listed.returncode == 0
+        assert budget_id in listed.stdout
+        assert "sweep" in listed.stdout
+        assert "due" in listed.stdout
+
+        waited = svc.cli("wait", budget_id)
+        assert waited.returncode == 0, waited.stdout + waited.stderr
+        assert svc.cli("wait", deadline_id).returncode == 0
+
+        views = {v["id"]: v for v in svc.views()}
+        b, d = views[budget_id], views[deadline_id]
+        assert b["state"] == d["state"] == "done"
+        report = _report(b)
+        assert_clean_end(Path(b["run_dir"]), report, 40)
+        assert report["cost"] == pytest.approx(b["cost"])
+        d_report = _report(d)
+        assert d_report["mode"] == "deadline"
+        assert d_report["jobs_met_deadline"] == 1
+        assert d["met_deadline"] is True
+        assert d["deadline_at"] is not None
+        assert d["predicted_finish_at"] is not None
+        _once_each(Path(d["run_dir"]), 30)
+        assert len(svc.view(budget_id)["history"]) >= 2  # progress over time was kept
+
+        metrics = svc.client.call  # /metrics is text: read it raw
+        request = urllib.request.Request(
+            url + "/metrics", headers={"Authorization": f"Bearer {svc.client.token}"}
+        )
+        text = urllib.request.urlopen(request, timeout=5).read().decode()
+        assert metrics is not None
+        assert f'autoscaler_job_tasks{{job="{budget_id}",name="sweep",state="done"}} 40.0' in text
+    finally:
+        assert svc.stop() == 0
+    # The day's cost report: per job and per type, adding up to the jobs' costs.
+    days = sorted((state_dir / "reports" / "daily").glob("*.json"))
+    assert days, "no daily cost report"
+    costs = [json.loads(p.read_text()) for p in days]
+    per_job: dict[str, float] = {}
+    for day in costs:
+        for j in day["jobs"]:
+            per_job[j["id"]] = per_job.get(j["id"], 0.0) + j["cost"]
+        assert sum(t["cost"] for t in day["machine_types"]) == pytest.approx(day["cost"])
+    assert per_job[budget_id] == pytest.approx(report["cost"])
+    assert per_job[deadline_id] == pytest.approx(d_report["cost"])
+
+
+def test_bad_jobs_are_refused_by_field_and_the_service_carries_on(tmp_path: Path) -> None:
+    svc = ServiceProcess(service_config(tmp_path), tmp_path / "state")
+    try:
+        bad = {
+            "unknown-type": (
+                {**budget_job("a"), "constraint": {"deadline_s": "1h"}, "task_s": {"gpu": 5}},
+                "task_s names unknown machine type 'gpu'",
+            ),
+            "negative-budget": (
+                {**budget_job("b"), "constraint": {"budget": -3}},
+                "constraint.budget: must be greater than 0",
+            ),
+            "past-deadline": (
+                {**budget_job("c"), "constraint": {"deadline_at": "2020-01-01T00:00:00Z"}},
+                "constraint.deadline_at: 2020-01-01T00:00:00Z is in the past",
+            ),
+            "no-constraint": ({"name": "d", "bag": {"synthetic": 3}}, "constraint: missing"),
+            "typo": ({**budget_job("e"), "constriant": {"budget": 3}}, "constriant"),
+        }
+        for what, (job, message) in bad.items():
+            path = write_job(tmp_path, {**job, "name": what})
+            refused = svc.cli("submit", str(path))
+            assert refused.returncode == 2, (what, refused.stdout)
+            assert message in refused.stderr, (what, refused.stderr)
+        (tmp_path / "broken.yaml").write_text("bag: [unclosed\n")
+        broken = svc.cli("submit", str(tmp_path / "broken.yaml"))
+        assert broken.returncode == 2
+        assert "broken.yaml" in broken.stderr
+        with pytest.raises(ApiError) as api_refused:
+            svc.client.call("POST", "/api/v1/jobs", {"job": {"bag": {"synthetic": "many"}}})
+        assert api_refused.value.status == 400
+        assert any("bag.synthetic" in p for p in api_refused.value.problems)
+        assert svc.views() == []  # nothing refused was journaled
+        good = svc.submit(budget_job("good", 10, 20))
+        assert svc.cli("wait", good).returncode == 0
+    finally:
+        assert svc.stop() == 0
+
+
+def test_update_and_cancel_reach_the_running_job(tmp_path: Path) -> None:
+    svc = ServiceProcess(service_config(tmp_path, service={"max_running_jobs": 2}), tmp_path / "s")
+    try:
+        # Too small a budget for the bag: raised while it runs, it finishes.
+        short = svc.submit(budget_job("short", 60, 12))
+        wait_for(lambda: svc.view(short)["done"] >= 1, 60, "tasks of the short job")
+        refused = svc.cli("update", short, "--budget", "1")
+        assert refused.returncode == 2
+        assert "below" in refused.stderr
+        raised = svc.cli("update", short, "--budget", "60")
+        assert raised.returncode == 0, raised.stderr
+        assert svc.cli("wait", short).returncode == 0
+        run_dir = Path(svc.view(short)["run_dir"])
+        sets = journal_rows(run_dir, "BudgetSet")
+        assert [r[2]["budget"] for r in sets] == [60.0]
+        report = json.loads((run_dir / "report.json").read_text())
+        assert report["tasks_done"] == 60
+        assert report["cost"] <= 60 + 1e-6
+
+        # A deadline moved: journaled as such, and planned against.
+        due = svc.submit(
+            {
+                "name": "due",
+                "bag": {"synthetic": 40},
+                "constraint": {"deadline_s": "4h"},
+                "task_s": {"small": 600, "fast": 200},
+            }
+        )
+        wait_for(lambda: svc.view(due)["deadline_at"] is not None, 30, "the deadline job to run")
+        before = svc.view(due)["deadline_at"]
+        moved = svc.cli("update", due, "--deadline", "1h")
+        assert moved.returncode == 0, moved.stderr
+        wait_for(
+            lambda: journal_rows(Path(svc.view(due)["run_dir"]), "DeadlineSet") != [],
+            30,
+            "the new deadline in the journal",
+        )
+        wait_for(lambda: svc.view(due)["deadline_at"] < before - 10, 30, "the new deadline")
+        not_budget = svc.cli("update", short, "--deadline", "1h")
+        assert not_budget.returncode == 2  # an ended job takes no update
+
+        # Cancelled while running: its tasks stop, its machines go, its report says so.
+        long = svc.submit(budget_job("long", 300, 200))
+        queued = svc.submit(budget_job("queued", 10, 20))  # two run: this one waits
+        wait_for(lambda: svc.view(long)["done"] >= 3, 60, "tasks of the long job")
+        assert svc.view(queued)["state"] == "queued"
+        assert svc.cli("cancel", queued).returncode == 0
+        assert svc.cli("cancel", long).returncode == 0
+        assert svc.cli("wait", long).returncode == 5
+        assert svc.cli("wait", queued).returncode == 5
+        assert svc.cli("wait", due).returncode in (0, 4)
+        views = {v["id"]: v for v in svc.views()}
+        assert views[queued]["started_at"] is None
+        long_report = _report(views[long])
+        assert long_report["stop_reason"] == "cancelled by the user"
+        assert long_report["tasks_done"] < 300
+        _no_agents_left(list(views.values()))
+    finally:
+        assert svc.stop() == 0
+
+
+def test_kill9_with_jobs_queued_and_running_then_every_job_resumes(tmp_path: Path) -> None:
+    config = service_config(tmp_path, service={"max_running_jobs": 2})
+    state_dir = tmp_path / "state"
+    svc = ServiceProcess(config, state_dir)
+    ids = [svc.submit(budget_job(f"k{i}", 40, 40)) for i in range(3)]
+    wait_for(lambda: sum(v["done"] for v in svc.views()) >= 10, 60, "tasks done before the kill")
+    states = stored_states(state_dir)
+    assert sorted(states.values()) == ["queued", "running", "running"]
+    svc.kill9()
+    svc = ServiceProcess(config, state_dir)
+    try:
+        for job_id in ids:
+            assert svc.cli("wait", job_id, timeout=240).returncode == 0, svc.view(job_id)
+        for v in svc.views():
+            assert v["state"] == "done"
+            report = _report(v)
+            assert_clean_end(Path(v["run_dir"]), report, 40)
+    finally:
+        assert svc.stop() == 0
+
+
+def test_sigterm_releases_every_machine_and_keeps_jobs_to_resume(tmp_path: Path) -> None:
+    config = service_config(tmp_path)
+    state_dir = tmp_path / "state"
+    svc = ServiceProcess(config, state_dir)
+    ids = [svc.submit(budget_job(f"t{i}", 60, 60)) for i in range(2)]
+    wait_for(lambda: all(v["done"] >= 3 for v in svc.views()), 60, "both jobs to run some tasks")
+    views = svc.views()
+    assert svc.stop(signal.SIGTERM) == 0
+    assert set(stored_states(state_dir).values()) == {"interrupted"}
+    _no_agents_left(views)
+    for v in views:
+        run_dir = Path(v["run_dir"])
+        assert journal_rows(run_dir, "Interrupted"), "the interruption was not journaled"
+    svc = ServiceProcess(config, state_dir)
+    try:
+        for job_id in ids:
+            assert svc.cli("wait", job_id, timeout=240).returncode == 0
+        for v in svc.views():
+            run_dir = Path(v["run_dir"])
+            assert journal_rows(run_dir, "Resumed")
+            _once_each(run_dir, 60)
+            assert json.loads((run_dir / "report.json").read_text())["cost"] <= 60 + 1e-6
+        _no_agents_left(svc.views())
+    finally:
+        assert svc.stop() == 0
+
+
+def test_a_10000_task_job_is_accepted(tmp_path: Path) -> None:
+    svc = ServiceProcess(service_config(tmp_path), tmp_path / "state")
+    try:
+        job = {
+            "name": "big",
+            "bag": {"command": "true {i}", "sweep": {"i": {"start": 0, "stop": 10_000}}},
+            "constraint": {"budget": 5},
+        }
+        job_id = svc.submit(job)
+        assert svc.view(job_id)["tasks"] == 10_000
+        assert svc.cli("cancel", job_id).returncode == 0
+        assert svc.cli("wait", job_id).returncode == 5
+    finally:
+        assert svc.stop() == 0
