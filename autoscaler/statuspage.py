@@ -54,7 +54,9 @@ body.stale #jobs, body.stale #details { opacity: .55; }
 .state-failed .state, .state-interrupted .state { background: #fadbd8; }
 #details { display: flex; flex-wrap: wrap; gap: 1rem; }
 section.job { border: 1px solid #e4e4e4; border-radius: 4px; padding: .5rem .7rem; }
-.charts { display: flex; gap: .5rem; flex-wrap: wrap; }
+.charts { display: flex; gap: .5rem; flex-wrap: wrap; align-items: flex-start; }
+.machines { max-height: 130px; overflow-y: auto; }
+.machines td, .machines th { padding: .1rem .5rem; font-size: .85rem; }
 svg text { font-size: 10px; fill: #555; }
 svg .axis { stroke: #999; } svg .budget { stroke: #27ae60; stroke-dasharray: 4 3; }
 svg .deadline { stroke: #c0392b; stroke-dasharray: 4 3; }
@@ -178,13 +180,17 @@ function detail(j, now) {
 class="${esc(m.state)}"><td data-field="id">${esc(m.id)}</td>
 <td data-field="type">${esc(m.type)}</td><td data-field="state">${esc(m.state)}</td></tr>`
   ).join("");
+  const byState = {};
+  for (const m of j.machines || []) byState[m.state] = (byState[m.state] || 0) + 1;
+  const caption = Object.entries(byState).map(([k, n]) => `${n} ${esc(k)}`).join(" · ");
   return `<section class="job" data-job-detail="${esc(j.id)}">
 <h3>${esc(j.id)} · ${esc(j.name)} <small>${esc(j.state)}</small></h3><div class="charts">
 ${chart("done", h.map((p) => [p[0], p[1]]), x0, x1, tasks, String(tasks), null, deadline)}
 ${chart("spend", h.map((p) => [p[0], p[2]]), x0, x1, spendMax, money(spendMax), budget, deadline)}
-</div><table data-machines-for="${esc(j.id)}"${machines ? "" : " hidden"}><thead><tr>
-<th>machine</th><th>type</th><th>state</th></tr></thead><tbody>${machines}</tbody></table>
-${machines ? "" : '<div class="muted">no machines</div>'}</section>`;
+<div class="machines"><table data-machines-for="${esc(j.id)}"${machines ? "" : " hidden"}>
+<caption class="muted">machines: ${caption}</caption><thead><tr><th>machine</th>
+<th>type</th><th>state</th></tr></thead><tbody>${machines}</tbody></table>
+${machines ? "" : '<div class="muted">no machines</div>'}</div></div></section>`;
 }
 
 function shown(jobs) {
