@@ -117,10 +117,11 @@ function bar(frac, cls) {
 }
 
 function jobRow(j, now) {
-  const late = j.deadline_at != null && j.predicted_finish_at != null
-    && num(j.predicted_finish_at) > num(j.deadline_at);
-  let finish = j.predicted_finish_at == null ? "—"
-    : `${clock(j.predicted_finish_at)} <small>${rel(j.predicted_finish_at, now)}</small>`;
+  // An ended job shows when it ended; a running one the plan's predicted finish.
+  const ended = j.ended_at != null, at = ended ? j.ended_at : j.predicted_finish_at;
+  const late = j.deadline_at != null && at != null && num(at) > num(j.deadline_at);
+  let finish = at == null ? "—"
+    : `${ended ? "ended " : ""}${clock(at)} <small>${rel(at, now)}</small>`;
   if (j.deadline_at != null) finish += ` / ${clock(j.deadline_at)}`;
   if (late) finish += ' <span class="late">LATE</span>';
   const tasks = num(j.tasks), done = num(j.done);
@@ -157,9 +158,11 @@ function chart(kind, pts, x0, x1, yMax, yText, hLine, vLine) {
     s += `<line class="budget" x1="${L}" x2="${W - R}" y1="${f(Y(hLine))}" y2="${f(Y(hLine))}"/>`
       + `<text x="${L + 4}" y="${f(Y(hLine) - 3)}">budget ${money(hLine)}</text>`;
   }
-  if (vLine != null) {
+  if (vLine != null) {  // its label to the right of it, or to the left near the end
+    const right = X(vLine) < (L + W - R) / 2, dx = right ? 3 : -3;
     s += `<line class="deadline" x1="${f(X(vLine))}" x2="${f(X(vLine))}" y1="${T}" y2="${H - B}"/>`
-      + `<text x="${f(X(vLine) - 3)}" y="${T + 8}" text-anchor="end">deadline</text>`;
+      + `<text x="${f(X(vLine) + dx)}" y="${H - B - 4}"`
+      + ` text-anchor="${right ? "start" : "end"}">deadline</text>`;
   }
   const line = pts.map(([t, v]) => `${f(X(t))},${f(Y(v))}`).join(" ");
   const colour = kind === "done" ? "#2e86de" : "#27ae60";
