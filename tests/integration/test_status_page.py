@@ -8,21 +8,17 @@ last screenshot is kept in the test's directory and copied to ``/tmp/status_page
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import shutil
-import signal
 import subprocess
-import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.integration.daemon_helpers import ROOT, cli, run_cli, wait_for
+from tests.integration.daemon_helpers import ROOT, wait_for
+from tests.integration.service_helpers import ServiceProcess
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
@@ -37,48 +33,18 @@ NAME = '<b id="injected">sweep & "co"'
 SCREENSHOT_COPY = Path("/tmp/status_page.png")
 
 
-@dataclass
-class Served:
-    url: str
-    token: str
-    state_dir: Path
-
-    def get(self, path: str) -> Any:
-        request = urllib.request.Request(
-            self.url + path, headers={"Authorization": f"Bearer {self.token}"}
-        )
-        with urllib.request.urlopen(request, timeout=30) as answer:
-            return json.load(answer)
-
-
 @pytest.fixture
-def served(tmp_path: Path) -> Iterator[Served]:
+def served(tmp_path: Path) -> Iterator[ServiceProcess]:
     """``autoscaler serve`` on the example service file, stopped with SIGTERM at the end."""
-    state_dir = tmp_path / "state"
-    log = tmp_path / "serve.log"
-    with log.open("ab") as out:
-        proc = subprocess.Popen(
-            cli("serve", str(SERVICE_YAML), "--state-dir", str(state_dir)),
-            cwd=ROOT,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    service = ServiceProcess(SERVICE_YAML, tmp_path / "state")
     try:
-        api = state_dir / "api.json"
-        wait_for(lambda: api.exists() or proc.poll() is not None, 60, "the service's api.json")
-        assert proc.poll() is None, f"serve exited: {log.read_text()[-3000:]}"
-        url = json.loads(api.read_text())["url"]
-        yield Served(url, (state_dir / "token").read_text().strip(), state_dir)
+        yield service
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        try:
+            service.stop()
+        except subprocess.TimeoutExpired:
+            service.proc.kill()
+            service.proc.wait()
 
 
 def done_of(page: Page, job_id: str) -> tuple[int, int]:
@@ -89,12 +55,12 @@ def done_of(page: Page, job_id: str) -> tuple[int, int]:
     return int(match[1]), int(match[2])
 
 
-def test_page_follows_a_running_job(browser: Browser, served: Served, tmp_path: Path) -> None:
+def test_page_follows_a_running_job(
+    browser: Browser, served: ServiceProcess, tmp_path: Path
+) -> None:
     """Logged in through ``/login``, the page lists the submitted job and its done count
     rises as tasks finish, in step with the API, with the name shown as plain text."""
-    submitted = run_cli(
-        "submit", str(JOB_YAML), "--state-dir", str(served.state_dir), "--name", NAME
-    )
+    submitted = served.cli("submit", str(JOB_YAML), "--name", NAME)
     assert submitted.returncode == 0, submitted.stderr
     job_id = submitted.stdout.strip()
 
@@ -103,16 +69,16 @@ def test_page_follows_a_running_job(browser: Browser, served: Served, tmp_path: 
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
     try:
-        response = page.goto(f"{served.url}/login?token={served.token}")
+        response = page.goto(f"{served.client.url}/login?token={served.client.token}")
         assert response is not None
         assert response.ok, response.status
-        assert page.url == f"{served.url}/"
+        assert page.url == f"{served.client.url}/"
         row = page.locator(f'tr[data-job-id="{job_id}"]')
         row.wait_for(timeout=60_000)
 
         assert row.locator('td[data-field="name"]').inner_text() == NAME
         assert page.locator("#injected").count() == 0
-        tasks = served.get(f"/api/v1/jobs/{job_id}")["tasks"]
+        tasks = served.view(job_id)["tasks"]
         seen = [done_of(page, job_id)]
         assert seen[0][1] == tasks
 
@@ -134,7 +100,7 @@ def test_page_follows_a_running_job(browser: Browser, served: Served, tmp_path: 
             60,
             "the job's machines on the page",
         )
-        assert served.get(f"/api/v1/jobs/{job_id}")["done"] >= seen[-1][0]
+        assert served.view(job_id)["done"] >= seen[-1][0]
         assert errors == []
     finally:
         shot = tmp_path / "status_page.png"
@@ -143,17 +109,19 @@ def test_page_follows_a_running_job(browser: Browser, served: Served, tmp_path: 
         context.close()
 
 
-def test_page_and_api_refuse_a_browser_without_the_token(browser: Browser, served: Served) -> None:
+def test_page_and_api_refuse_a_browser_without_the_token(
+    browser: Browser, served: ServiceProcess
+) -> None:
     """A fresh browser (no cookie) gets 401 for the page and the API; a wrong token does
     not log it in."""
     context = browser.new_context()
     try:
         page = context.new_page()
-        response = page.goto(f"{served.url}/")
+        response = page.goto(f"{served.client.url}/")
         assert response is not None
         assert response.status == 401
-        for path in ("/", "/api/v1/status", f"/login?token={served.token}x"):
-            answer = context.request.get(served.url + path, max_redirects=0)
+        for path in ("/", "/api/v1/status", f"/login?token={served.client.token}x"):
+            answer = context.request.get(served.client.url + path, max_redirects=0)
             assert answer.status == 401, path
             assert "error" in answer.json()
         assert context.cookies() == []
