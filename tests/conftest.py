@@ -15,7 +15,12 @@ from autoscaler.registry import STATE_DIR_ENV
 
 # The integration tests' services as fixtures (moto, sshd, Grid Engine): registered here,
 # the top-level conftest, so test modules use them by name without importing them.
-pytest_plugins = ("tests.integration.services", "tests.integration.sge", "tests.integration.sshd")
+pytest_plugins = (
+    "tests.integration.services",
+    "tests.integration.sge",
+    "tests.integration.sshd",
+    "tests.integration.browser",
+)
 
 
 PRIVATE_NETWORKS = tuple(

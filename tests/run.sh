@@ -10,8 +10,9 @@ python3 -m venv .venv
 .venv/bin/python -m pip install --quiet -e '.[test]'
 
 # Services the integration tests use. sshd and the moto server are started by the tests
-# themselves (loopback ports, test keys); the Debian packages must be here. Grid Engine
-# runs as a one-node cluster, set up and started here (infra/sge/setup.sh is idempotent).
+# themselves (loopback ports, test keys); the Debian packages (and chromium, for the
+# status page) must be here. Grid Engine runs as a one-node cluster, set up and started
+# here (infra/sge/setup.sh is idempotent).
 echo "== services"
 if [ "$(id -u)" = 0 ]; then
   if [ ! -x /usr/sbin/sshd ]; then
@@ -21,12 +22,19 @@ if [ "$(id -u)" = 0 ]; then
     # The package starts a system sshd on port 22 where it can; the tests need none.
     (service ssh stop || pkill -x sshd || true) >/dev/null 2>&1
   fi
+  # The status page is tested in a real headless browser (Playwright drives the system
+  # chromium; `playwright install` is never run).
+  if [ ! -x /usr/bin/chromium ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -q chromium >/dev/null ||
+      { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }
+  fi
   bash infra/sge/setup.sh
 elif [ "${CI:-}" = true ]; then
-  echo "error: CI=true needs root to install and start sshd and Grid Engine" >&2
+  echo "error: CI=true needs root to install sshd, chromium and Grid Engine" >&2
   exit 1
 else
-  echo "not root: tests that need sshd or Grid Engine skip where these are missing"
+  echo "not root: tests that need sshd, chromium or Grid Engine skip where these are missing"
 fi
 export SGE_ROOT=${SGE_ROOT:-/var/lib/gridengine} SGE_CELL=${SGE_CELL:-default}
 
