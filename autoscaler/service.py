@@ -729,7 +729,7 @@ class Service:
             view = (
                 live_view(state_now, files.cfg, files.start_wall, None)
                 if isinstance(state_now, RunState)
-                else dict(runner.view)
+                else {**_queued_view(self._store.row(runner.job_id)), **runner.view}
             )
             view["stop_reason"] = f"daemon error: {error}"
         view["history"] = runner.history

@@ -26,7 +26,7 @@ from autoscaler.config.load import (
     resolve_paths,
     validation_problems,
 )
-from autoscaler.config.schema import RunConfig, _Model
+from autoscaler.config.schema import Name, RunConfig, _Model
 from autoscaler.errors import ConfigError
 from autoscaler.model import TaskSpec
 
@@ -99,10 +99,11 @@ def service_config(data: object, *, source: str, base_dir: Path) -> ServiceConfi
                 for f in work
             ],
         )
+    section = data.pop("service", None) or {}
     try:
-        settings = ServiceSettings.model_validate(data.pop("service", None) or {})
+        settings = ServiceSettings.model_validate(section)
     except ValidationError as exc:
-        problems = validation_problems(exc, data.get("service"))
+        problems = validation_problems(exc, section)
         raise ConfigError(source, [f"service.{p}" for p in problems]) from None
     probe = {**data, "bag": {"synthetic": 1}, "constraint": {"budget": 1e12}}
     try:
@@ -126,7 +127,7 @@ def load_service_config(path: Path) -> ServiceConfig:
 class JobFile(_Model):
     """What a job file may hold (checked before it is laid over the service's config)."""
 
-    name: str | None = None
+    name: Name | None = None
     bag: dict[str, Any] | None = None
     constraint: dict[str, Any] | None = None
     task_s: dict[str, Any] | None = None

@@ -31,7 +31,7 @@ def test_200_jobs_from_8_clients_none_lost_every_one_reported(tmp_path: Path) ->
             for i in range(k, JOBS, CLIENTS):
                 answer = api.call("POST", "/api/v1/jobs", {"job": budget_job(f"n{i}", 2, 3)})
                 ids[k].append(answer["id"])
-        except BaseException as exc:  # noqa: BLE001 - reported below, in the test's thread
+        except BaseException as exc:  # reported below, in the test thread
             errors.append(exc)
 
     threads = [threading.Thread(target=client, args=(k,)) for k in range(CLIENTS)]

@@ -1,0 +1,148 @@
+"""A service's config and the job files laid over it: what is taken, what is refused, and
+how each refusal names the field."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from autoscaler.config.service import (
+    job_config,
+    load_service_config,
+    load_yaml,
+    service_config,
+)
+from autoscaler.errors import ConfigError
+
+EXAMPLES = Path(__file__).parents[2] / "config" / "examples"
+NOW = 1_800_000_000.0
+
+
+def service(**overrides: Any) -> Any:
+    data = yaml.safe_load((EXAMPLES / "service.yaml").read_text())
+    data.update(overrides)
+    return service_config(data, source="service.yaml", base_dir=EXAMPLES)
+
+
+def job(data: dict[str, Any], svc: Any = None) -> Any:
+    return job_config(svc or service(), data, source="job.yaml", base_dir=EXAMPLES, now_wall=NOW)
+
+
+def problems(data: dict[str, Any], svc: Any = None) -> list[str]:
+    with pytest.raises(ConfigError) as refused:
+        job(data, svc)
+    return refused.value.problems
+
+
+def test_the_examples_make_a_budget_job() -> None:
+    svc = load_service_config(EXAMPLES / "service.yaml")
+    assert svc.provider == "local"
+    assert svc.settings.max_running_jobs == 4
+    cfg, tasks = job(load_yaml(EXAMPLES / "job.yaml", "job"), svc)
+    assert cfg.name == "sweep-a"
+    assert cfg.constraint.budget == 40
+    assert not cfg.deadline_mode
+    assert len(tasks) == 120
+    assert cfg.machine_types == [t for t in cfg.machine_types if t.name in ("small", "fast")]
+
+
+@pytest.mark.parametrize("work", ["bag", "constraint", "jobs"])
+def test_a_service_config_holds_no_work(work: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        service(**{work: {}})
+    assert refused.value.problems[0].startswith(f"{work}: a service config holds no work")
+
+
+def test_a_service_section_problem_names_its_field() -> None:
+    with pytest.raises(ConfigError) as refused:
+        service(service={"max_running_jobs": 0})
+    assert refused.value.problems[0].startswith("service.max_running_jobs:")
+    with pytest.raises(ConfigError) as refused:
+        service(provider="sge")
+    assert "give the sge section" in str(refused.value)
+
+
+def test_a_deadline_at_becomes_run_seconds_from_now_at_the_time_scale() -> None:
+    at = "2027-01-15T09:00:00Z"  # 3600 s after NOW
+    assert NOW + 3600 == 1_800_003_600.0
+    cfg, _ = job({"bag": {"synthetic": 3}, "constraint": {"deadline_at": "2027-01-15T09:00:00Z"}})
+    # The example service runs at time_scale 360: an hour of wall time is 360 emulated hours.
+    assert cfg.deadline_mode
+    assert cfg.constraint.deadline_s == pytest.approx(3600 * 360)
+    one = service(provider="local", local={"time_scale": 1})
+    cfg, _ = job({"bag": {"synthetic": 3}, "constraint": {"deadline_at": at}}, one)
+    assert cfg.constraint.deadline_s == pytest.approx(3600)
+
+
+def test_known_task_times_make_a_deadline_job_of_the_jobs_form() -> None:
+    cfg, tasks = job(
+        {
+            "name": "due",
+            "bag": {"synthetic": 5},
+            "constraint": {"deadline_s": "2h"},
+            "task_s": {"small": 600},
+        }
+    )
+    assert [j.name for j in cfg.jobs] == ["due"]
+    assert cfg.jobs[0].task_s == {"small": 600}
+    assert cfg.jobs[0].constraint.deadline_s == 7200
+    assert len(tasks) == 5
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (
+            {"bag": {"synthetic": 3}, "constraint": {"budget": -1}},
+            "constraint.budget: must be greater than 0",
+        ),
+        (
+            {"bag": {"synthetic": 3}, "constraint": {"deadline_at": "2020-01-01T00:00:00Z"}},
+            "constraint.deadline_at: 2020-01-01T00:00:00Z is in the past",
+        ),
+        (
+            {"bag": {"synthetic": 3}, "constraint": {"deadline_at": "soon"}},
+            "constraint.deadline_at: ",
+        ),
+        (
+            {"bag": {"synthetic": 3}, "constraint": {"deadline_s": 60}, "task_s": {"gpu": 1}},
+            "task_s names unknown machine type 'gpu'",
+        ),
+        ({"bag": {"synthetic": 3}}, "constraint: missing"),
+        ({"name": "a/b", "bag": {"synthetic": 3}, "constraint": {"budget": 5}}, "name: "),
+        ({"bag": {"synthetic": 3}, "constraint": {"budget": 5}, "budjet": 3}, "budjet"),
+        (
+            {"bag": {"synthetic": 3}, "constraint": {"budget": 5}, "machine_types": []},
+            "machine_types",
+        ),
+        (
+            {"bag": {"file": "no-such-file.txt"}, "constraint": {"budget": 5}},
+            "bag.file: no such file",
+        ),
+        (
+            {"jobs": [], "bag": {"synthetic": 3}},
+            "bag: give it in each of jobs",
+        ),
+    ],
+)
+def test_a_bad_job_is_refused_with_its_field_named(data: dict[str, Any], expected: str) -> None:
+    found = problems(data)
+    assert any(expected in p for p in found), found
+
+
+def test_a_job_s_relative_bag_file_is_read_from_the_job_file_s_directory(tmp_path: Path) -> None:
+    (tmp_path / "cmds.txt").write_text("echo a\necho b\n")
+    cfg, tasks = job_config(
+        service(),
+        {"bag": {"file": "cmds.txt"}, "constraint": {"budget": 5}},
+        source="job.yaml",
+        base_dir=tmp_path,
+        now_wall=time.time(),
+    )
+    assert [t.command for t in tasks] == ["echo a", "echo b"]
+    assert cfg.bag is not None
+    assert cfg.bag.file == tmp_path / "cmds.txt"
