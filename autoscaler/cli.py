@@ -642,7 +642,9 @@ def status(
 
 @app.command()
 def cleanup(
-    config: Annotated[Path, typer.Argument(help="a config naming the provider to search")],
+    config: Annotated[
+        Path, typer.Argument(help="a run's or a service's config naming the provider to search")
+    ],
     runs: Annotated[
         list[Path] | None,
         typer.Option(
@@ -662,8 +664,20 @@ def cleanup(
     machines and machines of a live run are never touched.
     """
     from autoscaler.cleanup import find_strays, terminate_strays
+    from autoscaler.config.service import (
+        WORK_FIELDS,
+        load_service_config,
+        load_yaml,
+        probe_run_config,
+    )
 
-    cfg, _ = _load_or_exit(config)
+    try:
+        is_service = not any(k in load_yaml(config, "fields") for k in WORK_FIELDS)
+        cfg = probe_run_config(load_service_config(config)) if is_service else None
+    except AutoscalerError as exc:
+        _exit_with(exc)
+    if cfg is None:
+        cfg, _ = _load_or_exit(config)
     try:
         survey = find_strays(cfg, runs or [Path("runs")])
     except AutoscalerError as exc:

@@ -105,17 +105,27 @@ def service_config(data: object, *, source: str, base_dir: Path) -> ServiceConfi
     except ValidationError as exc:
         problems = validation_problems(exc, section)
         raise ConfigError(source, [f"service.{p}" for p in problems]) from None
-    probe = {**data, "bag": {"synthetic": 1}, "constraint": {"budget": 1e12}}
     try:
-        cfg = RunConfig.model_validate(probe)
+        cfg = RunConfig.model_validate(_with_probe(data))
     except ValidationError as exc:
-        raise ConfigError(source, validation_problems(exc, probe)) from None
+        raise ConfigError(source, validation_problems(exc, _with_probe(data))) from None
     cfg = resolve_paths(cfg, base_dir)
     _check_files(cfg, source)
     fields = cfg.model_dump(mode="json")
     for f in WORK_FIELDS:
         fields.pop(f, None)
     return ServiceConfig(fields, settings, source)
+
+
+def _with_probe(fields: dict[str, Any]) -> dict[str, Any]:
+    """Service fields with a token job: a run config, to check them as one."""
+    return {**fields, "bag": {"synthetic": 1}, "constraint": {"budget": 1e12}}
+
+
+def probe_run_config(service: ServiceConfig) -> RunConfig:
+    """A run config with the service's settings (provider, types, ...) and a token job:
+    for what needs a run config but no work, such as ``autoscaler cleanup``."""
+    return RunConfig.model_validate(_with_probe(service.run_fields))
 
 
 def load_service_config(path: Path) -> ServiceConfig:

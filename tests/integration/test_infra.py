@@ -16,8 +16,10 @@ import json
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[2]
 INFRA = ROOT / "infra"
 TEMPLATE = INFRA / "cloudformation.yaml"
 POLICY_JSON = INFRA / "iam-policy.json"
-UNIT = INFRA / "autoscaler@.service"
+UNIT = INFRA / "autoscaler.service"
 REGION = "us-east-1"
 CONTROLLER_CIDR = "203.0.113.7/32"
 PLACEHOLDER_WORKER_ROLE_ARN = "arn:aws:iam::111122223333:role/autoscaler-worker"
@@ -280,21 +282,24 @@ def exec_start() -> list[str]:
     return shlex.split(unit()["Service"]["ExecStart"])
 
 
-def test_unit_runs_the_daemon_and_stops_it_gracefully() -> None:
-    service = unit()["Service"]
+def test_unit_serves_and_stops_gracefully_and_restarts_on_failure() -> None:
+    unit_ = unit()
+    service = unit_["Service"]
     argv = exec_start()
     assert Path(argv[0]).is_absolute(), argv[0]
     assert argv[0] == "/opt/autoscaler/.venv/bin/autoscaler"
-    assert argv[1:3] == ["run", "/etc/autoscaler/%i.yaml"]
-    assert argv[3:] == ["--out", "/var/lib/autoscaler/runs/%i"]
+    assert argv[1:3] == ["serve", "/etc/autoscaler/service.yaml"]
+    assert argv[3:] == ["--state-dir", "/var/lib/autoscaler"]
     assert service["KillSignal"] == "SIGTERM"
-    assert service["KillMode"] == "mixed"  # the daemon first; its children after it
+    assert service["KillMode"] == "mixed"  # the service first; its children after it
     minutes = re.fullmatch(r"(\d+)min", service["TimeoutStopSec"])
     assert minutes, service["TimeoutStopSec"]
     assert int(minutes.group(1)) >= 5, service["TimeoutStopSec"]
-    assert service["Restart"] == "no"
-    assert "3" not in service.get("SuccessExitStatus", "").split()
+    # The journal makes a restart safe; a config error (exit 2) is not mended by one.
+    assert service["Restart"] == "on-failure"
+    assert "2" in service["RestartPreventExitStatus"].split()
     assert service["User"] not in ("", "root")
+    assert unit_["Install"]["WantedBy"] == "multi-user.target"
 
 
 def test_unit_is_sandboxed() -> None:
@@ -304,17 +309,16 @@ def test_unit_is_sandboxed() -> None:
         "ProtectSystem": "strict",
         "PrivateTmp": "yes",
         "ProtectHome": "yes",
+        "UMask": "0077",
     }.items():
         assert service.get(key) == value, key
-    # ProtectSystem=strict makes / read-only: the run directories must be writable.
+    # ProtectSystem=strict makes / read-only: the state directory must be writable, and
+    # ProtectHome=yes hides ~/.local/state, so the environment must name it for the CLI.
     writable = service["ReadWritePaths"].split()
-    out_dir = exec_start()[exec_start().index("--out") + 1]
-    assert any(out_dir.startswith(w.rstrip("/") + "/") for w in writable), (out_dir, writable)
-    # ProtectHome=yes hides ~/.local/state: the registry of live runs must be writable too,
-    # or no run starts.
-    env = dict(pair.split("=", 1) for pair in shlex.split(service["Environment"]))
-    state_dir = env[STATE_DIR_ENV]
+    state_dir = exec_start()[exec_start().index("--state-dir") + 1]
     assert any(state_dir.startswith(w.rstrip("/")) for w in writable), (state_dir, writable)
+    env = dict(pair.split("=", 1) for pair in shlex.split(service["Environment"]))
+    assert env[STATE_DIR_ENV] == state_dir
 
 
 def test_unit_keeps_credentials_out() -> None:
@@ -325,40 +329,37 @@ def test_unit_keeps_credentials_out() -> None:
     assert env["EnvironmentFile"].startswith("-/etc/autoscaler/")
 
 
-def test_unit_resume_recipe_matches_exec_start() -> None:
-    """The comment's resume command uses the same daemon and run directory."""
-    recipe = [
-        line.split("ExecStart=", 1)[1]
-        for line in UNIT.read_text(encoding="utf-8").splitlines()
-        if line.lstrip("# ").startswith("ExecStart=") and "--resume" in line
-    ]
-    assert len(recipe) == 1, recipe
-    argv = shlex.split(recipe[0])
-    start = exec_start()
-    assert argv == [start[0], "run", "--resume", start[start.index("--out") + 1]]
-
-
 def test_unit_command_line_is_one_the_cli_accepts(tmp_path: Path) -> None:
-    """ExecStart's arguments, with a real config and a scratch run directory, and
-    --dry-run so nothing is rented: the CLI takes them and --out is the run directory."""
+    """ExecStart's arguments, with the example service config and a scratch state
+    directory: the service comes up, answers, and SIGTERM ends it with exit 0."""
     daemon = Path(sys.executable).with_name("autoscaler")
     if not daemon.is_file():
         pytest.skip(f"{daemon} is not installed (pip install -e .)")
-    config = ROOT / "config" / "examples" / "quickstart.yaml"
-    run_dir = tmp_path / "runs" / "quickstart"
-    # The unit's paths, as systemd expands them for autoscaler@quickstart, moved here.
+    state_dir = tmp_path / "state"
     here = {
         "/opt/autoscaler/.venv/bin/autoscaler": str(daemon),
-        "/etc/autoscaler/quickstart.yaml": str(config),
-        "/var/lib/autoscaler/runs/quickstart": str(run_dir),
+        "/etc/autoscaler/service.yaml": str(ROOT / "config" / "examples" / "service.yaml"),
+        "/var/lib/autoscaler": str(state_dir),
     }
-    argv = [a.replace("%i", "quickstart") for a in exec_start()]
-    argv = [here.get(a, a) for a in argv]
-    done = subprocess.run(
-        [*argv, "--dry-run"], capture_output=True, text=True, timeout=300, check=False
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert (run_dir / "report.json").is_file()
+    argv = [here.get(a, a) for a in exec_start()]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        for _ in range(300):
+            if (state_dir / "api.json").is_file() or proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert (state_dir / "api.json").is_file(), proc.stdout.read() if proc.stdout else ""
+        listed = subprocess.run(
+            [str(daemon), "jobs", "--state-dir", str(state_dir)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert listed.returncode == 0, listed.stderr
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
 
 
 def test_systemd_analyze_verify(tmp_path: Path) -> None:
@@ -370,7 +371,7 @@ def test_systemd_analyze_verify(tmp_path: Path) -> None:
         pytest.skip("systemd-analyze is not installed (systemd is not a service we run)")
     text = UNIT.read_text(encoding="utf-8")
     text = text.replace("/opt/autoscaler/.venv/bin/autoscaler", sys.executable)
-    copy = tmp_path / "autoscaler@.service"
+    copy = tmp_path / "autoscaler.service"
     copy.write_text(text, encoding="utf-8")
     done = subprocess.run(
         [tool, "verify", "--man=no", str(copy)],
