@@ -166,6 +166,7 @@ class Daemon:
     on_hold: HoldHook | None = None  # called in the step that holds
     budget: BudgetSet | None = None  # a new budget, set in the first step
     resumed: str | None = None  # an interrupted run carries on: why (Resumed, first step)
+    plots: bool = True  # the report's plots (a service may leave them out)
     handed_over: bool = field(init=False, default=False)
     state: RunState = field(init=False)
     _inbox: queue.SimpleQueue[object] = field(init=False, default_factory=queue.SimpleQueue)
@@ -305,7 +306,7 @@ class Daemon:
             refused_agents=self.dispatcher.refused,
         )
         if not self.handed_over:  # else the daemon it was handed to writes it
-            write_report(report, self.state, files.run_dir)
+            write_report(report, self.state, files.run_dir, plots=self.plots)
         return Outcome(files.run_id, self.state, report, files.run_dir, wall)
 
     def _schedule_checks(self) -> None:

@@ -337,6 +337,7 @@ class Service:
         self.started_at = clock()
         self._cond = threading.Condition()
         self._runners: dict[str, _Runner] = {}
+        self._starting: set[str] = set()  # picked by the pump, being started
         self._ended_states: dict[str, tuple[RunState, float, float]] = {}
         self._closing = False
         self._pump: threading.Thread | None = None
@@ -442,13 +443,15 @@ class Service:
     def cancel(self, job_id: str) -> dict[str, Any]:
         """Cancel a job: a queued one never starts; a running one stops its tasks,
         releases its machines and writes its report."""
-        row = self._store.row(job_id)
+        self._store.row(job_id)  # the job exists
         self._store.log_update(job_id, self.clock(), "cancel", {})
         with self._cond:
+            row = self._store.row(job_id)
             runner = self._runners.get(job_id)
             if runner is None:
                 if row.state in (QUEUED, INTERRUPTED):
-                    self._store.set_state(job_id, CANCELLED, ended_at=self.clock())
+                    final = {**_queued_view(row), "stop_reason": "cancelled by the user"}
+                    self._store.set_state(job_id, CANCELLED, ended_at=self.clock(), final=final)
                     self._cond.notify_all()
                 return self.view(job_id)
             runner.told.append("cancel")
@@ -626,21 +629,34 @@ class Service:
     # --- the pump: start what can start, reap what ended -----------------------------
 
     def _pump_loop(self) -> None:
+        """Start queued jobs while slots are free. The slow part of a start (the run
+        directory, the daemon) is done outside the lock, so submissions never wait on it."""
         store = self._store
         first = True
         while True:
             with self._cond:
                 if self._closing:
                     return
+                rows: list[JobRow] = []
                 if first:  # jobs a dead service left running or interrupted carry on
-                    for row in store.rows("WHERE state IN (?, ?)", (RUNNING, INTERRUPTED)):
-                        self._try_start(row)
+                    rows = store.rows("WHERE state IN (?, ?)", (RUNNING, INTERRUPTED))
                     first = False
-                slots = self.config.settings.max_running_jobs - len(self._runners)
+                busy = len(self._runners) + len(self._starting)
+                slots = self.config.settings.max_running_jobs - busy - len(rows)
                 if slots > 0:
-                    for row in store.rows("WHERE state = ?", (QUEUED,), slots):
-                        self._try_start(row)
-                self._cond.wait(timeout=1.0)
+                    rows += [
+                        r
+                        for r in store.rows(
+                            "WHERE state = ?", (QUEUED,), slots + len(self._starting)
+                        )
+                        if r.id not in self._starting
+                    ][:slots]
+                self._starting.update(r.id for r in rows)
+                if not rows:
+                    self._cond.wait(timeout=1.0)
+                    continue
+            for row in rows:
+                self._try_start(row)
 
     def _try_start(self, row: JobRow) -> None:
         """Start a job; one that cannot start ends failed, with the reason."""
@@ -653,7 +669,10 @@ class Service:
                 ended_at=self.clock(),
                 final={**_queued_view(row), "stop_reason": f"cannot start: {exc}"},
             )
-            self._cond.notify_all()
+        finally:
+            with self._cond:
+                self._starting.discard(row.id)
+                self._cond.notify_all()
 
     def _start(self, row: JobRow) -> None:
         from autoscaler.daemon import Daemon
@@ -687,15 +706,22 @@ class Service:
                 self.progress(state, estimate)
 
         runner.daemon = Daemon(
-            files, resume=resume, progress=progress, install_signals=False, resumed=resumed
+            files,
+            resume=resume,
+            progress=progress,
+            install_signals=False,
+            resumed=resumed,
+            plots=self.config.settings.plots,
         )
-        started = row.started_at or self.clock()
-        store.set_state(row.id, RUNNING, started_at=started)
         runner.thread = threading.Thread(
             target=self._run, args=(runner, files), name=f"job-{row.id}", daemon=True
         )
-        self._runners[row.id] = runner
-        runner.thread.start()
+        with self._cond:
+            if store.row(row.id).state in ENDED or self._closing:
+                return  # cancelled (or the service stops) while it was being started
+            store.set_state(row.id, RUNNING, started_at=row.started_at or self.clock())
+            self._runners[row.id] = runner
+            runner.thread.start()
 
     def _run(self, runner: _Runner, files: Any) -> None:
         """A job's thread: its daemon from start to end, then its outcome in the store."""

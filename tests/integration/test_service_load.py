@@ -17,7 +17,10 @@ CLIENTS = 8
 def test_200_jobs_from_8_clients_none_lost_every_one_reported(tmp_path: Path) -> None:
     config = service_config(
         tmp_path,
-        service={"max_running_jobs": 8},
+        service={"max_running_jobs": 8, "plots": False},
+        # Per-second billing: a job's machine goes once its two tasks are done, so 200
+        # jobs pass in well under a minute (fixed hourly units would hold each for one).
+        billing={"mode": "per_second", "atu_s": "1h", "min_charge_s": "1m"},
         machine_types=[{"name": "small", "price": 1, "max_count": 2, "boot_s": "1m"}],
         emulator={"speed": {}, "runtime": {"dist": "normal", "mean_s": "5m", "sd_s": "1m"}},
     )
