@@ -164,6 +164,14 @@ def run(
     plan_dir: Annotated[
         Path | None, typer.Option("--plan", help="the plan directory --option refers to")
     ] = None,
+    job: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--job",
+            help="with a service config: a job file, arriving AT run seconds after the start "
+            "(FILE or FILE@AT; repeatable)",
+        ),
+    ] = None,
 ) -> None:
     """Run a bag. With --dry-run nothing is rented: the emulator shows what it would cost.
 
@@ -192,6 +200,15 @@ def run(
         return
     if config is None:
         _exit_with(AutoscalerError("give a config file (or --resume RUN_DIR)"))
+    if job:
+        from autoscaler.cli_service import run_service_jobs
+
+        out_dir = out if out is not None else Path("runs") / f"service-{int(time.time())}"
+        try:
+            code = run_service_jobs(config, job, dry_run=dry_run, seed=seed, out=out_dir)
+        except AutoscalerError as exc:
+            _exit_with(exc)
+        raise typer.Exit(code)
     cfg, tasks = _load_or_exit(config)
     if chosen is not None:
         constraint = cfg.constraint.model_copy(update={"budget": chosen.budget})

@@ -362,3 +362,105 @@ def run_as_service(
             reason = str(final.get("stop_reason") or f"see {run_dir / 'log.jsonl'}")
             raise AutoscalerError(reason.removeprefix("cannot start: "))
         return outcome
+
+
+# --- `autoscaler run SERVICE --job FILE[@AT] ...`: jobs arriving over time ----------------
+
+
+def _job_arg(text: str) -> tuple[Path, float]:
+    """``FILE`` or ``FILE@AT``: a job file and its arrival, run seconds from the start."""
+    path, sep, at = text.rpartition("@")
+    if not sep:
+        return Path(text), 0.0
+    match = _DURATION.match(at)
+    if match is None:
+        raise AutoscalerError(f"--job {text}: the arrival after @ must be a duration (300, 5m)")
+    unit = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}[match.group(2) or "s"]
+    return Path(path), float(match.group(1)) * unit
+
+
+def run_service_jobs(
+    config: Path, jobs: list[str], *, dry_run: bool, seed: int | None, out: Path
+) -> int:
+    """Run a service config's jobs, each arriving at its time: in the emulator (one dry
+    run per job, as the service runs each job on its own machines), or for real through
+    an in-process service whose state directory is ``out/service``. The exit code: 0
+    when every job is done (and on time), else the first job's `wait` code."""
+    from rich.table import Table
+
+    from autoscaler.config.service import job_config, load_service_config, load_yaml
+    from autoscaler.service import EXIT_CODES, Service
+
+    svc = load_service_config(config)
+    given = [_job_arg(j) for j in jobs]
+    loaded = []
+    for path, at in given:
+        data = load_yaml(path, "job fields (bag, constraint, ...)")
+        cfg, tasks = job_config(
+            svc, data, source=str(path), base_dir=path.absolute().parent, now_wall=time.time()
+        )
+        loaded.append((path, at, data, cfg, tasks))
+    loaded.sort(key=lambda item: item[1])
+    table = Table(box=None, header_style="bold")
+    for col in ("job", "arrives", "mode", "tasks", "done", "cost", "budget", "finish", "outcome"):
+        table.add_column(col)
+    codes: list[int] = []
+    if dry_run:
+        from autoscaler.runs import dry_run as do_dry_run
+
+        for i, (_path, at, _data, cfg, tasks) in enumerate(loaded, 1):
+            result = do_dry_run(cfg, tasks, seed=seed, out_dir=out / f"{i}-{cfg.name}")
+            r = result.report
+            met = all(j.met_deadline for j in getattr(r, "jobs", ()))
+            outcome = "done" if r.stop_reason is None else "stopped"
+            if outcome == "done" and not met:
+                outcome = "late"
+            codes.append(EXIT_CODES[outcome])
+            table.add_row(
+                cfg.name,
+                f"{at:g} s",
+                "deadline" if cfg.deadline_mode else "budget",
+                str(r.tasks_total),
+                str(r.tasks_done),
+                f"{r.cost:.2f}",
+                _money(r.budget),
+                f"{at + r.makespan_s:.0f} s",
+                outcome + (f" ({r.stop_reason})" if r.stop_reason else ""),
+            )
+        _out.print(table)
+        _out.print(f"run directories: {out}/<n>-<job>", markup=False, soft_wrap=True)
+        return next((c for c in codes if c), 0)
+    service = Service(svc, out / "service")
+    _attach_daily_reports(service)
+    service.open()
+    started = time.monotonic()
+    ids = []
+    try:
+        for _path, at, data, _cfg, _tasks in loaded:
+            delay = at / svc.time_scale - (time.monotonic() - started)
+            if delay > 0:
+                time.sleep(delay)
+            ids.append(service.submit(data, source=str(_path), base_dir=_path.absolute().parent))
+            _out.print(f"submitted {ids[-1]} ({data.get('name', 'job')})", markup=False)
+        views = [service.wait(job_id) for job_id in ids]
+    finally:
+        service.close(interrupt=True)
+    for (_path, at, _data, _cfg, _tasks), v in zip(loaded, views, strict=True):
+        outcome = v["state"]
+        if outcome == "done" and v.get("met_deadline") is False:
+            outcome = "late"
+        codes.append(EXIT_CODES.get(outcome, 1))
+        table.add_row(
+            f"{v['id']} {v['name']}",
+            f"{at:g} s",
+            v["mode"],
+            str(v["tasks"]),
+            str(v["done"]),
+            f"{v['cost']:.2f}",
+            _money(v.get("budget")),
+            _when(v.get("ended_at")),
+            outcome + (f" ({v['stop_reason']})" if v.get("stop_reason") else ""),
+        )
+    _out.print(table)
+    _out.print(f"state directory: {out / 'service'}", markup=False, soft_wrap=True)
+    return next((c for c in codes if c), 0)

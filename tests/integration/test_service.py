@@ -288,3 +288,43 @@ def test_a_10000_task_job_is_accepted(tmp_path: Path) -> None:
         assert svc.cli("wait", job_id).returncode == 5
     finally:
         assert svc.stop() == 0
+
+
+def test_run_with_a_service_config_runs_its_jobs_as_the_dry_run_predicts(tmp_path: Path) -> None:
+    """`run SERVICE --job A --job B@AT`: serve, submit at their times, wait, stop, in one
+    process; the dry run of the same command predicts each job's cost."""
+    from tests.integration.daemon_helpers import run_cli
+
+    config = service_config(tmp_path)
+    a = write_job(tmp_path, budget_job("a", 40, 30))
+    b = write_job(
+        tmp_path,
+        {
+            "name": "b",
+            "bag": {"synthetic": 20},
+            "constraint": {"deadline_s": "3h"},
+            "task_s": {"small": 600, "fast": 200},
+        },
+    )
+    args = ["run", str(config), "--job", str(a), "--job", f"{b}@20m"]
+    dry = run_cli(*args, "--dry-run", "--out", str(tmp_path / "dry"))
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    real = run_cli(*args, "--out", str(tmp_path / "real"), timeout=240)
+    assert real.returncode == 0, real.stdout + real.stderr
+    state_dir = tmp_path / "real" / "service"
+    assert stored_states(state_dir) == {"j1": "done", "j2": "done"}
+    reports = {}
+    for n, (job_id, name) in enumerate((("j1", "a"), ("j2", "b")), 1):
+        predicted = json.loads((tmp_path / "dry" / f"{n}-{name}" / "report.json").read_text())
+        actual = json.loads((state_dir / "jobs" / job_id / "report.json").read_text())
+        assert actual["tasks_done"] == predicted["tasks_done"]
+        reports[name] = (predicted, actual)
+    predicted, actual = reports["a"]
+    assert actual["cost"] == pytest.approx(predicted["cost"], rel=0.25)
+    # The deadline job: on time both ways. (Its real cost may exceed the dry run's: agents
+    # take real seconds to start, minutes at this time scale, and late work buys machines.)
+    for report in reports["b"]:
+        assert report["jobs_met_deadline"] == 1
+    first_b = min(t for t, _, _ in journal_rows(state_dir / "jobs" / "j2", "MachineLaunched"))
+    assert first_b >= 0  # b's run starts at its own arrival
+    assert (state_dir / "reports" / "daily").is_dir()

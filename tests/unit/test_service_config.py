@@ -146,3 +146,44 @@ def test_a_job_s_relative_bag_file_is_read_from_the_job_file_s_directory(tmp_pat
     assert [t.command for t in tasks] == ["echo a", "echo b"]
     assert cfg.bag is not None
     assert cfg.bag.file == tmp_path / "cmds.txt"
+
+
+def test_run_dry_runs_a_service_config_with_jobs_arriving_over_time(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from autoscaler.cli import app
+
+    due = tmp_path / "due.yaml"
+    due.write_text(
+        yaml.safe_dump(
+            {
+                "name": "due",
+                "bag": {"synthetic": 30},
+                "constraint": {"deadline_s": "3h"},
+                "task_s": {"small": 600, "fast": 200},
+            }
+        )
+    )
+    out = tmp_path / "out"
+    args = ["run", str(EXAMPLES / "service.yaml"), "--dry-run", "--out", str(out)]
+    done = CliRunner().invoke(
+        app, [*args, "--job", f"{due}@30m", "--job", str(EXAMPLES / "job.yaml")]
+    )
+    assert done.exit_code == 0, done.output
+    # In order of arrival, each its own run directory with its report.
+    budget_report = yaml.safe_load((out / "1-sweep-a" / "report.json").read_text())
+    deadline_report = yaml.safe_load((out / "2-due" / "report.json").read_text())
+    assert budget_report["tasks_done"] == 120
+    assert budget_report["cost"] <= 40
+    assert deadline_report["mode"] == "deadline"
+    assert deadline_report["jobs_met_deadline"] == 1
+    rows = [
+        line.split()
+        for line in done.output.splitlines()
+        if line.split()[:1] in (["sweep-a"], ["due"])
+    ]
+    assert [r[0] for r in rows] == ["sweep-a", "due"]
+    assert rows[1][1:3] == ["1800", "s"]
+    bad = CliRunner().invoke(app, [*args, "--job", f"{due}@soon"])
+    assert bad.exit_code == 2
+    assert "the arrival after @ must be a duration" in bad.output
