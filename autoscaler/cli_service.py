@@ -193,7 +193,8 @@ def jobs(
         return
     table = Table(box=None, header_style="bold")
     for col in ("id", "name", "state", "tasks done", "spend / budget", "finish / deadline"):
-        table.add_column(col)
+        table.add_column(col, no_wrap=True)
+    table.add_column("why it stopped", overflow="ellipsis", no_wrap=True, max_width=48)
     for j in answer["jobs"]:
         finish = _when(j.get("predicted_finish_at"))
         deadline = j.get("deadline_at")
@@ -205,10 +206,11 @@ def jobs(
         table.add_row(
             j["id"],
             j["name"],
-            j["state"] + (f" ({j['stop_reason']})" if j.get("stop_reason") else ""),
+            j["state"],
             f"{j['done']}/{j['tasks']}" + (f" ({j['failed']} failed)" if j["failed"] else ""),
             f"{_money(j['spend'])} / {_money(j.get('budget'))}",
             f"{finish} / {_when(deadline)}{late}",
+            j.get("stop_reason") or "",
         )
     _out.print(table)
 

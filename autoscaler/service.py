@@ -41,6 +41,7 @@ from autoscaler.state import RunState
 
 DB_FILE = "service.db"
 LOCK_FILE = "service.lock"
+LOG_FILE = "service.log.jsonl"
 JOBS_DIR = "jobs"
 HISTORY_POINTS = 600
 """At most this many points of a job's history are kept (thinned when full)."""
@@ -343,6 +344,8 @@ class Service:
         self._pump: threading.Thread | None = None
         self._lock_fd: int | None = None
         self.store: Store | None = None
+        self.log: Any = None
+        self._log_file: Any = None
         self.on_job_end: Callable[[Service, str], None] | None = None
 
     # --- open and close ---------------------------------------------------------------
@@ -365,7 +368,12 @@ class Service:
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._lock_fd = fd
         (self.state_dir / JOBS_DIR).mkdir(exist_ok=True)
+        from autoscaler.runs import json_logger
+
+        self._log_file = (self.state_dir / LOG_FILE).open("a", encoding="utf-8")
+        self.log = json_logger(self._log_file).bind(service=self.config.name)
         self.store = Store(self.state_dir / DB_FILE)
+        self.log.info("service start", pid=os.getpid(), provider=self.config.provider)
         self._pump = threading.Thread(target=self._pump_loop, name="service-pump", daemon=True)
         self._pump.start()
 
@@ -390,6 +398,12 @@ class Service:
                 self.on_job_end(self, "")
         if self.store is not None:
             self.store.close()
+        if self.log is not None:
+            self.log.info(
+                "service stop", interrupted=[r.job_id for r in runners] if interrupt else []
+            )
+            self._log_file.close()
+            self.log = None
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
@@ -436,6 +450,16 @@ class Service:
             return run_dir if run_dir is not None else self.state_dir / JOBS_DIR / job_id
 
         job_id = self._store.add(cfg.name, cfg, tasks, self.clock(), where, run_id, seed)
+        if self.log is not None:
+            self.log.info(
+                "job submitted",
+                job=job_id,
+                name=cfg.name,
+                tasks=len(tasks),
+                mode="deadline" if cfg.deadline_mode else "budget",
+                budget=cfg.constraint.budget,
+                deadline_s=cfg.constraint.deadline_s,
+            )
         with self._cond:
             self._cond.notify_all()
         return job_id
@@ -445,6 +469,8 @@ class Service:
         releases its machines and writes its report."""
         self._store.row(job_id)  # the job exists
         self._store.log_update(job_id, self.clock(), "cancel", {})
+        if self.log is not None:
+            self.log.info("job cancel", job=job_id)
         with self._cond:
             row = self._store.row(job_id)
             runner = self._runners.get(job_id)
@@ -489,6 +515,7 @@ class Service:
             raise AutoscalerError(
                 f"job {job_id} runs under a budget, not a deadline: update its --budget"
             )
+        change = {"budget": budget, "deadline_s": deadline_s}
         with self._cond:
             runner = self._runners.get(job_id)
             if runner is not None:
@@ -498,10 +525,12 @@ class Service:
                         f"budget {budget:.2f} is below the {view['spend']:.2f} job {job_id} "
                         "has committed already"
                     )
-                self._store.log_update(
-                    job_id, self.clock(), "update", {"budget": budget, "deadline_s": deadline_s}
-                )
                 daemon = runner.daemon
+                if getattr(daemon, "timeline", None) is None or not view:
+                    raise AutoscalerError(f"job {job_id} is starting: update it in a moment")
+                self._store.log_update(job_id, self.clock(), "update", change)
+                if self.log is not None:
+                    self.log.info("job update", job=job_id, **change)
                 if budget is not None:
                     daemon.tell(BudgetSet(budget, "updated by the user"))
                 else:
@@ -511,9 +540,9 @@ class Service:
                         daemon.tell(DeadlineSet(job.name, at, "updated by the user"))
                 return self.view(job_id)
             # Not started yet: the journaled config changes.
-            self._store.log_update(
-                job_id, self.clock(), "update", {"budget": budget, "deadline_s": deadline_s}
-            )
+            self._store.log_update(job_id, self.clock(), "update", change)
+            if self.log is not None:
+                self.log.info("job update", job=job_id, **change)
             cfg = _with_constraint(cfg, budget, deadline_s)
             with self._store._tx() as db:
                 db.execute(
@@ -720,6 +749,8 @@ class Service:
             if store.row(row.id).state in ENDED or self._closing:
                 return  # cancelled (or the service stops) while it was being started
             store.set_state(row.id, RUNNING, started_at=row.started_at or self.clock())
+            if self.log is not None:
+                self.log.info("job start", job=row.id, run_dir=str(run_dir), resume=resume)
             self._runners[row.id] = runner
             runner.thread.start()
 
@@ -760,6 +791,15 @@ class Service:
             view["stop_reason"] = f"daemon error: {error}"
         view["history"] = runner.history
         with self._cond:
+            if self.log is not None:
+                self.log.info(
+                    "job " + ended,
+                    job=runner.job_id,
+                    done=view.get("done"),
+                    tasks=view.get("tasks"),
+                    cost=view.get("cost"),
+                    stop_reason=view.get("stop_reason"),
+                )
             if ended == INTERRUPTED:
                 self._store.set_state(runner.job_id, INTERRUPTED)
             else:
