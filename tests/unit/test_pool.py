@@ -7,10 +7,21 @@ from pathlib import Path
 
 import pytest
 
+from autoscaler.config.load import expand_bag
 from autoscaler.config.schema import Emulator as EmulatorModel
+from autoscaler.config.schema import RunConfig
 from autoscaler.deadline_control import DeadlineController, DeadlineSettings
 from autoscaler.emulator import Emulator
-from autoscaler.journal import JsonlJournal, Record, SqliteJournal, decode, encode, replay
+from autoscaler.errors import AutoscalerError
+from autoscaler.journal import (
+    JOURNAL_DB,
+    JsonlJournal,
+    Record,
+    SqliteJournal,
+    decode,
+    encode,
+    replay,
+)
 from autoscaler.model import (
     Action,
     Assign,
@@ -21,11 +32,14 @@ from autoscaler.model import (
     Release,
     Shutdown,
     Stop,
+    TaskSpec,
     TaskState,
 )
 from autoscaler.providers.base import Capabilities
-from autoscaler.runs import added_job
+from autoscaler.rundir import RunFiles, rebuild_state
+from autoscaler.runs import added_job, new_state
 from autoscaler.state import RunState, StateError
+from tests.conftest import make_config
 from tests.unit.test_deadline_control import HOURLY, _types, _World, finish_and_late
 
 APP = {"m": 60.0, "l": 30.0, "x": 15.0}
@@ -226,3 +240,72 @@ def test_a_pool_replays_from_its_first_jobs_and_its_journal() -> None:
     assert fresh.segments == live.segments
     assert fresh.forecasts == live.forecasts
     assert fresh.over
+
+
+# --- the run directory: the tasks file and the journal after a kill ------------------------
+
+
+def _pool_config() -> RunConfig:
+    return make_config(
+        bag=None,
+        constraint=None,
+        jobs=[
+            {
+                "name": "a",
+                "bag": {"synthetic": 4},
+                "constraint": {"deadline_s": 1200},
+                "task_s": {"slow": 60, "fast": 20},
+            }
+        ],
+        deadline={"keep_open": True},
+    )
+
+
+def test_a_resumed_pool_knows_its_added_tasks_once_and_drops_those_never_journaled(
+    tmp_path: Path,
+) -> None:
+    cfg = _pool_config()
+    run_dir = tmp_path / "run"
+    files = RunFiles.create(cfg, expand_bag(cfg), run_dir, "pool-1", seed=3)
+    journal = SqliteJournal(run_dir / JOURNAL_DB)
+    journal.set_meta(**files.journal_meta())
+    live = new_state(cfg, len(files.tasks), files.seed)
+    spec = JobSpec("b", 0, 3, 0.0, 900.0, None, {"fast": 20.0})
+    event = added_job(spec, live.n_tasks, 50.0, files.seed)
+    files.add_tasks("b", [TaskSpec(4 + i, f"echo {i}", {}, 30.0) for i in range(3)])
+    live.apply(50.0, event)
+    journal.step(50.0, [event], [])
+    # Killed after writing a job's tasks, before journaling it: the journal never took it.
+    files.add_tasks("c", [TaskSpec(7, "echo lost", {})])
+    journal.close()
+
+    again = RunFiles.open(run_dir)
+    assert again.config_tasks == 4
+    assert len(again.tasks) == 8
+    journal = SqliteJournal(run_dir / JOURNAL_DB)
+    try:
+        rebuilt = rebuild_state(again, journal)
+    finally:
+        journal.close()
+    assert rebuilt.n_tasks == live.n_tasks == 7
+    assert rebuilt.jobs == live.jobs
+    assert list(rebuilt.pending) == list(live.pending)
+    assert rebuilt.task_state == live.task_state
+    assert len(again.tasks) == 8  # reading changes nothing
+    again.keep_tasks(rebuilt.n_tasks)  # the resuming daemon's part
+    assert [t.id for t in again.tasks] == list(range(7))
+    final = RunFiles.open(run_dir)
+    assert [(t.id, t.command, t.timeout_s) for t in final.tasks[4:]] == [
+        (4, "echo 0", 30.0),
+        (5, "echo 1", 30.0),
+        (6, "echo 2", 30.0),
+    ]
+    assert final.config_tasks == 4
+
+
+def test_added_tasks_must_follow_on_from_the_last(tmp_path: Path) -> None:
+    cfg = _pool_config()
+    files = RunFiles.create(cfg, expand_bag(cfg), tmp_path / "run", "pool-2", seed=3)
+    with pytest.raises(AutoscalerError):
+        files.add_tasks("b", [TaskSpec(5, "echo", {})])
+    assert len(files.tasks) == 4
