@@ -77,9 +77,11 @@ def test_a_job_added_to_a_live_pool_runs_on_its_machines_and_the_pool_ends_on_sh
     thread.start()
     try:
         wait_for(
-            lambda: hasattr(daemon, "state")
-            and any(m.state is MachineState.READY for m in daemon.state.machines.values())
-            and daemon.state.done >= 5,
+            lambda: (
+                hasattr(daemon, "state")
+                and any(m.state is MachineState.READY for m in daemon.state.machines.values())
+                and daemon.state.done >= 5
+            ),
             120,
             "the pool's machines never ran the first job",
         )
