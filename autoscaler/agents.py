@@ -45,6 +45,12 @@ class Agents:
     task_means: Sequence[JobMeans | None] = ()  # per task id, its job's (config.load.task_means)
     parked: dict[str, Poll] = field(default_factory=dict)  # an idle agent's poll, by machine
 
+    def add_means(self, means: Sequence[JobMeans | None]) -> None:
+        """Tasks added to the run (a job for a pool): their jobs' mean task times."""
+        if len(self.task_means) < len(self.tasks) - len(means):
+            self.task_means = [*self.task_means, *[None] * (len(self.tasks) - len(means))]
+        self.task_means = [*self.task_means, *means]
+
     def poll_events(self, state: RunState, poll: Poll, seen: set[tuple[str, int]]) -> list[Event]:
         """The events a poll brings: the machine's first report, results not yet counted.
 

@@ -18,6 +18,10 @@ adopts the machines of its run that still run, lets the provider launch again th
 launches it had journaled without seeing their result (idempotent per token), and
 terminates strays.
 
+A deadline pool (``deadline.keep_open``) takes jobs while it runs (``Daemon.add_job``,
+from any thread): their tasks are written to the run's tasks file, then the job is
+journaled (``JobAdded``) and planned in one step, and the caller learns its task ids.
+
 The parts: ``rundir`` (the run directory and its lock), ``machines`` (provider and SSH
 calls on worker threads), ``agents`` (polls to events, the state to answers), ``leases``
 (the lease and clock arithmetic), ``metrics`` (Prometheus gauges). This module is the
@@ -27,12 +31,14 @@ loop that ties them together.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import queue
 import random
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -44,7 +50,9 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from autoscaler.agents import Agents, lost_contact
 from autoscaler.config.load import task_means
+from autoscaler.config.schema import JobMeans
 from autoscaler.controller import Controller
+from autoscaler.deadline_control import DeadlineController
 from autoscaler.dispatch import Dispatcher, Poll
 from autoscaler.errors import AutoscalerError
 from autoscaler.journal import JOURNAL_DB, SqliteJournal
@@ -70,7 +78,9 @@ from autoscaler.model import (
     Extend,
     Hold,
     Interrupted,
+    JobAdded,
     JobArrived,
+    JobSpec,
     Launch,
     LaunchFailed,
     MachineLaunched,
@@ -82,6 +92,7 @@ from autoscaler.model import (
     Resumed,
     Shutdown,
     Stop,
+    TaskSpec,
     Tick,
 )
 from autoscaler.providers.base import Provider, ProviderState
@@ -90,6 +101,7 @@ from autoscaler.registry import register
 from autoscaler.report import Report, build_report, write_report
 from autoscaler.rundir import OUTPUTS_FILE, RunFiles, rebuild_state, run_lock
 from autoscaler.runs import (
+    added_job,
     json_logger,
     log_action,
     make_controller,
@@ -137,7 +149,21 @@ class _Told:
     event: Event
 
 
+@dataclass(frozen=True, slots=True)
+class _Add:
+    """A job for the pool (``Daemon.add_job``), answered once it is journaled."""
+
+    job: JobSpec
+    tasks: tuple[TaskSpec, ...]
+    answer: Future[JobSpec]
+
+
 # --- the daemon ------------------------------------------------------------------------
+
+
+def _means(job: JobSpec) -> JobMeans | None:
+    """An added job's mean task times, as synthetic tasks run them (its known ``task_s``)."""
+    return JobMeans(job.name, dict(job.task_s)) if job.task_s else None
 
 
 @dataclass
@@ -187,6 +213,7 @@ class Daemon:
         self._signals = 0  # SIGINT/SIGTERM received; the second means: kill, do not wait
         self._killed = False
         self._workdir = cfg.local.workdir or self.files.run_dir / "work"
+        self._answers: list[tuple[Future[JobSpec], JobSpec]] = []  # jobs added, not answered
 
     def now(self) -> float:
         """Run time (emulated seconds) now."""
@@ -197,6 +224,17 @@ class Daemon:
         ``DeadlineSet`` of a user's update, ``Shutdown`` to cancel, ``Interrupted`` to
         stop it resumably. It is journaled and stepped like any other."""
         self._inbox.put(_Told(event))
+
+    def add_job(self, job: JobSpec, tasks: Sequence[TaskSpec]) -> Future[JobSpec]:
+        """Add a job to a live deadline-mode run (a pool, ``deadline.keep_open``), from
+        any thread: ``tasks`` (their ids do not matter) become the job's, numbered on from
+        the run's last; ``job`` gives its name, absolute ``deadline`` (run time), budget
+        and known ``task_s`` (its ``first``, ``count`` and ``at`` are the run's to set).
+        The answer is the job as journaled (its task ids ``first .. first + count - 1``),
+        or an ``AutoscalerError`` if the run cannot take it."""
+        answer: Future[JobSpec] = Future()
+        self._inbox.put(_Add(job, tuple(tasks), answer))
+        return answer
 
     # --- the run ------------------------------------------------------------------------
 
@@ -211,22 +249,21 @@ class Daemon:
         log_file = (files.run_dir / "log.jsonl").open("a", encoding="utf-8")
         self.log = json_logger(log_file).bind(run_id=files.run_id)
         outputs = (files.run_dir / OUTPUTS_FILE).open("a", encoding="utf-8")
-        self.agents = Agents(
-            cfg,
-            self.tasks,
-            self.runtimes,
-            self._workdir,
-            outputs,
-            self.log,
-            task_means=task_means(cfg, len(self.tasks)),
-        )
         self._workdir.mkdir(parents=True, exist_ok=True)
         self.journal = SqliteJournal(files.run_dir / JOURNAL_DB)
         if self.resume:
             self.state = rebuild_state(files, self.journal)
+            files.keep_tasks(self.state.n_tasks)
             gone = {m.id for m in self.state.machines.values() if not m.alive}
         else:
             self.state = new_state(cfg, len(self.tasks), files.seed)
+        means = task_means(cfg, len(self.tasks))
+        for job in self.state.jobs:
+            if job.first >= files.config_tasks:
+                means[job.first : job.first + job.count] = [_means(job)] * job.count
+        self.agents = Agents(
+            cfg, self.tasks, self.runtimes, self._workdir, outputs, self.log, task_means=means
+        )
         self.timeline = Timeline.resume(files.start_wall, time.time(), time.monotonic(), self.ts)
         host, port = files.address if files.address else (cfg.daemon.host, cfg.daemon.port)
         try:
@@ -421,6 +458,7 @@ class Daemon:
         seen: set[tuple[str, int]] = set()
         gone: set[str] = set()
         hard = False
+        adding: list[tuple[Future[JobSpec], JobSpec]] = []
         for item in items:
             match item:
                 case Poll():
@@ -464,11 +502,20 @@ class Daemon:
                     events.extend(self._told(told))
                 case _Arrivals(jobs=arrivals):
                     events.extend(a for a in arrivals if a.job not in self.state.arrived)
+                case _Add():
+                    added = self._add(item, [a for _, a in adding], events)
+                    if added is not None:
+                        events.append(added)
+                        adding.append((item.answer, added.job))
                 case Wake():
                     pass
         # MachineReady before the results of the same machine, as they happened.
         events.sort(key=lambda e: not isinstance(e, MachineLaunched | MachineReady))
+        self._answers.extend(adding)
         self._step(events, polls)
+        for answer, job in self._answers:
+            answer.set_result(job)
+        self._answers.clear()
         if hard:
             self._kill_now()
             self._terminate_all_now()
@@ -515,6 +562,36 @@ class Daemon:
                 return []
         self.log.info("told", kind=type(event).__name__, detail=repr(event))
         return [event]
+
+    def _add(self, item: _Add, batch: list[JobSpec], events: list[Event]) -> JobAdded | None:
+        """A job for the pool as its event, its tasks written to the run's tasks file (and
+        known to the agents) first; None, and the caller told why, if the run cannot take
+        it. ``batch``: jobs added in this step already (their tasks come first)."""
+        state, job = self.state, item.job
+        names = {j.name for j in (*state.jobs, *batch)}
+        why = None
+        if not isinstance(self.controller, DeadlineController):
+            why = "a budget-mode run takes no jobs"
+        elif state.stopped or state.shutdown or any(isinstance(e, Shutdown) for e in events):
+            why = "the run is ending"
+        elif job.name in names:
+            why = f"the run has a job named {job.name!r} already"
+        elif not item.tasks:
+            why = "a job needs at least one task"
+        if why is not None:
+            item.answer.set_exception(AutoscalerError(f"job {job.name!r} refused: {why}"))
+            return None
+        first = state.n_tasks + sum(j.count for j in batch)
+        count = len(item.tasks)
+        event = added_job(dataclasses.replace(job, count=count), first, self.now(), self.files.seed)
+        tasks = [dataclasses.replace(t, id=first + i) for i, t in enumerate(item.tasks)]
+        self.files.add_tasks(job.name, tasks)  # self.tasks, the agents' too
+        if any(t.command is None for t in tasks):
+            rng = random.Random(self.files.seed)
+            self.runtimes[:] = draw_runtimes(self.cfg.emulator, len(self.tasks), rng)
+        self.agents.add_means([_means(event.job)] * count)
+        self.log.info("job added", job=job.name, first=first, tasks=count, deadline=job.deadline)
+        return event
 
     def _boundary_event(self, mid: str) -> list[Event]:
         m = self.state.machines.get(mid)
@@ -637,6 +714,9 @@ class Daemon:
     def _finish(self, error: BaseException | None) -> None:
         """Whatever happened: no machine of this run outlives the daemon, unless it was
         handed over (the next daemon adopts them; their leases end them otherwise)."""
+        for answer, job in self._answers:
+            answer.set_exception(AutoscalerError(f"job {job.name!r}: the daemon ended"))
+        self._answers.clear()
         if self.handed_over and error is None:
             self.log.info("daemon end: handed over", committed=round(self.state.committed, 4))
             return

@@ -24,6 +24,11 @@ or extended that the budget (the sum of the jobs' budgets, when every job has on
 cannot pay; a plan the budget cannot pay is bought in part, the rest queued where it
 finishes first, and the lateness said with ``budget`` as what gave way.
 
+A pool (``keep_open``: the service's deadline jobs) takes new jobs while it runs
+(``JobAdded``: new tasks, planned at once like an arrival) and does not stop when its
+work is done: its machines go as idle machines do, and it ends on ``Shutdown`` (or waits
+after ``Interrupted``) only.
+
 No clock, no I/O: the emulator and the daemon drive it exactly as the budget
 controller (``controller.py``), whose ``_Step`` it shares.
 """
@@ -58,6 +63,7 @@ from autoscaler.model import (
     Event,
     Extend,
     Forecast,
+    JobAdded,
     JobArrived,
     JobSpec,
     Late,
@@ -102,6 +108,7 @@ class DeadlineSettings:
     z: float = 1.96  # a sampled job is planned on mean + z·σ/√n
     late_change: float = 0.1  # a lateness is said again when it changes by this share
     guard_z: float = 2.0  # plans and moves aim this many task-time sds before a deadline
+    keep_open: bool = False  # a pool: no Stop when the work is done; jobs join (JobAdded)
 
 
 class _DStep(_Step):
@@ -137,6 +144,7 @@ class DeadlineController:
                     boundaries.append(mid)
                 case (
                     JobArrived()
+                    | JobAdded()
                     | MachineLost()
                     | LaunchFailed()
                     | TaskFailed()
@@ -660,6 +668,8 @@ class DeadlineController:
 
     def _finish(self, s: _Step) -> None:
         state = s.state
+        if self.settings.keep_open:
+            return  # a pool ends on Shutdown or Interrupted only; idle machines go as above
         if state.finished:
             for m in list(state.alive_machines()):
                 s.do(Release(m.id, "every job finished"))

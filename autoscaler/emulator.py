@@ -14,6 +14,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from autoscaler.config.schema import JobMeans
 from autoscaler.controller import Controller
 from autoscaler.deadline_control import DeadlineController
 from autoscaler.errors import AutoscalerError
@@ -21,9 +22,12 @@ from autoscaler.model import (
     Action,
     Assign,
     BoundaryNear,
+    BudgetSet,
     Cancel,
+    DeadlineSet,
     Event,
     Extend,
+    JobAdded,
     JobArrived,
     Launch,
     LaunchFailed,
@@ -33,6 +37,7 @@ from autoscaler.model import (
     Move,
     Release,
     Replicate,
+    Shutdown,
     TaskDone,
     TaskFailed,
     Tick,
@@ -41,6 +46,7 @@ from autoscaler.providers.sim import SimProvider
 from autoscaler.state import RunState
 
 StepHook = Callable[[float, list[Event], list[Action], RunState], None]
+Told = JobAdded | Shutdown | BudgetSet | DeadlineSet
 
 
 @dataclass
@@ -121,6 +127,11 @@ class Emulator:
                 self._step(events)
         return self.state
 
+    def tell(self, when: float, event: Told) -> None:
+        """An owner's event at virtual time ``when`` (a job added to a pool, a user's
+        update, a shutdown), stepped like the world's."""
+        self._at(when, event)
+
     def _step(self, events: list[Event]) -> None:
         actions = self.controller.step(self.state, events, self.now)
         for action in actions:
@@ -170,7 +181,11 @@ class Emulator:
                 if i < len(queues):
                     self.state.enqueue(self._boxes[mid].queue, queues[i])
                 return item
-            case JobArrived():
+            case JobAdded(job=job):
+                means = JobMeans(job.name, dict(job.task_s)) if job.task_s else None
+                self.sim.add_tasks([means] * job.count)
+                return item
+            case JobArrived() | Shutdown() | BudgetSet() | DeadlineSet():
                 return item
         raise AutoscalerError(f"emulator: unknown scheduled item {item!r}")
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import IO, Any, Literal, Protocol
 
 from autoscaler.errors import AutoscalerError
-from autoscaler.model import ACTION_TYPES, EVENT_TYPES, Action, Event
+from autoscaler.model import ACTION_TYPES, EVENT_TYPES, Action, Event, JobSpec
 from autoscaler.state import RunState
 
 JOURNAL_DB = "journal.sqlite"
@@ -35,6 +35,8 @@ _TYPES: dict[str, dict[str, type[Any]]] = {
     "event": {c.__name__: c for c in EVENT_TYPES},
     "action": {c.__name__: c for c in ACTION_TYPES},
 }
+_NESTED: dict[str, type[Any]] = {"JobSpec": JobSpec}
+"""Records a field may hold, by the field's annotation: written as JSON objects."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -86,12 +88,14 @@ def kind_of(item: Event | Action) -> Kind:
     return "event" if isinstance(item, EVENT_TYPES) else "action"
 
 
-def fields(item: Event | Action) -> dict[str, Any]:
-    """The fields of an event or action as plain JSON values."""
+def fields(item: Any) -> dict[str, Any]:
+    """The fields of an event or action (or a record one holds) as plain JSON values."""
     return {f.name: _plain(getattr(item, f.name)) for f in dataclasses.fields(item)}
 
 
 def _plain(value: object) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return fields(value)
     if isinstance(value, tuple | list):
         return [_plain(v) for v in value]
     if isinstance(value, Mapping):
@@ -112,6 +116,10 @@ def decode(kind: str, type_name: str, data: str | dict[str, Any]) -> Event | Act
     values = json.loads(data) if isinstance(data, str) else data
     values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
     try:
+        for f in dataclasses.fields(cls):
+            nested = _NESTED.get(str(f.type))
+            if nested is not None and isinstance(values.get(f.name), dict):
+                values[f.name] = nested(**values[f.name])
         item: Event | Action = cls(**values)
     except TypeError as exc:
         raise JournalError(f"journal record {type_name} {values!r} does not fit: {exc}") from None

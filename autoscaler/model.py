@@ -195,6 +195,18 @@ class JobArrived:
     job: str
 
 
+@dataclass(frozen=True, slots=True)
+class JobAdded:
+    """A new job joins a live deadline-mode run now (the service's deadline pool): ``job``
+    owns ``job.count`` new tasks numbered from the run's task count (``job.first``), and
+    has arrived. ``order``: the order its tasks join the bag in, a permutation of its ids
+    (shuffled, as ``runs.new_state`` shuffles a job's tasks, by whoever makes the event:
+    the state decides nothing). The tasks' commands are the driver's business."""
+
+    job: JobSpec
+    order: tuple[int, ...]
+
+
 Event = (
     MachineLaunched
     | LaunchFailed
@@ -207,6 +219,7 @@ Event = (
     | Shutdown
     | BudgetSet
     | JobArrived
+    | JobAdded
     | DeadlineSet
     | Interrupted
     | Resumed
@@ -400,6 +413,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     Shutdown,
     BudgetSet,
     JobArrived,
+    JobAdded,
     DeadlineSet,
     Interrupted,
     Resumed,

@@ -34,6 +34,7 @@ from autoscaler.model import (
     Configure,
     Event,
     Hold,
+    JobAdded,
     JobSpec,
     Late,
     Launch,
@@ -96,6 +97,7 @@ def deadline_settings(cfg: RunConfig) -> DeadlineSettings:
         solver=cfg.solver,
         sample=d.sample,
         z=cfg.sampling.z,
+        keep_open=d.keep_open,
     )
 
 
@@ -159,6 +161,16 @@ def new_state(cfg: RunConfig, n_tasks: int, seed: int) -> RunState:
         paired=min(cfg.sampling.replicated, n) if cfg.sampling.mode == "compact" else 0,
         jobs=jobs,
     )
+
+
+def added_job(job: JobSpec, first: int, at: float, seed: int) -> JobAdded:
+    """``job`` joining a live pool at run time ``at`` with ``job.count`` tasks numbered
+    from ``first``; they leave the bag in an order shuffled by ``seed`` and the job's name,
+    as ``new_state`` shuffles a job's tasks."""
+    spec = dataclasses.replace(job, first=first, at=at)
+    order = list(range(first, first + job.count))
+    random.Random(f"{seed}:{job.name}").shuffle(order)
+    return JobAdded(spec, tuple(order))
 
 
 def make_emulator(

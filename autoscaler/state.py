@@ -34,6 +34,7 @@ from autoscaler.model import (
     Forecast,
     Hold,
     Interrupted,
+    JobAdded,
     JobArrived,
     JobSpec,
     Late,
@@ -413,6 +414,8 @@ class RunState:
                 self.awaiting_budget = False
             case JobArrived(job=name):
                 self.arrived.add(self.job_named(name).name)
+            case JobAdded(job=job, order=order):
+                self._add_job(job, order)
             case DeadlineSet(job=name, deadline=deadline):
                 old = self.job_named(name)
                 self.jobs = tuple(
@@ -424,6 +427,27 @@ class RunState:
                 self.shutdown = self.awaiting_budget = self.interrupted = False
             case Tick() | BoundaryNear():
                 pass
+
+    def _add_job(self, job: JobSpec, order: Sequence[int]) -> None:
+        """A new job's tasks join the run, arrived, at the end of the bag in ``order``.
+        The run's budget stays the sum of the jobs' budgets while every job has one."""
+        if job.first != self.n_tasks or job.count <= 0:
+            raise StateError(
+                f"job {job.name!r} adds tasks {job.first}..{job.first + job.count - 1}: "
+                f"the run's next task is {self.n_tasks}"
+            )
+        if sorted(order) != list(range(job.first, job.first + job.count)):
+            raise StateError(f"job {job.name!r}: the order must be a permutation of its tasks")
+        if any(j.name == job.name for j in self.jobs):
+            raise StateError(f"job {job.name!r} is in the run already")
+        self.n_tasks += job.count
+        self.task_state.extend([TaskState.PENDING] * job.count)
+        self.attempts.extend([0] * job.count)
+        self.pending.extend(order)
+        self.jobs = (*self.jobs, job)
+        self.arrived.add(job.name)
+        if self.budget is not None:
+            self.budget = None if job.budget is None else self.budget + job.budget
 
     def _unqueue_launch(self, token: str) -> None:
         """A launch is settled: tasks still held for machines it never made go back."""

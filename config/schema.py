@@ -386,6 +386,12 @@ class Deadline(_Model):
         description="a job without task_s runs this many tasks on every type before it is "
         "planned on their mean + z·sd/sqrt(n)",
     )
+    keep_open: bool = Field(
+        default=False,
+        description="a pool that takes jobs while it runs (the service's deadline jobs): it "
+        "does not stop when every task is done, releases idle machines at the end of their "
+        "paid time and ends only when shut down",
+    )
 
 
 # --- sampling and monitoring ----------------------------------------------------------

@@ -154,7 +154,7 @@ class SimProvider:
         self._clock = clock
         self.seed = model.seed if seed is None else seed
         self.runtimes = draw_runtimes(model, n_tasks, random.Random(self.seed))
-        self._means: Sequence[JobMeans | None] = task_means or [None] * n_tasks
+        self._means: list[JobMeans | None] = list(task_means or [None] * n_tasks)
         self.machines: dict[str, SimMachine] = {}
         self._by_token: dict[str, list[str]] = {}
         self._launched: dict[str, int] = {}
@@ -210,6 +210,14 @@ class SimProvider:
 
     def boot_time(self, machine: str) -> float:
         return self._capabilities.boot_estimate_s.get(self.machines[machine].type, 0.0)
+
+    def add_tasks(self, means: Sequence[JobMeans | None]) -> None:
+        """Tasks numbered on from the last (a job added to a running pool), with their
+        job's mean task times; their runtimes are drawn as if they had been there from
+        the start (the same seed gives the same runtimes)."""
+        n = len(self.runtimes) + len(means)
+        self.runtimes = draw_runtimes(self._model, n, random.Random(self.seed))
+        self._means.extend(means)
 
     def run_time(self, task: int, machine: str) -> float:
         machine_type = self.machines[machine].type
