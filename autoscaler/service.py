@@ -83,6 +83,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     run_dir TEXT NOT NULL,
     run_id TEXT,
     seed INTEGER,
+    in_pool INTEGER NOT NULL DEFAULT 0,
     started_at REAL,
     ended_at REAL,
     final TEXT
@@ -111,6 +112,7 @@ class JobRow:
     final: dict[str, Any] | None
     run_id: str | None
     seed: int | None
+    in_pool: bool
 
 
 class Store:
@@ -193,7 +195,7 @@ class Store:
         with self._lock:
             cur = self._db.execute(
                 "SELECT id, name, submitted_at, state, config, n_tasks, run_dir, started_at, "
-                f"ended_at, final, run_id, seed FROM jobs {where} ORDER BY seq LIMIT ?",
+                f"ended_at, final, run_id, seed, in_pool FROM jobs {where} ORDER BY seq LIMIT ?",
                 (*args, limit),
             )
             raw = cur.fetchall()
@@ -211,6 +213,7 @@ class Store:
                 None if r[9] is None else json.loads(r[9]),
                 r[10],
                 r[11],
+                bool(r[12]),
             )
             for r in raw
         ]
@@ -303,6 +306,7 @@ class _Runner:
     history: list[list[float]] = field(default_factory=list)
     told: list[str] = field(default_factory=list)  # "cancel", "interrupt"
     last_point: float = 0.0
+    pool: Any = None  # the deadline pool the job shares (service_pool.Pool), if it does
 
     def record(self, view: dict[str, Any], now: float) -> None:
         self.view = view
@@ -338,6 +342,7 @@ class Service:
         self.started_at = clock()
         self._cond = threading.Condition()
         self._runners: dict[str, _Runner] = {}
+        self._pool: Any = None  # service_pool.Pool, once a deadline job shares it
         self._starting: set[str] = set()  # picked by the pump, being started
         self._ended_states: dict[str, tuple[RunState, float, float]] = {}
         self._closing = False
@@ -384,13 +389,22 @@ class Service:
             self._closing = True
             runners = list(self._runners.values())
             self._cond.notify_all()
+        told: set[int] = set()
         for r in runners:
             if interrupt:
                 r.told.append("interrupt")
-                r.daemon.tell(Interrupted("the service stops"))
+                if id(r.daemon) not in told:  # the pool's jobs share one daemon
+                    told.add(id(r.daemon))
+                    r.daemon.tell(Interrupted("the service stops"))
         for r in runners:
             if r.thread is not None:
                 r.thread.join()
+        pool = self._pool
+        if pool is not None:
+            if interrupt and id(pool.daemon) not in told:
+                pool.daemon.tell(Interrupted("the service stops"))
+            if pool.thread is not None:
+                pool.thread.join()
         if self._pump is not None:
             self._pump.join()
         if self.on_job_end is not None and self.store is not None:
@@ -480,6 +494,11 @@ class Service:
                     self._store.set_state(job_id, CANCELLED, ended_at=self.clock(), final=final)
                     self._cond.notify_all()
                 return self.view(job_id)
+            if runner.pool is not None:
+                raise AutoscalerError(
+                    f"job {job_id} shares the deadline pool's machines with other jobs: "
+                    "cancelling one shared job is not supported yet; it runs to its end"
+                )
             runner.told.append("cancel")
         runner.daemon.tell(Shutdown("cancelled by the user"))
         return self.view(job_id)
@@ -526,6 +545,13 @@ class Service:
                         "has committed already"
                     )
                 daemon = runner.daemon
+                if runner.pool is not None:
+                    view = runner.pool.views.get(job_id, {})
+                    if budget is not None:
+                        raise AutoscalerError(
+                            f"job {job_id} has no budget of its own: it shares the deadline "
+                            "pool's machines (submit a job with a budget to hold one)"
+                        )
                 if getattr(daemon, "timeline", None) is None or not view:
                     raise AutoscalerError(f"job {job_id} is starting: update it in a moment")
                 self._store.log_update(job_id, self.clock(), "update", change)
@@ -536,8 +562,11 @@ class Service:
                 else:
                     assert deadline_s is not None
                     at = daemon.now() + deadline_s
-                    for job in daemon.state.jobs:
-                        daemon.tell(DeadlineSet(job.name, at, "updated by the user"))
+                    names = (
+                        [job_id] if runner.pool is not None else [j.name for j in daemon.state.jobs]
+                    )
+                    for name in names:
+                        daemon.tell(DeadlineSet(name, at, "updated by the user"))
                 return self.view(job_id)
             # Not started yet: the journaled config changes.
             self._store.log_update(job_id, self.clock(), "update", change)
@@ -560,15 +589,18 @@ class Service:
 
     def _view(self, row: JobRow, history: bool) -> dict[str, Any]:
         runner = self._runners.get(row.id)
+        live = runner.view if runner is not None else None
+        if runner is not None and runner.pool is not None:
+            live = runner.pool.views.get(row.id)
         if row.final is not None:
             body = dict(row.final)
-        elif runner is not None and runner.view:
-            body = dict(runner.view)
+        elif live:
+            body = dict(live)
         else:
             body = _queued_view(row)
         hist = body.pop("history", None)
         if runner is not None:
-            hist = runner.history
+            hist = runner.history if runner.pool is None else runner.pool.histories.get(row.id)
         out: dict[str, Any] = {
             "id": row.id,
             "name": row.name,
@@ -623,9 +655,18 @@ class Service:
         """The cost per UTC day, per job and per machine type, of every job that ran
         (``reports/daily/YYYY-MM-DD.json`` and ``.md``); the files written."""
         from autoscaler.daily import JobRun, daily_costs, write_daily_reports
+        from autoscaler.service_pool import POOL_DIR
 
         records = []
-        for row in self._store.rows("WHERE started_at IS NOT NULL"):
+        pooled = self._store.rows("WHERE in_pool = 1")
+        if pooled:  # one shared run: each job's share of each machine, by its tasks' seconds
+            got = self._run_dir_state(self.state_dir / POOL_DIR)
+            if got is not None:
+                state, start_wall, ts = got
+                records += [
+                    JobRun(row.id, row.name, state, start_wall, ts, job=row.id) for row in pooled
+                ]
+        for row in self._store.rows("WHERE started_at IS NOT NULL AND in_pool = 0"):
             got = self._report_state(row)
             if got is not None:
                 state, start_wall, ts = got
@@ -637,23 +678,28 @@ class Service:
     def _report_state(self, row: JobRow) -> tuple[RunState, float, float] | None:
         """A job's state for the cost reports: its final one, else read from its journal
         (a running job's, as far as it is written)."""
+        if row.id in self._ended_states:
+            return self._ended_states[row.id]
+        got = self._run_dir_state(row.run_dir)
+        if got is not None and row.state in ENDED:
+            self._ended_states[row.id] = got
+        return got
+
+    @staticmethod
+    def _run_dir_state(run_dir: Path) -> tuple[RunState, float, float] | None:
+        """A run's state as its journal has it (a live run's too: read only)."""
         from autoscaler.journal import JOURNAL_DB, SqliteJournal
         from autoscaler.rundir import RunFiles, rebuild_state
 
-        if row.id in self._ended_states:
-            return self._ended_states[row.id]
-        if not (row.run_dir / JOURNAL_DB).is_file():
+        if not (run_dir / JOURNAL_DB).is_file():
             return None
-        files = RunFiles.open(row.run_dir)
-        journal = SqliteJournal(row.run_dir / JOURNAL_DB)
+        files = RunFiles.open(run_dir)
+        journal = SqliteJournal(run_dir / JOURNAL_DB)
         try:
             state = rebuild_state(files, journal)
         finally:
             journal.close()
-        got = (state, files.start_wall, files.cfg.time_scale)
-        if row.state in ENDED:
-            self._ended_states[row.id] = got
-        return got
+        return state, files.start_wall, files.cfg.time_scale
 
     # --- the pump: start what can start, reap what ended -----------------------------
 
@@ -708,7 +754,12 @@ class Service:
         from autoscaler.journal import JOURNAL_DB
         from autoscaler.rundir import RunFiles
         from autoscaler.runs import new_run_id
+        from autoscaler.service_pool import shares_the_pool
 
+        sharing = self.shared and self.config.settings.share_deadline_jobs
+        if sharing and (row.in_pool or shares_the_pool(row.config)):
+            self._start_in_pool(row)
+            return
         store = self._store
         run_dir = row.run_dir
         resumed: str | None = None
@@ -753,6 +804,102 @@ class Service:
                 self.log.info("job start", job=row.id, run_dir=str(run_dir), resume=resume)
             self._runners[row.id] = runner
             runner.thread.start()
+
+    # --- the deadline pool: deadline jobs without a budget share its machines ----------
+
+    def store_row(self, job_id: str) -> JobRow:
+        return self._store.row(job_id)
+
+    def _start_in_pool(self, row: JobRow) -> None:
+        """Join the deadline pool (making or resuming it first if need be)."""
+        pool = self._pool
+        joined = row.in_pool
+        if pool is None:
+            pool, joined = self._open_pool(row)
+        if not joined:
+            pool.add(row, self._store.tasks(row.id))
+        with self._cond:
+            if self._store.row(row.id).state in ENDED or self._closing:
+                return
+            self._store.set_state(
+                row.id, RUNNING, started_at=row.started_at or self.clock(), in_pool=1
+            )
+            if self.log is not None:
+                self.log.info("job start", job=row.id, pool=str(pool.run_dir), joined=not joined)
+            pool.jobs.add(row.id)
+            self._runners[row.id] = _Runner(row.id, pool.daemon, pool=pool)
+
+    def _open_pool(self, row: JobRow) -> tuple[Any, bool]:
+        """The pool, resumed from its directory or made with ``row`` as its first job;
+        and whether ``row`` is in it already."""
+        from autoscaler.daemon import Daemon
+        from autoscaler.journal import JOURNAL_DB
+        from autoscaler.rundir import RunFiles
+        from autoscaler.runs import new_run_id
+        from autoscaler.service_pool import POOL_DIR, Pool, pool_config
+
+        pool_dir = self.state_dir / POOL_DIR
+        if (pool_dir / JOURNAL_DB).is_file():
+            files = RunFiles.open(pool_dir)
+            resume, joined = True, row.in_pool
+        else:
+            if pool_dir.exists():
+                shutil.rmtree(pool_dir)  # a start cut short before its journal
+            cfg = _for_the_service(
+                pool_config(row.config, row.id), self.config.settings.max_running_jobs
+            )
+            seed = cfg.emulator.seed
+            files = RunFiles.create(cfg, self._store.tasks(row.id), pool_dir, new_run_id(cfg), seed)
+            resume, joined = False, True
+        pool = Pool(self, files, None)
+        pool.daemon = Daemon(
+            files,
+            resume=resume,
+            progress=pool.progress,
+            install_signals=False,
+            resumed="the service started again",
+            plots=self.config.settings.plots,
+        )
+        pool.thread = threading.Thread(
+            target=self._run_pool, args=(pool,), name="deadline-pool", daemon=True
+        )
+        self._pool = pool
+        pool.thread.start()
+        return pool, joined
+
+    def pool_job_ended(self, job_id: str, view: dict[str, Any]) -> None:
+        """A pool job's every task is done or failed (from the pool daemon's thread)."""
+        ended = DONE
+        with self._cond:
+            self._store.set_state(job_id, ended, ended_at=self.clock(), final=view)
+            self._runners.pop(job_id, None)
+            if self.log is not None:
+                self.log.info("job done", job=job_id, done=view["done"], cost=view["cost"])
+            self._cond.notify_all()
+        if self.on_job_end is not None:
+            with contextlib.suppress(Exception):
+                self.on_job_end(self, job_id)
+
+    def _run_pool(self, pool: Any) -> None:
+        """The pool's thread: its daemon until the service stops it (or it breaks)."""
+        error = None
+        try:
+            outcome = pool.daemon.run()
+            interrupted = outcome.state.interrupted
+        except Exception as exc:
+            error = str(exc) if isinstance(exc, AutoscalerError) else repr(exc)
+            interrupted = False
+        with self._cond:
+            for job_id in sorted(pool.jobs):
+                if interrupted:
+                    self._store.set_state(job_id, INTERRUPTED)
+                else:
+                    view = {**pool.views.get(job_id, {}), "history": []}
+                    view["stop_reason"] = f"the deadline pool ended: {error or 'stopped'}"
+                    self._store.set_state(job_id, FAILED, ended_at=self.clock(), final=view)
+                self._runners.pop(job_id, None)
+            self._pool = None
+            self._cond.notify_all()
 
     def _run(self, runner: _Runner, files: Any) -> None:
         """A job's thread: its daemon from start to end, then its outcome in the store."""

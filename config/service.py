@@ -45,6 +45,11 @@ class ServiceSettings(_Model):
     )
     host: str = Field(default="127.0.0.1", description="the API's address (loopback)")
     port: int = Field(default=0, ge=0, le=65535, description="0: any free port")
+    share_deadline_jobs: bool = Field(
+        default=True,
+        description="deadline jobs without a budget of their own share machines in one "
+        "pool run (paper 002's multi-job planning); off: each job has its own machines",
+    )
     plots: bool = Field(
         default=True,
         description="each job's report with its plots (Gantt, spend); off: "

@@ -328,3 +328,95 @@ def test_run_with_a_service_config_runs_its_jobs_as_the_dry_run_predicts(tmp_pat
     first_b = min(t for t, _, _ in journal_rows(state_dir / "jobs" / "j2", "MachineLaunched"))
     assert first_b >= 0  # b's run starts at its own arrival
     assert (state_dir / "reports" / "daily").is_dir()
+
+
+def _deadline_job(name: str, tasks: int, deadline: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "bag": {"synthetic": tasks},
+        "constraint": {"deadline_s": deadline},
+        "task_s": {"small": 600, "fast": 200},
+    }
+
+
+def _pool_runs(state_dir: Path) -> dict[str, list[str]]:
+    """Per service job in the pool: the machines its tasks were done on, each marked
+    `before` or `after` the step the job joined."""
+    pool = state_dir / "pool"
+    rows = journal_rows(pool)
+    launched: dict[str, int] = {}
+    joined: dict[str, tuple[int, int, int]] = {}  # job -> (row, first, count)
+    for i, (_, kind, data) in enumerate(rows):
+        if kind == "MachineLaunched":
+            launched[data["machine"]] = i
+        elif kind == "JobAdded":
+            job = data["job"]
+            joined[job["name"]] = (i, job["first"], job["count"])
+    config = json.loads(
+        json.dumps(__import__("yaml").safe_load((pool / "config.yaml").read_text()))
+    )
+    first_job = (config["jobs"][0]["name"], 0)
+    out: dict[str, list[str]] = {}
+    for _, kind, data in rows:
+        if kind != "TaskDone":
+            continue
+        task, machine = data["task"], data["machine"]
+        owner, at = first_job, -1
+        for name, (row, first, count) in joined.items():
+            if first <= task < first + count:
+                owner, at = name, row
+        out.setdefault(owner, []).append("before" if launched[machine] < at else "after")
+    return out
+
+
+def test_deadline_jobs_share_the_pool_s_machines_and_survive_restarts(tmp_path: Path) -> None:
+    """Deadline jobs without a budget join one pool run: a job that arrives is planned
+    onto the machines already running first (paper 002, Algorithm 1). The pool is
+    interrupted by SIGTERM and resumed, and adopted after kill -9."""
+    config = service_config(tmp_path)
+    state_dir = tmp_path / "state"
+    svc = ServiceProcess(config, state_dir)
+    one = svc.submit(_deadline_job("one", 3, "3h"))
+    wait_for(lambda: svc.view(one)["done"] >= 1, 60, "the first job's first task")
+    two = svc.submit(_deadline_job("two", 2, "2h"))
+    refused = svc.cli("cancel", two)
+    assert refused.returncode == 2
+    assert "shares the deadline pool" in refused.stderr
+    try:
+        assert svc.cli("wait", one).returncode == 0
+        assert svc.cli("wait", two).returncode == 0
+        runs = _pool_runs(state_dir)
+        assert "before" in runs[two], f"the second job ran only on new machines: {runs}"
+        views = {v["id"]: v for v in svc.views()}
+        for job_id in (one, two):
+            report = json.loads((Path(views[job_id]["run_dir"]) / "report.json").read_text())
+            assert report["outcome"]["met_deadline"] is True
+            assert report["tasks_done"] == views[job_id]["tasks"]
+            assert report["cost"] == pytest.approx(views[job_id]["cost"])
+        # SIGTERM with a pool job running: machines released, the job kept, resumed.
+        three = svc.submit(_deadline_job("three", 12, "4h"))
+        wait_for(lambda: svc.view(three)["done"] >= 2, 60, "the third job's tasks")
+    finally:
+        assert svc.stop() == 0
+    assert stored_states(state_dir)[three] == "interrupted"
+    assert agents_of(run_id_of(state_dir / "pool")) == []
+    svc = ServiceProcess(config, state_dir)
+    try:
+        wait_for(lambda: svc.view(three)["state"] == "running", 30, "the pool to resume")
+        four = svc.submit(_deadline_job("four", 6, "4h"))
+        wait_for(lambda: svc.view(four)["done"] >= 1, 60, "the fourth job's tasks")
+        svc.kill9()
+        svc = ServiceProcess(config, state_dir)
+        assert svc.cli("wait", three, timeout=240).returncode in (0, 4)
+        assert svc.cli("wait", four, timeout=240).returncode in (0, 4)
+        done = done_counts(state_dir / "pool")
+        assert sorted(done) == list(range(3 + 2 + 12 + 6)), "a pool task never finished"
+        assert max(done.values()) == 1
+        twice = {t: r for t, r in successful_runs(state_dir / "pool").items() if len(r) > 1}
+        assert not twice
+    finally:
+        assert svc.stop() == 0
+    assert agents_of(run_id_of(state_dir / "pool")) == []
+    days = sorted((state_dir / "reports" / "daily").glob("*.json"))
+    billed = {j["id"] for p in days for j in json.loads(p.read_text())["jobs"]}
+    assert {one, two, three, four} <= billed
