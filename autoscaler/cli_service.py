@@ -212,7 +212,10 @@ def jobs(
             f"{finish} / {_when(deadline)}{late}",
             j.get("stop_reason") or "",
         )
-    _out.print(table)
+    from rich.console import Console
+
+    wide = _out if _out.is_terminal else Console(highlight=False, width=200)  # a pipe: whole lines
+    wide.print(table)
 
 
 @app.command()
@@ -409,7 +412,39 @@ def run_service_jobs(
     codes: list[int] = []
     if dry_run:
         from autoscaler.runs import dry_run as do_dry_run
+        from autoscaler.service_pool import pool_config, shares_the_pool
 
+        pooled = [item for item in loaded if shares_the_pool(item[3])]
+        if pooled and svc.settings.share_deadline_jobs:
+            # As the service runs them: one pool run, each job arriving at its time.
+            first = pooled[0][3]
+            data = pool_config(first, first.name).model_dump(mode="json")
+            data["deadline"]["keep_open"] = False
+            data["jobs"] = [
+                {**pool_config(cfg, cfg.name).model_dump(mode="json")["jobs"][0], "at": at}
+                for _path, at, _data, cfg, _tasks in pooled
+            ]
+            pool_cfg = RunConfig.model_validate(data)
+            pool_tasks = [t for item in pooled for t in item[4]]
+            pool_tasks = [TaskSpec(i, t.command, t.env) for i, t in enumerate(pool_tasks)]
+            result = do_dry_run(pool_cfg, pool_tasks, seed=seed, out_dir=out / "pool")
+            for (_path, at, _data, cfg, _tasks), j in zip(
+                pooled, getattr(result.report, "jobs", ()), strict=True
+            ):
+                outcome = "done" if j.met_deadline else ("late" if j.done == j.tasks else "stopped")
+                codes.append(EXIT_CODES[outcome])
+                table.add_row(
+                    cfg.name + " (pool)",
+                    f"{at:g} s",
+                    "deadline",
+                    str(j.tasks),
+                    str(j.done),
+                    f"{j.cost:.2f}",
+                    "-",
+                    f"{j.finish_s or 0:.0f} s",
+                    outcome,
+                )
+            loaded = [item for item in loaded if item not in pooled]
         for i, (_path, at, _data, cfg, tasks) in enumerate(loaded, 1):
             result = do_dry_run(cfg, tasks, seed=seed, out_dir=out / f"{i}-{cfg.name}")
             r = result.report
@@ -430,7 +465,11 @@ def run_service_jobs(
                 outcome + (f" ({r.stop_reason})" if r.stop_reason else ""),
             )
         _out.print(table)
-        _out.print(f"run directories: {out}/<n>-<job>", markup=False, soft_wrap=True)
+        _out.print(
+            f"run directories: {out}/<n>-<job> (and {out}/pool for deadline jobs that share)",
+            markup=False,
+            soft_wrap=True,
+        )
         return next((c for c in codes if c), 0)
     service = Service(svc, out / "service")
     _attach_daily_reports(service)

@@ -95,13 +95,13 @@ def test_jobs_run_to_their_reports_behind_a_token(tmp_path: Path) -> None:
         report = _report(b)
         assert_clean_end(Path(b["run_dir"]), report, 40)
         assert report["cost"] == pytest.approx(b["cost"])
-        d_report = _report(d)
+        d_report = _report(d)  # its line of the deadline pool's report
         assert d_report["mode"] == "deadline"
-        assert d_report["jobs_met_deadline"] == 1
+        assert d_report["outcome"]["met_deadline"] is True
         assert d["met_deadline"] is True
         assert d["deadline_at"] is not None
         assert d["predicted_finish_at"] is not None
-        _once_each(Path(d["run_dir"]), 30)
+        _once_each(Path(d_report["shared_run"]), 30)
         assert len(svc.view(budget_id)["history"]) >= 2  # progress over time was kept
 
         metrics = svc.client.call  # /metrics is text: read it raw
@@ -167,6 +167,7 @@ def test_bad_jobs_are_refused_by_field_and_the_service_carries_on(tmp_path: Path
 
 def test_update_and_cancel_reach_the_running_job(tmp_path: Path) -> None:
     svc = ServiceProcess(service_config(tmp_path, service={"max_running_jobs": 2}), tmp_path / "s")
+    pool = tmp_path / "s" / "pool"
     try:
         # Too small a budget for the bag: raised while it runs, it finishes.
         short = svc.submit(budget_job("short", 60, 12))
@@ -197,10 +198,11 @@ def test_update_and_cancel_reach_the_running_job(tmp_path: Path) -> None:
         before = svc.view(due)["deadline_at"]
         moved = svc.cli("update", due, "--deadline", "1h")
         assert moved.returncode == 0, moved.stderr
+        # A deadline job without a budget runs in the shared pool: journaled there.
         wait_for(
-            lambda: journal_rows(Path(svc.view(due)["run_dir"]), "DeadlineSet") != [],
+            lambda: [r[2]["job"] for r in journal_rows(pool, "DeadlineSet")] == [due],
             30,
-            "the new deadline in the journal",
+            "the new deadline in the pool's journal",
         )
         wait_for(lambda: svc.view(due)["deadline_at"] < before - 10, 30, "the new deadline")
         not_budget = svc.cli("update", short, "--deadline", "1h")
@@ -313,20 +315,18 @@ def test_run_with_a_service_config_runs_its_jobs_as_the_dry_run_predicts(tmp_pat
     assert real.returncode == 0, real.stdout + real.stderr
     state_dir = tmp_path / "real" / "service"
     assert stored_states(state_dir) == {"j1": "done", "j2": "done"}
-    reports = {}
-    for n, (job_id, name) in enumerate((("j1", "a"), ("j2", "b")), 1):
-        predicted = json.loads((tmp_path / "dry" / f"{n}-{name}" / "report.json").read_text())
-        actual = json.loads((state_dir / "jobs" / job_id / "report.json").read_text())
-        assert actual["tasks_done"] == predicted["tasks_done"]
-        reports[name] = (predicted, actual)
-    predicted, actual = reports["a"]
+    predicted = json.loads((tmp_path / "dry" / "1-a" / "report.json").read_text())
+    actual = json.loads((state_dir / "jobs" / "j1" / "report.json").read_text())
+    assert actual["tasks_done"] == predicted["tasks_done"]
     assert actual["cost"] == pytest.approx(predicted["cost"], rel=0.25)
-    # The deadline job: on time both ways. (Its real cost may exceed the dry run's: agents
-    # take real seconds to start, minutes at this time scale, and late work buys machines.)
-    for report in reports["b"]:
-        assert report["jobs_met_deadline"] == 1
-    first_b = min(t for t, _, _ in journal_rows(state_dir / "jobs" / "j2", "MachineLaunched"))
-    assert first_b >= 0  # b's run starts at its own arrival
+    # The deadline job shares the pool, in the dry run as in the service: on time both
+    # ways. (Its real cost may exceed the dry run's: agents take real seconds to start,
+    # minutes at this time scale, and work at risk buys machines.)
+    [b_predicted] = json.loads((tmp_path / "dry" / "pool" / "report.json").read_text())["jobs"]
+    b_actual = json.loads((state_dir / "jobs" / "j2" / "report.json").read_text())
+    assert b_predicted["met_deadline"] is True
+    assert b_actual["outcome"]["met_deadline"] is True
+    assert b_actual["tasks_done"] == b_predicted["done"] == 20
     assert (state_dir / "reports" / "daily").is_dir()
 
 

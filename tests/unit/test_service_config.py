@@ -172,18 +172,19 @@ def test_run_dry_runs_a_service_config_with_jobs_arriving_over_time(tmp_path: Pa
     assert done.exit_code == 0, done.output
     # In order of arrival, each its own run directory with its report.
     budget_report = yaml.safe_load((out / "1-sweep-a" / "report.json").read_text())
-    deadline_report = yaml.safe_load((out / "2-due" / "report.json").read_text())
+    # The deadline job without a budget runs in the pool run, as the service runs it.
+    pool_report = yaml.safe_load((out / "pool" / "report.json").read_text())
     assert budget_report["tasks_done"] == 120
     assert budget_report["cost"] <= 40
-    assert deadline_report["mode"] == "deadline"
-    assert deadline_report["jobs_met_deadline"] == 1
-    rows = [
-        line.split()
-        for line in done.output.splitlines()
-        if line.split()[:1] in (["sweep-a"], ["due"])
-    ]
-    assert [r[0] for r in rows] == ["sweep-a", "due"]
-    assert rows[1][1:3] == ["1800", "s"]
+    assert pool_report["mode"] == "deadline"
+    [due_outcome] = pool_report["jobs"]
+    assert due_outcome["name"] == "due"
+    assert due_outcome["at_s"] == 1800
+    assert due_outcome["met_deadline"] is True
+    rows = [line.split() for line in done.output.splitlines() if line.strip()]
+    rows = [r for r in rows if r[0] in ("sweep-a", "due")]
+    assert [r[0] for r in rows] == ["due", "sweep-a"]
+    assert rows[0][1:4] == ["(pool)", "1800", "s"]
     bad = CliRunner().invoke(app, [*args, "--job", f"{due}@soon"])
     assert bad.exit_code == 2
     assert "the arrival after @ must be a duration" in bad.output
