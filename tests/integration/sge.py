@@ -3,6 +3,7 @@
 The daemons are services started once by the set-up script (root, apt), not by the
 tests; the fixture only checks that the cluster answers and has the queues the tests
 use, and fails (CI) or skips (elsewhere) with the command to run when it does not.
+Beside it, what the tests of runs on it share: their run config and a look at qstat.
 """
 
 from __future__ import annotations
