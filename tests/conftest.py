@@ -13,13 +13,15 @@ import pytest
 from autoscaler.config.schema import RunConfig
 from autoscaler.registry import STATE_DIR_ENV
 
-# The integration tests' services as fixtures (moto, sshd, Grid Engine): registered here,
-# the top-level conftest, so test modules use them by name without importing them.
+# The integration tests' services as fixtures (moto, sshd, Grid Engine, the EC2 world, a
+# browser): registered here, the top-level conftest, so test modules use them by name
+# without importing them.
 pytest_plugins = (
     "tests.integration.services",
     "tests.integration.sge",
     "tests.integration.sshd",
     "tests.integration.browser",
+    "tests.integration.ec2_world",
 )
 
 

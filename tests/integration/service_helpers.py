@@ -47,6 +47,22 @@ def service_config(tmp: Path, **overrides: Any) -> Path:
     return path
 
 
+def service_config_from(run_config: Path, max_count: int | None = None, **settings: Any) -> Path:
+    """A run config file made a service's: its work (bag, constraint, jobs) left out, each
+    type's ``max_count`` capped (jobs side by side share a provider's room), and a
+    ``service:`` section of ``settings``; written beside it as ``service.yaml``."""
+    data = yaml.safe_load(run_config.read_text(encoding="utf-8"))
+    for work in ("bag", "constraint", "jobs"):
+        data.pop(work, None)
+    if max_count is not None:
+        for t in data["machine_types"]:
+            t["max_count"] = min(t["max_count"], max_count)
+    data["service"] = settings
+    path = run_config.parent / "service.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return path
+
+
 def budget_job(name: str, tasks: int = 40, budget: float = 30.0) -> dict[str, Any]:
     return {"name": name, "bag": {"synthetic": tasks}, "constraint": {"budget": budget}}
 

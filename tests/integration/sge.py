@@ -3,6 +3,7 @@
 The daemons are services started once by the set-up script (root, apt), not by the
 tests; the fixture only checks that the cluster answers and has the queues the tests
 use, and fails (CI) or skips (elsewhere) with the command to run when it does not.
+Beside it, what the tests of runs on it share: their run config and a look at qstat.
 """
 
 from __future__ import annotations
@@ -11,14 +12,18 @@ import os
 import shutil
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from autoscaler.providers.sge import (
     SGE_CELL,
     SGE_ROOT,
     CommandResult,
     delete_jobs,
+    list_tagged,
     run_command,
 )
 from autoscaler.providers.sge_output import parse_qsub
@@ -65,3 +70,35 @@ def sge(monkeypatch: pytest.MonkeyPatch) -> Iterator[GridEngine]:
     yield cluster
     if cluster.submitted:
         delete_jobs(cluster.submitted)
+
+
+def sge_config(tmp: Path, tasks: int) -> Path:
+    """Two machine types on the two queues; tasks of ~4 s, one-minute ATUs."""
+    data: dict[str, Any] = {
+        "name": "sge-it",
+        "bag": {"synthetic": tasks},
+        "constraint": {"budget": 20},
+        "machine_types": [
+            {"name": "small", "price": 1, "max_count": 3, "boot_s": "5s"},
+            {"name": "large", "price": 2, "max_count": 3, "boot_s": "5s"},
+        ],
+        "billing": {"mode": "fixed", "atu_s": "1m"},
+        "provider": "sge",
+        "sge": {"types": {"small": {"queue": "as_small.q"}, "large": {"queue": "as_large.q"}}},
+        "monitoring_interval_s": "10s",
+        "tail_replication": False,
+        "daemon": {"heartbeat_s": 0.5, "lost_after_s": 5, "orphan_after_s": 30},
+        "emulator": {
+            "seed": 2,
+            "runtime": {"dist": "normal", "mean_s": "4s", "sd_s": "1s"},
+            "speed": {"small": 1, "large": 2},
+        },
+    }
+    path = tmp / "run.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return path
+
+
+def jobs_of(run_id: str) -> dict[str, tuple[str, str]]:
+    """Machine -> (job id, Grid Engine state) of the run's jobs qstat lists now."""
+    return {j.machine: (j.job_id, j.state) for j in list_tagged() if j.run_id == run_id}

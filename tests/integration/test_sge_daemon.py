@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from autoscaler.providers.sge import delete_jobs, list_tagged, run_command
+from autoscaler.providers.sge import delete_jobs, run_command
 from autoscaler.providers.sge_output import job_name
 from tests.integration.daemon_helpers import (
     assert_deadline_end,
@@ -32,38 +32,11 @@ from tests.integration.daemon_helpers import (
     successful_runs,
     wait_for,
 )
-from tests.integration.sge import GridEngine
+from tests.integration.sge import GridEngine, jobs_of, sge_config
 
 pytestmark = pytest.mark.integration
 
 RUN_TIMEOUT_S = 150.0
-
-
-def sge_config(tmp: Path, tasks: int) -> Path:
-    """Two machine types on the two queues; tasks of ~4 s, one-minute ATUs."""
-    data: dict[str, Any] = {
-        "name": "sge-it",
-        "bag": {"synthetic": tasks},
-        "constraint": {"budget": 20},
-        "machine_types": [
-            {"name": "small", "price": 1, "max_count": 3, "boot_s": "5s"},
-            {"name": "large", "price": 2, "max_count": 3, "boot_s": "5s"},
-        ],
-        "billing": {"mode": "fixed", "atu_s": "1m"},
-        "provider": "sge",
-        "sge": {"types": {"small": {"queue": "as_small.q"}, "large": {"queue": "as_large.q"}}},
-        "monitoring_interval_s": "10s",
-        "tail_replication": False,
-        "daemon": {"heartbeat_s": 0.5, "lost_after_s": 5, "orphan_after_s": 30},
-        "emulator": {
-            "seed": 2,
-            "runtime": {"dist": "normal", "mean_s": "4s", "sd_s": "1s"},
-            "speed": {"small": 1, "large": 2},
-        },
-    }
-    path = tmp / "run.yaml"
-    path.write_text(yaml.safe_dump(data), encoding="utf-8")
-    return path
 
 
 def run_id_or_none(run_dir: Path) -> str | None:
@@ -94,11 +67,6 @@ def wait_run_id(run_dir: Path, daemon: subprocess.Popen[str]) -> str:
 
     wait_for(started, 30, "the daemon to create its journal")
     return found[0]
-
-
-def jobs_of(run_id: str) -> dict[str, tuple[str, str]]:
-    """Machine -> (job id, Grid Engine state) of the run's jobs qstat lists now."""
-    return {j.machine: (j.job_id, j.state) for j in list_tagged() if j.run_id == run_id}
 
 
 def accounted(run_id: str) -> dict[str, set[str]]:
