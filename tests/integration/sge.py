@@ -3,6 +3,10 @@
 The daemons are services started once by the set-up script (root, apt), not by the
 tests; the fixture only checks that the cluster answers and has the queues the tests
 use, and fails (CI) or skips (elsewhere) with the command to run when it does not.
+
+The cluster is one per host, with few slots, and cleanup's test needs it free of other
+runs' jobs: under pytest-xdist (``--dist loadgroup``) every test that uses the fixture
+is put in one group, so they run one after another on one worker.
 """
 
 from __future__ import annotations
@@ -26,6 +30,14 @@ from tests.integration.services import missing
 
 QUEUES = ("as_small.q", "as_large.q")
 SETUP = "Grid Engine not running: run infra/sge/setup.sh"
+XDIST_GROUP = "grid-engine"
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (its hook is not trylast)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "sge" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group(XDIST_GROUP))
 
 
 @dataclass

@@ -366,6 +366,7 @@ def test_kill9_after_the_token_is_journaled_before_run_instances_returns(world: 
     assert not world.agent_pids()
 
 
+@pytest.mark.alone  # under load its released agents were still exiting when it looked
 def test_kill9_while_instances_run_tasks_then_resume(world: Ec2World) -> None:
     n = 80
     run_dir = world.tmp / "run"
