@@ -6,7 +6,7 @@ use, and fails (CI) or skips (elsewhere) with the command to run when it does no
 
 The cluster is one per host, with few slots, and cleanup's test needs it free of other
 runs' jobs: under pytest-xdist (``--dist loadgroup``) every test that uses the fixture
-is put in one group, so they run one after another on one worker.
+carries ``XDIST_GROUP``, so they run one after another on one worker.
 """
 
 from __future__ import annotations
@@ -30,14 +30,8 @@ from tests.integration.services import missing
 
 QUEUES = ("as_small.q", "as_large.q")
 SETUP = "Grid Engine not running: run infra/sge/setup.sh"
-XDIST_GROUP = "grid-engine"
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (its hook is not trylast)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if "sge" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group(XDIST_GROUP))
+XDIST_GROUP = pytest.mark.xdist_group("grid-engine")
+"""The mark of every test that uses the ``sge`` fixture."""
 
 
 @dataclass
