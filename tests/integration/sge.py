@@ -4,6 +4,10 @@ The daemons are services started once by the set-up script (root, apt), not by t
 tests; the fixture only checks that the cluster answers and has the queues the tests
 use, and fails (CI) or skips (elsewhere) with the command to run when it does not.
 Beside it, what the tests of runs on it share: their run config and a look at qstat.
+
+The cluster is one per host, with few slots, and cleanup's test needs it free of other
+runs' jobs: under pytest-xdist (``--dist loadgroup``) every test that uses the fixture
+carries ``XDIST_GROUP``, so they run one after another on one worker.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ from tests.integration.services import missing
 
 QUEUES = ("as_small.q", "as_large.q")
 SETUP = "Grid Engine not running: run infra/sge/setup.sh"
+XDIST_GROUP = pytest.mark.xdist_group("grid-engine")
+"""The mark of every test that uses the ``sge`` fixture."""
 
 
 @dataclass

@@ -48,7 +48,7 @@ from tests.integration.daemon_helpers import (
     wait_for,
 )
 from tests.integration.services import MotoServer, fake_aws_credentials, missing
-from tests.integration.sge import GridEngine
+from tests.integration.sge import XDIST_GROUP, GridEngine
 
 pytestmark = pytest.mark.integration
 
@@ -385,6 +385,7 @@ def test_a_live_run_started_elsewhere_keeps_its_local_agents(
 # --- Grid Engine ----------------------------------------------------------------------------
 
 
+@XDIST_GROUP
 def test_cleanup_deletes_stray_sge_jobs_only(sge: GridEngine, tmp_path: Path) -> None:
     """A job named for a dead run is deleted; a live run's job and a plain job are not."""
     config = write_config(tmp_path, "sge", sge={"types": {"small": {"queue": "as_small.q"}}})

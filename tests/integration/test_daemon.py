@@ -73,6 +73,7 @@ def test_a_bag_of_200_runs_on_two_types_within_budget(tmp_path: Path) -> None:
         assert m.end_s - m.start_s <= m.units_paid * 3600 + 1e-6
 
 
+@pytest.mark.alone  # the real run's makespan is compared with the emulator's within 10 %
 def test_emulator_predicts_the_real_run(tmp_path: Path) -> None:
     """Same config and seed: a dry run's makespan and cost within 10 % of the real run's."""
     config = local_config(tmp_path, local={"time_scale": 120})
@@ -97,6 +98,7 @@ def test_emulator_predicts_the_real_run(tmp_path: Path) -> None:
     assert cost_err <= 0.10
 
 
+@pytest.mark.alone  # the machines bill on while the daemon is down: load would eat the budget
 def test_kill_9_then_resume_loses_and_repeats_nothing(tmp_path: Path) -> None:
     """kill -9 of the daemon mid-run, then --resume: every task once, no agent left."""
     config = local_config(tmp_path)

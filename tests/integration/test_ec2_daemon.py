@@ -154,7 +154,8 @@ def test_a_bag_runs_on_two_instance_types_tunnelled_tagged_and_billed(world: Ec2
     assert report["cost"] == pytest.approx(billed)
     assert report["cost"] <= BUDGET
     check_no_secrets(world, run_dir)
-    assert not world.agent_pids(), "an agent outlived the run"
+    # A released agent may take a moment to leave /proc (a loaded host): its own end.
+    wait_for(lambda: not world.agent_pids(), 15, "every agent of the run to exit")
 
 
 def test_a_deadline_job_runs_on_ec2(world: Ec2World) -> None:
@@ -181,7 +182,8 @@ def test_a_deadline_job_runs_on_ec2(world: Ec2World) -> None:
     instances = world.instances(run_id)
     assert {i["InstanceId"] for i in instances} == {m["id"] for m in report["machines"]}
     assert not world.running(run_id), "an instance of the run is still running"
-    assert not world.agent_pids(), "an agent outlived the run"
+    # A released agent may take a moment to leave /proc (a loaded host): its own end.
+    wait_for(lambda: not world.agent_pids(), 15, "every agent of the run to exit")
 
 
 # --- crashes ----------------------------------------------------------------------------------
@@ -237,9 +239,11 @@ def test_kill9_after_the_token_is_journaled_before_run_instances_returns(world: 
     assert not world.running(run_id)
     check_every_task_once(run_dir)
     check_spend(run_dir)
-    assert not world.agent_pids()
+    # A released agent may take a moment to leave /proc (a loaded host): its own end.
+    wait_for(lambda: not world.agent_pids(), 15, "every agent of the run to exit")
 
 
+@pytest.mark.alone  # under load its released agents were still exiting when it looked
 def test_kill9_while_instances_run_tasks_then_resume(world: Ec2World) -> None:
     n = 80
     run_dir = world.tmp / "run"
@@ -265,7 +269,8 @@ def test_kill9_while_instances_run_tasks_then_resume(world: Ec2World) -> None:
     # crash came from machines launched before it.
     after = {d["machine"] for _, _, d in journal_rows(run_dir, "TaskDone")[15:]}
     assert after & set(alive)
-    assert not world.agent_pids()
+    # A released agent may take a moment to leave /proc (a loaded host): its own end.
+    wait_for(lambda: not world.agent_pids(), 15, "every agent of the run to exit")
 
 
 def test_plan_samples_on_ec2_and_the_run_takes_its_instances_over(world: Ec2World) -> None:
@@ -295,7 +300,8 @@ def test_plan_samples_on_ec2_and_the_run_takes_its_instances_over(world: Ec2Worl
     assert_sampled_once(run_dir)
     assert adopted(run_dir), "no sampling instance was taken over"
     assert not world.running(run_id), "an instance outlived the run"
-    assert not world.agent_pids()
+    # A released agent may take a moment to leave /proc (a loaded host): its own end.
+    wait_for(lambda: not world.agent_pids(), 15, "every agent of the run to exit")
 
 
 # --- faults moto cannot make -------------------------------------------------------------------

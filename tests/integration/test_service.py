@@ -228,6 +228,7 @@ def test_update_and_cancel_reach_the_running_job(tmp_path: Path) -> None:
         assert svc.stop() == 0
 
 
+@pytest.mark.alone  # budgets at 360x: the time the service is down is money spent
 def test_kill9_with_jobs_queued_and_running_then_every_job_resumes(tmp_path: Path) -> None:
     config = service_config(tmp_path, service={"max_running_jobs": 2})
     state_dir = tmp_path / "state"
@@ -249,6 +250,7 @@ def test_kill9_with_jobs_queued_and_running_then_every_job_resumes(tmp_path: Pat
         assert svc.stop() == 0
 
 
+@pytest.mark.alone  # budgets at 360x: the time the service is down is money spent
 def test_sigterm_releases_every_machine_and_keeps_jobs_to_resume(tmp_path: Path) -> None:
     config = service_config(tmp_path)
     state_dir = tmp_path / "state"

@@ -36,7 +36,7 @@ from tests.integration.service_helpers import (
     service_config_from,
     stored_states,
 )
-from tests.integration.sge import GridEngine, jobs_of, sge_config
+from tests.integration.sge import XDIST_GROUP, GridEngine, jobs_of, sge_config
 
 pytestmark = pytest.mark.integration
 
@@ -242,11 +242,13 @@ def _survives_kill9_and_sigterm(provider: Provider) -> None:
     )
 
 
+@XDIST_GROUP
 def test_jobs_run_on_grid_engine_through_the_service(sge: GridEngine, tmp_path: Path) -> None:
     with sge_service(tmp_path) as provider:
         _jobs_run_to_their_reports(provider)
 
 
+@XDIST_GROUP
 def test_the_service_on_grid_engine_resumes_after_kill9_and_sigterm(
     sge: GridEngine, tmp_path: Path
 ) -> None:

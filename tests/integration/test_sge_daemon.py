@@ -32,9 +32,9 @@ from tests.integration.daemon_helpers import (
     successful_runs,
     wait_for,
 )
-from tests.integration.sge import GridEngine, jobs_of, sge_config
+from tests.integration.sge import XDIST_GROUP, GridEngine, jobs_of, sge_config
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, XDIST_GROUP]
 
 RUN_TIMEOUT_S = 150.0
 
@@ -187,6 +187,7 @@ def test_a_bag_runs_on_two_queues_within_budget(sge: GridEngine, tmp_path: Path)
     assert_machines_are_the_jobs(report, run_id, seen)
 
 
+@pytest.mark.alone  # a job deleted before it started has no accounting record
 def test_a_deadline_job_runs_on_grid_engine(sge: GridEngine, tmp_path: Path) -> None:
     """Deadline mode on Grid Engine: one job with known task times, planned on the two
     queues, finished once each; every machine a job of the run, none left."""

@@ -22,10 +22,10 @@ from autoscaler.bootstrap.agent_start import AgentSettings
 from autoscaler.providers.base import Capabilities, ProviderState
 from autoscaler.providers.sge import SgeProvider, SgeType, delete_jobs, list_tagged
 from autoscaler.providers.sge_output import job_name
-from tests.integration.sge import GridEngine
+from tests.integration.sge import XDIST_GROUP, GridEngine
 from tests.integration.test_agent import FakeController, Request
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, XDIST_GROUP]
 
 TOKEN = "s3cret-sge-token-51c7"
 TIMEOUT_S = 90.0  # a bound on waiting for the scheduler, not a timing assertion
