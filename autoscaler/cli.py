@@ -307,16 +307,10 @@ def _check_same_bag(config: Path, run_dir: Path) -> None:
 def _check_budget_covers_commitments(run_dir: Path, budget: float) -> None:
     """Refuse a budget below what the run has committed, before anything is taken over
     (a held run commits nothing more, so its journal's figure holds)."""
-    from autoscaler.journal import JOURNAL_DB, SqliteJournal
-    from autoscaler.rundir import RunFiles, rebuild_state
+    from autoscaler.rundir import read_run
 
     try:
-        files = RunFiles.open(run_dir)
-        journal = SqliteJournal(run_dir / JOURNAL_DB)
-        try:
-            committed = rebuild_state(files, journal).committed
-        finally:
-            journal.close()
+        committed = read_run(run_dir)[1].committed
     except AutoscalerError as exc:
         _exit_with(exc)
     if budget < committed - 1e-9:
@@ -639,17 +633,11 @@ def status(
     run_dir: Annotated[Path, typer.Argument(help="a real run's directory")],
 ) -> None:
     """Show where a real run stands, from its journal (whether or not its daemon runs)."""
-    from autoscaler.journal import JOURNAL_DB, SqliteJournal
     from autoscaler.live import status_lines
-    from autoscaler.rundir import RunFiles, daemon_alive, rebuild_state
+    from autoscaler.rundir import daemon_alive, read_run
 
     try:
-        files = RunFiles.open(run_dir)
-        journal = SqliteJournal(run_dir / JOURNAL_DB)
-        try:
-            state = rebuild_state(files, journal)
-        finally:
-            journal.close()
+        files, state = read_run(run_dir)
     except AutoscalerError as exc:
         _exit_with(exc)
     pid = daemon_alive(run_dir)

@@ -167,6 +167,17 @@ def rebuild_state(files: RunFiles, journal: SqliteJournal) -> RunState:
     return state
 
 
+def read_run(run_dir: Path) -> tuple[RunFiles, RunState]:
+    """A run directory's files and the state its journal holds (read only: a live
+    daemon may be writing it)."""
+    files = RunFiles.open(run_dir)
+    journal = SqliteJournal(run_dir / JOURNAL_DB)
+    try:
+        return files, rebuild_state(files, journal)
+    finally:
+        journal.close()
+
+
 @contextlib.contextmanager
 def run_lock(run_dir: Path) -> Iterator[None]:
     """Hold the run directory: one daemon per run (the lock dies with its holder)."""

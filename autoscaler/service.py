@@ -688,17 +688,12 @@ class Service:
     @staticmethod
     def _run_dir_state(run_dir: Path) -> tuple[RunState, float, float] | None:
         """A run's state as its journal has it (a live run's too: read only)."""
-        from autoscaler.journal import JOURNAL_DB, SqliteJournal
-        from autoscaler.rundir import RunFiles, rebuild_state
+        from autoscaler.journal import JOURNAL_DB
+        from autoscaler.rundir import read_run
 
         if not (run_dir / JOURNAL_DB).is_file():
             return None
-        files = RunFiles.open(run_dir)
-        journal = SqliteJournal(run_dir / JOURNAL_DB)
-        try:
-            state = rebuild_state(files, journal)
-        finally:
-            journal.close()
+        files, state = read_run(run_dir)
         return state, files.start_wall, files.cfg.time_scale
 
     # --- the pump: start what can start, reap what ended -----------------------------
