@@ -24,15 +24,13 @@ from autoscaler.providers.local import run_processes
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def local_config(tmp: Path, **overrides: Any) -> Path:
-    """A time-scaled local run: 200 synthetic tasks of ~10 emulated minutes on two types."""
-    data: dict[str, Any] = {
-        "name": "it",
-        "bag": {"synthetic": 200},
-        "constraint": {"budget": 60},
+def local_fields(max_count: int = 8) -> dict[str, Any]:
+    """Where a time-scaled local run runs (one emulated hour in 10 real seconds): two
+    types, ~10-minute synthetic tasks; a run config without its work."""
+    return {
         "machine_types": [
-            {"name": "small", "price": 1, "max_count": 8, "boot_s": "2m"},
-            {"name": "fast", "price": 3, "max_count": 8, "boot_s": "2m"},
+            {"name": "small", "price": 1, "max_count": max_count, "boot_s": "2m"},
+            {"name": "fast", "price": 3, "max_count": max_count, "boot_s": "2m"},
         ],
         "billing": {"mode": "fixed", "atu_s": "1h"},
         "provider": "local",
@@ -45,6 +43,16 @@ def local_config(tmp: Path, **overrides: Any) -> Path:
             "runtime": {"dist": "normal", "mean_s": "10m", "sd_s": "2m"},
             "speed": {"small": 1, "fast": 3},
         },
+    }
+
+
+def local_config(tmp: Path, **overrides: Any) -> Path:
+    """A time-scaled local run: 200 synthetic tasks of ~10 emulated minutes on two types."""
+    data: dict[str, Any] = {
+        "name": "it",
+        "bag": {"synthetic": 200},
+        "constraint": {"budget": 60},
+        **local_fields(),
     }
     for key, value in overrides.items():
         if key in ("local", "daemon", "emulator"):

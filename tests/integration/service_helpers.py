@@ -13,28 +13,14 @@ from typing import Any
 import yaml
 
 from autoscaler.api import Client
-from tests.integration.daemon_helpers import ROOT, cli, run_cli, wait_for
+from tests.integration.daemon_helpers import ROOT, cli, local_fields, run_cli, wait_for
 
 
 def service_config(tmp: Path, **overrides: Any) -> Path:
     """A time-scaled local service (one emulated hour in 10 real seconds), two types."""
     data: dict[str, Any] = {
         "name": "svc",
-        "machine_types": [
-            {"name": "small", "price": 1, "max_count": 4, "boot_s": "2m"},
-            {"name": "fast", "price": 3, "max_count": 4, "boot_s": "2m"},
-        ],
-        "billing": {"mode": "fixed", "atu_s": "1h"},
-        "provider": "local",
-        "local": {"time_scale": 360},
-        "monitoring_interval_s": "5m",
-        "tail_replication": False,
-        "daemon": {"heartbeat_s": 0.5, "lost_after_s": 3, "orphan_after_s": 30},
-        "emulator": {
-            "seed": 3,
-            "runtime": {"dist": "normal", "mean_s": "10m", "sd_s": "2m"},
-            "speed": {"small": 1, "fast": 3},
-        },
+        **local_fields(max_count=4),
         "service": {"max_running_jobs": 4},
     }
     for key, value in overrides.items():
