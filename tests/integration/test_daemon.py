@@ -101,7 +101,9 @@ def test_emulator_predicts_the_real_run(tmp_path: Path) -> None:
 @pytest.mark.alone  # the machines bill on while the daemon is down: load would eat the budget
 def test_kill_9_then_resume_loses_and_repeats_nothing(tmp_path: Path) -> None:
     """kill -9 of the daemon mid-run, then --resume: every task once, no agent left."""
-    config = local_config(tmp_path)
+    # At 360x the seconds no daemon runs are paid minutes: a budget with room for them
+    # (60 left 24 of 200 tasks undone once in CI, the budget spent while it was down).
+    config = local_config(tmp_path, constraint={"budget": 80})
     run_dir = tmp_path / "run"
     daemon = start_daemon(str(config), "--out", str(run_dir))
     try:
