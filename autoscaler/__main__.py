@@ -1,5 +1,5 @@
 """``python -m autoscaler``: the command line, as the ``autoscaler`` script."""
 
-from autoscaler.cli import main
+from autoscaler.cli.main import main
 
 main()

@@ -36,14 +36,14 @@ from typing import TypeVar
 if __name__ == "__main__" and not __package__:  # ``python benchmarks/bats_scenarios.py``
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from autoscaler.billing import BillingModel
+from autoscaler.budget.estimate import initial_workers, sample_size
+from autoscaler.budget.planner import TypeEstimate, plan_clairvoyant
 from autoscaler.config.load import expand_bag, load_config
 from autoscaler.config.schema import NormalRuntime, RunConfig
-from autoscaler.estimate import initial_workers, sample_size
-from autoscaler.model import TaskSpec
-from autoscaler.planner import TypeEstimate, plan_clairvoyant
-from autoscaler.report import Report
-from autoscaler.runs import dry_run
+from autoscaler.core.billing import BillingModel
+from autoscaler.core.model import TaskSpec
+from autoscaler.report.report import Report
+from autoscaler.run.start import dry_run
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIG_DIR = REPO / "config" / "examples"
@@ -299,7 +299,7 @@ def paper_implied_rest(name: str, cfg: RunConfig, bmin: BMin) -> float:
 CLAIRVOYANT_FORMULA = (
     "Clairvoyant bound: T* = min_a N / Σ_i a_i/μ_i  s.t.  ⌈T*/ATU⌉·Σ_i a_i·c_i ≤ B,\n"
     "  0 ≤ a_i ≤ A_i integer (fluid: true means μ_i = 900 s/speed_i known from the start,\n"
-    "  no sampling, no boot; autoscaler.planner.plan_clairvoyant). B is the row's budget:\n"
+    "  no sampling, no boot; autoscaler.budget.planner.plan_clairvoyant). B is the row's budget:\n"
     "  that seed's RR cost for RR and BaTS_RR, B_min×factor for the B_min rows. Column\n"
     "  'clairv' is the median over seeds; 'med/clv' = our median makespan / that."
 )

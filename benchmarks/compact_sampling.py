@@ -34,13 +34,13 @@ from typing import Any
 if __name__ == "__main__" and not __package__:  # ``python benchmarks/compact_sampling.py``
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from autoscaler.budget.controller import Controller
+from autoscaler.budget.estimate import sample_size
 from autoscaler.config.load import expand_bag
 from autoscaler.config.schema import RunConfig
-from autoscaler.controller import Controller
-from autoscaler.estimate import sample_size
-from autoscaler.model import TaskSpec
-from autoscaler.runs import controller_settings, dry_run
-from autoscaler.state import RunState
+from autoscaler.core.model import TaskSpec
+from autoscaler.core.state import RunState
+from autoscaler.run.start import controller_settings, dry_run
 from benchmarks.bats_scenarios import (
     library_digest,
     library_state,

@@ -56,14 +56,14 @@ from pathlib import Path
 if __name__ == "__main__" and not __package__:  # ``python benchmarks/deadline_cloud.py``
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from autoscaler.billing import BillingModel
 from autoscaler.config.schema import Emulator as EmulatorModel
-from autoscaler.deadline_control import DeadlineController, DeadlineSettings
-from autoscaler.emulator import Emulator
-from autoscaler.model import Action, Event, JobArrived, JobSpec, Launch, Move, Tick, TypeSpec
+from autoscaler.core.billing import BillingModel
+from autoscaler.core.model import Action, Event, JobArrived, JobSpec, Launch, Move, Tick, TypeSpec
+from autoscaler.core.state import RunState
+from autoscaler.deadline.controller import DeadlineController, DeadlineSettings
 from autoscaler.providers.base import Capabilities
 from autoscaler.providers.sim import SimProvider
-from autoscaler.state import RunState
+from autoscaler.run.emulator import Emulator
 from benchmarks.bats_scenarios import library_digest, library_state, pooled, render_table
 
 TYPES = (("medium", 0.073), ("large", 0.146), ("xlarge", 0.293))

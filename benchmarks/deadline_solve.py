@@ -33,8 +33,8 @@ from pathlib import Path
 if __name__ == "__main__" and not __package__:  # ``python benchmarks/deadline_solve.py``
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from autoscaler.billing import BillingModel
-from autoscaler.deadline import (
+from autoscaler.core.billing import BillingModel
+from autoscaler.deadline.models import (
     DeadlineJob,
     DeadlineProblem,
     DeadlineResult,

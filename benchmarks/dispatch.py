@@ -1,6 +1,6 @@
 """Dispatch throughput: no-op tasks through the real daemon against ``xargs -P``.
 
-A real run (``autoscaler.daemon.Daemon``, in this process) of N no-op tasks (``true``
+A real run (``autoscaler.run.daemon.Daemon``, in this process) of N no-op tasks (``true``
 by default) on 16 local agents (``providers/local.py``: worker-agent processes on this
 host, long-polling the stdlib HTTP dispatcher), against ``xargs -P 16`` running the very
 same command lines from the same file, one ``/bin/sh -c <line>`` each, as the agent
@@ -57,11 +57,11 @@ if __name__ == "__main__" and not __package__:  # ``python benchmarks/dispatch.p
 from autoscaler.bootstrap.agent_start import AGENT
 from autoscaler.config.load import expand_bag
 from autoscaler.config.schema import RunConfig
-from autoscaler.daemon import Daemon
-from autoscaler.journal import JOURNAL_DB
+from autoscaler.core.journal import JOURNAL_DB
+from autoscaler.core.state import RunState
 from autoscaler.providers.local import RUN_TAG
-from autoscaler.rundir import OUTPUTS_FILE, RunFiles
-from autoscaler.state import RunState
+from autoscaler.run.daemon import Daemon
+from autoscaler.run.rundir import OUTPUTS_FILE, RunFiles
 from benchmarks.bats_scenarios import REPO, library_digest, library_state, render_table
 
 TARGET_RATE = 500.0  # tasks per second, at least

@@ -35,11 +35,11 @@ from typing import Any
 if __name__ == "__main__" and not __package__:  # ``python benchmarks/estimates.py``
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from autoscaler.budget.planner import TypeEstimate, plan_clairvoyant
 from autoscaler.config.load import expand_bag
 from autoscaler.config.schema import RunConfig
-from autoscaler.model import TaskSpec
-from autoscaler.planner import TypeEstimate, plan_clairvoyant
-from autoscaler.runs import billing_model, dry_run, plan_dry
+from autoscaler.core.model import TaskSpec
+from autoscaler.run.start import billing_model, dry_run, plan_dry
 from benchmarks.bats_scenarios import (
     library_digest,
     library_state,

@@ -33,10 +33,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from autoscaler.controller import Controller
-from autoscaler.estimate import RuntimeStats, ragged_end
-from autoscaler.outlook import forecast
-from autoscaler.runs import make_emulator, plan_dry
+from autoscaler.budget.controller import Controller
+from autoscaler.budget.estimate import RuntimeStats, ragged_end
+from autoscaler.budget.outlook import forecast
+from autoscaler.run.start import make_emulator, plan_dry
 from benchmarks.bats_scenarios import render_table
 from benchmarks.estimates import BILLINGS, DISTS, FACTORS, SPEED, _setup, with_budget
 

@@ -28,14 +28,14 @@ from pathlib import Path
 if __name__ == "__main__" and not __package__:  # ``python benchmarks/scale.py``
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from autoscaler.billing import BillingModel
+from autoscaler.budget.planner import BudgetProblem, Plan, Solver, TypeEstimate, plan_budget
 from autoscaler.config.load import expand_bag, load_config
 from autoscaler.config.schema import Bag, RunConfig
-from autoscaler.model import Action, Event, TaskSpec
-from autoscaler.planner import BudgetProblem, Plan, Solver, TypeEstimate, plan_budget
-from autoscaler.report import Report
-from autoscaler.runs import dry_run, make_emulator
-from autoscaler.state import RunState
+from autoscaler.core.billing import BillingModel
+from autoscaler.core.model import Action, Event, TaskSpec
+from autoscaler.core.state import RunState
+from autoscaler.report.report import Report
+from autoscaler.run.start import dry_run, make_emulator
 from benchmarks.bats_scenarios import library_digest, library_state, render_table
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "config" / "examples"

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from autoscaler.errors import AutoscalerError
+from autoscaler.core.errors import AutoscalerError
 
 AGENT = Path(__file__).resolve().parent / "agent.py"
 """The agent, shipped as this one file: run in place here, copied to remote machines."""

@@ -35,8 +35,8 @@ from pathlib import Path
 import paramiko
 from paramiko.hostkeys import HostKeyEntry
 
-from autoscaler.atomic import write_atomic
 from autoscaler.bootstrap.agent_start import BootstrapError
+from autoscaler.core.atomic import write_atomic
 
 BEGIN_KEYS = "-----BEGIN SSH HOST KEY KEYS-----"
 END_KEYS = "-----END SSH HOST KEY KEYS-----"

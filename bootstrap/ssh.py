@@ -51,7 +51,7 @@ from autoscaler.bootstrap.hostkeys import (
     parse_console_host_keys,
 )
 from autoscaler.bootstrap.tunnel import TunnelPipes
-from autoscaler.errors import AutoscalerError
+from autoscaler.core.errors import AutoscalerError
 
 # A machine id names a directory on the machine and a known_hosts entry: keep it to
 # characters that are safe in both (and never "." or "..").

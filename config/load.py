@@ -29,8 +29,8 @@ from autoscaler.config.schema import (
     TraceRuntime,
     parse_duration,
 )
-from autoscaler.errors import AutoscalerError, ConfigError
-from autoscaler.model import TaskSpec
+from autoscaler.core.errors import AutoscalerError, ConfigError
+from autoscaler.core.model import TaskSpec
 
 MAX_TASKS = 10_000_000
 """A sweep larger than this is almost certainly a mistake, and would not fit in memory."""

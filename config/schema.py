@@ -30,7 +30,7 @@ from pydantic import (
     model_validator,
 )
 
-from autoscaler.errors import AutoscalerError
+from autoscaler.core.errors import AutoscalerError
 
 _UNITS = {"s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(s|m|min|h|d)?\s*$")

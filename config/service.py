@@ -27,8 +27,8 @@ from autoscaler.config.load import (
     validation_problems,
 )
 from autoscaler.config.schema import Name, RunConfig, _Model
-from autoscaler.errors import ConfigError
-from autoscaler.model import TaskSpec
+from autoscaler.core.errors import ConfigError
+from autoscaler.core.model import TaskSpec
 
 WORK_FIELDS = ("bag", "constraint", "jobs")
 """What a run config has and a service config has not: the work, given by jobs."""

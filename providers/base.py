@@ -7,8 +7,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from autoscaler.billing import BillingModel
-from autoscaler.errors import AutoscalerError
+from autoscaler.core.billing import BillingModel
+from autoscaler.core.errors import AutoscalerError
 
 
 class ProviderState(enum.Enum):

@@ -43,7 +43,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
-from autoscaler.errors import AutoscalerError
+from autoscaler.core.errors import AutoscalerError
 from autoscaler.providers.base import (
     CAPACITY_CODES,
     LIMIT_CODES,

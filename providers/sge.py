@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autoscaler.bootstrap.agent_start import AgentSettings
-from autoscaler.errors import AutoscalerError
+from autoscaler.core.errors import AutoscalerError
 from autoscaler.providers import sge_output
 from autoscaler.providers.base import (
     Capabilities,

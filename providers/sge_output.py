@@ -17,7 +17,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from datetime import datetime
 
-from autoscaler.errors import AutoscalerError
+from autoscaler.core.errors import AutoscalerError
 from autoscaler.providers.base import ProviderState
 
 ERROR_CODE = "SgeError"

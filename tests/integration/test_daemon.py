@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from autoscaler.config.load import expand_bag, load_config
-from autoscaler.daemon import Daemon
-from autoscaler.rundir import RunFiles
+from autoscaler.run.daemon import Daemon
+from autoscaler.run.rundir import RunFiles
 from tests.integration.daemon_helpers import (
     ROOT,
     agents_of,

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from autoscaler.providers.ec2 import LAUNCH_TAG, RUN_TAG, TYPE_TAG
-from autoscaler.registry import RunEntry, read_entries, write_entry
+from autoscaler.run.registry import RunEntry, read_entries, write_entry
 from tests.integration.daemon_helpers import (
     adopted,
     assert_deadline_end,

@@ -21,8 +21,8 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from autoscaler.billing import BillingModel
-from autoscaler.errors import AutoscalerError
+from autoscaler.core.billing import BillingModel
+from autoscaler.core.errors import AutoscalerError
 from autoscaler.providers.base import Capabilities, ProviderState, check_launch
 from autoscaler.providers.ec2 import (
     LAUNCH_TAG,

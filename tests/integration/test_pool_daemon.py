@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from autoscaler.config.load import expand_bag, load_config
-from autoscaler.daemon import Daemon, Outcome
-from autoscaler.model import JobSpec, MachineState, Shutdown, TaskSpec
-from autoscaler.rundir import RunFiles
+from autoscaler.core.model import JobSpec, MachineState, Shutdown, TaskSpec
+from autoscaler.run.daemon import Daemon, Outcome
+from autoscaler.run.rundir import RunFiles
 from tests.integration.daemon_helpers import (
     agents_of,
     done_counts,

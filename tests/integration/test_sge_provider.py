@@ -17,8 +17,8 @@ from typing import TypeVar
 
 import pytest
 
-from autoscaler.billing import BillingModel
 from autoscaler.bootstrap.agent_start import AgentSettings
+from autoscaler.core.billing import BillingModel
 from autoscaler.providers.base import Capabilities, ProviderState
 from autoscaler.providers.sge import SgeProvider, SgeType, delete_jobs, list_tagged
 from autoscaler.providers.sge_output import job_name

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import random
 
-from autoscaler.billing import BillingModel
 from autoscaler.config.schema import Emulator as EmulatorModel
-from autoscaler.deadline_control import DeadlineController
-from autoscaler.emulator import Emulator
-from autoscaler.model import JobSpec, TypeSpec
+from autoscaler.core.billing import BillingModel
+from autoscaler.core.model import JobSpec, TypeSpec
+from autoscaler.core.state import RunState
+from autoscaler.deadline.controller import DeadlineController
 from autoscaler.providers.base import Capabilities
 from autoscaler.providers.sim import SimProvider
-from autoscaler.state import RunState
+from autoscaler.run.emulator import Emulator
 
 # The machine types of config/examples/quickstart.yaml (so its config can be reported on),
 # few enough that a slow run cannot buy its way back to its deadlines.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autoscaler.billing import BillingModel
+from autoscaler.core.billing import BillingModel
 
 HOURLY = BillingModel("fixed", 3600.0)
 PER_SECOND = BillingModel("per_second", 3600.0, min_charge_s=60.0, commit_s=300.0)

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from autoscaler.cli import EXIT_CONFIG, EXIT_STOPPED, app
+from autoscaler.cli.main import EXIT_CONFIG, EXIT_STOPPED, app
 from autoscaler.config.load import load_config
 
 EXAMPLES = sorted(

@@ -10,15 +10,15 @@ from typing import Any
 
 import pytest
 
+from autoscaler.budget.controller import Controller
+from autoscaler.budget.estimate import fit_affine, sample_size
 from autoscaler.config.load import expand_bag
 from autoscaler.config.schema import Emulator, MachineFailure, RunConfig
-from autoscaler.controller import Controller
-from autoscaler.estimate import fit_affine, sample_size
-from autoscaler.journal import JOURNAL_JSONL, JsonlJournal, Record, replay, step_records
-from autoscaler.model import Action, Configure, Event
+from autoscaler.core.journal import JOURNAL_JSONL, JsonlJournal, Record, replay, step_records
+from autoscaler.core.model import Action, Configure, Event
+from autoscaler.core.state import RunState
 from autoscaler.providers.sim import type_runtime
-from autoscaler.runs import controller_settings, dry_run, make_emulator, new_state
-from autoscaler.state import RunState
+from autoscaler.run.start import controller_settings, dry_run, make_emulator, new_state
 
 AFFINE = {
     "small": {"a": 1.0, "b_s": 0.0, "noise": 0.05},

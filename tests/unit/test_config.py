@@ -12,7 +12,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from autoscaler.cli import app
+from autoscaler.cli.main import app
 from autoscaler.config.load import (
     config_json_schema,
     config_warnings,
@@ -21,7 +21,7 @@ from autoscaler.config.load import (
     load_trace,
 )
 from autoscaler.config.schema import RunConfig, TraceRuntime
-from autoscaler.errors import ConfigError
+from autoscaler.core.errors import ConfigError
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"
 EXAMPLES = sorted(

@@ -6,11 +6,11 @@ from collections import Counter
 
 import pytest
 
-from autoscaler.billing import BillingModel
+from autoscaler.budget.controller import Controller
 from autoscaler.config.schema import RunConfig
-from autoscaler.controller import Controller
-from autoscaler.journal import Record, replay, step_records
-from autoscaler.model import (
+from autoscaler.core.billing import BillingModel
+from autoscaler.core.journal import Record, replay, step_records
+from autoscaler.core.model import (
     Action,
     BoundaryNear,
     Configure,
@@ -31,8 +31,8 @@ from autoscaler.model import (
     Tick,
     TypeSpec,
 )
-from autoscaler.runs import controller_settings, make_emulator, new_state
-from autoscaler.state import RunState
+from autoscaler.core.state import RunState
+from autoscaler.run.start import controller_settings, make_emulator, new_state
 from tests.conftest import make_config
 
 HOURLY = BillingModel("fixed", 3600.0)

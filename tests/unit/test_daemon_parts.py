@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from autoscaler.agents import lost_contact
-from autoscaler.controller import Controller
-from autoscaler.machines import LaunchDone, launch_events
-from autoscaler.model import (
+from autoscaler.budget.controller import Controller
+from autoscaler.core.model import (
     Launch,
     LaunchFailed,
     MachineLaunched,
@@ -13,9 +11,11 @@ from autoscaler.model import (
     MachineState,
     TypeSpec,
 )
+from autoscaler.core.state import Machine, RunState
 from autoscaler.providers.base import MachineRecord
-from autoscaler.runs import controller_settings, new_state
-from autoscaler.state import Machine, RunState
+from autoscaler.run.agents import lost_contact
+from autoscaler.run.machines import LaunchDone, launch_events
+from autoscaler.run.start import controller_settings, new_state
 from tests.conftest import make_config
 
 CFG = make_config(daemon={"heartbeat_s": 2.0, "lost_after_s": 10.0})

@@ -10,10 +10,16 @@ from pathlib import Path
 import pytest
 
 from autoscaler.config.load import expand_bag, load_config
-from autoscaler.daily import DayReport, JobRun, daily_costs, day_fractions, write_daily_reports
-from autoscaler.errors import AutoscalerError
-from autoscaler.runs import dry_run
-from autoscaler.state import Machine, RunState
+from autoscaler.core.errors import AutoscalerError
+from autoscaler.core.state import Machine, RunState
+from autoscaler.run.start import dry_run
+from autoscaler.service.daily import (
+    DayReport,
+    JobRun,
+    daily_costs,
+    day_fractions,
+    write_daily_reports,
+)
 from tests.unit.deadline_runs import deadline_run, jobs
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"

@@ -11,12 +11,10 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 
-from autoscaler.billing import BillingModel
 from autoscaler.config.schema import Emulator as EmulatorModel
-from autoscaler.deadline_control import DeadlineController, DeadlineSettings
-from autoscaler.emulator import Emulator
-from autoscaler.journal import Record, replay
-from autoscaler.model import (
+from autoscaler.core.billing import BillingModel
+from autoscaler.core.journal import Record, replay
+from autoscaler.core.model import (
     Action,
     Assign,
     Event,
@@ -29,9 +27,11 @@ from autoscaler.model import (
     TaskState,
     TypeSpec,
 )
+from autoscaler.core.state import RunState
+from autoscaler.deadline.controller import DeadlineController, DeadlineSettings
 from autoscaler.providers.base import Capabilities
 from autoscaler.providers.sim import SimProvider
-from autoscaler.state import RunState
+from autoscaler.run.emulator import Emulator
 
 HOURLY = BillingModel("fixed", 3600.0, 60.0, 300.0)
 APPS = ({"m": 60.0, "l": 30.0, "x": 15.0}, {"m": 40.0, "l": 32.0, "x": 28.0})

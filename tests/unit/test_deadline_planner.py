@@ -10,9 +10,9 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from autoscaler import deadline
-from autoscaler.billing import BillingModel
-from autoscaler.deadline import (
+from autoscaler.core.billing import BillingModel
+from autoscaler.deadline import models as deadline
+from autoscaler.deadline.models import (
     DeadlineJob,
     DeadlinePlan,
     DeadlineProblem,

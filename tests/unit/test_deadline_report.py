@@ -12,10 +12,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from autoscaler.config.load import load_config
 from autoscaler.config.schema import RunConfig
-from autoscaler.live import status_lines
-from autoscaler.metrics import Metrics
-from autoscaler.plots import gantt_figure
-from autoscaler.report import (
+from autoscaler.core.state import RunState
+from autoscaler.report.plots import gantt_figure
+from autoscaler.report.report import (
     REPORT_JSON,
     REPORT_MD,
     DeadlineReport,
@@ -24,7 +23,8 @@ from autoscaler.report import (
     render_head,
     write_report,
 )
-from autoscaler.state import RunState
+from autoscaler.run.live import status_lines
+from autoscaler.run.metrics import Metrics
 from tests.unit.deadline_runs import deadline_run, jobs
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"

@@ -17,7 +17,7 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from autoscaler.errors import AutoscalerError
+from autoscaler.core.errors import AutoscalerError
 from autoscaler.providers.ec2_prices import lookup_prices, parse_price
 
 DATA = Path(__file__).parent / "data"

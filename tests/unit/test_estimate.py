@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autoscaler.estimate import (
+from autoscaler.budget.estimate import (
     RuntimeStats,
     hill_alpha,
     initial_workers,

@@ -3,12 +3,12 @@ more, and a budget set later carries it on from the samples (no second sampling)
 
 from __future__ import annotations
 
+from autoscaler.budget.controller import Controller
 from autoscaler.config.load import expand_bag
-from autoscaler.controller import Controller
-from autoscaler.model import Action, BudgetSet, Configure, Event, Extend, Hold, Launch
-from autoscaler.report import build_report, render_head
-from autoscaler.runs import controller_settings, make_emulator, planning_settings
-from autoscaler.state import RunState
+from autoscaler.core.model import Action, BudgetSet, Configure, Event, Extend, Hold, Launch
+from autoscaler.core.state import RunState
+from autoscaler.report.report import build_report, render_head
+from autoscaler.run.start import controller_settings, make_emulator, planning_settings
 from tests.conftest import make_config
 
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autoscaler.billing import BillingModel
 from autoscaler.config.load import expand_bag, expand_jobs, load_config, task_means
 from autoscaler.config.schema import Emulator, RunConfig
-from autoscaler.errors import AutoscalerError, ConfigError
+from autoscaler.core.billing import BillingModel
+from autoscaler.core.errors import AutoscalerError, ConfigError
 from autoscaler.providers.base import Capabilities
 from autoscaler.providers.sim import SimProvider, draw_runtimes, runtime_mean, type_runtime
 

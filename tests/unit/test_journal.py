@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from autoscaler.dispatch import BadRequest, parse_poll
-from autoscaler.journal import (
+from autoscaler.core.journal import (
     JOURNAL_JSONL,
     Journal,
     JournalError,
@@ -18,7 +17,7 @@ from autoscaler.journal import (
     encode,
     replay,
 )
-from autoscaler.model import (
+from autoscaler.core.model import (
     Action,
     Event,
     Launch,
@@ -31,8 +30,9 @@ from autoscaler.model import (
     Stop,
     TaskSpec,
 )
-from autoscaler.runs import dry_run, make_emulator, new_state
-from autoscaler.state import RunState
+from autoscaler.core.state import RunState
+from autoscaler.run.dispatch import BadRequest, parse_poll
+from autoscaler.run.start import dry_run, make_emulator, new_state
 from tests.conftest import make_config
 
 
@@ -155,7 +155,7 @@ def test_news_of_an_end_after_the_paid_time_dates_the_end_to_the_paid_time() -> 
 
 
 def test_shutdown_stops_the_run_and_releases_every_machine() -> None:
-    from autoscaler.controller import Controller
+    from autoscaler.budget.controller import Controller
 
     state = _state()
     controller = Controller()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from autoscaler.leases import (
+from autoscaler.core.leases import (
     Lease,
     Timeline,
     boundary_due,

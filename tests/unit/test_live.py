@@ -7,10 +7,10 @@ from pathlib import Path
 import yaml
 
 from autoscaler.config.load import expand_bag, load_config
-from autoscaler.live import status_lines
-from autoscaler.report import hms
-from autoscaler.runs import dry_run
-from autoscaler.state import RunState
+from autoscaler.core.state import RunState
+from autoscaler.report.report import hms
+from autoscaler.run.live import status_lines
+from autoscaler.run.start import dry_run
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "config" / "examples"
 
@@ -57,7 +57,7 @@ def test_a_run_stopped_early_shows_when_and_why(tmp_path: Path) -> None:
 def test_a_shortfall_shows_in_status_and_metrics_as_soon_as_it_is_said() -> None:
     """The step the run says its budget cannot finish the bag, `status` shows the warning
     with the budget needed and the Prometheus gauges turn to it."""
-    from autoscaler.metrics import Metrics
+    from autoscaler.run.metrics import Metrics
     from tests.conftest import make_config
 
     cfg = make_config(

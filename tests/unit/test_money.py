@@ -10,9 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from autoscaler.config.schema import RunConfig
-from autoscaler.model import Action, Event, TaskState
-from autoscaler.runs import make_emulator
-from autoscaler.state import RunState
+from autoscaler.core.model import Action, Event, TaskState
+from autoscaler.core.state import RunState
+from autoscaler.run.start import make_emulator
 
 
 @st.composite

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from autoscaler.billing import BillingModel
-from autoscaler.model import (
+from autoscaler.budget.outlook import expected_left, forecast, paid_completions, potential
+from autoscaler.core.billing import BillingModel
+from autoscaler.core.model import (
     Assign,
     Extend,
     Launch,
@@ -14,8 +15,7 @@ from autoscaler.model import (
     Mark,
     TypeSpec,
 )
-from autoscaler.outlook import expected_left, forecast, paid_completions, potential
-from autoscaler.state import RunState
+from autoscaler.core.state import RunState
 
 SLOW = TypeSpec("slow", price=1.0, max_count=10, boot_s=100.0)
 FAST = TypeSpec("fast", price=4.0, max_count=10, boot_s=100.0)

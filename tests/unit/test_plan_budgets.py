@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from autoscaler.config.load import expand_bag
-from autoscaler.runs import dry_run, plan_dry
+from autoscaler.run.start import dry_run, plan_dry
 from tests.conftest import make_config
 
 EXAMPLES = Path(__file__).parents[2] / "config" / "examples"

@@ -11,9 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from autoscaler.billing import BillingModel
-from autoscaler.estimate import tasks_within
-from autoscaler.planner import (
+from autoscaler.budget.estimate import tasks_within
+from autoscaler.budget.planner import (
     BudgetProblem,
     TypeEstimate,
     classify_status,
@@ -21,6 +20,7 @@ from autoscaler.planner import (
     plan_clairvoyant,
     solve_budget,
 )
+from autoscaler.core.billing import BillingModel
 
 HOURLY = BillingModel("fixed", 3600.0)
 

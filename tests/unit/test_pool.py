@@ -10,10 +10,8 @@ import pytest
 from autoscaler.config.load import expand_bag
 from autoscaler.config.schema import Emulator as EmulatorModel
 from autoscaler.config.schema import RunConfig
-from autoscaler.deadline_control import DeadlineController, DeadlineSettings
-from autoscaler.emulator import Emulator
-from autoscaler.errors import AutoscalerError
-from autoscaler.journal import (
+from autoscaler.core.errors import AutoscalerError
+from autoscaler.core.journal import (
     JOURNAL_DB,
     JsonlJournal,
     Record,
@@ -22,7 +20,7 @@ from autoscaler.journal import (
     encode,
     replay,
 )
-from autoscaler.model import (
+from autoscaler.core.model import (
     Action,
     Assign,
     Event,
@@ -35,10 +33,12 @@ from autoscaler.model import (
     TaskSpec,
     TaskState,
 )
+from autoscaler.core.state import RunState, StateError
+from autoscaler.deadline.controller import DeadlineController, DeadlineSettings
 from autoscaler.providers.base import Capabilities
-from autoscaler.rundir import RunFiles, rebuild_state
-from autoscaler.runs import added_job, new_state
-from autoscaler.state import RunState, StateError
+from autoscaler.run.emulator import Emulator
+from autoscaler.run.rundir import RunFiles, rebuild_state
+from autoscaler.run.start import added_job, new_state
 from tests.conftest import make_config
 from tests.unit.test_deadline_control import HOURLY, _types, _World, finish_and_late
 

@@ -9,7 +9,7 @@ from collections import Counter
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from autoscaler.reassign import Queue, finish_times, reassign, room
+from autoscaler.deadline.reassign import Queue, finish_times, reassign, room
 
 JOBS = ("a", "b", "c")
 

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from autoscaler.cleanup import live_runs
-from autoscaler.daemon import run_lock
-from autoscaler.errors import AutoscalerError
-from autoscaler.journal import JOURNAL_DB, SqliteJournal
-from autoscaler.registry import (
+from autoscaler.core.errors import AutoscalerError
+from autoscaler.core.journal import JOURNAL_DB, SqliteJournal
+from autoscaler.run.cleanup import live_runs
+from autoscaler.run.daemon import run_lock
+from autoscaler.run.registry import (
     LIVE_DIR,
     STATE_DIR_ENV,
     RunEntry,

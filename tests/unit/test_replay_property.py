@@ -17,10 +17,10 @@ from typing import Literal
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from autoscaler.billing import BillingModel
-from autoscaler.controller import Controller, ControllerSettings
-from autoscaler.journal import Journal, SqliteJournal, replay
-from autoscaler.model import (
+from autoscaler.budget.controller import Controller, ControllerSettings
+from autoscaler.core.billing import BillingModel
+from autoscaler.core.journal import Journal, SqliteJournal, replay
+from autoscaler.core.model import (
     BoundaryNear,
     BudgetSet,
     Event,
@@ -35,7 +35,7 @@ from autoscaler.model import (
     Tick,
     TypeSpec,
 )
-from autoscaler.state import RunState
+from autoscaler.core.state import RunState
 
 TYPES = [TypeSpec("a", 1.0, 3, 60.0), TypeSpec("b", 3.0, 2, 120.0)]
 BILLINGS = [BillingModel("fixed", 3600.0), BillingModel("per_second", 3600.0, 60.0, 600.0)]

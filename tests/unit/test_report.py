@@ -13,12 +13,12 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_rgba
 from typer.testing import CliRunner
 
-from autoscaler.cli import app
+from autoscaler.cli.main import app
 from autoscaler.config.load import expand_bag, load_config
-from autoscaler.errors import AutoscalerError, ConfigError
-from autoscaler.model import TaskState
-from autoscaler.plots import gantt_figure, spend_figure
-from autoscaler.report import (
+from autoscaler.core.errors import AutoscalerError, ConfigError
+from autoscaler.core.model import TaskState
+from autoscaler.report.plots import gantt_figure, spend_figure
+from autoscaler.report.report import (
     REPORT_JSON,
     REPORT_MD,
     UNFINISHED_TXT,
@@ -30,7 +30,7 @@ from autoscaler.report import (
     report_json_schema,
     write_report,
 )
-from autoscaler.runs import DryRun, dry_run
+from autoscaler.run.start import DryRun, dry_run
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"
 EXAMPLES = CONFIG_DIR / "examples"

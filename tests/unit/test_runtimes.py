@@ -12,7 +12,7 @@ import pytest
 
 from autoscaler.config.load import load_config
 from autoscaler.config.schema import Emulator
-from autoscaler.errors import ConfigError
+from autoscaler.core.errors import ConfigError
 from autoscaler.providers.sim import draw_runtimes
 
 DRAWS = 20_000

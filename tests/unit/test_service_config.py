@@ -16,7 +16,7 @@ from autoscaler.config.service import (
     load_yaml,
     service_config,
 )
-from autoscaler.errors import ConfigError
+from autoscaler.core.errors import ConfigError
 
 EXAMPLES = Path(__file__).parents[2] / "config" / "examples"
 NOW = 1_800_000_000.0
@@ -151,7 +151,7 @@ def test_a_job_s_relative_bag_file_is_read_from_the_job_file_s_directory(tmp_pat
 def test_run_dry_runs_a_service_config_with_jobs_arriving_over_time(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from autoscaler.cli import app
+    from autoscaler.cli.main import app
 
     due = tmp_path / "due.yaml"
     due.write_text(

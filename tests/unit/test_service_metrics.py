@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from autoscaler.service_metrics import JOB_STATES, render_metrics
+from autoscaler.service.metrics import JOB_STATES, render_metrics
 
 
 def view(**changes: Any) -> dict[str, Any]:

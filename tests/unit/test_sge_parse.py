@@ -16,9 +16,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from autoscaler.billing import BillingModel
 from autoscaler.bootstrap.agent_start import AgentSettings
-from autoscaler.errors import AutoscalerError
+from autoscaler.core.billing import BillingModel
+from autoscaler.core.errors import AutoscalerError
 from autoscaler.providers.base import Capabilities, ProviderState
 from autoscaler.providers.sge import (
     CommandResult,

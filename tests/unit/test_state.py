@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from autoscaler.billing import BillingModel
-from autoscaler.journal import SqliteJournal, replay
-from autoscaler.model import (
+from autoscaler.core.billing import BillingModel
+from autoscaler.core.journal import SqliteJournal, replay
+from autoscaler.core.model import (
     Action,
     Assign,
     Event,
@@ -20,7 +20,7 @@ from autoscaler.model import (
     TaskState,
     TypeSpec,
 )
-from autoscaler.state import RunState, StateError
+from autoscaler.core.state import RunState, StateError
 
 
 def _fresh() -> RunState:

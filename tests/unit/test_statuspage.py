@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from html.parser import HTMLParser
 
-from autoscaler.statuspage import render_page
+from autoscaler.service.page import render_page
 
 VOID = {"meta", "link", "br", "hr", "img", "input", "area", "base", "col", "source", "wbr"}
 

@@ -1,0 +1,145 @@
+"""Budgets and what they buy: the minimum budget that finishes a bag (pure).
+
+``minimum_budget`` bisects on the budget of a ``BudgetProblem`` for the least money with
+which the planner still finds a mix that finishes the tasks (planner feasibility is
+monotone in the budget: a mix affordable with B is affordable with more).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from autoscaler.budget.planner import BudgetProblem, Solver, plan_budget
+
+if TYPE_CHECKING:
+    from autoscaler.budget.controller import Controller
+    from autoscaler.core.state import RunState
+
+_GROWTH_LIMIT = 2**12  # give up beyond this many times the fluid lower bound
+
+
+def fluid_lower_bound(problem: BudgetProblem) -> float:
+    """No budget below this finishes: every task on the most profitable type, no boot,
+    no partial unit (c_i·T_i/ATU per task)."""
+    per_task = min(t.price * t.mean_s / problem.billing.atu_s for t in problem.types)
+    return problem.tasks * per_task
+
+
+def minimum_budget(
+    problem: BudgetProblem, solver: Solver = "highs", rel_tol: float = 0.005
+) -> float | None:
+    """The least money (beyond what is committed) the planner finishes ``problem.tasks``
+    with, within ``rel_tol``; None when even a huge budget finds no plan."""
+    if problem.tasks <= 0:
+        return 0.0
+    if not any(t.mean_s > 0 and t.max_count > 0 for t in problem.types):
+        return None
+
+    def feasible(budget: float) -> bool:
+        return plan_budget(replace(problem, budget=budget), solver) is not None
+
+    lo = fluid_lower_bound(problem)
+    limit = _GROWTH_LIMIT * max(lo, 1e-9)
+    hi = max(lo, 1e-9) * 1.25
+    while not feasible(hi):
+        lo = hi
+        hi *= 2
+        if hi > limit:
+            return None
+    while hi - lo > rel_tol * hi:
+        mid = (lo + hi) / 2
+        if feasible(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One budget and what it is predicted to buy."""
+
+    label: str
+    budget: float  # the whole run's budget
+    counts: dict[str, int]
+    cost: float
+    cost_interval: tuple[float, float]
+    makespan_s: float
+    makespan_interval_s: tuple[float, float]
+
+
+@dataclass(frozen=True, slots=True)
+class Frontier:
+    """The budget-estimation frontier (slides 001): budgets from the least that finishes
+    the bag to the one that buys the fastest mix, each with its prediction."""
+
+    sampled_at_s: float  # when the samples were complete
+    sampling_cost: float  # committed by then (paid whichever option is chosen)
+    tasks_left: int
+    minimum_budget: float | None  # None: no budget the planner can search finishes it
+    options: tuple[Option, ...]
+
+
+def frontier(controller: Controller, state: RunState, now: float, between: int = 3) -> Frontier:
+    """The options at ``now``, once the samples are in: the minimum budget, +20 % over it,
+    ``between`` budgets spaced evenly (geometrically) up to the fastest −20 %, and the
+    fastest (every machine the types allow). Pure: ``state`` is not changed."""
+    est, n_e = controller.outlook(state, now)
+    if not est:
+        raise ValueError("no machine type has a runtime estimate yet")
+    base = state.committed
+
+    def problem(money: float) -> BudgetProblem:
+        return controller.budget_problem(state, now, est, n_e, money)
+
+    solver = controller.settings.solver
+    more = minimum_budget(problem(0.0), solver)
+    if more is None:
+        return Frontier(now, base, state.tasks_left, None, ())
+    reserve = controller.end_reserve(state, est)
+    b_min = base + more + reserve
+    # Enough money for every machine over the fluid makespan of them all, twice over.
+    everything = list(problem(0.0).types)
+    speed = sum(t.max_count / t.mean_s for t in everything)
+    units = math.ceil(n_e / speed / state.billing.atu_s) + 2
+    ample = sum(t.max_count * (t.price * units + t.first_cost) for t in everything) * 2
+    fastest = plan_budget(problem(ample), solver)
+    b_fast = max(b_min, base + reserve + (fastest.cost if fastest is not None else more))
+    budgets: list[tuple[str, float]] = [("minimum", b_min)]
+    low, high = 1.2 * b_min, 0.8 * b_fast
+    if high > low:
+        budgets.append(("minimum +20%", low))
+        ratio = (high / low) ** (1 / (between + 1))
+        budgets += [("between", low * ratio**i) for i in range(1, between + 1)]
+        budgets.append(("fastest -20%", high))
+    budgets.append(("fastest", b_fast))
+    options: list[Option] = []
+    seen: set[tuple[tuple[str, int], ...]] = set()
+    for label, budget in budgets:
+        plan = plan_budget(problem(budget - base - reserve), solver)
+        if plan is None:
+            continue
+        counts = {n: plan.counts.get(n, 0) for n in state.types}
+        key = tuple(sorted(counts.items()))
+        if key in seen and label not in ("minimum", "fastest"):
+            continue
+        seen.add(key)
+        c = controller.predict(state, now, counts, est, budget)
+        assert c.cost_interval is not None
+        assert c.makespan_interval_s is not None
+        assert c.predicted_cost is not None
+        assert c.predicted_makespan_s is not None
+        options.append(
+            Option(
+                label,
+                round(budget, 2),
+                counts,
+                c.predicted_cost,
+                c.cost_interval,
+                c.predicted_makespan_s,
+                c.makespan_interval_s,
+            )
+        )
+    return Frontier(now, base, state.tasks_left, b_min, tuple(options))

@@ -1,0 +1,191 @@
+"""What the machines of a run can still do: N_e, N_p and the forecast of a plan (pure).
+
+* N_e (paper 000 §2.2): the tasks left once the time already paid for is used. Every
+  machine paid for counts, launches still in flight included: a launch commits its
+  first step, and the machine boots and works in it.
+* N_p: the tasks the machines kept can do in the units the money left still pays for.
+* ``forecast``: when a mix would finish the bag and what the whole run would cost,
+  for given mean runtimes; run at the ends of the runtimes' interval it gives the
+  interval of the prediction.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from autoscaler.budget.estimate import tasks_within
+from autoscaler.core.model import MachineState
+from autoscaler.core.state import RunState
+
+_EPS = 1e-6
+
+Residual = Callable[[str, float], float]
+"""Expected total runtime on a type of a task already running for the given seconds."""
+
+
+def paid_completions(
+    state: RunState, now: float, means: Mapping[str, float], residual: Residual
+) -> float:
+    """Σ ft_m: tasks the machines paid for are expected to finish in their paid time.
+
+    A running task counts if its expected rest fits; the time left after it is filled
+    with whole tasks of the type's mean. A booting machine loses the rest of its boot;
+    a launch in flight does its first step less the whole boot. Types without an
+    estimate count for nothing (they cannot be planned with yet).
+    """
+    billing = state.billing
+    margin = billing.boundary_margin_s()
+    total = 0.0
+    for m in state.alive_machines():
+        mean = means.get(m.type.name)
+        if mean is None:
+            continue
+        left = m.paid_until - margin - now
+        if m.state is MachineState.BOOTING:
+            left -= max(0.0, m.launched_at + m.type.boot_s - now)
+        for start in m.running.values():
+            rest = max(0.0, residual(m.type.name, now - start) - (now - start))
+            if rest > left:
+                left = -1.0
+                break
+            total += 1
+            left -= rest
+        if left > 0:
+            total += math.floor(left / mean + _EPS)
+    for tname, count in state.pending_launches.values():
+        mean = means.get(tname)
+        if mean is None:
+            continue
+        usable = billing.first_step_s - margin - state.types[tname].boot_s
+        total += count * max(0, math.floor(usable / mean + _EPS))
+    return total
+
+
+def expected_left(
+    state: RunState, now: float, means: Mapping[str, float], residual: Residual
+) -> float:
+    """N_e: tasks left beyond what paid time will do (never below zero)."""
+    return max(0.0, state.tasks_left - paid_completions(state, now, means, residual))
+
+
+def potential(
+    state: RunState,
+    means: Mapping[str, float],
+    sds: Mapping[str, float],
+    z: float = 0.0,
+    loss: float = 0.25,
+) -> float:
+    """N_p: tasks the machines kept (launches in flight included) can do in the units
+    the money not yet committed pays for, at the current mix's rate of spending.
+
+    Units are whole ATUs under fixed billing, a fraction under per-second billing;
+    each machine does ``tasks_within`` of that horizon (the final-unit cushion).
+    """
+    keep: list[str] = [
+        m.type.name for m in state.alive_machines() if not m.marked and m.type.name in means
+    ]
+    keep += [t for t, c in state.pending_launches.values() if t in means for _ in range(c)]
+    if not keep:
+        return 0.0
+    if state.budget is None:
+        return math.inf
+    per_unit = sum(state.types[t].price for t in keep)
+    left = max(0.0, state.budget - state.committed)
+    units = left / per_unit
+    if state.billing.mode == "fixed":
+        units = math.floor(units + _EPS)
+    horizon = units * state.billing.atu_s
+    return float(sum(tasks_within(horizon, means[t], sds.get(t, 0.0), z, loss) for t in keep))
+
+
+@dataclass(frozen=True, slots=True)
+class Forecast:
+    end_s: float  # run time at which the last task is expected to end
+    cost: float  # what the whole run is expected to cost by then
+    fluid_cost: float = 0.0  # every machine to the fluid end, not capped at the budget
+
+
+def forecast(
+    state: RunState,
+    now: float,
+    counts: Mapping[str, int],
+    means: Mapping[str, float],
+    ragged_s: float = 0.0,
+    budget: float | None = None,
+) -> Forecast:
+    """When ``counts`` (machines per type) would finish the tasks left, and the run's cost.
+
+    Fluid: every machine of the mix works from when it is free (now; the end of its
+    boot; a new machine's boot from now) at 1/T_i tasks per second until the last task
+    is done, plus ``ragged_s`` for the ragged end (the last tasks do not all end
+    together: ``estimate.ragged_end``). Machines pay their lifetimes to the fluid end (a
+    machine goes when it has no task left), under the billing's rules; machines already
+    gone, or marked to go, pay what they did. Capped at the budget: the run never spends
+    more (what it cannot pay for, it does not finish).
+    """
+    billing = state.billing
+    live: dict[str, list[tuple[float, float, float]]] = {}  # type -> (launched, free, paid)
+    fixed_cost = 0.0
+    margin = billing.boundary_margin_s()
+    leaving_work = 0.0  # tasks' worth done by machines that go at the end of their paid time
+    for m in state.machines.values():
+        if not m.alive:
+            end = m.ended_at if m.ended_at is not None else now
+            fixed_cost += billing.cost(m.type.price, end - m.launched_at)
+        elif m.marked or m.type.name not in means or counts.get(m.type.name, 0) == 0:
+            fixed_cost += billing.cost(m.type.price, m.paid_until - m.launched_at)
+            if m.type.name in means:
+                free = max(now, m.launched_at + m.type.boot_s)
+                leaving_work += max(0.0, m.paid_until - margin - free) / means[m.type.name]
+        else:
+            free = max(now, m.launched_at + m.type.boot_s)
+            live.setdefault(m.type.name, []).append((m.launched_at, free, m.paid_until))
+    for tname, count in state.pending_launches.values():
+        boot, first = state.types[tname].boot_s, billing.first_step_s
+        if tname in means and counts.get(tname, 0) > 0:
+            live.setdefault(tname, []).extend([(now, now + boot, now + first)] * count)
+        else:
+            fixed_cost += count * billing.cost(state.types[tname].price, first)
+    rate = 0.0
+    weighted_free = 0.0
+    workers: list[tuple[str, float]] = []  # (type, launched)
+    for tname, want in counts.items():
+        if want <= 0 or tname not in means:
+            continue
+        ordered = sorted(live.get(tname, []), key=lambda lfp: lfp[1])
+        have = [(launched, free) for launched, free, _ in ordered[:want]]
+        have += [(now, now + state.types[tname].boot_s)] * (want - len(have))
+        for launched, free in have:
+            rate += 1.0 / means[tname]
+            weighted_free += free / means[tname]
+            workers.append((tname, launched))
+        for launched, free, paid in ordered[want:]:  # to be marked: go when paid time ends
+            fixed_cost += billing.cost(state.types[tname].price, paid - launched)
+            leaving_work += max(0.0, paid - margin - free) / means[tname]
+    if rate <= 0 or state.tasks_left <= 0:
+        paid = fixed_cost + _paid_by_live(state, workers, now)
+        return Forecast(now, paid, paid)
+    fluid_end = (max(0.0, state.tasks_left - leaving_work) + weighted_free) / rate
+    end = fluid_end + ragged_s
+    # Each machine goes once it has no task left: on average at the fluid end (its own
+    # last task), not at the run's end, which only the longest last task reaches: one
+    # machine of each type in the mix is counted to the end (it may run that task).
+    last: dict[str, float] = {}
+    cost = fixed_cost
+    for t, launched in workers:
+        cost += billing.cost(state.types[t].price, fluid_end - launched)
+        last[t] = min(last.get(t, launched), launched)
+    fluid_cost = cost
+    for t, launched in last.items():
+        price = state.types[t].price
+        cost += billing.cost(price, end - launched) - billing.cost(price, fluid_end - launched)
+    budget = state.budget if budget is None else budget
+    if budget is not None:
+        cost = min(cost, budget)
+    return Forecast(end, cost, fluid_cost)
+
+
+def _paid_by_live(state: RunState, workers: list[tuple[str, float]], now: float) -> float:
+    return sum(state.billing.cost(state.types[t].price, now - launched) for t, launched in workers)

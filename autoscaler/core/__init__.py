@@ -1,0 +1,1 @@
+"""The pure core: records, the state fold, the journal, billing, leases, errors."""

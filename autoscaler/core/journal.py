@@ -1,0 +1,262 @@
+"""The journal of a run: every event and action, in order, with its run time.
+
+A record (``Record``) is one event or action with the run time it was applied at; the
+state is the fold of ``RunState.apply`` over the records (``replay``). Every driver
+writes through the one ``Journal`` protocol: the daemon in SQLite (``SqliteJournal``),
+the dry run as JSON lines (``JsonlJournal``). The events fed into one ``Controller.step``
+and the actions that came out are written as one step, events first: the order the
+controller applies them in.
+
+SQLite runs in WAL with ``synchronous=NORMAL``: a committed step survives the daemon
+being killed (the operating system holds the pages); only a power failure can lose the
+last steps. The daemon writes a step before any action reaches a provider or an agent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sqlite3
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, Literal, Protocol
+
+from autoscaler.core.errors import AutoscalerError
+from autoscaler.core.model import ACTION_TYPES, EVENT_TYPES, Action, Event, JobSpec
+from autoscaler.core.state import RunState
+
+JOURNAL_DB = "journal.sqlite"
+JOURNAL_JSONL = "journal.jsonl"
+
+Kind = Literal["event", "action"]
+
+_TYPES: dict[str, dict[str, type[Any]]] = {
+    "event": {c.__name__: c for c in EVENT_TYPES},
+    "action": {c.__name__: c for c in ACTION_TYPES},
+}
+_NESTED: dict[str, type[Any]] = {"JobSpec": JobSpec}
+"""Records a field may hold, by the field's annotation: written as JSON objects."""
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS journal (
+    seq INTEGER PRIMARY KEY,
+    t REAL NOT NULL,
+    kind TEXT NOT NULL CHECK (kind IN ('event', 'action')),
+    type TEXT NOT NULL,
+    data TEXT NOT NULL
+);
+"""
+
+
+class JournalError(AutoscalerError):
+    code = "JournalError"
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One journaled event or action: its place in the journal and its run time."""
+
+    seq: int
+    t: float
+    kind: Kind
+    item: Event | Action
+
+
+class Journal(Protocol):
+    """Where a driver writes its steps, and where a resume or a check reads them back."""
+
+    def step(self, now: float, events: Sequence[Event], actions: Sequence[Action]) -> None:
+        """One controller step: the events it was fed and the actions it returned."""
+        ...
+
+    def records(self) -> Iterator[Record]:
+        """Every record so far, in the order it was written."""
+        ...
+
+    def set_meta(self, **values: str | float | int) -> None:
+        """Facts about the run (its id, seed, address); a later value replaces one."""
+        ...
+
+    def meta(self) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...
+
+
+def kind_of(item: Event | Action) -> Kind:
+    return "event" if isinstance(item, EVENT_TYPES) else "action"
+
+
+def fields(item: Any) -> dict[str, Any]:
+    """The fields of an event or action (or a record one holds) as plain JSON values."""
+    return {f.name: _plain(getattr(item, f.name)) for f in dataclasses.fields(item)}
+
+
+def _plain(value: object) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return fields(value)
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return value
+
+
+def encode(item: Event | Action) -> str:
+    """The fields of an event or action as JSON."""
+    return json.dumps(fields(item), separators=(",", ":"))
+
+
+def decode(kind: str, type_name: str, data: str | dict[str, Any]) -> Event | Action:
+    """The event or action a record holds (JSON lists come back as the tuples they were)."""
+    cls = _TYPES.get(kind, {}).get(type_name)
+    if cls is None:
+        raise JournalError(f"journal holds an unknown {kind} type {type_name!r}")
+    values = json.loads(data) if isinstance(data, str) else data
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+    try:
+        for f in dataclasses.fields(cls):
+            nested = _NESTED.get(str(f.type))
+            if nested is not None and isinstance(values.get(f.name), dict):
+                values[f.name] = nested(**values[f.name])
+        item: Event | Action = cls(**values)
+    except TypeError as exc:
+        raise JournalError(f"journal record {type_name} {values!r} does not fit: {exc}") from None
+    return item
+
+
+def step_records(
+    seq: int, now: float, events: Sequence[Event], actions: Sequence[Action]
+) -> list[Record]:
+    """One step's records, numbered from ``seq``: events first, then actions."""
+    items: list[Event | Action] = [*events, *actions]
+    return [Record(seq + i, now, kind_of(item), item) for i, item in enumerate(items)]
+
+
+def replay(state: RunState, records: Iterable[Record]) -> int:
+    """Apply journaled records to a fresh state, in order; returns how many there were."""
+    n = 0
+    for record in records:
+        state.apply(record.t, record.item)
+        n += 1
+    return n
+
+
+class SqliteJournal:
+    """Append-only journal of one run, with a small key-value table of run facts."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        self._db.close()
+
+    # --- run facts --------------------------------------------------------------------
+
+    def set_meta(self, **values: str | float | int) -> None:
+        with self._db:
+            self._db.executemany(
+                "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+                [(k, json.dumps(v)) for k, v in values.items()],
+            )
+
+    def meta(self) -> dict[str, Any]:
+        rows = self._db.execute("SELECT key, value FROM meta").fetchall()
+        return {k: json.loads(v) for k, v in rows}
+
+    # --- records ----------------------------------------------------------------------
+
+    def step(self, now: float, events: Sequence[Event], actions: Sequence[Action]) -> None:
+        """Write one step's events and actions in one transaction."""
+        rows = [
+            (r.t, r.kind, type(r.item).__name__, encode(r.item))
+            for r in step_records(0, now, events, actions)
+        ]
+        if not rows:
+            return
+        self._db.execute("BEGIN")
+        try:
+            self._db.executemany(
+                "INSERT INTO journal (t, kind, type, data) VALUES (?, ?, ?, ?)", rows
+            )
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    def records(self) -> Iterator[Record]:
+        cursor = self._db.execute("SELECT seq, t, kind, type, data FROM journal ORDER BY seq")
+        for seq, t, kind, type_name, data in cursor:
+            yield Record(seq, t, kind, decode(kind, type_name, data))
+
+
+class JsonlJournal:
+    """The dry run's journal: one JSON line per record, appended to ``path``.
+
+    A line holds the record's ``seq``, run time ``t``, ``kind``, ``type`` and ``data`` (its
+    fields); times are written in full, so a replay of the file rebuilds the run's state
+    exactly. Run facts, if any are set, go to a JSON file beside it (``<name>.meta.json``).
+    """
+
+    def __init__(self, path: Path, *, fresh: bool = False):
+        """Continue the journal at ``path``, or start it over (``fresh``)."""
+        self.path = path
+        self.meta_path = path.with_suffix(".meta.json")
+        if fresh:
+            path.unlink(missing_ok=True)
+            self.meta_path.unlink(missing_ok=True)
+        self._seq = 1 + sum(1 for _ in self._lines())  # numbered from 1, as in SQLite
+        self._stream: IO[str] = path.open("a", encoding="utf-8")
+
+    def close(self) -> None:
+        self._stream.close()
+
+    def _lines(self) -> Iterator[dict[str, Any]]:
+        if not self.path.exists():
+            return
+        with self.path.open(encoding="utf-8") as stream:
+            for n, line in enumerate(stream, 1):
+                try:
+                    yield json.loads(line)
+                except ValueError:
+                    raise JournalError(f"{self.path}:{n}: not a JSON line") from None
+
+    def _write(self, lines: Iterable[dict[str, Any]]) -> None:
+        self._stream.writelines(json.dumps(line) + "\n" for line in lines)
+        self._stream.flush()
+
+    def set_meta(self, **values: str | float | int) -> None:
+        self.meta_path.write_text(json.dumps({**self.meta(), **values}), encoding="utf-8")
+
+    def meta(self) -> dict[str, Any]:
+        if not self.meta_path.exists():
+            return {}
+        try:
+            out: dict[str, Any] = json.loads(self.meta_path.read_text(encoding="utf-8"))
+        except ValueError:
+            raise JournalError(f"{self.meta_path}: not JSON") from None
+        return out
+
+    def step(self, now: float, events: Sequence[Event], actions: Sequence[Action]) -> None:
+        records = step_records(self._seq, now, events, actions)
+        self._seq += len(records)
+        self._write(
+            {
+                "seq": r.seq,
+                "t": r.t,
+                "kind": r.kind,
+                "type": type(r.item).__name__,
+                "data": fields(r.item),
+            }
+            for r in records
+        )
+
+    def records(self) -> Iterator[Record]:
+        for line in self._lines():
+            kind = line["kind"]
+            yield Record(line["seq"], line["t"], kind, decode(kind, line["type"], line["data"]))

@@ -1,0 +1,1 @@
+"""Deadline mode (paper 002): the models, the deadline controller, reassignment."""

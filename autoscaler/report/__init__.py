@@ -1,0 +1,1 @@
+"""Reports: the records, building, markdown, cost attribution, plots."""

@@ -1,0 +1,220 @@
+"""The plots of a run's report: ``gantt.png`` (machines over time with their tasks) and
+``spend.png`` (committed and actual spend against the budget over time).
+
+Figures are made with matplotlib's object API (no pyplot): no global state, so a report
+written from any thread leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from autoscaler.core.state import RunState
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from matplotlib.figure import Figure
+
+    from autoscaler.budget.frontier import Frontier
+
+_OUTCOME_COLOURS = (("done", None), ("failed", "red"), ("cancelled", "grey"), ("lost", "black"))
+_HOUR = 3600.0
+
+
+def gantt_figure(state: RunState) -> Figure:
+    """Machines over time (one row each, coloured by type) with their tasks on them.
+
+    The legend sits below the axes, where it hides no machine, and names only the types
+    that had machines. In deadline mode the tasks are coloured by job instead, the legend
+    names the jobs, and each job's deadline is a line in its colour (its arrival a thin
+    dotted one); the machines' lives stay pale in their type's colour.
+    """
+    from matplotlib import colormaps
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
+    machines = sorted(state.machines.values(), key=lambda m: (m.type.name, m.launched_at))
+    colours = colormaps["tab10"]
+    type_colour = {name: colours(i % 10) for i, name in enumerate(sorted(state.types))}
+    job_colour = _job_colours(state)
+    life_grey = (0.5, 0.5, 0.5, 1.0)
+    by_machine: dict[str, list[tuple[float, float, str, str]]] = {}
+    for seg in state.segments:
+        job = state.job_of(seg.task).name if state.deadline_mode else ""
+        by_machine.setdefault(seg.machine, []).append((seg.start, seg.end, seg.outcome, job))
+    fig = Figure(figsize=(12, min(40.0, 2.5 + 0.12 * len(machines))), layout="constrained")
+    ax = fig.subplots()
+    for row, m in enumerate(machines):
+        end = m.ended_at if m.ended_at is not None else state.now
+        ax.broken_barh(
+            [(m.launched_at / _HOUR, (end - m.launched_at) / _HOUR)],
+            (row - 0.45, 0.9),
+            facecolors=[(*(life_grey if job_colour else type_colour[m.type.name])[:3], 0.25)],
+        )
+        segs = by_machine.get(m.id, [])
+        for outcome, colour in _OUTCOME_COLOURS:
+            done = [(s, e, j) for s, e, o, j in segs if o == outcome]
+            if done:
+                ax.broken_barh(
+                    [(s / _HOUR, (e - s) / _HOUR) for s, e, _ in done],
+                    (row - 0.35, 0.7),
+                    facecolors=[
+                        colour or job_colour.get(j) or type_colour[m.type.name] for _, _, j in done
+                    ],
+                    edgecolors="white",
+                    linewidth=0.3,
+                )
+    ax.set_yticks(range(len(machines)))
+    ax.set_yticklabels([m.id for m in machines], fontsize=max(3, 8 - len(machines) // 40))
+    ax.set_ylim(-1, len(machines))
+    ax.set_xlabel("hours since start")
+    ax.set_title(
+        "Machines over time: life (pale) and tasks (solid; red failed, grey cancelled, black lost)"
+    )
+    for spec in state.jobs:
+        line = job_colour[spec.name]
+        ax.axvline(spec.deadline / _HOUR, color=line, linewidth=1.5)
+        ax.axvline(spec.at / _HOUR, color=line, linewidth=0.8, linestyle=":")
+    ran = sorted({m.type.name for m in machines})
+    if state.deadline_mode:
+        ax.set_title(
+            "Machines over time: life (pale) and tasks (solid, by job; red failed, "
+            "grey cancelled, black lost); deadlines solid, arrivals dotted"
+        )
+        fig.legend(
+            [Patch(color=job_colour[j.name]) for j in state.jobs],
+            [j.name for j in state.jobs],
+            loc="outside lower center",
+            ncol=min(len(state.jobs), 8),
+            fontsize=8,
+            frameon=False,
+        )
+    elif ran:
+        fig.legend(
+            [Patch(color=type_colour[name]) for name in ran],
+            ran,
+            loc="outside lower center",
+            ncol=min(len(ran), 8),
+            fontsize=8,
+            frameon=False,
+        )
+    ax.grid(axis="x", alpha=0.3)
+    return fig
+
+
+def _job_colours(state: RunState) -> dict[str, tuple[float, float, float, float]]:
+    """A colour per job (deadline mode), in the jobs' order; none in budget mode. Reds
+    and greys are left out: they mean failed and cancelled runs."""
+    from matplotlib import colormaps
+
+    many = len(state.jobs) > len(_TAB10_FOR_JOBS)
+    name, picks = ("tab20", _TAB20_FOR_JOBS) if many else ("tab10", _TAB10_FOR_JOBS)
+    colours = colormaps[name]
+    return {j.name: colours(picks[i % len(picks)]) for i, j in enumerate(state.jobs)}
+
+
+_TAB10_FOR_JOBS = (0, 1, 2, 4, 5, 6, 8, 9)
+_TAB20_FOR_JOBS = (0, 1, 2, 3, 4, 5, 8, 9, 10, 11, 12, 13, 16, 17, 18, 19)
+
+
+def spend_curve(state: RunState, points: int = 400) -> tuple[list[float], list[float]]:
+    """Actual spend over time: every machine billed for its life up to each instant."""
+    end = max(state.now, 1.0)
+    times = [end * i / points for i in range(points + 1)]
+    spent = []
+    for t in times:
+        total = 0.0
+        for m in state.machines.values():
+            if m.launched_at > t:
+                continue
+            stop = min(t, m.ended_at if m.ended_at is not None else state.now)
+            total += state.billing.cost(m.type.price, stop - m.launched_at)
+        spent.append(total)
+    return times, spent
+
+
+_SPEND_LABELS = {
+    "budget": "budget {budget:g}",
+    "spent": "spent by the machines' lives so far",
+    "committed": "committed (paid units incl. the current ones)",
+}
+"""The spend plot's legend entries (``budget`` formatted with the budget)."""
+
+
+def spend_figure(state: RunState, budget: float | None) -> Figure:
+    """Committed and actual spend against the budget over time.
+
+    The three often coincide (everything spent was committed; a run may spend its whole
+    budget), so each is drawn to stay visible: the budget as a wide pale band at the
+    bottom, spent as a thick line over it, committed as a thin dashed step on top.
+    """
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(10, 5), layout="constrained")
+    ax = fig.subplots()
+    if budget is not None:
+        ax.axhline(
+            budget,
+            color="tab:red",
+            linewidth=6,
+            alpha=0.25,
+            zorder=1,
+            label=_SPEND_LABELS["budget"].format(budget=budget),
+        )
+    times, spent = spend_curve(state)
+    ax.plot(
+        [t / _HOUR for t in times],
+        spent,
+        color="tab:orange",
+        linewidth=3.5,
+        zorder=2,
+        label=_SPEND_LABELS["spent"],
+    )
+    ax.step(
+        [t / _HOUR for t, _ in state.spend_log] + [state.now / _HOUR],
+        [v for _, v in state.spend_log] + [state.spend_log[-1][1]],
+        where="post",
+        color="tab:blue",
+        linewidth=1.5,
+        linestyle=(0, (4, 2)),
+        zorder=3,
+        label=_SPEND_LABELS["committed"],
+    )
+    ax.set_xlabel("hours since start")
+    ax.set_ylabel("money")
+    ax.set_title("Spend against budget")
+    fig.legend(loc="outside lower center", ncol=3, fontsize=9, frameon=False)
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def frontier_figure(frontier: Frontier) -> Figure:
+    """The budget frontier: predicted cost against makespan per option, with both
+    intervals as error bars, each point labelled with its option number."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(8, 5), layout="constrained")
+    ax = fig.subplots()
+    for i, o in enumerate(frontier.options, 1):
+        x = o.makespan_s / _HOUR
+        xlo, xhi = o.makespan_interval_s[0] / _HOUR, o.makespan_interval_s[1] / _HOUR
+        ax.errorbar(
+            [x],
+            [o.cost],
+            xerr=[[x - xlo], [xhi - x]],
+            yerr=[[o.cost - o.cost_interval[0]], [o.cost_interval[1] - o.cost]],
+            fmt="o",
+            color="tab:blue",
+            capsize=3,
+        )
+        ax.annotate(f"{i}: {o.label}", (x, o.cost), textcoords="offset points", xytext=(6, 6))
+    ax.set_xlabel("predicted makespan (hours)")
+    ax.set_ylabel("predicted cost")
+    ax.set_title("Budget options after sampling (intervals: the runtimes' uncertainty)")
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def frontier_plot(frontier: Frontier, path: Path) -> None:
+    frontier_figure(frontier).savefig(path, dpi=100)

@@ -1,0 +1,1 @@
+"""The drivers: the daemon, the emulator, machines, agents, the dispatcher, run directories."""

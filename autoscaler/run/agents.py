@@ -1,0 +1,184 @@
+"""Answering agents: their polls become events, and the state becomes their answers.
+
+A poll carries the results of the runs an agent finished and the runs it is running.
+Results become ``TaskDone``/``TaskFailed`` events (a machine's first poll, ``MachineReady``)
+and lines of the run's outputs file. The answer, sent once the step that took those
+events is journaled, gives the agent the runs assigned to its machine that it does not
+have, the runs it should drop, and its lease (``autoscaler.core.leases``). An idle agent's
+poll is parked until there is something to tell it, or until it must renew its lease.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from autoscaler.config.schema import JobMeans, RunConfig
+from autoscaler.core.leases import Timeline, lease, renew_at
+from autoscaler.core.model import (
+    Event,
+    MachineLost,
+    MachineReady,
+    MachineState,
+    TaskDone,
+    TaskFailed,
+    TaskSpec,
+)
+from autoscaler.core.state import Machine, RunState
+from autoscaler.providers.sim import type_runtime
+from autoscaler.run.dispatch import AgentResult, Poll
+
+
+@dataclass
+class Agents:
+    """What the daemon tells agents, and what it learns from them."""
+
+    cfg: RunConfig
+    tasks: Sequence[TaskSpec]
+    runtimes: Sequence[float]  # synthetic tasks' run times, emulated seconds
+    workdir: Path  # where tasks' commands run
+    outputs: IO[str]  # the run's outputs file, one JSON line per result
+    log: Any
+    task_means: Sequence[JobMeans | None] = ()  # per task id, its job's (config.load.task_means)
+    parked: dict[str, Poll] = field(default_factory=dict)  # an idle agent's poll, by machine
+
+    def add_means(self, means: Sequence[JobMeans | None]) -> None:
+        """Tasks added to the run (a job for a pool): their jobs' mean task times."""
+        if len(self.task_means) < len(self.tasks) - len(means):
+            self.task_means = [*self.task_means, *[None] * (len(self.tasks) - len(means))]
+        self.task_means = [*self.task_means, *means]
+
+    def poll_events(self, state: RunState, poll: Poll, seen: set[tuple[str, int]]) -> list[Event]:
+        """The events a poll brings: the machine's first report, results not yet counted.
+
+        ``seen`` holds (machine, run) pairs already taken in this step ((machine, 0): its
+        first report): an agent repeats results until they are acknowledged.
+        """
+        m = state.machines.get(poll.machine)
+        if m is None or not m.alive:
+            return []
+        events: list[Event] = []
+        if m.state is MachineState.BOOTING and (m.id, 0) not in seen:
+            seen.add((m.id, 0))
+            events.append(MachineReady(m.id))
+        for r in poll.results:
+            if m.run_no.get(r.task) != r.run or (m.id, r.run) in seen:
+                continue  # a late or repeated result: already counted, or cancelled
+            seen.add((m.id, r.run))
+            runtime = float(r.runtime_s) * self.cfg.time_scale
+            self._write_output(m, r)
+            if r.ok:
+                events.append(TaskDone(r.task, m.id, runtime))
+            else:
+                events.append(TaskFailed(r.task, m.id, runtime, str(r.error or "failed")[:500]))
+                self.log.info("task failed", task=r.task, machine=m.id, error=r.error)
+        return events
+
+    def _write_output(self, m: Machine, r: AgentResult) -> None:
+        line = {
+            "task": r.task,
+            "machine": m.id,
+            "run": r.run,
+            "exit_code": r.exit_code,
+            "runtime_s": r.runtime_s,
+            "error": r.error,
+            "stdout": r.stdout,
+            "stderr": r.stderr,
+        }
+        self.outputs.write(json.dumps(line) + "\n")
+
+    def answer(self, state: RunState, poll: Poll, timeline: Timeline) -> None:
+        """Answer ``poll`` now, or park it: an idle agent hears nothing until there is
+        work for it, its machine goes, or its lease needs renewing."""
+        m = state.machines.get(poll.machine)
+        if m is None or not m.alive:
+            poll.reply.send({"ack": True, "tasks": [], "cancel": [], "release": True})
+            return
+        known = set(poll.running) | {r.run for r in poll.results}
+        runs = sorted((run, task) for task, run in m.run_no.items())
+        current = {run for run, _ in runs}
+        tasks = [self._payload(m, run, task) for run, task in runs if run not in known]
+        cancel = [run for run in poll.running if run not in current]
+        margin = state.billing.boundary_margin_s()
+        base = self._base(m, poll, timeline, margin)
+        if tasks or cancel or poll.results or poll.running or poll.wait_s <= 0:
+            poll.reply.send({**base, "tasks": tasks, "cancel": cancel})
+            return
+        parked = self.parked.get(m.id)
+        if parked is not None and parked is not poll:
+            parked.reply.send(base)
+        self.parked[m.id] = poll
+        renew = timeline.mono_at(renew_at(m.paid_until, margin))
+        poll.reply.hold(base, min(poll.arrived + poll.wait_s, renew))
+
+    def unpark(self, machine: str) -> Poll | None:
+        """The parked poll of ``machine``, taken out to be answered again."""
+        return self.parked.pop(machine, None)
+
+    def _base(self, m: Machine, poll: Poll, timeline: Timeline, margin: float) -> dict[str, Any]:
+        held = lease(timeline, m.paid_until, margin, poll.arrived)
+        return {
+            "ack": True,
+            "tasks": [],
+            "cancel": [],
+            "release": False,
+            "lease_s": held.lease_s,
+            "renew_in_s": held.renew_in_s,
+            "heartbeat_s": self.cfg.daemon.heartbeat_s,
+        }
+
+    def _payload(self, m: Machine, run: int, task: int) -> dict[str, Any]:
+        spec = self.tasks[task]
+        if spec.command is None:
+            means = self.task_means[task] if self.task_means else None
+            runtime = type_runtime(self.cfg.emulator, self.runtimes[task], task, m.type.name, means)
+            return {
+                "run": run,
+                "task": task,
+                "command": None,
+                "sleep_s": runtime / self.cfg.time_scale,
+                "env": {},
+                "cwd": None,
+                "timeout_s": None,
+            }
+        return {
+            "run": run,
+            "task": task,
+            "command": spec.command,
+            "sleep_s": None,
+            "env": dict(spec.env),
+            "cwd": str(self.workdir),
+            "timeout_s": spec.timeout_s
+            if spec.timeout_s is not None
+            else (self.cfg.bag.timeout_s if self.cfg.bag is not None else None),
+        }
+
+
+def lost_contact(
+    alive: Sequence[Machine],
+    since: Mapping[str, float],
+    last_seen: Mapping[str, float],
+    mono: float,
+    cfg: RunConfig,
+) -> list[Event]:
+    """Machines whose agents went silent, or never reported in, by monotonic time ``mono``.
+
+    ``since``: when each machine the daemon tracks was launched or adopted; ``last_seen``:
+    each agent's last request. A machine booting may take its type's boot time first.
+    """
+    d = cfg.daemon
+    events: list[Event] = []
+    for m in alive:
+        start = since.get(m.id)
+        if start is None:
+            continue
+        if m.state is MachineState.READY:
+            silent = mono - max(start, last_seen.get(m.id, 0.0))
+            if silent > d.lost_after_s:
+                events.append(MachineLost(m.id, f"no contact for {silent:.0f}s"))
+        elif mono - start > m.type.boot_s / cfg.time_scale + d.lost_after_s:
+            events.append(MachineLost(m.id, "never reported in"))
+    return events

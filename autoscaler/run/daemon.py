@@ -1,0 +1,742 @@
+"""The real-time driver: the same ``Controller.step`` as a dry run, on a real clock.
+
+Everything that happens reaches the daemon's one queue: agents' polls (through the
+dispatcher), launches coming back from the provider, the monitoring tick and the
+just-before-boundary checks (APScheduler jobs), the health check, and signals. The main
+thread takes what is queued, turns it into events, calls ``Controller.step``, writes the
+events and actions to the journal in one transaction, and only then carries the actions
+out: the provider launches and terminates, the dispatcher hands tasks to agents.
+
+Time: the controller's ``now`` is run time in emulated seconds, ``time_scale`` of them
+per real second (1 but for a time-scaled local run). It is anchored to the wall clock at
+the run's start, so a resumed daemon carries on the same timeline.
+
+Money across a crash: every agent holds a lease that ends just before its machine's
+paid time does, renewed only by a live daemon, so a machine never runs into a unit
+nobody committed; a resumed daemon replays the journal (committed spend included),
+adopts the machines of its run that still run, lets the provider launch again the
+launches it had journaled without seeing their result (idempotent per token), and
+terminates strays.
+
+A deadline pool (``deadline.keep_open``) takes jobs while it runs (``Daemon.add_job``,
+from any thread): their tasks are written to the run's tasks file, then the job is
+journaled (``JobAdded``) and planned in one step, and the caller learns its task ids.
+
+The parts: ``rundir`` (the run directory and its lock), ``machines`` (provider and SSH
+calls on worker threads), ``agents`` (polls to events, the state to answers), ``leases``
+(the lease and clock arithmetic), ``metrics`` (Prometheus gauges). This module is the
+loop that ties them together.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import queue
+import random
+import signal
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from apscheduler.jobstores.base import JobLookupError
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from autoscaler.budget.controller import Controller
+from autoscaler.config.load import task_means
+from autoscaler.config.schema import JobMeans
+from autoscaler.core.errors import AutoscalerError
+from autoscaler.core.journal import JOURNAL_DB, SqliteJournal
+from autoscaler.core.leases import Timeline, boundary_due, delay_s
+from autoscaler.core.model import (
+    Action,
+    Assign,
+    BoundaryNear,
+    BudgetSet,
+    Cancel,
+    DeadlineSet,
+    Event,
+    Extend,
+    Hold,
+    Interrupted,
+    JobAdded,
+    JobArrived,
+    JobSpec,
+    Launch,
+    LaunchFailed,
+    MachineLaunched,
+    MachineLost,
+    MachineReady,
+    Move,
+    Release,
+    Replicate,
+    Resumed,
+    Shutdown,
+    Stop,
+    TaskSpec,
+    Tick,
+)
+from autoscaler.core.state import Machine, RunState
+from autoscaler.deadline.controller import DeadlineController
+from autoscaler.providers.base import Provider, ProviderState
+from autoscaler.providers.sim import draw_runtimes
+from autoscaler.report.report import Report, build_report, write_report
+from autoscaler.run.agents import Agents, lost_contact
+from autoscaler.run.dispatch import Dispatcher, Poll
+from autoscaler.run.live import planned_finish
+from autoscaler.run.machines import (
+    BootFailed,
+    Ended,
+    LaunchDone,
+    MachineLifecycle,
+    Wake,
+    launch_events,
+)
+from autoscaler.run.metrics import Metrics
+from autoscaler.run.registry import register
+from autoscaler.run.rundir import OUTPUTS_FILE, RunFiles, rebuild_state, run_lock
+from autoscaler.run.start import (
+    added_job,
+    json_logger,
+    log_action,
+    make_controller,
+    new_state,
+)
+from autoscaler.run.wiring import make_bootstrap, make_provider
+
+HEALTH_S = 0.25
+"""Real seconds between health checks (silent machines, machines that never came up)."""
+
+
+# --- what reaches the queue besides polls and the machine lifecycle's records ------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Boundary:
+    machine: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Tick:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class _Arrivals:
+    jobs: tuple[JobArrived, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Health:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class _Signal:
+    signum: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Told:
+    """An event from the daemon's owner (the service): a user's update, an interruption."""
+
+    event: Event
+
+
+@dataclass(frozen=True, slots=True)
+class _Add:
+    """A job for the pool (``Daemon.add_job``), answered once it is journaled."""
+
+    job: JobSpec
+    tasks: tuple[TaskSpec, ...]
+    answer: Future[JobSpec]
+
+
+# --- the daemon ------------------------------------------------------------------------
+
+
+def _means(job: JobSpec) -> JobMeans | None:
+    """An added job's mean task times, as synthetic tasks run them (its known ``task_s``)."""
+    return JobMeans(job.name, dict(job.task_s)) if job.task_s else None
+
+
+@dataclass
+class Outcome:
+    run_id: str
+    state: RunState
+    report: Report
+    run_dir: Path
+    wall_s: float
+
+
+ProgressHook = Callable[[RunState, float | None], None]
+HoldHook = Callable[[Controller, RunState, float], None]
+HANDOVER_SIGNAL = signal.SIGUSR1
+"""Asks a daemon to end without releasing its machines, for another to adopt them."""
+
+
+@dataclass
+class Daemon:
+    files: RunFiles
+    resume: bool = False
+    progress: ProgressHook | None = None
+    install_signals: bool = True
+    log: Any = None
+    hold: bool = False  # `autoscaler plan`: hold once the samples are in
+    on_hold: HoldHook | None = None  # called in the step that holds
+    budget: BudgetSet | None = None  # a new budget, set in the first step
+    resumed: str | None = None  # an interrupted run carries on: why (Resumed, first step)
+    plots: bool = True  # the report's plots (a service may leave them out)
+    handed_over: bool = field(init=False, default=False)
+    state: RunState = field(init=False)
+    _inbox: queue.SimpleQueue[object] = field(init=False, default_factory=queue.SimpleQueue)
+
+    def __post_init__(self) -> None:
+        cfg = self.files.cfg
+        self.cfg = cfg
+        self.ts = cfg.time_scale
+        self.controller = make_controller(cfg, hold=self.hold)
+        self.tasks = self.files.tasks
+        synthetic = any(t.command is None for t in self.tasks)
+        self.runtimes = (
+            draw_runtimes(cfg.emulator, len(self.tasks), random.Random(self.files.seed))
+            if synthetic
+            else []
+        )
+        self._since: dict[str, float] = {}  # machines tracked: monotonic launch or adoption
+        self._signals = 0  # SIGINT/SIGTERM received; the second means: kill, do not wait
+        self._killed = False
+        self._workdir = cfg.local.workdir or self.files.run_dir / "work"
+        self._answers: list[tuple[Future[JobSpec], JobSpec]] = []  # jobs added, not answered
+
+    def now(self) -> float:
+        """Run time (emulated seconds) now."""
+        return self.timeline.run_time(time.monotonic())
+
+    def tell(self, event: Event) -> None:
+        """Hand the run an event from outside (any thread): a ``BudgetSet`` or
+        ``DeadlineSet`` of a user's update, ``Shutdown`` to cancel, ``Interrupted`` to
+        stop it resumably. It is journaled and stepped like any other."""
+        self._inbox.put(_Told(event))
+
+    def add_job(self, job: JobSpec, tasks: Sequence[TaskSpec]) -> Future[JobSpec]:
+        """Add a job to a live deadline-mode run (a pool, ``deadline.keep_open``), from
+        any thread: ``tasks`` (their ids do not matter) become the job's, numbered on from
+        the run's last; ``job`` gives its name, absolute ``deadline`` (run time), budget
+        and known ``task_s`` (its ``first``, ``count`` and ``at`` are the run's to set).
+        The answer is the job as journaled (its task ids ``first .. first + count - 1``),
+        or an ``AutoscalerError`` if the run cannot take it."""
+        answer: Future[JobSpec] = Future()
+        self._inbox.put(_Add(job, tuple(tasks), answer))
+        return answer
+
+    # --- the run ------------------------------------------------------------------------
+
+    def run(self) -> Outcome:
+        files = self.files
+        with run_lock(files.run_dir), register(files.run_id, files.run_dir):
+            return self._run_locked()
+
+    def _run_locked(self) -> Outcome:
+        files, cfg = self.files, self.cfg
+        started = time.perf_counter()
+        log_file = (files.run_dir / "log.jsonl").open("a", encoding="utf-8")
+        self.log = json_logger(log_file).bind(run_id=files.run_id)
+        outputs = (files.run_dir / OUTPUTS_FILE).open("a", encoding="utf-8")
+        self._workdir.mkdir(parents=True, exist_ok=True)
+        self.journal = SqliteJournal(files.run_dir / JOURNAL_DB)
+        if self.resume:
+            self.state = rebuild_state(files, self.journal)
+            files.keep_tasks(self.state.n_tasks)
+            gone = {m.id for m in self.state.machines.values() if not m.alive}
+        else:
+            self.state = new_state(cfg, len(self.tasks), files.seed)
+        means = task_means(cfg, len(self.tasks))
+        for job in self.state.jobs:
+            if job.first >= files.config_tasks:
+                means[job.first : job.first + job.count] = [_means(job)] * job.count
+        self.agents = Agents(
+            cfg, self.tasks, self.runtimes, self._workdir, outputs, self.log, task_means=means
+        )
+        self.timeline = Timeline.resume(files.start_wall, time.time(), time.monotonic(), self.ts)
+        host, port = files.address if files.address else (cfg.daemon.host, cfg.daemon.port)
+        try:
+            self.dispatcher = Dispatcher(files.token, self._inbox, host, port, log=self.log)
+        except OSError as exc:
+            raise AutoscalerError(f"dispatcher cannot listen on {host}:{port}: {exc}") from None
+        files.address = self.dispatcher.address
+        if self.resume:
+            self.dispatcher.gone.update(gone)
+        self.journal.set_meta(**files.journal_meta())
+        self.provider: Provider = make_provider(
+            cfg,
+            billing=self.state.billing,
+            run_id=files.run_id,
+            run_dir=files.run_dir,
+            token=files.token,
+            url=self.dispatcher.url,
+            workdir=self._workdir,
+            clock=self.now,
+        )
+        bootstrap = make_bootstrap(cfg, files.run_dir, files.token, files.address[1], self.provider)
+        self.log.info(
+            "daemon start",
+            resume=self.resume,
+            tasks=len(self.tasks),
+            url=self.dispatcher.url,
+            time_scale=self.ts,
+            pid=os.getpid(),
+        )
+        scheduler = BackgroundScheduler(timezone="UTC")
+        self.scheduler = scheduler
+        self.lifecycle = MachineLifecycle(
+            cfg,
+            self.provider,
+            bootstrap,
+            self._inbox,
+            scheduler,
+            self.log,
+            watched=lambda: list(self._since),
+            gone=self.dispatcher.gone,
+        )
+        old_handlers = self._install_signals() if self.install_signals else {}
+        metrics = Metrics.start(cfg) if cfg.daemon.metrics_port is not None else None
+        error: BaseException | None = None
+        try:
+            self.dispatcher.start()
+            self._schedule_checks()
+            scheduler.start()
+            self._begin()
+            self._loop(metrics)
+        except BaseException as exc:
+            error = exc
+            self.log.error("daemon error", error=repr(exc))
+            raise
+        finally:
+            self._finish(error)
+            for signum, handler in old_handlers.items():
+                signal.signal(signum, handler)
+            if metrics is not None:
+                metrics.close()
+            if scheduler.running:
+                scheduler.shutdown(wait=False)
+            self.dispatcher.close()
+            self.lifecycle.shutdown()
+            outputs.close()
+            log_file.close()
+            self.journal.close()
+        wall = time.perf_counter() - started
+        report = build_report(
+            cfg,
+            self.state,
+            tasks=self.tasks,
+            run_id=files.run_id,
+            seed=files.seed,
+            wall_s=wall,
+            time_scale=self.ts,
+            refused_agents=self.dispatcher.refused,
+        )
+        if not self.handed_over:  # else the daemon it was handed to writes it
+            write_report(report, self.state, files.run_dir, plots=self.plots)
+        return Outcome(files.run_id, self.state, report, files.run_dir, wall)
+
+    def _schedule_checks(self) -> None:
+        """The periodic jobs: the monitoring tick, the health check, the provider's describe."""
+        put = self._inbox.put
+        tick_s = self.cfg.monitoring_interval_s / self.ts
+        self.scheduler.add_job(put, "interval", seconds=tick_s, args=[_Tick()], id="tick")
+        self.scheduler.add_job(put, "interval", seconds=HEALTH_S, args=[_Health()])
+        describe_s = self.provider.status_polling_interval
+        if describe_s > 0:
+            self.scheduler.add_job(self.lifecycle.describe_soon, "interval", seconds=describe_s)
+
+    # --- steps ----------------------------------------------------------------------------
+
+    def _begin(self) -> None:
+        """The first step: a fresh start, or the adoption of a resumed run's machines."""
+        events: list[Event] = []
+        if self.resume:
+            events = self._adopt_after_restart()
+        if self.resumed is not None and self.state.interrupted:
+            events.append(Resumed(self.resumed))
+        if self.budget is not None:
+            if self.budget.budget < self.state.committed - 1e-9:
+                raise AutoscalerError(
+                    f"budget {self.budget.budget:.2f} is below the "
+                    f"{self.state.committed:.2f} this run has committed already"
+                )
+            events.append(self.budget)
+        events.extend(self._schedule_arrivals())
+        self._step(events, [])
+
+    def _schedule_arrivals(self) -> list[Event]:
+        """Deadline mode: jobs due to arrive, one timer per arrival time (jobs arriving
+        together are planned together); those due already (a restart) arrive now."""
+        now = self.now()
+        due: list[Event] = []
+        at: dict[float, list[JobArrived]] = {}
+        for job in self.state.jobs:
+            if job.name in self.state.arrived:
+                continue
+            if job.at <= now:
+                due.append(JobArrived(job.name))
+            else:
+                at.setdefault(job.at, []).append(JobArrived(job.name))
+        for when, arrivals in at.items():
+            delay = delay_s(self.timeline, when, time.monotonic())
+            self.scheduler.add_job(
+                self._inbox.put,
+                "date",
+                run_date=datetime.now().astimezone() + timedelta(seconds=delay),
+                args=[_Arrivals(tuple(arrivals))],
+                id=f"arrival:{when}",
+                replace_existing=True,
+                misfire_grace_time=None,
+            )
+        return due
+
+    def _adopt_after_restart(self) -> list[Event]:
+        """Match the journal's machines with the provider's after a restart: adopt those
+        still running, relaunch (idempotently) the launches without a result, lose the
+        machines that ended meanwhile, and terminate strays."""
+        state = self.state
+        events: list[Event] = []
+        adopted: set[str] = set()
+        for token, (tname, count) in list(state.pending_launches.items()):
+            done = self.lifecycle.launch_now(Launch(tname, count, token))
+            events.extend(launch_events(done, state, self.cfg, self.now(), self.log))
+            adopted.update(r.id for r in done.records)
+        live = {s.id for s in self.provider.describe() if s.state is not ProviderState.TERMINATED}
+        for m in state.alive_machines():
+            if m.id in live:
+                self._track(m)
+                self.lifecycle.boot(m.id)
+            else:
+                events.append(MachineLost(m.id, "ended while the daemon was down"))
+        known = {m.id for m in state.alive_machines()} | adopted
+        strays = sorted(live - known)
+        if strays:
+            self.log.warning("terminating strays", machines=strays)
+            self.provider.terminate(strays)
+        self.log.info(
+            "resumed",
+            machines=sorted(m.id for m in state.alive_machines()),
+            relaunched=sorted(adopted),
+            committed=round(state.committed, 4),
+            done=state.done,
+        )
+        return events
+
+    def _loop(self, metrics: Metrics | None) -> None:
+        """Take what is queued, step, repeat; show progress at most five times a second."""
+        last_view = 0.0
+        while not self.state.over and not self.handed_over:
+            items = [self._inbox.get()]
+            with contextlib.suppress(queue.Empty):
+                while len(items) < 5000:
+                    items.append(self._inbox.get_nowait())
+            self._handle(items)
+            mono = time.monotonic()
+            if mono - last_view >= 0.2:
+                last_view = mono
+                estimate = planned_finish(self.state)
+                if self.progress is not None:
+                    self.progress(self.state, estimate)
+                if metrics is not None:
+                    metrics.update(self.state, estimate)
+
+    def _handle(self, items: list[object]) -> None:
+        """Queued items to events, then one step; a second signal kills every machine."""
+        events: list[Event] = []
+        polls: list[Poll] = []
+        seen: set[tuple[str, int]] = set()
+        gone: set[str] = set()
+        hard = False
+        adding: list[tuple[Future[JobSpec], JobSpec]] = []
+        for item in items:
+            match item:
+                case Poll():
+                    polls.append(item)
+                    events.extend(self.agents.poll_events(self.state, item, seen))
+                case _Tick():
+                    if not self.state.stopped:
+                        events.append(Tick())
+                case _Boundary(machine=mid):
+                    events.extend(self._boundary_event(mid))
+                case LaunchDone():
+                    events.extend(launch_events(item, self.state, self.cfg, self.now(), self.log))
+                case _Health():
+                    events.extend(self._health())
+                case Ended(machines=ended):
+                    for mid in sorted(ended):
+                        m = self.state.machines.get(mid)
+                        if m is not None and m.alive and mid in self._since and mid not in gone:
+                            gone.add(mid)  # several reports of one end make one event
+                            events.append(MachineLost(mid, "machine ended"))
+                case BootFailed(machine=mid, reason=reason):
+                    m = self.state.machines.get(mid)
+                    if m is not None and m.alive and mid not in gone:
+                        gone.add(mid)
+                        self.log.error("bootstrap failed", machine=mid, error=reason)
+                        events.append(MachineLost(mid, f"bootstrap failed: {reason}"))
+                case _Signal(signum=signum) if signum == HANDOVER_SIGNAL:
+                    if self.state.awaiting_budget:
+                        self.log.info("handing the run over: its machines are kept")
+                        self.handed_over = True
+                    else:
+                        self.log.warning("hand-over asked for a run that does not wait: ignored")
+                case _Signal(signum=signum):
+                    name = signal.Signals(signum).name
+                    if not self.state.shutdown and not any(isinstance(e, Shutdown) for e in events):
+                        self.log.warning("signal: releasing every machine", signal=name)
+                        events.append(Shutdown(f"interrupted by {name}"))
+                    else:
+                        hard = True
+                case _Told(event=told):
+                    events.extend(self._told(told))
+                case _Arrivals(jobs=arrivals):
+                    events.extend(a for a in arrivals if a.job not in self.state.arrived)
+                case _Add():
+                    added = self._add(item, [a for _, a in adding], events)
+                    if added is not None:
+                        events.append(added)
+                        adding.append((item.answer, added.job))
+                case Wake():
+                    pass
+        # MachineReady before the results of the same machine, as they happened.
+        events.sort(key=lambda e: not isinstance(e, MachineLaunched | MachineReady))
+        self._answers.extend(adding)
+        self._step(events, polls)
+        for answer, job in self._answers:
+            answer.set_result(job)
+        self._answers.clear()
+        if hard:
+            self._kill_now()
+            self._terminate_all_now()
+
+    def _step(self, events: list[Event], polls: list[Poll]) -> None:
+        """Controller.step, the journal, then the actions; then the agents' answers."""
+        state = self.state
+        if events or not state.configurations:
+            now = self.now()
+            actions = self.controller.step(state, events, now)
+            self.journal.step(now, events, actions)
+            touched = self._apply(events, actions)
+            held = any(isinstance(a, Hold) for a in actions)
+            if self.on_hold is not None and held and isinstance(self.controller, Controller):
+                self.on_hold(self.controller, state, now)
+        else:
+            touched = set()
+        for poll in polls:
+            self.agents.answer(state, poll, self.timeline)
+        for mid in touched:
+            parked = self.agents.unpark(mid)
+            if parked is not None:
+                self.agents.answer(state, parked, self.timeline)
+
+    # --- from the outside world to events -----------------------------------------------
+
+    def _told(self, event: Event) -> list[Event]:
+        """An owner's event, unless the run is past it or it does not fit the run."""
+        state = self.state
+        match event:
+            case BudgetSet(budget=budget) if budget < state.committed - 1e-9:
+                self.log.warning(
+                    "budget update refused: below what is committed",
+                    budget=budget,
+                    committed=round(state.committed, 4),
+                )
+                return []
+            case DeadlineSet(job=name) if name not in {j.name for j in state.jobs}:
+                self.log.warning("deadline update refused: no such job", job=name)
+                return []
+            case Interrupted() if state.stopped or state.interrupted:
+                return [Shutdown(event.reason)] if not state.shutdown else []
+            case Shutdown() if state.shutdown:
+                return []
+        self.log.info("told", kind=type(event).__name__, detail=repr(event))
+        return [event]
+
+    def _add(self, item: _Add, batch: list[JobSpec], events: list[Event]) -> JobAdded | None:
+        """A job for the pool as its event, its tasks written to the run's tasks file (and
+        known to the agents) first; None, and the caller told why, if the run cannot take
+        it. ``batch``: jobs added in this step already (their tasks come first)."""
+        state, job = self.state, item.job
+        names = {j.name for j in (*state.jobs, *batch)}
+        why = None
+        if not isinstance(self.controller, DeadlineController):
+            why = "a budget-mode run takes no jobs"
+        elif state.stopped or state.shutdown or any(isinstance(e, Shutdown) for e in events):
+            why = "the run is ending"
+        elif job.name in names:
+            why = f"the run has a job named {job.name!r} already"
+        elif not item.tasks:
+            why = "a job needs at least one task"
+        if why is not None:
+            item.answer.set_exception(AutoscalerError(f"job {job.name!r} refused: {why}"))
+            return None
+        first = state.n_tasks + sum(j.count for j in batch)
+        count = len(item.tasks)
+        event = added_job(dataclasses.replace(job, count=count), first, self.now(), self.files.seed)
+        tasks = [dataclasses.replace(t, id=first + i) for i, t in enumerate(item.tasks)]
+        self.files.add_tasks(job.name, tasks)  # self.tasks, the agents' too
+        if any(t.command is None for t in tasks):
+            rng = random.Random(self.files.seed)
+            self.runtimes[:] = draw_runtimes(self.cfg.emulator, len(self.tasks), rng)
+        self.agents.add_means([_means(event.job)] * count)
+        self.log.info("job added", job=job.name, first=first, tasks=count, deadline=job.deadline)
+        return event
+
+    def _boundary_event(self, mid: str) -> list[Event]:
+        m = self.state.machines.get(mid)
+        if m is None or not m.alive:
+            return []
+        due = boundary_due(m.paid_until, self.state.billing.boundary_margin_s())
+        if self.now() < due:  # the timer fired early: ask again at the right moment
+            self._schedule_boundary(m)
+            return []
+        return [BoundaryNear(mid)]
+
+    def _health(self) -> list[Event]:
+        """Machines that went silent, or that never came up; dropped tunnels reopened."""
+        alive = list(self.state.alive_machines())
+        for m in alive:
+            if m.id in self._since:
+                self.lifecycle.keep_tunnel(m.id)
+        return lost_contact(
+            alive, self._since, self.dispatcher.last_seen, time.monotonic(), self.cfg
+        )
+
+    # --- from actions to the outside world ------------------------------------------------
+
+    def _apply(self, events: list[Event], actions: list[Action]) -> set[str]:
+        """Carry out a journaled step; the machines whose agents have news."""
+        touched: set[str] = set()
+        for event in events:
+            match event:
+                case MachineLaunched(machine=mid):
+                    self._track(self.state.machines[mid])
+                    self.lifecycle.boot(mid)
+                case MachineLost(machine=mid, reason=reason):
+                    self.log.warning("machine lost", machine=mid, reason=reason)
+                    self._forget(mid)
+                    self.lifecycle.end(mid)
+        for action in actions:
+            match action:
+                case Launch():
+                    self.lifecycle.launch(action)
+                case Extend(machine=mid):
+                    self._schedule_boundary(self.state.machines[mid])
+                    touched.add(mid)
+                case Release(machine=mid):
+                    self._forget(mid)
+                    touched.add(mid)
+                    self.lifecycle.end(mid)
+                case Assign(machine=mid) | Replicate(machine=mid) | Cancel(machine=mid):
+                    touched.add(mid)
+                case Move(source=src, target=dst):
+                    touched.update((src, dst))
+                case _:
+                    pass
+            log_action(self.log, self.state.now, action)
+        return touched
+
+    def _track(self, m: Machine) -> None:
+        self._since[m.id] = time.monotonic()
+        self.dispatcher.allowed.add(m.id)
+        self._schedule_boundary(m)
+
+    def _forget(self, mid: str) -> None:
+        self.dispatcher.gone.add(mid)
+        self.dispatcher.allowed.discard(mid)
+        try:
+            self.scheduler.remove_job(f"boundary:{mid}")
+        except JobLookupError:
+            return  # it fired already (a date job then goes), or the machine never had one
+
+    def _schedule_boundary(self, m: Machine) -> None:
+        due = boundary_due(m.paid_until, self.state.billing.boundary_margin_s())
+        delay = delay_s(self.timeline, due, time.monotonic())
+        self.scheduler.add_job(
+            self._inbox.put,
+            "date",
+            run_date=datetime.now().astimezone() + timedelta(seconds=delay),
+            args=[_Boundary(m.id)],
+            id=f"boundary:{m.id}",
+            replace_existing=True,
+            misfire_grace_time=None,
+        )
+
+    # --- the end --------------------------------------------------------------------------
+
+    def _install_signals(self) -> dict[int, Any]:
+        def handler(signum: int, frame: FrameType | None) -> None:
+            self.signal(signum)
+
+        old: dict[int, Any] = {}
+        for signum in (signal.SIGINT, signal.SIGTERM, HANDOVER_SIGNAL):
+            old[signum] = signal.signal(signum, handler)
+        return old
+
+    def signal(self, signum: int) -> None:
+        """A signal for the run (from a handler, on any thread): the first SIGINT or
+        SIGTERM releases every machine, a second kills them; ``HANDOVER_SIGNAL`` hands
+        a held run over. Only a count and a queue item: the interrupted code may hold
+        any lock (the log's, a provider's), so the work is done by the loop or _finish."""
+        if signum != HANDOVER_SIGNAL:
+            self._signals += 1
+        self._inbox.put(_Signal(signum))
+
+    def _kill_now(self) -> None:
+        """The second signal: every machine the run knows ends now, without grace."""
+        if self._killed:
+            return
+        self._killed = True
+        ids = sorted(self._since)
+        self.log.warning("second signal: terminating every machine now", machines=ids)
+        self.lifecycle.kill(ids)
+
+    def _terminate_all_now(self) -> None:
+        """After the second signal: the state learns that every machine is gone."""
+        events: list[Event] = [
+            MachineLost(m.id, "terminated on a second signal") for m in self.state.alive_machines()
+        ]
+        for token, (tname, count) in list(self.state.pending_launches.items()):
+            events.append(LaunchFailed(token, tname, count, "abandoned on a second signal"))
+        self._step(events, [])
+
+    def _finish(self, error: BaseException | None) -> None:
+        """Whatever happened: no machine of this run outlives the daemon, unless it was
+        handed over (the next daemon adopts them; their leases end them otherwise)."""
+        for answer, job in self._answers:
+            answer.set_exception(AutoscalerError(f"job {job.name!r}: the daemon ended"))
+        self._answers.clear()
+        if self.handed_over and error is None:
+            self.log.info("daemon end: handed over", committed=round(self.state.committed, 4))
+            return
+        # A second signal while machines are being released kills them all.
+        self.lifecycle.wind_down(lambda: self._signals > 1, self._kill_now)
+        if error is not None and not self.state.stopped:
+            events: list[Event] = [
+                MachineLost(m.id, "daemon error") for m in self.state.alive_machines()
+            ]
+            try:
+                now = self.now()
+                for event in events:
+                    self.state.apply(now, event)
+                self.state.apply(now, Stop(f"daemon error: {error!r}"))
+            except Exception as exc:  # the report still comes, with the state as it was
+                self.log.error("the state could not record the daemon error", error=repr(exc))
+        self.log.info(
+            "daemon end",
+            done=self.state.done,
+            failed=self.state.failed,
+            committed=round(self.state.committed, 4),
+            stop_reason=self.state.stop_reason,
+        )

@@ -1,0 +1,256 @@
+"""The virtual-time driver: feeds a ``SimProvider``'s world through ``Controller.step``.
+
+Events sit in a heap ordered by virtual time; all events of one instant go into one
+step. Actions are applied to the simulated machines, which schedule what follows from
+them (a machine ready after its boot time, a task done after its runtime, the end of a
+paid unit). A 1000-task bag of five virtual hours runs in about a second.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from autoscaler.budget.controller import Controller
+from autoscaler.config.schema import JobMeans
+from autoscaler.core.errors import AutoscalerError
+from autoscaler.core.model import (
+    Action,
+    Assign,
+    BoundaryNear,
+    BudgetSet,
+    Cancel,
+    DeadlineSet,
+    Event,
+    Extend,
+    JobAdded,
+    JobArrived,
+    Launch,
+    LaunchFailed,
+    MachineLaunched,
+    MachineLost,
+    MachineReady,
+    Move,
+    Release,
+    Replicate,
+    Shutdown,
+    TaskDone,
+    TaskFailed,
+    Tick,
+)
+from autoscaler.core.state import RunState
+from autoscaler.deadline.controller import DeadlineController
+from autoscaler.providers.sim import SimProvider
+
+StepHook = Callable[[float, list[Event], list[Action], RunState], None]
+Told = JobAdded | Shutdown | BudgetSet | DeadlineSet
+
+
+@dataclass
+class _Run:
+    """A task running on a simulated machine; ``live`` is False once cancelled."""
+
+    task: int
+    machine: str
+    started: float
+    fails: bool  # the emulated world decided at the start that this run fails
+    live: bool = True
+
+
+@dataclass
+class _Box:
+    """The simulated side of one machine: what it runs and what waits (until it is ready)."""
+
+    current: _Run | None = None
+    queue: deque[int] = field(default_factory=deque)
+    ready: bool = False
+    gone: bool = False
+
+
+class Emulator:
+    """Runs one dry run to its end: the bag finished, the controller stopped it, or (for
+    ``autoscaler plan``) it holds after sampling and its machines' paid time is over."""
+
+    def __init__(
+        self,
+        controller: Controller | DeadlineController,
+        state: RunState,
+        sim: SimProvider,
+        monitoring_interval_s: float,
+        run_tag: str = "dry-run",
+        on_step: StepHook | None = None,
+        max_time_s: float = 10 * 365 * 86400.0,
+    ):
+        self.controller = controller
+        self.state = state
+        self.sim = sim
+        self.interval = monitoring_interval_s
+        self.tags = {"autoscaler:run": run_tag}
+        self.on_step = on_step
+        self.max_time_s = max_time_s
+        self.now = 0.0
+        self._heap: list[tuple[float, int, object]] = []
+        self._seq = itertools.count()
+        self._boxes: dict[str, _Box] = {}
+        self._attempts: dict[int, int] = {}
+        self._launch_seen: dict[str, int] = {}
+
+    def clock(self) -> float:
+        return self.now
+
+    def _at(self, when: float, item: object) -> None:
+        heapq.heappush(self._heap, (when, next(self._seq), item))
+
+    def run(self) -> RunState:
+        self._at(self.interval, Tick())
+        for job in self.state.jobs:
+            if job.name not in self.state.arrived:
+                self._at(job.at, JobArrived(job.name))
+        self._step([])
+        while not self.state.over:
+            if not self._heap:
+                raise AutoscalerError("emulator: nothing left to happen but the run is not over")
+            when = self._heap[0][0]
+            if when > self.max_time_s:
+                raise AutoscalerError(f"emulator: run exceeds {self.max_time_s:.0f} virtual s")
+            self.now = when
+            events: list[Event] = []
+            while self._heap and self._heap[0][0] == when:
+                _, _, item = heapq.heappop(self._heap)
+                event = self._realise(item)
+                if event is not None:
+                    events.append(event)
+            if events:
+                self._step(events)
+        return self.state
+
+    def tell(self, when: float, event: Told) -> None:
+        """An owner's event at virtual time ``when`` (a job added to a pool, a user's
+        update, a shutdown), stepped like the world's."""
+        self._at(when, event)
+
+    def _step(self, events: list[Event]) -> None:
+        actions = self.controller.step(self.state, events, self.now)
+        for action in actions:
+            self._apply(action)
+        if self.on_step is not None:
+            self.on_step(self.now, events, actions, self.state)
+
+    def _realise(self, item: object) -> Event | None:
+        """Turn a scheduled item into an event, or drop it if it no longer applies."""
+        match item:
+            case Tick():
+                if not self.state.stopped:
+                    self._at(self.now + self.interval, Tick())
+                return item
+            case _Run() as run:
+                box = self._boxes[run.machine]
+                if not run.live or box.gone:
+                    return None
+                box.current = None
+                self._start_next(run.machine)
+                runtime = self.now - run.started
+                if run.fails:
+                    self._attempts[run.task] = self._attempts.get(run.task, 0) + 1
+                    return TaskFailed(run.task, run.machine, runtime, "emulated task failure")
+                return TaskDone(run.task, run.machine, runtime)
+            case MachineReady(machine=mid):
+                box = self._boxes[mid]
+                if box.gone:
+                    return None
+                box.ready = True
+                self._start_next(mid)
+                return item
+            case BoundaryNear(machine=mid):
+                return None if self._boxes[mid].gone else item
+            case MachineLost(machine=mid):
+                if self._boxes[mid].gone:
+                    return None
+                self.sim.terminate([mid])
+                self._boxes[mid].gone = True
+                return item
+            case MachineLaunched(machine=mid, token=token):
+                # The tasks the launch was bought for: the state queues them on the
+                # machines in the order their launch events come, as here.
+                queues = self.state.launch_queues.get(token, ())
+                i = self._launch_seen.get(token, 0)
+                self._launch_seen[token] = i + 1
+                if i < len(queues):
+                    self.state.enqueue(self._boxes[mid].queue, queues[i])
+                return item
+            case JobAdded(job=job):
+                means = JobMeans(job.name, dict(job.task_s)) if job.task_s else None
+                self.sim.add_tasks([means] * job.count)
+                return item
+            case JobArrived() | Shutdown() | BudgetSet() | DeadlineSet():
+                return item
+        raise AutoscalerError(f"emulator: unknown scheduled item {item!r}")
+
+    def _apply(self, action: Action) -> None:
+        match action:
+            case Launch(type=tname, count=count, token=token):
+                try:
+                    records = self.sim.launch(tname, count, token, self.tags)
+                except AutoscalerError as err:
+                    self._at(self.now, LaunchFailed(token, tname, count, err.message))
+                    return
+                for rec in records:
+                    self._boxes[rec.id] = _Box()
+                    self._at(self.now, MachineLaunched(rec.id, rec.type, token))
+                    self._at(self.now + self.sim.boot_time(rec.id), MachineReady(rec.id))
+                    first_end = self.now + self.state.billing.first_step_s
+                    self._at(self._boundary_at(first_end), BoundaryNear(rec.id))
+                    dies = self.sim.failure_time(rec.id)
+                    if dies is not None:
+                        self._at(dies, MachineLost(rec.id, "emulated machine failure"))
+            case Extend(machine=mid, until=until):
+                self._at(self._boundary_at(until), BoundaryNear(mid))
+            case Release(machine=mid):
+                self.sim.terminate([mid])
+                box = self._boxes[mid]
+                box.gone = True
+                if box.current is not None:
+                    box.current.live = False
+            case Assign(task=tid, machine=mid):
+                self.state.enqueue(self._boxes[mid].queue, (tid,))
+                if self._boxes[mid].current is None:
+                    self._start_next(mid)
+            case Replicate(task=tid, machine=mid):
+                self._boxes[mid].queue.append(tid)
+                if self._boxes[mid].current is None:
+                    self._start_next(mid)
+            case Cancel(task=tid, machine=mid):
+                box = self._boxes[mid]
+                if tid in box.queue:
+                    box.queue.remove(tid)
+                if box.current is not None and box.current.task == tid:
+                    box.current.live = False
+                    box.current = None
+                    self._start_next(mid)
+            case Move(tasks=tids, source=src, target=dst):
+                for tid in tids:
+                    self._boxes[src].queue.remove(tid)
+                self.state.enqueue(self._boxes[dst].queue, tids)
+                if self._boxes[dst].current is None:
+                    self._start_next(dst)
+            case _:
+                pass  # Configure and Stop change only the controller's state
+
+    def _boundary_at(self, until: float) -> float:
+        return max(self.now, until - self.state.billing.boundary_margin_s())
+
+    def _start_next(self, mid: str) -> None:
+        box = self._boxes[mid]
+        if box.gone or not box.ready or box.current is not None or not box.queue:
+            return
+        tid = box.queue.popleft()
+        runtime = self.sim.run_time(tid, mid)
+        fail_at = self.sim.run_fails(tid, self._attempts.get(tid, 0))
+        if fail_at is not None:
+            runtime *= fail_at
+        run = _Run(tid, mid, self.now, fails=fail_at is not None)
+        box.current = run
+        self._at(self.now + runtime, run)

@@ -1,0 +1,130 @@
+"""What a person sees of a real run: a live panel on a terminal, and ``status`` lines."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from autoscaler.config.schema import RunConfig
+from autoscaler.core.model import JobSpec, MachineState, TaskState
+from autoscaler.core.state import RunState
+from autoscaler.report.report import hms, makespan_s
+
+Update = Callable[[RunState, float | None], None]
+
+
+def machine_counts(state: RunState) -> dict[str, dict[str, int]]:
+    """Live machines per type: booting and ready."""
+    out = {name: {"booting": 0, "ready": 0} for name in state.types}
+    for m in state.alive_machines():
+        key = "booting" if m.state is MachineState.BOOTING else "ready"
+        out[m.type.name][key] += 1
+    return out
+
+
+def summary_rows(cfg: RunConfig, state: RunState, estimate: float | None) -> list[tuple[str, str]]:
+    budget = state.budget_of(cfg.constraint.budget)
+    money = f"{state.committed:.2f}" + ("" if budget is None else f" of {budget:g}")
+    machines = ", ".join(
+        f"{name} {c['ready']}" + (f" (+{c['booting']} booting)" if c["booting"] else "")
+        for name, c in machine_counts(state).items()
+    )
+    rows = [
+        (
+            "tasks",
+            f"{state.done} done, {state.failed} failed, {len(state.running_on)} running, "
+            f"{len(state.pending)} waiting, of {state.n_tasks}",
+        ),
+        ("machines", machines),
+        ("committed", money),
+        ("run time", hms(state.now)),
+    ]
+    # Once the run is over its finish is known: show it, not the last plan's estimate.
+    over = state.stopped and not state.any_alive()
+    if state.finished:
+        rows.append(("finished at", hms(makespan_s(state))))
+    elif over:
+        rows.append(("stopped at", hms(state.now)))
+    else:
+        rows.append(("estimated finish", "not planned yet" if estimate is None else hms(estimate)))
+        plan = state.plan()
+        interval = None if plan is None else plan.makespan_interval_s
+        if interval is not None:
+            rows.append(("finish interval", f"{hms(interval[0])} – {hms(interval[1])}"))
+    if state.shortfalls:
+        at, warning = state.shortfalls[-1]
+        rows.append(("warning", f"at {hms(at)}: {warning.message}"))
+    rows += job_rows(state)
+    if state.stopped:
+        rows.append(("ended" if over else "stopping", state.stop_reason or "bag finished"))
+    return rows
+
+
+def job_done(state: RunState, job: JobSpec) -> int:
+    """Tasks of ``job`` done so far."""
+    return sum(
+        state.task_state[t] is TaskState.DONE for t in range(job.first, job.first + job.count)
+    )
+
+
+def job_rows(state: RunState) -> list[tuple[str, str]]:
+    """Deadline mode: per job, its tasks done of all, its deadline, and the lateness last
+    said of it (none in budget mode)."""
+    rows = []
+    for job in state.jobs:
+        text = f"{job_done(state, job)}/{job.count} done, due at {hms(job.deadline)}"
+        if job.name not in state.arrived:
+            text += f", arrives at {hms(job.at)}"
+        late = state.late.get(job.name)
+        if late is not None and late.tasks > 0:
+            text += f"; expected late: {late.tasks} tasks, by {late.seconds:.0f} s ({late.cause})"
+        rows.append((f"job {job.name}", text))
+    return rows
+
+
+@contextlib.contextmanager
+def live_view(console: Console, cfg: RunConfig, total: int) -> Iterator[Update]:
+    """A panel redrawn as the run goes, on a terminal; elsewhere nothing."""
+    if not console.is_terminal:
+        yield lambda state, estimate: None
+        return
+
+    def render(state: RunState | None, estimate: float | None) -> Table:
+        table = Table(title=f"{cfg.name}: {total} tasks", show_header=False, box=None)
+        table.add_column(style="bold")
+        table.add_column()
+        if state is not None:
+            for key, value in summary_rows(cfg, state, estimate):
+                table.add_row(key, value)
+        return table
+
+    with Live(render(None, None), console=console, refresh_per_second=4, transient=True) as live:
+
+        def update(state: RunState, estimate: float | None) -> None:
+            live.update(render(state, estimate))
+
+        yield update
+
+
+def status_lines(run_id: str, cfg: RunConfig, state: RunState, pid: int | None) -> list[str]:
+    """``autoscaler status``: the run as its journal says, and whether a daemon holds it."""
+    daemon = f"running (pid {pid})" if pid else "not running"
+    lines = [f"run {run_id}: daemon {daemon}; journal up to run time {hms(state.now)}"]
+    lines += [f"  {key}: {value}" for key, value in summary_rows(cfg, state, planned_finish(state))]
+    if state.awaiting_budget:
+        lines.append(
+            "  the samples are in and the run waits for a budget: "
+            "autoscaler run --plan <plan dir> --option N (or --resume <run dir> --budget B)"
+        )
+    elif not pid and not state.finished and not (state.stopped and not state.any_alive()):
+        lines.append("  carry on with: autoscaler run --resume <run dir>")
+    return lines
+
+
+def planned_finish(state: RunState) -> float | None:
+    plan = state.plan()
+    return None if plan is None else plan.predicted_makespan_s
