@@ -28,11 +28,12 @@ from pathlib import Path
 if __name__ == "__main__" and not __package__:  # ``python benchmarks/scale.py``
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from autoscaler.budget.planner import BudgetProblem, Plan, Solver, TypeEstimate, plan_budget
+from autoscaler.budget.planner import BudgetProblem, Plan, TypeEstimate, plan_budget
 from autoscaler.config.load import expand_bag, load_config
 from autoscaler.config.schema import Bag, RunConfig
 from autoscaler.core.billing import BillingModel
 from autoscaler.core.model import Action, Event, TaskSpec
+from autoscaler.core.solve import Solver
 from autoscaler.core.state import RunState
 from autoscaler.report.report import Report
 from autoscaler.run.start import dry_run, make_emulator

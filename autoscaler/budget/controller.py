@@ -43,7 +43,7 @@ from autoscaler.budget.estimate import (
 )
 from autoscaler.budget.frontier import minimum_budget
 from autoscaler.budget.outlook import expected_left, forecast, potential
-from autoscaler.budget.planner import BudgetProblem, Plan, Solver, TypeEstimate, solve_budget
+from autoscaler.budget.planner import BudgetProblem, Plan, TypeEstimate, solve_budget
 from autoscaler.core.model import (
     Action,
     Assign,
@@ -69,7 +69,9 @@ from autoscaler.core.model import (
     TaskState,
     Tick,
 )
+from autoscaler.core.solve import Solver
 from autoscaler.core.state import Machine, RunState
+from autoscaler.core.step import Step
 
 _EPS = 1e-6
 _EARLY_CHECK = 5  # completions per type before an early "budget insufficient" is trusted
@@ -95,23 +97,6 @@ class ControllerSettings:
     sampling_mode: Literal["plain", "compact"] = "plain"  # compact: slides 001 (see below)
 
 
-class _Step:
-    """One call of ``Controller.step`` at ``now``: applies its records to the state and
-    collects the actions."""
-
-    def __init__(self, state: RunState, now: float):
-        self.state = state
-        self.now = now
-        self.actions: list[Action] = []
-
-    def feed(self, event: Event) -> None:
-        self.state.apply(self.now, event)
-
-    def do(self, action: Action) -> None:
-        self.state.apply(self.now, action)
-        self.actions.append(action)
-
-
 class Controller:
     """Budget-aware bag-of-tasks controller. Holds settings only; all state is passed in."""
 
@@ -121,7 +106,7 @@ class Controller:
     # --- the one entry point ----------------------------------------------------------
 
     def step(self, state: RunState, events: Iterable[Event], now: float) -> list[Action]:
-        s = _Step(state, now)
+        s = Step(state, now)
         touched: set[str] = set()
         boundaries: list[str] = []
         tick = False
@@ -202,7 +187,7 @@ class Controller:
 
     def outlook(self, state: RunState, now: float) -> tuple[dict[str, TypeEstimate], float]:
         """T_i per sampled type and N_e at ``now``; changes nothing."""
-        return self._outlook(_Step(state, now))
+        return self._outlook(Step(state, now))
 
     def budget_problem(
         self, state: RunState, now: float, est: dict[str, TypeEstimate], n_e: float, money: float
@@ -228,11 +213,11 @@ class Controller:
     ) -> Configure:
         """The configuration ``counts`` with its prediction, as a plan would issue it,
         under ``budget`` (the run's whole budget; None: the state's)."""
-        return self._configure(_Step(state, now), counts, est, "a budget option", budget)
+        return self._configure(Step(state, now), counts, est, "a budget option", budget)
 
     # --- starting -----------------------------------------------------------------------
 
-    def _start(self, s: _Step) -> None:
+    def _start(self, s: Step) -> None:
         state = s.state
         if self.settings.policy == "round_robin":
             counts = {name: t.max_count for name, t in state.types.items()}
@@ -380,7 +365,7 @@ class Controller:
         var = (fit.a * se_ref) ** 2 + fit.line_var(base.mean())
         return max(1.0, e.sd_s**2 / var) if var > 0 else float(max(1, base.done))
 
-    def _compact_progress(self, s: _Step) -> tuple[bool, list[str]]:
+    def _compact_progress(self, s: Step) -> tuple[bool, list[str]]:
         """Whether compact sampling is complete, and the types it samples: the reference
         has its sample set (as ``RuntimeStats.sampled``), every other type has ended its
         runs of the replicated tasks (or has no machine left to run them on)."""
@@ -403,7 +388,7 @@ class Controller:
                 return False, sampling
         return True, sampling
 
-    def _probe(self, s: _Step, m: Machine) -> bool:
+    def _probe(self, s: Step, m: Machine) -> bool:
         """Compact sampling: give idle ``m`` a replicated task its type has not run yet
         (the first ``paired_target`` tasks assigned become them). A type other than the
         reference that has them all is sampled: its target drops to 0, so its machines
@@ -462,7 +447,7 @@ class Controller:
             )
         )
 
-    def _boundary(self, s: _Step, m: Machine) -> None:
+    def _boundary(self, s: Step, m: Machine) -> None:
         state = s.state
         margin = state.billing.boundary_margin_s()
         if not m.alive or m.paid_until - s.now > margin + _EPS:
@@ -540,7 +525,7 @@ class Controller:
         z = self.settings.confidence_z
         return {n: self._estimate(state, n, ages, z=z) for n in names}
 
-    def _monitor(self, s: _Step, tick: bool) -> bool:
+    def _monitor(self, s: Step, tick: bool) -> bool:
         """Check the plan; re-plan when needed. Returns True when the target changed."""
         state = s.state
         if state.awaiting_budget:
@@ -620,7 +605,7 @@ class Controller:
                 )
         return None
 
-    def _outlook(self, s: _Step) -> tuple[dict[str, TypeEstimate], float]:
+    def _outlook(self, s: Step) -> tuple[dict[str, TypeEstimate], float]:
         """T_i per type and N_e, the tasks left once the time already paid is used."""
         state = s.state
         est = self._estimates(state, s.now)
@@ -665,7 +650,7 @@ class Controller:
 
     def _replan(
         self,
-        s: _Step,
+        s: Step,
         est: dict[str, TypeEstimate],
         n_e: float,
         reason: str,
@@ -743,7 +728,7 @@ class Controller:
 
     def _configure(
         self,
-        s: _Step,
+        s: Step,
         counts: dict[str, int],
         est: dict[str, TypeEstimate],
         reason: str,
@@ -874,7 +859,7 @@ class Controller:
 
     def _shortfall(
         self,
-        s: _Step,
+        s: Step,
         est: dict[str, TypeEstimate],
         n_e: float,
         optimistic: bool,
@@ -934,13 +919,13 @@ class Controller:
         return self.settings.on_shortfall == "stop" and self._stop(s, message)
 
     @staticmethod
-    def _stop(s: _Step, message: str) -> bool:
+    def _stop(s: Step, message: str) -> bool:
         s.do(Stop(message + " (on_shortfall: stop)"))
         return True
 
     # --- carrying out the configuration --------------------------------------------------
 
-    def _meet_target(self, s: _Step) -> None:
+    def _meet_target(self, s: Step) -> None:
         """Launch, keep and mark machines so each type moves towards ``state.target``.
 
         A launch that must wait (an outage of its type, an account hold) is deferred: the
@@ -951,7 +936,7 @@ class Controller:
         if waiting != s.state.deferred:
             s.do(Defer(waiting))
 
-    def _launch_or_mark(self, s: _Step) -> tuple[str, ...]:
+    def _launch_or_mark(self, s: Step) -> tuple[str, ...]:
         """The launches and marks towards the target; returns the types whose launch waits."""
         state = s.state
         waiting: list[str] = []
@@ -983,7 +968,7 @@ class Controller:
 
     # --- giving out work -----------------------------------------------------------------
 
-    def _fits(self, s: _Step, m: Machine) -> bool:
+    def _fits(self, s: Step, m: Machine) -> bool:
         """Whether a new task is likely (mean + one σ) to finish within ``m``'s paid time."""
         state = s.state
         stats = self._stats(state, m.type.name)
@@ -992,7 +977,7 @@ class Controller:
         margin = state.billing.boundary_margin_s()
         return stats.mean() + stats.stddev() <= m.paid_until - margin - s.now
 
-    def _dispatch(self, s: _Step, machines: Iterable[str]) -> None:
+    def _dispatch(self, s: Step, machines: Iterable[str]) -> None:
         state = s.state
         for mid in sorted(machines):
             m = state.machines[mid]
@@ -1010,7 +995,7 @@ class Controller:
                 s.do(Release(m.id, "idle: bag empty"))
 
     @staticmethod
-    def _standby(s: _Step, m: Machine) -> bool:
+    def _standby(s: Step, m: Machine) -> bool:
         """Keep an idle machine to the end of its paid unit while tasks run elsewhere.
 
         Only under fixed billing and once the machine is inside the unit it paid for: an
@@ -1027,7 +1012,7 @@ class Controller:
             and s.now >= m.paid_until - billing.step_s
         )
 
-    def _replicate(self, s: _Step, m: Machine) -> bool:
+    def _replicate(self, s: Step, m: Machine) -> bool:
         """Tail phase: copy the running task expected to finish last, if ``m`` beats it."""
         state = s.state
         if self.settings.policy != "bats" or not self.settings.tail_replication:
@@ -1062,7 +1047,7 @@ class Controller:
 
     # --- the end --------------------------------------------------------------------------
 
-    def _finish_or_stall(self, s: _Step) -> None:
+    def _finish_or_stall(self, s: Step) -> None:
         state = s.state
         if state.finished and (not state.stopped or state.stop_reason is not None):
             # Also after a Stop for money: draining machines may have finished the bag.

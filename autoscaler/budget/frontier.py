@@ -11,7 +11,8 @@ import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from autoscaler.budget.planner import BudgetProblem, Solver, plan_budget
+from autoscaler.budget.planner import BudgetProblem, plan_budget
+from autoscaler.core.solve import Solver
 
 if TYPE_CHECKING:
     from autoscaler.budget.controller import Controller

@@ -65,21 +65,14 @@ solver status that is neither Optimal nor Infeasible is named in ``PlanResult.no
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Literal
 
 import pulp
 
 from autoscaler.budget.estimate import tasks_within
 from autoscaler.core.billing import BillingModel
-from autoscaler.core.errors import AutoscalerError
-
-Solver = Literal["highs", "cbc"]
-
-SolveOutcome = Literal["optimal", "feasible", "infeasible", "failed"]
-"""What one solve means to the planner (``classify_status``)."""
+from autoscaler.core.solve import PlannerError, Solved, Solver, solve_lp
 
 _MAX_UNITS = 100_000
 _MAX_FAILED = 3  # solves without an answer before the search gives up (a broken solver)
@@ -141,90 +134,6 @@ class PlanResult:
 
     plan: Plan | None
     notes: tuple[str, ...] = ()
-
-
-class PlannerError(AutoscalerError):
-    code = "PlannerError"
-
-
-def classify_status(status: int, sol_status: int) -> SolveOutcome:
-    """What a PuLP solve's (status, solution status) pair means to the planner.
-
-    PuLP's status alone is not enough: a solver stopped by a time or iteration limit
-    with an incumbent reports status Optimal with solution status "Solution Found"
-    (HiGHS's kTimeLimit, kIterationLimit, kInterrupt, kObjectiveBound and
-    kObjectiveTarget in ``pulp.apis.highs_api``; CBC's "Stopped on time - objective
-    value" in ``pulp.apis.coin_api``), and Not Solved when it found none. HiGHS's
-    kUnboundedOrInfeasible comes back as Infeasible.
-
-    * ``optimal``: proven optimal;
-    * ``feasible``: a feasible solution not proven optimal: usable, and noted;
-    * ``infeasible``: the normal answer for a k or horizon too short, or a budget too
-      small;
-    * ``failed``: no usable answer: Not Solved, Unbounded (every variable here is
-      bounded, so it means a broken model), Undefined, or Optimal without a solution.
-    """
-    if status == pulp.LpStatusInfeasible:
-        return "infeasible"
-    if status == pulp.LpStatusOptimal:
-        if sol_status == pulp.LpSolutionOptimal:
-            return "optimal"
-        if sol_status == pulp.LpSolutionIntegerFeasible:
-            return "feasible"
-    return "failed"
-
-
-def describe_status(status: int, sol_status: int) -> str:
-    """PuLP's names for both statuses, e.g. ``Optimal (Solution Found)``."""
-    return f"{pulp.LpStatus.get(status, status)} ({pulp.LpSolution.get(sol_status, sol_status)})"
-
-
-@dataclass(frozen=True, slots=True)
-class Solved:
-    outcome: SolveOutcome
-    note: str | None = None  # set when some solve was neither Optimal nor Infeasible
-
-
-def solve_lp(lp: pulp.LpProblem, name: Solver, label: str, time_limit_s: float | None) -> Solved:
-    """Solve with the chosen solver; retry with CBC when HiGHS is missing or gives no
-    usable answer (a HiGHS solution not proven optimal is kept: CBC under the same time
-    limit is unlikely to do better, and the retry would overwrite it)."""
-    first = ""
-    if name == "highs":
-        try:
-            lp.solve(_solver("highs", time_limit_s))
-        except pulp.PulpSolverError as error:
-            first = f"HiGHS failed ({error})"
-        else:
-            outcome = classify_status(lp.status, lp.sol_status)
-            status = describe_status(lp.status, lp.sol_status)
-            if outcome in ("optimal", "infeasible"):
-                return Solved(outcome)
-            if outcome == "feasible":
-                return Solved(outcome, f"{label}: HiGHS status {status}")
-            first = f"HiGHS status {status}"
-    try:
-        lp.solve(_solver("cbc", time_limit_s))
-    except pulp.PulpSolverError as error:
-        raise PlannerError(
-            f"{label}: {first + ', ' if first else ''}CBC failed: {error}"
-        ) from error
-    outcome = classify_status(lp.status, lp.sol_status)
-    status = describe_status(lp.status, lp.sol_status)
-    if first:
-        return Solved(outcome, f"{label}: {first}, retried with CBC: {status}")
-    if outcome in ("optimal", "infeasible"):
-        return Solved(outcome)
-    return Solved(outcome, f"{label}: CBC status {status}")
-
-
-def _solver(name: Solver, time_limit_s: float | None) -> pulp.LpSolver:
-    # The default relative MIP gaps (1e-4) would let a slightly slower mix count as optimal.
-    if name == "highs":
-        return pulp.HiGHS(msg=False, gapRel=1e-9, timeLimit=time_limit_s)
-    with warnings.catch_warnings():  # PuLP 3.3 deprecates its bundled CBC for 4.0
-        warnings.simplefilter("ignore", DeprecationWarning)
-        return pulp.PULP_CBC_CMD(msg=False, gapRel=1e-9, timeLimit=time_limit_s)
 
 
 def _capacity(t: TypeEstimate, horizon_s: float, problem: BudgetProblem) -> float:

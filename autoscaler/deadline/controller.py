@@ -30,7 +30,7 @@ work is done: its machines go as idle machines do, and it ends on ``Shutdown`` (
 after ``Interrupted``) only.
 
 No clock, no I/O: the emulator and the daemon drive it exactly as the budget
-controller (``controller.py``), whose ``_Step`` it shares.
+controller (``budget.controller``), with whom it shares ``core.step.Step``.
 """
 
 from __future__ import annotations
@@ -40,8 +40,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from autoscaler.budget.controller import _Step
-from autoscaler.budget.planner import Solver
 from autoscaler.core.model import (
     Action,
     Assign,
@@ -69,7 +67,9 @@ from autoscaler.core.model import (
     TaskFailed,
     Tick,
 )
+from autoscaler.core.solve import Solver
 from autoscaler.core.state import Machine, RunState
+from autoscaler.core.step import Step
 from autoscaler.deadline.models import (
     DeadlineJob,
     DeadlinePlan,
@@ -111,7 +111,7 @@ class DeadlineSettings:
     keep_open: bool = False  # a pool: no Stop when the work is done; jobs join (JobAdded)
 
 
-class _DStep(_Step):
+class _DStep(Step):
     """A step, and the jobs whose machines the budget could not pay for in it."""
 
     def __init__(self, state: RunState, now: float):
@@ -223,7 +223,7 @@ class DeadlineController:
 
     # --- sampling (a job without known task times) ----------------------------------------
 
-    def _sample(self, s: _Step) -> None:
+    def _sample(self, s: Step) -> None:
         state = s.state
         for job in state.jobs:
             if job.name not in state.arrived or not self._sampling(state, job):
@@ -255,7 +255,7 @@ class DeadlineController:
                 chosen, pending = pending[:give], pending[give:]
                 self._spread_sample(s, name, chosen)
 
-    def _spread_sample(self, s: _Step, name: str, tasks: list[int]) -> None:
+    def _spread_sample(self, s: Step, name: str, tasks: list[int]) -> None:
         """Run sample ``tasks`` on type ``name`` side by side, the deadline running: one
         each on its idle machines, then one each on new machines the limits and the
         budget allow, the rest queued on the least loaded machine of the type."""
@@ -356,7 +356,7 @@ class DeadlineController:
         self._forecast(s, set(tasks), "planned: " + ", ".join(sorted(tasks)))
         return True
 
-    def _forecast(self, s: _Step, jobs: set[str], why: str) -> None:
+    def _forecast(self, s: Step, jobs: set[str], why: str) -> None:
         """What the plan in force expects: per job (``Forecast``) and for the run
         (``Configure``: machines per type, whole cost and last finish)."""
         state = s.state
@@ -470,7 +470,7 @@ class DeadlineController:
         return sorted(per_job, key=lambda name: (state.job_named(name).deadline, name))
 
     def _crowd(
-        self, s: _Step, tasks: Mapping[str, Sequence[int]], machines: Sequence[RunningMachine]
+        self, s: Step, tasks: Mapping[str, Sequence[int]], machines: Sequence[RunningMachine]
     ) -> None:
         """No machines can be bought for ``tasks``: queue each where it finishes first
         (list scheduling over the machines alive); they will be late, and ``_watch`` says
@@ -531,7 +531,7 @@ class DeadlineController:
                 worst = max(worst, _mean_sd(runs)[1])
         return self.settings.guard_z * worst
 
-    def _reassign(self, s: _Step) -> None:
+    def _reassign(self, s: Step) -> None:
         state = s.state
         result = reassign(self._queues(state, s.now), self._deadlines(state, guarded=True))
         for move in result.moves:
@@ -636,7 +636,7 @@ class DeadlineController:
             for job in state.jobs
         )
 
-    def _boundary(self, s: _Step, m: Machine) -> None:
+    def _boundary(self, s: Step, m: Machine) -> None:
         state = s.state
         margin = state.billing.boundary_margin_s()
         if not m.alive or m.paid_until - s.now > margin + _EPS:
@@ -651,7 +651,7 @@ class DeadlineController:
         else:
             s.do(Release(m.id, "end of paid time: budget cannot pay another unit"))
 
-    def _idle(self, s: _Step) -> None:
+    def _idle(self, s: Step) -> None:
         """Per-second billing: an idle machine no arriving job can use goes now (fixed
         ATUs: it stays to its boundary, a recipient for late work at no cost)."""
         state = s.state
@@ -666,7 +666,7 @@ class DeadlineController:
 
     # --- the end --------------------------------------------------------------------------
 
-    def _finish(self, s: _Step) -> None:
+    def _finish(self, s: Step) -> None:
         state = s.state
         if self.settings.keep_open:
             return  # a pool ends on Shutdown or Interrupted only; idle machines go as above

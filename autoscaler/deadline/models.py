@@ -88,7 +88,7 @@ assign, then model (10), the new machines joining the running ones).
 
 A deadline no mix can meet is a result, not an error: ``DeadlineResult.plan`` is None
 and ``reason`` names the job(s). Solved with PuLP (HiGHS, CBC as fallback) through the
-budget planner's ``solve_lp``; every status that is neither Optimal nor Infeasible is
+``core.solve.solve_lp``; every status that is neither Optimal nor Infeasible is
 named in ``notes``.
 """
 
@@ -103,8 +103,8 @@ from typing import Literal
 
 import pulp
 
-from autoscaler.budget.planner import Solver, solve_lp
 from autoscaler.core.billing import BillingModel
+from autoscaler.core.solve import Solver, solve_lp
 
 Formulation = Literal["fast", "literal"]
 

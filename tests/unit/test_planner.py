@@ -15,12 +15,12 @@ from autoscaler.budget.estimate import tasks_within
 from autoscaler.budget.planner import (
     BudgetProblem,
     TypeEstimate,
-    classify_status,
     plan_budget,
     plan_clairvoyant,
     solve_budget,
 )
 from autoscaler.core.billing import BillingModel
+from autoscaler.core.solve import classify_status
 
 HOURLY = BillingModel("fixed", 3600.0)
 

@@ -25,6 +25,8 @@ PURE = [
     "autoscaler.budget.frontier",
     "autoscaler.budget.outlook",
     "autoscaler.core.leases",
+    "autoscaler.core.solve",
+    "autoscaler.core.step",
     "autoscaler.budget.estimate",
     "autoscaler.core.state",
     "autoscaler.core.billing",
