@@ -14,21 +14,28 @@ python3 -m venv .venv
 # status page) must be here. Grid Engine runs as a one-node cluster, set up and started
 # here (infra/sge/setup.sh is idempotent).
 echo "== services"
-if [ "$(id -u)" = 0 ]; then
-  if [ ! -x /usr/sbin/sshd ]; then
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get install -y -q openssh-server >/dev/null ||
-      { apt-get update -q >/dev/null && apt-get install -y -q openssh-server >/dev/null; }
-    # The package starts a system sshd on port 22 where it can; the tests need none.
-    (service ssh stop || pkill -x sshd || true) >/dev/null 2>&1
+# Packages are installed without letting their init scripts start anything: a policy-rc.d
+# that says "no" (exit 101) is put in place for the install, unless the machine has one.
+# The tests start their own sshd on loopback; a system sshd, if the machine runs one, is
+# never stopped.
+install_packages() {
+  local added="" rc=0
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+    chmod 755 /usr/sbin/policy-rc.d
+    added=yes
   fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -q "$@" >/dev/null ||
+    { apt-get update -q >/dev/null && apt-get install -y -q "$@" >/dev/null; } || rc=$?
+  if [ -n "$added" ]; then rm -f /usr/sbin/policy-rc.d; fi
+  return "$rc"
+}
+if [ "$(id -u)" = 0 ]; then
+  [ -x /usr/sbin/sshd ] || install_packages openssh-server
   # The status page is tested in a real headless browser (Playwright drives the system
   # chromium; `playwright install` is never run).
-  if [ ! -x /usr/bin/chromium ]; then
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get install -y -q chromium >/dev/null ||
-      { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }
-  fi
+  [ -x /usr/bin/chromium ] || install_packages chromium
   bash infra/sge/setup.sh
 elif [ "${CI:-}" = true ]; then
   echo "error: CI=true needs root to install sshd, chromium and Grid Engine" >&2
