@@ -668,20 +668,18 @@ def cleanup(
     wherever its directory is; run directories under --runs are looked at too. Untagged
     machines and machines of a live run are never touched.
     """
-    from autoscaler.config.service import (
-        WORK_FIELDS,
-        load_service_config,
-        load_yaml,
-        probe_run_config,
-    )
+    from autoscaler.config.schema import Platform
+    from autoscaler.config.service import WORK_FIELDS, load_service_config, load_yaml
     from autoscaler.run.cleanup import find_strays, terminate_strays
 
+    cfg: Platform
     try:
         is_service = not any(k in load_yaml(config, "fields") for k in WORK_FIELDS)
-        cfg = probe_run_config(load_service_config(config)) if is_service else None
+        if is_service:
+            cfg = load_service_config(config).platform
     except AutoscalerError as exc:
         _exit_with(exc)
-    if cfg is None:
+    if not is_service:
         cfg, _ = _load_or_exit(config)
     try:
         survey = find_strays(cfg, runs or [Path("runs")])

@@ -332,12 +332,11 @@ def run_as_service(
     job's daemon as they would a lone daemon's: the first releases every machine, a
     second kills them.
     """
-    from autoscaler.config.service import WORK_FIELDS, ServiceConfig, ServiceSettings
+    from autoscaler.config.service import ServiceConfig, ServiceSettings
     from autoscaler.run.live import live_view
     from autoscaler.service.service import Service
 
-    fields = {k: v for k, v in cfg.model_dump(mode="json").items() if k not in WORK_FIELDS}
-    service_cfg = ServiceConfig(fields, ServiceSettings(max_running_jobs=1), "run")
+    service_cfg = ServiceConfig(cfg.platform(), ServiceSettings(max_running_jobs=1), "run")
     _out.print(
         f"run {run_id}: {len(tasks)} tasks, directory {run_dir}", markup=False, soft_wrap=True
     )
