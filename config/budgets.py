@@ -11,25 +11,26 @@ _SLACK = 1e-9
 """Rounding room when a budget equals what is committed."""
 
 
-def budget_problem(budget: float, *, committed: float = 0.0, holder: str = "the run") -> str | None:
-    """Why ``budget`` cannot be set, or None: it must be a positive, finite amount, not
-    below the ``committed`` money ``holder`` has committed already."""
+def budget_problem(budget: float) -> str | None:
+    """Why ``budget`` is no amount of money (it must be positive and finite), or None."""
     if not math.isfinite(budget):
-        return f"must be a finite number (got {budget})"
+        return "must be a finite number"
     if budget <= 0:
-        return f"must be positive (got {budget:g})"
-    if budget < committed - _SLACK:
-        return f"{budget:.2f} is below the {committed:.2f} {holder} has committed already"
+        return "must be positive"
     return None
 
 
 def check_budget(
     budget: float, *, field: str = "budget", committed: float = 0.0, holder: str = "the run"
 ) -> float:
-    """``budget`` if it may be set (see ``budget_problem``), else an ``AutoscalerError``
-    naming ``field`` and the value."""
-    problem = budget_problem(budget, committed=committed, holder=holder)
-    if problem is None:
-        return budget
-    sep = " " if problem[0].isdigit() else ": "
-    raise AutoscalerError(f"{field}{sep}{problem}")
+    """``budget`` if it may be set: a positive, finite amount, not below the
+    ``committed`` money ``holder`` has committed already. Otherwise an
+    ``AutoscalerError`` naming ``field`` and the value."""
+    problem = budget_problem(budget)
+    if problem is not None:
+        raise AutoscalerError(f"{field}: {problem} (got {budget:g})")
+    if budget < committed - _SLACK:
+        raise AutoscalerError(
+            f"{field} {budget:.2f} is below the {committed:.2f} {holder} has committed already"
+        )
+    return budget
