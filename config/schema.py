@@ -17,7 +17,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from autoscaler.config.base import ConfigModel, Name, known_types
-from autoscaler.config.durations import Seconds, parse_duration
+from autoscaler.config.durations import Seconds
 from autoscaler.config.emulator import (
     Affine,
     BimodalRuntime,
@@ -94,7 +94,6 @@ __all__ = [
     "UniformRuntime",
     "WeibullRuntime",
     "Work",
-    "parse_duration",
     "weibull_mean_factor",
 ]
 
