@@ -1,8 +1,8 @@
 """A service's config and the jobs submitted to it.
 
-A service config (``autoscaler serve SERVICE.yaml``) is a run config without the work:
+A service config (``autoscaler serve SERVICE.yaml``) is a platform (``config.schema``:
 machine types, billing, provider and its section, dispatcher, emulator, sampling and
-monitoring settings, plus a ``service:`` section. A job file gives the work: a bag and
+monitoring settings) plus a ``service:`` section. A job file gives the work: a bag and
 its constraint (a budget, or a deadline), or several deadline ``jobs`` that share
 machines. A job becomes a run config by laying the job over the service's, so every
 check of a run config applies to it, and its problems name the job file's fields.
@@ -26,11 +26,11 @@ from autoscaler.config.load import (
     top_mapping,
     validation_problems,
 )
-from autoscaler.config.schema import Name, Platform, RunConfig
+from autoscaler.config.schema import Name, Platform, RunConfig, Work
 from autoscaler.core.errors import ConfigError
 from autoscaler.core.model import TaskSpec
 
-WORK_FIELDS = ("bag", "constraint", "jobs")
+WORK_FIELDS = tuple(f for f in Work.model_fields if f != "name")
 """What a run config has and a service config has not: the work, given by jobs."""
 
 JOB_FIELDS = ("name", "bag", "constraint", "task_s", "emulator_task_s", "jobs")
