@@ -221,3 +221,19 @@ def test_a_job_runs_on_the_service_s_platform() -> None:
     cfg, _ = job({"name": "j", "bag": {"synthetic": 3}, "constraint": {"budget": 9}}, svc)
     assert cfg.platform().model_dump(exclude={"name"}) == svc.platform.model_dump(exclude={"name"})
     assert (cfg.name, cfg.monitoring_interval_s, cfg.policy) == ("j", 120, "round_robin")
+
+
+def test_cleanup_takes_a_service_config_s_platform(tmp_path: Path) -> None:
+    """``cleanup SERVICE.yaml`` reads the service's platform (no work is made up for it)."""
+    from typer.testing import CliRunner
+
+    from autoscaler.cli.main import app
+
+    data = yaml.safe_load((EXAMPLES / "service.yaml").read_text())
+    data["provider"] = "sim"
+    del data["local"]
+    path = tmp_path / "service.yaml"
+    path.write_text(yaml.safe_dump(data))
+    done = CliRunner().invoke(app, ["cleanup", str(path), "--runs", str(tmp_path)])
+    assert done.exit_code == 2
+    assert "provider 'sim' starts no machines: nothing to clean up" in done.output
