@@ -8,29 +8,46 @@ from __future__ import annotations
 
 import itertools
 import math
-import re
 import string
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import ValidationError
-from pydantic_core import ErrorDetails
 
+from autoscaler.config.durations import seconds_in
+from autoscaler.config.problems import validation_problems, yaml_problem
 from autoscaler.config.schema import (
     Bag,
     IntRange,
     Job,
     JobMeans,
+    Platform,
     RunConfig,
     SweepValues,
     TraceRuntime,
-    parse_duration,
+    Work,
 )
 from autoscaler.core.errors import AutoscalerError, ConfigError
 from autoscaler.core.model import TaskSpec
+
+__all__ = [
+    "MAX_TASKS",
+    "check_files",
+    "config_json_schema",
+    "config_warnings",
+    "expand_bag",
+    "expand_jobs",
+    "load_config",
+    "load_trace",
+    "read_text",
+    "read_yaml",
+    "resolve_paths",
+    "task_means",
+    "top_mapping",
+    "validation_problems",
+]
 
 MAX_TASKS = 10_000_000
 """A sweep larger than this is almost certainly a mistake, and would not fit in memory."""
@@ -55,17 +72,7 @@ def load_config(path: str | Path, prices: PriceLookup | None = None) -> RunConfi
     """
     path = Path(path)
     source = str(path)
-    text = _read_text(path, source)
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(source, [_yaml_problem(exc)]) from None
-    if not isinstance(data, dict):
-        got = "an empty file" if data is None else f"a {type(data).__name__}"
-        raise ConfigError(
-            source, [f"the top level must be a mapping of fields (bag, constraint, ...), got {got}"]
-        )
-
+    data = read_yaml(path, "fields (bag, constraint, ...)")
     if prices is not None:
         _fill_prices(data, prices, source)
     try:
@@ -74,8 +81,26 @@ def load_config(path: str | Path, prices: PriceLookup | None = None) -> RunConfi
         raise ConfigError(source, validation_problems(exc, data)) from None
 
     cfg = resolve_paths(cfg, path.absolute().parent)
-    _check_files(cfg, source)
+    check_files(cfg, source)
     return cfg
+
+
+def read_yaml(path: Path, what: str) -> dict[str, Any]:
+    """A YAML file's top-level mapping (of ``what``), or a ``ConfigError`` naming the file."""
+    source = str(path)
+    try:
+        data = yaml.safe_load(read_text(path, source))
+    except yaml.YAMLError as exc:
+        raise ConfigError(source, [yaml_problem(exc)]) from None
+    return top_mapping(data, source, what)
+
+
+def top_mapping(data: object, source: str, what: str) -> dict[str, Any]:
+    """``data``, a file's top level, if it is a mapping (of ``what``)."""
+    if not isinstance(data, dict):
+        got = "an empty file" if data is None else f"a {type(data).__name__}"
+        raise ConfigError(source, [f"the top level must be a mapping of {what}, got {got}"])
+    return data
 
 
 def _fill_prices(data: dict[str, Any], prices: PriceLookup, source: str) -> None:
@@ -100,9 +125,9 @@ def _fill_prices(data: dict[str, Any], prices: PriceLookup, source: str) -> None
     except AutoscalerError as exc:
         raise ConfigError(source, [f"ec2.lookup_prices: {exc.message}"]) from None
     billing = data.get("billing") if isinstance(data.get("billing"), dict) else {}
-    try:
-        atu = float(parse_duration(billing.get("atu_s", 3600.0)))  # type: ignore[union-attr,arg-type]
-    except (TypeError, ValueError):
+    atu = billing.get("atu_s", 3600.0)  # type: ignore[union-attr]
+    atu = seconds_in(atu) if isinstance(atu, str) else atu
+    if not isinstance(atu, int | float):
         return  # validation names the bad ATU
     problems = []
     for i, itype in wanted.items():
@@ -117,8 +142,12 @@ def _fill_prices(data: dict[str, Any], prices: PriceLookup, source: str) -> None
         raise ConfigError(source, problems)
 
 
-def resolve_paths(cfg: RunConfig, base_dir: str | Path) -> RunConfig:
-    """Return ``cfg`` with its relative file paths made relative to ``base_dir``."""
+C = TypeVar("C", bound=Platform)
+
+
+def resolve_paths(cfg: C, base_dir: str | Path) -> C:
+    """Return ``cfg`` (a run config, or a platform alone) with its relative file paths
+    made relative to ``base_dir``."""
     base = Path(base_dir)
 
     def resolve(p: Path) -> Path:
@@ -128,9 +157,9 @@ def resolve_paths(cfg: RunConfig, base_dir: str | Path) -> RunConfig:
     def resolve_bag(bag: Bag) -> Bag:
         return bag if bag.file is None else bag.model_copy(update={"file": resolve(bag.file)})
 
-    if cfg.bag is not None:
+    if isinstance(cfg, Work) and cfg.bag is not None:
         cfg = cfg.model_copy(update={"bag": resolve_bag(cfg.bag)})
-    if cfg.jobs:
+    if isinstance(cfg, Work) and cfg.jobs:
         jobs = [j.model_copy(update={"bag": resolve_bag(j.bag)}) for j in cfg.jobs]
         cfg = cfg.model_copy(update={"jobs": jobs})
     runtime = cfg.emulator.runtime
@@ -145,10 +174,12 @@ def resolve_paths(cfg: RunConfig, base_dir: str | Path) -> RunConfig:
     return cfg
 
 
-def _check_files(cfg: RunConfig, source: str) -> None:
+def check_files(cfg: Platform, source: str) -> None:
+    """Refuse ``cfg`` (a run config, or a platform alone) if a file it names is missing
+    or, for a trace, does not parse; ``source`` names the config."""
     problems = [
         f"{field}.file: no such file: {bag.file}"
-        for field, bag in _bags(cfg)
+        for field, bag in (_bags(cfg) if isinstance(cfg, Work) else [])
         if bag.file is not None and not bag.file.is_file()
     ]
     runtime = cfg.emulator.runtime
@@ -172,7 +203,7 @@ def load_trace(path: str | Path) -> list[float]:
     source = str(path)
     runtimes: list[float] = []
     problems: list[str] = []
-    for number, line in enumerate(_read_text(Path(path), source).splitlines(), start=1):
+    for number, line in enumerate(read_text(Path(path), source).splitlines(), start=1):
         text = line.strip()
         if not text or text.startswith("#"):
             continue
@@ -195,7 +226,7 @@ def load_trace(path: str | Path) -> list[float]:
     return runtimes
 
 
-def _read_text(path: Path, source: str, field: str = "") -> str:
+def read_text(path: Path, source: str, field: str = "") -> str:
     prefix = f"{field}: " if field else ""
     try:
         return path.read_text(encoding="utf-8")
@@ -268,7 +299,7 @@ def task_means(cfg: RunConfig, n_tasks: int) -> list[JobMeans | None]:
     return means
 
 
-def _bags(cfg: RunConfig) -> list[tuple[str, Bag]]:
+def _bags(cfg: Work) -> list[tuple[str, Bag]]:
     """Every bag of ``cfg`` with the field that gives it."""
     if cfg.bag is not None:
         return [("bag", cfg.bag)]
@@ -302,7 +333,7 @@ def _expand(cfg: RunConfig, source: str) -> tuple[list[TaskSpec], list[range]]:
 
 def _file_commands(path: Path, source: str, field: str = "bag") -> list[str]:
     commands = []
-    for line in _read_text(path, source, f"{field}.file").splitlines():
+    for line in read_text(path, source, f"{field}.file").splitlines():
         text = line.strip()
         if text and not text.startswith("#"):
             commands.append(text)
@@ -357,182 +388,3 @@ def _sweep_commands(
         ]
     except (AttributeError, IndexError, KeyError, TypeError, ValueError) as exc:
         raise ConfigError(source, [f"{bag}.command: cannot fill the template: {exc}"]) from None
-
-
-# --- turning pydantic's errors into short lines ---------------------------------------
-
-_TYPE_MESSAGES = {
-    "missing": "missing (required)",
-    "extra_forbidden": "unknown field",
-    "model_type": "must be a mapping",
-    "model_attributes_type": "must be a mapping",
-    "dict_type": "must be a mapping",
-    "list_type": "must be a list",
-    "string_type": "must be a string",
-    "int_type": "must be a whole number",
-    "int_parsing": "must be a whole number",
-    "int_from_float": "must be a whole number",
-    "float_type": "must be a number",
-    "float_parsing": "must be a number",
-    "bool_type": "must be true or false",
-    "bool_parsing": "must be true or false",
-    "path_type": "must be a file path",
-    "finite_number": "must be a finite number",
-}
-
-_QUIET = ("bag.env.",)
-"""Values under these paths (a job's bag's too) may be secrets: errors name the field but
-never the value."""
-
-_JOB_PREFIX = re.compile(r"^jobs\[\d+\]\.")
-
-_UNION_HINTS = {
-    "bag.sweep.": "must be a list of values or a range {start, stop, step}",
-}
-
-
-def validation_problems(exc: ValidationError, data: object) -> list[str]:
-    """One short line per problem in ``exc``: ``field.path[1].name: message (got value)``.
-
-    ``data`` is the input that was validated: walking it tells a field name from the
-    tag pydantic puts in the location of an error inside a union. The alternatives of a
-    plain (untagged) union that all fail on their type are folded into one line.
-    """
-    problems: list[str] = []
-    unions: dict[str, list[tuple[ErrorDetails, str]]] = {}
-    union_inputs: dict[str, object] = {}
-    for error in exc.errors():
-        where = _locate(error, data)
-        if where.union_path is None:
-            problems.append(_problem(error, where.path))
-        else:
-            unions.setdefault(where.union_path, []).append((error, where.path))
-            union_inputs[where.union_path] = where.union_input
-    for union_path, errors in unions.items():
-        specific = [(e, p) for e, p in errors if not _is_type_error(e)]
-        if specific or len(errors) == 1:
-            problems.extend(_problem(e, p) for e, p in specific or errors)
-            continue
-        hint = next(
-            (
-                h
-                for prefix, h in _UNION_HINTS.items()
-                if _JOB_PREFIX.sub("", union_path).startswith(prefix)
-            ),
-            "does not match any allowed form",
-        )
-        problems.append(f"{union_path}: {hint}{_got(union_inputs[union_path], hint)}")
-    return list(dict.fromkeys(problems))
-
-
-@dataclass(frozen=True, slots=True)
-class _Where:
-    path: str  # dotted, with list indices: machine_types[1].price
-    union_path: str | None  # where a plain union starts on the way, if one does
-    union_input: object  # the input at union_path
-
-
-def _locate(error: ErrorDetails, data: object) -> _Where:
-    """Follow ``error``'s location through ``data``.
-
-    A segment that is neither a key nor an index of the input there is a union tag:
-    the discriminator value of a tagged union (it is one of the mapping's values and is
-    dropped) or the member name of a plain union (the union's path is noted).
-    """
-    loc = list(error["loc"])
-    if error["type"] == "invalid_key":
-        loc = loc[:-1]  # the last segment is the key's position, not a name
-    parts: list[str] = []
-    node: object = data
-    union_path: str | None = None
-    union_input: object = None
-    for i, segment in enumerate(loc):
-        if segment == "[key]":
-            continue
-        if isinstance(node, dict) and segment in node:
-            parts.append(f".{segment}")
-            node = node[segment]
-        elif isinstance(segment, int) and isinstance(node, list) and 0 <= segment < len(node):
-            parts.append(f"[{segment}]")
-            node = node[segment]
-        elif i == len(loc) - 1 and error["type"] == "missing":
-            parts.append(f".{segment}")
-        elif isinstance(node, dict) and segment in node.values():
-            continue
-        elif union_path is None:
-            union_path, union_input = _join(parts), node
-    return _Where(_join(parts), union_path, union_input)
-
-
-def _join(parts: list[str]) -> str:
-    return "".join(parts).removeprefix(".")
-
-
-def _is_type_error(error: ErrorDetails) -> bool:
-    kind = error["type"]
-    return kind.endswith(("_type", "_parsing")) or kind == "int_from_float"
-
-
-def _problem(error: ErrorDetails, path: str) -> str:
-    message = _message(error)
-    line = f"{path}: {message}" if path else message
-    value = error.get("input")
-    if error["type"] in ("extra_forbidden", "missing", "invalid_key") or not error["loc"]:
-        return line  # an unknown field's value is not ours to echo; a model's input is all
-    if _JOB_PREFIX.sub("", path).startswith(_QUIET):
-        return line
-    if error["type"] == "value_error" and isinstance(value, list | dict):
-        return line  # a check across items says which item it means
-    return line + _got(value, message)
-
-
-def _message(error: ErrorDetails) -> str:
-    kind = error["type"]
-    ctx = error.get("ctx", {})
-    if kind == "invalid_key":
-        message = f"field name {error.get('input')!r} is not a string"
-        if isinstance(error.get("input"), bool):
-            message += " (YAML reads yes, no, on and off as true/false: quote it)"
-        return message
-    if "[key]" in error["loc"]:
-        return "names must be strings"
-    if kind in _TYPE_MESSAGES:
-        return _TYPE_MESSAGES[kind]
-    if kind == "union_tag_invalid":
-        name, tags = _unquote(ctx.get("discriminator")), ctx.get("expected_tags")
-        return f"unknown {name} {ctx.get('tag')!r} (use one of {tags})"
-    if kind == "union_tag_not_found":
-        return f"needs a {_unquote(ctx.get('discriminator'))} field"
-    if kind == "string_pattern_mismatch":
-        return f"must match the pattern {ctx.get('pattern')}"
-    if kind == "too_short":
-        n = ctx.get("min_length", 1)
-        return f"must have at least {n} item{'' if n == 1 else 's'}"
-    message = error["msg"]
-    for prefix in ("Value error, ", "Assertion failed, "):
-        message = message.removeprefix(prefix)
-    return message.replace("Input should be ", "must be ", 1)
-
-
-def _unquote(value: object) -> str:
-    return str(value).strip("'\"")
-
-
-def _got(value: object, message: str) -> str:
-    """`` (got <value>)``, unless the message shows it already or it is a whole mapping."""
-    if isinstance(value, dict):
-        return ""
-    shown = repr(value)
-    if isinstance(value, str) and shown in message:
-        return ""
-    if len(shown) > 60:
-        shown = shown[:56] + " ..."
-    return f" (got {shown})"
-
-
-def _yaml_problem(exc: yaml.YAMLError) -> str:
-    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
-        mark = exc.problem_mark
-        what = exc.problem or "malformed"
-        return f"malformed YAML at line {mark.line + 1}, column {mark.column + 1}: {what}"
-    return f"malformed YAML: {exc}"

@@ -1,8 +1,8 @@
 """A service's config and the jobs submitted to it.
 
-A service config (``autoscaler serve SERVICE.yaml``) is a run config without the work:
+A service config (``autoscaler serve SERVICE.yaml``) is a platform (``config.schema``:
 machine types, billing, provider and its section, dispatcher, emulator, sampling and
-monitoring settings, plus a ``service:`` section. A job file gives the work: a bag and
+monitoring settings) plus a ``service:`` section. A job file gives the work: a bag and
 its constraint (a budget, or a deadline), or several deadline ``jobs`` that share
 machines. A job becomes a run config by laying the job over the service's, so every
 check of a run config applies to it, and its problems name the job file's fields.
@@ -15,29 +15,29 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import AwareDatetime, Field, NaiveDatetime, PositiveInt, ValidationError
 
+from autoscaler.config.base import ConfigModel
 from autoscaler.config.load import (
-    _check_files,
-    _read_text,
-    _yaml_problem,
+    check_files,
     expand_bag,
+    read_yaml,
     resolve_paths,
+    top_mapping,
     validation_problems,
 )
-from autoscaler.config.schema import Name, RunConfig, _Model
+from autoscaler.config.schema import Name, Platform, RunConfig, Work
 from autoscaler.core.errors import ConfigError
 from autoscaler.core.model import TaskSpec
 
-WORK_FIELDS = ("bag", "constraint", "jobs")
+WORK_FIELDS = tuple(f for f in Work.model_fields if f != "name")
 """What a run config has and a service config has not: the work, given by jobs."""
 
 JOB_FIELDS = ("name", "bag", "constraint", "task_s", "emulator_task_s", "jobs")
 """What a job file may give."""
 
 
-class ServiceSettings(_Model):
+class ServiceSettings(ConfigModel):
     """The ``service:`` section: how many jobs run at once, and where the API listens."""
 
     max_running_jobs: PositiveInt = Field(
@@ -57,48 +57,42 @@ class ServiceSettings(_Model):
     )
 
 
+class ServiceFile(Platform):
+    """A service config file as written: a platform plus ``service:``."""
+
+    service: ServiceSettings = Field(default_factory=ServiceSettings)
+
+
 @dataclass(frozen=True)
 class ServiceConfig:
-    """A validated service config: the run fields every job inherits, and the settings."""
+    """A validated service config: the platform every job runs on, and the settings."""
 
-    run_fields: dict[str, Any]  # a run config's fields but the work, as JSON, paths resolved
+    platform: Platform  # paths resolved
     settings: ServiceSettings
     source: str
 
     @property
     def provider(self) -> str:
-        return str(self.run_fields.get("provider", "sim"))
+        return self.platform.provider
 
     @property
     def name(self) -> str:
-        return str(self.run_fields.get("name", "service"))
+        return self.platform.name
 
     @property
     def time_scale(self) -> float:
         """Emulated seconds per real second (1 but for a time-scaled local service)."""
-        return float(self.run_fields["local"]["time_scale"]) if self.provider == "local" else 1.0
-
-
-def _mapping(data: object, source: str, what: str) -> dict[str, Any]:
-    if not isinstance(data, dict):
-        got = "an empty file" if data is None else f"a {type(data).__name__}"
-        raise ConfigError(source, [f"the top level must be a mapping of {what}, got {got}"])
-    return data
+        return self.platform.time_scale
 
 
 def load_yaml(path: Path, what: str) -> dict[str, Any]:
     """A YAML file's top-level mapping, or a ``ConfigError`` naming the file."""
-    source = str(path)
-    try:
-        data = yaml.safe_load(_read_text(path, source))
-    except yaml.YAMLError as exc:
-        raise ConfigError(source, [_yaml_problem(exc)]) from None
-    return _mapping(data, source, what)
+    return read_yaml(path, what)
 
 
 def service_config(data: object, *, source: str, base_dir: Path) -> ServiceConfig:
     """Validate a service config (a mapping, as read from YAML)."""
-    data = dict(_mapping(data, source, "service fields (machine_types, provider, ...)"))
+    data = dict(top_mapping(data, source, "service fields (machine_types, provider, ...)"))
     work = [f for f in WORK_FIELDS if f in data]
     if work:
         raise ConfigError(
@@ -109,33 +103,15 @@ def service_config(data: object, *, source: str, base_dir: Path) -> ServiceConfi
                 for f in work
             ],
         )
-    section = data.pop("service", None) or {}
+    if data.get("service", {}) is None:
+        data["service"] = {}  # `service:` with nothing under it: the defaults
     try:
-        settings = ServiceSettings.model_validate(section)
+        cfg = ServiceFile.model_validate(data)
     except ValidationError as exc:
-        problems = validation_problems(exc, section)
-        raise ConfigError(source, [f"service.{p}" for p in problems]) from None
-    try:
-        cfg = RunConfig.model_validate(_with_probe(data))
-    except ValidationError as exc:
-        raise ConfigError(source, validation_problems(exc, _with_probe(data))) from None
-    cfg = resolve_paths(cfg, base_dir)
-    _check_files(cfg, source)
-    fields = cfg.model_dump(mode="json")
-    for f in WORK_FIELDS:
-        fields.pop(f, None)
-    return ServiceConfig(fields, settings, source)
-
-
-def _with_probe(fields: dict[str, Any]) -> dict[str, Any]:
-    """Service fields with a token job: a run config, to check them as one."""
-    return {**fields, "bag": {"synthetic": 1}, "constraint": {"budget": 1e12}}
-
-
-def probe_run_config(service: ServiceConfig) -> RunConfig:
-    """A run config with the service's settings (provider, types, ...) and a token job:
-    for what needs a run config but no work, such as ``autoscaler cleanup``."""
-    return RunConfig.model_validate(_with_probe(service.run_fields))
+        raise ConfigError(source, validation_problems(exc, data)) from None
+    platform = resolve_paths(cfg.platform(), base_dir)
+    check_files(platform, source)
+    return ServiceConfig(platform, cfg.service, source)
 
 
 def load_service_config(path: Path) -> ServiceConfig:
@@ -144,7 +120,7 @@ def load_service_config(path: Path) -> ServiceConfig:
     )
 
 
-class JobFile(_Model):
+class JobFile(ConfigModel):
     """What a job file may hold (checked before it is laid over the service's config)."""
 
     name: Name | None = None
@@ -174,7 +150,7 @@ def _deadline_at(constraint: dict[str, Any], now_wall: float, scale: float) -> d
     return constraint
 
 
-class _Stamp(_Model):
+class _Stamp(ConfigModel):
     at: AwareDatetime | NaiveDatetime
 
 
@@ -188,13 +164,13 @@ def job_config(
 ) -> tuple[RunConfig, list[TaskSpec]]:
     """Lay job file ``data`` over ``service``: the job's run config and its tasks, or a
     ``ConfigError`` that names each bad field of the job."""
-    data = _mapping(data, source, f"job fields ({', '.join(JOB_FIELDS)})")
+    data = top_mapping(data, source, f"job fields ({', '.join(JOB_FIELDS)})")
     try:
         job = JobFile.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(source, validation_problems(exc, data)) from None
     name = job.name or "job"
-    merged: dict[str, Any] = {**service.run_fields, "name": name}
+    merged: dict[str, Any] = {**service.platform.model_dump(mode="json"), "name": name}
     try:
         scale = service.time_scale
         constraint = _deadline_at(job.constraint, now_wall, scale) if job.constraint else None
@@ -230,5 +206,5 @@ def job_config(
             problems = [p.removeprefix("jobs[0].") for p in problems]
         raise ConfigError(source, problems) from None
     cfg = resolve_paths(cfg, base_dir)
-    _check_files(cfg, source)
+    check_files(cfg, source)
     return cfg, expand_bag(cfg, source=source)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 from rich.console import Console
 
+from autoscaler.config.budgets import check_budget
 from autoscaler.config.load import config_json_schema, config_warnings, expand_bag, load_config
 from autoscaler.config.schema import Billing, RunConfig
 from autoscaler.core.errors import AutoscalerError, ConfigError
@@ -270,9 +271,10 @@ def _chosen_budget(
         reason = f"option {option} of the plan in {plan_dir}"
     if budget is None:
         return None
-    if budget <= 0:
-        _exit_with(AutoscalerError(f"--budget must be positive (got {budget})"))
-    return BudgetSet(budget, reason)
+    try:
+        return BudgetSet(check_budget(budget, field="--budget"), reason)
+    except AutoscalerError as exc:
+        _exit_with(exc)
 
 
 def _sampled_run(plan_dir: Path) -> Path | None:
@@ -311,15 +313,9 @@ def _check_budget_covers_commitments(run_dir: Path, budget: float) -> None:
 
     try:
         committed = read_run(run_dir)[1].committed
+        check_budget(budget, committed=committed, holder=f"the run in {run_dir}")
     except AutoscalerError as exc:
         _exit_with(exc)
-    if budget < committed - 1e-9:
-        _exit_with(
-            AutoscalerError(
-                f"budget {budget:.2f} is below the {committed:.2f} the run in {run_dir} "
-                "has committed already"
-            )
-        )
 
 
 def _take_over(run_dir: Path, wait_s: float = 60.0) -> None:
@@ -668,20 +664,18 @@ def cleanup(
     wherever its directory is; run directories under --runs are looked at too. Untagged
     machines and machines of a live run are never touched.
     """
-    from autoscaler.config.service import (
-        WORK_FIELDS,
-        load_service_config,
-        load_yaml,
-        probe_run_config,
-    )
+    from autoscaler.config.schema import Platform
+    from autoscaler.config.service import WORK_FIELDS, load_service_config, load_yaml
     from autoscaler.run.cleanup import find_strays, terminate_strays
 
+    cfg: Platform
     try:
         is_service = not any(k in load_yaml(config, "fields") for k in WORK_FIELDS)
-        cfg = probe_run_config(load_service_config(config)) if is_service else None
+        if is_service:
+            cfg = load_service_config(config).platform
     except AutoscalerError as exc:
         _exit_with(exc)
-    if cfg is None:
+    if not is_service:
         cfg, _ = _load_or_exit(config)
     try:
         survey = find_strays(cfg, runs or [Path("runs")])

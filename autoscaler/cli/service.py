@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import signal
 import tempfile
 import threading
@@ -229,17 +228,15 @@ def cancel(
     _out.print(f"{view['id']}: cancel asked ({view['state']})", markup=False)
 
 
-_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(s|m|min|h|d)?\s*$")
-
-
 def _deadline(text: str) -> dict[str, float]:
     """``--deadline``: a duration from now in run time (``90m``, ``2h``, seconds;
     emulated time in a time-scaled run, as a job file's ``deadline_s``), or a date and
     time (ISO 8601, UTC unless it says)."""
-    match = _DURATION.match(text)
-    if match is not None:
-        unit = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}[match.group(2) or "s"]
-        return {"deadline_s": float(match.group(1)) * unit}
+    from autoscaler.config.durations import seconds_in
+
+    seconds = seconds_in(text)
+    if seconds is not None:
+        return {"deadline_s": seconds}
     try:
         when = datetime.fromisoformat(text)
     except ValueError:
@@ -332,12 +329,11 @@ def run_as_service(
     job's daemon as they would a lone daemon's: the first releases every machine, a
     second kills them.
     """
-    from autoscaler.config.service import WORK_FIELDS, ServiceConfig, ServiceSettings
+    from autoscaler.config.service import ServiceConfig, ServiceSettings
     from autoscaler.run.live import live_view
     from autoscaler.service.service import Service
 
-    fields = {k: v for k, v in cfg.model_dump(mode="json").items() if k not in WORK_FIELDS}
-    service_cfg = ServiceConfig(fields, ServiceSettings(max_running_jobs=1), "run")
+    service_cfg = ServiceConfig(cfg.platform(), ServiceSettings(max_running_jobs=1), "run")
     _out.print(
         f"run {run_id}: {len(tasks)} tasks, directory {run_dir}", markup=False, soft_wrap=True
     )
@@ -377,11 +373,12 @@ def _job_arg(text: str) -> tuple[Path, float]:
     path, sep, at = text.rpartition("@")
     if not sep:
         return Path(text), 0.0
-    match = _DURATION.match(at)
-    if match is None:
+    from autoscaler.config.durations import seconds_in
+
+    seconds = seconds_in(at)
+    if seconds is None:
         raise AutoscalerError(f"--job {text}: the arrival after @ must be a duration (300, 5m)")
-    unit = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}[match.group(2) or "s"]
-    return Path(path), float(match.group(1)) * unit
+    return Path(path), seconds
 
 
 def run_service_jobs(

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from autoscaler.config.schema import RunConfig
+from autoscaler.config.schema import Platform
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.journal import JOURNAL_DB, SqliteJournal
 from autoscaler.providers.base import split_machine_id
@@ -170,7 +170,7 @@ def live_runs(runs: Sequence[Path], state: Path) -> tuple[dict[str, Owner], list
     return live, notes
 
 
-def find_strays(cfg: RunConfig, runs: Sequence[Path], state: Path | None = None) -> Survey:
+def find_strays(cfg: Platform, runs: Sequence[Path], state: Path | None = None) -> Survey:
     """Every machine of ours the config's provider knows, with its owner if live.
 
     The machines are listed before the live runs are looked for: a run that starts in
@@ -202,7 +202,7 @@ def find_strays(cfg: RunConfig, runs: Sequence[Path], state: Path | None = None)
     return Survey(machines, notes)
 
 
-def terminate_strays(cfg: RunConfig, strays: Sequence[Tagged]) -> list[str]:
+def terminate_strays(cfg: Platform, strays: Sequence[Tagged]) -> list[str]:
     """Terminate ``strays`` (never one a live run owns); the ids terminated."""
     ids = [m.id for m in strays if m.owner is None]
     if not ids:

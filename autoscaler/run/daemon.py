@@ -49,6 +49,7 @@ from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from autoscaler.budget.controller import Controller
+from autoscaler.config.budgets import check_budget
 from autoscaler.config.load import task_means
 from autoscaler.config.schema import JobMeans
 from autoscaler.core.errors import AutoscalerError
@@ -366,11 +367,7 @@ class Daemon:
         if self.resumed is not None and self.state.interrupted:
             events.append(Resumed(self.resumed))
         if self.budget is not None:
-            if self.budget.budget < self.state.committed - 1e-9:
-                raise AutoscalerError(
-                    f"budget {self.budget.budget:.2f} is below the "
-                    f"{self.state.committed:.2f} this run has committed already"
-                )
+            check_budget(self.budget.budget, committed=self.state.committed, holder="this run")
             events.append(self.budget)
         events.extend(self._schedule_arrivals())
         self._step(events, [])

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from autoscaler.bootstrap.agent_start import AgentSettings, agent_flags, agent_source
-from autoscaler.config.schema import RunConfig
+from autoscaler.config.schema import Platform, RunConfig
 from autoscaler.core.billing import BillingModel
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.providers.base import Capabilities, Provider
@@ -53,7 +53,7 @@ def agent_args(cfg: RunConfig) -> list[str]:
     return agent_flags(d.heartbeat_s, d.orphan_after_s, d.tail_bytes)
 
 
-def ec2_settings(cfg: RunConfig, user_data: str | None = None) -> Ec2Settings:
+def ec2_settings(cfg: Platform, user_data: str | None = None) -> Ec2Settings:
     from autoscaler.providers.ec2 import Ec2Settings, InstanceSpec
 
     e = cfg.ec2

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from autoscaler.config.budgets import check_budget
 from autoscaler.config.schema import RunConfig
 from autoscaler.config.service import ServiceConfig, job_config
 from autoscaler.core.errors import AutoscalerError
@@ -523,8 +524,8 @@ class Service:
         row = self._store.row(job_id)
         if row.state in ENDED:
             raise AutoscalerError(f"job {job_id} has ended ({row.state}): nothing to update")
-        if budget is not None and not budget > 0:
-            raise AutoscalerError(f"budget: must be positive (got {budget:g})")
+        if budget is not None:
+            check_budget(budget)
         if deadline_s is not None and not deadline_s > 0:
             raise AutoscalerError(
                 f"deadline: must be in the future (got {deadline_s:g} s from now)"
@@ -539,11 +540,8 @@ class Service:
             runner = self._runners.get(job_id)
             if runner is not None:
                 view = runner.view
-                if budget is not None and budget < view.get("spend", 0.0) - 1e-9:
-                    raise AutoscalerError(
-                        f"budget {budget:.2f} is below the {view['spend']:.2f} job {job_id} "
-                        "has committed already"
-                    )
+                if budget is not None:
+                    check_budget(budget, committed=view.get("spend", 0.0), holder=f"job {job_id}")
                 daemon = runner.daemon
                 if runner.pool is not None:
                     view = runner.pool.views.get(job_id, {})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 import textwrap
@@ -13,6 +14,8 @@ import yaml
 from typer.testing import CliRunner
 
 from autoscaler.cli.main import app
+from autoscaler.config.budgets import check_budget
+from autoscaler.config.durations import parse_duration, seconds_in
 from autoscaler.config.load import (
     config_json_schema,
     config_warnings,
@@ -21,7 +24,7 @@ from autoscaler.config.load import (
     load_trace,
 )
 from autoscaler.config.schema import RunConfig, TraceRuntime
-from autoscaler.core.errors import ConfigError
+from autoscaler.core.errors import AutoscalerError, ConfigError
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"
 EXAMPLES = sorted(
@@ -648,3 +651,126 @@ def test_compact_sampling_setting_loads(tmp_path: Path) -> None:
     cfg = load_config(write(tmp_path, GOOD + "sampling: {mode: compact, replicated: 5}\n"))
     assert (cfg.sampling.mode, cfg.sampling.replicated) == ("compact", 5)
     assert load_config(write(tmp_path, GOOD)).sampling.mode == "plain"
+
+
+# --- durations and budgets: one parser, one check ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("90", 90.0),
+        ("90s", 90.0),
+        ("15m", 900.0),
+        ("15min", 900.0),
+        (" 2h ", 7200.0),
+        ("1.5h", 5400.0),
+        ("1d", 86400.0),
+        (".5m", 30.0),
+    ],
+)
+def test_a_duration_is_seconds_or_a_number_with_a_unit(text: str, seconds: float) -> None:
+    assert seconds_in(text) == seconds
+    assert parse_duration(text, field="bag.timeout_s") == seconds
+
+
+@pytest.mark.parametrize("text", ["", "soon", "15 minutes", "-5m", "2w", "1h30m", "m"])
+def test_a_bad_duration_is_refused_naming_the_field_and_the_text(text: str) -> None:
+    assert seconds_in(text) is None
+    with pytest.raises(ConfigError) as refused:
+        parse_duration(text, field="--deadline")
+    assert refused.value.source == "--deadline"
+    assert refused.value.problems == [
+        f"{text!r} is not a duration: use seconds or a number with s, m, h or d"
+    ]
+
+
+def test_every_duration_field_reads_the_same_units(tmp_path: Path) -> None:
+    """The config's duration fields and the command line's share one parser."""
+    cfg = load_config(
+        write(
+            tmp_path,
+            GOOD.replace("{synthetic: 5}", "{synthetic: 5, timeout_s: 15min}")
+            + "billing: {atu_s: 1h}\nmonitoring_interval_s: 1.5m\n",
+        )
+    )
+    assert cfg.bag is not None
+    assert cfg.bag.timeout_s == seconds_in("15min") == 900
+    assert cfg.billing.atu_s == seconds_in("1h") == 3600
+    assert cfg.monitoring_interval_s == seconds_in("1.5m") == 90
+
+
+@pytest.mark.parametrize(
+    ("budget", "committed", "message"),
+    [
+        (0.0, 0.0, "budget: must be positive (got 0)"),
+        (-5.0, 0.0, "budget: must be positive (got -5)"),
+        (math.inf, 0.0, "budget: must be a finite number (got inf)"),
+        (math.nan, 0.0, "budget: must be a finite number (got nan)"),
+        (5.0, 7.5, "budget 5.00 is below the 7.50 job j1 has committed already"),
+    ],
+)
+def test_a_budget_is_positive_finite_and_not_below_what_is_committed(
+    budget: float, committed: float, message: str
+) -> None:
+    with pytest.raises(AutoscalerError) as refused:
+        check_budget(budget, committed=committed, holder="job j1")
+    assert refused.value.message == message
+
+
+def test_a_budget_equal_to_what_is_committed_may_be_set() -> None:
+    assert check_budget(7.5, committed=7.5) == 7.5
+    assert check_budget(0.01) == 0.01
+
+
+@pytest.mark.parametrize("budget", [".inf", ".nan"])
+def test_a_config_budget_must_be_finite(tmp_path: Path, budget: str) -> None:
+    """Before: `budget: .inf` was taken."""
+    text = GOOD.replace("{budget: 40}", f"{{budget: {budget}}}")
+    found = problems(tmp_path, text)
+    assert len(found) == 1
+    assert found[0].startswith("constraint.budget: must be")
+
+
+def test_a_job_s_budget_must_be_finite(tmp_path: Path) -> None:
+    text = (
+        "jobs:\n  - {name: a, bag: {synthetic: 2}, constraint: {deadline_s: 1h, budget: .inf}}\n"
+        + TYPES
+    )
+    assert problems(tmp_path, text) == [
+        "jobs[0].constraint.budget: must be a finite number (got inf)"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ("nan", "--budget: must be a finite number (got nan)"),
+        ("inf", "--budget: must be a finite number (got inf)"),
+        ("-1", "--budget: must be positive (got -1)"),
+    ],
+)
+def test_run_refuses_a_budget_that_is_not_a_positive_amount(
+    tmp_path: Path, given: str, message: str
+) -> None:
+    """Before: `run --budget nan` (or inf) was taken, and the dry run ended in a traceback."""
+    script = Path(sys.executable).parent / "autoscaler"
+    done = subprocess.run(
+        [
+            str(script),
+            "run",
+            str(write(tmp_path, GOOD)),
+            "--dry-run",
+            "--budget",
+            given,
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"error: {message}" in done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+    assert not (tmp_path / "out").exists()

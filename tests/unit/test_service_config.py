@@ -188,3 +188,52 @@ def test_run_dry_runs_a_service_config_with_jobs_arriving_over_time(tmp_path: Pa
     bad = CliRunner().invoke(app, [*args, "--job", f"{due}@soon"])
     assert bad.exit_code == 2
     assert "the arrival after @ must be a duration" in bad.output
+
+
+def test_a_service_section_that_is_no_mapping_is_named_with_its_value() -> None:
+    """Before: `service: 5` said `service.must be a mapping`, with neither a field nor the
+    value."""
+    with pytest.raises(ConfigError) as refused:
+        service(service=5)
+    assert refused.value.problems == ["service: must be a mapping (got 5)"]
+
+
+def test_the_platform_and_the_service_section_are_checked_as_one() -> None:
+    """Every problem of a service config at once: the platform's and ``service:``'s."""
+    with pytest.raises(ConfigError) as refused:
+        service(service={"port": -1}, machine_types=[])
+    assert refused.value.problems == [
+        "machine_types: must have at least 1 item (got [])",
+        "service.port: must be greater than or equal to 0 (got -1)",
+    ]
+
+
+def test_an_empty_service_section_takes_the_defaults() -> None:
+    svc = service(service=None)
+    assert svc.settings.max_running_jobs == 4
+    assert svc.platform.name == "local-service"
+
+
+def test_a_job_runs_on_the_service_s_platform() -> None:
+    """A job's run config is the service's platform with the job's work: no field of the
+    platform is the job's to change, and none is lost."""
+    svc = service(monitoring_interval_s="2m", policy="round_robin")
+    cfg, _ = job({"name": "j", "bag": {"synthetic": 3}, "constraint": {"budget": 9}}, svc)
+    assert cfg.platform().model_dump(exclude={"name"}) == svc.platform.model_dump(exclude={"name"})
+    assert (cfg.name, cfg.monitoring_interval_s, cfg.policy) == ("j", 120, "round_robin")
+
+
+def test_cleanup_takes_a_service_config_s_platform(tmp_path: Path) -> None:
+    """``cleanup SERVICE.yaml`` reads the service's platform (no work is made up for it)."""
+    from typer.testing import CliRunner
+
+    from autoscaler.cli.main import app
+
+    data = yaml.safe_load((EXAMPLES / "service.yaml").read_text())
+    data["provider"] = "sim"
+    del data["local"]
+    path = tmp_path / "service.yaml"
+    path.write_text(yaml.safe_dump(data))
+    done = CliRunner().invoke(app, ["cleanup", str(path), "--runs", str(tmp_path)])
+    assert done.exit_code == 2
+    assert "provider 'sim' starts no machines: nothing to clean up" in done.output

@@ -1,0 +1,187 @@
+"""The ``emulator:`` section: how fast tasks run where in a dry run (and a local run's
+synthetic tasks), and what goes wrong."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, PositiveFloat, field_validator, model_validator
+
+from autoscaler.config.base import ConfigModel
+from autoscaler.config.durations import Seconds
+
+
+class NormalRuntime(ConfigModel):
+    dist: Literal["normal"]
+    mean_s: Seconds = Field(gt=0)
+    sd_s: Seconds = Field(ge=0)
+
+
+class LognormalRuntime(ConfigModel):
+    """Lognormal given by the mean and standard deviation of the runtime itself."""
+
+    dist: Literal["lognormal"]
+    mean_s: Seconds = Field(gt=0)
+    sd_s: Seconds = Field(ge=0)
+
+
+class UniformRuntime(ConfigModel):
+    dist: Literal["uniform"]
+    low_s: Seconds = Field(gt=0)
+    high_s: Seconds = Field(gt=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> UniformRuntime:
+        if self.high_s < self.low_s:
+            raise ValueError(f"high_s ({self.high_s}) is below low_s ({self.low_s})")
+        return self
+
+
+class ConstantRuntime(ConfigModel):
+    dist: Literal["constant"]
+    value_s: Seconds = Field(gt=0)
+
+
+class BimodalRuntime(ConfigModel):
+    """Two normal modes: most tasks short, a share of them long (a skewed bag).
+
+    Each task is long with probability ``long_share``; a mode's standard deviation is
+    ``sd_share`` of its mean, so the two stay apart whatever the scale. The mean runtime
+    is ``(1 - long_share) * short_s + long_share * long_s``.
+    """
+
+    dist: Literal["bimodal"]
+    short_s: Seconds = Field(gt=0, description="mean of the short mode")
+    long_s: Seconds = Field(gt=0, description="mean of the long mode")
+    long_share: float = Field(gt=0, lt=1, description="share of long tasks")
+    sd_share: float = Field(
+        default=0.1,
+        ge=0,
+        le=0.5,
+        description="standard deviation of each mode as a share of its mean; at most 0.5, "
+        "as a wider mode is cut at the 1 s floor and no longer has its mean",
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> BimodalRuntime:
+        if self.long_s <= self.short_s:
+            raise ValueError(f"long_s ({self.long_s:g}) must exceed short_s ({self.short_s:g})")
+        return self
+
+
+class ParetoRuntime(ConfigModel):
+    """Pareto (type I) with the given mean: a heavy tail of very long tasks.
+
+    The scale (the shortest runtime) is ``x_m = mean_s * (alpha - 1) / alpha``. The
+    smaller ``alpha``, the heavier the tail: at ``alpha <= 2`` the variance is infinite,
+    at ``alpha <= 1`` the mean is too.
+    """
+
+    dist: Literal["pareto"]
+    mean_s: Seconds = Field(gt=0)
+    alpha: float = Field(allow_inf_nan=False, description="tail index (shape), above 1; e.g. 2.5")
+
+    @field_validator("alpha")
+    @classmethod
+    def _finite_mean(cls, alpha: float) -> float:
+        if alpha <= 1:
+            raise ValueError("alpha must be > 1: at alpha <= 1 a Pareto's mean is infinite")
+        return alpha
+
+
+class WeibullRuntime(ConfigModel):
+    """Weibull with the given mean and shape ``k``: below 1 a long tail, above 1 a hump.
+
+    The scale is ``lambda = mean_s / Gamma(1 + 1/k)``.
+    """
+
+    dist: Literal["weibull"]
+    mean_s: Seconds = Field(gt=0)
+    shape: float = Field(gt=0, allow_inf_nan=False, description="k; e.g. 0.7")
+
+    @field_validator("shape")
+    @classmethod
+    def _scale_exists(cls, shape: float) -> float:
+        if not math.isfinite(weibull_mean_factor(shape)):
+            raise ValueError("shape is too small: Gamma(1 + 1/shape) overflows (use 0.006 or more)")
+        return shape
+
+
+def weibull_mean_factor(shape: float) -> float:
+    """``Gamma(1 + 1/k)``: a Weibull's mean over its scale (infinite where it overflows)."""
+    try:
+        return math.gamma(1.0 + 1.0 / shape)
+    except OverflowError:
+        return math.inf
+
+
+class TraceRuntime(ConfigModel):
+    """Runtimes in seconds from a file, one per line, used in order and cycled."""
+
+    dist: Literal["trace"]
+    file: Path
+
+
+Runtime = Annotated[
+    NormalRuntime
+    | LognormalRuntime
+    | UniformRuntime
+    | ConstantRuntime
+    | BimodalRuntime
+    | ParetoRuntime
+    | WeibullRuntime
+    | TraceRuntime,
+    Field(discriminator="dist"),
+]
+
+
+class MachineFailure(ConfigModel):
+    """Emulator only: the ``index``-th machine of ``type`` (in launch order) dies at ``at_s``."""
+
+    type: str
+    at_s: Seconds = Field(ge=0)
+    index: int = Field(default=0, ge=0)
+
+
+class Affine(ConfigModel):
+    """Emulator only: how a type's runtimes relate to the drawn ones, not in proportion.
+
+    A task of drawn runtime x takes (a·x + b_s)·(1 + noise·ε) / speed on the type, ε a
+    standard normal drawn once per task and type (clipped so the factor stays ≥ 0.05):
+    the types are related by g(x) = a·f(x) + b up to noise (slides 001, compact
+    sampling), which a plain ``speed`` (exactly proportional) would make exact.
+    """
+
+    a: PositiveFloat = Field(default=1.0, description="slope: the drawn runtime's factor")
+    b_s: Seconds = Field(default=0.0, description="intercept: seconds added to every task")
+    noise: float = Field(
+        default=0.0,
+        ge=0,
+        lt=1,
+        description="relative per-task noise: the sd of the factor 1 + noise·ε",
+    )
+
+
+class Emulator(ConfigModel):
+    """The virtual world of a dry run: how fast tasks run where, and what goes wrong.
+
+    A task's runtime on a type is its drawn runtime divided by the type's ``speed``;
+    a type listed in ``affine`` maps the drawn runtime affinely, with noise, first.
+    """
+
+    seed: int = 0
+    runtime: Runtime = Field(
+        default_factory=lambda: NormalRuntime(dist="normal", mean_s=900.0, sd_s=math.sqrt(5) * 60)
+    )
+    speed: dict[str, PositiveFloat] = Field(
+        default_factory=dict, description="per machine type; missing types run at 1.0"
+    )
+    affine: dict[str, Affine] = Field(
+        default_factory=dict,
+        description="per machine type: runtime (a·x + b_s)·(1 + noise·ε) before the "
+        "speed; missing types run the drawn runtime x",
+    )
+    task_failure_prob: float = Field(default=0.0, ge=0, lt=1)
+    machine_failures: list[MachineFailure] = Field(default_factory=list)
