@@ -13,16 +13,11 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from autoscaler.config.load import load_config
 from autoscaler.config.schema import RunConfig
 from autoscaler.core.state import RunState
+from autoscaler.report.build import build_report
+from autoscaler.report.files import write_report
+from autoscaler.report.markdown import render_head
 from autoscaler.report.plots import gantt_figure
-from autoscaler.report.report import (
-    REPORT_JSON,
-    REPORT_MD,
-    DeadlineReport,
-    build_report,
-    read_report,
-    render_head,
-    write_report,
-)
+from autoscaler.report.records import REPORT_JSON, REPORT_MD, DeadlineReport, read_report
 from autoscaler.run.live import status_lines
 from autoscaler.run.metrics import Metrics
 from tests.unit.deadline_runs import deadline_run, jobs

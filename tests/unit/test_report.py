@@ -17,8 +17,9 @@ from autoscaler.cli.main import app
 from autoscaler.config.load import expand_bag, load_config
 from autoscaler.core.errors import AutoscalerError, ConfigError
 from autoscaler.core.model import TaskState
+from autoscaler.report.files import write_report
 from autoscaler.report.plots import gantt_figure, spend_figure
-from autoscaler.report.report import (
+from autoscaler.report.records import (
     REPORT_JSON,
     REPORT_MD,
     UNFINISHED_TXT,
@@ -28,7 +29,6 @@ from autoscaler.report.report import (
     UnfinishedTask,
     read_report,
     report_json_schema,
-    write_report,
 )
 from autoscaler.run.start import DryRun, dry_run
 
