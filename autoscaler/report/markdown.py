@@ -38,7 +38,7 @@ def render_markdown(report: Report) -> str:
     lines = [
         f"# Run {report.run_id}",
         "",
-        f"Policy **{report.policy}** on provider **{report.provider}**, "
+        f"Policy **{report.policy}** on provider **{report.provider}**{_emulated(report)}, "
         f"mode {report.mode}, seed {report.seed}.",
         "",
     ]
@@ -55,9 +55,8 @@ def render_markdown(report: Report) -> str:
         )
     if report.unfinished_tasks:
         lines += ["", _unfinished_sentence(report.unfinished_tasks)]
-    within = "within budget" if report.within_budget else "**OVER BUDGET**"
     if isinstance(report, DeadlineReport):
-        lines += ["", *_deadline_head(report, within)]
+        lines += ["", *_deadline_head(report)]
         lines += ["", HEAD_END, *_types_table(report), *_jobs_section(report)]
         return _tail(report, lines)
     predicted = report.predicted or Prediction(None, None, None)
@@ -73,7 +72,7 @@ def render_markdown(report: Report) -> str:
         f"{'-' if mi is None else f'{hms(mi[0])} – {hms(mi[1])}'} | "
         f"{hms(report.makespan_s)} | {_yes(predicted.makespan_inside)} |",
         "",
-        f"Budget {money(report.budget)}; spent {money(report.cost)} ({within}).",
+        f"{_spent(report)}.",
     ]
     if report.predicted is not None:
         lines.append(f"Prediction made at {hms(predicted.at_s)}, the first plan after sampling.")
@@ -101,7 +100,23 @@ def _types_table(report: Report) -> list[str]:
     return lines
 
 
-def _deadline_head(report: DeadlineReport, within: str) -> list[str]:
+def _emulated(report: Report) -> str:
+    """What a dry run adds to the provider's name: that none of its machines was rented
+    (the emulator's own provider, ``sim``, says so itself)."""
+    if report.emulated and report.provider != "sim":
+        return ", emulated (a dry run: no machine was rented)"
+    return ""
+
+
+def _spent(report: Report) -> str:
+    """The budget (if there was one) and what was spent against it."""
+    if report.budget is None:
+        return f"No budget; spent {money(report.cost)}"
+    within = "within budget" if report.within_budget else "**OVER BUDGET**"
+    return f"Budget {money(report.budget)}; spent {money(report.cost)} ({within})"
+
+
+def _deadline_head(report: DeadlineReport) -> list[str]:
     """How many jobs met their deadline, and the warnings given before they passed."""
     late = [j for j in report.jobs if not j.met_deadline]
     lines = [
@@ -114,8 +129,7 @@ def _deadline_head(report: DeadlineReport, within: str) -> list[str]:
             else "."
         ),
         "",
-        f"Budget {money(report.budget)}; spent {money(report.cost)} ({within}), "
-        f"{money(report.unattributed_cost)} of it on machines that ran no task.",
+        f"{_spent(report)}, {money(report.unattributed_cost)} of it on machines that ran no task.",
     ]
     warned = [j for j in report.jobs if j.first_warning is not None]
     for j in warned:

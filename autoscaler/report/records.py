@@ -324,6 +324,12 @@ class Report:
     refused_agents: int | None = None
     """A real run only: agent requests refused (wrong token or run; absent from a dry run's)."""
 
+    @property
+    def emulated(self) -> bool:
+        """Whether the run was a dry run, in the emulator: a real run's report has a
+        ``time_scale``, a dry run's none."""
+        return self.time_scale is None
+
     def to_json(self) -> dict[str, Any]:
         """The ``report.json`` document: the fields in order, a real run's extras only there."""
         data: dict[str, Any] = _REPORT.dump_python(self, mode="json")

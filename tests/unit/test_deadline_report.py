@@ -9,7 +9,9 @@ from pathlib import Path
 import jsonschema
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from typer.testing import CliRunner
 
+from autoscaler.cli.main import app
 from autoscaler.config.load import load_config
 from autoscaler.config.schema import RunConfig
 from autoscaler.core.state import RunState
@@ -188,3 +190,37 @@ def test_status_and_metrics_show_each_job_and_its_lateness(cfg: RunConfig, late:
         assert (
             f'autoscaler_job_deadline_seconds{{job="{spec.name}"}} {float(spec.deadline)}' in text
         )
+
+
+@pytest.fixture(scope="module")
+def example_dry_run(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """``report.md`` of a dry run of the deadline example (provider local, no budget)."""
+    out = tmp_path_factory.mktemp("deadline") / "run"
+    example = CONFIG_DIR / "examples" / "deadline.yaml"
+    result = CliRunner().invoke(app, ["run", str(example), "--dry-run", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return (out / REPORT_MD).read_text(encoding="utf-8")
+
+
+def test_a_run_without_a_budget_says_it_had_none(example_dry_run: str) -> None:
+    """Not "Budget -; ... (within budget)": there was no budget to be within."""
+    assert "within budget" not in example_dry_run
+    assert "Budget -" not in example_dry_run
+    (line,) = [line for line in example_dry_run.splitlines() if "spent" in line]
+    assert line.startswith("No budget; spent ")
+
+
+def test_a_dry_runs_report_says_it_was_emulated(example_dry_run: str) -> None:
+    """The example's provider is local, but no machine was rented: the head says so."""
+    head = example_dry_run.split("\n\n")[1]
+    assert "provider **local**" in head
+    assert "emulated (a dry run" in head
+
+
+def test_only_a_dry_runs_report_says_emulated(cfg: RunConfig, on_time: RunState) -> None:
+    """A real run's report has a time scale; a dry run's has none."""
+    local = cfg.model_copy(update={"provider": "local"})
+    real = build_report(local, on_time, tasks=[], run_id="d", seed=1, time_scale=1.0)
+    dry = build_report(local, on_time, tasks=[], run_id="d", seed=1)
+    assert "emulated" not in render_head(real)
+    assert "emulated" in render_head(dry)
