@@ -143,7 +143,7 @@ _SPEND_LABELS = {
 
 
 def spend_figure(state: RunState, budget: float | None) -> Figure:
-    """Committed and actual spend against the budget over time.
+    """Committed and actual spend over time, against the budget if there is one.
 
     The three often coincide (everything spent was committed; a run may spend its whole
     budget), so each is drawn to stay visible: the budget as a wide pale band at the
@@ -183,7 +183,7 @@ def spend_figure(state: RunState, budget: float | None) -> Figure:
     )
     ax.set_xlabel("hours since start")
     ax.set_ylabel("money")
-    ax.set_title("Spend against budget")
+    ax.set_title("Spend against budget" if budget is not None else "Spend over time (no budget)")
     fig.legend(loc="outside lower center", ncol=3, fontsize=9, frameon=False)
     ax.grid(alpha=0.3)
     return fig

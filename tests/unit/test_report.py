@@ -268,6 +268,16 @@ def test_spend_plot_draws_committed_over_spent_over_the_budget(quickstart: DryRu
     assert len(legend.get_texts()) == 3
 
 
+def test_spend_plot_without_a_budget_is_not_titled_against_one(quickstart: DryRun) -> None:
+    """A run without a budget (a deadline run) has no budget line and no budget in the title."""
+    with_budget = spend_figure(quickstart.state, 80.0).axes[0].get_title()
+    (ax,) = spend_figure(quickstart.state, None).axes
+    assert "against budget" in with_budget
+    assert "against" not in ax.get_title()
+    assert "no budget" in ax.get_title()
+    assert all("budget" not in line.get_label() for line in ax.get_lines())
+
+
 # --- tasks not done ---------------------------------------------------------------------
 
 TIGHT = """\
