@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from autoscaler.core.state import RunState
+from autoscaler.report.labels import ladder, place_apart
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -191,11 +192,16 @@ def spend_figure(state: RunState, budget: float | None) -> Figure:
 
 def frontier_figure(frontier: Frontier) -> Figure:
     """The budget frontier: predicted cost against makespan per option, with both
-    intervals as error bars, each point labelled with its option number."""
+    intervals as error bars, each point labelled with its option number and label.
+
+    Options close together would have their labels on top of each other: each label
+    takes the first free place beside its point, then further above or below it.
+    """
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(8, 5), layout="constrained")
     ax = fig.subplots()
+    labels = []
     for i, o in enumerate(frontier.options, 1):
         x = o.makespan_s / _HOUR
         xlo, xhi = o.makespan_interval_s[0] / _HOUR, o.makespan_interval_s[1] / _HOUR
@@ -208,12 +214,36 @@ def frontier_figure(frontier: Frontier) -> Figure:
             color="tab:blue",
             capsize=3,
         )
-        ax.annotate(f"{i}: {o.label}", (x, o.cost), textcoords="offset points", xytext=(6, 6))
+        labels.append(
+            ax.annotate(
+                f"{i}: {o.label}",
+                (x, o.cost),
+                textcoords="offset points",
+                xytext=(6, 6),
+                fontsize=_FRONTIER_FONT,
+            )
+        )
     ax.set_xlabel("predicted makespan (hours)")
     ax.set_ylabel("predicted cost")
     ax.set_title("Budget options after sampling (intervals: the runtimes' uncertainty)")
     ax.grid(alpha=0.3)
+    ax.margins(0.15)
+    places = ladder(6, 6, 1.2 * _FRONTIER_FONT, 2 * len(labels) + 1)
+    beside = places[:4]
+    for label, place in zip(labels, place_apart(fig, labels, places), strict=True):
+        if place not in beside:  # moved away from its point: a thin line back to it
+            ax.annotate(
+                "",
+                label.xy,
+                xytext=place[:2],
+                textcoords="offset points",
+                arrowprops={"arrowstyle": "-", "color": "0.6", "linewidth": 0.6},
+            )
     return fig
+
+
+_FRONTIER_FONT = 9.0
+"""The size of the frontier's option labels, in points."""
 
 
 def frontier_plot(frontier: Frontier, path: Path) -> None:
