@@ -42,7 +42,7 @@ from autoscaler.config.load import expand_bag, load_config
 from autoscaler.config.schema import NormalRuntime, RunConfig
 from autoscaler.core.billing import BillingModel
 from autoscaler.core.model import TaskSpec
-from autoscaler.report.report import Report
+from autoscaler.report.records import Report
 from autoscaler.run.start import dry_run
 
 REPO = Path(__file__).resolve().parent.parent

@@ -35,7 +35,7 @@ from autoscaler.core.billing import BillingModel
 from autoscaler.core.model import Action, Event, TaskSpec
 from autoscaler.core.solve import Solver
 from autoscaler.core.state import RunState
-from autoscaler.report.report import Report
+from autoscaler.report.records import Report
 from autoscaler.run.start import dry_run, make_emulator
 from benchmarks.bats_scenarios import library_digest, library_state, render_table
 

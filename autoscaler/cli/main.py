@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
     from autoscaler.budget.frontier import Frontier
     from autoscaler.core.state import RunState
-    from autoscaler.report.report import Report
+    from autoscaler.report.records import Report
 
 EXIT_CONFIG = 2
 """Exit code for a config that cannot be used (and other errors we raise on purpose)."""
@@ -106,7 +106,7 @@ def schema(
 ) -> None:
     """Print the JSON Schema of config files, or of report.json (or write it to a file)."""
     if report:
-        from autoscaler.report.report import report_json_schema
+        from autoscaler.report.records import report_json_schema
 
         document = report_json_schema()
     else:
@@ -439,7 +439,7 @@ def _plan_real(
 
     from autoscaler.budget.controller import Controller
     from autoscaler.budget.frontier import frontier
-    from autoscaler.report.report import hms
+    from autoscaler.report.format import hms
     from autoscaler.run.daemon import HANDOVER_SIGNAL, Daemon
     from autoscaler.run.live import live_view
     from autoscaler.run.rundir import RunFiles
@@ -538,7 +538,7 @@ def _frontier_table(frontier: Frontier) -> RenderableType:
     from rich.console import Group
     from rich.table import Table
 
-    from autoscaler.report.report import hms
+    from autoscaler.report.format import hms
 
     head = (
         f"Sampling took {hms(frontier.sampled_at_s)} and committed "
@@ -618,7 +618,7 @@ def _print_head(report: Report, run_dir: Path) -> None:
     """What ``run`` prints at its end: the report's head, rendered, and the run directory."""
     from rich.markdown import Markdown
 
-    from autoscaler.report.report import render_head
+    from autoscaler.report.markdown import render_head
 
     _out.print(Markdown(render_head(report)))
     _out.print(f"run directory: {run_dir}", markup=False, soft_wrap=True)
@@ -720,7 +720,7 @@ def report(
     ] = False,
 ) -> None:
     """Print a finished run's report again, as `run` printed it at its end."""
-    from autoscaler.report.report import REPORT_JSON, REPORT_MD, read_report
+    from autoscaler.report.records import REPORT_JSON, REPORT_MD, read_report
 
     path = run_dir / REPORT_JSON
     if not path.is_file():

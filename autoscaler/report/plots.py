@@ -7,14 +7,20 @@ written from any thread leaves nothing behind.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from autoscaler.core.model import JobSpec
 from autoscaler.core.state import RunState
+from autoscaler.report.format import hms
+from autoscaler.report.labels import Place, ladder, place_apart
 
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
 
     from autoscaler.budget.frontier import Frontier
 
@@ -32,6 +38,7 @@ def gantt_figure(state: RunState) -> Figure:
     """
     from matplotlib import colormaps
     from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
     machines = sorted(state.machines.values(), key=lambda m: (m.type.name, m.launched_at))
@@ -73,23 +80,46 @@ def gantt_figure(state: RunState) -> Figure:
         "Machines over time: life (pale) and tasks (solid; red failed, grey cancelled, black lost)"
     )
     for spec in state.jobs:
-        line = job_colour[spec.name]
-        ax.axvline(spec.deadline / _HOUR, color=line, linewidth=1.5)
-        ax.axvline(spec.at / _HOUR, color=line, linewidth=0.8, linestyle=":")
+        ax.axvline(spec.at / _HOUR, color=job_colour[spec.name], linewidth=0.8, linestyle=":")
     ran = sorted({m.type.name for m in machines})
     if state.deadline_mode:
         ax.set_title(
             "Machines over time: life (pale) and tasks (solid, by job; red failed, "
             "grey cancelled, black lost); deadlines solid, arrivals dotted"
         )
-        fig.legend(
-            [Patch(color=job_colour[j.name]) for j in state.jobs],
-            [j.name for j in state.jobs],
+        _deadline_lines(ax, state, job_colour)
+        fig.legend(  # a job's tasks (the square) and deadline (the line) in its colour
+            [
+                Line2D([], [], color=job_colour[j.name], linewidth=1.5, marker="s", markersize=7)
+                for j in state.jobs
+            ],
+            [f"{j.name}, due {hms(j.deadline)}" for j in state.jobs],
             loc="outside lower center",
-            ncol=min(len(state.jobs), 8),
+            ncol=min(len(state.jobs), 6),
             fontsize=8,
             frameon=False,
         )
+        names = [
+            ax.annotate(
+                j.name,
+                (j.deadline / _HOUR, 1.0),
+                xycoords=("data", "axes fraction"),
+                xytext=(3.0, -3.0),
+                textcoords="offset points",
+                color=job_colour[j.name],
+                fontsize=8,
+                annotation_clip=False,
+                bbox={"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none"},
+            )
+            for j in state.jobs
+        ]
+        # Below the top of the axes, right of the line (left of it at the right edge),
+        # lower the more names share a place.
+        places: list[Place] = []
+        for k in range(2 * len(names) + 1):
+            below = -3.0 - k * _NAME_STEP
+            places += [(3.0, below, "left", "top"), (-3.0, below, "right", "top")]
+        place_apart(fig, names, places)
     elif ran:
         fig.legend(
             [Patch(color=type_colour[name]) for name in ran],
@@ -101,6 +131,40 @@ def gantt_figure(state: RunState) -> Figure:
         )
     ax.grid(axis="x", alpha=0.3)
     return fig
+
+
+def _deadline_lines(
+    ax: Axes, state: RunState, job_colour: Mapping[str, tuple[float, float, float, float]]
+) -> dict[str, Line2D]:
+    """Each job's deadline as a line in its colour. Deadlines that would be drawn on one
+    another (closer than a few pixels) are dashed in turn, so every colour shows."""
+    span = max(state.now, max((j.deadline for j in state.jobs), default=0.0), 1.0)
+    groups: list[list[JobSpec]] = []
+    for spec in sorted(state.jobs, key=lambda j: j.deadline):
+        if groups and spec.deadline - groups[-1][0].deadline <= _COINCIDE * span:
+            groups[-1].append(spec)
+        else:
+            groups.append([spec])
+    lines: dict[str, Line2D] = {}
+    for group in groups:
+        for i, spec in enumerate(group):
+            dashes = (i * _DASH, (_DASH, (len(group) - 1) * _DASH)) if len(group) > 1 else "-"
+            lines[spec.name] = ax.axvline(
+                spec.deadline / _HOUR,
+                color=job_colour[spec.name],
+                linewidth=1.5,
+                linestyle=dashes,
+                label=f"deadline of {spec.name}",
+            )
+    return lines
+
+
+_NAME_STEP = 11.0
+"""How far apart, in points, the names of deadlines are stacked when they would collide."""
+_COINCIDE = 0.004
+"""Deadlines closer than this share of the time axis are drawn as one (a few pixels)."""
+_DASH = 4.0
+"""The length of a dash of a deadline drawn with others, in points (times the width)."""
 
 
 def _job_colours(state: RunState) -> dict[str, tuple[float, float, float, float]]:
@@ -143,7 +207,7 @@ _SPEND_LABELS = {
 
 
 def spend_figure(state: RunState, budget: float | None) -> Figure:
-    """Committed and actual spend against the budget over time.
+    """Committed and actual spend over time, against the budget if there is one.
 
     The three often coincide (everything spent was committed; a run may spend its whole
     budget), so each is drawn to stay visible: the budget as a wide pale band at the
@@ -183,7 +247,7 @@ def spend_figure(state: RunState, budget: float | None) -> Figure:
     )
     ax.set_xlabel("hours since start")
     ax.set_ylabel("money")
-    ax.set_title("Spend against budget")
+    ax.set_title("Spend against budget" if budget is not None else "Spend over time (no budget)")
     fig.legend(loc="outside lower center", ncol=3, fontsize=9, frameon=False)
     ax.grid(alpha=0.3)
     return fig
@@ -191,11 +255,16 @@ def spend_figure(state: RunState, budget: float | None) -> Figure:
 
 def frontier_figure(frontier: Frontier) -> Figure:
     """The budget frontier: predicted cost against makespan per option, with both
-    intervals as error bars, each point labelled with its option number."""
+    intervals as error bars, each point labelled with its option number and label.
+
+    Options close together would have their labels on top of each other: each label
+    takes the first free place beside its point, then further above or below it.
+    """
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(8, 5), layout="constrained")
     ax = fig.subplots()
+    labels = []
     for i, o in enumerate(frontier.options, 1):
         x = o.makespan_s / _HOUR
         xlo, xhi = o.makespan_interval_s[0] / _HOUR, o.makespan_interval_s[1] / _HOUR
@@ -208,12 +277,36 @@ def frontier_figure(frontier: Frontier) -> Figure:
             color="tab:blue",
             capsize=3,
         )
-        ax.annotate(f"{i}: {o.label}", (x, o.cost), textcoords="offset points", xytext=(6, 6))
+        labels.append(
+            ax.annotate(
+                f"{i}: {o.label}",
+                (x, o.cost),
+                textcoords="offset points",
+                xytext=(6, 6),
+                fontsize=_FRONTIER_FONT,
+            )
+        )
     ax.set_xlabel("predicted makespan (hours)")
     ax.set_ylabel("predicted cost")
     ax.set_title("Budget options after sampling (intervals: the runtimes' uncertainty)")
     ax.grid(alpha=0.3)
+    ax.margins(0.15)
+    places = ladder(6, 6, 1.2 * _FRONTIER_FONT, 2 * len(labels) + 1)
+    beside = places[:4]
+    for label, place in zip(labels, place_apart(fig, labels, places), strict=True):
+        if place not in beside:  # moved away from its point: a thin line back to it
+            ax.annotate(
+                "",
+                label.xy,
+                xytext=place[:2],
+                textcoords="offset points",
+                arrowprops={"arrowstyle": "-", "color": "0.6", "linewidth": 0.6},
+            )
     return fig
+
+
+_FRONTIER_FONT = 9.0
+"""The size of the frontier's option labels, in points."""
 
 
 def frontier_plot(frontier: Frontier, path: Path) -> None:

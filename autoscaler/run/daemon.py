@@ -87,7 +87,9 @@ from autoscaler.core.state import Machine, RunState
 from autoscaler.deadline.controller import DeadlineController
 from autoscaler.providers.base import Provider, ProviderState
 from autoscaler.providers.sim import draw_runtimes
-from autoscaler.report.report import Report, build_report, write_report
+from autoscaler.report.build import build_report
+from autoscaler.report.files import write_report
+from autoscaler.report.records import Report
 from autoscaler.run.agents import Agents, lost_contact
 from autoscaler.run.dispatch import Dispatcher, Poll
 from autoscaler.run.live import planned_finish

@@ -12,7 +12,8 @@ from rich.table import Table
 from autoscaler.config.schema import RunConfig
 from autoscaler.core.model import JobSpec, MachineState, TaskState
 from autoscaler.core.state import RunState
-from autoscaler.report.report import hms, makespan_s
+from autoscaler.report.build import makespan_s
+from autoscaler.report.format import hms
 
 Update = Callable[[RunState, float | None], None]
 

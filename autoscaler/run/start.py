@@ -47,7 +47,9 @@ from autoscaler.core.state import RunState
 from autoscaler.deadline.controller import DeadlineController, DeadlineSettings
 from autoscaler.providers.base import Capabilities
 from autoscaler.providers.sim import SimProvider
-from autoscaler.report.report import Report, build_report, write_report
+from autoscaler.report.build import build_report
+from autoscaler.report.files import write_report
+from autoscaler.report.records import Report
 from autoscaler.run.emulator import Emulator, StepHook
 
 if TYPE_CHECKING:

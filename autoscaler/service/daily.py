@@ -29,7 +29,7 @@ from pathlib import Path
 from autoscaler.core.atomic import write_atomic
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.state import RunState
-from autoscaler.report.report import job_shares, machine_cost
+from autoscaler.report.attribution import job_shares, machine_cost
 
 _DAY_S = 86400.0
 

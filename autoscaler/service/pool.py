@@ -102,7 +102,7 @@ class Pool:
     def progress(self, state: RunState, estimate: float | None) -> None:
         """The pool daemon's progress hook: each job's view; a job whose every task is
         done or failed ends."""
-        from autoscaler.report.report import job_costs
+        from autoscaler.report.attribution import job_costs
 
         now = self.service.clock()
         costs, _ = job_costs(state)
@@ -152,7 +152,7 @@ class Pool:
             self._end(job_id, state)
 
     def _end(self, job_id: str, state: RunState) -> None:
-        from autoscaler.report.report import job_outcomes
+        from autoscaler.report.attribution import job_outcomes
 
         outcomes, _ = job_outcomes(state)
         outcome = next(o for o in outcomes if o.name == job_id)

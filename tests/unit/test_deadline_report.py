@@ -3,29 +3,30 @@ the per-job figures against the run's segments, counted here independently."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
 import jsonschema
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import to_rgba
+from typer.testing import CliRunner
 
+from autoscaler.cli.main import app
 from autoscaler.config.load import load_config
 from autoscaler.config.schema import RunConfig
+from autoscaler.core.model import JobSpec
 from autoscaler.core.state import RunState
+from autoscaler.report.build import build_report
+from autoscaler.report.files import write_report
+from autoscaler.report.format import hms
+from autoscaler.report.markdown import render_head
 from autoscaler.report.plots import gantt_figure
-from autoscaler.report.report import (
-    REPORT_JSON,
-    REPORT_MD,
-    DeadlineReport,
-    build_report,
-    read_report,
-    render_head,
-    write_report,
-)
+from autoscaler.report.records import REPORT_JSON, REPORT_MD, DeadlineReport, read_report
 from autoscaler.run.live import status_lines
 from autoscaler.run.metrics import Metrics
-from tests.unit.deadline_runs import deadline_run, jobs
+from tests.unit.deadline_runs import TASK_S, deadline_run, jobs
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"
 
@@ -164,11 +165,51 @@ def test_gantt_colours_tasks_by_job_and_draws_deadlines(cfg: RunConfig, late: Ru
     fig = gantt_figure(late)
     FigureCanvasAgg(fig)
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
-    assert legend == [j.name for j in late.jobs]
+    assert legend == [f"{j.name}, due {hms(j.deadline)}" for j in late.jobs]
     ax = fig.axes[0]
     xs = {round(line.get_xdata()[0] * 3600, 3) for line in ax.get_lines()}
     assert {j.deadline for j in late.jobs} <= xs
     assert {j.at for j in late.jobs} <= xs
+
+
+def test_gantt_deadlines_that_coincide_stay_distinct_and_each_is_named() -> None:
+    """Two jobs due at once and a third due a minute later: each deadline is its own line
+    in its job's colour, the two that coincide dashed in turn so both show, each named
+    by a label at the top that overlaps no other, and each in the legend with its time."""
+    specs = (
+        JobSpec("a", 0, 10, 0.0, 900.0, None, TASK_S),
+        JobSpec("b", 10, 10, 300.0, 900.0, None, TASK_S),
+        JobSpec("c", 20, 10, 300.0, 960.0, None, TASK_S),
+    )
+    state = deadline_run(specs)
+    fig = gantt_figure(state)
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    (ax,) = fig.axes
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    due = {j.name: lines[f"deadline of {j.name}"] for j in specs}
+    for j in specs:
+        assert due[j.name].get_xdata()[0] * 3600 == pytest.approx(j.deadline)
+    colours = {to_rgba(line.get_color()) for line in due.values()}
+    assert len(colours) == len(specs)
+    # matplotlib keeps a line's dash pattern as (offset, dashes): the two that coincide
+    # are dashed, each starting where the other's gap does.
+    a, b = (due[n]._unscaled_dash_pattern for n in ("a", "b"))
+    assert a[1] is not None
+    assert b[1] is not None
+    assert a[0] != b[0]
+    renderer = canvas.get_renderer()
+    names = [t for t in ax.texts if t.get_text() in {"a", "b", "c"}]
+    assert sorted(t.get_text() for t in names) == ["a", "b", "c"]
+    boxes = [t.get_window_extent(renderer) for t in names]
+    for x, y in itertools.combinations(boxes, 2):
+        assert not x.overlaps(y)
+    for box in boxes:
+        assert fig.bbox.contains(box.x0, box.y0)
+        assert fig.bbox.contains(box.x1, box.y1)
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    for j in specs:
+        assert f"{j.name}, due {hms(j.deadline)}" in legend
 
 
 def test_status_and_metrics_show_each_job_and_its_lateness(cfg: RunConfig, late: RunState) -> None:
@@ -193,3 +234,37 @@ def test_status_and_metrics_show_each_job_and_its_lateness(cfg: RunConfig, late:
         assert (
             f'autoscaler_job_deadline_seconds{{job="{spec.name}"}} {float(spec.deadline)}' in text
         )
+
+
+@pytest.fixture(scope="module")
+def example_dry_run(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """``report.md`` of a dry run of the deadline example (provider local, no budget)."""
+    out = tmp_path_factory.mktemp("deadline") / "run"
+    example = CONFIG_DIR / "examples" / "deadline.yaml"
+    result = CliRunner().invoke(app, ["run", str(example), "--dry-run", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return (out / REPORT_MD).read_text(encoding="utf-8")
+
+
+def test_a_run_without_a_budget_says_it_had_none(example_dry_run: str) -> None:
+    """Not "Budget -; ... (within budget)": there was no budget to be within."""
+    assert "within budget" not in example_dry_run
+    assert "Budget -" not in example_dry_run
+    (line,) = [line for line in example_dry_run.splitlines() if "spent" in line]
+    assert line.startswith("No budget; spent ")
+
+
+def test_a_dry_runs_report_says_it_was_emulated(example_dry_run: str) -> None:
+    """The example's provider is local, but no machine was rented: the head says so."""
+    head = example_dry_run.split("\n\n")[1]
+    assert "provider **local**" in head
+    assert "emulated (a dry run" in head
+
+
+def test_only_a_dry_runs_report_says_emulated(cfg: RunConfig, on_time: RunState) -> None:
+    """A real run's report has a time scale; a dry run's has none."""
+    local = cfg.model_copy(update={"provider": "local"})
+    real = build_report(local, on_time, tasks=[], run_id="d", seed=1, time_scale=1.0)
+    dry = build_report(local, on_time, tasks=[], run_id="d", seed=1)
+    assert "emulated" not in render_head(real)
+    assert "emulated" in render_head(dry)

@@ -7,7 +7,8 @@ from autoscaler.budget.controller import Controller
 from autoscaler.config.load import expand_bag
 from autoscaler.core.model import Action, BudgetSet, Configure, Event, Extend, Hold, Launch
 from autoscaler.core.state import RunState
-from autoscaler.report.report import build_report, render_head
+from autoscaler.report.build import build_report
+from autoscaler.report.markdown import render_head
 from autoscaler.run.start import controller_settings, make_emulator, planning_settings
 from tests.conftest import make_config
 

@@ -8,7 +8,7 @@ import yaml
 
 from autoscaler.config.load import expand_bag, load_config
 from autoscaler.core.state import RunState
-from autoscaler.report.report import hms
+from autoscaler.report.format import hms
 from autoscaler.run.live import status_lines
 from autoscaler.run.start import dry_run
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 from pathlib import Path
 
@@ -13,12 +14,14 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_rgba
 from typer.testing import CliRunner
 
+from autoscaler.budget.frontier import Frontier, Option
 from autoscaler.cli.main import app
 from autoscaler.config.load import expand_bag, load_config
 from autoscaler.core.errors import AutoscalerError, ConfigError
 from autoscaler.core.model import TaskState
-from autoscaler.report.plots import gantt_figure, spend_figure
-from autoscaler.report.report import (
+from autoscaler.report.files import write_report
+from autoscaler.report.plots import frontier_figure, gantt_figure, spend_figure
+from autoscaler.report.records import (
     REPORT_JSON,
     REPORT_MD,
     UNFINISHED_TXT,
@@ -28,7 +31,6 @@ from autoscaler.report.report import (
     UnfinishedTask,
     read_report,
     report_json_schema,
-    write_report,
 )
 from autoscaler.run.start import DryRun, dry_run
 
@@ -266,6 +268,57 @@ def test_spend_plot_draws_committed_over_spent_over_the_budget(quickstart: DryRu
     assert len(colours) == 3
     (legend,) = fig.legends
     assert len(legend.get_texts()) == 3
+
+
+def test_spend_plot_without_a_budget_is_not_titled_against_one(quickstart: DryRun) -> None:
+    """A run without a budget (a deadline run) has no budget line and no budget in the title."""
+    with_budget = spend_figure(quickstart.state, 80.0).axes[0].get_title()
+    (ax,) = spend_figure(quickstart.state, None).axes
+    assert "against budget" in with_budget
+    assert "against" not in ax.get_title()
+    assert "no budget" in ax.get_title()
+    assert all("budget" not in line.get_label() for line in ax.get_lines())
+
+
+def close_options(n: int) -> Frontier:
+    """``n`` options a few minutes and a few cents apart: their labels would all collide."""
+    options = tuple(
+        Option(
+            label=f"between {i}",
+            budget=50.0 + i,
+            counts={"small": 10 - i, "fast": i},
+            cost=40.0 + 0.05 * i,
+            cost_interval=(38.0 + 0.05 * i, 42.0 + 0.05 * i),
+            makespan_s=7200.0 - 60.0 * i,
+            makespan_interval_s=(6800.0 - 60.0 * i, 7600.0 - 60.0 * i),
+        )
+        for i in range(n)
+    )
+    far = Option(
+        "fastest", 90.0, {"small": 10, "fast": 10}, 80.0, (75.0, 85.0), 1800.0, (1700.0, 1900.0)
+    )
+    return Frontier(600.0, 5.0, 400, 45.0, (*options, far))
+
+
+@pytest.mark.parametrize("n", [2, 6, 12])
+def test_frontier_labels_do_not_overlap_and_stay_in_the_figure(n: int) -> None:
+    """Options close together get labels placed apart, each still naming its option."""
+    frontier = close_options(n)
+    fig = frontier_figure(frontier)
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    (ax,) = fig.axes
+    texts = [t for t in ax.texts if t.get_text()]
+    assert [t.get_text() for t in texts] == [
+        f"{i}: {o.label}" for i, o in enumerate(frontier.options, 1)
+    ]
+    boxes = [t.get_window_extent(renderer) for t in texts]
+    for (i, a), (j, b) in itertools.combinations(enumerate(boxes), 2):
+        assert not a.overlaps(b), (texts[i].get_text(), texts[j].get_text())
+    for t, box in zip(texts, boxes, strict=True):
+        assert fig.bbox.contains(box.x0, box.y0), t.get_text()
+        assert fig.bbox.contains(box.x1, box.y1), t.get_text()
 
 
 # --- tasks not done ---------------------------------------------------------------------

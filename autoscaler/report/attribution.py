@@ -1,0 +1,125 @@
+"""Cost attribution in a deadline-mode run: each machine's cost shared by the jobs
+whose tasks it ran, and each job against its deadline and budget."""
+
+from __future__ import annotations
+
+import math
+
+from autoscaler.core.model import JobSpec, Late, TaskState
+from autoscaler.core.state import Machine, RunState
+from autoscaler.report.format import rounded
+from autoscaler.report.records import EPS, GaveWay, JobOutcome, LateNote
+
+
+def machine_cost(state: RunState, machine: Machine) -> float:
+    """What ``machine`` cost under the billing model: its life, to ``state.now`` while it
+    is alive (as ``RunState.actual_cost``)."""
+    end = machine.ended_at if machine.ended_at is not None else state.now
+    return state.billing.cost(machine.type.price, end - machine.launched_at)
+
+
+def job_shares(state: RunState) -> dict[str, dict[str, float]]:
+    """Per machine id, the share of the machine each job bears (deadline mode): the
+    seconds it ran the job's tasks (runs of any outcome) over the seconds it ran any
+    task. The shares of a machine sum to 1; a machine that ran no task has none."""
+    seconds: dict[str, dict[str, float]] = {}
+    for seg in state.segments:
+        per_job = seconds.setdefault(seg.machine, {})
+        name = state.job_of(seg.task).name
+        per_job[name] = per_job.get(name, 0.0) + (seg.end - seg.start)
+    shares: dict[str, dict[str, float]] = {}
+    for machine, per_job in seconds.items():
+        busy = sum(per_job.values())
+        if busy > 0:
+            shares[machine] = {name: sec / busy for name, sec in per_job.items()}
+    return shares
+
+
+def job_costs(state: RunState) -> tuple[dict[str, float], float]:
+    """Each job's share of the machines' actual cost, and the cost no job is charged.
+
+    A machine's cost (``machine_cost``) is shared by the jobs by ``job_shares``: in
+    proportion to the seconds it ran each job's tasks; its idle and boot time is shared
+    the same way. A machine that ran no task is charged to no job.
+    """
+    shares = job_shares(state)
+    costs = {j.name: 0.0 for j in state.jobs}
+    unattributed = 0.0
+    for m in state.machines.values():
+        cost = machine_cost(state, m)
+        if m.id not in shares:
+            unattributed += cost
+            continue
+        for name, share in shares[m.id].items():
+            costs[name] += cost * share
+    return costs, unattributed
+
+
+def job_outcomes(state: RunState) -> tuple[tuple[JobOutcome, ...], float]:
+    """Each job of a deadline-mode run against its deadline, and the unattributed cost."""
+    done_at: dict[int, float] = {}
+    for seg in state.segments:
+        if seg.outcome == "done":
+            done_at[seg.task] = min(seg.end, done_at.get(seg.task, math.inf))
+    costs, unattributed = job_costs(state)
+    firsts: dict[str, tuple[float, Late]] = {}
+    said: dict[str, int] = {}
+    for t, note in state.late_log:
+        if note.tasks > 0:
+            firsts.setdefault(note.job, (t, note))
+            said[note.job] = said.get(note.job, 0) + 1
+    out = []
+    for job in state.jobs:
+        ids = range(job.first, job.first + job.count)
+        ends = [done_at[t] for t in ids if t in done_at]
+        states = [state.task_state[t] for t in ids]
+        done = sum(s is TaskState.DONE for s in states)
+        failed = sum(s is TaskState.FAILED for s in states)
+        finish = max(ends, default=None)
+        late = sum(e > job.deadline + EPS for e in ends)
+        if state.now > job.deadline + EPS:
+            late += job.count - len(ends)
+        end = finish if len(ends) == job.count else max(state.now, finish or 0.0)
+        forecast = state.forecasts.get(job.name)
+        first = firsts.get(job.name)
+        out.append(
+            JobOutcome(
+                name=job.name,
+                at_s=round(job.at, 3),
+                deadline_s=round(job.deadline, 3),
+                budget=job.budget,
+                tasks=job.count,
+                done=done,
+                failed=failed,
+                finish_s=rounded(finish),
+                tasks_late=late,
+                seconds_late=round(max(0.0, (end or 0.0) - job.deadline), 3),
+                met_deadline=late == 0 and len(ends) == job.count,
+                cost=round(costs[job.name], 4),
+                predicted_cost=None if forecast is None else round(forecast.cost, 4),
+                predicted_finish_s=None if forecast is None else round(forecast.finish, 3),
+                first_warning=None
+                if first is None
+                else LateNote(
+                    at_s=round(first[0], 3),
+                    tasks=first[1].tasks,
+                    seconds=round(first[1].seconds, 3),
+                    cause=first[1].cause,
+                    message=first[1].message,
+                ),
+                warnings=said.get(job.name, 0),
+                gave_way=_gave_way(job, late, costs[job.name]),
+            )
+        )
+    return tuple(out), unattributed
+
+
+def _gave_way(job: JobSpec, tasks_late: int, cost: float) -> GaveWay | None:
+    if job.budget is None:
+        return None
+    over = cost > job.budget + EPS
+    if tasks_late and over:
+        return "both"
+    if tasks_late:
+        return "deadline"
+    return "budget" if over else "none"

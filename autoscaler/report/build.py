@@ -1,0 +1,248 @@
+"""Building a run's report from its state: costs recomputed from each machine's launch
+and end under the billing model, so the report checks the controller's bookkeeping
+rather than repeating it."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from autoscaler.config.schema import RunConfig
+from autoscaler.core.model import TaskSpec, TaskState
+from autoscaler.core.state import RunState
+from autoscaler.report.attribution import job_outcomes
+from autoscaler.report.format import rounded, rounded_pair
+from autoscaler.report.records import (
+    EPS,
+    BillingTerms,
+    ConfigurationChoice,
+    DeadlineReport,
+    FailedTask,
+    LaunchProblem,
+    MachineSummary,
+    Prediction,
+    Report,
+    ShortfallNote,
+    TypeSummary,
+    UnfinishedTask,
+    UnfinishedWhy,
+)
+
+
+def makespan_s(state: RunState) -> float:
+    """The last task's end if the bag is finished, else the run's time so far."""
+    if not state.finished:
+        return state.now
+    return max((seg.end for seg in state.segments if seg.outcome == "done"), default=0.0)
+
+
+def unfinished_tasks(state: RunState, tasks: Sequence[TaskSpec]) -> tuple[UnfinishedTask, ...]:
+    """The tasks of ``state`` not done, by id, with their commands from ``tasks``.
+
+    A task that ran at least once (a Gantt segment, of any outcome) and is neither done
+    nor failed for good was cut off; one that never ran was not started.
+    """
+    commands = {t.id: t.command for t in tasks}
+    ran = {seg.task for seg in state.segments}
+    out = []
+    for tid, st in enumerate(state.task_state):
+        if st is TaskState.DONE:
+            continue
+        why: UnfinishedWhy
+        if st is TaskState.FAILED:
+            why = "failed"
+        elif st is TaskState.RUNNING or tid in ran:
+            why = "cut_off"
+        else:
+            why = "not_started"
+        out.append(
+            UnfinishedTask(
+                task=tid, command=commands.get(tid), why=why, error=state.task_errors.get(tid)
+            )
+        )
+    return tuple(out)
+
+
+def _inside(actual: float, interval: tuple[float, float] | None) -> bool | None:
+    """Whether ``actual`` fell in ``interval`` (rounding aside); None without one."""
+    if interval is None:
+        return None
+    lo, hi = interval
+    return lo - 0.01 <= actual <= hi + 0.01
+
+
+HELD = (
+    "the samples are in and the run waits for a budget (`autoscaler plan`); carry it on "
+    "with `autoscaler run --plan PLAN_DIR --option N`, or `--resume RUN_DIR --budget B`"
+)
+
+
+def build_report(
+    cfg: RunConfig,
+    state: RunState,
+    *,
+    tasks: Sequence[TaskSpec],
+    run_id: str,
+    seed: int,
+    wall_s: float | None = None,
+    time_scale: float | None = None,
+    refused_agents: int | None = None,
+) -> Report:
+    """The report of ``state`` run under ``cfg`` on the bag ``tasks``; ``time_scale`` and
+    ``refused_agents`` are a real run's (the daemon's) and left out of a dry run's report."""
+    billing = state.billing
+    budget = state.budget_of(cfg.constraint.budget)
+    machines = []
+    totals = {t.name: _TypeTotals() for t in cfg.machine_types}
+    for m in state.machines.values():
+        end = m.ended_at if m.ended_at is not None else state.now
+        life = end - m.launched_at
+        boot = (m.ready_at if m.ready_at is not None else end) - m.launched_at
+        cost = billing.cost(m.type.price, life)
+        units = billing.paid_units(life)
+        idle = max(0.0, life - boot - m.busy_s)
+        machines.append(
+            MachineSummary(
+                id=m.id,
+                type=m.type.name,
+                start_s=round(m.launched_at, 3),
+                ready_s=rounded(m.ready_at),
+                end_s=round(end, 3),
+                units_paid=round(units, 3),
+                cost=round(cost, 4),
+                tasks_run=m.tasks_done,
+                busy_s=round(m.busy_s, 3),
+                idle_s=round(idle, 3),
+                end_reason=m.end_reason,
+            )
+        )
+        totals[m.type.name].add(units, cost, m.tasks_done, m.busy_s, idle, boot)
+    cost = sum(t.cost for t in totals.values())
+    configurations = tuple(
+        ConfigurationChoice(
+            t_s=round(t, 3),
+            counts=dict(c.counts),
+            reason=c.reason,
+            predicted_cost=rounded(c.predicted_cost, 2),
+            predicted_makespan_s=rounded(c.predicted_makespan_s),
+            cost_interval=rounded_pair(c.cost_interval, 2),
+            makespan_interval_s=rounded_pair(c.makespan_interval_s, 3),
+        )
+        for t, c in state.configurations
+    )
+    makespan = round(makespan_s(state), 3)
+    shortfall = (
+        None
+        if not state.shortfalls
+        else ShortfallNote(
+            at_s=round(state.shortfalls[0][0], 3),
+            tasks_left=state.shortfalls[0][1].tasks_left,
+            needed_budget=rounded(state.shortfalls[0][1].needed_budget, 2),
+            message=state.shortfalls[0][1].message,
+        )
+    )
+    # Sampling and round robin configurations predict nothing; the first that does is
+    # the first plan after sampling.
+    first_plan = next((c for c in configurations if c.predicted_cost is not None), None)
+    if state.deadline_mode:
+        first_plan = None
+    report = Report(
+        run_id=run_id,
+        mode="budget",
+        policy=f"deadline ({cfg.deadline.planner}-job planner)"
+        if cfg.deadline_mode
+        else cfg.policy,
+        provider=cfg.provider,
+        seed=seed,
+        budget=budget,
+        cost=round(cost, 4),
+        committed=round(state.committed, 4),
+        within_budget=budget is None or cost <= budget + EPS,
+        makespan_s=makespan,
+        tasks_total=state.n_tasks,
+        tasks_done=state.done,
+        tasks_failed=state.failed,
+        stop_reason=HELD if state.awaiting_budget and not state.finished else state.stop_reason,
+        predicted=None
+        if first_plan is None
+        else Prediction(
+            cost=first_plan.predicted_cost,
+            makespan_s=first_plan.predicted_makespan_s,
+            at_s=first_plan.t_s,
+            cost_interval=first_plan.cost_interval,
+            makespan_interval_s=first_plan.makespan_interval_s,
+            cost_inside=_inside(cost, first_plan.cost_interval),
+            makespan_inside=None
+            if not state.finished
+            else _inside(makespan, first_plan.makespan_interval_s),
+        ),
+        shortfall=shortfall,
+        billing=BillingTerms(
+            mode=billing.mode,
+            atu_s=billing.atu_s,
+            min_charge_s=billing.min_charge_s if billing.mode == "per_second" else None,
+        ),
+        configurations=configurations,
+        machine_types={name: t.summary() for name, t in totals.items()},
+        machines=tuple(machines),
+        failed_tasks=tuple(
+            FailedTask(task=tid, attempts=state.attempts[tid], error=state.task_errors.get(tid, ""))
+            for tid, st in enumerate(state.task_state)
+            if st.value == "failed"
+        ),
+        launch_problems=tuple(
+            LaunchProblem(t_s=round(t, 3), type=tname, kind=kind, reason=reason)
+            for t, tname, kind, reason in state.launch_problems
+        ),
+        wall_s=rounded(wall_s),
+        unfinished_tasks=unfinished_tasks(state, tasks),
+        time_scale=time_scale,
+        refused_agents=refused_agents,
+    )
+    if not state.deadline_mode:
+        return report
+    jobs, unattributed = job_outcomes(state)
+    fields = {f.name: getattr(report, f.name) for f in dataclasses.fields(report)}
+    fields["mode"] = "deadline"
+    return DeadlineReport(
+        **fields,
+        jobs=jobs,
+        jobs_met_deadline=sum(j.met_deadline for j in jobs),
+        unattributed_cost=round(unattributed, 4),
+    )
+
+
+@dataclass
+class _TypeTotals:
+    """One machine type's sums while the report is built (rounded once, at the end)."""
+
+    machines: int = 0
+    units_paid: float = 0.0
+    cost: float = 0.0
+    tasks_run: int = 0
+    busy_s: float = 0.0
+    idle_s: float = 0.0
+    boot_s: float = 0.0
+
+    def add(
+        self, units: float, cost: float, tasks: int, busy_s: float, idle_s: float, boot_s: float
+    ) -> None:
+        self.machines += 1
+        self.units_paid += units
+        self.cost += cost
+        self.tasks_run += tasks
+        self.busy_s += busy_s
+        self.idle_s += idle_s
+        self.boot_s += boot_s
+
+    def summary(self) -> TypeSummary:
+        return TypeSummary(
+            machines=self.machines,
+            units_paid=round(self.units_paid, 4),
+            cost=round(self.cost, 4),
+            tasks_run=self.tasks_run,
+            busy_s=round(self.busy_s, 4),
+            idle_s=round(self.idle_s, 4),
+            boot_s=round(self.boot_s, 4),
+        )

@@ -1,0 +1,321 @@
+"""The report for people: ``report.md`` (its head is what ``autoscaler run`` and
+``autoscaler report`` print) and ``unfinished.txt``, the tasks not done as a bag file."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from autoscaler.report.format import hms, money
+from autoscaler.report.records import (
+    REPORT_JSON,
+    REPORT_MD,
+    UNFINISHED_TXT,
+    DeadlineReport,
+    Prediction,
+    Report,
+    UnfinishedTask,
+)
+
+_LAUNCH_PROBLEM_MEANING = {
+    "capacity": "type avoided for a while, re-planned without it",
+    "limit": "account limit: scale-up held for a while",
+    "throttled": "throttled: scale-up paused briefly",
+    "error": "launch failed",
+}
+_ROWS_SHOWN = 50
+_UNFINISHED_SHOWN = 20
+_WHY_WORDS: dict[str, str] = {
+    "not_started": "not started",
+    "cut_off": "cut off",
+    "failed": "failed",
+}
+HEAD_END = "## Machine types"
+"""The heading after the report's head (outcome and predicted against actual), which is
+what ``autoscaler run`` and ``autoscaler report`` print; the rest is in ``report.md``."""
+
+
+def render_markdown(report: Report) -> str:
+    lines = [
+        f"# Run {report.run_id}",
+        "",
+        f"Policy **{report.policy}** on provider **{report.provider}**{_emulated(report)}, "
+        f"mode {report.mode}, seed {report.seed}.",
+        "",
+    ]
+    if report.stop_reason is None:
+        lines.append(
+            f"The bag finished: {report.tasks_done} of {report.tasks_total} tasks done"
+            + (f", {report.tasks_failed} failed." if report.tasks_failed else ".")
+        )
+    else:
+        lines.append(
+            f"**The run stopped early:** {report.stop_reason}. "
+            f"{report.tasks_done} of {report.tasks_total} tasks done, "
+            f"{report.tasks_failed} failed."
+        )
+    if report.unfinished_tasks:
+        lines += ["", _unfinished_sentence(report.unfinished_tasks)]
+    if isinstance(report, DeadlineReport):
+        lines += ["", *_deadline_head(report)]
+        lines += ["", HEAD_END, *_types_table(report), *_jobs_section(report)]
+        return _tail(report, lines)
+    predicted = report.predicted or Prediction(None, None, None)
+    ci, mi = predicted.cost_interval, predicted.makespan_interval_s
+    lines += [
+        "",
+        "| | predicted | interval | actual | inside |",
+        "| --- | ---: | ---: | ---: | :---: |",
+        f"| cost | {money(predicted.cost)} | "
+        f"{'-' if ci is None else f'{money(ci[0])} – {money(ci[1])}'} | "
+        f"{money(report.cost)} | {_yes(predicted.cost_inside)} |",
+        f"| makespan | {hms(predicted.makespan_s)} | "
+        f"{'-' if mi is None else f'{hms(mi[0])} – {hms(mi[1])}'} | "
+        f"{hms(report.makespan_s)} | {_yes(predicted.makespan_inside)} |",
+        "",
+        f"{_spent(report)}.",
+    ]
+    if report.predicted is not None:
+        lines.append(f"Prediction made at {hms(predicted.at_s)}, the first plan after sampling.")
+    if report.shortfall is not None:
+        sf = report.shortfall
+        lines += [
+            "",
+            f"**Warning at {hms(sf.at_s)}** ({sf.tasks_left} tasks left): {sf.message}.",
+        ]
+    lines += ["", HEAD_END, *_types_table(report)]
+    return _tail(report, lines)
+
+
+def _types_table(report: Report) -> list[str]:
+    lines = [
+        "",
+        "| type | machines | units paid | cost | tasks run | busy | idle |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for name, t in report.machine_types.items():
+        lines.append(
+            f"| {name} | {t.machines} | {t.units_paid:g} | {money(t.cost)} | "
+            f"{t.tasks_run} | {hms(t.busy_s)} | {hms(t.idle_s)} |"
+        )
+    return lines
+
+
+def _emulated(report: Report) -> str:
+    """What a dry run adds to the provider's name: that none of its machines was rented
+    (the emulator's own provider, ``sim``, says so itself)."""
+    if report.emulated and report.provider != "sim":
+        return ", emulated (a dry run: no machine was rented)"
+    return ""
+
+
+def _spent(report: Report) -> str:
+    """The budget (if there was one) and what was spent against it."""
+    if report.budget is None:
+        return f"No budget; spent {money(report.cost)}"
+    within = "within budget" if report.within_budget else "**OVER BUDGET**"
+    return f"Budget {money(report.budget)}; spent {money(report.cost)} ({within})"
+
+
+def _deadline_head(report: DeadlineReport) -> list[str]:
+    """How many jobs met their deadline, and the warnings given before they passed."""
+    late = [j for j in report.jobs if not j.met_deadline]
+    lines = [
+        f"**{report.jobs_met_deadline} of {len(report.jobs)} jobs met their deadline**"
+        + (
+            f"; {', '.join(j.name for j in late)} "
+            f"{'was' if len(late) == 1 else 'were'} late by "
+            f"{sum(j.tasks_late for j in late)} tasks in all."
+            if late
+            else "."
+        ),
+        "",
+        f"{_spent(report)}, {money(report.unattributed_cost)} of it on machines that ran no task.",
+    ]
+    warned = [j for j in report.jobs if j.first_warning is not None]
+    for j in warned:
+        w = j.first_warning
+        assert w is not None
+        ahead = j.deadline_s - w.at_s
+        lines += [
+            "",
+            f"**Warning at {hms(w.at_s)}** "
+            + (f"({hms(ahead)} before its deadline)" if ahead > 0 else "(after its deadline)")
+            + f": {w.message}.",
+        ]
+    return lines
+
+
+def _jobs_section(report: DeadlineReport) -> list[str]:
+    lines = [
+        "",
+        "## Jobs",
+        "",
+        "| job | arrived | deadline | tasks | done | failed | finish | late tasks | "
+        "late by | cost | predicted cost | predicted finish | first warning | gave way |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+        "| --- | --- |",
+    ]
+    for j in report.jobs:
+        w = j.first_warning
+        warning = (
+            "-" if w is None else f"{hms(w.at_s)}: {w.tasks} tasks, {w.seconds:.0f} s ({w.cause})"
+        )
+        late = f"**{j.tasks_late}**" if j.tasks_late else "0"
+        lines.append(
+            f"| {j.name} | {hms(j.at_s)} | {hms(j.deadline_s)} | {j.tasks} | {j.done} | "
+            f"{j.failed} | {hms(j.finish_s)} | {late} | {hms(j.seconds_late)} | "
+            f"{money(j.cost)} | {money(j.predicted_cost)} | {hms(j.predicted_finish_s)} | "
+            f"{warning} | {j.gave_way or '-'} |"
+        )
+    return lines
+
+
+def _tail(report: Report, lines: list[str]) -> str:
+    """The report after the machine types: configurations, tasks not done, machines."""
+    lines += ["", "## Configurations", "", "| at | machines | why |", "| --- | --- | --- |"]
+    for c in report.configurations:
+        counts = ", ".join(f"{k}: {v}" for k, v in c.counts.items())
+        lines.append(f"| {hms(c.t_s)} | {counts} | {c.reason} |")
+    lines += _unfinished_section(report)
+    if report.failed_tasks:
+        lines += [
+            "",
+            "## Failed tasks",
+            "",
+            "| task | attempts | last error |",
+            "| --- | ---: | --- |",
+        ]
+        for f in report.failed_tasks[:_ROWS_SHOWN]:
+            lines.append(f"| {f.task} | {f.attempts} | {f.error} |")
+        if len(report.failed_tasks) > _ROWS_SHOWN:
+            lines.append(
+                f"| ... | | {len(report.failed_tasks) - _ROWS_SHOWN} more in {REPORT_JSON} |"
+            )
+    if report.launch_problems:
+        lines += [
+            "",
+            "## Launches the provider refused",
+            "",
+            "| at | type | what it meant | provider said |",
+            "| ---: | --- | --- | --- |",
+        ]
+        for p in report.launch_problems[:_ROWS_SHOWN]:
+            meaning = _LAUNCH_PROBLEM_MEANING.get(p.kind, p.kind)
+            lines.append(f"| {hms(p.t_s)} | {p.type} | {meaning} | {p.reason} |")
+    lines += [
+        "",
+        "## Machines",
+        "",
+        "| machine | type | start | end | units paid | tasks run | ended because |",
+        "| --- | --- | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for m in report.machines:
+        lines.append(
+            f"| {m.id} | {m.type} | {hms(m.start_s)} | {hms(m.end_s)} | "
+            f"{m.units_paid:g} | {m.tasks_run} | {m.end_reason or '-'} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _unfinished_sentence(tasks: Sequence[UnfinishedTask]) -> str:
+    if all(t.command is None for t in tasks):
+        return (
+            f"The {len(tasks)} tasks not done are synthetic: `{UNFINISHED_TXT}` lists their ids, "
+            "but they cannot be re-run as commands."
+        )
+    runnable = sum(_bag_line(t.command) is not None for t in tasks)
+    which = "the" if runnable == len(tasks) else f"{runnable} of the"
+    return (
+        f"The commands of {which} {len(tasks)} tasks not done are in `{UNFINISHED_TXT}`, "
+        "a bag file for a new run."
+    )
+
+
+def _unfinished_section(report: Report) -> list[str]:
+    """The tasks not done: counts by why, then the first few (the rest are in the file)."""
+    tasks = report.unfinished_tasks
+    if not tasks:
+        return []
+    lines = [
+        "",
+        "## Tasks not done",
+        "",
+        f"{len(tasks)} of {report.tasks_total}: {_why_counts(tasks)}.",
+    ]
+    lines += ["", "| task | why | command | last error |", "| ---: | --- | --- | --- |"]
+    # Failed and cut-off tasks first: they say more than the many never started.
+    order = list(_WHY_WORDS)
+    shown = sorted(tasks, key=lambda t: (-order.index(t.why), t.task))[:_UNFINISHED_SHOWN]
+    for t in shown:
+        lines.append(f"| {t.task} | {_WHY_WORDS[t.why]} | {_cell(t.command)} | {_cell(t.error)} |")
+    if len(tasks) > _UNFINISHED_SHOWN:
+        lines += ["", f"… and {len(tasks) - _UNFINISHED_SHOWN} more; see {UNFINISHED_TXT}."]
+    return lines
+
+
+def _why_counts(tasks: Sequence[UnfinishedTask]) -> str:
+    counts = {why: sum(t.why == why for t in tasks) for why in _WHY_WORDS}
+    return ", ".join(f"{n} {_WHY_WORDS[why]}" for why, n in counts.items() if n)
+
+
+def _cell(text: str | None) -> str:
+    """``text`` as one Markdown table cell: one line, its pipes escaped."""
+    if text is None:
+        return "-"
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def unfinished_text(report: Report) -> str | None:
+    """What ``unfinished.txt`` holds: ``#`` lines saying whose tasks and why, then one
+    command per line, so the file is a bag (``bag: {file: unfinished.txt}``); None when
+    every task was done.
+
+    A synthetic task has no command: it gets a comment line with its id instead. So
+    does a command that spans lines, which a bag file cannot hold.
+    """
+    tasks = report.unfinished_tasks
+    if not tasks:
+        return None
+    header = [f"Tasks not done in run {report.run_id}: {len(tasks)} of {report.tasks_total}."]
+    if report.stop_reason is not None:
+        header.append(f"The run stopped early: {report.stop_reason.rstrip('.')}.")
+    if report.tasks_failed:
+        header.append(f"{report.tasks_failed} failed on every attempt (see {REPORT_MD}).")
+    header.append(f"By why: {_why_counts(tasks)}.")
+    lines = {t.task: _bag_line(t.command) for t in tasks}
+    commands = [line for line in lines.values() if line is not None]
+    left_out = [t for t in tasks if lines[t.task] is None]
+    if commands:
+        header.append(
+            f"One command per line: a bag for a new config, bag: {{file: {UNFINISHED_TXT}}}"
+        )
+        header.append("(give it the original bag's env, max_retries and timeout_s).")
+    if all(t.command is None for t in tasks):
+        header.append("The tasks are synthetic (bag.synthetic): they have no commands and")
+        header.append("cannot be re-run as commands. Their ids follow.")
+    elif left_out:
+        header.append(f"{len(left_out)} have no command a bag file can hold on one line:")
+        header.append("their ids follow, commented out.")
+    text = [f"# {' '.join(line.split())}" for line in header]
+    text += [f"# task {t.task}: {_WHY_WORDS[t.why]}" for t in left_out]
+    return "\n".join(text + commands) + "\n"
+
+
+def _bag_line(command: str | None) -> str | None:
+    """``command`` as a line a bag file gives back (a shell ignores blanks at its ends);
+    None for what no line can hold: no command, several lines, or a ``#`` comment."""
+    if command is None:
+        return None
+    line = command.strip()
+    if not line or line.startswith("#") or len(line.splitlines()) != 1:
+        return None
+    return line
+
+
+def _yes(flag: bool | None) -> str:
+    return "-" if flag is None else ("yes" if flag else "**no**")
+
+
+def render_head(report: Report) -> str:
+    """The report's head in Markdown: the outcome, and predicted against actual."""
+    return render_markdown(report).split(HEAD_END)[0]
