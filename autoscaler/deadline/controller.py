@@ -70,16 +70,18 @@ from autoscaler.core.model import (
 from autoscaler.core.solve import Solver
 from autoscaler.core.state import Machine, RunState
 from autoscaler.core.step import Step
-from autoscaler.deadline.models import (
+from autoscaler.deadline.assign import (
+    handle_multi,
+    handle_single,
+    solve_new,
+)
+from autoscaler.deadline.instance import (
     DeadlineJob,
     DeadlinePlan,
     DeadlineProblem,
     DeadlineResult,
     MachineType,
     RunningMachine,
-    handle_multi,
-    handle_single,
-    solve_new,
 )
 from autoscaler.deadline.reassign import (
     Lateness,

@@ -19,7 +19,10 @@ import pytest
 PURE = [
     "autoscaler.budget.controller",
     "autoscaler.budget.planner",
-    "autoscaler.deadline.models",
+    "autoscaler.deadline.instance",
+    "autoscaler.deadline.patterns",
+    "autoscaler.deadline.milp",
+    "autoscaler.deadline.assign",
     "autoscaler.deadline.reassign",
     "autoscaler.deadline.controller",
     "autoscaler.budget.frontier",
