@@ -38,6 +38,8 @@ PURE = [
     "autoscaler.core.step",
     "autoscaler.budget.estimate",
     "autoscaler.core.state",
+    "autoscaler.core.records",
+    "autoscaler.core.fold",
     "autoscaler.core.billing",
     "autoscaler.core.model",
 ]
