@@ -31,6 +31,7 @@ from autoscaler.core.model import (
     JobAdded,
     JobArrived,
     JobSpec,
+    JobWithdrawn,
     Late,
     Launch,
     LaunchFailed,
@@ -175,6 +176,8 @@ class Fold(RunRecords):
                 self.arrived.add(self.job_named(name).name)
             case JobAdded(job=job, order=order):
                 self._add_job(job, order)
+            case JobWithdrawn(job=name):
+                self._withdraw(name)
             case DeadlineSet(job=name, deadline=deadline):
                 old = self.job_named(name)
                 self.jobs = tuple(
@@ -207,6 +210,30 @@ class Fold(RunRecords):
         self.arrived.add(job.name)
         if self.budget is not None:
             self.budget = None if job.budget is None else self.budget + job.budget
+
+    def _withdraw(self, name: str) -> None:
+        """Job ``name`` leaves the run: its tasks not ended are cancelled, taken from the
+        bag, from the launches in flight and from the machines' queues, then their runs
+        end. Withdrawing a job twice changes nothing."""
+        job = self.job_named(name)
+        if name in self.withdrawn:
+            return
+        self.withdrawn[name] = self.now
+        ids = range(job.first, job.first + job.count)
+        gone = {t for t in ids if self.task_state[t] in (TaskState.PENDING, TaskState.RUNNING)}
+        for tid in gone:
+            self.task_state[tid] = TaskState.CANCELLED
+        self.cancelled += len(gone)
+        self.pending = deque(t for t in self.pending if t not in gone)
+        for token, queues in self.launch_queues.items():
+            self.launch_queues[token] = deque(tuple(t for t in q if t not in gone) for q in queues)
+        alive = list(self.alive_machines())
+        for m in alive:  # queued first: ending a run starts the next in the queue
+            for tid in [t for t in m.queue if t in gone]:
+                self._cancel(tid, m.id)
+        for m in alive:
+            for tid in [t for t in m.running if t in gone]:
+                self._cancel(tid, m.id)
 
     def _unqueue_launch(self, token: str) -> None:
         """A launch is settled: tasks still held for machines it never made go back."""

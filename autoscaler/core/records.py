@@ -124,6 +124,8 @@ class RunRecords:
     forecasts: dict[str, Forecast] = field(default_factory=dict)  # the last, per job
     late: dict[str, Late] = field(default_factory=dict)  # the last lateness said, per job
     late_log: list[tuple[float, Late]] = field(default_factory=list)
+    withdrawn: dict[str, float] = field(default_factory=dict)  # job -> when (JobWithdrawn)
+    cancelled: int = 0  # tasks of withdrawn jobs that had not ended (TaskState.CANCELLED)
 
     def available(self, type_name: str, now: float) -> bool:
         """Whether the provider may have capacity for ``type_name`` at ``now``."""
@@ -209,12 +211,12 @@ class RunRecords:
 
     @property
     def finished(self) -> bool:
-        """Every task is done or failed."""
-        return self.done + self.failed == self.n_tasks
+        """Every task is done, failed, or cancelled with its job."""
+        return self.done + self.failed + self.cancelled == self.n_tasks
 
     @property
     def tasks_left(self) -> int:
-        return self.n_tasks - self.done - self.failed
+        return self.n_tasks - self.done - self.failed - self.cancelled
 
     def actual_cost(self) -> float:
         """What the machines cost by their real lifetimes (≤ committed)."""

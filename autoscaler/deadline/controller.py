@@ -35,7 +35,9 @@ controller (``budget.controller``), with whom it shares ``core.step.Step``.
 ``step`` reads the events and calls, in order: ``ends.at_boundary`` (money at the end of
 a paid unit), ``sampling.sample``, ``planning.plan_jobs`` (with ``forecast``),
 ``watch.move_late`` and ``watch.watch`` (lateness), ``ends.release_idle`` and
-``ends.finish_run``.
+``ends.finish_run``. A withdrawn job (``JobWithdrawn``, a user's cancel in the pool):
+each of its runs gets a ``Cancel`` for its agent (``withdraw``), and what the plan in
+force expects of the other jobs is said again.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from autoscaler.core.model import (
     JobAdded,
     JobArrived,
     JobSpec,
+    JobWithdrawn,
     LaunchFailed,
     MachineLost,
     Release,
@@ -63,10 +66,12 @@ from autoscaler.core.model import (
 )
 from autoscaler.core.state import RunState
 from autoscaler.deadline.ends import at_boundary, finish_run, release_idle
+from autoscaler.deadline.forecast import forecast
 from autoscaler.deadline.jobs import DeadlineSettings, task_times
 from autoscaler.deadline.planning import PlanStep, plan_jobs
 from autoscaler.deadline.sampling import sample
 from autoscaler.deadline.watch import move_late, watch
+from autoscaler.deadline.withdraw import still_open, withdrawn_runs
 
 __all__ = ["DeadlineController", "DeadlineSettings"]
 
@@ -83,7 +88,11 @@ class DeadlineController:
         tick = False
         done = False
         news = False  # something that changes the plan's premises
+        withdrawn: list[str] = []
+        cancels: list[Action] = []  # decided while reading the events, applied after them
         for event in events:
+            if isinstance(event, JobWithdrawn):
+                cancels.extend(withdrawn_runs(state, event.job))
             s.feed(event)
             match event:
                 case Tick():
@@ -103,9 +112,14 @@ class DeadlineController:
                     | Resumed()
                 ):
                     news = True
+                case JobWithdrawn(job=name):
+                    withdrawn.append(name)
+                    news = True
                 case Shutdown(reason=reason):
                     if not state.stopped:
                         s.do(Stop(reason))
+        for action in cancels:
+            s.do(action)
         if state.shutdown:
             for m in list(state.alive_machines()):
                 s.do(Release(m.id, "shutdown"))
@@ -119,6 +133,8 @@ class DeadlineController:
         if not state.stopped:
             sample(self.settings, s)
             planned = plan_jobs(self.settings, s) if wake else False
+            if withdrawn:
+                forecast(self.settings, s, still_open(state), "withdrawn: " + ", ".join(withdrawn))
             if tick and self.settings.reassign:
                 move_late(self.settings, s)
             if tick or planned or news:

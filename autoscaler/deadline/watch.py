@@ -54,6 +54,8 @@ def watch(cfg: DeadlineSettings, s: PlanStep, buy: bool) -> None:
     late = lateness(all_queues(state, s.now), deadlines)
     late_by_job = {item.job: item for item in late}
     for job in state.jobs:
+        if job.name in state.withdrawn:
+            continue  # nothing of it is left to be late
         item = late_by_job.get(job.name)
         said = state.late.get(job.name)
         if item is None:

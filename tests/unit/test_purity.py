@@ -31,6 +31,7 @@ PURE = [
     "autoscaler.deadline.forecast",
     "autoscaler.deadline.watch",
     "autoscaler.deadline.ends",
+    "autoscaler.deadline.withdraw",
     "autoscaler.budget.frontier",
     "autoscaler.budget.outlook",
     "autoscaler.core.leases",
