@@ -43,11 +43,13 @@ force expects of the other jobs is said again.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from autoscaler.core.model import (
     Action,
     BoundaryNear,
     BudgetSet,
+    Cancel,
     DeadlineSet,
     Event,
     JobAdded,
@@ -84,70 +86,86 @@ class DeadlineController:
 
     def step(self, state: RunState, events: Iterable[Event], now: float) -> list[Action]:
         s = PlanStep(state, now)
-        boundaries: list[str] = []
-        tick = False
-        done = False
-        news = False  # something that changes the plan's premises
-        withdrawn: list[str] = []
-        cancels: list[Action] = []  # decided while reading the events, applied after them
-        for event in events:
-            if isinstance(event, JobWithdrawn):
-                cancels.extend(withdrawn_runs(state, event.job))
-            s.feed(event)
-            match event:
-                case Tick():
-                    tick = True
-                case TaskDone():
-                    done = True
-                case BoundaryNear(machine=mid):
-                    boundaries.append(mid)
-                case (
-                    JobArrived()
-                    | JobAdded()
-                    | MachineLost()
-                    | LaunchFailed()
-                    | TaskFailed()
-                    | BudgetSet()
-                    | DeadlineSet()
-                    | Resumed()
-                ):
-                    news = True
-                case JobWithdrawn(job=name):
-                    withdrawn.append(name)
-                    news = True
-                case Shutdown(reason=reason):
-                    if not state.stopped:
-                        s.do(Stop(reason))
-        for action in cancels:
+        seen = _read(s, events)
+        for action in seen.cancels:
             s.do(action)
         if state.shutdown:
             for m in list(state.alive_machines()):
                 s.do(Release(m.id, "shutdown"))
             return s.actions
-        for mid in boundaries:
+        for mid in seen.boundaries:
             at_boundary(s, state.machines[mid])
         # The bag changes only with news, at a boundary (a released machine's queue goes
         # back), or when a sampled job's samples come in; ticks re-plan what is left.
-        sampled = done and any(not j.task_s for j in state.jobs if j.name in state.arrived)
-        wake = news or tick or bool(boundaries) or sampled or not state.configurations
+        sampled = seen.done and any(not j.task_s for j in state.jobs if j.name in state.arrived)
+        wake = (
+            seen.news or seen.tick or bool(seen.boundaries) or sampled or not state.configurations
+        )
+        cfg = self.settings
         if not state.stopped:
-            sample(self.settings, s)
-            planned = plan_jobs(self.settings, s) if wake else False
-            if withdrawn:
-                forecast(self.settings, s, still_open(state), "withdrawn: " + ", ".join(withdrawn))
-            if tick and self.settings.reassign:
-                move_late(self.settings, s)
-            if tick or planned or news:
-                watch(
-                    self.settings,
-                    s,
-                    buy=tick and self.settings.reassign and self.settings.buy_when_late,
-                )
-            release_idle(self.settings, s)
-        finish_run(self.settings, s)
+            sample(cfg, s)
+            planned = plan_jobs(cfg, s) if wake else False
+            if seen.withdrawn:
+                forecast(cfg, s, still_open(state), "withdrawn: " + ", ".join(seen.withdrawn))
+            if seen.tick and cfg.reassign:
+                move_late(cfg, s)
+            if seen.tick or planned or seen.news:
+                watch(cfg, s, buy=seen.tick and cfg.reassign and cfg.buy_when_late)
+            release_idle(cfg, s)
+        finish_run(cfg, s)
         return s.actions
 
     def task_times(self, state: RunState, job: JobSpec) -> dict[str, float]:
         """The planned time per task of ``job`` per type: known, else sampled (mean +
         z·σ/√n, once ``sample`` runs ended there); types missing cannot run it (yet)."""
         return task_times(self.settings, state, job)
+
+
+@dataclass(frozen=True, slots=True)
+class _Seen:
+    """What a step's events say."""
+
+    boundaries: tuple[str, ...]  # machines near the end of a paid unit
+    tick: bool  # a monitoring interval
+    done: bool  # a task ended with a result
+    news: bool  # something that changes the plan's premises
+    withdrawn: tuple[str, ...]  # jobs withdrawn
+    cancels: tuple[Cancel, ...]  # for the agents of the withdrawn jobs' runs
+
+
+def _read(s: PlanStep, events: Iterable[Event]) -> _Seen:
+    """Feed ``events`` to the state, in order; a ``Shutdown`` stops the run where it comes."""
+    state = s.state
+    boundaries: list[str] = []
+    withdrawn: list[str] = []
+    cancels: list[Cancel] = []  # read before the state folds the withdrawal
+    tick = done = news = False
+    for event in events:
+        if isinstance(event, JobWithdrawn):
+            cancels.extend(withdrawn_runs(state, event.job))
+        s.feed(event)
+        match event:
+            case Tick():
+                tick = True
+            case TaskDone():
+                done = True
+            case BoundaryNear(machine=mid):
+                boundaries.append(mid)
+            case (
+                JobArrived()
+                | JobAdded()
+                | MachineLost()
+                | LaunchFailed()
+                | TaskFailed()
+                | BudgetSet()
+                | DeadlineSet()
+                | Resumed()
+            ):
+                news = True
+            case JobWithdrawn(job=name):
+                withdrawn.append(name)
+                news = True
+            case Shutdown(reason=reason):
+                if not state.stopped:
+                    s.do(Stop(reason))
+    return _Seen(tuple(boundaries), tick, done, news, tuple(withdrawn), tuple(cancels))
