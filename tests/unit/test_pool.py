@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from autoscaler.config.load import expand_bag
 from autoscaler.config.schema import Emulator as EmulatorModel
@@ -317,6 +319,33 @@ def test_a_withdrawn_jobs_tasks_stop_and_the_other_job_keeps_its_deadline() -> N
     assert fresh.cancelled == live.cancelled
     assert fresh.committed == pytest.approx(live.committed)
     assert fresh.forecasts == live.forecasts
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    at=st.sampled_from([300.5, 360.0, 630.0, 900.0, 2000.0, 5000.0]),
+    name=st.sampled_from(["a", "j0"]),
+)
+def test_whenever_a_job_is_withdrawn_its_tasks_stop_and_the_journal_replays(
+    at: float, name: str
+) -> None:
+    """Either job, withdrawn at any time: none of its tasks runs after, every task of the
+    other is done by its deadline, and the journal replays to the live state."""
+    live, steps, (added,) = _pool(
+        FIRST, [(300.0, 30, 1500.0)], shutdown_at=8000.0, withdraw=((at, name),)
+    )
+    job = FIRST if name == "a" else added.job
+    assert not [seg for seg in live.segments if job.owns(seg.task) and seg.end > at]
+    other = added.job if name == "a" else FIRST
+    others = [live.task_state[t] for t in range(other.first, other.first + other.count)]
+    assert set(others) == {TaskState.DONE}
+    _, late = finish_and_late(live)
+    assert late.get(other.name, 0) == 0
+    fresh = _replayed(steps, FIRST)
+    assert fresh.task_state == live.task_state
+    assert fresh.segments == live.segments
+    assert fresh.cancelled == live.cancelled
+    assert fresh.committed == pytest.approx(live.committed)
 
 
 def test_withdrawing_a_job_again_or_after_it_ended_changes_nothing() -> None:
