@@ -36,7 +36,8 @@ milliseconds on the two steps); otherwise the aggregate is solved whole. Its sol
 is then split into machines, group by group: first fit, then least loaded first (both
 in EDF order); if both leave tasks, per-machine job patterns as columns (every pattern
 over the group's jobs with tasks, each with as many tasks of its last job as fit, at
-most ``_MAX_PATTERNS``; a list cut there is used only up to ``_PARTIAL_LANES`` jobs):
+most ``patterns.MAX_PATTERNS``; a list cut there is used only up to
+``patterns._PARTIAL_LANES`` jobs):
 integer z_p machines of pattern p, Σ z_p ≤ y_g, Σ_p z_p·p ≥ N_g. When such a pattern
 split finds none after the two steps, the whole aggregate's solution (another optimum)
 is split too. Tasks still left are planned again the same way on the machines not used. A split
@@ -49,7 +50,7 @@ of every group (as above, over all the type's jobs), integer z_p, Σ_p z_p·p_j 
 Σ z_p ≤ K_it per type, minimise Σ_p z_p·cost_p. Every machine of a plan of (7) runs
 at most what some pattern of its group holds, so under fixed ATUs this is exact: when
 solved to optimality its plan is proven optimal for (7), above the aggregate's bound
-or not. It is skipped when a group has ``_MAX_PATTERNS`` patterns or more (many jobs)
+or not. It is skipped when a group has ``patterns.MAX_PATTERNS`` patterns or more (many jobs)
 and limited to ``_PATTERN_MODEL_S``. Failing that, the plan is the cheapest of the
 split, the pattern model's best plan and Algorithm 3's machines (so model (7) never
 costs more than job by job), then the per-machine model (the literal one, machines of
