@@ -34,14 +34,16 @@ if __name__ == "__main__" and not __package__:  # ``python benchmarks/deadline_s
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from autoscaler.core.billing import BillingModel
-from autoscaler.deadline.models import (
+from autoscaler.deadline.assign import (
+    handle_multi,
+    handle_single,
+)
+from autoscaler.deadline.instance import (
     DeadlineJob,
     DeadlineProblem,
     DeadlineResult,
     MachineType,
     RunningMachine,
-    handle_multi,
-    handle_single,
 )
 from benchmarks.bats_scenarios import library_digest, library_state, render_table
 

@@ -61,6 +61,7 @@ class TaskState(enum.Enum):
     RUNNING = "running"  #: assigned to at least one machine (replicas included)
     DONE = "done"  #: a run succeeded; terminal
     FAILED = "failed"  #: failed more often than retries allow; terminal
+    CANCELLED = "cancelled"  #: its job was withdrawn (``JobWithdrawn``) first; terminal
 
 
 class MachineState(enum.Enum):
@@ -207,6 +208,18 @@ class JobAdded:
     order: tuple[int, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class JobWithdrawn:
+    """Job ``job`` of a deadline-mode run is withdrawn now (a user's cancel): its tasks
+    neither done nor failed are cancelled (``TaskState.CANCELLED``); queued ones leave
+    their machines and the launches in flight, running ones end (the controller sends
+    each a ``Cancel`` for its agent). What its tasks ran so far stays its cost; the
+    other jobs are planned again."""
+
+    job: str
+    reason: str
+
+
 Event = (
     MachineLaunched
     | LaunchFailed
@@ -223,6 +236,7 @@ Event = (
     | DeadlineSet
     | Interrupted
     | Resumed
+    | JobWithdrawn
 )
 
 
@@ -417,6 +431,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     DeadlineSet,
     Interrupted,
     Resumed,
+    JobWithdrawn,
 )
 ACTION_TYPES: tuple[type[Action], ...] = (
     Launch,

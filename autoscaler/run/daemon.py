@@ -69,6 +69,7 @@ from autoscaler.core.model import (
     JobAdded,
     JobArrived,
     JobSpec,
+    JobWithdrawn,
     Launch,
     LaunchFailed,
     MachineLaunched,
@@ -554,6 +555,9 @@ class Daemon:
                 return []
             case DeadlineSet(job=name) if name not in {j.name for j in state.jobs}:
                 self.log.warning("deadline update refused: no such job", job=name)
+                return []
+            case JobWithdrawn(job=name) if name not in {j.name for j in state.jobs}:
+                self.log.warning("withdrawal refused: no such job", job=name)
                 return []
             case Interrupted() if state.stopped or state.interrupted:
                 return [Shutdown(event.reason)] if not state.shutdown else []

@@ -28,6 +28,7 @@ from autoscaler.core.model import (
     Extend,
     JobAdded,
     JobArrived,
+    JobWithdrawn,
     Launch,
     LaunchFailed,
     MachineLaunched,
@@ -46,7 +47,7 @@ from autoscaler.deadline.controller import DeadlineController
 from autoscaler.providers.sim import SimProvider
 
 StepHook = Callable[[float, list[Event], list[Action], RunState], None]
-Told = JobAdded | Shutdown | BudgetSet | DeadlineSet
+Told = JobAdded | Shutdown | BudgetSet | DeadlineSet | JobWithdrawn
 
 
 @dataclass
@@ -185,7 +186,7 @@ class Emulator:
                 means = JobMeans(job.name, dict(job.task_s)) if job.task_s else None
                 self.sim.add_tasks([means] * job.count)
                 return item
-            case JobArrived() | Shutdown() | BudgetSet() | DeadlineSet():
+            case JobArrived() | Shutdown() | BudgetSet() | DeadlineSet() | JobWithdrawn():
                 return item
         raise AutoscalerError(f"emulator: unknown scheduled item {item!r}")
 

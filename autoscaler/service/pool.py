@@ -9,6 +9,9 @@ such job makes it, as its config's one job; later ones join it with ``Daemon.add
 ends when each of its tasks is done or failed; its report (``jobs/<id>/report.json``)
 is its line of the pool's per-job report: deadline, finish, lateness, and the cost
 attributed to it (each machine's cost shared by the seconds it ran each job's tasks).
+A job cancelled by its user is withdrawn from the run (``JobWithdrawn``): its queued and
+running tasks are cancelled, the other jobs are planned again, and its report says what
+it cost up to then.
 
 A job with a budget keeps its own run: a budget is only held for sure on machines that
 no other job draws on.
@@ -24,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from autoscaler.config.schema import RunConfig
 from autoscaler.core.errors import AutoscalerError
-from autoscaler.core.model import JobSpec, TaskState
+from autoscaler.core.model import JobSpec, JobWithdrawn, TaskState
 from autoscaler.core.state import RunState
 
 if TYPE_CHECKING:
@@ -97,11 +100,16 @@ class Pool:
         )
         self.daemon.add_job(spec, tasks).result(timeout=120)
 
+    def withdraw(self, job_id: str) -> None:
+        """Withdraw a job from the running pool (a user's cancel); it ends, cancelled,
+        once the pool's daemon has folded the withdrawal (``progress``)."""
+        self.daemon.tell(JobWithdrawn(job_id, "cancelled by the user"))
+
     # --- what the pool's daemon shows, per job ---------------------------------------
 
     def progress(self, state: RunState, estimate: float | None) -> None:
         """The pool daemon's progress hook: each job's view; a job whose every task is
-        done or failed ends."""
+        done or failed ends, and so does a job withdrawn (cancelled)."""
         from autoscaler.report.attribution import job_costs
 
         now = self.service.clock()
@@ -109,7 +117,7 @@ class Pool:
         point = now - self._last_point >= 1.0
         if point:
             self._last_point = now
-        ended = []
+        ended: list[tuple[str, bool]] = []  # (job, cancelled)
         names = {j.name for j in state.jobs}
         for job_id in list(self.jobs):
             if job_id not in names:
@@ -138,7 +146,7 @@ class Pool:
                 "deadline_at": self.wall(job.deadline),
                 "predicted_finish_at": self.wall(forecast.finish if forecast else None),
                 "machines": machines,
-                "stop_reason": None,
+                "stop_reason": "cancelled by the user" if job_id in state.withdrawn else None,
                 "late_tasks": state.late[job_id].tasks if job_id in state.late else 0,
                 "pool": str(self.run_dir),
             }
@@ -147,11 +155,13 @@ class Pool:
                 history = self.histories.setdefault(job_id, [])
                 history.append([round(now, 3), done, cost])
             if done + failed == job.count:
-                ended.append(job_id)
-        for job_id in ended:
-            self._end(job_id, state)
+                ended.append((job_id, False))
+            elif job_id in state.withdrawn:
+                ended.append((job_id, True))
+        for job_id, cancelled in ended:
+            self._end(job_id, state, cancelled)
 
-    def _end(self, job_id: str, state: RunState) -> None:
+    def _end(self, job_id: str, state: RunState, cancelled: bool = False) -> None:
         from autoscaler.report.attribution import job_outcomes
 
         outcomes, _ = job_outcomes(state)
@@ -171,11 +181,19 @@ class Pool:
             "cost": outcome.cost,
             "outcome": _jsonable(outcome),
         }
+        if cancelled:
+            job = state.job_named(job_id)
+            ids = range(job.first, job.first + job.count)
+            report["tasks_cancelled"] = sum(state.task_state[t] is TaskState.CANCELLED for t in ids)
+            report["cancelled_at"] = self.wall(state.withdrawn[job_id])
         row.run_dir.mkdir(parents=True, exist_ok=True)
         (row.run_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
-        (row.run_dir / "report.md").write_text(_markdown(row.name, job_id, outcome, self.run_dir))
+        text = _markdown(row.name, job_id, outcome, self.run_dir)
+        if cancelled:
+            text = _cancelled_markdown(row.name, job_id, outcome, report, self.run_dir)
+        (row.run_dir / "report.md").write_text(text)
         self.jobs.discard(job_id)
-        self.service.pool_job_ended(job_id, view)
+        self.service.pool_job_ended(job_id, view, cancelled=cancelled)
 
 
 def _jsonable(outcome: Any) -> dict[str, Any]:
@@ -194,6 +212,19 @@ def _markdown(name: str, job_id: str, o: Any, run_dir: Path) -> str:
         f"{o.deadline_s} s (pool run time). Cost attributed: {o.cost:.4f}"
         + (f" (forecast {o.predicted_cost:.4f})" if o.predicted_cost is not None else "")
         + ".\n\nThe pool's own report, Gantt and journal are in its run directory.\n"
+    )
+
+
+def _cancelled_markdown(
+    name: str, job_id: str, o: Any, report: dict[str, Any], run_dir: Path
+) -> str:
+    return (
+        f"# Job {job_id} ({name})\n\n"
+        f"A deadline job in the service's shared pool ({run_dir}), cancelled by the user "
+        f"at {report['cancelled_at']} (epoch seconds): {o.done} of {o.tasks} tasks done, "
+        f"{o.failed} failed, {report['tasks_cancelled']} cancelled. "
+        f"Cost up to then: {o.cost:.4f}.\n\n"
+        "The pool's own report, Gantt and journal are in its run directory.\n"
     )
 
 

@@ -495,12 +495,10 @@ class Service:
                     self._store.set_state(job_id, CANCELLED, ended_at=self.clock(), final=final)
                     self._cond.notify_all()
                 return self.view(job_id)
-            if runner.pool is not None:
-                raise AutoscalerError(
-                    f"job {job_id} shares the deadline pool's machines with other jobs: "
-                    "cancelling one shared job is not supported yet; it runs to its end"
-                )
             runner.told.append("cancel")
+            if runner.pool is not None:  # its tasks leave the shared run; the others stay
+                runner.pool.withdraw(job_id)
+                return self.view(job_id)
         runner.daemon.tell(Shutdown("cancelled by the user"))
         return self.view(job_id)
 
@@ -860,14 +858,15 @@ class Service:
         pool.thread.start()
         return pool, joined
 
-    def pool_job_ended(self, job_id: str, view: dict[str, Any]) -> None:
-        """A pool job's every task is done or failed (from the pool daemon's thread)."""
-        ended = DONE
+    def pool_job_ended(self, job_id: str, view: dict[str, Any], *, cancelled: bool = False) -> None:
+        """A pool job's every task is done or failed, or it was withdrawn (``cancelled``),
+        from the pool daemon's thread."""
+        ended = CANCELLED if cancelled else DONE
         with self._cond:
             self._store.set_state(job_id, ended, ended_at=self.clock(), final=view)
             self._runners.pop(job_id, None)
             if self.log is not None:
-                self.log.info("job done", job=job_id, done=view["done"], cost=view["cost"])
+                self.log.info("job " + ended, job=job_id, done=view["done"], cost=view["cost"])
             self._cond.notify_all()
         if self.on_job_end is not None:
             with contextlib.suppress(Exception):

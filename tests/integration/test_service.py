@@ -381,9 +381,6 @@ def test_deadline_jobs_share_the_pool_s_machines_and_survive_restarts(tmp_path: 
     one = svc.submit(_deadline_job("one", 3, "3h"))
     wait_for(lambda: svc.view(one)["done"] >= 1, 60, "the first job's first task")
     two = svc.submit(_deadline_job("two", 2, "2h"))
-    refused = svc.cli("cancel", two)
-    assert refused.returncode == 2
-    assert "shares the deadline pool" in refused.stderr
     try:
         assert svc.cli("wait", one).returncode == 0
         assert svc.cli("wait", two).returncode == 0
@@ -422,3 +419,43 @@ def test_deadline_jobs_share_the_pool_s_machines_and_survive_restarts(tmp_path: 
     days = sorted((state_dir / "reports" / "daily").glob("*.json"))
     billed = {j["id"] for p in days for j in json.loads(p.read_text())["jobs"]}
     assert {one, two, three, four} <= billed
+
+
+def test_a_pool_job_cancelled_leaves_the_pool_and_the_other_job_keeps_its_deadline(
+    tmp_path: Path,
+) -> None:
+    """`cancel` on a job in the deadline pool withdraws it (journaled ``JobWithdrawn``):
+    none of its tasks is done after that, `wait` says cancelled (exit 5) with what it
+    cost up to then, and the other job in the pool finishes by its deadline."""
+    state_dir = tmp_path / "state"
+    svc = ServiceProcess(service_config(tmp_path), state_dir)
+    pool = state_dir / "pool"
+    try:
+        one = svc.submit(_deadline_job("one", 12, "4h"))
+        wait_for(lambda: svc.view(one)["done"] >= 1, 60, "the first job's first task")
+        two = svc.submit(_deadline_job("two", 3, "3h"))
+        wait_for(lambda: svc.view(two)["state"] == "running", 30, "the second job to join")
+        cancelled = svc.cli("cancel", one)
+        assert cancelled.returncode == 0, cancelled.stderr
+        waited = svc.cli("wait", one)
+        assert waited.returncode == 5, waited.stdout + waited.stderr
+        assert f"{one}: cancelled" in waited.stdout
+        assert svc.cli("wait", two).returncode == 0
+        rows = journal_rows(pool)
+        (at,) = [i for i, (_, kind, data) in enumerate(rows) if kind == "JobWithdrawn"]
+        assert rows[at][2]["job"] == one
+        config = __import__("yaml").safe_load((pool / "config.yaml").read_text())
+        assert config["jobs"][0]["name"] == one  # the first job: tasks 0..11
+        after = [d["task"] for _, kind, d in rows[at:] if kind == "TaskDone"]
+        assert all(t >= 12 for t in after), f"tasks of the cancelled job done after: {after}"
+        views = {v["id"]: v for v in svc.views()}
+        assert views[one]["state"] == "cancelled"
+        report = _report(views[one])
+        assert report["tasks_done"] < 12
+        assert report["tasks_cancelled"] == 12 - report["tasks_done"] - report["tasks_failed"]
+        assert report["cost"] > 0
+        assert report["cost"] == pytest.approx(views[one]["cost"])
+        assert _report(views[two])["outcome"]["met_deadline"] is True
+    finally:
+        assert svc.stop() == 0
+    assert agents_of(run_id_of(pool)) == []

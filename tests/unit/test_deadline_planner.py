@@ -11,18 +11,20 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from autoscaler.core.billing import BillingModel
-from autoscaler.deadline import models as deadline
-from autoscaler.deadline.models import (
+from autoscaler.deadline import instance, milp, patterns
+from autoscaler.deadline.assign import (
+    assign,
+    handle_multi,
+    handle_single,
+    solve_new,
+)
+from autoscaler.deadline.instance import (
     DeadlineJob,
     DeadlinePlan,
     DeadlineProblem,
     MachineType,
     RunningMachine,
-    assign,
     edf,
-    handle_multi,
-    handle_single,
-    solve_new,
 )
 
 TOL = 1e-6
@@ -221,11 +223,9 @@ def test_two_step_aggregate_has_the_whole_aggregates_optimum(data: st.DataObject
         for j in data.draw(jobs_on(types, data.draw(st.integers(1, 4))))
     ]
     billing = data.draw(billings())
-    inst = deadline._instance(jobs, {j.name: j.tasks for j in jobs}, types, billing, 0.0)
-    whole, whole_cost, whole_solution = deadline._aggregate_lp(
-        inst, "highs", None, "t", staged=False
-    )
-    two, two_cost, solution = deadline._aggregate_lp(inst, "highs", None, "t")
+    inst = instance.make_instance(jobs, {j.name: j.tasks for j in jobs}, types, billing, 0.0)
+    whole, whole_cost, whole_solution = milp.aggregate_lp(inst, "highs", None, "t", staged=False)
+    two, two_cost, solution = milp.aggregate_lp(inst, "highs", None, "t")
     assert bool(solution) == bool(whole_solution)
     if not solution:
         return
@@ -251,7 +251,7 @@ def test_two_step_aggregate_has_the_whole_aggregates_optimum(data: st.DataObject
     if billing.mode == "fixed":
         paid = sum(
             u * group.tp.t.price * count
-            for (group, u), (_, count, _) in zip(deadline._groups(inst), solution, strict=True)
+            for (group, u), (_, count, _) in zip(patterns.groups(inst), solution, strict=True)
         )
         assert math.isclose(paid, two_cost, rel_tol=1e-7, abs_tol=TOL)
 

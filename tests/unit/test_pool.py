@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from autoscaler.config.load import expand_bag
 from autoscaler.config.schema import Emulator as EmulatorModel
@@ -23,9 +25,11 @@ from autoscaler.core.journal import (
 from autoscaler.core.model import (
     Action,
     Assign,
+    Cancel,
     Event,
     JobAdded,
     JobSpec,
+    JobWithdrawn,
     Launch,
     Release,
     Shutdown,
@@ -120,10 +124,13 @@ def test_the_run_budget_stays_the_jobs_sum_while_every_job_has_one() -> None:
 
 
 def _pool(
-    first: JobSpec, later: list[tuple[float, int, float]], shutdown_at: float
+    first: JobSpec,
+    later: list[tuple[float, int, float]],
+    shutdown_at: float,
+    withdraw: tuple[tuple[float, str], ...] = (),
 ) -> tuple[RunState, Steps, list[JobAdded]]:
     """A keep-open pool with ``first`` from the start, jobs (time, tasks, window) added
-    as it runs, shut down at ``shutdown_at``."""
+    as it runs, jobs withdrawn (time, name), shut down at ``shutdown_at``."""
     state = _state(first)
     caps = Capabilities(
         billing=HOURLY,
@@ -158,6 +165,8 @@ def _pool(
         n += count
         added.append(event)
         em.tell(at, event)
+    for at, name in withdraw:
+        em.tell(at, JobWithdrawn(name, "cancelled by the user"))
     em.tell(shutdown_at, Shutdown("the service stops"))
     return em.run(), steps, added
 
@@ -240,6 +249,116 @@ def test_a_pool_replays_from_its_first_jobs_and_its_journal() -> None:
     assert fresh.segments == live.segments
     assert fresh.forecasts == live.forecasts
     assert fresh.over
+
+
+def _replayed(steps: Steps, first: JobSpec) -> RunState:
+    records, seq = [], 0
+    for now, events, acts in steps:
+        for item in [*events, *acts]:
+            kind = "event" if any(item is e for e in events) else "action"
+            records.append(Record(seq, now, kind, item))
+            seq += 1
+    fresh = _state(first)
+    replay(fresh, records)
+    return fresh
+
+
+# --- a job withdrawn from the pool (a user's cancel) ------------------------------------------
+
+
+def test_job_withdrawn_survives_both_journals(tmp_path: Path) -> None:
+    event = JobWithdrawn("a", "cancelled by the user")
+    assert decode("event", "JobWithdrawn", encode(event)) == event
+    for journal in (SqliteJournal(tmp_path / "j.sqlite"), JsonlJournal(tmp_path / "j.jsonl")):
+        journal.step(400.0, [event], [])
+        (record,) = list(journal.records())
+        journal.close()
+        assert record.item == event
+
+
+def test_a_withdrawn_jobs_tasks_stop_and_the_other_job_keeps_its_deadline() -> None:
+    """Job ``a`` is withdrawn at 400 s while ``j0`` (added at 300 s) shares its machines:
+    none of a's tasks runs after 400 s, each of its runs then is cancelled on its agent,
+    j0 finishes every task by its deadline, and the journal replays to the same state."""
+    withdraw_at = 400.0
+    live, steps, (added,) = _pool(
+        FIRST, [(300.0, 30, 1500.0)], shutdown_at=8000.0, withdraw=((withdraw_at, "a"),)
+    )
+    a_tasks = range(FIRST.first, FIRST.first + FIRST.count)
+    # Nothing of a starts after the withdrawal; what ran then was cut off there.
+    for seg in live.segments:
+        if seg.task in a_tasks and seg.end > withdraw_at:
+            raise AssertionError(f"a's task {seg.task} ran after its withdrawal: {seg}")
+    cut = [seg for seg in live.segments if seg.task in a_tasks and seg.outcome == "cancelled"]
+    assert cut
+    assert all(seg.end == withdraw_at for seg in cut)
+    # Each run of a at the withdrawal got a Cancel for its agent.
+    at_withdraw = next(
+        acts for now, events, acts in steps if any(isinstance(e, JobWithdrawn) for e in events)
+    )
+    cancels = {(a.task, a.machine) for a in at_withdraw if isinstance(a, Cancel)}
+    assert {(seg.task, seg.machine) for seg in cut} <= cancels
+    states = [live.task_state[t] for t in a_tasks]
+    assert TaskState.CANCELLED in states
+    assert set(states) <= {TaskState.DONE, TaskState.CANCELLED}
+    assert live.cancelled == states.count(TaskState.CANCELLED)
+    assert live.withdrawn == {"a": withdraw_at}
+    # The other job: every task done once, all by its deadline.
+    job = added.job
+    done = sorted(seg.task for seg in live.segments if seg.outcome == "done" and job.owns(seg.task))
+    assert done == list(range(job.first, job.first + job.count))
+    finish, late = finish_and_late(live)
+    assert late.get(job.name, 0) == 0
+    assert finish[job.name] <= job.deadline
+    assert live.finished
+    # The journal is the truth.
+    fresh = _replayed(steps, FIRST)
+    assert fresh.task_state == live.task_state
+    assert fresh.segments == live.segments
+    assert fresh.withdrawn == live.withdrawn
+    assert fresh.cancelled == live.cancelled
+    assert fresh.committed == pytest.approx(live.committed)
+    assert fresh.forecasts == live.forecasts
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    at=st.sampled_from([300.5, 360.0, 630.0, 900.0, 2000.0, 5000.0]),
+    name=st.sampled_from(["a", "j0"]),
+)
+def test_whenever_a_job_is_withdrawn_its_tasks_stop_and_the_journal_replays(
+    at: float, name: str
+) -> None:
+    """Either job, withdrawn at any time: none of its tasks runs after, every task of the
+    other is done by its deadline, and the journal replays to the live state."""
+    live, steps, (added,) = _pool(
+        FIRST, [(300.0, 30, 1500.0)], shutdown_at=8000.0, withdraw=((at, name),)
+    )
+    job = FIRST if name == "a" else added.job
+    assert not [seg for seg in live.segments if job.owns(seg.task) and seg.end > at]
+    other = added.job if name == "a" else FIRST
+    others = [live.task_state[t] for t in range(other.first, other.first + other.count)]
+    assert set(others) == {TaskState.DONE}
+    _, late = finish_and_late(live)
+    assert late.get(other.name, 0) == 0
+    fresh = _replayed(steps, FIRST)
+    assert fresh.task_state == live.task_state
+    assert fresh.segments == live.segments
+    assert fresh.cancelled == live.cancelled
+    assert fresh.committed == pytest.approx(live.committed)
+
+
+def test_withdrawing_a_job_again_or_after_it_ended_changes_nothing() -> None:
+    state = _state(FIRST)
+    state.apply(10.0, JobWithdrawn("a", "cancelled"))
+    assert state.cancelled == FIRST.count
+    assert not state.pending
+    assert state.finished
+    state.apply(20.0, JobWithdrawn("a", "cancelled again"))
+    assert state.cancelled == FIRST.count
+    assert state.withdrawn == {"a": 10.0}
+    with pytest.raises(StateError):
+        state.apply(30.0, JobWithdrawn("nobody", "cancelled"))
 
 
 # --- the run directory: the tasks file and the journal after a kill ------------------------

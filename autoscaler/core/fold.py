@@ -1,0 +1,445 @@
+"""The fold of a run's journal: ``apply(t, item)``, the one way a run's state changes,
+for every event that happened and every action the controller decided.
+
+It knows money (what is committed), machines and tasks; it decides nothing. The
+records it folds into are ``core.records.RunRecords``; ``core.state.RunState`` is the
+fold with its constructor.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+from collections.abc import Sequence
+
+from autoscaler.core.model import (
+    ACTION_TYPES,
+    EVENT_TYPES,
+    Action,
+    Assign,
+    BoundaryNear,
+    BudgetSet,
+    Cancel,
+    Configure,
+    DeadlineSet,
+    Defer,
+    Event,
+    Extend,
+    Forecast,
+    Hold,
+    Interrupted,
+    JobAdded,
+    JobArrived,
+    JobSpec,
+    JobWithdrawn,
+    Late,
+    Launch,
+    LaunchFailed,
+    MachineLaunched,
+    MachineLost,
+    MachineReady,
+    MachineState,
+    Mark,
+    Move,
+    Release,
+    Replicate,
+    Resumed,
+    Shortfall,
+    Shutdown,
+    Stop,
+    TaskDone,
+    TaskFailed,
+    TaskState,
+    Tick,
+)
+from autoscaler.core.records import Machine, RunRecords, Segment, StateError
+
+
+class Fold(RunRecords):
+    """``RunRecords`` and the one way they change."""
+
+    def _commit(self, amount: float) -> None:
+        self.committed += amount
+        self.spend_log.append((self.now, self.committed))
+
+    # --- the one way the state changes ----------------------------------------------------
+
+    def apply(self, t: float, item: Event | Action) -> None:
+        """``item`` happened (an event) or was decided (an action) at run time ``t``.
+
+        The time comes with the record, as the journal stores it, so a replay sets
+        ``now`` exactly as the live run did.
+        """
+        self.now = t
+        if isinstance(item, EVENT_TYPES):
+            self._event(item)
+        elif isinstance(item, ACTION_TYPES):
+            self._action(item)
+        else:
+            raise StateError(f"neither an event nor an action: {item!r}")
+
+    # --- events -----------------------------------------------------------------------
+
+    def _event(self, event: Event) -> None:
+        match event:
+            case MachineLaunched(machine=mid, type=tname, token=token, at=at):
+                ttype, count = self.pending_launches.get(token, (tname, 0))
+                if count <= 0 or ttype != tname:
+                    raise StateError(f"machine {mid} launched for unknown token {token}")
+                if count == 1:
+                    del self.pending_launches[token]
+                else:
+                    self.pending_launches[token] = (ttype, count - 1)
+                start = self.now if at is None else min(at, self.now)
+                self.machines[mid] = Machine(
+                    id=mid,
+                    type=self.types[tname],
+                    token=token,
+                    launched_at=start,
+                    paid_until=start + self.billing.first_step_s,
+                )
+                queues = self.launch_queues.get(token)
+                if queues:
+                    self.enqueue(self.machines[mid].queue, queues.popleft())
+                if queues is not None and (not queues or token not in self.pending_launches):
+                    self._unqueue_launch(token)
+            case LaunchFailed(
+                token=token, count=count, type=tname, kind=kind, until=until, reason=why
+            ):
+                self.launch_problems.append((self.now, tname, kind, why))
+                if kind == "capacity" and until is not None:
+                    self.unavailable[tname] = max(until, self.unavailable.get(tname, until))
+                elif kind in ("limit", "throttled") and until is not None:
+                    self.hold_until = max(until, self.hold_until or until)
+                ttype, left = self.pending_launches.get(token, ("", 0))
+                count = min(count, left)
+                if left - count <= 0:
+                    self.pending_launches.pop(token, None)
+                else:
+                    self.pending_launches[token] = (ttype, left - count)
+                if count > 0:
+                    self._commit(-count * self._first_cost(ttype))
+                queues = self.launch_queues.get(token)
+                for _ in range(min(count, len(queues or ()))):
+                    assert queues is not None
+                    self._back_to_bag(queues.pop())
+                if queues is not None and (not queues or token not in self.pending_launches):
+                    self._unqueue_launch(token)
+            case MachineReady(machine=mid):
+                m = self.machines[mid]
+                if m.alive:
+                    m.state = MachineState.READY
+                    m.ready_at = self.now
+                    self._start_queued(m)
+            case MachineLost(machine=mid, reason=reason):
+                self._end_machine(mid, f"lost: {reason}", outcome="lost")
+            case TaskDone(task=tid, machine=mid, runtime_s=runtime):
+                m = self.machines[mid]
+                if not self._finish_run(tid, mid, "done", runtime):
+                    return
+                if self.task_state[tid] is TaskState.RUNNING:
+                    self.task_state[tid] = TaskState.DONE
+                    self.done += 1
+                    m.tasks_done += 1
+                    # The first result wins: the other runs end now (the controller
+                    # sends each a Cancel, which then finds nothing left to stop).
+                    # A paired task's runs on other types go on: they are the pairs.
+                    if tid not in self.paired_runs:
+                        for other in list(self.running_on.get(tid, {})):
+                            self._cancel(tid, other)
+                    if not self.running_on.get(tid):
+                        self.running_on.pop(tid, None)
+                elif tid in self.paired_runs and not self.running_on.get(tid):
+                    self.running_on.pop(tid, None)
+            case TaskFailed(task=tid, machine=mid, error=error, runtime_s=runtime):
+                if not self._finish_run(tid, mid, "failed", runtime):
+                    return
+                if self.task_state[tid] is TaskState.RUNNING and not self.running_on.get(tid):
+                    self.attempts[tid] += 1
+                    self.task_errors[tid] = error
+                    self.running_on.pop(tid, None)
+                    if self.attempts[tid] > self.max_retries:
+                        self.task_state[tid] = TaskState.FAILED
+                        self.failed += 1
+                    else:
+                        self.task_state[tid] = TaskState.PENDING
+                        self.pending.appendleft(tid)
+                elif tid in self.paired_runs and not self.running_on.get(tid):
+                    self.running_on.pop(tid, None)
+            case Shutdown():
+                self.shutdown = True
+            case BudgetSet(budget=budget):
+                self.budget = budget
+                self.budget_set_at = self.now
+                self.awaiting_budget = False
+            case JobArrived(job=name):
+                self.arrived.add(self.job_named(name).name)
+            case JobAdded(job=job, order=order):
+                self._add_job(job, order)
+            case JobWithdrawn(job=name):
+                self._withdraw(name)
+            case DeadlineSet(job=name, deadline=deadline):
+                old = self.job_named(name)
+                self.jobs = tuple(
+                    dataclasses.replace(j, deadline=deadline) if j is old else j for j in self.jobs
+                )
+            case Interrupted():
+                self.shutdown = self.awaiting_budget = self.interrupted = True
+            case Resumed():
+                self.shutdown = self.awaiting_budget = self.interrupted = False
+            case Tick() | BoundaryNear():
+                pass
+
+    def _add_job(self, job: JobSpec, order: Sequence[int]) -> None:
+        """A new job's tasks join the run, arrived, at the end of the bag in ``order``.
+        The run's budget stays the sum of the jobs' budgets while every job has one."""
+        if job.first != self.n_tasks or job.count <= 0:
+            raise StateError(
+                f"job {job.name!r} adds tasks {job.first}..{job.first + job.count - 1}: "
+                f"the run's next task is {self.n_tasks}"
+            )
+        if sorted(order) != list(range(job.first, job.first + job.count)):
+            raise StateError(f"job {job.name!r}: the order must be a permutation of its tasks")
+        if any(j.name == job.name for j in self.jobs):
+            raise StateError(f"job {job.name!r} is in the run already")
+        self.n_tasks += job.count
+        self.task_state.extend([TaskState.PENDING] * job.count)
+        self.attempts.extend([0] * job.count)
+        self.pending.extend(order)
+        self.jobs = (*self.jobs, job)
+        self.arrived.add(job.name)
+        if self.budget is not None:
+            self.budget = None if job.budget is None else self.budget + job.budget
+
+    def _withdraw(self, name: str) -> None:
+        """Job ``name`` leaves the run: its tasks not ended are cancelled, taken from the
+        bag, from the launches in flight and from the machines' queues, then their runs
+        end. Withdrawing a job twice changes nothing."""
+        job = self.job_named(name)
+        if name in self.withdrawn:
+            return
+        self.withdrawn[name] = self.now
+        ids = range(job.first, job.first + job.count)
+        gone = {t for t in ids if self.task_state[t] in (TaskState.PENDING, TaskState.RUNNING)}
+        for tid in gone:
+            self.task_state[tid] = TaskState.CANCELLED
+        self.cancelled += len(gone)
+        self.pending = deque(t for t in self.pending if t not in gone)
+        for token, queues in self.launch_queues.items():
+            self.launch_queues[token] = deque(tuple(t for t in q if t not in gone) for q in queues)
+        alive = list(self.alive_machines())
+        for m in alive:  # queued first: ending a run starts the next in the queue
+            for tid in [t for t in m.queue if t in gone]:
+                self._cancel(tid, m.id)
+        for m in alive:
+            for tid in [t for t in m.running if t in gone]:
+                self._cancel(tid, m.id)
+
+    def _unqueue_launch(self, token: str) -> None:
+        """A launch is settled: tasks still held for machines it never made go back."""
+        for queue in self.launch_queues.pop(token, deque()):
+            self._back_to_bag(queue)
+
+    def _back_to_bag(self, tasks: Sequence[int]) -> None:
+        for tid in reversed(tasks):
+            if self.task_state[tid] is TaskState.RUNNING and not self.running_on.get(tid):
+                self.task_state[tid] = TaskState.PENDING
+                self.pending.appendleft(tid)
+
+    def _first_cost(self, type_name: str) -> float:
+        return self.billing.cost(self.types[type_name].price, self.billing.first_step_s)
+
+    def _finish_run(self, tid: int, mid: str, outcome: str, runtime_s: float) -> bool:
+        """Close the run of ``tid`` on ``mid``; False if there was none (a late replica).
+
+        A counted run (not a replica) teaches the type's runtimes: a result is an
+        observed runtime, a failure a censored one (the task needed longer to succeed).
+        """
+        m = self.machines[mid]
+        start = m.running.pop(tid, None)
+        if start is None:
+            return False
+        self._observe(m, tid, runtime_s, ended_with_result=outcome == "done")
+        m.run_no.pop(tid, None)
+        runs = self.running_on.get(tid)
+        if runs is not None:
+            runs.pop(mid, None)
+        m.busy_s += self.now - start
+        self.segments.append(Segment(tid, mid, start, self.now, outcome))
+        self._start_queued(m)
+        return True
+
+    def _observe(self, m: Machine, tid: int, runtime_s: float, ended_with_result: bool) -> None:
+        """What a run that just ended says about its type's runtimes (replicas: nothing;
+        they are chosen for being long, so they would bias the estimate)."""
+        if tid in m.replicas:
+            m.replicas.discard(tid)
+            return
+        stats = self.stats[m.type.name]
+        if ended_with_result and self.jobs:
+            job = self.job_of(tid).name
+            for key, table in (
+                ((job, m.type.name), self.job_runs),
+                ((m.id, job), self.machine_job_runs),
+            ):
+                runs = table.setdefault(key, [0.0, 0.0, 0.0])
+                runs[0] += 1
+                runs[1] += runtime_s
+                runs[2] += runtime_s * runtime_s
+        if ended_with_result:
+            stats.record(runtime_s, tid)
+            if tid in self.paired_runs:
+                self.paired_runs[tid][m.type.name] = runtime_s
+        else:
+            stats.censor(max(0.0, runtime_s), tid)
+
+    def _start_queued(self, m: Machine) -> None:
+        if m.state is not MachineState.READY:
+            return  # a booting machine starts its queue when it is ready
+        while m.queue and not m.running:
+            tid = m.queue.popleft()
+            if self.paired_first_run(tid, m.type.name):
+                self.stats[m.type.name].start(tid)
+            elif self.running_on.get(tid):
+                m.replicas.add(tid)
+            else:
+                self.stats[m.type.name].start(tid)
+            m.running[tid] = self.now
+            m.starts += 1
+            m.run_no[tid] = m.starts
+            self.running_on.setdefault(tid, {})[m.id] = self.now
+
+    def _end_machine(self, mid: str, reason: str, outcome: str) -> None:
+        m = self.machines[mid]
+        if not m.alive:
+            return
+        # A machine never outlives its paid time (it is released before, and a real
+        # worker's lease ends it there even when no driver is watching), so news of its
+        # end that arrives later (after a restart) dates it to the end of paid time.
+        end = min(self.now, m.paid_until)
+        for tid, start in list(m.running.items()):
+            m.busy_s += max(0.0, end - start)
+            self._observe(m, tid, end - start, ended_with_result=False)
+            self.segments.append(Segment(tid, mid, start, max(start, end), outcome))
+            self._drop_run(tid, mid)
+        m.running.clear()
+        m.run_no.clear()
+        for tid in m.queue:
+            self._drop_run(tid, mid)
+        m.queue.clear()
+        m.state = MachineState.GONE
+        m.ended_at = end
+        m.end_reason = reason
+        # The money committed beyond the machine's real end is not spent.
+        spent = self.billing.cost(m.type.price, end - m.launched_at)
+        committed = self.billing.cost(m.type.price, m.paid_until - m.launched_at)
+        if spent < committed:
+            self._commit(spent - committed)
+
+    def _drop_run(self, tid: int, mid: str) -> None:
+        """A run of ``tid`` on ``mid`` ended without a result: re-queue if it was the last."""
+        runs = self.running_on.get(tid)
+        if runs is not None:
+            runs.pop(mid, None)
+        if runs:
+            return
+        self.running_on.pop(tid, None)
+        if self.task_state[tid] is TaskState.RUNNING:
+            self.task_state[tid] = TaskState.PENDING
+            self.pending.appendleft(tid)
+
+    # --- actions ----------------------------------------------------------------------
+
+    def _action(self, action: Action) -> None:
+        match action:
+            case Launch(type=tname, count=count, token=token, queues=queues):
+                self.launch_seq += 1
+                self.pending_launches[token] = (tname, count)
+                self._commit(count * self._first_cost(tname))
+                if queues:
+                    taken = {tid for q in queues for tid in q}
+                    for tid in taken:
+                        if self.task_state[tid] is not TaskState.PENDING:
+                            raise StateError(f"launch {token}: task {tid} is not in the bag")
+                        self.task_state[tid] = TaskState.RUNNING
+                    self.pending = deque(t for t in self.pending if t not in taken)
+                    self.launch_queues[token] = deque(tuple(q) for q in queues)
+            case Extend(machine=mid, until=until):
+                m = self.machines[mid]
+                old = self.billing.cost(m.type.price, m.paid_until - m.launched_at)
+                new = self.billing.cost(m.type.price, until - m.launched_at)
+                m.paid_until = until
+                self._commit(new - old)
+            case Mark(machine=mid, release=release):
+                self.machines[mid].marked = release
+            case Release(machine=mid, reason=reason):
+                self._end_machine(mid, reason, outcome="cancelled")
+            case Assign(task=tid, machine=mid):
+                m = self.machines[mid]
+                if self.task_state[tid] is TaskState.PENDING:
+                    if self.pending[0] == tid:
+                        self.pending.popleft()
+                    else:
+                        self.pending.remove(tid)
+                self.task_state[tid] = TaskState.RUNNING
+                if len(self.paired) < self.paired_target and tid not in self.paired_runs:
+                    self.paired.append(tid)
+                    self.paired_runs[tid] = {}
+                self.enqueue(m.queue, (tid,))
+                self._start_queued(m)
+            case Replicate(task=tid, machine=mid):
+                m = self.machines[mid]
+                m.queue.append(tid)
+                self._start_queued(m)
+            case Cancel(task=tid, machine=mid):
+                self._cancel(tid, mid)
+            case Move(tasks=tids, source=src, target=dst):
+                self._move(tids, src, dst)
+            case Defer(types=types):
+                self.deferred = types
+            case Configure(counts=counts):
+                self.target = dict(counts)
+                self.configurations.append((self.now, action))
+            case Shortfall():
+                self.shortfalls.append((self.now, action))
+            case Forecast(job=name):
+                self.forecasts[name] = action
+            case Late(job=name):
+                self.late[name] = action
+                self.late_log.append((self.now, action))
+            case Hold():
+                # Nothing more is committed: the budget becomes what is committed.
+                self.awaiting_budget = True
+                self.budget = self.committed
+            case Stop(reason=reason):
+                self.stopped = True
+                self.stop_reason = reason
+
+    def _cancel(self, tid: int, mid: str) -> None:
+        """End ``tid`` on ``mid`` without a result, queued or running; nothing if neither."""
+        m = self.machines[mid]
+        if tid in m.queue:
+            m.queue.remove(tid)
+            self._drop_run(tid, mid)
+        start = m.running.pop(tid, None)
+        if start is not None:
+            self._observe(m, tid, self.now - start, ended_with_result=False)
+            m.run_no.pop(tid, None)
+            m.busy_s += self.now - start
+            self.segments.append(Segment(tid, mid, start, self.now, "cancelled"))
+            self._drop_run(tid, mid)
+            self._start_queued(m)
+
+    def _move(self, tids: Sequence[int], src: str, dst: str) -> None:
+        """Queued tasks change machines; they start on ``dst`` in their order, once it is
+        ready and free. A task not queued on ``src``, or a target gone, is a bug."""
+        s, d = self.machines.get(src), self.machines.get(dst)
+        if s is None or d is None or not d.alive:
+            raise StateError(f"move from {src} to {dst}: no such live target")
+        missing = [tid for tid in tids if tid not in s.queue]
+        if missing:
+            raise StateError(f"move from {src} to {dst}: tasks {missing} are not queued there")
+        for tid in tids:
+            s.queue.remove(tid)
+        self.enqueue(d.queue, tids)
+        self._start_queued(d)

@@ -1,0 +1,227 @@
+"""The records of a run's state: its machines, the runs of tasks on them (for the
+report's Gantt chart), and ``RunRecords``, every field the fold (``core.fold``) keeps
+and the questions the controllers ask of them. ``core.state.RunState`` is the whole."""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from autoscaler.budget.estimate import RuntimeStats
+from autoscaler.core.billing import BillingModel
+from autoscaler.core.errors import AutoscalerError
+from autoscaler.core.model import (
+    Configure,
+    Forecast,
+    JobSpec,
+    Late,
+    MachineState,
+    Shortfall,
+    TaskState,
+    TypeSpec,
+)
+
+
+class StateError(AutoscalerError):
+    """An event or action that does not fit the state (a bug or a corrupt journal)."""
+
+    code = "StateError"
+
+
+@dataclass
+class Machine:
+    id: str
+    type: TypeSpec
+    token: str
+    launched_at: float
+    paid_until: float  # end of the committed time; the machine is gone by then
+    state: MachineState = MachineState.BOOTING
+    ready_at: float | None = None
+    ended_at: float | None = None
+    end_reason: str | None = None
+    marked: bool = False  # to be released at the end of its paid time
+    running: dict[int, float] = field(default_factory=dict)  # task -> start time
+    run_no: dict[int, int] = field(default_factory=dict)  # task -> which run on this machine
+    starts: int = 0  # runs started here so far; numbers the next run
+    queue: deque[int] = field(default_factory=deque)  # assigned, not yet started
+    replicas: set[int] = field(default_factory=set)  # running copies of tasks run elsewhere
+    tasks_done: int = 0
+    busy_s: float = 0.0  # time spent on tasks that finished (any outcome)
+
+    @property
+    def alive(self) -> bool:
+        return self.state is not MachineState.GONE
+
+    @property
+    def idle(self) -> bool:
+        return self.state is MachineState.READY and not self.running and not self.queue
+
+
+@dataclass
+class Segment:
+    """A run of one task on one machine, for the report's Gantt chart."""
+
+    task: int
+    machine: str
+    start: float
+    end: float
+    outcome: str  # done, failed, cancelled, lost
+
+
+@dataclass
+class RunRecords:
+    """Everything the controller knows, rebuilt from the journal alone."""
+
+    types: dict[str, TypeSpec]
+    billing: BillingModel
+    budget: float | None
+    n_tasks: int
+    max_retries: int = 2
+    now: float = 0.0  # run time of the last record applied
+    machines: dict[str, Machine] = field(default_factory=dict)
+    task_state: list[TaskState] = field(default_factory=list)
+    attempts: list[int] = field(default_factory=list)
+    pending: deque[int] = field(default_factory=deque)
+    running_on: dict[int, dict[str, float]] = field(default_factory=dict)
+    pending_launches: dict[str, tuple[str, int]] = field(default_factory=dict)
+    committed: float = 0.0  # money committed: paid units plus launches in flight
+    done: int = 0
+    failed: int = 0
+    stop_reason: str | None = None
+    stopped: bool = False  # Stop was decided: nothing new is committed, machines drain
+    shutdown: bool = False  # asked to end now: machines go at once, nothing is dispatched
+    awaiting_budget: bool = False  # held after sampling (Hold) until a BudgetSet
+    budget_set_at: float | None = None  # when the last BudgetSet came
+    interrupted: bool = False  # Interrupted (the service stopped), until Resumed
+    target: dict[str, int] = field(default_factory=dict)  # current configuration
+    configurations: list[tuple[float, Configure]] = field(default_factory=list)
+    segments: list[Segment] = field(default_factory=list)
+    spend_log: list[tuple[float, float]] = field(default_factory=list)  # (time, committed)
+    task_errors: dict[int, str] = field(default_factory=dict)
+    stats: dict[str, RuntimeStats] = field(default_factory=dict)
+    launch_seq: int = 0  # launches decided so far; names the next launch token
+    unavailable: dict[str, float] = field(default_factory=dict)  # type -> avoided until
+    hold_until: float | None = None  # an account limit: no scale-up before this time
+    deferred: tuple[str, ...] = ()  # types whose wanted launches wait for a tick (Defer)
+    shortfalls: list[tuple[float, Shortfall]] = field(default_factory=list)  # warnings given
+    launch_problems: list[tuple[float, str, str, str]] = field(
+        default_factory=list
+    )  # (time, type, kind, reason) of refused launches, for the report
+    # Compact sampling (slides 001): the first ``paired_target`` tasks assigned are run
+    # on every type, each run counted on its type, none cancelled when another ends.
+    paired_target: int = 0
+    paired: list[int] = field(default_factory=list)  # those tasks, in assignment order
+    paired_runs: dict[int, dict[str, float]] = field(default_factory=dict)  # runtime per type
+    # Deadline mode (paper 002): the jobs, which have arrived, the tasks each launch in
+    # flight was bought for (one tuple per machine), runtimes per job, and lateness said.
+    jobs: tuple[JobSpec, ...] = ()
+    arrived: set[str] = field(default_factory=set)
+    launch_queues: dict[str, deque[tuple[int, ...]]] = field(default_factory=dict)
+    job_runs: dict[tuple[str, str], list[float]] = field(default_factory=dict)  # (job, type)
+    machine_job_runs: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+    forecasts: dict[str, Forecast] = field(default_factory=dict)  # the last, per job
+    late: dict[str, Late] = field(default_factory=dict)  # the last lateness said, per job
+    late_log: list[tuple[float, Late]] = field(default_factory=list)
+    withdrawn: dict[str, float] = field(default_factory=dict)  # job -> when (JobWithdrawn)
+    cancelled: int = 0  # tasks of withdrawn jobs that had not ended (TaskState.CANCELLED)
+
+    def available(self, type_name: str, now: float) -> bool:
+        """Whether the provider may have capacity for ``type_name`` at ``now``."""
+        return self.unavailable.get(type_name, -math.inf) <= now
+
+    def plan(self) -> Configure | None:
+        """The configuration in force that came with a prediction (the last plan), or
+        None before the first plan: sampling and round robin predict nothing."""
+        for _, c in reversed(self.configurations):
+            if c.predicted_makespan_s is not None:
+                return c
+        return None
+
+    def paired_first_run(self, task: int, type_name: str) -> bool:
+        """Whether a run of ``task`` starting on ``type_name`` is the paired task's
+        counted run there (compact sampling): its first on the type."""
+        return task in self.paired_runs and task not in self.stats[type_name].sample
+
+    def held(self, now: float) -> bool:
+        """Whether scale-up waits at ``now`` for an account limit to lift."""
+        return self.hold_until is not None and self.hold_until > now
+
+    # --- queries ----------------------------------------------------------------------
+
+    @property
+    def deadline_mode(self) -> bool:
+        return bool(self.jobs)
+
+    def job_of(self, task: int) -> JobSpec:
+        """The job that owns ``task`` (deadline mode)."""
+        for job in self.jobs:
+            if job.owns(task):
+                return job
+        raise StateError(f"task {task} belongs to no job")
+
+    def job_named(self, name: str) -> JobSpec:
+        for job in self.jobs:
+            if job.name == name:
+                return job
+        raise StateError(f"no job named {name!r}")
+
+    def enqueue(self, queue: deque[int], tasks: Iterable[int]) -> None:
+        """Add ``tasks`` to a machine's ``queue``: at the end, or in deadline mode earliest
+        deadline first (stably: after every task due no later), the order a machine runs
+        its jobs in (paper 002). The emulator queues with this too, so both agree."""
+        if not self.jobs:
+            queue.extend(tasks)
+            return
+        for tid in tasks:
+            due = self.job_of(tid).deadline
+            i = len(queue)
+            while i > 0 and self.job_of(queue[i - 1]).deadline > due:
+                i -= 1
+            queue.insert(i, tid)
+
+    def alive_machines(self) -> Iterator[Machine]:
+        return (m for m in self.machines.values() if m.alive)
+
+    def any_alive(self) -> bool:
+        return any(m.alive for m in self.machines.values())
+
+    def budget_of(self, configured: float | None) -> float | None:
+        """The run's budget: the last one set during the run (``BudgetSet``), else the
+        config's (``configured``; round robin runs without one but is reported on it)."""
+        return self.budget if self.budget_set_at is not None else configured
+
+    @property
+    def over(self) -> bool:
+        """Nothing is left to drive: the run stopped, or waits for a budget, and no
+        machine is alive or being launched."""
+        return (
+            (self.stopped or self.awaiting_budget)
+            and not self.pending_launches
+            and not self.any_alive()
+        )
+
+    def count_alive(self, type_name: str, *, include_marked: bool = True) -> int:
+        return sum(
+            1
+            for m in self.alive_machines()
+            if m.type.name == type_name and (include_marked or not m.marked)
+        ) + sum(c for t, c in self.pending_launches.values() if t == type_name)
+
+    @property
+    def finished(self) -> bool:
+        """Every task is done, failed, or cancelled with its job."""
+        return self.done + self.failed + self.cancelled == self.n_tasks
+
+    @property
+    def tasks_left(self) -> int:
+        return self.n_tasks - self.done - self.failed - self.cancelled
+
+    def actual_cost(self) -> float:
+        """What the machines cost by their real lifetimes (≤ committed)."""
+        total = 0.0
+        for m in self.machines.values():
+            end = m.ended_at if m.ended_at is not None else self.now
+            total += self.billing.cost(m.type.price, end - m.launched_at)
+        return total

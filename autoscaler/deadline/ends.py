@@ -1,0 +1,88 @@
+"""Money at the end of a paid unit, idle machines and the end of a run: extend a machine
+with work (when the budget pays), release one without, and stop when every job is done
+or nothing more can be bought."""
+
+from __future__ import annotations
+
+import math
+
+from autoscaler.core.model import Extend, Release, Stop
+from autoscaler.core.state import Machine, RunState
+from autoscaler.core.step import Step
+from autoscaler.deadline.jobs import EPS, DeadlineSettings
+from autoscaler.deadline.planning import ready_jobs
+
+
+def can_extend(state: RunState, m: Machine) -> bool:
+    if state.budget is None:
+        return True
+    extra = state.billing.extension_cost(m.type.price, m.launched_at, m.paid_until)
+    return state.committed + extra <= state.budget + EPS
+
+
+def wanted_soon(state: RunState, m: Machine, until: float) -> bool:
+    """Whether a job that has not arrived yet arrives before ``until`` and can run on
+    ``m``'s type."""
+    return any(
+        job.name not in state.arrived
+        and job.at < until
+        and (not job.task_s or m.type.name in job.task_s)
+        for job in state.jobs
+    )
+
+
+def at_boundary(s: Step, m: Machine) -> None:
+    state = s.state
+    margin = state.billing.boundary_margin_s()
+    if not m.alive or m.paid_until - s.now > margin + EPS:
+        return
+    work = bool(m.running or m.queue)
+    if state.stopped:
+        s.do(Release(m.id, "end of paid time: run stopping"))
+    elif not work and not wanted_soon(state, m, m.paid_until + state.billing.step_s):
+        s.do(Release(m.id, "end of paid time: no work left"))
+    elif can_extend(state, m):
+        s.do(Extend(m.id, m.paid_until + state.billing.step_s))
+    else:
+        s.do(Release(m.id, "end of paid time: budget cannot pay another unit"))
+
+
+def release_idle(cfg: DeadlineSettings, s: Step) -> None:
+    """Per-second billing: an idle machine no arriving job can use goes now (fixed
+    ATUs: it stays to its boundary, a recipient for late work at no cost)."""
+    state = s.state
+    if state.billing.mode == "fixed":
+        return
+    idle = [m for m in state.alive_machines() if m.idle]
+    if not idle or ready_jobs(cfg, state):
+        return
+    for m in idle:
+        if not wanted_soon(state, m, m.paid_until):
+            s.do(Release(m.id, "idle: no work left"))
+
+
+def finish_run(cfg: DeadlineSettings, s: Step) -> None:
+    state = s.state
+    if cfg.keep_open:
+        return  # a pool ends on Shutdown or Interrupted only; idle machines go as above
+    if state.finished:
+        for m in list(state.alive_machines()):
+            s.do(Release(m.id, "every job finished"))
+        if not state.stopped:
+            s.do(Stop(None))
+        return
+    if state.stopped or state.pending_launches or state.any_alive():
+        return
+    if len(state.arrived) < len(state.jobs):
+        return  # waiting for jobs to arrive
+    left = state.budget - state.committed if state.budget is not None else math.inf
+    s.do(
+        Stop(
+            f"{state.tasks_left} tasks left and no machine can be bought for them "
+            + (
+                f"({max(left, 0):.2f} of the budget left cannot pay a unit)"
+                if state.budget is not None
+                else "(no type can run them, or none is available)"
+            )
+        )
+    )

@@ -1,0 +1,192 @@
+"""Planning the tasks in the bag (paper 002 Algorithms 1–3): the running machines and the
+types as the planners see them, the plan (deadlines relaxed step by step when none meets
+them), and carrying it out: ``Assign`` on running machines, ``Launch`` with queues for
+new ones the budget pays, the rest queued where it finishes first."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+from autoscaler.core.model import Assign, Launch
+from autoscaler.core.state import RunState
+from autoscaler.core.step import Step
+from autoscaler.deadline.assign import handle_multi, handle_single
+from autoscaler.deadline.forecast import forecast
+from autoscaler.deadline.instance import (
+    DeadlineJob,
+    DeadlinePlan,
+    DeadlineProblem,
+    DeadlineResult,
+    MachineType,
+    RunningMachine,
+)
+from autoscaler.deadline.jobs import (
+    EPS,
+    DeadlineSettings,
+    is_sampling,
+    job_deadlines,
+    machine_task_s,
+    queue_of,
+    task_times,
+)
+
+RELAX = (1.5, 2.0, 4.0, 8.0, 32.0)  # deadline windows tried when no plan meets them
+
+
+class PlanStep(Step):
+    """A step, and the jobs whose machines the budget could not pay for in it."""
+
+    def __init__(self, state: RunState, now: float):
+        super().__init__(state, now)
+        self.unpaid: set[str] = set()
+
+
+def ready_jobs(cfg: DeadlineSettings, state: RunState) -> dict[str, list[int]]:
+    """Tasks in the bag per arrived job that can be planned (sampled or known)."""
+    ready = {
+        j.name: j for j in state.jobs if j.name in state.arrived and not is_sampling(cfg, state, j)
+    }
+    out: dict[str, list[int]] = {}
+    if not ready:
+        return out
+    for tid in state.pending:
+        job = state.job_of(tid)
+        if job.name in ready:
+            out.setdefault(job.name, []).append(tid)
+    return out
+
+
+def running_machines(state: RunState, now: float) -> list[RunningMachine]:
+    margin = state.billing.boundary_margin_s()
+    out = []
+    for m in state.alive_machines():
+        if m.marked:
+            continue
+        q = queue_of(state, m, now)
+        free = q.busy_until + sum(q.task_s.get(j, 0.0) for _, j in q.tasks)
+        out.append(RunningMachine(m.id, m.type.name, m.paid_until - margin, free))
+    return out
+
+
+def plan_types(state: RunState) -> list[MachineType]:
+    return [
+        MachineType(
+            t.name,
+            t.price,
+            t.boot_s,
+            max(0, t.max_count - state.count_alive(t.name))
+            if state.available(t.name, state.now) and not state.held(state.now)
+            else 0,
+        )
+        for t in state.types.values()
+    ]
+
+
+def solve_plan(cfg: DeadlineSettings, problem: DeadlineProblem) -> DeadlineResult:
+    if cfg.planner == "single":
+        return handle_single(problem, solver=cfg.solver)
+    return handle_multi(problem, solver=cfg.solver)
+
+
+def plan_jobs(cfg: DeadlineSettings, s: PlanStep) -> bool:
+    """Plan every task of an arrived job in the bag; True if anything was planned."""
+    state = s.state
+    tasks = ready_jobs(cfg, state)
+    if not tasks:
+        return False
+    guarded = job_deadlines(cfg, state, guarded=True)
+    jobs = []
+    for name, tids in tasks.items():
+        job = state.job_named(name)
+        times = task_times(cfg, state, job)
+        if not times:
+            continue
+        jobs.append(DeadlineJob(name, len(tids), guarded[name], times))
+    if not jobs:
+        return False
+    machines = running_machines(state, s.now)
+    types = plan_types(state)
+    result: DeadlineResult | None = None
+    for factor in (1.0, *RELAX):
+        relaxed = [relax(j, s.now, factor, types) for j in jobs]
+        result = solve_plan(cfg, DeadlineProblem(relaxed, types, state.billing, s.now, machines))
+        if result.plan is not None:
+            break
+    if result is None or result.plan is None:
+        crowd(s, tasks, machines)
+    else:
+        carry_out(s, result.plan, tasks)
+    forecast(cfg, s, set(tasks), "planned: " + ", ".join(sorted(tasks)))
+    return True
+
+
+def relax(job: DeadlineJob, now: float, factor: float, types: Sequence[MachineType]) -> DeadlineJob:
+    """``job`` with its window from ``now`` stretched ``factor`` times (at least one
+    task on a new machine of its slowest-booting type): a plan when none is in time."""
+    if factor == 1.0:
+        return job
+    least = max((t.boot_s + job.task_s[t.name] for t in types if t.name in job.task_s), default=0.0)
+    window = max(job.deadline_s - now, least)
+    return DeadlineJob(job.name, job.tasks, now + factor * window, job.task_s)
+
+
+def carry_out(s: PlanStep, plan: DeadlinePlan, tasks: dict[str, list[int]]) -> None:
+    """Queue the plan's tasks: on running machines (``Assign``), and on the new machines
+    the budget pays for (``Launch`` with their queues); what it cannot pay for is
+    queued where it finishes first."""
+    state = s.state
+    left = {name: list(tids) for name, tids in tasks.items()}
+
+    def take(name: str, n: int) -> list[int]:
+        got, left[name] = left[name][:n], left[name][n:]
+        return got
+
+    for mid, per_job in plan.existing.items():
+        for name in edf_names(state, per_job):
+            for tid in take(name, per_job[name]):
+                s.do(Assign(tid, mid))
+    money = math.inf if state.budget is None else state.budget - state.committed
+    bought: dict[str, list[tuple[int, ...]]] = {}
+    # The machines doing the most per unit of money first, when money is short.
+    for new in sorted(plan.new, key=lambda m: -sum(m.tasks.values()) / max(m.cost, EPS)):
+        first = state.billing.cost(state.types[new.type].price, state.billing.first_step_s)
+        if first > money + EPS:
+            s.unpaid.update(n for n, k in new.tasks.items() if k > 0)
+            continue
+        money -= max(first, min(new.cost, money))
+        queue: list[int] = []
+        for name in edf_names(state, new.tasks):
+            queue.extend(take(name, new.tasks[name]))
+        bought.setdefault(new.type, []).append(tuple(queue))
+    for name, queues in bought.items():
+        s.do(Launch(name, len(queues), f"L{state.launch_seq}", tuple(queues)))
+    rest = {name: tids for name, tids in left.items() if tids}
+    if rest:
+        crowd(s, rest, running_machines(state, s.now))
+
+
+def edf_names(state: RunState, per_job: Mapping[str, int]) -> list[str]:
+    return sorted(per_job, key=lambda name: (state.job_named(name).deadline, name))
+
+
+def crowd(s: Step, tasks: Mapping[str, Sequence[int]], machines: Sequence[RunningMachine]) -> None:
+    """No machines can be bought for ``tasks``: queue each where it finishes first
+    (list scheduling over the machines alive); they will be late, and ``_watch`` says
+    so. Without a machine that can run a job, its tasks stay in the bag."""
+    state = s.state
+    free = {m.id: m.free_at for m in machines}
+    for name in sorted(tasks, key=lambda n: state.job_named(n).deadline):
+        job = state.job_named(name)
+        for tid in tasks[name]:
+            best: tuple[float, str] | None = None
+            for m in machines:
+                e = machine_task_s(state, state.machines[m.id], job)
+                if e is None:
+                    continue
+                if best is None or free[m.id] + e < best[0]:
+                    best = (free[m.id] + e, m.id)
+            if best is None:
+                break
+            free[best[1]] = best[0]
+            s.do(Assign(tid, best[1]))

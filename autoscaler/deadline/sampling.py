@@ -1,0 +1,67 @@
+"""Sampling a job without known task times: ``sample`` runs of it on each type that can
+be launched, side by side, before the job is planned."""
+
+from __future__ import annotations
+
+import math
+
+from autoscaler.core.model import Assign, Launch
+from autoscaler.core.step import Step
+from autoscaler.deadline.jobs import EPS, DeadlineSettings, is_sampling, launchable
+
+
+def sample(cfg: DeadlineSettings, s: Step) -> None:
+    state = s.state
+    for job in state.jobs:
+        if job.name not in state.arrived or not is_sampling(cfg, state, job):
+            continue
+        pending = [t for t in state.pending if job.owns(t)]
+        for name in state.types:
+            if not pending or not launchable(state, name):
+                continue
+            want = min(cfg.sample, job.count)
+            have = (state.job_runs.get((job.name, name)) or [0])[0]
+            have += sum(
+                1
+                for m in state.alive_machines()
+                if m.type.name == name
+                for t in (*m.running, *m.queue)
+                if job.owns(t)
+            )
+            have += sum(
+                1
+                for token, queues in state.launch_queues.items()
+                if state.pending_launches.get(token, ("", 0))[0] == name
+                for q in queues
+                for t in q
+                if job.owns(t)
+            )
+            give = min(want - int(have), len(pending))
+            if give <= 0:
+                continue
+            chosen, pending = pending[:give], pending[give:]
+            spread_sample(s, name, chosen)
+
+
+def spread_sample(s: Step, name: str, tasks: list[int]) -> None:
+    """Run sample ``tasks`` on type ``name`` side by side, the deadline running: one
+    each on its idle machines, then one each on new machines the limits and the
+    budget allow, the rest queued on the least loaded machine of the type."""
+    state = s.state
+    mine = [m for m in state.alive_machines() if m.type.name == name and not m.marked]
+    for m in mine:
+        if tasks and m.idle:
+            s.do(Assign(tasks.pop(0), m.id))
+    room = state.types[name].max_count - state.count_alive(name)
+    if state.budget is not None:
+        unit = state.billing.cost(state.types[name].price, state.billing.first_step_s)
+        room = min(room, math.floor((state.budget - state.committed) / unit + EPS))
+    count = min(room, len(tasks))
+    if count > 0 and state.available(name, s.now) and not state.held(s.now):
+        queues = tuple((tid,) for tid in tasks[:count])
+        s.do(Launch(name, count, f"L{state.launch_seq}", queues))
+        tasks = tasks[count:]
+    host = min(mine, key=lambda m: len(m.queue) + len(m.running), default=None)
+    if host is not None:
+        for tid in tasks:
+            s.do(Assign(tid, host.id))

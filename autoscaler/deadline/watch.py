@@ -1,0 +1,126 @@
+"""Watching the plan in force (paper 002 §V, Algorithm 4, and beyond): what it expects per
+job and for the run (``Forecast``, ``Configure``), moves of queued tasks off machines that
+would miss a deadline, new machines for tasks still late, and ``Late`` when a job will
+miss its deadline, with what gave way."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+from autoscaler.core.model import Cancel, Late
+from autoscaler.core.step import Step
+from autoscaler.deadline.assign import solve_new
+from autoscaler.deadline.instance import DeadlineJob
+from autoscaler.deadline.jobs import (
+    EPS,
+    DeadlineSettings,
+    all_queues,
+    job_deadlines,
+    task_times,
+)
+from autoscaler.deadline.planning import PlanStep, carry_out, plan_types
+from autoscaler.deadline.reassign import (
+    Lateness,
+    late_tasks,
+    lateness,
+    reassign,
+)
+
+CAUSES = {
+    "budget": "the budget cannot pay for machines that would finish it in time",
+    "deadline": "no machines the provider allows finish it in time",
+}
+
+
+def move_late(cfg: DeadlineSettings, s: Step) -> None:
+    state = s.state
+    result = reassign(all_queues(state, s.now), job_deadlines(cfg, state, guarded=True))
+    for move in result.moves:
+        s.do(move)
+
+
+def watch(cfg: DeadlineSettings, s: PlanStep, buy: bool) -> None:
+    """Say what will be late; first, if ``buy``, give late tasks to new machines that
+    finish them in time, when the budget pays for them."""
+    state = s.state
+    deadlines = job_deadlines(cfg, state)
+    cause: str | None = None
+    if buy:
+        guarded = job_deadlines(cfg, state, guarded=True)
+        at_risk = lateness(all_queues(state, s.now), guarded)
+        if at_risk:
+            _, cause = buy_for_late(cfg, s, at_risk, guarded)
+    late = lateness(all_queues(state, s.now), deadlines)
+    late_by_job = {item.job: item for item in late}
+    for job in state.jobs:
+        if job.name in state.withdrawn:
+            continue  # nothing of it is left to be late
+        item = late_by_job.get(job.name)
+        said = state.late.get(job.name)
+        if item is None:
+            if said is not None and said.tasks > 0:
+                s.do(Late(job.name, 0, 0.0, "", f"job {job.name}: expected on time again"))
+            continue
+        if said is not None and said.tasks > 0 and not late_changed(cfg, said, item):
+            continue
+        why = cause or ("budget" if job.name in s.unpaid else None)
+        if why is None:
+            why = said.cause if said is not None and said.cause else "deadline"
+        s.do(
+            Late(
+                job.name,
+                item.tasks,
+                item.seconds,
+                why,
+                f"job {job.name} is expected to miss its deadline: {item.tasks} tasks "
+                f"late, the last by {item.seconds:.0f} s ({CAUSES[why]})",
+            )
+        )
+
+
+def late_changed(cfg: DeadlineSettings, said: Late, now: Lateness) -> bool:
+    share = cfg.late_change
+    return abs(now.tasks - said.tasks) > share * max(said.tasks, 1) or abs(
+        now.seconds - said.seconds
+    ) > share * max(said.seconds, 1.0)
+
+
+def buy_for_late(
+    cfg: DeadlineSettings, s: PlanStep, late: Sequence[Lateness], deadlines: Mapping[str, float]
+) -> tuple[bool, str]:
+    """New machines for the tasks expected late (by ``deadlines``), if they finish
+    them in time and the budget pays; returns (whether any were bought, what gave
+    way otherwise)."""
+    state = s.state
+    late_jobs = {item.job for item in late}
+    # The late tasks: from the end of each violating machine's queue of the job.
+    taken: dict[str, list[tuple[int, str]]] = {}
+    for q in all_queues(state, s.now):
+        for name, (n, _) in late_tasks(q, deadlines).items():
+            if name not in late_jobs or n <= 0:
+                continue
+            queued = [tid for tid, j in q.tasks if j == name]
+            for tid in queued[len(queued) - n :]:
+                taken.setdefault(name, []).append((tid, q.machine))
+    if not taken:
+        return False, "deadline"
+    jobs = []
+    for name, items in taken.items():
+        job = state.job_named(name)
+        times = task_times(cfg, state, job) or dict(job.task_s)
+        if times:
+            jobs.append(DeadlineJob(name, len(items), deadlines[name], times))
+    types = plan_types(state)
+    result = solve_new(jobs, types, state.billing, s.now, solver=cfg.solver)
+    if result.plan is None:
+        return False, "deadline"
+    money = math.inf if state.budget is None else state.budget - state.committed
+    if result.plan.cost > money + EPS:
+        return False, "budget"
+    for items in taken.values():
+        for tid, mid in items:
+            s.do(Cancel(tid, mid, "late here: moved to a new machine"))
+    tasks = {name: [tid for tid, _ in items] for name, items in taken.items()}
+    carry_out(s, result.plan, tasks)
+    return True, "deadline"
