@@ -113,10 +113,9 @@ def _plan_real(
     from autoscaler.budget.controller import Controller
     from autoscaler.budget.frontier import frontier
     from autoscaler.report.report import hms
-    from autoscaler.run.daemon import HANDOVER_SIGNAL, Daemon
+    from autoscaler.run.daemon import HANDOVER_SIGNAL
     from autoscaler.run.live import live_view
-    from autoscaler.run.rundir import RunFiles
-    from autoscaler.run.start import new_run_id, new_state, planning_settings
+    from autoscaler.run.start import new_run_id, new_state, planning_settings, start_run
 
     seed = cfg.emulator.seed if seed is None else seed
     state = new_state(cfg, len(tasks), seed)
@@ -172,12 +171,12 @@ def _plan_real(
     # A hand-over asked for just as the daemon ends must not kill this process.
     signal.signal(HANDOVER_SIGNAL, signal.SIG_IGN)
     try:
-        files = RunFiles.create(cfg, tasks, run_dir, run_id, seed)
+        daemon = start_run("plan", run_dir, cfg, tasks, run_id=run_id, seed=seed, on_hold=on_hold)
         err_console.print(
             f"run {run_id}: sampling, directory {run_dir}", markup=False, soft_wrap=True
         )
         with live_view(err_console, cfg, len(tasks)) as update:
-            daemon = Daemon(files, progress=update, hold=True, on_hold=on_hold)
+            daemon.progress = update
             outcome = daemon.run()
     finally:
         for thread in shown:

@@ -16,9 +16,8 @@ import typer
 from autoscaler.cli.app import app, conclude, console, err_console, load, print_head
 from autoscaler.cli.check import config_kind
 from autoscaler.cli.plan import PLAN_JSON
-from autoscaler.config.schema import RunConfig
 from autoscaler.core.errors import AutoscalerError
-from autoscaler.core.model import BudgetSet, TaskSpec
+from autoscaler.core.model import BudgetSet
 
 if TYPE_CHECKING:
     from autoscaler.core.state import RunState
@@ -79,7 +78,7 @@ def run(
         if chosen is not None:
             _check_budget_covers_commitments(resume, chosen.budget)
         _take_over(resume)
-        _run_daemon(None, [], resume, seed, resume=True, budget=chosen)
+        _resume(resume, chosen)
         return
     if config is None:
         raise AutoscalerError("give a config file (or --resume RUN_DIR)")
@@ -119,10 +118,19 @@ def run(
         outcome = run_as_service(cfg, tasks, out_dir, run_id, seed)
         conclude(outcome.report, out_dir)
         return
-    from autoscaler.run.start import dry_run as do_dry_run
+    from autoscaler.run.start import start_run
 
     with _progress(len(tasks)) as update:
-        result = do_dry_run(cfg, tasks, seed=seed, out_dir=out_dir, run_id=run_id, progress=update)
+        emulated = start_run(
+            "dry",
+            out_dir,
+            cfg,
+            tasks,
+            run_id=run_id,
+            seed=seed,
+            progress=lambda state, _estimate: update(state),
+        )
+        result = emulated.run()
     conclude(result.report, out_dir)
 
 
@@ -214,33 +222,21 @@ def _take_over(run_dir: Path, wait_s: float = 60.0) -> None:
         time.sleep(0.1)
 
 
-def _run_daemon(
-    cfg: RunConfig | None,
-    tasks: list[TaskSpec],
-    run_dir: Path,
-    seed: int | None,
-    *,
-    resume: bool,
-    run_id: str = "",
-    budget: BudgetSet | None = None,
-) -> None:
-    from autoscaler.run.daemon import Daemon
+def _resume(run_dir: Path, budget: BudgetSet | None) -> None:
+    """Carry on the real run in ``run_dir`` from its journal, in the foreground."""
     from autoscaler.run.live import live_view
-    from autoscaler.run.rundir import RunFiles
+    from autoscaler.run.start import start_run
 
-    if resume:
-        files = RunFiles.open(run_dir)
-    else:
-        assert cfg is not None
-        seed = cfg.emulator.seed if seed is None else seed
-        files = RunFiles.create(cfg, tasks, run_dir, run_id, seed)
+    daemon = start_run("resume", run_dir, budget=budget)
+    files = daemon.files
     console.print(
         f"run {files.run_id}: {len(files.tasks)} tasks, directory {run_dir}",
         markup=False,
         soft_wrap=True,
     )
     with live_view(err_console, files.cfg, len(files.tasks)) as update:
-        outcome = Daemon(files, resume=resume, progress=update, budget=budget).run()
+        daemon.progress = update
+        outcome = daemon.run()
     conclude(outcome.report, run_dir)
 
 

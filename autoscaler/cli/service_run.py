@@ -132,7 +132,7 @@ def run_service_jobs(
         table.add_column(col)
     codes: list[int] = []
     if dry_run:
-        from autoscaler.run.start import dry_run as do_dry_run
+        from autoscaler.run.start import start_run
         from autoscaler.service.pool import pool_config, shares_the_pool
 
         pooled = [item for item in loaded if shares_the_pool(item[3])]
@@ -150,7 +150,7 @@ def run_service_jobs(
             pool_cfg = RunConfig.model_validate(data)
             pool_tasks = [t for item in pooled for t in item[4]]
             pool_tasks = [TaskSpec(i, t.command, t.env) for i, t in enumerate(pool_tasks)]
-            result = do_dry_run(pool_cfg, pool_tasks, seed=seed, out_dir=out / "pool")
+            result = start_run("dry", out / "pool", pool_cfg, pool_tasks, seed=seed).run()
             for (_path, at, _data, _cfg, _tasks), j in zip(
                 pooled, getattr(result.report, "jobs", ()), strict=True
             ):
@@ -169,7 +169,7 @@ def run_service_jobs(
                 )
             loaded = [item for item in loaded if item not in pooled]
         for i, (_path, at, _data, cfg, tasks) in enumerate(loaded, 1):
-            result = do_dry_run(cfg, tasks, seed=seed, out_dir=out / f"{i}-{cfg.name}")
+            result = start_run("dry", out / f"{i}-{cfg.name}", cfg, tasks, seed=seed).run()
             r = result.report
             met = all(j.met_deadline for j in getattr(r, "jobs", ()))
             outcome = "done" if r.stop_reason is None else "stopped"

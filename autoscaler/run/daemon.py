@@ -88,6 +88,13 @@ from autoscaler.providers.base import Provider, ProviderState
 from autoscaler.providers.sim import draw_runtimes
 from autoscaler.report.report import Report, build_report, write_report
 from autoscaler.run.agents import Agents, lost_contact
+from autoscaler.run.build import (
+    added_job,
+    json_logger,
+    log_action,
+    make_controller,
+    new_state,
+)
 from autoscaler.run.dispatch import Dispatcher, Poll
 from autoscaler.run.live import planned_finish
 from autoscaler.run.machines import (
@@ -101,13 +108,6 @@ from autoscaler.run.machines import (
 from autoscaler.run.metrics import Metrics
 from autoscaler.run.registry import register
 from autoscaler.run.rundir import OUTPUTS_FILE, RunFiles, rebuild_state, run_lock
-from autoscaler.run.start import (
-    added_job,
-    json_logger,
-    log_action,
-    make_controller,
-    new_state,
-)
 from autoscaler.run.wiring import make_bootstrap, make_provider
 
 HEALTH_S = 0.25
