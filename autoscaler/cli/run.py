@@ -8,6 +8,7 @@ import contextlib
 import json
 import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -85,7 +86,8 @@ def run(
     if job:
         from autoscaler.cli.service_run import run_service_jobs
 
-        out_dir = out if out is not None else Path("runs") / f"service-{int(time.time())}"
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")  # as a run id's
+        out_dir = out if out is not None else Path("runs") / f"service-{stamp}"
         code = run_service_jobs(config, job, dry_run=dry_run, seed=seed, out=out_dir)
         raise typer.Exit(code)
     kind = config_kind(config)
