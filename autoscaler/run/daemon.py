@@ -92,6 +92,13 @@ from autoscaler.report.build import build_report
 from autoscaler.report.files import write_report
 from autoscaler.report.records import Report
 from autoscaler.run.agents import Agents, lost_contact
+from autoscaler.run.build import (
+    added_job,
+    json_logger,
+    log_action,
+    make_controller,
+    new_state,
+)
 from autoscaler.run.dispatch import Dispatcher, Poll
 from autoscaler.run.live import planned_finish
 from autoscaler.run.machines import (
@@ -105,13 +112,6 @@ from autoscaler.run.machines import (
 from autoscaler.run.metrics import Metrics
 from autoscaler.run.registry import register
 from autoscaler.run.rundir import OUTPUTS_FILE, RunFiles, rebuild_state, run_lock
-from autoscaler.run.start import (
-    added_job,
-    json_logger,
-    log_action,
-    make_controller,
-    new_state,
-)
 from autoscaler.run.wiring import make_bootstrap, make_provider
 
 HEALTH_S = 0.25

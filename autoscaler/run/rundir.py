@@ -30,7 +30,7 @@ from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.journal import JOURNAL_DB, SqliteJournal, replay
 from autoscaler.core.model import TaskSpec
 from autoscaler.core.state import RunState
-from autoscaler.run.start import CONFIG_FILE, new_state, write_config
+from autoscaler.run.build import CONFIG_FILE, new_state, write_config
 
 TOKEN_FILE = "token"
 TASKS_FILE = "tasks.jsonl"

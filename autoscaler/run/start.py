@@ -1,4 +1,6 @@
-"""Runs: turn a config into a controller, a state and a driver; write the run directory.
+"""Starting a run: one function, ``start_run``, starts every run from a config and a
+mode (a dry run in the emulator, a new real run, a real run carried on from its journal,
+``autoscaler plan``'s sampling run); and the dry-run pieces it builds on.
 
 A run directory holds ``config.yaml`` (the config as resolved), ``journal.jsonl`` (every
 event and action, in order, with its virtual time), ``log.jsonl`` (structured logs),
@@ -8,171 +10,51 @@ done, ``unfinished.txt`` (their commands: a bag file for a new run).
 
 from __future__ import annotations
 
-import dataclasses
-import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, TextIO
+from typing import IO, TYPE_CHECKING, Any, Literal, overload
 
 import structlog
-import yaml
 
-from autoscaler.budget.controller import Controller, ControllerSettings
-from autoscaler.budget.estimate import sample_size
-from autoscaler.config.load import expand_jobs, task_means
+from autoscaler.budget.controller import Controller
+from autoscaler.config.load import task_means
 from autoscaler.config.schema import RunConfig
-from autoscaler.core.billing import BillingModel
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.journal import JOURNAL_JSONL, Journal, JsonlJournal
-from autoscaler.core.model import (
-    Action,
-    Configure,
-    Event,
-    Hold,
-    JobAdded,
-    JobSpec,
-    Late,
-    Launch,
-    Move,
-    Release,
-    Shortfall,
-    Stop,
-    TaskSpec,
-    TypeSpec,
-)
+from autoscaler.core.model import Action, Event, Hold, TaskSpec
 from autoscaler.core.state import RunState
-from autoscaler.deadline.controller import DeadlineController, DeadlineSettings
+from autoscaler.deadline.controller import DeadlineController
 from autoscaler.providers.base import Capabilities
 from autoscaler.providers.sim import SimProvider
 from autoscaler.report.build import build_report
 from autoscaler.report.files import write_report
 from autoscaler.report.records import Report
+
+# Importers of these names from here (tests, benchmarks, the service) keep working; they
+# live in ``autoscaler.run.build``, which the daemon and the run directory use.
+from autoscaler.run.build import CONFIG_FILE as CONFIG_FILE
+from autoscaler.run.build import REAL_SLACK_S as REAL_SLACK_S
+from autoscaler.run.build import added_job as added_job
+from autoscaler.run.build import billing_model as billing_model
+from autoscaler.run.build import controller_settings as controller_settings
+from autoscaler.run.build import deadline_settings as deadline_settings
+from autoscaler.run.build import job_specs as job_specs
+from autoscaler.run.build import json_logger as json_logger
+from autoscaler.run.build import log_action as log_action
+from autoscaler.run.build import make_controller as make_controller
+from autoscaler.run.build import new_run_id as new_run_id
+from autoscaler.run.build import new_state as new_state
+from autoscaler.run.build import planning_settings as planning_settings
+from autoscaler.run.build import type_specs as type_specs
+from autoscaler.run.build import write_config as write_config
 from autoscaler.run.emulator import Emulator, StepHook
 
 if TYPE_CHECKING:
     from autoscaler.budget.frontier import Frontier
-
-REAL_SLACK_S = 0.5
-"""Real seconds a time-scaled run keeps between a release decision and the boundary."""
-
-
-def billing_model(cfg: RunConfig) -> BillingModel:
-    """The config's billing; a time-scaled run widens the release margin to real slack."""
-    b = cfg.billing
-    model = BillingModel(b.mode, b.atu_s, b.min_charge_s, b.commit_s)
-    if cfg.time_scale > 1:
-        wide = max(model.boundary_margin_s(), REAL_SLACK_S * cfg.time_scale)
-        model = dataclasses.replace(model, margin_s=min(wide, 0.1 * model.step_s))
-    return model
-
-
-def type_specs(cfg: RunConfig) -> list[TypeSpec]:
-    return [TypeSpec(t.name, t.price, t.max_count, t.boot_s) for t in cfg.machine_types]
-
-
-def controller_settings(cfg: RunConfig) -> ControllerSettings:
-    return ControllerSettings(
-        policy=cfg.policy,
-        z=cfg.sampling.z,
-        delta=cfg.sampling.delta,
-        sampling_mode=cfg.sampling.mode,
-        tail_replication=cfg.tail_replication,
-        solver=cfg.solver,
-        on_shortfall=cfg.constraint.on_shortfall,
-    )
-
-
-def planning_settings(cfg: RunConfig) -> ControllerSettings:
-    """The settings of ``autoscaler plan``'s sampling: hold once the samples are in."""
-    return dataclasses.replace(controller_settings(cfg), hold_after_sampling=True)
-
-
-def deadline_settings(cfg: RunConfig) -> DeadlineSettings:
-    d = cfg.deadline
-    return DeadlineSettings(
-        planner=d.planner,
-        reassign=d.reassign,
-        buy_when_late=d.buy_when_late,
-        solver=cfg.solver,
-        sample=d.sample,
-        z=cfg.sampling.z,
-        keep_open=d.keep_open,
-    )
-
-
-def make_controller(cfg: RunConfig, *, hold: bool = False) -> Controller | DeadlineController:
-    """The controller ``cfg`` asks for: deadline mode's, or the budget controller (with
-    ``hold``: ``autoscaler plan``'s, which holds once the samples are in)."""
-    if cfg.deadline_mode:
-        if hold:
-            raise AutoscalerError(
-                "plan offers budgets for a budget-mode bag; this config has deadlines (jobs, "
-                "or constraint.deadline_s): `run --dry-run` shows what meeting them costs"
-            )
-        return DeadlineController(deadline_settings(cfg))
-    return Controller(planning_settings(cfg) if hold else controller_settings(cfg))
-
-
-def job_specs(cfg: RunConfig) -> list[JobSpec]:
-    """Deadline mode's jobs with their task ids and absolute times; none in budget mode."""
-    out = []
-    for job, ids in expand_jobs(cfg):
-        c = job.constraint
-        assert c.deadline_s is not None  # the schema requires it of a job
-        out.append(
-            JobSpec(
-                job.name,
-                ids.start,
-                len(ids),
-                job.at,
-                job.at + c.deadline_s,
-                c.budget,
-                dict(job.task_s),
-            )
-        )
-    return out
-
-
-def new_state(cfg: RunConfig, n_tasks: int, seed: int) -> RunState:
-    """A fresh state; tasks leave the bag in an order shuffled by ``seed`` (paper 000 §2.3;
-    in deadline mode within each job, so a sampled job's sample is drawn at random)."""
-    jobs = job_specs(cfg)
-    rng = random.Random(seed)
-    if jobs:
-        order = []
-        for job in jobs:
-            ids = list(range(job.first, job.first + job.count))
-            rng.shuffle(ids)
-            order.extend(ids)
-    else:
-        order = list(range(n_tasks))
-        rng.shuffle(order)
-    budget = cfg.constraint.budget if cfg.policy == "bats" or jobs else None
-    n = sample_size(n_tasks, cfg.sampling.z, cfg.sampling.delta)
-    return RunState.new(
-        type_specs(cfg),
-        billing_model(cfg),
-        budget,
-        n_tasks,
-        order,
-        max_retries=cfg.max_retries,
-        sample_target=n,
-        paired=min(cfg.sampling.replicated, n) if cfg.sampling.mode == "compact" else 0,
-        jobs=jobs,
-    )
-
-
-def added_job(job: JobSpec, first: int, at: float, seed: int) -> JobAdded:
-    """``job`` joining a live pool at run time ``at`` with ``job.count`` tasks numbered
-    from ``first``; they leave the bag in an order shuffled by ``seed`` and the job's name,
-    as ``new_state`` shuffles a job's tasks."""
-    spec = dataclasses.replace(job, first=first, at=at)
-    order = list(range(first, first + job.count))
-    random.Random(f"{seed}:{job.name}").shuffle(order)
-    return JobAdded(spec, tuple(order))
+    from autoscaler.core.model import BudgetSet
+    from autoscaler.run.daemon import Daemon, HoldHook, ProgressHook
 
 
 def make_emulator(
@@ -222,65 +104,6 @@ class DryRun:
     report: Report
     out_dir: Path | None
     wall_s: float
-
-
-def new_run_id(cfg: RunConfig) -> str:
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    return f"{cfg.name}-{stamp}-{random.SystemRandom().randrange(16**4):04x}"
-
-
-CONFIG_FILE = "config.yaml"
-
-
-def write_config(cfg: RunConfig, run_dir: Path) -> None:
-    """The config as resolved, into the run directory."""
-    (run_dir / CONFIG_FILE).write_text(
-        yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False), encoding="utf-8"
-    )
-
-
-def json_logger(stream: TextIO) -> Any:
-    """A structlog logger writing JSON lines (level, wall time) to ``stream``."""
-    return structlog.wrap_logger(
-        structlog.WriteLogger(stream),
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True, key="wall"),
-            structlog.processors.JSONRenderer(sort_keys=False),
-        ],
-    )
-
-
-def log_action(log: Any, now: float, action: Action) -> None:
-    """The actions worth a log line (not every task assignment)."""
-    match action:
-        case Launch(type=t, count=c, token=token):
-            log.info("launch", t=now, machine_type=t, count=c, token=token)
-        case Release(machine=m, reason=reason):
-            log.info("release", t=now, machine=m, reason=reason)
-        case Configure(counts=counts, reason=reason):
-            log.info("configure", t=now, counts=dict(counts), reason=reason)
-        case Shortfall(needed_budget=needed, message=message):
-            log.warning("budget shortfall", t=now, needed_budget=needed, message=message)
-        case Hold(reason=reason):
-            log.info("hold", t=now, reason=reason)
-        case Late(job=job, tasks=n, seconds=late_s, cause=cause, message=message):
-            say = log.warning if n > 0 else log.info
-            say(
-                "job late" if n > 0 else "job on time",
-                t=now,
-                job=job,
-                tasks=n,
-                seconds=round(late_s, 1),
-                cause=cause,
-                message=message,
-            )
-        case Move(tasks=tasks, source=src, target=dst):
-            log.info("move", t=now, tasks=len(tasks), source=src, target=dst)
-        case Stop(reason=reason):
-            log.info("stop", t=now, reason=reason)
-        case _:
-            pass
 
 
 def dry_run(
@@ -371,4 +194,176 @@ def plan_dry(cfg: RunConfig, tasks: Sequence[TaskSpec], *, seed: int | None = No
     raise AutoscalerError(
         "the sampling phase never completed: the bag is too small to sample every type "
         "(or the budget cannot pay for sampling); plan needs a bag larger than the samples"
+    )
+
+
+# --- the one start path -----------------------------------------------------------------
+
+Mode = Literal["dry", "new", "resume", "plan"]
+"""How a run starts: ``dry``, in the emulator (nothing rented; ``run --dry-run``, a
+service config's jobs dry-run); ``new``, on the config's provider (``run``, a service's
+job); ``resume``, the run in ``run_dir`` carried on from its journal (``run --resume``,
+a restarted service's job); ``plan``, a new real run that samples, then holds for a
+budget (``autoscaler plan`` on a real provider)."""
+
+
+@dataclass(frozen=True)
+class EmulatedRun:
+    """A dry run made ready by ``start_run``: ``run()`` emulates it to its end."""
+
+    cfg: RunConfig
+    tasks: Sequence[TaskSpec]
+    run_id: str
+    seed: int
+    run_dir: Path | None
+    progress: ProgressHook | None = None
+    plots: bool = True
+
+    def run(self) -> DryRun:
+        progress = self.progress
+        return dry_run(
+            self.cfg,
+            self.tasks,
+            seed=self.seed,
+            out_dir=self.run_dir,
+            run_id=self.run_id,
+            progress=None if progress is None else lambda state: progress(state, None),
+            plots=self.plots,
+        )
+
+
+@overload
+def start_run(
+    mode: Literal["dry"],
+    run_dir: Path | None,
+    cfg: RunConfig | None = None,
+    tasks: Sequence[TaskSpec] = (),
+    *,
+    run_id: str | None = None,
+    seed: int | None = None,
+    progress: ProgressHook | None = None,
+    plots: bool = True,
+) -> EmulatedRun: ...
+
+
+@overload
+def start_run(
+    mode: Literal["new", "resume", "plan"],
+    run_dir: Path | None,
+    cfg: RunConfig | None = None,
+    tasks: Sequence[TaskSpec] = (),
+    *,
+    run_id: str | None = None,
+    seed: int | None = None,
+    progress: ProgressHook | None = None,
+    plots: bool = True,
+    budget: BudgetSet | None = None,
+    on_hold: HoldHook | None = None,
+    install_signals: bool = True,
+    resumed: str | None = None,
+) -> Daemon: ...
+
+
+def start_run(
+    mode: Mode,
+    run_dir: Path | None,
+    cfg: RunConfig | None = None,
+    tasks: Sequence[TaskSpec] = (),
+    *,
+    run_id: str | None = None,
+    seed: int | None = None,
+    progress: ProgressHook | None = None,
+    plots: bool = True,
+    budget: BudgetSet | None = None,
+    on_hold: HoldHook | None = None,
+    install_signals: bool = True,
+    resumed: str | None = None,
+) -> EmulatedRun | Daemon:
+    """Start the run of ``cfg`` and its ``tasks`` in ``mode``, in ``run_dir``: ready to
+    ``run()`` to its end.
+
+    A new run (every mode but ``resume``) takes ``run_id`` (default: a new one) and
+    ``seed`` (default: the config's emulator seed), and writes its run directory; a dry
+    run writes one only when ``run_dir`` is given. ``resume`` takes neither config nor
+    tasks: the run directory holds them. A real run is a ``Daemon`` (``budget``: a new
+    budget set in its first step; ``on_hold``: called when a ``plan`` run holds;
+    ``resumed``: why an interrupted run carries on), a dry run an ``EmulatedRun``.
+    """
+    if mode == "resume":
+        if cfg is not None or tasks:
+            raise AutoscalerError("a run carried on takes its config and tasks from its directory")
+        if run_dir is None:
+            raise AutoscalerError("a run carried on needs its run directory")
+        return _daemon(
+            mode,
+            run_dir,
+            None,
+            (),
+            None,
+            None,
+            progress,
+            plots,
+            budget,
+            on_hold,
+            install_signals,
+            resumed,
+        )
+    if cfg is None:
+        raise AutoscalerError(f"a {mode} run needs a config")
+    run_id = run_id or new_run_id(cfg)
+    seed = cfg.emulator.seed if seed is None else seed
+    if mode == "dry":
+        return EmulatedRun(cfg, tasks, run_id, seed, run_dir, progress, plots)
+    if run_dir is None:
+        raise AutoscalerError(f"a {mode} run needs a run directory")
+    return _daemon(
+        mode,
+        run_dir,
+        cfg,
+        tasks,
+        run_id,
+        seed,
+        progress,
+        plots,
+        budget,
+        on_hold,
+        install_signals,
+        resumed,
+    )
+
+
+def _daemon(
+    mode: Mode,
+    run_dir: Path,
+    cfg: RunConfig | None,
+    tasks: Sequence[TaskSpec],
+    run_id: str | None,
+    seed: int | None,
+    progress: ProgressHook | None,
+    plots: bool,
+    budget: BudgetSet | None,
+    on_hold: HoldHook | None,
+    install_signals: bool,
+    resumed: str | None,
+) -> Daemon:
+    """A real run's daemon: its run directory written (a new run) or opened (resumed)."""
+    from autoscaler.run.daemon import Daemon
+    from autoscaler.run.rundir import RunFiles
+
+    if cfg is None:
+        files = RunFiles.open(run_dir)
+    else:
+        assert run_id is not None
+        assert seed is not None
+        files = RunFiles.create(cfg, list(tasks), run_dir, run_id, seed)
+    return Daemon(
+        files,
+        resume=mode == "resume",
+        progress=progress,
+        install_signals=install_signals,
+        hold=mode == "plan",
+        on_hold=on_hold,
+        budget=budget,
+        resumed=resumed,
+        plots=plots,
     )

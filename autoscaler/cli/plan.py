@@ -1,0 +1,244 @@
+"""``autoscaler plan``: budget estimation before spending (sample, then the frontier)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from autoscaler.cli.app import app, conclude, console, err_console, load
+from autoscaler.config.schema import RunConfig
+from autoscaler.core.errors import AutoscalerError
+from autoscaler.core.model import TaskSpec
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+    from autoscaler.budget.frontier import Frontier
+    from autoscaler.core.state import RunState
+
+PLAN_JSON = "plan.json"
+"""What `autoscaler plan --out DIR` writes: the options `run --option N` reads."""
+
+
+@app.command()
+def plan(
+    config: Annotated[Path, typer.Argument(help="the run's YAML file")],
+    seed: Annotated[int | None, typer.Option(help="emulator seed (default: the config's)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the frontier as JSON")] = False,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="write plan.json and frontier.png here (for `run --option N`)"),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="sample in the emulator, even for a real provider")
+    ] = False,
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="sample on the real provider without asking")
+    ] = False,
+) -> None:
+    """Budget estimation before spending: sample, then print the budget frontier.
+
+    Options go from the minimum budget that finishes the bag to the budget of the
+    fastest mix, each with predicted cost and makespan and their intervals.
+
+    With `provider: sim`, or --dry-run, the sampling runs in the emulator (the config's
+    `emulator` section is the world it samples); `autoscaler run CONFIG --option N --plan
+    DIR` (or `--budget B`) then runs one, sampling again alike (same seed).
+
+    With a real provider the sampling is real: it says what sampling rents and asks
+    first (--yes: do not ask). The config's budget caps it. Once the samples are in, the
+    machines work on the bag until their paid time ends, and nothing more is committed.
+    `autoscaler run --plan DIR --option N` carries the run on from the samples, adopting
+    the sampling machines that still have paid time.
+    """
+    cfg, tasks = load(config)
+    if cfg.policy != "bats":
+        raise AutoscalerError("plan needs policy: bats (round robin has no budget to plan)")
+    if cfg.deadline_mode:
+        raise AutoscalerError(
+            "plan offers budgets for a budget-mode bag; this config has deadlines (jobs, "
+            "or constraint.deadline_s): `run --dry-run` shows what meeting them costs"
+        )
+    if cfg.provider != "sim" and not dry_run:
+        _plan_real(cfg, tasks, seed, as_json=as_json, out=out, yes=yes)
+        return
+    from autoscaler.run.start import plan_dry
+
+    frontier = plan_dry(cfg, tasks, seed=seed)
+    _show_frontier(frontier, out, as_json)
+
+
+def _show_frontier(
+    frontier: Frontier, out: Path | None, as_json: bool, run_dir: Path | None = None
+) -> None:
+    """Print the frontier (a table, or JSON); with ``out`` also write plan.json and the
+    plot there. ``run_dir``: the run whose samples it comes from (a real plan)."""
+    data = _frontier_json(frontier)
+    if run_dir is not None:
+        data["run_dir"] = str(run_dir.resolve())
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        from autoscaler.core.atomic import write_atomic
+        from autoscaler.report.plots import frontier_plot
+
+        frontier_plot(frontier, out / "frontier.png")
+        # Last and whole: `run --plan` may be waiting for it (a real plan's hand-over).
+        write_atomic(out / PLAN_JSON, json.dumps(data, indent=2) + "\n")
+    if as_json:
+        print(json.dumps(data, indent=2), flush=True)
+        return
+    console.print(_frontier_table(frontier))
+    if out is not None:
+        console.print(f"written: {out / PLAN_JSON}, {out / 'frontier.png'}")
+
+
+def _plan_real(
+    cfg: RunConfig,
+    tasks: list[TaskSpec],
+    seed: int | None,
+    *,
+    as_json: bool,
+    out: Path | None,
+    yes: bool,
+) -> None:
+    """``plan`` on a real provider: ask, sample for real, hold, print the frontier."""
+    import copy
+    import signal
+    import sys
+    import threading
+
+    from autoscaler.budget.controller import Controller
+    from autoscaler.budget.frontier import frontier
+    from autoscaler.report.format import hms
+    from autoscaler.run.daemon import HANDOVER_SIGNAL
+    from autoscaler.run.live import live_view
+    from autoscaler.run.start import new_run_id, new_state, planning_settings, start_run
+
+    seed = cfg.emulator.seed if seed is None else seed
+    state = new_state(cfg, len(tasks), seed)
+    sampling = Controller(planning_settings(cfg)).sampling(state)
+    billing = state.billing
+    first = sum(
+        c * billing.cost(state.types[n].price, billing.first_step_s)
+        for n, c in sampling.counts.items()
+    )
+    machines = ", ".join(f"{c} × {n}" for n, c in sampling.counts.items() if c)
+    err_console.print(
+        f"Sampling rents {machines} from provider {cfg.provider} ({sampling.reason}). "
+        f"Their first paid units commit {first:.2f}; sampling commits at most the budget "
+        f"of {state.budget:.2f} (`constraint.budget`) and stops committing once the "
+        "samples are in.",
+        markup=False,
+        soft_wrap=True,
+    )
+    if not yes:
+        if not sys.stdin.isatty():
+            raise AutoscalerError(f"plan rents machines from {cfg.provider}: confirm with --yes")
+        if not typer.confirm("Start sampling?", default=False, err=True):
+            err_console.print("Nothing was rented.")
+            raise typer.Exit(1)
+    run_id = new_run_id(cfg)
+    run_dir = Path("runs") / run_id
+    plan_dir = out if out is not None else run_dir
+
+    shown: list[threading.Thread] = []
+
+    def show(controller: Controller, state: RunState, now: float) -> None:
+        try:
+            _show_frontier(frontier(controller, state, now), plan_dir, as_json, run_dir)
+        except (AutoscalerError, ValueError) as exc:
+            err_console.print(f"error: no frontier from these samples: {exc}", markup=False)
+            return
+        paid = max((m.paid_until for m in state.alive_machines()), default=now)
+        err_console.print(
+            f"The samples are in. The sampling machines work on the bag until their paid "
+            f"time ends (within {hms((paid - now) / cfg.time_scale)} of the samples); to "
+            f"carry the run on with them: autoscaler run --plan {plan_dir} --option N",
+            markup=False,
+            soft_wrap=True,
+        )
+
+    def on_hold(controller: Controller, state: RunState, now: float) -> None:
+        # The solves and the plot take a while: the daemon goes on meanwhile (its
+        # machines' boundaries come), so they work on a copy of the state in a thread.
+        thread = threading.Thread(target=show, args=(controller, copy.deepcopy(state), now))
+        thread.start()
+        shown.append(thread)
+
+    # A hand-over asked for just as the daemon ends must not kill this process.
+    signal.signal(HANDOVER_SIGNAL, signal.SIG_IGN)
+    try:
+        daemon = start_run("plan", run_dir, cfg, tasks, run_id=run_id, seed=seed, on_hold=on_hold)
+        err_console.print(
+            f"run {run_id}: sampling, directory {run_dir}", markup=False, soft_wrap=True
+        )
+        with live_view(err_console, cfg, len(tasks)) as update:
+            daemon.progress = update
+            outcome = daemon.run()
+    finally:
+        for thread in shown:
+            thread.join()
+    if daemon.handed_over:
+        err_console.print("The run was handed over with its machines to `autoscaler run`.")
+    elif outcome.state.awaiting_budget and not outcome.state.finished:
+        err_console.print(
+            f"The sampling machines are released. The samples are kept in {run_dir}: "
+            f"autoscaler run --plan {plan_dir} --option N carries the run on from them.",
+            markup=False,
+            soft_wrap=True,
+        )
+    else:
+        conclude(outcome.report, run_dir)
+
+
+def _frontier_json(frontier: Frontier) -> dict[str, Any]:
+    """The frontier as plain data, each option numbered as `run --option` takes it."""
+    import dataclasses
+
+    data = dataclasses.asdict(frontier)
+    for i, o in enumerate(data["options"], 1):
+        o["option"] = i
+    return data
+
+
+def _frontier_table(frontier: Frontier) -> RenderableType:
+    from rich.console import Group
+    from rich.table import Table
+
+    from autoscaler.report.format import hms
+
+    head = (
+        f"Sampling took {hms(frontier.sampled_at_s)} and committed "
+        f"{frontier.sampling_cost:.2f}; {frontier.tasks_left} tasks were left then."
+    )
+    if frontier.tasks_left == 0:
+        return f"{head} The samples finish the bag: it costs {frontier.sampling_cost:.2f}."
+    if frontier.minimum_budget is None:
+        return f"{head}\nNo budget the planner can search finishes the bag."
+    table = Table(title=f"Minimum budget that finishes the bag: {frontier.minimum_budget:.2f}")
+    for name, justify in (
+        ("#", "right"),
+        ("option", "left"),
+        ("budget", "right"),
+        ("machines", "left"),
+        ("cost", "right"),
+        ("interval", "right"),
+        ("makespan", "right"),
+        ("interval", "right"),
+    ):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for i, o in enumerate(frontier.options, 1):
+        table.add_row(
+            str(i),
+            o.label,
+            f"{o.budget:.2f}",
+            ", ".join(f"{n} {c}" for n, c in o.counts.items() if c),
+            f"{o.cost:.2f}",
+            f"{o.cost_interval[0]:.2f} – {o.cost_interval[1]:.2f}",
+            hms(o.makespan_s),
+            f"{hms(o.makespan_interval_s[0])} – {hms(o.makespan_interval_s[1])}",
+        )
+    return Group(head, table)

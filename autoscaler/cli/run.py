@@ -1,0 +1,370 @@
+"""The run commands: ``run``, ``status``, ``report`` and ``cleanup``. Each is a thin
+shell over library calls; errors are raised as ``AutoscalerError`` and printed in one
+place (``autoscaler.cli.app``)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from autoscaler.cli.app import app, conclude, console, err_console, load, print_head
+from autoscaler.cli.check import config_kind
+from autoscaler.cli.plan import PLAN_JSON
+from autoscaler.config.budgets import check_budget
+from autoscaler.core.errors import AutoscalerError
+from autoscaler.core.model import BudgetSet
+
+if TYPE_CHECKING:
+    from autoscaler.core.state import RunState
+
+
+@app.command()
+def run(
+    config: Annotated[Path | None, typer.Argument(help="the run's YAML file")] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="run against the virtual-time emulator")
+    ] = False,
+    seed: Annotated[int | None, typer.Option(help="emulator seed (default: the config's)")] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="run directory (default: `runs/<run id>`)")
+    ] = None,
+    resume: Annotated[
+        Path | None, typer.Option("--resume", help="carry on the run in this run directory")
+    ] = None,
+    budget: Annotated[
+        float | None, typer.Option(help="budget for this run (overrides the config's)")
+    ] = None,
+    option: Annotated[
+        int | None,
+        typer.Option(help="run with the budget of option N of `autoscaler plan --out DIR`"),
+    ] = None,
+    plan_dir: Annotated[
+        Path | None, typer.Option("--plan", help="the plan directory --option refers to")
+    ] = None,
+    job: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--job",
+            help="with a service config: a job file, arriving AT run seconds after the start "
+            "(FILE or FILE@AT; repeatable)",
+        ),
+    ] = None,
+) -> None:
+    """Run a bag. With --dry-run nothing is rented: the emulator shows what it would cost.
+
+    Without it the daemon runs in the foreground until the bag is done: it rents machines
+    from the configured provider, hands tasks to their agents, and journals everything,
+    so a killed daemon carries on with --resume RUN_DIR. Ctrl-C (SIGINT) or SIGTERM
+    releases every machine and writes the report; a second one terminates them at once.
+    """
+    chosen = _chosen_budget(budget, option, plan_dir)
+    sampled = _sampled_run(plan_dir) if plan_dir is not None and not dry_run else None
+    if sampled is not None:
+        if resume is not None:
+            raise AutoscalerError("give --plan DIR or --resume RUN_DIR, not both")
+        if config is not None:
+            _check_same_bag(config, sampled)
+        resume = sampled
+    if resume is not None:
+        if (config is not None and sampled is None) or dry_run:
+            raise AutoscalerError("--resume takes a run directory and no config file")
+        if sampled is not None and chosen is None:
+            raise AutoscalerError("--plan DIR needs --option N or --budget B")
+        if chosen is not None:
+            _check_budget_covers_commitments(resume, chosen.budget)
+        _take_over(resume)
+        _resume(resume, chosen)
+        return
+    if config is None:
+        raise AutoscalerError("give a config file (or --resume RUN_DIR)")
+    if job:
+        from autoscaler.cli.service_run import run_service_jobs
+
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")  # as a run id's
+        out_dir = out if out is not None else Path("runs") / f"service-{stamp}"
+        code = run_service_jobs(config, job, dry_run=dry_run, seed=seed, out=out_dir)
+        raise typer.Exit(code)
+    kind = config_kind(config)
+    if kind == "service":
+        raise AutoscalerError(
+            f"{config} is a service config: give the jobs it runs with --job JOB.yaml "
+            f"(or JOB.yaml@AT, repeatable), or serve it: autoscaler serve {config}"
+        )
+    if kind == "job":
+        raise AutoscalerError(
+            f"{config} is a job file: run it with its service config, "
+            f"autoscaler run SERVICE.yaml --job {config}"
+        )
+    cfg, tasks = load(config)
+    if chosen is not None:
+        constraint = cfg.constraint.model_copy(update={"budget": chosen.budget})
+        cfg = cfg.model_copy(update={"constraint": constraint})
+    from autoscaler.run.start import new_run_id
+
+    run_id = new_run_id(cfg)
+    out_dir = out if out is not None else Path("runs") / run_id
+    if not dry_run:
+        if cfg.provider == "sim":
+            raise AutoscalerError(
+                "provider 'sim' only emulates machines: add --dry-run, or set `provider:` "
+                "to local (worker processes on this host), sge or ec2 with its section"
+            )
+        from autoscaler.cli.service_run import run_as_service
+
+        outcome = run_as_service(cfg, tasks, out_dir, run_id, seed)
+        conclude(outcome.report, out_dir)
+        return
+    from autoscaler.run.start import start_run
+
+    with _progress(len(tasks)) as update:
+        emulated = start_run(
+            "dry",
+            out_dir,
+            cfg,
+            tasks,
+            run_id=run_id,
+            seed=seed,
+            progress=lambda state, _estimate: update(state),
+        )
+        result = emulated.run()
+    conclude(result.report, out_dir)
+
+
+def _chosen_budget(
+    budget: float | None, option: int | None, plan_dir: Path | None
+) -> BudgetSet | None:
+    """The budget given on the command line, or the plan option's; None: the config's."""
+    reason = "--budget"
+    if option is not None:
+        if budget is not None:
+            raise AutoscalerError("give --budget or --option, not both")
+        if plan_dir is None:
+            raise AutoscalerError("--option N needs --plan DIR (from `autoscaler plan --out`)")
+        path = plan_dir / PLAN_JSON
+        try:
+            options = json.loads(path.read_text(encoding="utf-8"))["options"]
+        except (OSError, ValueError, KeyError) as exc:
+            raise AutoscalerError(f"cannot read the plan's options from {path}: {exc}") from None
+        if not 1 <= option <= len(options):
+            raise AutoscalerError(f"--option {option}: the plan has options 1 to {len(options)}")
+        budget = float(options[option - 1]["budget"])
+        reason = f"option {option} of the plan in {plan_dir}"
+    if budget is None:
+        return None
+    return BudgetSet(check_budget(budget, field="--budget"), reason)
+
+
+def _sampled_run(plan_dir: Path) -> Path | None:
+    """The run directory whose samples a plan was made from, if it sampled for real."""
+    try:
+        data = json.loads((plan_dir / PLAN_JSON).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # _chosen_budget has said what is wrong, if anything is
+    run_dir = data.get("run_dir") if isinstance(data, dict) else None
+    return Path(run_dir) if run_dir else None
+
+
+def _check_same_bag(config: Path, run_dir: Path) -> None:
+    """A config given with a real plan must be the one it sampled (bag and machines)."""
+    from autoscaler.run.rundir import RunFiles
+
+    cfg, tasks = load(config)
+    files = RunFiles.open(run_dir)
+    same = [(t.id, t.command) for t in tasks] == [(t.id, t.command) for t in files.tasks]
+    if not same or cfg.machine_types != files.cfg.machine_types:
+        raise AutoscalerError(
+            f"{config} is not the config the plan sampled ({run_dir / 'config.yaml'}): "
+            "give the plan's own config, or none"
+        )
+
+
+def _check_budget_covers_commitments(run_dir: Path, budget: float) -> None:
+    """Refuse a budget below what the run has committed, before anything is taken over
+    (a held run commits nothing more, so its journal's figure holds)."""
+    from autoscaler.run.rundir import read_run
+
+    committed = read_run(run_dir)[1].committed
+    check_budget(budget, committed=committed, holder=f"the run in {run_dir}")
+
+
+def _take_over(run_dir: Path, wait_s: float = 60.0) -> None:
+    """Ask the daemon holding ``run_dir`` after sampling (``autoscaler plan``) to hand its
+    machines over, and wait until it has let the run go."""
+    import os
+
+    from autoscaler.run.daemon import HANDOVER_SIGNAL
+    from autoscaler.run.rundir import daemon_alive
+
+    pid = daemon_alive(run_dir)
+    if pid is None:
+        return
+    if pid > 0:
+        err_console.print(f"asking the plan's daemon (pid {pid}) to hand its machines over")
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, HANDOVER_SIGNAL)
+    deadline = time.monotonic() + wait_s
+    while daemon_alive(run_dir) is not None:
+        if time.monotonic() > deadline:
+            raise AutoscalerError(
+                f"{run_dir}: the daemon holding it (pid {pid}) did not hand it over within "
+                f"{wait_s:.0f} s; it hands over only a run that waits for a budget"
+            )
+        time.sleep(0.1)
+
+
+def _resume(run_dir: Path, budget: BudgetSet | None) -> None:
+    """Carry on the real run in ``run_dir`` from its journal, in the foreground."""
+    from autoscaler.run.live import live_view
+    from autoscaler.run.start import start_run
+
+    daemon = start_run("resume", run_dir, budget=budget)
+    files = daemon.files
+    console.print(
+        f"run {files.run_id}: {len(files.tasks)} tasks, directory {run_dir}",
+        markup=False,
+        soft_wrap=True,
+    )
+    with live_view(err_console, files.cfg, len(files.tasks)) as update:
+        daemon.progress = update
+        outcome = daemon.run()
+    conclude(outcome.report, run_dir)
+
+
+@app.command()
+def status(
+    run_dir: Annotated[Path, typer.Argument(help="a real run's directory")],
+) -> None:
+    """Show where a real run stands, from its journal (whether or not its daemon runs)."""
+    from autoscaler.run.live import status_lines
+    from autoscaler.run.rundir import daemon_alive, read_run
+
+    files, state = read_run(run_dir)
+    pid = daemon_alive(run_dir)
+    for line in status_lines(files.run_id, files.cfg, state, pid):
+        console.print(line, markup=False, soft_wrap=True)
+
+
+@app.command()
+def cleanup(
+    config: Annotated[
+        Path, typer.Argument(help="a run's or a service's config naming the provider to search")
+    ],
+    runs: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--runs",
+            help="where more run directories live, besides the registered runs "
+            "(repeatable; default: runs)",
+        ),
+    ] = None,
+    yes: Annotated[bool, typer.Option("--yes", help="terminate without asking")] = False,
+) -> None:
+    """Find machines carrying one of our run tags that no live run owns; terminate them.
+
+    A run is live while a daemon holds its run directory's lock. Every run registers its
+    directory in the state directory ($AUTOSCALER_STATE_DIR, else
+    $XDG_STATE_HOME/autoscaler, else ~/.local/state/autoscaler), so a live run is found
+    wherever its directory is; run directories under --runs are looked at too. Untagged
+    machines and machines of a live run are never touched.
+    """
+    from autoscaler.config.schema import Platform
+    from autoscaler.config.service import WORK_FIELDS, load_service_config, load_yaml
+    from autoscaler.run.cleanup import find_strays, terminate_strays
+
+    cfg: Platform
+    if not any(k in load_yaml(config, "fields") for k in WORK_FIELDS):
+        cfg = load_service_config(config).platform
+    else:
+        cfg, _ = load(config)
+    survey = find_strays(cfg, runs or [Path("runs")])
+    for note in survey.notes:
+        err_console.print(note, markup=False, soft_wrap=True)
+    found = survey.machines
+    for m in found:
+        if m.owner is None:
+            owner = "stray"
+        elif m.owner.pid is None:
+            owner = f"kept: {m.owner.source}"
+        else:
+            owner = f"live run (daemon pid {m.owner.pid})"
+        console.print(
+            f"{m.id}  run {m.run_id}  type {m.type}  {m.state}  {owner}",
+            markup=False,
+            soft_wrap=True,
+        )
+    strays = [m for m in found if m.owner is None]
+    if not strays:
+        console.print(f"no stray {cfg.provider} machines of ours", markup=False)
+        return
+    if not yes:
+        if not console.is_terminal:
+            raise AutoscalerError(f"{len(strays)} stray machines: pass --yes to terminate")
+        if not typer.confirm(f"terminate {len(strays)} stray machines?"):
+            raise typer.Exit(1)
+    gone = terminate_strays(cfg, strays)
+    console.print(f"terminated {len(gone)}: {' '.join(gone)}", markup=False, soft_wrap=True)
+
+
+@app.command()
+def report(
+    run_dir: Annotated[Path, typer.Argument(help="a run directory")],
+    markdown: Annotated[
+        bool, typer.Option("--markdown", help="print the whole report.md as it is")
+    ] = False,
+) -> None:
+    """Print a finished run's report again, as `run` printed it at its end."""
+    from autoscaler.report.records import REPORT_JSON, REPORT_MD, read_report
+
+    path = run_dir / REPORT_JSON
+    if not path.is_file():
+        raise AutoscalerError(f"{run_dir}: no {REPORT_JSON} here; is it a run directory?")
+    if markdown:
+        try:
+            text = (run_dir / REPORT_MD).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise AutoscalerError(f"{run_dir / REPORT_MD}: cannot read it ({exc})") from None
+        typer.echo(text, nl=False)
+        return
+    data = read_report(run_dir)
+    print_head(data, run_dir)
+
+
+@contextlib.contextmanager
+def _progress(total: int) -> Iterator[Callable[[RunState], None]]:
+    """A progress bar on a terminal (tasks done, machines, committed spend); else nothing."""
+    if not err_console.is_terminal:
+        yield lambda state: None
+        return
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total} tasks"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=err_console, transient=True) as bar:
+        job = bar.add_task("dry run", total=total)
+        last = [0.0]
+
+        def update(state: RunState) -> None:
+            now = time.monotonic()
+            if now - last[0] < 0.1:
+                return
+            last[0] = now
+            machines = sum(1 for _ in state.alive_machines())
+            bar.update(
+                job,
+                completed=state.done + state.failed,
+                description=f"t={state.now / 3600:.1f}h machines={machines} "
+                f"committed={state.committed:.2f}",
+            )
+
+        yield update

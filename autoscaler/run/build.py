@@ -1,0 +1,215 @@
+"""From a config to what a run is built of: its billing, machine types, controller and
+settings, deadline jobs and first state; its id, its resolved config file, and its JSON
+log lines. The emulator and the daemon build their runs from these alike."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+import structlog
+import yaml
+
+from autoscaler.budget.controller import Controller, ControllerSettings
+from autoscaler.budget.estimate import sample_size
+from autoscaler.config.load import expand_jobs
+from autoscaler.config.schema import RunConfig
+from autoscaler.core.billing import BillingModel
+from autoscaler.core.errors import AutoscalerError
+from autoscaler.core.model import (
+    Action,
+    Configure,
+    Hold,
+    JobAdded,
+    JobSpec,
+    Late,
+    Launch,
+    Move,
+    Release,
+    Shortfall,
+    Stop,
+    TypeSpec,
+)
+from autoscaler.core.state import RunState
+from autoscaler.deadline.controller import DeadlineController, DeadlineSettings
+
+REAL_SLACK_S = 0.5
+"""Real seconds a time-scaled run keeps between a release decision and the boundary."""
+
+
+def billing_model(cfg: RunConfig) -> BillingModel:
+    """The config's billing; a time-scaled run widens the release margin to real slack."""
+    b = cfg.billing
+    model = BillingModel(b.mode, b.atu_s, b.min_charge_s, b.commit_s)
+    if cfg.time_scale > 1:
+        wide = max(model.boundary_margin_s(), REAL_SLACK_S * cfg.time_scale)
+        model = dataclasses.replace(model, margin_s=min(wide, 0.1 * model.step_s))
+    return model
+
+
+def type_specs(cfg: RunConfig) -> list[TypeSpec]:
+    return [TypeSpec(t.name, t.price, t.max_count, t.boot_s) for t in cfg.machine_types]
+
+
+def controller_settings(cfg: RunConfig) -> ControllerSettings:
+    return ControllerSettings(
+        policy=cfg.policy,
+        z=cfg.sampling.z,
+        delta=cfg.sampling.delta,
+        sampling_mode=cfg.sampling.mode,
+        tail_replication=cfg.tail_replication,
+        solver=cfg.solver,
+        on_shortfall=cfg.constraint.on_shortfall,
+    )
+
+
+def planning_settings(cfg: RunConfig) -> ControllerSettings:
+    """The settings of ``autoscaler plan``'s sampling: hold once the samples are in."""
+    return dataclasses.replace(controller_settings(cfg), hold_after_sampling=True)
+
+
+def deadline_settings(cfg: RunConfig) -> DeadlineSettings:
+    d = cfg.deadline
+    return DeadlineSettings(
+        planner=d.planner,
+        reassign=d.reassign,
+        buy_when_late=d.buy_when_late,
+        solver=cfg.solver,
+        sample=d.sample,
+        z=cfg.sampling.z,
+        keep_open=d.keep_open,
+    )
+
+
+def make_controller(cfg: RunConfig, *, hold: bool = False) -> Controller | DeadlineController:
+    """The controller ``cfg`` asks for: deadline mode's, or the budget controller (with
+    ``hold``: ``autoscaler plan``'s, which holds once the samples are in)."""
+    if cfg.deadline_mode:
+        if hold:
+            raise AutoscalerError(
+                "plan offers budgets for a budget-mode bag; this config has deadlines (jobs, "
+                "or constraint.deadline_s): `run --dry-run` shows what meeting them costs"
+            )
+        return DeadlineController(deadline_settings(cfg))
+    return Controller(planning_settings(cfg) if hold else controller_settings(cfg))
+
+
+def job_specs(cfg: RunConfig) -> list[JobSpec]:
+    """Deadline mode's jobs with their task ids and absolute times; none in budget mode."""
+    out = []
+    for job, ids in expand_jobs(cfg):
+        c = job.constraint
+        assert c.deadline_s is not None  # the schema requires it of a job
+        out.append(
+            JobSpec(
+                job.name,
+                ids.start,
+                len(ids),
+                job.at,
+                job.at + c.deadline_s,
+                c.budget,
+                dict(job.task_s),
+            )
+        )
+    return out
+
+
+def new_state(cfg: RunConfig, n_tasks: int, seed: int) -> RunState:
+    """A fresh state; tasks leave the bag in an order shuffled by ``seed`` (paper 000 §2.3;
+    in deadline mode within each job, so a sampled job's sample is drawn at random)."""
+    jobs = job_specs(cfg)
+    rng = random.Random(seed)
+    if jobs:
+        order = []
+        for job in jobs:
+            ids = list(range(job.first, job.first + job.count))
+            rng.shuffle(ids)
+            order.extend(ids)
+    else:
+        order = list(range(n_tasks))
+        rng.shuffle(order)
+    budget = cfg.constraint.budget if cfg.policy == "bats" or jobs else None
+    n = sample_size(n_tasks, cfg.sampling.z, cfg.sampling.delta)
+    return RunState.new(
+        type_specs(cfg),
+        billing_model(cfg),
+        budget,
+        n_tasks,
+        order,
+        max_retries=cfg.max_retries,
+        sample_target=n,
+        paired=min(cfg.sampling.replicated, n) if cfg.sampling.mode == "compact" else 0,
+        jobs=jobs,
+    )
+
+
+def added_job(job: JobSpec, first: int, at: float, seed: int) -> JobAdded:
+    """``job`` joining a live pool at run time ``at`` with ``job.count`` tasks numbered
+    from ``first``; they leave the bag in an order shuffled by ``seed`` and the job's name,
+    as ``new_state`` shuffles a job's tasks."""
+    spec = dataclasses.replace(job, first=first, at=at)
+    order = list(range(first, first + job.count))
+    random.Random(f"{seed}:{job.name}").shuffle(order)
+    return JobAdded(spec, tuple(order))
+
+
+def new_run_id(cfg: RunConfig) -> str:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    return f"{cfg.name}-{stamp}-{random.SystemRandom().randrange(16**4):04x}"
+
+
+CONFIG_FILE = "config.yaml"
+
+
+def write_config(cfg: RunConfig, run_dir: Path) -> None:
+    """The config as resolved, into the run directory."""
+    (run_dir / CONFIG_FILE).write_text(
+        yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False), encoding="utf-8"
+    )
+
+
+def json_logger(stream: TextIO) -> Any:
+    """A structlog logger writing JSON lines (level, wall time) to ``stream``."""
+    return structlog.wrap_logger(
+        structlog.WriteLogger(stream),
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True, key="wall"),
+            structlog.processors.JSONRenderer(sort_keys=False),
+        ],
+    )
+
+
+def log_action(log: Any, now: float, action: Action) -> None:
+    """The actions worth a log line (not every task assignment)."""
+    match action:
+        case Launch(type=t, count=c, token=token):
+            log.info("launch", t=now, machine_type=t, count=c, token=token)
+        case Release(machine=m, reason=reason):
+            log.info("release", t=now, machine=m, reason=reason)
+        case Configure(counts=counts, reason=reason):
+            log.info("configure", t=now, counts=dict(counts), reason=reason)
+        case Shortfall(needed_budget=needed, message=message):
+            log.warning("budget shortfall", t=now, needed_budget=needed, message=message)
+        case Hold(reason=reason):
+            log.info("hold", t=now, reason=reason)
+        case Late(job=job, tasks=n, seconds=late_s, cause=cause, message=message):
+            say = log.warning if n > 0 else log.info
+            say(
+                "job late" if n > 0 else "job on time",
+                t=now,
+                job=job,
+                tasks=n,
+                seconds=round(late_s, 1),
+                cause=cause,
+                message=message,
+            )
+        case Move(tasks=tasks, source=src, target=dst):
+            log.info("move", t=now, tasks=len(tasks), source=src, target=dst)
+        case Stop(reason=reason):
+            log.info("stop", t=now, reason=reason)
+        case _:
+            pass
