@@ -287,7 +287,7 @@ def wait(
 ) -> None:
     """Block until the job ends. Exit code: 0 done, 3 stopped (its report says why),
     4 done but a deadline missed, 5 cancelled, 6 interrupted, 7 failed, 124 timed out."""
-    from autoscaler.service.service import ENDED, EXIT_CODES
+    from autoscaler.service.store import ENDED, EXIT_CODES
 
     client = _client(state_dir)
     end = None if timeout is None else time.monotonic() + timeout
@@ -394,7 +394,8 @@ def run_service_jobs(
     from rich.table import Table
 
     from autoscaler.config.service import job_config, load_service_config, load_yaml
-    from autoscaler.service.service import EXIT_CODES, Service
+    from autoscaler.service.service import Service
+    from autoscaler.service.store import EXIT_CODES
 
     svc = load_service_config(config)
     given = [_job_arg(j) for j in jobs]

@@ -1,0 +1,230 @@
+"""How the service runs a job: on its own machines (one ``Daemon`` of its own, on a
+thread), or in the deadline pool (one shared keep-open run, ``service.pool``).
+
+This module makes and runs the daemons; the ``Service`` keeps the store and the locks.
+A job's deadline is an absolute wall-clock time fixed when it was submitted
+(``JobRow.deadline_at``); it becomes run seconds here, once, when its run starts.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from autoscaler.config.schema import RunConfig
+from autoscaler.core.errors import AutoscalerError
+from autoscaler.core.journal import JOURNAL_DB
+from autoscaler.core.model import TaskSpec
+from autoscaler.core.state import RunState
+from autoscaler.report.report import DeadlineReport
+from autoscaler.run.daemon import Daemon, Outcome
+from autoscaler.run.rundir import RunFiles
+from autoscaler.run.start import new_run_id
+from autoscaler.service.pool import POOL_DIR, JobEnded, Pool, pool_config
+from autoscaler.service.store import JobRow, JobState, deadline_at_of
+from autoscaler.service.view import Clock, HistoryPoint, Progress, progress
+
+HISTORY_POINTS = 600
+"""At most this many points of a job's history are kept (thinned when full)."""
+
+ProgressHook = Callable[[RunState, float | None], None]
+
+
+class DeadlinePassed(AutoscalerError):
+    """A queued job's deadline passed before it could start."""
+
+    code = "DeadlinePassed"
+
+
+@dataclass
+class Runner:
+    """A running job: its daemon (its own, or the pool's) and what it last showed."""
+
+    job_id: str
+    daemon: Daemon
+    files: RunFiles
+    pool: Pool | None = None  # the deadline pool the job shares, if it does
+    thread: threading.Thread | None = None
+    view: Progress | None = None  # None: its daemon has not stepped yet
+    last_state: RunState | None = None
+    history: list[HistoryPoint] = field(default_factory=list)
+    told: list[str] = field(default_factory=list)  # "cancel", "interrupt"
+    last_point: float = 0.0
+
+    def live(self) -> Progress | None:
+        """What the job's run shows now (None: nothing yet)."""
+        return self.view if self.pool is None else self.pool.views.get(self.job_id)
+
+    def points(self) -> list[HistoryPoint]:
+        if self.pool is None:
+            return self.history
+        return self.pool.histories.get(self.job_id, [])
+
+    def record(self, state: RunState, estimate: float | None, now: float) -> None:
+        clock = Clock(self.files.start_wall, self.files.cfg.time_scale)
+        self.last_state = state
+        self.view = view = progress(state, self.files.cfg, clock, estimate)
+        if now - self.last_point >= 1.0:
+            self.last_point = now
+            self.history.append((round(now, 3), view.done, view.spend))
+            if len(self.history) > HISTORY_POINTS:
+                self.history = self.history[::2]
+
+
+@dataclass(frozen=True)
+class Ending:
+    """How a job's own run ended: its state, last view, and the daemon's outcome."""
+
+    state: JobState
+    progress: Progress
+    outcome: Outcome | None
+
+
+def for_the_service(cfg: RunConfig, max_running: int) -> RunConfig:
+    """A job's config as the service runs it: its metrics are the service's, and with
+    jobs side by side each dispatcher takes a free port."""
+    daemon = cfg.daemon.model_copy(
+        update={"metrics_port": None, **({"port": 0} if max_running > 1 else {})}
+    )
+    return cfg.model_copy(update={"daemon": daemon})
+
+
+def with_constraint(cfg: RunConfig, budget: float | None, deadline_s: float | None) -> RunConfig:
+    """A config with a new budget or deadline (``deadline_s``: after each job arrives)."""
+    new = {k: v for k, v in (("budget", budget), ("deadline_s", deadline_s)) if v is not None}
+    data = cfg.model_dump(mode="json")
+    if cfg.jobs:
+        for job in data["jobs"]:
+            job["constraint"].update(new)
+    else:
+        data["constraint"].update(new)
+    return RunConfig.model_validate(data)
+
+
+def deadline_at(row: JobRow) -> float | None:
+    """A job's deadline on the wall clock (a store older than the column: from when it
+    was submitted)."""
+    return (
+        row.deadline_at
+        if row.deadline_at is not None
+        else deadline_at_of(row.config, row.submitted_at)
+    )
+
+
+def starting_now(cfg: RunConfig, deadline_wall: float | None, now: float) -> RunConfig:
+    """A job's config for a run that starts at wall time ``now``: its one deadline in run
+    seconds from then, as the user fixed it when submitting."""
+    if deadline_wall is None:
+        return cfg
+    left = (deadline_wall - now) * cfg.time_scale - (cfg.jobs[0].at if cfg.jobs else 0.0)
+    if left <= 0:
+        raise DeadlinePassed("its deadline passed while it was queued")
+    return with_constraint(cfg, None, left)
+
+
+def own_run_files(
+    row: JobRow,
+    tasks: Callable[[], list[TaskSpec]],
+    *,
+    jobs_dir: Path,
+    shared: bool,
+    max_running: int,
+    now: float,
+) -> tuple[RunFiles, bool, str | None]:
+    """The run directory of a job on its own machines: resumed from its journal, or made
+    afresh. Whether it resumes, and why (an interrupted job) for ``Resumed``."""
+    run_dir = row.run_dir
+    if (run_dir / JOURNAL_DB).is_file():
+        resumed = "the service started again" if row.state is JobState.INTERRUPTED else None
+        return RunFiles.open(run_dir), True, resumed
+    if run_dir.exists() and run_dir.parent == jobs_dir:
+        shutil.rmtree(run_dir)  # a start cut short before its journal: begin again
+    cfg = starting_now(row.config, deadline_at(row), now)
+    if shared:
+        cfg = for_the_service(cfg, max_running)
+    seed = cfg.emulator.seed if row.seed is None else row.seed
+    run_id = row.run_id or new_run_id(cfg)
+    return RunFiles.create(cfg, tasks(), run_dir, run_id, seed), False, None
+
+
+def run_own(runner: Runner, fallback: Progress) -> Ending:
+    """Run a job's own daemon to its end (on the job's thread): how it ended.
+    ``fallback``: its view if the daemon broke before it showed any."""
+    files = runner.files
+    clock = Clock(files.start_wall, files.cfg.time_scale)
+    try:
+        outcome = runner.daemon.run()
+    except Exception as exc:  # a daemon that breaks fails its job, not the service
+        error = str(exc) if isinstance(exc, AutoscalerError) else repr(exc)
+        state_now = runner.last_state
+        last = progress(state_now, files.cfg, clock) if state_now is not None else None
+        view = last or runner.view or fallback
+        return Ending(JobState.FAILED, view.stopped(f"daemon error: {error}"), None)
+    state = outcome.state
+    report = outcome.report
+    met = all(j.met_deadline for j in report.jobs) if isinstance(report, DeadlineReport) else True
+    view = replace(
+        progress(state, files.cfg, clock),
+        met_deadline=met if state.deadline_mode else None,
+    )
+    if "interrupt" in runner.told and state.interrupted:
+        ended = JobState.INTERRUPTED
+    elif "cancel" in runner.told:
+        ended = JobState.CANCELLED
+    elif report.stop_reason is None and state.finished:
+        ended = JobState.DONE
+    else:
+        ended = JobState.STOPPED
+    return Ending(ended, view, outcome)
+
+
+def open_pool(
+    row: JobRow,
+    tasks: Callable[[str], list[TaskSpec]],
+    *,
+    state_dir: Path,
+    max_running: int,
+    plots: bool,
+    clock: Callable[[], float],
+    row_of: Callable[[str], JobRow],
+    ended: JobEnded,
+) -> tuple[Pool, bool]:
+    """The deadline pool, resumed from its directory or made with ``row`` as its first
+    job (its deadline as fixed at submission); and whether ``row`` is in it already.
+    Its daemon is made, not started."""
+    pool_dir = state_dir / POOL_DIR
+    if (pool_dir / JOURNAL_DB).is_file():
+        files = RunFiles.open(pool_dir)
+        resume, joined = True, row.in_pool
+    else:
+        if pool_dir.exists():
+            shutil.rmtree(pool_dir)  # a start cut short before its journal
+        cfg = starting_now(row.config, deadline_at(row), clock())
+        cfg = for_the_service(pool_config(cfg, row.id), max_running)
+        seed = cfg.emulator.seed
+        files = RunFiles.create(cfg, tasks(row.id), pool_dir, new_run_id(cfg), seed)
+        resume, joined = False, True
+    pool = Pool(files, clock, row_of, ended)
+    pool.daemon = Daemon(
+        files,
+        resume=resume,
+        progress=pool.progress,
+        install_signals=False,
+        resumed="the service started again",
+        plots=plots,
+    )
+    return pool, joined
+
+
+def run_pool(pool: Pool) -> tuple[bool, str | None]:
+    """Run the pool's daemon until the service stops it (on the pool's thread): whether
+    it was interrupted, and the error it broke with (None: it did not)."""
+    assert pool.daemon is not None
+    try:
+        outcome = pool.daemon.run()
+    except Exception as exc:  # a pool that breaks fails its jobs, not the service
+        return False, str(exc) if isinstance(exc, AutoscalerError) else repr(exc)
+    return outcome.state.interrupted, None
