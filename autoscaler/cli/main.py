@@ -202,9 +202,11 @@ def run(
         _exit_with(AutoscalerError("give a config file (or --resume RUN_DIR)"))
     if job:
         from autoscaler.cli.service import run_service_jobs
+        from autoscaler.config.service import load_service_config
+        from autoscaler.run.start import new_run_id
 
-        out_dir = out if out is not None else Path("runs") / f"service-{int(time.time())}"
         try:
+            out_dir = out or Path("runs") / new_run_id(load_service_config(config))
             code = run_service_jobs(config, job, dry_run=dry_run, seed=seed, out=out_dir)
         except AutoscalerError as exc:
             _exit_with(exc)

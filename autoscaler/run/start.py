@@ -24,6 +24,7 @@ from autoscaler.budget.controller import Controller, ControllerSettings
 from autoscaler.budget.estimate import sample_size
 from autoscaler.config.load import expand_jobs, task_means
 from autoscaler.config.schema import RunConfig
+from autoscaler.config.service import ServiceConfig
 from autoscaler.core.billing import BillingModel
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.journal import JOURNAL_JSONL, Journal, JsonlJournal
@@ -222,7 +223,8 @@ class DryRun:
     wall_s: float
 
 
-def new_run_id(cfg: RunConfig) -> str:
+def new_run_id(cfg: RunConfig | ServiceConfig) -> str:
+    """A run's id (and its directory's name under ``runs/``): name, UTC time, 4 hex."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     return f"{cfg.name}-{stamp}-{random.SystemRandom().randrange(16**4):04x}"
 

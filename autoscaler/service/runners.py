@@ -21,10 +21,11 @@ from autoscaler.core.model import TaskSpec
 from autoscaler.core.state import RunState
 from autoscaler.report.report import DeadlineReport
 from autoscaler.run.daemon import Daemon, Outcome
-from autoscaler.run.rundir import RunFiles
+from autoscaler.run.rundir import RunFiles, read_run
 from autoscaler.run.start import new_run_id
+from autoscaler.service.daily import JobRun
 from autoscaler.service.pool import POOL_DIR, JobEnded, Pool, pool_config
-from autoscaler.service.store import JobRow, JobState, deadline_at_of
+from autoscaler.service.store import ENDED, JobRow, JobState, deadline_at_of
 from autoscaler.service.view import Clock, HistoryPoint, Progress, progress
 
 HISTORY_POINTS = 600
@@ -228,3 +229,38 @@ def run_pool(pool: Pool) -> tuple[bool, str | None]:
     except Exception as exc:  # a pool that breaks fails its jobs, not the service
         return False, str(exc) if isinstance(exc, AutoscalerError) else repr(exc)
     return outcome.state.interrupted, None
+
+
+class RunStates:
+    """Runs' states as their journals have them (a live run's too, read only), for the
+    daily cost reports; an ended job's is kept once known."""
+
+    def __init__(self) -> None:
+        self._ended: dict[str, JobRun] = {}
+
+    def keep(self, job_id: str, state: RunState, files: RunFiles) -> None:
+        """An ended job's final state."""
+        self._ended[job_id] = JobRun(job_id, "", state, files.start_wall, files.cfg.time_scale)
+
+    def job_runs(self, pooled: list[JobRow], own: list[JobRow], pool_dir: Path) -> list[JobRun]:
+        """The records of ``pooled`` jobs (one shared run: each job's share of each
+        machine, by its tasks' seconds) and of jobs on their ``own`` machines."""
+        records = []
+        if pooled:
+            run = _read(pool_dir)
+            if run is not None:
+                records += [replace(run, id=row.id, name=row.name, job=row.id) for row in pooled]
+        for row in own:
+            run = self._ended.get(row.id) or _read(row.run_dir)
+            if run is not None:
+                if row.state in ENDED:
+                    self._ended[row.id] = run
+                records.append(replace(run, id=row.id, name=row.name))
+        return records
+
+
+def _read(run_dir: Path) -> JobRun | None:
+    if not (run_dir / JOURNAL_DB).is_file():
+        return None
+    files, state = read_run(run_dir)
+    return JobRun("", "", state, files.start_wall, files.cfg.time_scale)

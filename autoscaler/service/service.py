@@ -20,7 +20,6 @@ once. The store also keeps a log of every update.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import sqlite3
 import threading
@@ -32,24 +31,23 @@ from typing import Any
 from autoscaler.config.schema import RunConfig
 from autoscaler.config.service import ServiceConfig, job_config
 from autoscaler.core.errors import AutoscalerError
-from autoscaler.core.journal import JOURNAL_DB
 from autoscaler.core.model import BudgetSet, DeadlineSet, Interrupted, Shutdown, TaskSpec
 from autoscaler.core.state import RunState
 from autoscaler.run.daemon import Daemon, Outcome
-from autoscaler.run.rundir import read_run
 from autoscaler.run.start import json_logger
-from autoscaler.service.daily import JobRun, daily_costs, write_daily_reports
+from autoscaler.service.daily import daily_costs, write_daily_reports
 from autoscaler.service.pool import POOL_DIR, Pool, shares_the_pool
 from autoscaler.service.runners import (
     DeadlinePassed,
     Runner,
+    RunStates,
     open_pool,
     own_run_files,
     run_own,
     run_pool,
     with_constraint,
 )
-from autoscaler.service.store import DB_FILE, ENDED, JobRow, JobState, Store
+from autoscaler.service.store import DB_FILE, ENDED, JobRow, JobState, Store, lock_state_dir
 from autoscaler.service.view import HistoryPoint, JobView, Progress, final_json, job_view, queued
 
 LOCK_FILE = "service.lock"
@@ -85,7 +83,7 @@ class Service:
         self._runners: dict[str, Runner] = {}
         self._pool: Pool | None = None  # once a deadline job shares it
         self._starting: set[str] = set()  # picked by the pump, being started
-        self._ended_states: dict[str, tuple[RunState, float, float]] = {}
+        self._run_states = RunStates()  # for the daily cost reports
         self._closing = False
         self._pump: threading.Thread | None = None
         self._lock_fd: int | None = None
@@ -101,18 +99,7 @@ class Service:
         jobs left running or interrupted by the last service carry on."""
         self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         os.chmod(self.state_dir, 0o700)
-        fd = os.open(self.state_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            other = os.pread(fd, 32, 0).decode(errors="replace").strip()
-            os.close(fd)
-            raise AutoscalerError(
-                f"{self.state_dir}: another service runs here (pid {other or '?'})"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self._lock_fd = fd
+        self._lock_fd = lock_state_dir(self.state_dir / LOCK_FILE)
         (self.state_dir / JOBS_DIR).mkdir(exist_ok=True)
         self._log_file = (self.state_dir / LOG_FILE).open("a", encoding="utf-8")
         self.log = json_logger(self._log_file).bind(service=self.config.name)
@@ -400,41 +387,14 @@ class Service:
     def write_daily_reports(self) -> list[Path]:
         """The cost per UTC day, per job and per machine type, of every job that ran
         (``reports/daily/YYYY-MM-DD.json`` and ``.md``); the files written."""
-        records = []
-        pooled = self._store.rows("WHERE in_pool = 1")
-        if pooled:  # one shared run: each job's share of each machine, by its tasks' seconds
-            got = self._run_dir_state(self.state_dir / POOL_DIR)
-            if got is not None:
-                state, start_wall, ts = got
-                records += [
-                    JobRun(row.id, row.name, state, start_wall, ts, job=row.id) for row in pooled
-                ]
-        for row in self._store.rows("WHERE started_at IS NOT NULL AND in_pool = 0"):
-            got = self._report_state(row)
-            if got is not None:
-                state, start_wall, ts = got
-                records.append(JobRun(row.id, row.name, state, start_wall, ts))
+        records = self._run_states.job_runs(
+            self._store.rows("WHERE in_pool = 1"),
+            self._store.rows("WHERE started_at IS NOT NULL AND in_pool = 0"),
+            self.state_dir / POOL_DIR,
+        )
         out = self.state_dir / "reports" / "daily"
         out.mkdir(parents=True, exist_ok=True)
         return write_daily_reports(daily_costs(records), out)
-
-    def _report_state(self, row: JobRow) -> tuple[RunState, float, float] | None:
-        """A job's state for the cost reports: its final one, else read from its journal
-        (a running job's, as far as it is written)."""
-        if row.id in self._ended_states:
-            return self._ended_states[row.id]
-        got = self._run_dir_state(row.run_dir)
-        if got is not None and row.state in ENDED:
-            self._ended_states[row.id] = got
-        return got
-
-    @staticmethod
-    def _run_dir_state(run_dir: Path) -> tuple[RunState, float, float] | None:
-        """A run's state as its journal has it (a live run's too: read only)."""
-        if not (run_dir / JOURNAL_DB).is_file():
-            return None
-        files, state = read_run(run_dir)
-        return state, files.start_wall, files.cfg.time_scale
 
     # --- the pump: start what can start, reap what ended -----------------------------
 
@@ -538,7 +498,7 @@ class Service:
         files = runner.files
         if ending.outcome is not None:
             state = ending.outcome.state
-            self._ended_states[runner.job_id] = (state, files.start_wall, files.cfg.time_scale)
+            self._run_states.keep(runner.job_id, state, files)
             self.outcomes[runner.job_id] = ending.outcome
         view = ending.progress
         with self._cond:

@@ -10,7 +10,9 @@ waits in the queue keeps the user's deadline.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
+import os
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
@@ -130,6 +132,23 @@ def deadline_at_of(cfg: RunConfig, now: float) -> float | None:
     """The wall-clock time of a job's one deadline, for a job submitted at ``now``."""
     deadline_s = deadline_s_of(cfg)
     return None if deadline_s is None else now + deadline_s / cfg.time_scale
+
+
+def lock_state_dir(lock_file: Path) -> int:
+    """Take a state directory for this process (one service each): the lock file's
+    descriptor, held until it is closed, with this process's id in it."""
+    fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        other = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        os.close(fd)
+        raise AutoscalerError(
+            f"{lock_file.parent}: another service runs here (pid {other or '?'})"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
 
 
 class Store:

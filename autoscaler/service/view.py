@@ -123,7 +123,7 @@ def queued(row: JobRow) -> Progress:
         spend=0.0,
         cost=0.0,
         budget=cfg.constraint.budget if cfg.constraint is not None else None,
-        deadline_at=row.deadline_at,
+        deadline_at=None,
         predicted_finish_at=None,
         machines=(),
         stop_reason=None,
