@@ -104,8 +104,7 @@ def serve(
         service.open()
         server = serve_api(service, cfg.settings.host, cfg.settings.port)
     except AutoscalerError as exc:
-        with contextlib.suppress(Exception):
-            service.close()
+        service.close()  # safe on a service opened in part, or not at all
         _exit_with(exc)
     _out.print(
         f"service {cfg.name} ({cfg.provider}): state directory {where}, API {server.url} "

@@ -17,7 +17,7 @@ from pathlib import Path
 from autoscaler.config.schema import RunConfig
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.journal import JOURNAL_DB
-from autoscaler.core.model import TaskSpec
+from autoscaler.core.model import BudgetSet, DeadlineSet, TaskSpec
 from autoscaler.core.state import RunState
 from autoscaler.report.report import DeadlineReport
 from autoscaler.run.daemon import Daemon, Outcome
@@ -64,6 +64,35 @@ class Runner:
             return self.history
         return self.pool.histories.get(self.job_id, [])
 
+    def check_change(self, budget: float | None) -> None:
+        """Raise if the job's run cannot take a change now (a new ``budget``, or else a
+        deadline)."""
+        if self.pool is not None and budget is not None:
+            raise AutoscalerError(
+                f"job {self.job_id} has no budget of its own: it shares the deadline "
+                "pool's machines (submit a job with a budget to hold one)"
+            )
+        view = self.live()
+        if view is None:
+            raise AutoscalerError(f"job {self.job_id} is starting: update it in a moment")
+        if budget is not None and budget < view.spend - 1e-9:
+            raise AutoscalerError(
+                f"budget {budget:.2f} is below the {view.spend:.2f} job {self.job_id} "
+                "has committed already"
+            )
+
+    def change(self, budget: float | None, deadline_s: float | None) -> None:
+        """Tell the job's daemon its new budget, or its deadline ``deadline_s`` run
+        seconds from now (checked first with ``check_change``)."""
+        if budget is not None:
+            self.daemon.tell(BudgetSet(budget, "updated by the user"))
+            return
+        assert deadline_s is not None
+        at = self.daemon.now() + deadline_s
+        names = [self.job_id] if self.pool is not None else [j.name for j in self.daemon.state.jobs]
+        for name in names:
+            self.daemon.tell(DeadlineSet(name, at, "updated by the user"))
+
     def record(self, state: RunState, estimate: float | None, now: float) -> None:
         clock = Clock(self.files.start_wall, self.files.cfg.time_scale)
         self.last_state = state
@@ -82,6 +111,21 @@ class Ending:
     state: JobState
     progress: Progress
     outcome: Outcome | None
+
+
+def check_change(row: JobRow, budget: float | None, deadline_s: float | None) -> None:
+    """Raise if job ``row`` cannot take a new ``budget`` or ``deadline_s`` (run seconds
+    from now)."""
+    if row.state in ENDED:
+        raise AutoscalerError(f"job {row.id} has ended ({row.state}): nothing to update")
+    if budget is not None and not budget > 0:
+        raise AutoscalerError(f"budget: must be positive (got {budget:g})")
+    if deadline_s is not None and not deadline_s > 0:
+        raise AutoscalerError(f"deadline: must be in the future (got {deadline_s:g} s from now)")
+    if deadline_s is not None and not row.config.deadline_mode:
+        raise AutoscalerError(
+            f"job {row.id} runs under a budget, not a deadline: update its --budget"
+        )
 
 
 def for_the_service(cfg: RunConfig, max_running: int) -> RunConfig:

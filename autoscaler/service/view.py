@@ -257,6 +257,19 @@ def job_view(
     )
 
 
+def service_summary(views: Sequence[JobView]) -> dict[str, Any]:
+    """The service's figures over its jobs: jobs by state, machines alive, spend."""
+    by_state: dict[str, int] = {}
+    for v in views:
+        by_state[v.state] = by_state.get(v.state, 0) + 1
+    running = [v for v in views if v.state is JobState.RUNNING]
+    return {
+        "jobs_by_state": by_state,
+        "machines_alive": sum(len(v.progress.machines) for v in running),
+        "spend": round(sum(v.progress.spend for v in views), 4),
+    }
+
+
 def final_json(body: Progress, history: Sequence[Sequence[float]]) -> dict[str, Any]:
     """What the store keeps of an ended job: its last progress and its history."""
     return {**body.to_json(), "history": [list(p) for p in history]}
