@@ -27,7 +27,7 @@ from autoscaler.config.schema import RunConfig
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.model import JobSpec, TaskSpec
 from autoscaler.core.state import RunState
-from autoscaler.service.store import JobRow, deadline_at_of
+from autoscaler.service.store import DeadlinePassed, JobRow, deadline_at_of
 from autoscaler.service.view import Clock, HistoryPoint, Progress, progress
 
 if TYPE_CHECKING:
@@ -96,6 +96,8 @@ class Pool:
         cfg = row.config
         deadline_at = row.deadline_at or deadline_at_of(cfg, row.submitted_at)
         assert deadline_at is not None, "a pool job has a deadline"
+        if deadline_at <= self.clock():
+            raise DeadlinePassed("its deadline passed while it was queued")
         spec = JobSpec(
             name=row.id,
             first=0,

@@ -8,15 +8,13 @@ import sqlite3
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autoscaler.config.service import ServiceConfig
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.state import RunState
-from autoscaler.run.daemon import Daemon, Outcome
 from autoscaler.service.pool import Pool, shares_the_pool
 from autoscaler.service.runners import (
-    DeadlinePassed,
     Runner,
     RunStates,
     open_pool,
@@ -24,8 +22,11 @@ from autoscaler.service.runners import (
     run_own,
     run_pool,
 )
-from autoscaler.service.store import ENDED, JobRow, JobState, Store
+from autoscaler.service.store import ENDED, DeadlinePassed, JobRow, JobState, Store
 from autoscaler.service.view import HistoryPoint, Progress, final_json, queued
+
+if TYPE_CHECKING:
+    from autoscaler.run.daemon import Outcome
 
 JOBS_DIR = "jobs"
 
@@ -125,6 +126,8 @@ class Pump:
         self._store.set_state(row.id, state, ended_at=self.clock(), final=final)
 
     def _start(self, row: JobRow) -> None:
+        from autoscaler.run.daemon import Daemon
+
         sharing = self.shared and self.config.settings.share_deadline_jobs
         if sharing and (row.in_pool or shares_the_pool(row.config)):
             self._start_in_pool(row)

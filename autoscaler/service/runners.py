@@ -13,31 +13,29 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from autoscaler.config.schema import RunConfig
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.journal import JOURNAL_DB
 from autoscaler.core.model import BudgetSet, DeadlineSet, TaskSpec
 from autoscaler.core.state import RunState
-from autoscaler.report.report import DeadlineReport
-from autoscaler.run.daemon import Daemon, Outcome
-from autoscaler.run.rundir import RunFiles, read_run
-from autoscaler.run.start import new_run_id
-from autoscaler.service.daily import JobRun
 from autoscaler.service.pool import POOL_DIR, JobEnded, Pool, pool_config
-from autoscaler.service.store import ENDED, JobRow, JobState, deadline_at_of
+from autoscaler.service.store import ENDED, DeadlinePassed, JobRow, JobState, deadline_at_of
 from autoscaler.service.view import Clock, HistoryPoint, Progress, progress
+
+if TYPE_CHECKING:
+    from autoscaler.run.daemon import Daemon, Outcome
+    from autoscaler.run.rundir import RunFiles
+    from autoscaler.service.daily import JobRun
+
+# The drivers (daemon, run directory, reports) are imported where a run starts: the
+# service's clients (`autoscaler jobs`, `wait`, ...) import this room and start fast.
 
 HISTORY_POINTS = 600
 """At most this many points of a job's history are kept (thinned when full)."""
 
 ProgressHook = Callable[[RunState, float | None], None]
-
-
-class DeadlinePassed(AutoscalerError):
-    """A queued job's deadline passed before it could start."""
-
-    code = "DeadlinePassed"
 
 
 @dataclass
@@ -181,6 +179,9 @@ def own_run_files(
 ) -> tuple[RunFiles, bool, str | None]:
     """The run directory of a job on its own machines: resumed from its journal, or made
     afresh. Whether it resumes, and why (an interrupted job) for ``Resumed``."""
+    from autoscaler.run.rundir import RunFiles
+    from autoscaler.run.start import new_run_id
+
     run_dir = row.run_dir
     if (run_dir / JOURNAL_DB).is_file():
         resumed = "the service started again" if row.state is JobState.INTERRUPTED else None
@@ -198,6 +199,8 @@ def own_run_files(
 def run_own(runner: Runner, fallback: Progress) -> Ending:
     """Run a job's own daemon to its end (on the job's thread): how it ended.
     ``fallback``: its view if the daemon broke before it showed any."""
+    from autoscaler.report.report import DeadlineReport
+
     files = runner.files
     clock = Clock(files.start_wall, files.cfg.time_scale)
     try:
@@ -240,6 +243,10 @@ def open_pool(
     """The deadline pool, resumed from its directory or made with ``row`` as its first
     job (its deadline as fixed at submission); and whether ``row`` is in it already.
     Its daemon is made, not started."""
+    from autoscaler.run.daemon import Daemon
+    from autoscaler.run.rundir import RunFiles
+    from autoscaler.run.start import new_run_id
+
     pool_dir = state_dir / POOL_DIR
     if (pool_dir / JOURNAL_DB).is_file():
         files = RunFiles.open(pool_dir)
@@ -284,6 +291,8 @@ class RunStates:
 
     def keep(self, job_id: str, state: RunState, files: RunFiles) -> None:
         """An ended job's final state."""
+        from autoscaler.service.daily import JobRun
+
         self._ended[job_id] = JobRun(job_id, "", state, files.start_wall, files.cfg.time_scale)
 
     def job_runs(self, pooled: list[JobRow], own: list[JobRow], pool_dir: Path) -> list[JobRun]:
@@ -304,6 +313,9 @@ class RunStates:
 
 
 def _read(run_dir: Path) -> JobRun | None:
+    from autoscaler.run.rundir import read_run
+    from autoscaler.service.daily import JobRun
+
     if not (run_dir / JOURNAL_DB).is_file():
         return None
     files, state = read_run(run_dir)

@@ -25,15 +25,12 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autoscaler.config.schema import RunConfig
 from autoscaler.config.service import ServiceConfig, job_config
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.model import Interrupted, Shutdown, TaskSpec
-from autoscaler.run.daemon import Daemon, Outcome
-from autoscaler.run.start import json_logger
-from autoscaler.service.daily import daily_costs, write_daily_reports
 from autoscaler.service.pool import POOL_DIR, Pool
 from autoscaler.service.pump import JOBS_DIR, JobEndHook, ProgressHook, Pump
 from autoscaler.service.runners import (
@@ -51,6 +48,9 @@ from autoscaler.service.view import (
     queued,
     service_summary,
 )
+
+if TYPE_CHECKING:
+    from autoscaler.run.daemon import Daemon, Outcome
 
 LOCK_FILE = "service.lock"
 LOG_FILE = "service.log.jsonl"
@@ -98,6 +98,8 @@ class Service(Pump):
         os.chmod(self.state_dir, 0o700)
         self._lock_fd = lock_state_dir(self.state_dir / LOCK_FILE)
         (self.state_dir / JOBS_DIR).mkdir(exist_ok=True)
+        from autoscaler.run.start import json_logger
+
         self._log_file = (self.state_dir / LOG_FILE).open("a", encoding="utf-8")
         self.log = json_logger(self._log_file).bind(service=self.config.name)
         self.store = Store(self.state_dir / DB_FILE)
@@ -327,6 +329,8 @@ class Service(Pump):
     def write_daily_reports(self) -> list[Path]:
         """The cost per UTC day, per job and per machine type, of every job that ran
         (``reports/daily/YYYY-MM-DD.json`` and ``.md``); the files written."""
+        from autoscaler.service.daily import daily_costs, write_daily_reports
+
         records = self._run_states.job_runs(
             self._store.rows("WHERE in_pool = 1"),
             self._store.rows("WHERE started_at IS NOT NULL AND in_pool = 0"),

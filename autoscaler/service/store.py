@@ -66,6 +66,12 @@ class JobNotFound(AutoscalerError):
     code = "JobNotFound"
 
 
+class DeadlinePassed(AutoscalerError):
+    """A queued job's deadline passed before it could start."""
+
+    code = "DeadlinePassed"
+
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
     seq INTEGER PRIMARY KEY,
