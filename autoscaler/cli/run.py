@@ -8,7 +8,6 @@ import contextlib
 import json
 import time
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -86,9 +85,10 @@ def run(
         raise AutoscalerError("give a config file (or --resume RUN_DIR)")
     if job:
         from autoscaler.cli.service_run import run_service_jobs
+        from autoscaler.config.service import load_service_config
+        from autoscaler.run.build import new_run_id
 
-        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")  # as a run id's
-        out_dir = out if out is not None else Path("runs") / f"service-{stamp}"
+        out_dir = out or Path("runs") / new_run_id(load_service_config(config))
         code = run_service_jobs(config, job, dry_run=dry_run, seed=seed, out=out_dir)
         raise typer.Exit(code)
     kind = config_kind(config)

@@ -96,8 +96,7 @@ def serve(
         service.open()
         server = serve_api(service, cfg.settings.host, cfg.settings.port)
     except AutoscalerError:
-        with contextlib.suppress(Exception):
-            service.close()
+        service.close()  # safe on a service opened in part, or not at all
         raise
     console.print(
         f"service {cfg.name} ({cfg.provider}): state directory {where}, API {server.url} "
@@ -214,46 +213,19 @@ _DB_FILE = "service.db"
 
 
 def _stored_views(db: Path) -> list[dict[str, Any]]:
-    """The jobs a stopped service keeps, read-only from its store: an ended job's final
-    view, else what its row says (a job that was running shows as the service left it)."""
+    """The jobs a stopped service keeps, read-only from its store, as the service shows
+    them (an ended job's final view; a job that was running as the service left it)."""
+    from autoscaler.service.store import Store
+    from autoscaler.service.view import job_view
+
     try:
-        with contextlib.closing(sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True)) as conn:
-            rows = conn.execute(
-                "SELECT id, name, state, submitted_at, started_at, ended_at, run_dir, "
-                "n_tasks, config, final FROM jobs ORDER BY seq"
-            ).fetchall()
+        store = Store(db, read_only=True)
+        try:
+            return [job_view(row, None, None).to_json() for row in store.rows()]
+        finally:
+            store.close()
     except sqlite3.Error as exc:
         raise AutoscalerError(f"{db}: cannot read the service's jobs ({exc})") from None
-    views = []
-    for id_, name, state, submitted, started, ended, run_dir, n_tasks, config, final in rows:
-        constraint = json.loads(config).get("constraint", {})
-        body: dict[str, Any] = {
-            "mode": "deadline" if constraint.get("deadline_s") is not None else "budget",
-            "tasks": n_tasks,
-            "done": 0,
-            "failed": 0,
-            "spend": 0.0,
-            "cost": 0.0,
-            "budget": constraint.get("budget"),
-            "deadline_at": None,
-            "predicted_finish_at": None,
-            "stop_reason": None,
-        }
-        if final is not None:
-            body.update(json.loads(final))
-        views.append(
-            {
-                "id": id_,
-                "name": name,
-                "state": state,
-                "submitted_at": submitted,
-                "started_at": started,
-                "ended_at": ended,
-                "run_dir": run_dir,
-                **body,
-            }
-        )
-    return views
 
 
 @app.command()
@@ -267,7 +239,7 @@ def cancel(
     Exit code 0 when the cancel is asked; 2 when the job has ended already (nothing to
     cancel: its report stands) or cannot be cancelled.
     """
-    from autoscaler.service.service import ENDED
+    from autoscaler.service.store import ENDED
 
     client = _client(state_dir)
     view = _call(client, "GET", f"/api/v1/jobs/{job_id}")
@@ -341,7 +313,7 @@ def wait(
 ) -> None:
     """Block until the job ends. Exit code: 0 done, 3 stopped (its report says why),
     4 done but a deadline missed, 5 cancelled, 6 interrupted, 7 failed, 124 timed out."""
-    from autoscaler.service.service import ENDED, EXIT_CODES
+    from autoscaler.service.store import ENDED, EXIT_CODES
 
     client = _client(state_dir)
     end = None if timeout is None else time.monotonic() + timeout

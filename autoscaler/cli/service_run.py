@@ -115,7 +115,8 @@ def run_service_jobs(
     from rich.table import Table
 
     from autoscaler.config.service import job_config, load_service_config, load_yaml
-    from autoscaler.service.service import EXIT_CODES, Service
+    from autoscaler.service.service import Service
+    from autoscaler.service.store import EXIT_CODES
 
     svc = load_service_config(config)
     given = [_job_arg(j) for j in jobs]

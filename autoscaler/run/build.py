@@ -17,6 +17,7 @@ from autoscaler.budget.controller import Controller, ControllerSettings
 from autoscaler.budget.estimate import sample_size
 from autoscaler.config.load import expand_jobs
 from autoscaler.config.schema import RunConfig
+from autoscaler.config.service import ServiceConfig
 from autoscaler.core.billing import BillingModel
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.model import (
@@ -156,7 +157,8 @@ def added_job(job: JobSpec, first: int, at: float, seed: int) -> JobAdded:
     return JobAdded(spec, tuple(order))
 
 
-def new_run_id(cfg: RunConfig) -> str:
+def new_run_id(cfg: RunConfig | ServiceConfig) -> str:
+    """A run's id (and its directory's name under ``runs/``): name, UTC time, 4 hex."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     return f"{cfg.name}-{stamp}-{random.SystemRandom().randrange(16**4):04x}"
 

@@ -37,7 +37,8 @@ from typing import Any
 
 from autoscaler.core.atomic import write_atomic
 from autoscaler.core.errors import AutoscalerError, ConfigError
-from autoscaler.service.service import JobNotFound, Service
+from autoscaler.service.service import Service
+from autoscaler.service.store import JobNotFound
 
 TOKEN_FILE = "token"
 API_FILE = "api.json"
@@ -197,7 +198,7 @@ class _Handler(BaseHTTPRequestHandler):
             case "GET", ["metrics"]:
                 from autoscaler.service.metrics import render_metrics
 
-                text, content_type = render_metrics(service.views())
+                text, content_type = render_metrics(service.job_views())
                 self._send(HTTPStatus.OK, text, content_type)
             case "GET", ["api", "v1", "status"]:
                 self._json(

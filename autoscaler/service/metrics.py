@@ -3,28 +3,25 @@ and ``name``) its tasks by state, money committed and cost, its budget, deadline
 predicted finish when it has them, and a 0/1 gauge per job state; for the service, jobs
 by state and machines alive.
 
-Built afresh from the jobs' views (the API's JobView, issue 13) on each scrape, in a
+Built afresh from the jobs' views (``service.view.JobView``) on each scrape, in a
 registry of its own, so a job that is gone leaves no stale series behind.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
-JOB_STATES = ("queued", "running", "done", "stopped", "failed", "cancelled", "interrupted")
-"""The states of a service job (JobView ``state``)."""
-_TASK_STATES = ("done", "failed", "running")
+from autoscaler.service.store import JobState
+from autoscaler.service.view import JobView
+
+JOB_STATES = tuple(s.value for s in JobState)
+"""The states of a service job (``JobView.state``)."""
 _RELEASED = "released"
 
 
-def render_metrics(jobs: Sequence[Mapping[str, Any]]) -> tuple[bytes, str]:
-    """The body and content type of ``/metrics`` for the JobView dicts ``jobs``.
-
-    Reads of each view: ``id``, ``name``, ``state``, ``tasks``, ``done``, ``failed``,
-    ``running``, ``spend``, ``cost``, ``budget``, ``deadline_at``, ``predicted_finish_at``
-    (epoch seconds) and ``machines`` (each with ``state``; alive unless ``released``).
-    """
+def render_metrics(jobs: Sequence[JobView]) -> tuple[bytes, str]:
+    """The body and content type of ``/metrics`` for the views ``jobs`` (a machine is
+    alive unless ``released``)."""
     from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
 
     r = CollectorRegistry()
@@ -62,24 +59,25 @@ def render_metrics(jobs: Sequence[Mapping[str, Any]]) -> tuple[bytes, str]:
     machines = 0
     committed = 0.0
     for view in jobs:
-        key = (str(view["id"]), str(view["name"]))
-        for st in _TASK_STATES:
-            tasks.labels(*key, st).set(view[st])
-        tasks.labels(*key, "total").set(view["tasks"])
-        spend.labels(*key).set(view["spend"])
-        cost.labels(*key).set(view["cost"])
-        for gauge, field in (
-            (budget, "budget"),
-            (deadline, "deadline_at"),
-            (finish, "predicted_finish_at"),
+        key = (view.id, view.name)
+        p = view.progress
+        for st, n in (("done", p.done), ("failed", p.failed), ("running", p.running)):
+            tasks.labels(*key, st).set(n)
+        tasks.labels(*key, "total").set(p.tasks)
+        spend.labels(*key).set(p.spend)
+        cost.labels(*key).set(p.cost)
+        for gauge, value in (
+            (budget, p.budget),
+            (deadline, p.deadline_at),
+            (finish, p.predicted_finish_at),
         ):
-            if view.get(field) is not None:
-                gauge.labels(*key).set(view[field])
+            if value is not None:
+                gauge.labels(*key).set(value)
         for st in JOB_STATES:
-            job_state.labels(*key, st).set(int(view["state"] == st))
-        counts[view["state"]] = counts.get(view["state"], 0) + 1
-        machines += sum(m["state"] != _RELEASED for m in view.get("machines", ()))
-        committed += view["spend"]
+            job_state.labels(*key, st).set(int(view.state == st))
+        counts[view.state] = counts.get(view.state, 0) + 1
+        machines += sum(m.state != _RELEASED for m in p.machines)
+        committed += p.spend
     for st, n in counts.items():
         by_state.labels(st).set(n)
     alive.set(machines)

@@ -21,31 +21,32 @@ from __future__ import annotations
 
 import json
 import threading
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autoscaler.config.schema import RunConfig
 from autoscaler.core.errors import AutoscalerError
-from autoscaler.core.model import JobSpec, JobWithdrawn, TaskState
+from autoscaler.core.model import JobSpec, JobWithdrawn, TaskSpec, TaskState
 from autoscaler.core.state import RunState
+from autoscaler.service.store import DeadlinePassed, JobRow, deadline_at_of
+from autoscaler.service.view import Clock, HistoryPoint, Progress, progress
 
 if TYPE_CHECKING:
+    from autoscaler.run.daemon import Daemon
     from autoscaler.run.rundir import RunFiles
-    from autoscaler.service.service import JobRow, Service
 
 POOL_DIR = "pool"
+
+JobEnded = Callable[[str, Progress, list[HistoryPoint], bool], None]
+"""Told when a pool job's every task is done or failed, or it was withdrawn: its id, last
+view, history, and whether it was cancelled."""
 
 
 def shares_the_pool(cfg: RunConfig) -> bool:
     """A deadline job with no budget of its own, one job: it joins the pool."""
     return cfg.deadline_mode and cfg.constraint.budget is None and len(cfg.jobs) <= 1
-
-
-def _deadline_s(cfg: RunConfig) -> float:
-    deadline = cfg.jobs[0].constraint.deadline_s if cfg.jobs else cfg.constraint.deadline_s
-    assert deadline is not None
-    return deadline
 
 
 def _task_s(cfg: RunConfig) -> dict[str, float]:
@@ -66,35 +67,47 @@ def pool_config(cfg: RunConfig, job_id: str) -> RunConfig:
 
 @dataclass
 class Pool:
-    """The pool's daemon and the service jobs in it."""
+    """The pool's daemon and the service jobs in it. ``clock`` is the service's wall
+    clock, ``row`` reads a job's row, ``ended`` is told when a job's tasks are all done."""
 
-    service: Service
     files: RunFiles
-    daemon: Any
+    clock: Callable[[], float]
+    row: Callable[[str], JobRow]
+    ended: JobEnded
+    daemon: Daemon | None = None
     jobs: set[str] = field(default_factory=set)
     thread: threading.Thread | None = None
-    views: dict[str, dict[str, Any]] = field(default_factory=dict)
-    histories: dict[str, list[list[float]]] = field(default_factory=dict)
+    views: dict[str, Progress] = field(default_factory=dict)
+    histories: dict[str, list[HistoryPoint]] = field(default_factory=dict)
     _last_point: float = 0.0
 
     @property
     def run_dir(self) -> Path:
         return self.files.run_dir
 
-    def wall(self, t: float | None) -> float | None:
-        if t is None:
-            return None
-        return round(self.files.start_wall + t / self.files.cfg.time_scale, 3)
+    @property
+    def run_clock(self) -> Clock:
+        return Clock(self.files.start_wall, self.files.cfg.time_scale)
 
-    def add(self, row: JobRow, tasks: list[Any]) -> None:
-        """Join a job to the running pool; raises if the pool refuses it."""
+    def run_time(self, wall: float) -> float:
+        """The pool's run time (emulated seconds) at wall-clock time ``wall``."""
+        return (wall - self.files.start_wall) * self.files.cfg.time_scale
+
+    def add(self, row: JobRow, tasks: list[TaskSpec]) -> None:
+        """Join a job to the running pool, with the deadline fixed when it was
+        submitted; raises if the pool refuses it."""
+        assert self.daemon is not None
         cfg = row.config
+        deadline_at = row.deadline_at or deadline_at_of(cfg, row.submitted_at)
+        assert deadline_at is not None, "a pool job has a deadline"
+        if deadline_at <= self.clock():
+            raise DeadlinePassed("its deadline passed while it was queued")
         spec = JobSpec(
             name=row.id,
             first=0,
             count=len(tasks),
             at=0.0,
-            deadline=self.daemon.now() + _deadline_s(cfg),
+            deadline=self.run_time(deadline_at),
             budget=None,
             task_s=_task_s(cfg),
         )
@@ -103,6 +116,7 @@ class Pool:
     def withdraw(self, job_id: str) -> None:
         """Withdraw a job from the running pool (a user's cancel); it ends, cancelled,
         once the pool's daemon has folded the withdrawal (``progress``)."""
+        assert self.daemon is not None
         self.daemon.tell(JobWithdrawn(job_id, "cancelled by the user"))
 
     # --- what the pool's daemon shows, per job ---------------------------------------
@@ -112,49 +126,33 @@ class Pool:
         done or failed ends, and so does a job withdrawn (cancelled)."""
         from autoscaler.report.attribution import job_costs
 
-        now = self.service.clock()
+        now = self.clock()
         costs, _ = job_costs(state)
         point = now - self._last_point >= 1.0
         if point:
             self._last_point = now
         ended: list[tuple[str, bool]] = []  # (job, cancelled)
         names = {j.name for j in state.jobs}
+        clock = self.run_clock
         for job_id in list(self.jobs):
             if job_id not in names:
                 continue
             job = state.job_named(job_id)
-            ids = range(job.first, job.first + job.count)
-            states = [state.task_state[t] for t in ids]
-            done = sum(s is TaskState.DONE for s in states)
-            failed = sum(s is TaskState.FAILED for s in states)
-            forecast = state.forecasts.get(job_id)
-            machines = [
-                {"id": m.id, "type": m.type.name, "state": m.state.value}
-                for m in state.alive_machines()
-                if any(job.owns(t) for t in (*m.queue, *m.running))
-            ]
-            cost = round(costs.get(job_id, 0.0), 4)
-            view = {
-                "mode": "deadline",
-                "tasks": job.count,
-                "done": done,
-                "failed": failed,
-                "running": sum(s is TaskState.RUNNING for s in states),
-                "spend": cost,
-                "cost": cost,
-                "budget": None,
-                "deadline_at": self.wall(job.deadline),
-                "predicted_finish_at": self.wall(forecast.finish if forecast else None),
-                "machines": machines,
-                "stop_reason": "cancelled by the user" if job_id in state.withdrawn else None,
-                "late_tasks": state.late[job_id].tasks if job_id in state.late else 0,
-                "pool": str(self.run_dir),
-            }
+            view = progress(
+                state,
+                self.files.cfg,
+                clock,
+                job=job,
+                cost=costs.get(job_id, 0.0),
+                pool=str(self.run_dir),
+            )
+            if job_id in state.withdrawn:
+                view = view.stopped("cancelled by the user")
             self.views[job_id] = view
             if point:
                 history = self.histories.setdefault(job_id, [])
-                history.append([round(now, 3), done, cost])
-            if done + failed == job.count:
+                history.append((round(now, 3), view.done, view.cost))
+            if view.done + view.failed == job.count:
                 ended.append((job_id, False))
             elif job_id in state.withdrawn:
                 ended.append((job_id, True))
@@ -166,10 +164,8 @@ class Pool:
 
         outcomes, _ = job_outcomes(state)
         outcome = next(o for o in outcomes if o.name == job_id)
-        view = dict(self.views[job_id])
-        view["met_deadline"] = outcome.met_deadline
-        view["history"] = self.histories.get(job_id, [])
-        row = self.service.store_row(job_id)
+        view = replace(self.views[job_id], met_deadline=outcome.met_deadline)
+        row = self.row(job_id)
         report = {
             "job": job_id,
             "name": row.name,
@@ -185,7 +181,7 @@ class Pool:
             job = state.job_named(job_id)
             ids = range(job.first, job.first + job.count)
             report["tasks_cancelled"] = sum(state.task_state[t] is TaskState.CANCELLED for t in ids)
-            report["cancelled_at"] = self.wall(state.withdrawn[job_id])
+            report["cancelled_at"] = self.run_clock.wall(state.withdrawn[job_id])
         row.run_dir.mkdir(parents=True, exist_ok=True)
         (row.run_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
         text = _markdown(row.name, job_id, outcome, self.run_dir)
@@ -193,7 +189,7 @@ class Pool:
             text = _cancelled_markdown(row.name, job_id, outcome, report, self.run_dir)
         (row.run_dir / "report.md").write_text(text)
         self.jobs.discard(job_id)
-        self.service.pool_job_ended(job_id, view, cancelled=cancelled)
+        self.ended(job_id, view, self.histories.get(job_id, []), cancelled)
 
 
 def _jsonable(outcome: Any) -> dict[str, Any]:

@@ -459,3 +459,64 @@ def test_a_pool_job_cancelled_leaves_the_pool_and_the_other_job_keeps_its_deadli
     finally:
         assert svc.stop() == 0
     assert agents_of(run_id_of(pool)) == []
+
+
+def test_a_deadline_job_after_a_sigterm_restart_runs(tmp_path: Path) -> None:
+    """The deadline pool resumed by a restarted service takes a new job at once (its
+    daemon not yet running), and the job runs to its end."""
+    config = service_config(tmp_path)
+    state_dir = tmp_path / "state"
+    svc = ServiceProcess(config, state_dir)
+    try:
+        first = svc.submit(_deadline_job("first", 2, "3h"))
+        assert svc.cli("wait", first, timeout=240).returncode == 0
+    finally:
+        assert svc.stop(signal.SIGTERM) == 0
+    svc = ServiceProcess(config, state_dir)
+    try:
+        second = svc.submit(_deadline_job("second", 2, "3h"))
+        waited = svc.cli("wait", second, timeout=240)
+        assert waited.returncode == 0, waited.stdout + waited.stderr
+        assert stored_states(state_dir)[second] == "done"
+    finally:
+        assert svc.stop() == 0
+
+
+def test_a_queued_deadline_job_keeps_the_deadline_it_was_submitted_with(tmp_path: Path) -> None:
+    """With one job at a time, a deadline job queued behind another is due when the user
+    said, counted from its submission, not from when it could start."""
+    config = service_config(tmp_path, service={"max_running_jobs": 1})
+    svc = ServiceProcess(config, tmp_path / "state")
+    try:
+        ahead = svc.submit(budget_job("ahead", 300, 200))
+        behind = svc.submit(_deadline_job("behind", 4, "2h"))
+        wait_for(lambda: svc.view(ahead)["done"] >= 3, 60, "tasks of the job ahead")
+        assert svc.view(behind)["state"] == "queued"
+        assert svc.cli("cancel", ahead).returncode == 0
+        wait_for(lambda: svc.view(behind)["deadline_at"] is not None, 60, "the job behind to run")
+        view = svc.view(behind)
+        assert view["started_at"] > view["submitted_at"] + 1, "the job did not wait"
+        due = view["submitted_at"] + 2 * 3600 / 360  # 2 h of run time at 360x
+        assert view["deadline_at"] == pytest.approx(due, abs=0.5)
+        assert svc.cli("wait", behind, timeout=240).returncode in (0, 4)
+    finally:
+        assert svc.stop() == 0
+
+
+def test_a_real_run_keeps_its_run_id_and_seed(tmp_path: Path) -> None:
+    """`autoscaler run` (through a service of its own) prints the run id its report
+    has, and runs with the --seed given."""
+    from tests.integration.daemon_helpers import ROOT, run_cli
+
+    data = __import__("yaml").safe_load((ROOT / "config/examples/local.yaml").read_text())
+    data["bag"] = {"synthetic": 12}
+    config = tmp_path / "local.yaml"
+    config.write_text(__import__("yaml").safe_dump(data), encoding="utf-8")
+    run_dir = tmp_path / "run"
+    got = run_cli("run", str(config), "--seed", "7", "--out", str(run_dir), timeout=240)
+    assert got.returncode == 0, got.stdout + got.stderr
+    printed = got.stdout.split()[1].rstrip(":")
+    assert got.stdout.startswith(f"run {printed}:")
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["run_id"] == printed == run_id_of(run_dir)
+    assert report["seed"] == 7

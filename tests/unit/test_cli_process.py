@@ -5,7 +5,6 @@ here, not under typer's ``CliRunner``)."""
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -106,19 +105,3 @@ def test_a_service_config_run_without_jobs_says_to_give_one() -> None:
     done = autoscaler("run", str(EXAMPLES / "service.yaml"), "--dry-run")
     assert done.returncode == 2
     assert "is a service config: give the jobs it runs with --job JOB.yaml" in done.stderr
-
-
-def test_run_service_names_its_directory_with_a_date_and_time(tmp_path: Path) -> None:
-    """Not with epoch seconds: `runs/service-20261125T130736Z`, as a run id's stamp."""
-    done = autoscaler(
-        "run",
-        str(EXAMPLES / "service.yaml"),
-        "--dry-run",
-        "--job",
-        str(EXAMPLES / "job.yaml"),
-        cwd=tmp_path,
-    )
-    assert done.returncode == 0, done.stderr
-    [made] = (tmp_path / "runs").iterdir()
-    assert re.fullmatch(r"service-\d{8}T\d{6}Z", made.name), made.name
-    assert (made / "1-sweep-a" / "report.json").is_file()

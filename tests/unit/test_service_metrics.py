@@ -8,10 +8,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from autoscaler.service.metrics import JOB_STATES, render_metrics
+from autoscaler.service.view import JobView
 
 
 def view(**changes: Any) -> dict[str, Any]:
-    """A JobView as the API gives it (issue 13), with ``changes``."""
+    """A JobView's JSON as the API gives it (issue 13), with ``changes``."""
     base: dict[str, Any] = {
         "id": "j1",
         "name": "sweep",
@@ -84,7 +85,7 @@ JOBS = [
 
 
 def test_per_job_gauges_are_the_views_figures() -> None:
-    body, content_type = render_metrics(JOBS)
+    body, content_type = render_metrics([JobView.from_json(v) for v in JOBS])
     assert content_type.startswith("text/plain")
     got = samples(body)
     for v in JOBS:
@@ -100,7 +101,7 @@ def test_per_job_gauges_are_the_views_figures() -> None:
 
 
 def test_budget_deadline_and_finish_only_when_set() -> None:
-    got = samples(render_metrics(JOBS)[0])
+    got = samples(render_metrics([JobView.from_json(v) for v in JOBS])[0])
     j1, j2 = job("j1", "sweep"), job("j2", "deadline run")
     assert got[("autoscaler_job_budget", j1)] == 1.0
     assert ("autoscaler_job_budget", j2) not in got
@@ -111,7 +112,7 @@ def test_budget_deadline_and_finish_only_when_set() -> None:
 
 
 def test_service_gauges_count_jobs_and_live_machines() -> None:
-    got = samples(render_metrics(JOBS)[0])
+    got = samples(render_metrics([JobView.from_json(v) for v in JOBS])[0])
     by_state = {st: got[("autoscaler_service_jobs", (("state", st),))] for st in JOB_STATES}
     assert by_state == {st: float(sum(v["state"] == st for v in JOBS)) for st in JOB_STATES}
     # m1 busy and m3 booting; m2 and m9 released.

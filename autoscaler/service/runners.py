@@ -1,0 +1,320 @@
+"""How the service runs a job: on its own machines (one ``Daemon`` of its own, on a
+thread), or in the deadline pool (one shared keep-open run, ``service.pool``).
+
+This module makes and runs the daemons; the ``Service`` keeps the store and the locks.
+A job's deadline is an absolute wall-clock time fixed when it was submitted
+(``JobRow.deadline_at``); it becomes run seconds here, once, when its run starts.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from autoscaler.config.budgets import check_budget
+from autoscaler.config.schema import RunConfig
+from autoscaler.core.errors import AutoscalerError
+from autoscaler.core.journal import JOURNAL_DB
+from autoscaler.core.model import BudgetSet, DeadlineSet, TaskSpec
+from autoscaler.core.state import RunState
+from autoscaler.service.pool import POOL_DIR, JobEnded, Pool, pool_config
+from autoscaler.service.store import ENDED, DeadlinePassed, JobRow, JobState, deadline_at_of
+from autoscaler.service.view import Clock, HistoryPoint, Progress, progress
+
+if TYPE_CHECKING:
+    from autoscaler.run.daemon import Daemon, Outcome
+    from autoscaler.run.rundir import RunFiles
+    from autoscaler.service.daily import JobRun
+
+# The drivers (daemon, run directory, reports) are imported where a run starts: the
+# service's clients (`autoscaler jobs`, `wait`, ...) import this room and start fast.
+
+HISTORY_POINTS = 600
+"""At most this many points of a job's history are kept (thinned when full)."""
+
+ProgressHook = Callable[[RunState, float | None], None]
+
+
+@dataclass
+class Runner:
+    """A running job: its daemon (its own, or the pool's) and what it last showed."""
+
+    job_id: str
+    daemon: Daemon
+    files: RunFiles
+    pool: Pool | None = None  # the deadline pool the job shares, if it does
+    thread: threading.Thread | None = None
+    view: Progress | None = None  # None: its daemon has not stepped yet
+    last_state: RunState | None = None
+    history: list[HistoryPoint] = field(default_factory=list)
+    told: list[str] = field(default_factory=list)  # "cancel", "interrupt"
+    last_point: float = 0.0
+
+    def live(self) -> Progress | None:
+        """What the job's run shows now (None: nothing yet)."""
+        return self.view if self.pool is None else self.pool.views.get(self.job_id)
+
+    def points(self) -> list[HistoryPoint]:
+        if self.pool is None:
+            return self.history
+        return self.pool.histories.get(self.job_id, [])
+
+    def check_change(self, budget: float | None) -> None:
+        """Raise if the job's run cannot take a change now (a new ``budget``, or else a
+        deadline)."""
+        if self.pool is not None and budget is not None:
+            raise AutoscalerError(
+                f"job {self.job_id} has no budget of its own: it shares the deadline "
+                "pool's machines (submit a job with a budget to hold one)"
+            )
+        view = self.live()
+        if view is None:
+            raise AutoscalerError(f"job {self.job_id} is starting: update it in a moment")
+        if budget is not None:
+            check_budget(budget, committed=view.spend, holder=f"job {self.job_id}")
+
+    def change(self, budget: float | None, deadline_s: float | None) -> None:
+        """Tell the job's daemon its new budget, or its deadline ``deadline_s`` run
+        seconds from now (checked first with ``check_change``)."""
+        if budget is not None:
+            self.daemon.tell(BudgetSet(budget, "updated by the user"))
+            return
+        assert deadline_s is not None
+        at = self.daemon.now() + deadline_s
+        names = [self.job_id] if self.pool is not None else [j.name for j in self.daemon.state.jobs]
+        for name in names:
+            self.daemon.tell(DeadlineSet(name, at, "updated by the user"))
+
+    def record(self, state: RunState, estimate: float | None, now: float) -> None:
+        clock = Clock(self.files.start_wall, self.files.cfg.time_scale)
+        self.last_state = state
+        self.view = view = progress(state, self.files.cfg, clock, estimate)
+        if now - self.last_point >= 1.0:
+            self.last_point = now
+            self.history.append((round(now, 3), view.done, view.spend))
+            if len(self.history) > HISTORY_POINTS:
+                self.history = self.history[::2]
+
+
+@dataclass(frozen=True)
+class Ending:
+    """How a job's own run ended: its state, last view, and the daemon's outcome."""
+
+    state: JobState
+    progress: Progress
+    outcome: Outcome | None
+
+
+def check_change(row: JobRow, budget: float | None, deadline_s: float | None) -> None:
+    """Raise if job ``row`` cannot take a new ``budget`` or ``deadline_s`` (run seconds
+    from now)."""
+    if row.state in ENDED:
+        raise AutoscalerError(f"job {row.id} has ended ({row.state}): nothing to update")
+    if budget is not None:
+        check_budget(budget)
+    if deadline_s is not None and not deadline_s > 0:
+        raise AutoscalerError(f"deadline: must be in the future (got {deadline_s:g} s from now)")
+    if deadline_s is not None and not row.config.deadline_mode:
+        raise AutoscalerError(
+            f"job {row.id} runs under a budget, not a deadline: update its --budget"
+        )
+
+
+def for_the_service(cfg: RunConfig, max_running: int) -> RunConfig:
+    """A job's config as the service runs it: its metrics are the service's, and with
+    jobs side by side each dispatcher takes a free port."""
+    daemon = cfg.daemon.model_copy(
+        update={"metrics_port": None, **({"port": 0} if max_running > 1 else {})}
+    )
+    return cfg.model_copy(update={"daemon": daemon})
+
+
+def with_constraint(cfg: RunConfig, budget: float | None, deadline_s: float | None) -> RunConfig:
+    """A config with a new budget or deadline (``deadline_s``: after each job arrives)."""
+    new = {k: v for k, v in (("budget", budget), ("deadline_s", deadline_s)) if v is not None}
+    data = cfg.model_dump(mode="json")
+    if cfg.jobs:
+        for job in data["jobs"]:
+            job["constraint"].update(new)
+    else:
+        data["constraint"].update(new)
+    return RunConfig.model_validate(data)
+
+
+def deadline_at(row: JobRow) -> float | None:
+    """A job's deadline on the wall clock (a store older than the column: from when it
+    was submitted)."""
+    return (
+        row.deadline_at
+        if row.deadline_at is not None
+        else deadline_at_of(row.config, row.submitted_at)
+    )
+
+
+def starting_now(cfg: RunConfig, deadline_wall: float | None, now: float) -> RunConfig:
+    """A job's config for a run that starts at wall time ``now``: its one deadline in run
+    seconds from then, as the user fixed it when submitting."""
+    if deadline_wall is None:
+        return cfg
+    left = (deadline_wall - now) * cfg.time_scale - (cfg.jobs[0].at if cfg.jobs else 0.0)
+    if left <= 0:
+        raise DeadlinePassed("its deadline passed while it was queued")
+    return with_constraint(cfg, None, left)
+
+
+def own_run_files(
+    row: JobRow,
+    tasks: Callable[[], list[TaskSpec]],
+    *,
+    jobs_dir: Path,
+    shared: bool,
+    max_running: int,
+    now: float,
+) -> tuple[RunFiles, bool, str | None]:
+    """The run directory of a job on its own machines: resumed from its journal, or made
+    afresh. Whether it resumes, and why (an interrupted job) for ``Resumed``."""
+    from autoscaler.run.rundir import RunFiles
+    from autoscaler.run.start import new_run_id
+
+    run_dir = row.run_dir
+    if (run_dir / JOURNAL_DB).is_file():
+        resumed = "the service started again" if row.state is JobState.INTERRUPTED else None
+        return RunFiles.open(run_dir), True, resumed
+    if run_dir.exists() and run_dir.parent == jobs_dir:
+        shutil.rmtree(run_dir)  # a start cut short before its journal: begin again
+    cfg = starting_now(row.config, deadline_at(row), now)
+    if shared:
+        cfg = for_the_service(cfg, max_running)
+    seed = cfg.emulator.seed if row.seed is None else row.seed
+    run_id = row.run_id or new_run_id(cfg)
+    return RunFiles.create(cfg, tasks(), run_dir, run_id, seed), False, None
+
+
+def run_own(runner: Runner, fallback: Progress) -> Ending:
+    """Run a job's own daemon to its end (on the job's thread): how it ended.
+    ``fallback``: its view if the daemon broke before it showed any."""
+    from autoscaler.report.records import DeadlineReport
+
+    files = runner.files
+    clock = Clock(files.start_wall, files.cfg.time_scale)
+    try:
+        outcome = runner.daemon.run()
+    except Exception as exc:  # a daemon that breaks fails its job, not the service
+        error = str(exc) if isinstance(exc, AutoscalerError) else repr(exc)
+        state_now = runner.last_state
+        last = progress(state_now, files.cfg, clock) if state_now is not None else None
+        view = last or runner.view or fallback
+        return Ending(JobState.FAILED, view.stopped(f"daemon error: {error}"), None)
+    state = outcome.state
+    report = outcome.report
+    met = all(j.met_deadline for j in report.jobs) if isinstance(report, DeadlineReport) else True
+    view = replace(
+        progress(state, files.cfg, clock),
+        met_deadline=met if state.deadline_mode else None,
+    )
+    if "interrupt" in runner.told and state.interrupted:
+        ended = JobState.INTERRUPTED
+    elif "cancel" in runner.told:
+        ended = JobState.CANCELLED
+    elif report.stop_reason is None and state.finished:
+        ended = JobState.DONE
+    else:
+        ended = JobState.STOPPED
+    return Ending(ended, view, outcome)
+
+
+def open_pool(
+    row: JobRow,
+    tasks: Callable[[str], list[TaskSpec]],
+    *,
+    state_dir: Path,
+    max_running: int,
+    plots: bool,
+    clock: Callable[[], float],
+    row_of: Callable[[str], JobRow],
+    ended: JobEnded,
+) -> tuple[Pool, bool]:
+    """The deadline pool, resumed from its directory or made with ``row`` as its first
+    job (its deadline as fixed at submission); and whether ``row`` is in it already.
+    Its daemon is made, not started."""
+    from autoscaler.run.daemon import Daemon
+    from autoscaler.run.rundir import RunFiles
+    from autoscaler.run.start import new_run_id
+
+    pool_dir = state_dir / POOL_DIR
+    if (pool_dir / JOURNAL_DB).is_file():
+        files = RunFiles.open(pool_dir)
+        resume, joined = True, row.in_pool
+    else:
+        if pool_dir.exists():
+            shutil.rmtree(pool_dir)  # a start cut short before its journal
+        cfg = starting_now(row.config, deadline_at(row), clock())
+        cfg = for_the_service(pool_config(cfg, row.id), max_running)
+        seed = cfg.emulator.seed
+        files = RunFiles.create(cfg, tasks(row.id), pool_dir, new_run_id(cfg), seed)
+        resume, joined = False, True
+    pool = Pool(files, clock, row_of, ended)
+    pool.daemon = Daemon(
+        files,
+        resume=resume,
+        progress=pool.progress,
+        install_signals=False,
+        resumed="the service started again",
+        plots=plots,
+    )
+    return pool, joined
+
+
+def run_pool(pool: Pool) -> tuple[bool, str | None]:
+    """Run the pool's daemon until the service stops it (on the pool's thread): whether
+    it was interrupted, and the error it broke with (None: it did not)."""
+    assert pool.daemon is not None
+    try:
+        outcome = pool.daemon.run()
+    except Exception as exc:  # a pool that breaks fails its jobs, not the service
+        return False, str(exc) if isinstance(exc, AutoscalerError) else repr(exc)
+    return outcome.state.interrupted, None
+
+
+class RunStates:
+    """Runs' states as their journals have them (a live run's too, read only), for the
+    daily cost reports; an ended job's is kept once known."""
+
+    def __init__(self) -> None:
+        self._ended: dict[str, JobRun] = {}
+
+    def keep(self, job_id: str, state: RunState, files: RunFiles) -> None:
+        """An ended job's final state."""
+        from autoscaler.service.daily import JobRun
+
+        self._ended[job_id] = JobRun(job_id, "", state, files.start_wall, files.cfg.time_scale)
+
+    def job_runs(self, pooled: list[JobRow], own: list[JobRow], pool_dir: Path) -> list[JobRun]:
+        """The records of ``pooled`` jobs (one shared run: each job's share of each
+        machine, by its tasks' seconds) and of jobs on their ``own`` machines."""
+        records = []
+        if pooled:
+            run = _read(pool_dir)
+            if run is not None:
+                records += [replace(run, id=row.id, name=row.name, job=row.id) for row in pooled]
+        for row in own:
+            run = self._ended.get(row.id) or _read(row.run_dir)
+            if run is not None:
+                if row.state in ENDED:
+                    self._ended[row.id] = run
+                records.append(replace(run, id=row.id, name=row.name))
+        return records
+
+
+def _read(run_dir: Path) -> JobRun | None:
+    from autoscaler.run.rundir import read_run
+    from autoscaler.service.daily import JobRun
+
+    if not (run_dir / JOURNAL_DB).is_file():
+        return None
+    files, state = read_run(run_dir)
+    return JobRun("", "", state, files.start_wall, files.cfg.time_scale)

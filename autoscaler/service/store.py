@@ -1,0 +1,304 @@
+"""The service's store: its jobs in SQLite, journaled before they are acknowledged.
+
+A job is one row (its config, tasks, state, run directory, and once it ends what it
+showed last); every update and cancellation is a row of ``updates``. Writes are WAL with
+``synchronous=FULL``: a job acknowledged is on disk. A job's deadline is kept as an
+absolute wall-clock time (``deadline_at``), fixed when it is submitted: a job that
+waits in the queue keeps the user's deadline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from autoscaler.config.schema import RunConfig
+from autoscaler.core.errors import AutoscalerError
+from autoscaler.core.model import TaskSpec
+
+DB_FILE = "service.db"
+
+
+class JobState(StrEnum):
+    """What a service job is; the values are what the store and the API hold."""
+
+    QUEUED = "queued"
+    """Submitted and journaled; waits for a free slot."""
+    RUNNING = "running"
+    """Its run is under way (on its own machines, or in the deadline pool)."""
+    DONE = "done"
+    """Every task done."""
+    STOPPED = "stopped"
+    """Its constraint gave way (the budget or the deadline cannot be met), or an error."""
+    FAILED = "failed"
+    """It could not start, or its daemon broke."""
+    CANCELLED = "cancelled"
+    """Cancelled by the user."""
+    INTERRUPTED = "interrupted"
+    """The service stopped while it ran: its machines are released; it resumes with the
+    next service on the same state directory."""
+
+
+ENDED = frozenset({JobState.DONE, JobState.STOPPED, JobState.CANCELLED, JobState.FAILED})
+"""The states a job does not leave."""
+
+EXIT_CODES: dict[JobState | str, int] = {
+    JobState.DONE: 0,
+    JobState.STOPPED: 3,
+    "late": 4,
+    JobState.CANCELLED: 5,
+    JobState.INTERRUPTED: 6,
+    JobState.FAILED: 7,
+}
+"""``autoscaler wait``'s exit code per outcome (``late``: done, but a deadline missed)."""
+
+
+class JobNotFound(AutoscalerError):
+    code = "JobNotFound"
+
+
+class DeadlinePassed(AutoscalerError):
+    """A queued job's deadline passed before it could start."""
+
+    code = "DeadlinePassed"
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    seq INTEGER PRIMARY KEY,
+    id TEXT UNIQUE NOT NULL,
+    name TEXT NOT NULL,
+    submitted_at REAL NOT NULL,
+    state TEXT NOT NULL,
+    config TEXT NOT NULL,
+    tasks TEXT NOT NULL,
+    n_tasks INTEGER NOT NULL,
+    run_dir TEXT NOT NULL,
+    run_id TEXT,
+    seed INTEGER,
+    in_pool INTEGER NOT NULL DEFAULT 0,
+    started_at REAL,
+    ended_at REAL,
+    final TEXT
+);
+CREATE TABLE IF NOT EXISTS updates (
+    seq INTEGER PRIMARY KEY,
+    job TEXT NOT NULL,
+    t REAL NOT NULL,
+    kind TEXT NOT NULL,
+    data TEXT NOT NULL
+);
+"""
+
+_COLUMNS_ADDED = {"deadline_at": "REAL"}
+"""Columns later than the first schema, added to a store that lacks them."""
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """One job as the store holds it."""
+
+    id: str
+    name: str
+    submitted_at: float  # wall clock, epoch seconds
+    state: JobState
+    config: RunConfig
+    n_tasks: int
+    run_dir: Path
+    started_at: float | None
+    ended_at: float | None
+    final: dict[str, Any] | None  # what it showed when it ended (a view's JSON)
+    run_id: str | None  # given at submission (`autoscaler run`), else made at its start
+    seed: int | None  # likewise; None: the config's
+    in_pool: bool
+    deadline_at: float | None  # wall clock, fixed at submission; None: no single deadline
+
+
+def deadline_s_of(cfg: RunConfig) -> float | None:
+    """A job's one deadline, run seconds from its start (None: it has none, or several
+    jobs with deadlines of their own)."""
+    if cfg.jobs:
+        if len(cfg.jobs) > 1:
+            return None
+        job = cfg.jobs[0]
+        return None if job.constraint.deadline_s is None else job.at + job.constraint.deadline_s
+    return cfg.constraint.deadline_s if cfg.constraint is not None else None
+
+
+def deadline_at_of(cfg: RunConfig, now: float) -> float | None:
+    """The wall-clock time of a job's one deadline, for a job submitted at ``now``."""
+    deadline_s = deadline_s_of(cfg)
+    return None if deadline_s is None else now + deadline_s / cfg.time_scale
+
+
+def lock_state_dir(lock_file: Path) -> int:
+    """Take a state directory for this process (one service each): the lock file's
+    descriptor, held until it is closed, with this process's id in it."""
+    fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        other = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        os.close(fd)
+        raise AutoscalerError(
+            f"{lock_file.parent}: another service runs here (pid {other or '?'})"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
+class Store:
+    """The service's jobs in SQLite (WAL, synchronous FULL): a write returns once it is
+    on disk. One connection, used under a lock by every thread."""
+
+    def __init__(self, path: Path, *, read_only: bool = False) -> None:
+        """``read_only``: the store of a service that is not running (``jobs``), read as
+        it was left, with nothing created or changed."""
+        self._lock = threading.Lock()
+        if read_only:
+            self._db = sqlite3.connect(
+                f"{path.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False
+            )
+            have = {r[1] for r in self._db.execute("PRAGMA table_info(jobs)")}
+            self._added = {c: c if c in have else "NULL" for c in _COLUMNS_ADDED}
+            return
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        with self._lock:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.executescript(_SCHEMA)
+            have = {r[1] for r in self._db.execute("PRAGMA table_info(jobs)")}
+            for column, kind in _COLUMNS_ADDED.items():
+                if column not in have:
+                    self._db.execute(f"ALTER TABLE jobs ADD COLUMN {column} {kind}")
+        self._added = {c: c for c in _COLUMNS_ADDED}
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    @contextlib.contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def add(
+        self,
+        name: str,
+        cfg: RunConfig,
+        tasks: list[TaskSpec],
+        now: float,
+        run_dir: Callable[[str], Path],
+        run_id: str | None = None,
+        seed: int | None = None,
+    ) -> str:
+        """Journal a new job submitted at ``now`` (its deadline fixed then); its id
+        (``j1``, ``j2``, ...). ``run_id`` and ``seed``, when given, are its run's."""
+        config = cfg.model_dump_json()
+        task_json = json.dumps([[t.command, dict(t.env)] if t.env else t.command for t in tasks])
+        with self._tx() as db:
+            (seq,) = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs").fetchone()
+            job_id = f"j{seq}"
+            db.execute(
+                "INSERT INTO jobs (seq, id, name, submitted_at, state, config, tasks, n_tasks, "
+                "run_dir, run_id, seed, deadline_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    seq,
+                    job_id,
+                    name,
+                    now,
+                    JobState.QUEUED.value,
+                    config,
+                    task_json,
+                    len(tasks),
+                    str(run_dir(job_id)),
+                    run_id,
+                    seed,
+                    deadline_at_of(cfg, now),
+                ),
+            )
+        return job_id
+
+    def set_state(self, job_id: str, state: JobState, **fields: Any) -> None:
+        cols = ", ".join(f"{k} = ?" for k in fields)
+        values = [json.dumps(v) if k == "final" else v for k, v in fields.items()]
+        with self._tx() as db:
+            db.execute(
+                f"UPDATE jobs SET state = ?{', ' + cols if cols else ''} WHERE id = ?",
+                (state.value, *values, job_id),
+            )
+
+    def set_config(self, job_id: str, cfg: RunConfig, deadline_at: float | None) -> None:
+        """A queued job's new config and deadline (an update before it started)."""
+        with self._tx() as db:
+            db.execute(
+                "UPDATE jobs SET config = ?, deadline_at = ? WHERE id = ?",
+                (cfg.model_dump_json(), deadline_at, job_id),
+            )
+
+    def log_update(self, job_id: str, now: float, kind: str, data: dict[str, Any]) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO updates (job, t, kind, data) VALUES (?, ?, ?, ?)",
+                (job_id, now, kind, json.dumps(data)),
+            )
+
+    def rows(self, where: str = "", args: tuple[Any, ...] = (), limit: int = -1) -> list[JobRow]:
+        with self._lock:
+            cur = self._db.execute(
+                "SELECT id, name, submitted_at, state, config, n_tasks, run_dir, started_at, "
+                f"ended_at, final, run_id, seed, in_pool, {self._added['deadline_at']} "
+                f"FROM jobs {where} ORDER BY seq LIMIT ?",
+                (*args, limit),
+            )
+            raw = cur.fetchall()
+        return [
+            JobRow(
+                r[0],
+                r[1],
+                r[2],
+                JobState(r[3]),
+                RunConfig.model_validate_json(r[4]),
+                r[5],
+                Path(r[6]),
+                r[7],
+                r[8],
+                None if r[9] is None else json.loads(r[9]),
+                r[10],
+                r[11],
+                bool(r[12]),
+                r[13],
+            )
+            for r in raw
+        ]
+
+    def row(self, job_id: str) -> JobRow:
+        rows = self.rows("WHERE id = ?", (job_id,))
+        if not rows:
+            raise JobNotFound(f"no job {job_id!r}")
+        return rows[0]
+
+    def tasks(self, job_id: str) -> list[TaskSpec]:
+        with self._lock:
+            (text,) = self._db.execute("SELECT tasks FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        out = []
+        for i, item in enumerate(json.loads(text)):
+            command, env = (item[0], item[1]) if isinstance(item, list) else (item, {})
+            out.append(TaskSpec(i, command, env))
+        return out
