@@ -50,14 +50,26 @@ from autoscaler.providers.base import (
     Capabilities,
     MachineRecord,
     MachineStatus,
+    Provider,
     ProviderState,
     check_launch,
+)
+from autoscaler.providers.kind import (
+    BootContext,
+    ProviderKind,
+    RunContext,
+    Sweeper,
+    TaggedMachine,
+    agent_args,
 )
 
 if TYPE_CHECKING:
     from mypy_boto3_ec2 import EC2Client
     from mypy_boto3_ec2.type_defs import FilterTypeDef, InstanceTypeDef
     from mypy_boto3_pricing import PricingClient
+
+    from autoscaler.bootstrap.ssh import SshBootstrap
+    from autoscaler.config.schema import RunConfig
 
 RUN_TAG = "autoscaler:run"
 LAUNCH_TAG = "autoscaler:launch"
@@ -529,3 +541,86 @@ def terminate_instances(settings: Ec2Settings, ids: Sequence[str]) -> list[str]:
         with aws_errors(f"terminating {len(chunk)} instance(s)"):
             client.terminate_instances(InstanceIds=chunk)
     return ours
+
+
+# --- the kind -------------------------------------------------------------------------------
+
+
+def ec2_settings(cfg: RunConfig, user_data: str | None = None) -> Ec2Settings:
+    """The provider settings of ``cfg``'s ``ec2`` section."""
+    e = cfg.ec2
+    if e is None:
+        raise AutoscalerError("provider is ec2 but the config has no ec2 section")
+    return Ec2Settings(
+        region=e.region,
+        ami=e.ami,
+        instances={
+            name: InstanceSpec(t.instance_type, spot=t.spot, max_price=t.max_price)
+            for name, t in e.types.items()
+        },
+        subnets=tuple(e.subnets),
+        security_groups=tuple(e.security_groups),
+        key_name=e.key_name,
+        instance_profile=e.instance_profile,
+        endpoint_url=e.endpoint_url,
+        address=e.address,
+        user_data=user_data,
+        max_attempts=e.max_attempts,
+    )
+
+
+def build(cfg: RunConfig, ctx: RunContext) -> Provider:
+    """The EC2 provider of a real run of ``cfg``; with ``bootstrap: user-data`` its
+    instances start their agents themselves."""
+    user_data = None
+    if cfg.ec2 is not None and cfg.ec2.bootstrap == "user-data":
+        from autoscaler.bootstrap.agent_start import agent_source
+        from autoscaler.bootstrap.userdata import render_user_data
+
+        assert cfg.ec2.controller_url is not None
+        user_data = render_user_data(
+            agent_source(),
+            cfg.ec2.controller_url,
+            ctx.token,
+            agent_args(cfg),
+            poweroff_on_exit=True,
+        )
+    settings = ec2_settings(cfg, user_data)
+    return Ec2Provider(KIND.capabilities(cfg, ctx.billing), ctx.run_id, settings, ctx.clock)
+
+
+def ssh_bootstrap(cfg: RunConfig, ctx: BootContext) -> SshBootstrap | None:
+    """The SSH bootstrapper of a run with ``bootstrap: ssh``; None otherwise."""
+    if cfg.ec2 is None or cfg.ec2.bootstrap != "ssh":
+        return None
+    from autoscaler.bootstrap.ssh import SshBootstrap, SshSettings
+
+    ssh = cfg.ec2.ssh
+    assert ssh is not None
+    if not ssh.key_file.is_file():  # checked here: a dry run needs no key
+        raise AutoscalerError(f"ec2.ssh.key_file: no such file: {ssh.key_file}")
+    console = getattr(ctx.provider, "console_output", None)
+    settings = SshSettings(
+        user=ssh.user,
+        key_file=ssh.key_file,
+        known_hosts=ctx.run_dir / "known_hosts",
+        host_key_policy=ssh.host_keys,
+        connect=ssh.connect,
+        port=ssh.port,
+        remote_dir=ssh.remote_dir,
+        python=ssh.python,
+        poweroff_on_exit=ssh.poweroff_on_exit,
+    )
+    return SshBootstrap(settings, ctx.local_port, ctx.token, agent_args(cfg), console=console)
+
+
+def sweeper(cfg: RunConfig) -> Sweeper:
+    """Cleanup in the region of ``cfg``'s ``ec2`` section."""
+    settings = ec2_settings(cfg)
+    return Sweeper(
+        lambda: [TaggedMachine(i.id, i.run_id, i.type, i.state) for i in list_tagged(settings)],
+        lambda ids: terminate_instances(settings, ids),
+    )
+
+
+KIND = ProviderKind("ec2", spot=True, build=build, sweeper=sweeper, bootstrapper=ssh_bootstrap)

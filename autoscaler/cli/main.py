@@ -21,6 +21,7 @@ from autoscaler.config.load import config_json_schema, config_warnings, expand_b
 from autoscaler.config.schema import Billing, RunConfig
 from autoscaler.core.errors import AutoscalerError, ConfigError
 from autoscaler.core.model import BudgetSet, TaskSpec
+from autoscaler.providers import registry
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -218,7 +219,7 @@ def run(
     run_id = new_run_id(cfg)
     out_dir = out if out is not None else Path("runs") / run_id
     if not dry_run:
-        if cfg.provider == "sim":
+        if registry.is_emulated(cfg.provider):
             _exit_with(
                 AutoscalerError(
                     "provider 'sim' only emulates machines: add --dry-run, or set `provider:` "
@@ -390,7 +391,7 @@ def plan(
                 "or constraint.deadline_s): `run --dry-run` shows what meeting them costs"
             )
         )
-    if cfg.provider != "sim" and not dry_run:
+    if not dry_run and not registry.is_emulated(cfg.provider):
         _plan_real(cfg, tasks, seed, as_json=as_json, out=out, yes=yes)
         return
     from autoscaler.run.start import plan_dry

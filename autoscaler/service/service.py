@@ -38,6 +38,7 @@ from autoscaler.config.service import ServiceConfig, job_config
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.model import BudgetSet, DeadlineSet, Interrupted, Shutdown, TaskSpec, TaskState
 from autoscaler.core.state import RunState
+from autoscaler.providers import registry
 
 DB_FILE = "service.db"
 LOCK_FILE = "service.lock"
@@ -444,7 +445,7 @@ class Service:
         cfg, tasks = job_config(
             self.config, data, source=source, base_dir=base_dir or Path.cwd(), now_wall=now
         )
-        if self.config.provider != "sim" and cfg.provider == "sim":
+        if registry.is_emulated(cfg.provider) and not registry.is_emulated(self.config.provider):
             raise AutoscalerError("provider 'sim' only emulates machines")
 
         return self.submit_config(cfg, tasks, run_dir=run_dir)
