@@ -98,12 +98,7 @@ from autoscaler.run.metrics import Metrics
 from autoscaler.run.owner import admit, job_means, refusal
 from autoscaler.run.registry import register
 from autoscaler.run.rundir import OUTPUTS_FILE, RunFiles, rebuild_state, run_lock
-from autoscaler.run.start import (
-    added_job,
-    json_logger,
-    make_controller,
-    new_state,
-)
+from autoscaler.run.start import added_job, json_logger, make_controller, new_state
 from autoscaler.run.timers import Timers
 from autoscaler.run.wiring import make_bootstrap, make_provider
 
