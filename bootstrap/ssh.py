@@ -41,6 +41,17 @@ from typing import Any, Literal
 
 import fabric
 import paramiko
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_base,
+    retry_if_exception_type,
+    retry_if_not_result,
+    retry_if_result,
+    stop_after_delay,
+    stop_before_delay,
+    wait_exponential,
+)
 
 from autoscaler.bootstrap.agent_start import AGENT, BootstrapError, agent_command
 from autoscaler.bootstrap.hostkeys import (
@@ -150,27 +161,25 @@ class SshBootstrap:
         _check_machine(machine)
         host, port = self._target(address)
         deadline = time.monotonic() + timeout_s
-        delay = BACKOFF_FIRST_S
-        while True:
+
+        def probe() -> str | None:
+            """None once sshd answers; else why not."""
             left = deadline - time.monotonic()
             try:
                 with socket.create_connection((host, port), timeout=max(0.1, min(left, 5.0))) as s:
                     banner = s.recv(256)
-                if banner.startswith(b"SSH-"):
-                    self._log("ssh up", machine=machine, address=address)
-                    return
-                reason = f"no SSH banner (got {banner[:40]!r})"
             except OSError as exc:
-                reason = str(exc) or type(exc).__name__
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise BootstrapError(
-                    f"machine {machine}: sshd at {host}:{port} (address {address}) did not "
-                    f"answer within {timeout_s:g}s: {reason}",
-                    retryable=True,
-                )
-            time.sleep(min(delay, left))
-            delay = min(delay * 2, BACKOFF_MAX_S)
+                return str(exc) or type(exc).__name__
+            return None if banner.startswith(b"SSH-") else f"no SSH banner (got {banner[:40]!r})"
+
+        reason = _retrying(timeout_s, retry_if_not_result(_is_none))(probe)
+        if reason is not None:
+            raise BootstrapError(
+                f"machine {machine}: sshd at {host}:{port} (address {address}) did not "
+                f"answer within {timeout_s:g}s: {reason}",
+                retryable=True,
+            )
+        self._log("ssh up", machine=machine, address=address)
 
     def ensure(self, machine: str, address: str) -> int:
         """Connect, copy, tunnel and start the agent on ``machine``; return the tunnel port.
@@ -237,26 +246,25 @@ class SshBootstrap:
 
     def _console_keys(self, machine: str) -> list[str]:
         """The keys on the console, waiting with backoff until it lists some."""
-        assert self.console is not None
-        deadline = time.monotonic() + self.settings.console_wait_s
-        delay = BACKOFF_FIRST_S
-        reason = "no host keys in its console output yet"
-        while True:
+        console = self.console
+        assert console is not None
+
+        def read() -> tuple[list[str], str]:
+            """The keys the console lists now, and why there are none if so."""
             try:
-                keys = parse_console_host_keys(self.console(machine))
+                keys = parse_console_host_keys(console(machine))
             except AutoscalerError as exc:
-                keys, reason = [], f"console output unavailable: {exc.message}"
-            if keys:
-                return keys
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise BootstrapError(
-                    f"machine {machine}: cannot verify its host key: {reason} "
-                    f"after {self.settings.console_wait_s:g}s",
-                    retryable=True,
-                )
-            time.sleep(min(delay, left))
-            delay = min(delay * 2, BACKOFF_MAX_S)
+                return [], f"console output unavailable: {exc.message}"
+            return keys, "no host keys in its console output yet"
+
+        wait_s = self.settings.console_wait_s
+        keys, reason = _retrying(wait_s, retry_if_result(lambda found: not found[0]))(read)
+        if not keys:
+            raise BootstrapError(
+                f"machine {machine}: cannot verify its host key: {reason} after {wait_s:g}s",
+                retryable=True,
+            )
+        return keys
 
     def _connect(self, machine: str, address: str) -> Any:
         host, port = self._target(address)
@@ -367,24 +375,26 @@ class SshBootstrap:
             # a restart the old connection's listener may linger in sshd for a moment,
             # so retry it for a while. With no agent depending on it, any port will do.
             agent = self._agent_pid(conn, machine, directory) is not None
-            deadline = time.monotonic() + (self.settings.connect_timeout_s if agent else 0)
-            delay = BACKOFF_FIRST_S
-            while True:
-                try:
-                    port: int = transport.request_port_forward("127.0.0.1", stored, pipes.handler)
-                    self._log("tunnel reopened", machine=machine, port=port)
-                    return port
-                except paramiko.SSHException as exc:
-                    if time.monotonic() + delay > deadline:
-                        if agent:
-                            raise BootstrapError(
-                                f"machine {machine}: its agent uses tunnel port {stored}, "
-                                f"which sshd does not grant: {exc}",
-                                retryable=True,
-                            ) from None
-                        break
-                time.sleep(delay)
-                delay = min(delay * 2, BACKOFF_MAX_S)
+            reopen = Retrying(
+                stop=stop_before_delay(self.settings.connect_timeout_s if agent else 0.0),
+                wait=wait_exponential(multiplier=BACKOFF_FIRST_S, max=BACKOFF_MAX_S),
+                retry=retry_if_exception_type(paramiko.SSHException),
+                reraise=True,
+            )
+            try:
+                port: int = reopen(
+                    transport.request_port_forward, "127.0.0.1", stored, pipes.handler
+                )
+            except paramiko.SSHException as exc:
+                if agent:
+                    raise BootstrapError(
+                        f"machine {machine}: its agent uses tunnel port {stored}, "
+                        f"which sshd does not grant: {exc}",
+                        retryable=True,
+                    ) from None
+            else:
+                self._log("tunnel reopened", machine=machine, port=port)
+                return port
         try:
             port = transport.request_port_forward("127.0.0.1", 0, pipes.handler)
         except paramiko.SSHException as exc:
@@ -453,6 +463,29 @@ class SshBootstrap:
                 retryable=True,
             )
         self._log("agent started", machine=machine, pid=int(out), port=port)
+
+
+def _is_none(value: object) -> bool:
+    return value is None
+
+
+def _retrying(timeout_s: float, retry: retry_base) -> Retrying:
+    """Tries again while ``retry`` says so of a try's result, for ``timeout_s``: waits
+    from ``BACKOFF_FIRST_S`` doubling to ``BACKOFF_MAX_S``, the last cut to end at the
+    timeout (so the last try comes then); gives the last try's result."""
+    backoff = wait_exponential(multiplier=BACKOFF_FIRST_S, max=BACKOFF_MAX_S)
+
+    def wait(state: RetryCallState) -> float:
+        left = timeout_s - (state.seconds_since_start or 0.0)
+        return max(0.0, min(backoff(state), left))
+
+    def last(state: RetryCallState) -> Any:
+        assert state.outcome is not None
+        return state.outcome.result()
+
+    return Retrying(
+        stop=stop_after_delay(timeout_s), wait=wait, retry=retry, retry_error_callback=last
+    )
 
 
 def _check_machine(machine: str) -> None:

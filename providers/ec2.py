@@ -1,7 +1,6 @@
-"""EC2 instances as machines, through boto3 (the only module of the project that imports it).
-
-It also makes the clients of the AWS Pricing API (``pricing_client``) that ``ec2_prices``
-uses, and lends its error translation (``aws_errors``) to it.
+"""EC2 instances as machines, through boto3 (its sessions, clients and error translation
+are ``aws``'s); and the ``ec2`` provider kind: settings from a config, the SSH
+bootstrapper, the cleanup sweeper.
 
 Every instance carries tags from the moment it exists (``TagSpecifications`` at
 ``RunInstances``): the run (``RUN_TAG``), the launch token (``LAUNCH_TAG``) and our
@@ -22,42 +21,56 @@ rather than stop, so a machine that is done costs nothing. IMDSv2 is required.
 Each thread calls EC2 through a client of its own, on a boto3 session of its own: the
 daemon calls the provider from several threads, and boto3 sessions are not thread-safe.
 
-Throttling is retried by botocore (standard mode, exponential backoff with jitter); this
-module adds no retry loop of its own except the walk over subnets (zones) when one of
-them has no capacity for the type. Errors come out as ``AutoscalerError`` carrying the
-AWS error code.
+Throttling is retried by botocore (``aws``); this module adds no retry loop of its own
+except the walk over subnets (zones) when one of them has no capacity for the type.
+Errors come out as ``AutoscalerError`` carrying the AWS error code.
 """
 
 from __future__ import annotations
 
 import hashlib
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-import boto3
-from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from autoscaler.core.errors import AutoscalerError
+from autoscaler.providers.aws import (
+    ThreadClients,
+    as_ours,
+    aws_errors,
+    ec2_client,
+    error_code,
+    error_message,
+)
 from autoscaler.providers.base import (
     CAPACITY_CODES,
     LIMIT_CODES,
     Capabilities,
     MachineRecord,
     MachineStatus,
+    Provider,
     ProviderState,
     check_launch,
+)
+from autoscaler.providers.kind import (
+    BootContext,
+    ProviderKind,
+    RunContext,
+    Sweeper,
+    TaggedMachine,
+    agent_args,
 )
 
 if TYPE_CHECKING:
     from mypy_boto3_ec2 import EC2Client
     from mypy_boto3_ec2.type_defs import FilterTypeDef, InstanceTypeDef
-    from mypy_boto3_pricing import PricingClient
+
+    from autoscaler.bootstrap.ssh import SshBootstrap
+    from autoscaler.config.schema import Platform
 
 RUN_TAG = "autoscaler:run"
 LAUNCH_TAG = "autoscaler:launch"
@@ -67,24 +80,6 @@ TYPE_TAG = "autoscaler:type"
 _ZONE_CODES = CAPACITY_CODES
 # Codes that no other subnet or a retry would change: raised at once.
 _LIMIT_CODES = LIMIT_CODES
-# What botocore's standard mode retries as throttling: still throttled after its retries,
-# the call may succeed later.
-_THROTTLE_CODES = frozenset(
-    {
-        "RequestLimitExceeded",
-        "Throttling",
-        "ThrottlingException",
-        "ThrottledException",
-        "RequestThrottledException",
-        "TooManyRequestsException",
-        "RequestThrottled",
-        "EC2ThrottledException",
-        "BandwidthLimitExceeded",
-        "PriorRequestNotComplete",
-    }
-)
-_SERVER_CODES = frozenset({"InternalError", "InternalFailure", "ServiceUnavailable", "Unavailable"})
-
 _STATES = {
     "pending": ProviderState.PENDING,
     "running": ProviderState.RUNNING,
@@ -142,113 +137,8 @@ def client_token(run_id: str, token: str) -> str:
     return hashlib.sha256(f"{run_id}\0{token}".encode()).hexdigest()
 
 
-def _config(max_attempts: int) -> Config:
-    # ``total_max_attempts`` counts the first request too; botocore's ``max_attempts``
-    # key would count only the retries after it (8 would mean 9 requests).
-    return Config(
-        retries={"mode": "standard", "total_max_attempts": max_attempts},
-        connect_timeout=10,
-        read_timeout=30,
-    )
-
-
-# Making sessions and clients reads botocore's data files into shared caches; done
-# concurrently it has failed (boto/boto3#1592): one at a time.
-_CREATE_LOCK = threading.Lock()
-
-
 def _client(settings: Ec2Settings) -> EC2Client:
-    """An EC2 client on a new session of its own: never boto3's default session, which
-    threads must not share."""
-    with _CREATE_LOCK:
-        client: EC2Client = boto3.session.Session().client(
-            "ec2",
-            region_name=settings.region,
-            endpoint_url=settings.endpoint_url,
-            config=_config(settings.max_attempts),
-        )
-    # botocore's standard mode retries every HTTP 5xx, and EC2 answers a capacity
-    # shortage with a 500: retrying it in the same zone only delays the walk to the
-    # next one (and spends the account's RunInstances rate). Raise those at once.
-    client.meta.events.register_first("needs-retry.ec2.RunInstances", _no_retry_in_zone)
-    return client
-
-
-def pricing_client(endpoint_url: str | None = None) -> PricingClient:
-    """A Pricing API client on a new session of its own (for ``ec2_prices``).
-
-    The API lives in us-east-1 whatever region it prices.
-    """
-    with _CREATE_LOCK:
-        client: PricingClient = boto3.session.Session().client(
-            "pricing", region_name="us-east-1", endpoint_url=endpoint_url, config=_config(8)
-        )
-    return client
-
-
-class _ThreadClients:
-    """Each thread's own EC2 client and session, made on the thread's first call.
-
-    The daemon calls one provider from several threads (its executor, the bootstrap
-    threads); boto3 sessions are not thread-safe, so none is shared between threads.
-    """
-
-    def __init__(self, settings: Ec2Settings) -> None:
-        self._settings = settings
-        self._local = threading.local()
-
-    def ec2(self) -> EC2Client:
-        client: EC2Client | None = getattr(self._local, "ec2", None)
-        if client is None:
-            client = _client(self._settings)
-            self._local.ec2 = client
-        return client
-
-
-def _no_retry_in_zone(response: Any = None, **kwargs: Any) -> None:
-    """A ``needs-retry`` hook: a zone or limit error ends the call, as a ``ClientError``."""
-    if response is None:
-        return
-    parsed = response[1]
-    code = parsed.get("Error", {}).get("Code")
-    if code in _ZONE_CODES or code in _LIMIT_CODES:
-        raise ClientError(parsed, "RunInstances")
-
-
-def _error_code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code") or "Unknown")
-
-
-def _error_message(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Message") or exc)
-
-
-def _ours(what: str, exc: ClientError | BotoCoreError) -> AutoscalerError:
-    """botocore's error as ours: the AWS code, what we were doing, AWS's message.
-
-    Never the request itself: a request is signed with the credentials.
-    """
-    if isinstance(exc, ClientError):
-        code = _error_code(exc)
-        retryable = code in _THROTTLE_CODES or code in _SERVER_CODES
-        return AutoscalerError(
-            f"{what}: {code}: {_error_message(exc)}", retryable=retryable, code=code
-        )
-    if isinstance(exc, NoCredentialsError):
-        return AutoscalerError(f"{what}: no AWS credentials found", code="NoCredentials")
-    # Connection refused or timed out, after botocore's retries.
-    name = type(exc).__name__
-    return AutoscalerError(f"{what}: {name}: {exc}", retryable=True, code=name)
-
-
-@contextmanager
-def aws_errors(what: str) -> Iterator[None]:
-    """Raise botocore's errors in the block as ours (``_ours``): for every AWS call of the
-    project, so modules that do not import boto3 (``ec2_prices``) can wrap theirs too."""
-    try:
-        yield
-    except (ClientError, BotoCoreError) as exc:
-        raise _ours(what, exc) from exc
+    return ec2_client(settings.region, settings.endpoint_url, settings.max_attempts)
 
 
 def _tags(instance: InstanceTypeDef) -> dict[str, str]:
@@ -283,7 +173,7 @@ class Ec2Provider:
         self.run_id = run_id
         self.settings = settings
         self._clock = clock
-        self._clients = _ThreadClients(settings)
+        self._clients = ThreadClients(lambda: _client(settings))
         self._types: dict[str, str] = {}  # instance id -> our type, for ids EC2 forgot
 
     @property
@@ -401,14 +291,14 @@ class Ec2Provider:
             try:
                 reply = self.client.run_instances(**kwargs)
             except ClientError as exc:
-                code = _error_code(exc)
+                code = error_code(exc)
                 if code not in _ZONE_CODES:
-                    raise _ours(what, exc) from exc
-                failures.append(f"{subnet or 'default subnet'}: {code}: {_error_message(exc)}")
+                    raise as_ours(what, exc) from exc
+                failures.append(f"{subnet or 'default subnet'}: {code}: {error_message(exc)}")
                 last_code = code
                 continue
             except BotoCoreError as exc:
-                raise _ours(what, exc) from exc
+                raise as_ours(what, exc) from exc
             instances = reply.get("Instances", [])
             for instance in instances:
                 self._types[instance["InstanceId"]] = type
@@ -529,3 +419,86 @@ def terminate_instances(settings: Ec2Settings, ids: Sequence[str]) -> list[str]:
         with aws_errors(f"terminating {len(chunk)} instance(s)"):
             client.terminate_instances(InstanceIds=chunk)
     return ours
+
+
+# --- the kind -------------------------------------------------------------------------------
+
+
+def ec2_settings(cfg: Platform, user_data: str | None = None) -> Ec2Settings:
+    """The provider settings of ``cfg``'s ``ec2`` section."""
+    e = cfg.ec2
+    if e is None:
+        raise AutoscalerError("provider is ec2 but the config has no ec2 section")
+    return Ec2Settings(
+        region=e.region,
+        ami=e.ami,
+        instances={
+            name: InstanceSpec(t.instance_type, spot=t.spot, max_price=t.max_price)
+            for name, t in e.types.items()
+        },
+        subnets=tuple(e.subnets),
+        security_groups=tuple(e.security_groups),
+        key_name=e.key_name,
+        instance_profile=e.instance_profile,
+        endpoint_url=e.endpoint_url,
+        address=e.address,
+        user_data=user_data,
+        max_attempts=e.max_attempts,
+    )
+
+
+def build(cfg: Platform, ctx: RunContext) -> Provider:
+    """The EC2 provider of a real run of ``cfg``; with ``bootstrap: user-data`` its
+    instances start their agents themselves."""
+    user_data = None
+    if cfg.ec2 is not None and cfg.ec2.bootstrap == "user-data":
+        from autoscaler.bootstrap.agent_start import agent_source
+        from autoscaler.bootstrap.userdata import render_user_data
+
+        assert cfg.ec2.controller_url is not None
+        user_data = render_user_data(
+            agent_source(),
+            cfg.ec2.controller_url,
+            ctx.token,
+            agent_args(cfg),
+            poweroff_on_exit=True,
+        )
+    settings = ec2_settings(cfg, user_data)
+    return Ec2Provider(KIND.capabilities(cfg, ctx.billing), ctx.run_id, settings, ctx.clock)
+
+
+def ssh_bootstrap(cfg: Platform, ctx: BootContext) -> SshBootstrap | None:
+    """The SSH bootstrapper of a run with ``bootstrap: ssh``; None otherwise."""
+    if cfg.ec2 is None or cfg.ec2.bootstrap != "ssh":
+        return None
+    from autoscaler.bootstrap.ssh import SshBootstrap, SshSettings
+
+    ssh = cfg.ec2.ssh
+    assert ssh is not None
+    if not ssh.key_file.is_file():  # checked here: a dry run needs no key
+        raise AutoscalerError(f"ec2.ssh.key_file: no such file: {ssh.key_file}")
+    console = getattr(ctx.provider, "console_output", None)
+    settings = SshSettings(
+        user=ssh.user,
+        key_file=ssh.key_file,
+        known_hosts=ctx.run_dir / "known_hosts",
+        host_key_policy=ssh.host_keys,
+        connect=ssh.connect,
+        port=ssh.port,
+        remote_dir=ssh.remote_dir,
+        python=ssh.python,
+        poweroff_on_exit=ssh.poweroff_on_exit,
+    )
+    return SshBootstrap(settings, ctx.local_port, ctx.token, agent_args(cfg), console=console)
+
+
+def sweeper(cfg: Platform) -> Sweeper:
+    """Cleanup in the region of ``cfg``'s ``ec2`` section."""
+    settings = ec2_settings(cfg)
+    return Sweeper(
+        lambda: [TaggedMachine(i.id, i.run_id, i.type, i.state) for i in list_tagged(settings)],
+        lambda ids: terminate_instances(settings, ids),
+    )
+
+
+KIND = ProviderKind("ec2", spot=True, build=build, sweeper=sweeper, bootstrapper=ssh_bootstrap)

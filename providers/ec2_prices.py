@@ -2,7 +2,7 @@
 
 ``lookup_prices`` asks GetProducts for each machine type's on-demand Linux price;
 ``parse_price`` reads the answer's ``PriceList``. The client comes from
-``providers/ec2.py`` (``pricing_client``), the one module that imports boto3 and owns its
+``providers/aws.py`` (``pricing_client``), the one module that imports boto3 and owns its
 sessions and retry settings; botocore's errors come out as ``AutoscalerError`` through its
 ``aws_errors``. Tested in ``tests/unit/test_ec2_pricing.py`` on a recorded response.
 """
@@ -13,7 +13,7 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from autoscaler.providers.ec2 import aws_errors, pricing_client
+from autoscaler.providers.aws import aws_errors, pricing_client
 
 if TYPE_CHECKING:
     from mypy_boto3_pricing import PricingClient

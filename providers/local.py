@@ -22,17 +22,29 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from autoscaler.bootstrap.agent_start import TOKEN_ENV, AgentSettings
 from autoscaler.providers.base import (
     Capabilities,
     MachineRecord,
     MachineStatus,
+    Provider,
     ProviderState,
     check_launch,
     machine_ids,
     split_machine_id,
 )
+from autoscaler.providers.kind import (
+    ProviderKind,
+    RunContext,
+    Sweeper,
+    TaggedMachine,
+    agent_settings,
+)
+
+if TYPE_CHECKING:
+    from autoscaler.config.schema import Platform
 
 RUN_TAG = "AUTOSCALER_RUN"
 LAUNCH_TAG = "AUTOSCALER_LAUNCH"
@@ -247,3 +259,30 @@ def _start_time(pid: int) -> float | None:
     fields = stat.rpartition(")")[2].split()
     ticks = int(fields[19])  # field 22, starttime, counted after the command name
     return max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK"))
+
+
+# --- the kind -------------------------------------------------------------------------------
+
+
+def build(cfg: Platform, ctx: RunContext) -> Provider:
+    """The local provider of a real run of ``cfg``."""
+    settings = agent_settings(cfg, ctx, python=cfg.local.python, workdir=None)
+    caps = KIND.capabilities(cfg, ctx.billing)
+    return LocalProvider(
+        caps, ctx.run_id, settings, ctx.run_dir / "agents", ctx.clock, cfg.time_scale
+    )
+
+
+def tagged_machines() -> list[TaggedMachine]:
+    """Every agent process of ours on this host, of any run."""
+    return [
+        TaggedMachine(str(pid), tags[RUN_TAG], split_machine_id(tags[MACHINE_TAG])[0], "running")
+        for pid, tags in tagged_processes()
+    ]
+
+
+def sweeper(cfg: Platform) -> Sweeper:
+    return Sweeper(tagged_machines, lambda ids: terminate_tagged([int(i) for i in ids]))
+
+
+KIND = ProviderKind("local", build=build, sweeper=sweeper)

@@ -38,6 +38,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from autoscaler.bootstrap.agent_start import AgentSettings
 from autoscaler.core.errors import AutoscalerError
@@ -46,12 +47,23 @@ from autoscaler.providers.base import (
     Capabilities,
     MachineRecord,
     MachineStatus,
+    Provider,
     ProviderState,
     check_launch,
     machine_ids,
     split_machine_id,
 )
+from autoscaler.providers.kind import (
+    ProviderKind,
+    RunContext,
+    Sweeper,
+    TaggedMachine,
+    agent_settings,
+)
 from autoscaler.providers.sge_output import ERROR_CODE, Job
+
+if TYPE_CHECKING:
+    from autoscaler.config.schema import Platform
 
 SGE_ROOT = "/var/lib/gridengine"
 SGE_CELL = "default"
@@ -371,3 +383,36 @@ class SgeProvider:
         self._machines[mid] = _Machine(
             mid, type, token, job_id, self._clock(), ProviderState.PENDING
         )
+
+
+# --- the kind -------------------------------------------------------------------------------
+
+
+def build(cfg: Platform, ctx: RunContext) -> Provider:
+    """The Grid Engine provider of a real run of ``cfg`` (its ``sge`` section)."""
+    sge = cfg.sge
+    if sge is None:
+        raise AutoscalerError("provider is sge but the config has no sge section")
+    settings = agent_settings(cfg, ctx, python=sge.python, workdir=sge.workdir)
+    types = {
+        name: SgeType(t.queue, t.resources, tuple(t.extra_args)) for name, t in sge.types.items()
+    }
+    caps = KIND.capabilities(cfg, ctx.billing)
+    return SgeProvider(
+        caps, ctx.run_id, settings, types, ctx.run_dir / "agents", ctx.clock, ctx.run_dir / "token"
+    )
+
+
+def tagged_machines() -> list[TaggedMachine]:
+    """Every job of ours in the cluster, of any run."""
+    return [
+        TaggedMachine(j.job_id, j.run_id, split_machine_id(j.machine)[0], j.state)
+        for j in list_tagged()
+    ]
+
+
+def sweeper(cfg: Platform) -> Sweeper:
+    return Sweeper(tagged_machines, delete_jobs)
+
+
+KIND = ProviderKind("sge", build=build, sweeper=sweeper)

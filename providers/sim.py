@@ -39,6 +39,7 @@ from autoscaler.providers.base import (
     ProviderState,
     check_launch,
 )
+from autoscaler.providers.kind import ProviderKind
 
 _MIN_RUNTIME_S = 1.0
 
@@ -246,3 +247,7 @@ class SimProvider:
     @staticmethod
     def _record(m: SimMachine) -> MachineRecord:
         return MachineRecord(m.id, m.type, m.token, m.launched_at)
+
+
+KIND = ProviderKind("sim")
+"""Machines of the emulator only: a dry run builds its ``SimProvider`` with the emulator."""

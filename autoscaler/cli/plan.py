@@ -12,6 +12,7 @@ from autoscaler.cli.app import app, conclude, console, err_console, load
 from autoscaler.config.schema import RunConfig
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.model import TaskSpec
+from autoscaler.providers import registry
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -62,7 +63,7 @@ def plan(
             "plan offers budgets for a budget-mode bag; this config has deadlines (jobs, "
             "or constraint.deadline_s): `run --dry-run` shows what meeting them costs"
         )
-    if cfg.provider != "sim" and not dry_run:
+    if not dry_run and not registry.is_emulated(cfg.provider):
         _plan_real(cfg, tasks, seed, as_json=as_json, out=out, yes=yes)
         return
     from autoscaler.run.start import plan_dry

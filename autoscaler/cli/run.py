@@ -19,6 +19,7 @@ from autoscaler.cli.plan import PLAN_JSON
 from autoscaler.config.budgets import check_budget
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.model import BudgetSet
+from autoscaler.providers import registry
 
 if TYPE_CHECKING:
     from autoscaler.core.state import RunState
@@ -111,7 +112,7 @@ def run(
     run_id = new_run_id(cfg)
     out_dir = out if out is not None else Path("runs") / run_id
     if not dry_run:
-        if cfg.provider == "sim":
+        if registry.is_emulated(cfg.provider):
             raise AutoscalerError(
                 "provider 'sim' only emulates machines: add --dry-run, or set `provider:` "
                 "to local (worker processes on this host), sge or ec2 with its section"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from autoscaler.providers import registry
 from autoscaler.report.format import hms, money
 from autoscaler.report.records import (
     REPORT_JSON,
@@ -102,8 +103,8 @@ def _types_table(report: Report) -> list[str]:
 
 def _emulated(report: Report) -> str:
     """What a dry run adds to the provider's name: that none of its machines was rented
-    (the emulator's own provider, ``sim``, says so itself)."""
-    if report.emulated and report.provider != "sim":
+    (the emulator's own provider says so itself)."""
+    if report.emulated and not registry.is_emulated(report.provider):
         return ", emulated (a dry run: no machine was rented)"
     return ""
 

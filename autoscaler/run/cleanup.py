@@ -21,7 +21,8 @@ from pathlib import Path
 from autoscaler.config.schema import Platform
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.journal import JOURNAL_DB, SqliteJournal
-from autoscaler.providers.base import split_machine_id
+from autoscaler.providers import registry
+from autoscaler.providers.kind import Sweeper
 from autoscaler.run.registry import (
     RunEntry,
     Unreadable,
@@ -32,7 +33,6 @@ from autoscaler.run.registry import (
     state_dir,
 )
 from autoscaler.run.rundir import daemon_alive, run_lock
-from autoscaler.run.wiring import ec2_settings
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,35 +170,28 @@ def live_runs(runs: Sequence[Path], state: Path) -> tuple[dict[str, Owner], list
     return live, notes
 
 
+def _sweeper(cfg: Platform) -> Sweeper:
+    make = registry.kind(cfg.provider).sweeper
+    if make is None:
+        raise AutoscalerError(
+            f"provider {cfg.provider!r} starts no machines: nothing to clean up "
+            f"(give a config whose provider is {' or '.join(registry.real_kinds())})"
+        )
+    return make(cfg)
+
+
 def find_strays(cfg: Platform, runs: Sequence[Path], state: Path | None = None) -> Survey:
     """Every machine of ours the config's provider knows, with its owner if live.
 
     The machines are listed before the live runs are looked for: a run that starts in
     between has no machine in the list, and one that ends in between ends its own.
     """
-    found: list[tuple[str, str, str, str]] = []
-    if cfg.provider == "ec2":
-        from autoscaler.providers.ec2 import list_tagged
-
-        found = [(i.id, i.run_id, i.type, i.state) for i in list_tagged(ec2_settings(cfg))]
-    elif cfg.provider == "sge":
-        from autoscaler.providers.sge import list_tagged as list_jobs
-
-        found = [(j.job_id, j.run_id, split_machine_id(j.machine)[0], j.state) for j in list_jobs()]
-    elif cfg.provider == "local":
-        from autoscaler.providers.local import MACHINE_TAG, RUN_TAG, tagged_processes
-
-        found = [
-            (str(pid), tags[RUN_TAG], split_machine_id(tags[MACHINE_TAG])[0], "running")
-            for pid, tags in tagged_processes()
-        ]
-    else:
-        raise AutoscalerError(
-            f"provider {cfg.provider!r} starts no machines: nothing to clean up "
-            "(give a config whose provider is local, sge or ec2)"
-        )
+    found = _sweeper(cfg).list_tagged()
     live, notes = live_runs(runs, state_dir() if state is None else state)
-    machines = [Tagged(i, run, t, st, live.get(run)) for i, run, t, st in sorted(found)]
+    machines = [
+        Tagged(m.id, m.run_id, m.type, m.state, live.get(m.run_id))
+        for m in sorted(found, key=lambda m: (m.id, m.run_id, m.type, m.state))
+    ]
     return Survey(machines, notes)
 
 
@@ -207,14 +200,4 @@ def terminate_strays(cfg: Platform, strays: Sequence[Tagged]) -> list[str]:
     ids = [m.id for m in strays if m.owner is None]
     if not ids:
         return []
-    if cfg.provider == "ec2":
-        from autoscaler.providers.ec2 import terminate_instances
-
-        return terminate_instances(ec2_settings(cfg), ids)
-    if cfg.provider == "sge":
-        from autoscaler.providers.sge import delete_jobs
-
-        return delete_jobs(ids)
-    from autoscaler.providers.local import terminate_tagged
-
-    return terminate_tagged([int(i) for i in ids])
+    return _sweeper(cfg).terminate(ids)

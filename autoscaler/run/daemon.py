@@ -22,10 +22,12 @@ A deadline pool (``deadline.keep_open``) takes jobs while it runs (``Daemon.add_
 from any thread): their tasks are written to the run's tasks file, then the job is
 journaled (``JobAdded``) and planned in one step, and the caller learns its task ids.
 
-The parts: ``rundir`` (the run directory and its lock), ``machines`` (provider and SSH
-calls on worker threads), ``agents`` (polls to events, the state to answers), ``leases``
-(the lease and clock arithmetic), ``metrics`` (Prometheus gauges). This module is the
-loop that ties them together.
+The parts: ``rundir`` (the run directory and its lock), ``inbox`` (what the queue holds),
+``timers`` (the APScheduler jobs), ``actions`` (a step carried out; reconciling after a
+restart), ``owner`` (the owner's events and jobs let in or turned away), ``machines``
+(provider and SSH calls on worker threads), ``agents`` (polls to events, the state to
+answers), ``leases`` (the lease and clock arithmetic), ``metrics`` (Prometheus gauges).
+This module is the loop that ties them together.
 """
 
 from __future__ import annotations
@@ -40,66 +42,53 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from autoscaler.budget.controller import Controller
 from autoscaler.config.budgets import check_budget
 from autoscaler.config.load import task_means
-from autoscaler.config.schema import JobMeans
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.journal import JOURNAL_DB, SqliteJournal
-from autoscaler.core.leases import Timeline, boundary_due, delay_s
+from autoscaler.core.leases import Timeline
 from autoscaler.core.model import (
-    Action,
-    Assign,
-    BoundaryNear,
     BudgetSet,
-    Cancel,
-    DeadlineSet,
     Event,
-    Extend,
     Hold,
-    Interrupted,
     JobAdded,
-    JobArrived,
     JobSpec,
-    JobWithdrawn,
-    Launch,
     LaunchFailed,
     MachineLaunched,
     MachineLost,
     MachineReady,
-    Move,
-    Release,
-    Replicate,
     Resumed,
     Shutdown,
     Stop,
     TaskSpec,
     Tick,
 )
-from autoscaler.core.state import Machine, RunState
-from autoscaler.deadline.controller import DeadlineController
-from autoscaler.providers.base import Provider, ProviderState
+from autoscaler.core.state import RunState
+from autoscaler.providers.base import Provider
 from autoscaler.providers.sim import draw_runtimes
 from autoscaler.report.build import build_report
 from autoscaler.report.files import write_report
 from autoscaler.report.records import Report
-from autoscaler.run.agents import Agents, lost_contact
-from autoscaler.run.build import (
-    added_job,
-    json_logger,
-    log_action,
-    make_controller,
-    new_state,
-)
+from autoscaler.run.actions import Executor
+from autoscaler.run.agents import Agents
+from autoscaler.run.build import added_job, json_logger, make_controller, new_state
 from autoscaler.run.dispatch import Dispatcher, Poll
+from autoscaler.run.inbox import (
+    AddJob,
+    ArrivalsDue,
+    BoundaryDue,
+    HealthDue,
+    SignalReceived,
+    TickDue,
+    Told,
+)
 from autoscaler.run.live import planned_finish
 from autoscaler.run.machines import (
     BootFailed,
@@ -110,64 +99,13 @@ from autoscaler.run.machines import (
     launch_events,
 )
 from autoscaler.run.metrics import Metrics
+from autoscaler.run.owner import admit, job_means, refusal
 from autoscaler.run.registry import register
 from autoscaler.run.rundir import OUTPUTS_FILE, RunFiles, rebuild_state, run_lock
+from autoscaler.run.timers import Timers
 from autoscaler.run.wiring import make_bootstrap, make_provider
 
-HEALTH_S = 0.25
-"""Real seconds between health checks (silent machines, machines that never came up)."""
-
-
-# --- what reaches the queue besides polls and the machine lifecycle's records ------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Boundary:
-    machine: str
-
-
-@dataclass(frozen=True, slots=True)
-class _Tick:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class _Arrivals:
-    jobs: tuple[JobArrived, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class _Health:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class _Signal:
-    signum: int
-
-
-@dataclass(frozen=True, slots=True)
-class _Told:
-    """An event from the daemon's owner (the service): a user's update, an interruption."""
-
-    event: Event
-
-
-@dataclass(frozen=True, slots=True)
-class _Add:
-    """A job for the pool (``Daemon.add_job``), answered once it is journaled."""
-
-    job: JobSpec
-    tasks: tuple[TaskSpec, ...]
-    answer: Future[JobSpec]
-
-
 # --- the daemon ------------------------------------------------------------------------
-
-
-def _means(job: JobSpec) -> JobMeans | None:
-    """An added job's mean task times, as synthetic tasks run them (its known ``task_s``)."""
-    return JobMeans(job.name, dict(job.task_s)) if job.task_s else None
 
 
 @dataclass
@@ -215,7 +153,6 @@ class Daemon:
         )
         self._since: dict[str, float] = {}  # machines tracked: monotonic launch or adoption
         self._signals = 0  # SIGINT/SIGTERM received; the second means: kill, do not wait
-        self._killed = False
         self._workdir = cfg.local.workdir or self.files.run_dir / "work"
         self._answers: list[tuple[Future[JobSpec], JobSpec]] = []  # jobs added, not answered
 
@@ -227,7 +164,7 @@ class Daemon:
         """Hand the run an event from outside (any thread): a ``BudgetSet`` or
         ``DeadlineSet`` of a user's update, ``Shutdown`` to cancel, ``Interrupted`` to
         stop it resumably. It is journaled and stepped like any other."""
-        self._inbox.put(_Told(event))
+        self._inbox.put(Told(event))
 
     def add_job(self, job: JobSpec, tasks: Sequence[TaskSpec]) -> Future[JobSpec]:
         """Add a job to a live deadline-mode run (a pool, ``deadline.keep_open``), from
@@ -237,7 +174,7 @@ class Daemon:
         The answer is the job as journaled (its task ids ``first .. first + count - 1``),
         or an ``AutoscalerError`` if the run cannot take it."""
         answer: Future[JobSpec] = Future()
-        self._inbox.put(_Add(job, tuple(tasks), answer))
+        self._inbox.put(AddJob(job, tuple(tasks), answer))
         return answer
 
     # --- the run ------------------------------------------------------------------------
@@ -264,7 +201,7 @@ class Daemon:
         means = task_means(cfg, len(self.tasks))
         for job in self.state.jobs:
             if job.first >= files.config_tasks:
-                means[job.first : job.first + job.count] = [_means(job)] * job.count
+                means[job.first : job.first + job.count] = [job_means(job)] * job.count
         self.agents = Agents(
             cfg, self.tasks, self.runtimes, self._workdir, outputs, self.log, task_means=means
         )
@@ -309,12 +246,19 @@ class Daemon:
             watched=lambda: list(self._since),
             gone=self.dispatcher.gone,
         )
+        margin_s = self.state.billing.boundary_margin_s()
+        self.timers = Timers(scheduler, self._inbox.put, self.timeline, margin_s)
+        self.executor = Executor(
+            self.lifecycle, self.dispatcher, self.timers, self.log, self._since
+        )
         old_handlers = self._install_signals() if self.install_signals else {}
         metrics = Metrics.start(cfg) if cfg.daemon.metrics_port is not None else None
         error: BaseException | None = None
         try:
             self.dispatcher.start()
-            self._schedule_checks()
+            describe_s = self.provider.status_polling_interval
+            tick_s = cfg.monitoring_interval_s / self.ts
+            self.timers.checks(tick_s, describe_s, self.lifecycle.describe_soon)
             scheduler.start()
             self._begin()
             self._loop(metrics)
@@ -350,88 +294,20 @@ class Daemon:
             write_report(report, self.state, files.run_dir, plots=self.plots)
         return Outcome(files.run_id, self.state, report, files.run_dir, wall)
 
-    def _schedule_checks(self) -> None:
-        """The periodic jobs: the monitoring tick, the health check, the provider's describe."""
-        put = self._inbox.put
-        tick_s = self.cfg.monitoring_interval_s / self.ts
-        self.scheduler.add_job(put, "interval", seconds=tick_s, args=[_Tick()], id="tick")
-        self.scheduler.add_job(put, "interval", seconds=HEALTH_S, args=[_Health()])
-        describe_s = self.provider.status_polling_interval
-        if describe_s > 0:
-            self.scheduler.add_job(self.lifecycle.describe_soon, "interval", seconds=describe_s)
-
     # --- steps ----------------------------------------------------------------------------
 
     def _begin(self) -> None:
         """The first step: a fresh start, or the adoption of a resumed run's machines."""
         events: list[Event] = []
         if self.resume:
-            events = self._adopt_after_restart()
+            events = self.executor.reconcile(self.state, self.now)
         if self.resumed is not None and self.state.interrupted:
             events.append(Resumed(self.resumed))
         if self.budget is not None:
             check_budget(self.budget.budget, committed=self.state.committed, holder="this run")
             events.append(self.budget)
-        events.extend(self._schedule_arrivals())
+        events.extend(self.timers.arrivals(self.state, self.now()))
         self._step(events, [])
-
-    def _schedule_arrivals(self) -> list[Event]:
-        """Deadline mode: jobs due to arrive, one timer per arrival time (jobs arriving
-        together are planned together); those due already (a restart) arrive now."""
-        now = self.now()
-        due: list[Event] = []
-        at: dict[float, list[JobArrived]] = {}
-        for job in self.state.jobs:
-            if job.name in self.state.arrived:
-                continue
-            if job.at <= now:
-                due.append(JobArrived(job.name))
-            else:
-                at.setdefault(job.at, []).append(JobArrived(job.name))
-        for when, arrivals in at.items():
-            delay = delay_s(self.timeline, when, time.monotonic())
-            self.scheduler.add_job(
-                self._inbox.put,
-                "date",
-                run_date=datetime.now().astimezone() + timedelta(seconds=delay),
-                args=[_Arrivals(tuple(arrivals))],
-                id=f"arrival:{when}",
-                replace_existing=True,
-                misfire_grace_time=None,
-            )
-        return due
-
-    def _adopt_after_restart(self) -> list[Event]:
-        """Match the journal's machines with the provider's after a restart: adopt those
-        still running, relaunch (idempotently) the launches without a result, lose the
-        machines that ended meanwhile, and terminate strays."""
-        state = self.state
-        events: list[Event] = []
-        adopted: set[str] = set()
-        for token, (tname, count) in list(state.pending_launches.items()):
-            done = self.lifecycle.launch_now(Launch(tname, count, token))
-            events.extend(launch_events(done, state, self.cfg, self.now(), self.log))
-            adopted.update(r.id for r in done.records)
-        live = {s.id for s in self.provider.describe() if s.state is not ProviderState.TERMINATED}
-        for m in state.alive_machines():
-            if m.id in live:
-                self._track(m)
-                self.lifecycle.boot(m.id)
-            else:
-                events.append(MachineLost(m.id, "ended while the daemon was down"))
-        known = {m.id for m in state.alive_machines()} | adopted
-        strays = sorted(live - known)
-        if strays:
-            self.log.warning("terminating strays", machines=strays)
-            self.provider.terminate(strays)
-        self.log.info(
-            "resumed",
-            machines=sorted(m.id for m in state.alive_machines()),
-            relaunched=sorted(adopted),
-            committed=round(state.committed, 4),
-            done=state.done,
-        )
-        return events
 
     def _loop(self, metrics: Metrics | None) -> None:
         """Take what is queued, step, repeat; show progress at most five times a second."""
@@ -464,15 +340,17 @@ class Daemon:
                 case Poll():
                     polls.append(item)
                     events.extend(self.agents.poll_events(self.state, item, seen))
-                case _Tick():
+                case TickDue():
                     if not self.state.stopped:
                         events.append(Tick())
-                case _Boundary(machine=mid):
-                    events.extend(self._boundary_event(mid))
+                case BoundaryDue(machine=mid):
+                    events.extend(
+                        self.timers.boundary_event(self.state.machines.get(mid), self.now())
+                    )
                 case LaunchDone():
                     events.extend(launch_events(item, self.state, self.cfg, self.now(), self.log))
-                case _Health():
-                    events.extend(self._health())
+                case HealthDue():
+                    events.extend(self.executor.health(self.state, self.cfg))
                 case Ended(machines=ended):
                     for mid in sorted(ended):
                         m = self.state.machines.get(mid)
@@ -485,24 +363,24 @@ class Daemon:
                         gone.add(mid)
                         self.log.error("bootstrap failed", machine=mid, error=reason)
                         events.append(MachineLost(mid, f"bootstrap failed: {reason}"))
-                case _Signal(signum=signum) if signum == HANDOVER_SIGNAL:
+                case SignalReceived(signum=signum) if signum == HANDOVER_SIGNAL:
                     if self.state.awaiting_budget:
                         self.log.info("handing the run over: its machines are kept")
                         self.handed_over = True
                     else:
                         self.log.warning("hand-over asked for a run that does not wait: ignored")
-                case _Signal(signum=signum):
+                case SignalReceived(signum=signum):
                     name = signal.Signals(signum).name
                     if not self.state.shutdown and not any(isinstance(e, Shutdown) for e in events):
                         self.log.warning("signal: releasing every machine", signal=name)
                         events.append(Shutdown(f"interrupted by {name}"))
                     else:
                         hard = True
-                case _Told(event=told):
-                    events.extend(self._told(told))
-                case _Arrivals(jobs=arrivals):
+                case Told(event=told):
+                    events.extend(admit(self.state, told, self.log))
+                case ArrivalsDue(jobs=arrivals):
                     events.extend(a for a in arrivals if a.job not in self.state.arrived)
-                case _Add():
+                case AddJob():
                     added = self._add(item, [a for _, a in adding], events)
                     if added is not None:
                         events.append(added)
@@ -517,7 +395,7 @@ class Daemon:
             answer.set_result(job)
         self._answers.clear()
         if hard:
-            self._kill_now()
+            self.executor.kill_all()
             self._terminate_all_now()
 
     def _step(self, events: list[Event], polls: list[Poll]) -> None:
@@ -527,7 +405,7 @@ class Daemon:
             now = self.now()
             actions = self.controller.step(state, events, now)
             self.journal.step(now, events, actions)
-            touched = self._apply(events, actions)
+            touched = self.executor.apply(state, events, actions)
             held = any(isinstance(a, Hold) for a in actions)
             if self.on_hold is not None and held and isinstance(self.controller, Controller):
                 self.on_hold(self.controller, state, now)
@@ -542,45 +420,12 @@ class Daemon:
 
     # --- from the outside world to events -----------------------------------------------
 
-    def _told(self, event: Event) -> list[Event]:
-        """An owner's event, unless the run is past it or it does not fit the run."""
-        state = self.state
-        match event:
-            case BudgetSet(budget=budget) if budget < state.committed - 1e-9:
-                self.log.warning(
-                    "budget update refused: below what is committed",
-                    budget=budget,
-                    committed=round(state.committed, 4),
-                )
-                return []
-            case DeadlineSet(job=name) if name not in {j.name for j in state.jobs}:
-                self.log.warning("deadline update refused: no such job", job=name)
-                return []
-            case JobWithdrawn(job=name) if name not in {j.name for j in state.jobs}:
-                self.log.warning("withdrawal refused: no such job", job=name)
-                return []
-            case Interrupted() if state.stopped or state.interrupted:
-                return [Shutdown(event.reason)] if not state.shutdown else []
-            case Shutdown() if state.shutdown:
-                return []
-        self.log.info("told", kind=type(event).__name__, detail=repr(event))
-        return [event]
-
-    def _add(self, item: _Add, batch: list[JobSpec], events: list[Event]) -> JobAdded | None:
+    def _add(self, item: AddJob, batch: list[JobSpec], events: list[Event]) -> JobAdded | None:
         """A job for the pool as its event, its tasks written to the run's tasks file (and
         known to the agents) first; None, and the caller told why, if the run cannot take
         it. ``batch``: jobs added in this step already (their tasks come first)."""
         state, job = self.state, item.job
-        names = {j.name for j in (*state.jobs, *batch)}
-        why = None
-        if not isinstance(self.controller, DeadlineController):
-            why = "a budget-mode run takes no jobs"
-        elif state.stopped or state.shutdown or any(isinstance(e, Shutdown) for e in events):
-            why = "the run is ending"
-        elif job.name in names:
-            why = f"the run has a job named {job.name!r} already"
-        elif not item.tasks:
-            why = "a job needs at least one task"
+        why = refusal(state, self.controller, item, batch, events)
         if why is not None:
             item.answer.set_exception(AutoscalerError(f"job {job.name!r} refused: {why}"))
             return None
@@ -592,89 +437,9 @@ class Daemon:
         if any(t.command is None for t in tasks):
             rng = random.Random(self.files.seed)
             self.runtimes[:] = draw_runtimes(self.cfg.emulator, len(self.tasks), rng)
-        self.agents.add_means([_means(event.job)] * count)
+        self.agents.add_means([job_means(event.job)] * count)
         self.log.info("job added", job=job.name, first=first, tasks=count, deadline=job.deadline)
         return event
-
-    def _boundary_event(self, mid: str) -> list[Event]:
-        m = self.state.machines.get(mid)
-        if m is None or not m.alive:
-            return []
-        due = boundary_due(m.paid_until, self.state.billing.boundary_margin_s())
-        if self.now() < due:  # the timer fired early: ask again at the right moment
-            self._schedule_boundary(m)
-            return []
-        return [BoundaryNear(mid)]
-
-    def _health(self) -> list[Event]:
-        """Machines that went silent, or that never came up; dropped tunnels reopened."""
-        alive = list(self.state.alive_machines())
-        for m in alive:
-            if m.id in self._since:
-                self.lifecycle.keep_tunnel(m.id)
-        return lost_contact(
-            alive, self._since, self.dispatcher.last_seen, time.monotonic(), self.cfg
-        )
-
-    # --- from actions to the outside world ------------------------------------------------
-
-    def _apply(self, events: list[Event], actions: list[Action]) -> set[str]:
-        """Carry out a journaled step; the machines whose agents have news."""
-        touched: set[str] = set()
-        for event in events:
-            match event:
-                case MachineLaunched(machine=mid):
-                    self._track(self.state.machines[mid])
-                    self.lifecycle.boot(mid)
-                case MachineLost(machine=mid, reason=reason):
-                    self.log.warning("machine lost", machine=mid, reason=reason)
-                    self._forget(mid)
-                    self.lifecycle.end(mid)
-        for action in actions:
-            match action:
-                case Launch():
-                    self.lifecycle.launch(action)
-                case Extend(machine=mid):
-                    self._schedule_boundary(self.state.machines[mid])
-                    touched.add(mid)
-                case Release(machine=mid):
-                    self._forget(mid)
-                    touched.add(mid)
-                    self.lifecycle.end(mid)
-                case Assign(machine=mid) | Replicate(machine=mid) | Cancel(machine=mid):
-                    touched.add(mid)
-                case Move(source=src, target=dst):
-                    touched.update((src, dst))
-                case _:
-                    pass
-            log_action(self.log, self.state.now, action)
-        return touched
-
-    def _track(self, m: Machine) -> None:
-        self._since[m.id] = time.monotonic()
-        self.dispatcher.allowed.add(m.id)
-        self._schedule_boundary(m)
-
-    def _forget(self, mid: str) -> None:
-        self.dispatcher.gone.add(mid)
-        self.dispatcher.allowed.discard(mid)
-        try:
-            self.scheduler.remove_job(f"boundary:{mid}")
-        except JobLookupError:
-            return  # it fired already (a date job then goes), or the machine never had one
-
-    def _schedule_boundary(self, m: Machine) -> None:
-        due = boundary_due(m.paid_until, self.state.billing.boundary_margin_s())
-        delay = delay_s(self.timeline, due, time.monotonic())
-        self.scheduler.add_job(
-            self._inbox.put,
-            "date",
-            run_date=datetime.now().astimezone() + timedelta(seconds=delay),
-            args=[_Boundary(m.id)],
-            id=f"boundary:{m.id}",
-            replace_existing=True,
-            misfire_grace_time=None,
-        )
 
     # --- the end --------------------------------------------------------------------------
 
@@ -694,16 +459,7 @@ class Daemon:
         any lock (the log's, a provider's), so the work is done by the loop or _finish."""
         if signum != HANDOVER_SIGNAL:
             self._signals += 1
-        self._inbox.put(_Signal(signum))
-
-    def _kill_now(self) -> None:
-        """The second signal: every machine the run knows ends now, without grace."""
-        if self._killed:
-            return
-        self._killed = True
-        ids = sorted(self._since)
-        self.log.warning("second signal: terminating every machine now", machines=ids)
-        self.lifecycle.kill(ids)
+        self._inbox.put(SignalReceived(signum))
 
     def _terminate_all_now(self) -> None:
         """After the second signal: the state learns that every machine is gone."""
@@ -724,7 +480,7 @@ class Daemon:
             self.log.info("daemon end: handed over", committed=round(self.state.committed, 4))
             return
         # A second signal while machines are being released kills them all.
-        self.lifecycle.wind_down(lambda: self._signals > 1, self._kill_now)
+        self.lifecycle.wind_down(lambda: self._signals > 1, self.executor.kill_all)
         if error is not None and not self.state.stopped:
             events: list[Event] = [
                 MachineLost(m.id, "daemon error") for m in self.state.alive_machines()

@@ -22,12 +22,26 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from apscheduler.schedulers.base import BaseScheduler
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_result,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_exponential,
+)
 
 from autoscaler.config.schema import RunConfig
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.model import Event, Launch, LaunchFailed, MachineLaunched
 from autoscaler.core.state import RunState
-from autoscaler.providers.base import MachineRecord, Provider, ProviderState, failure_kind
+from autoscaler.providers.base import (
+    MachineRecord,
+    MachineStatus,
+    Provider,
+    ProviderState,
+    failure_kind,
+)
 from autoscaler.run.wiring import holds
 
 if TYPE_CHECKING:
@@ -99,6 +113,25 @@ def launch_events(
         )
         events.append(LaunchFailed(launch.token, launch.type, missing, reason, kind, until))
     return events
+
+
+def _booting(status: MachineStatus | None) -> bool:
+    """Whether a machine is still on its way up: neither gone nor reachable yet."""
+    if status is None or status.state is ProviderState.TERMINATED:
+        return False
+    return status.state is not ProviderState.RUNNING or not status.address
+
+
+def _last_result(state: RetryCallState) -> Any:
+    """What the last try gave, once the tries are used up (an exception is not raised)."""
+    assert state.outcome is not None
+    return None if state.outcome.failed else state.outcome.result()
+
+
+def _error(state: RetryCallState) -> str:
+    """The exception a failed try raised, as a log line shows it."""
+    assert state.outcome is not None
+    return str(state.outcome.exception())
 
 
 @dataclass
@@ -175,20 +208,18 @@ class MachineLifecycle:
         assert boot is not None
         assert ssh is not None
         deadline = time.monotonic() + ssh.timeout_s
-        delay = 1.0
         try:
-            while True:
-                if self._closing.is_set() or mid in self.gone:
-                    return
-                status = next(iter(self.provider.describe([mid])), None)
-                if status is None or status.state is ProviderState.TERMINATED:
-                    return  # the health check reports it lost
-                if status.state is ProviderState.RUNNING and status.address:
-                    break
-                if time.monotonic() > deadline:
-                    raise AutoscalerError("no address before the SSH timeout")
-                self._closing.wait(delay)
-                delay = min(delay * 2, 10.0)
+            status = Retrying(
+                stop=stop_after_delay(ssh.timeout_s),
+                wait=wait_exponential(multiplier=1.0, max=10.0),
+                retry=retry_if_result(_booting),
+                sleep=self._nap,
+                retry_error_callback=_last_result,
+            )(self._boot_status, mid)
+            if status is None or status.state is ProviderState.TERMINATED:
+                return  # the health check reports it lost, if the run still wants it
+            if status.address is None or _booting(status):
+                raise AutoscalerError("no address before the SSH timeout")
             boot.wait_ssh(mid, status.address, max(1.0, deadline - time.monotonic()))
             if self._closing.is_set() or mid in self.gone:
                 return
@@ -198,6 +229,16 @@ class MachineLifecycle:
             self.inbox.put(BootFailed(mid, exc.message))
         except Exception as exc:  # a bootstrap bug must not leave a paid machine idle
             self.inbox.put(BootFailed(mid, f"{type(exc).__name__}: {exc}"))
+
+    def _nap(self, seconds: float) -> None:
+        """A wait between two tries, cut short by the end of the run."""
+        self._closing.wait(seconds)
+
+    def _boot_status(self, mid: str) -> MachineStatus | None:
+        """The machine as the provider shows it; None once the run no longer wants it."""
+        if self._closing.is_set() or mid in self.gone:
+            return None
+        return next(iter(self.provider.describe([mid])), None)
 
     # --- watch ----------------------------------------------------------------------------
 
@@ -239,19 +280,24 @@ class MachineLifecycle:
         backoff: a machine released but left running would cost money. The end of the
         run terminates whatever is still up in any case (``terminate_leftovers``).
         """
-        delay = 2.0
         try:
-            for attempt in range(1, TERMINATE_TRIES + 1):
-                try:
+            for attempt in Retrying(
+                stop=stop_after_attempt(TERMINATE_TRIES),
+                wait=wait_exponential(multiplier=2.0, max=30.0),
+                sleep=self._nap,
+                after=lambda state: self.log.warning(
+                    "terminate failed",
+                    machine=mid,
+                    attempt=state.attempt_number,
+                    error=_error(state)[:300],
+                ),
+                retry_error_callback=_last_result,
+            ):
+                if attempt.retry_state.attempt_number > 1 and self._closing.is_set():
+                    return  # the end of the run terminates what is left
+                with attempt:
                     self.provider.terminate([mid])
                     return
-                except Exception as exc:
-                    self.log.warning(
-                        "terminate failed", machine=mid, attempt=attempt, error=str(exc)[:300]
-                    )
-                if self._closing.wait(delay):
-                    return  # the end of the run terminates what is left
-                delay = min(delay * 2, 30.0)
             self.log.error("terminate kept failing; the end of the run tries again", machine=mid)
         finally:
             self._close_tunnel_later(mid)
@@ -292,9 +338,15 @@ class MachineLifecycle:
 
     def terminate_leftovers(self) -> None:
         """Every machine of the run the provider still lists ends now (tried with backoff)."""
-        delay = 1.0
-        for attempt in range(1, TERMINATE_TRIES + 1):
-            try:
+        for attempt in Retrying(
+            stop=stop_after_attempt(TERMINATE_TRIES),
+            wait=wait_exponential(multiplier=1.0, max=30.0),
+            after=lambda state: self.log.warning(
+                "end-of-run terminate failed", attempt=state.attempt_number, error=_error(state)
+            ),
+            retry_error_callback=_last_result,
+        ):
+            with attempt:
                 left = [
                     s.id
                     for s in self.provider.describe()
@@ -304,10 +356,6 @@ class MachineLifecycle:
                     self.log.warning("terminating machines left at the end", machines=left)
                     self.provider.terminate(left)
                 return
-            except Exception as exc:
-                self.log.warning("end-of-run terminate failed", attempt=attempt, error=str(exc))
-                time.sleep(delay)
-                delay = min(delay * 2, 30.0)
         self.log.error(
             "machines of this run may still run: the provider kept refusing; "
             "run `autoscaler cleanup` with this config"

@@ -31,6 +31,7 @@ from autoscaler.config.schema import RunConfig
 from autoscaler.config.service import ServiceConfig, job_config
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.model import Interrupted, Shutdown, TaskSpec
+from autoscaler.providers import registry
 from autoscaler.service.pool import POOL_DIR, Pool
 from autoscaler.service.pump import JOBS_DIR, JobEndHook, ProgressHook, Pump
 from autoscaler.service.runners import (
@@ -162,7 +163,7 @@ class Service(Pump):
         cfg, tasks = job_config(
             self.config, data, source=source, base_dir=base_dir or Path.cwd(), now_wall=now
         )
-        if self.config.provider != "sim" and cfg.provider == "sim":
+        if registry.is_emulated(cfg.provider) and not registry.is_emulated(self.config.provider):
             raise AutoscalerError("provider 'sim' only emulates machines")
 
         return self.submit_config(cfg, tasks, run_dir=run_dir)

@@ -1,8 +1,19 @@
-"""The daemon's pure parts: which machines lost contact, what a launch's result means."""
+"""The daemon's parts: which machines lost contact, what a launch's result means, and
+how the machine lifecycle retries a provider that refuses."""
 
 from __future__ import annotations
 
+import queue
+import threading
+from collections.abc import Mapping, Sequence
+
+import structlog
+from apscheduler.schedulers.background import BackgroundScheduler
+from structlog.testing import capture_logs
+
 from autoscaler.budget.controller import Controller
+from autoscaler.core.billing import BillingModel
+from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.model import (
     Launch,
     LaunchFailed,
@@ -12,9 +23,9 @@ from autoscaler.core.model import (
     TypeSpec,
 )
 from autoscaler.core.state import Machine, RunState
-from autoscaler.providers.base import MachineRecord
+from autoscaler.providers.base import Capabilities, MachineRecord, MachineStatus, ProviderState
 from autoscaler.run.agents import lost_contact
-from autoscaler.run.machines import LaunchDone, launch_events
+from autoscaler.run.machines import LaunchDone, MachineLifecycle, launch_events
 from autoscaler.run.start import controller_settings, new_state
 from tests.conftest import make_config
 
@@ -89,3 +100,93 @@ def test_the_result_of_a_launch_no_longer_pending_is_ignored() -> None:
     state = new_state(CFG, 10, 1)
     done = LaunchDone(Launch("slow", 1, "L9"), (MachineRecord("a", "slow", "L9", 0.0),), None)
     assert launch_events(done, state, CFG, now=0.0, log=Log()) == []
+
+
+# --- retries: a provider that refuses ---------------------------------------------------------
+
+
+class Refusing:
+    """A provider whose ``terminate`` and ``describe`` refuse (throttled) a given number
+    of times, then work; it counts the calls and keeps ``up`` machines."""
+
+    status_polling_interval = 0.0
+
+    def __init__(self, refusals: int, up: Sequence[str] = (), terminate_refusals: int = 0):
+        self.capabilities = Capabilities(BillingModel("fixed", 3600.0))
+        self.refusals = refusals  # describe's
+        self.terminate_refusals = terminate_refusals
+        self.up = list(up)
+        self.terminated: list[list[str]] = []
+        self.terminate_calls = 0
+        self.refused = threading.Event()  # set at the first refusal of terminate
+
+    def launch(
+        self, type: str, count: int, token: str, tags: Mapping[str, str]
+    ) -> list[MachineRecord]:
+        return []
+
+    def describe(self, ids: Sequence[str] | None = None) -> list[MachineStatus]:
+        if self.refusals > 0:
+            self.refusals -= 1
+            raise AutoscalerError("Throttling", retryable=True, code="Throttling")
+        return [MachineStatus(i, "slow", ProviderState.RUNNING) for i in self.up]
+
+    def terminate(self, ids: Sequence[str], *, now: bool = False) -> list[str]:
+        self.terminate_calls += 1
+        if self.terminate_refusals != 0:
+            self.terminate_refusals -= 1
+            self.refused.set()
+            raise AutoscalerError("Throttling", retryable=True, code="Throttling")
+        self.terminated.append(list(ids))
+        self.up = [i for i in self.up if i not in ids]
+        return list(ids)
+
+
+def lifecycle(provider: Refusing) -> MachineLifecycle:
+    return MachineLifecycle(
+        CFG,
+        provider,
+        None,
+        queue.SimpleQueue(),
+        BackgroundScheduler(),
+        structlog.get_logger(),
+        watched=list,
+        gone=set(),
+    )
+
+
+def test_a_refused_terminate_is_tried_again_and_each_refusal_logged() -> None:
+    provider = Refusing(0, up=["m1"], terminate_refusals=1)
+    machines = lifecycle(provider)
+    with capture_logs() as logs:
+        machines.end("m1")
+        machines.shutdown()
+    assert provider.terminated == [["m1"]]
+    failed = [e for e in logs if e["event"] == "terminate failed"]
+    assert [(e["machine"], e["attempt"]) for e in failed] == [("m1", 1)]
+    assert "Throttling" in failed[0]["error"]
+    assert not [e for e in logs if e["log_level"] == "error"]
+
+
+def test_the_end_of_the_run_stops_the_retries_of_a_terminate() -> None:
+    provider = Refusing(0, terminate_refusals=-1)  # refuses every time
+    machines = lifecycle(provider)
+    with capture_logs() as logs:
+        machines.end("m1")
+        provider.refused.wait()
+        machines.wind_down(lambda: False, lambda: None)  # nothing left to terminate
+        machines.shutdown()
+    assert provider.terminate_calls == 1
+    assert not [e for e in logs if e["event"].startswith("terminate kept failing")]
+
+
+def test_machines_left_at_the_end_are_terminated_after_a_refused_describe() -> None:
+    provider = Refusing(1, up=["m1", "m2"])
+    with capture_logs() as logs:
+        lifecycle(provider).terminate_leftovers()
+    assert provider.terminated == [["m1", "m2"]]
+    events = [(e["event"], e.get("attempt")) for e in logs]
+    assert events == [
+        ("end-of-run terminate failed", 1),
+        ("terminating machines left at the end", None),
+    ]

@@ -1,0 +1,140 @@
+"""The daemon's hands: a journaled step's events and actions carried out in the world.
+
+Machines launched are tracked (the dispatcher admits their agents, a boundary timer is
+set) and booted; machines released or lost are forgotten (their agents are turned away)
+and terminated; launches go to the provider. After a restart, the journal's machines are
+matched with the provider's (``Executor.reconcile``). Nothing here decides.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from autoscaler.config.schema import RunConfig
+from autoscaler.core.model import (
+    Action,
+    Assign,
+    Cancel,
+    Event,
+    Extend,
+    Launch,
+    MachineLaunched,
+    MachineLost,
+    Move,
+    Release,
+    Replicate,
+)
+from autoscaler.core.state import Machine, RunState
+from autoscaler.providers.base import ProviderState
+from autoscaler.run.agents import lost_contact
+from autoscaler.run.build import log_action
+from autoscaler.run.dispatch import Dispatcher
+from autoscaler.run.machines import MachineLifecycle, launch_events
+from autoscaler.run.timers import Timers
+
+
+@dataclass
+class Executor:
+    """Carries out the steps of one run. ``since``: the machines tracked, by when their
+    launch or adoption was seen (monotonic), shared with the daemon's health check."""
+
+    lifecycle: MachineLifecycle
+    dispatcher: Dispatcher
+    timers: Timers
+    log: Any
+    since: dict[str, float]
+    killed: bool = False  # every machine was ended at once (a second signal)
+
+    def apply(self, state: RunState, events: list[Event], actions: list[Action]) -> set[str]:
+        """Carry out a journaled step; the machines whose agents have news."""
+        touched: set[str] = set()
+        for event in events:
+            match event:
+                case MachineLaunched(machine=mid):
+                    self.track(state.machines[mid])
+                    self.lifecycle.boot(mid)
+                case MachineLost(machine=mid, reason=reason):
+                    self.log.warning("machine lost", machine=mid, reason=reason)
+                    self.forget(mid)
+                    self.lifecycle.end(mid)
+        for action in actions:
+            match action:
+                case Launch():
+                    self.lifecycle.launch(action)
+                case Extend(machine=mid):
+                    self.timers.boundary(state.machines[mid])
+                    touched.add(mid)
+                case Release(machine=mid):
+                    self.forget(mid)
+                    touched.add(mid)
+                    self.lifecycle.end(mid)
+                case Assign(machine=mid) | Replicate(machine=mid) | Cancel(machine=mid):
+                    touched.add(mid)
+                case Move(source=src, target=dst):
+                    touched.update((src, dst))
+                case _:
+                    pass
+            log_action(self.log, state.now, action)
+        return touched
+
+    def track(self, m: Machine) -> None:
+        self.since[m.id] = time.monotonic()
+        self.dispatcher.allowed.add(m.id)
+        self.timers.boundary(m)
+
+    def forget(self, mid: str) -> None:
+        self.dispatcher.gone.add(mid)
+        self.dispatcher.allowed.discard(mid)
+        self.timers.cancel_boundary(mid)
+
+    def health(self, state: RunState, cfg: RunConfig) -> list[Event]:
+        """Machines that went silent, or that never came up; dropped tunnels reopened."""
+        alive = list(state.alive_machines())
+        for m in alive:
+            if m.id in self.since:
+                self.lifecycle.keep_tunnel(m.id)
+        return lost_contact(alive, self.since, self.dispatcher.last_seen, time.monotonic(), cfg)
+
+    def kill_all(self) -> None:
+        """The second signal: every machine the run knows ends now, without grace."""
+        if self.killed:
+            return
+        self.killed = True
+        ids = sorted(self.since)
+        self.log.warning("second signal: terminating every machine now", machines=ids)
+        self.lifecycle.kill(ids)
+
+    def reconcile(self, state: RunState, now: Callable[[], float]) -> list[Event]:
+        """Match the journal's machines with the provider's after a restart: adopt those
+        still running, relaunch (idempotently) the launches without a result, lose the
+        machines that ended meanwhile, and terminate strays."""
+        lifecycle, provider = self.lifecycle, self.lifecycle.provider
+        events: list[Event] = []
+        adopted: set[str] = set()
+        for token, (tname, count) in list(state.pending_launches.items()):
+            done = lifecycle.launch_now(Launch(tname, count, token))
+            events.extend(launch_events(done, state, lifecycle.cfg, now(), self.log))
+            adopted.update(r.id for r in done.records)
+        live = {s.id for s in provider.describe() if s.state is not ProviderState.TERMINATED}
+        for m in state.alive_machines():
+            if m.id in live:
+                self.track(m)
+                lifecycle.boot(m.id)
+            else:
+                events.append(MachineLost(m.id, "ended while the daemon was down"))
+        known = {m.id for m in state.alive_machines()} | adopted
+        strays = sorted(live - known)
+        if strays:
+            self.log.warning("terminating strays", machines=strays)
+            provider.terminate(strays)
+        self.log.info(
+            "resumed",
+            machines=sorted(m.id for m in state.alive_machines()),
+            relaunched=sorted(adopted),
+            committed=round(state.committed, 4),
+            done=state.done,
+        )
+        return events

@@ -1,0 +1,113 @@
+"""A provider kind: how its provider is built from a config, what it can do, how
+``autoscaler cleanup`` sweeps its machines, and how its machines start their agents.
+
+Each provider module declares one ``ProviderKind`` as ``KIND``; ``registry`` maps a
+config's ``provider`` name to it. Code outside the providers asks the kind, never the
+name (as Parsl's providers share one base and SkyPilot's clouds one interface).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from autoscaler.bootstrap.agent_start import AgentSettings, agent_flags
+from autoscaler.core.billing import BillingModel
+from autoscaler.providers.base import Capabilities, Provider
+
+if TYPE_CHECKING:
+    from autoscaler.bootstrap.ssh import SshBootstrap
+    from autoscaler.config.schema import Platform
+
+
+@dataclass(frozen=True, slots=True)
+class RunContext:
+    """What a real run hands the provider it builds, besides the config."""
+
+    billing: BillingModel
+    run_id: str
+    run_dir: Path  # the agents' logs and the token file go here
+    token: str  # the run token agents present
+    url: str  # the dispatcher's, as agents started on this host reach it
+    workdir: Path  # the agents' working directory, unless the provider's section names one
+    clock: Callable[[], float]  # run time
+
+
+@dataclass(frozen=True, slots=True)
+class BootContext:
+    """What a run hands the bootstrapper that starts agents on its machines."""
+
+    run_dir: Path
+    token: str
+    local_port: int  # the dispatcher's port on our loopback
+    provider: Provider
+
+
+@dataclass(frozen=True, slots=True)
+class TaggedMachine:
+    """A machine that carries one of our run tags (any run's), as cleanup lists it."""
+
+    id: str  # what the provider terminates by: an instance id, a job id, a pid
+    run_id: str
+    type: str  # our machine type
+    state: str  # in the provider's own words
+
+
+@dataclass(frozen=True, slots=True)
+class Sweeper:
+    """Every machine of ours a provider knows, of any run, and their end."""
+
+    list_tagged: Callable[[], list[TaggedMachine]]
+    terminate: Callable[[Sequence[str]], list[str]]  # ids of ``list_tagged``; those ended
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderKind:
+    """One provider kind, declared by its module."""
+
+    name: str  # what a config's ``provider`` says
+    spot: bool = False  # may rent spot machines
+    build: Callable[[Platform, RunContext], Provider] | None = None  # None: emulated only
+    sweeper: Callable[[Platform], Sweeper] | None = None  # None: it leaves no machine behind
+    bootstrapper: Callable[[Platform, BootContext], SshBootstrap | None] | None = None
+    """Who starts agents on machines that cannot start their own (None: the machines do)."""
+
+    @property
+    def real(self) -> bool:
+        """Whether it rents real machines (the emulator's ``sim`` does not)."""
+        return self.build is not None
+
+    def capabilities(self, cfg: Platform, billing: BillingModel) -> Capabilities:
+        """What its provider declares for the machine types of ``cfg``."""
+        return Capabilities(
+            billing=billing,
+            spot=self.spot,
+            max_counts={t.name: t.max_count for t in cfg.machine_types},
+            boot_estimate_s={t.name: t.boot_s for t in cfg.machine_types},
+        )
+
+
+def agent_args(cfg: Platform) -> list[str]:
+    """Agent flags every provider passes the same way."""
+    d = cfg.daemon
+    return agent_flags(d.heartbeat_s, d.orphan_after_s, d.tail_bytes)
+
+
+def agent_settings(
+    cfg: Platform, ctx: RunContext, *, python: str | None, workdir: Path | None
+) -> AgentSettings:
+    """How a provider that starts agents itself starts them: ``python`` and ``workdir``
+    are its section's (None: this interpreter, the run's working directory)."""
+    d = cfg.daemon
+    return AgentSettings(
+        url=ctx.url,
+        token=ctx.token,
+        heartbeat_s=d.heartbeat_s,
+        orphan_after_s=d.orphan_after_s,
+        tail_bytes=d.tail_bytes,
+        workdir=workdir or ctx.workdir,
+        python=python or sys.executable,
+    )
