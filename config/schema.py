@@ -761,7 +761,7 @@ class RunConfig(_Model):
             given = [f for f in ("bag", "constraint") if getattr(self, f) is not None]
             if given:
                 raise ValueError(
-                    f"give either bag and constraint, or jobs, not both (got jobs and "
+                    f"jobs: give either bag and constraint, or jobs, not both (got jobs and "
                     f"{' and '.join(given)})"
                 )
             seen: set[str] = set()
@@ -771,7 +771,7 @@ class RunConfig(_Model):
                 seen.add(job.name)
         elif self.bag is None:
             raise ValueError(
-                "give a bag and its constraint (budget mode, or one deadline bag), "
+                "bag: missing: give a bag and its constraint (budget mode, or one deadline bag), "
                 "or jobs (deadline mode)"
             )
         elif self.constraint is None:
