@@ -74,7 +74,7 @@ class IntRange(_Model):
     def _nonempty(self) -> IntRange:
         if self.step == 0:
             raise ValueError("step must not be 0")
-        if len(range(self.start, self.stop, self.step)) == 0:
+        if not range(self.start, self.stop, self.step):  # len() overflows past 2**63
             raise ValueError(f"range({self.start}, {self.stop}, {self.step}) is empty")
         return self
 

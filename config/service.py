@@ -27,6 +27,7 @@ from autoscaler.config.load import (
     validation_problems,
 )
 from autoscaler.config.schema import Name, RunConfig, _Model
+from autoscaler.config.size import check_job_size
 from autoscaler.core.errors import ConfigError
 from autoscaler.core.model import TaskSpec
 
@@ -49,6 +50,11 @@ class ServiceSettings(_Model):
         default=True,
         description="deadline jobs without a budget of their own share machines in one "
         "pool run (paper 002's multi-job planning); off: each job has its own machines",
+    )
+    max_job_tasks: PositiveInt = Field(
+        default=1_000_000,
+        description="the most tasks one job may have (counted before its bag is expanded): "
+        "a bigger job is refused at once; each task takes a few hundred bytes of memory",
     )
     plots: bool = Field(
         default=True,
@@ -231,4 +237,5 @@ def job_config(
         raise ConfigError(source, problems) from None
     cfg = resolve_paths(cfg, base_dir)
     _check_files(cfg, source)
+    check_job_size(cfg, service.settings.max_job_tasks, source)
     return cfg, expand_bag(cfg, source=source)
