@@ -44,7 +44,7 @@ def _state_dir(given: Path | None) -> Path:
 
 
 def _client(given: Path | None) -> Any:
-    from autoscaler.service.api import Client
+    from autoscaler.service.client import Client
 
     try:
         return Client(_state_dir(given))
@@ -53,7 +53,7 @@ def _client(given: Path | None) -> Any:
 
 
 def _call(client: Any, method: str, path: str, body: object = None, timeout: float = 30.0) -> Any:
-    from autoscaler.service.api import ApiError
+    from autoscaler.service.client import ApiError
 
     try:
         return client.call(method, path, body, timeout=timeout)
@@ -82,7 +82,8 @@ def serve(
     resumes jobs of a service that was killed.
     """
     from autoscaler.config.service import load_service_config
-    from autoscaler.service.api import API_FILE, serve_api
+    from autoscaler.service.api import serve_api
+    from autoscaler.service.client import API_FILE
     from autoscaler.service.service import Service
 
     try:

@@ -1,4 +1,5 @@
-"""The service's HTTP API on loopback (FastAPI on uvicorn), and the client the CLI uses.
+"""The service's HTTP API on loopback (FastAPI on uvicorn); its client is
+``autoscaler.service.client``.
 
 Every request carries the service's token: ``Authorization: Bearer <token>``, or the
 cookie a browser gets from ``GET /login?token=<token>``. The token is made once per
@@ -30,14 +31,11 @@ up the service's exit.
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import json
 import os
 import secrets
 import socket
 import threading
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from http import HTTPStatus
 from pathlib import Path
@@ -63,12 +61,11 @@ from autoscaler.service.api_models import (
     Submitted,
     UpdateRequest,
 )
+from autoscaler.service.client import API_FILE, TOKEN_FILE
 
 if TYPE_CHECKING:
     from autoscaler.service.service import Service
 
-TOKEN_FILE = "token"
-API_FILE = "api.json"
 COOKIE = "autoscaler_token"
 MAX_BODY = 256 * 1024 * 1024
 """The largest request body taken (a job file with its bag inline)."""
@@ -113,23 +110,20 @@ async def _on_daemon_thread(call: Callable[[], T]) -> T:
     loop = asyncio.get_running_loop()
     done: asyncio.Future[T] = loop.create_future()
 
-    def settle(result: T | None, exc: BaseException | None) -> None:
-        if done.cancelled():
+    def settle(outcome: Callable[[], None]) -> None:
+        try:
+            loop.call_soon_threadsafe(lambda: None if done.cancelled() else outcome())
+        except RuntimeError:  # the loop has closed: nobody waits for this answer
             return
-        if exc is not None:
-            done.set_exception(exc)
-        else:
-            done.set_result(result)  # type: ignore[arg-type]
 
     def run() -> None:
         try:
-            result, exc = call(), None
+            result = call()
         except Exception as error:
-            result, exc = None, error
-        try:
-            loop.call_soon_threadsafe(settle, result, exc)
-        except RuntimeError:  # the loop has closed: nobody waits for this answer
+            failure = error
+            settle(lambda: done.set_exception(failure))
             return
+        settle(lambda: done.set_result(result))
 
     threading.Thread(target=run, name="api-request", daemon=True).start()
     return await done
@@ -317,7 +311,7 @@ def make_app(service: Service, token: str) -> FastAPI:
         return _ok(await _on_daemon_thread(change))
 
     app.state.token = token
-    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]  # FastAPI's documented hook
     app.add_middleware(_Guard, token=token)
     return app
 
@@ -401,68 +395,3 @@ def serve_api(service: Service, host: str, port: int) -> ApiServer:
     )
     server.start()
     return server
-
-
-# --- the client -------------------------------------------------------------------------
-
-
-class ApiError(AutoscalerError):
-    """The service answered with an error (``status``), or could not be reached."""
-
-    def __init__(self, message: str, status: int = 0, problems: list[str] | None = None):
-        super().__init__(message)
-        self.status = status
-        self.problems = problems or []
-
-
-class Client:
-    """The API of the service holding ``state_dir``."""
-
-    def __init__(self, state_dir: Path) -> None:
-        self.state_dir = state_dir
-        try:
-            info = json.loads((state_dir / API_FILE).read_text(encoding="utf-8"))
-            self.url = str(info["url"])
-            self.token = (state_dir / TOKEN_FILE).read_text(encoding="utf-8").strip()
-        except (OSError, ValueError, KeyError):
-            raise ApiError(
-                f"no service in {state_dir}: start one with `autoscaler serve SERVICE.yaml` "
-                "(or give --state-dir / AUTOSCALER_STATE_DIR of a running one)"
-            ) from None
-
-    def call(self, method: str, path: str, body: object = None, timeout: float = 30.0) -> Any:
-        data = None if body is None else json.dumps(body, default=_yaml_value).encode()
-        request = urllib.request.Request(
-            self.url + path,
-            data=data,
-            method=method,
-            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:
-                return json.loads(response.read() or b"null")
-        except urllib.error.HTTPError as exc:
-            try:
-                info = json.loads(exc.read())
-            except ValueError:
-                info = {}
-            raise ApiError(
-                str(info.get("error") or exc.reason), exc.code, info.get("problems")
-            ) from None
-        except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
-            raise ApiError(
-                f"the service of {self.state_dir} does not answer at {self.url} ({exc}): "
-                "is `autoscaler serve` running?"
-            ) from None
-
-
-def _yaml_value(value: object) -> object:
-    """What YAML reads but JSON has not, as JSON: a date or time in ISO 8601 (as a job
-    file's unquoted ``deadline_at: 2026-12-01T09:00:00Z``)."""
-    if isinstance(value, dt.date | dt.time):
-        return value.isoformat()
-    if isinstance(value, set | frozenset):
-        return list(value)
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace")
-    raise TypeError(f"{type(value).__name__} is not JSON: {value!r}")
