@@ -34,7 +34,7 @@ if __name__ == "__main__" and not __package__:  # ``python benchmarks/service_lo
 
 import yaml
 
-from autoscaler.service.api import Client
+from autoscaler.service.client import Client
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -100,7 +100,7 @@ def _locate(error: ErrorDetails, data: object) -> _Where:
         if segment == "[key]":
             continue
         if isinstance(node, dict) and segment in node:
-            parts.append(f".{segment}")
+            parts.append(f".{segment}" if segment != "" else ".''")  # an empty key, named
             node = node[segment]
         elif isinstance(segment, int) and isinstance(node, list) and 0 <= segment < len(node):
             parts.append(f"[{segment}]")

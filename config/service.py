@@ -27,6 +27,7 @@ from autoscaler.config.load import (
     validation_problems,
 )
 from autoscaler.config.schema import Name, Platform, RunConfig, Work
+from autoscaler.config.size import check_job_size
 from autoscaler.core.errors import ConfigError
 from autoscaler.core.model import TaskSpec
 
@@ -54,6 +55,11 @@ class ServiceSettings(ConfigModel):
         default=True,
         description="each job's report with its plots (Gantt, spend); off: "
         "report.json and report.md only, for many small jobs",
+    )
+    max_job_tasks: PositiveInt = Field(
+        default=1_000_000,
+        description="the most tasks one job may have (counted before its bag is expanded): "
+        "a bigger job is refused at once; each task takes a few hundred bytes of memory",
     )
 
 
@@ -207,4 +213,5 @@ def job_config(
         raise ConfigError(source, problems) from None
     cfg = resolve_paths(cfg, base_dir)
     check_files(cfg, source)
+    check_job_size(cfg, service.settings.max_job_tasks, source)
     return cfg, expand_bag(cfg, source=source)

@@ -49,7 +49,7 @@ class IntRange(ConfigModel):
     def _nonempty(self) -> IntRange:
         if self.step == 0:
             raise ValueError("step must not be 0")
-        if len(range(self.start, self.stop, self.step)) == 0:
+        if not range(self.start, self.stop, self.step):  # len() overflows past 2**63
             raise ValueError(f"range({self.start}, {self.stop}, {self.step}) is empty")
         return self
 
@@ -214,7 +214,7 @@ class Work(ConfigModel):
             given = [f for f in ("bag", "constraint") if getattr(self, f) is not None]
             if given:
                 raise ValueError(
-                    f"give either bag and constraint, or jobs, not both (got jobs and "
+                    f"jobs: give either bag and constraint, or jobs, not both (got jobs and "
                     f"{' and '.join(given)})"
                 )
             seen: set[str] = set()
@@ -224,7 +224,7 @@ class Work(ConfigModel):
                 seen.add(job.name)
         elif self.bag is None:
             raise ValueError(
-                "give a bag and its constraint (budget mode, or one deadline bag), "
+                "bag: missing: give a bag and its constraint (budget mode, or one deadline bag), "
                 "or jobs (deadline mode)"
             )
         elif self.constraint is None:

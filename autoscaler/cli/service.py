@@ -44,14 +44,14 @@ def _state_dir(given: Path | None) -> Path:
 
 
 def _client(given: Path | None) -> Any:
-    from autoscaler.service.api import Client
+    from autoscaler.service.client import Client
 
     return Client(_state_dir(given))
 
 
 def _call(client: Any, method: str, path: str, body: object = None, timeout: float = 30.0) -> Any:
     """The service's answer; a refusal naming fields is a ``ConfigError`` listing them."""
-    from autoscaler.service.api import ApiError
+    from autoscaler.service.client import ApiError
 
     try:
         return client.call(method, path, body, timeout=timeout)
@@ -77,7 +77,8 @@ def serve(
     resumes jobs of a service that was killed.
     """
     from autoscaler.config.service import load_service_config
-    from autoscaler.service.api import API_FILE, serve_api
+    from autoscaler.service.api import serve_api
+    from autoscaler.service.client import API_FILE
     from autoscaler.service.service import Service
 
     cfg = load_service_config(config)
@@ -155,7 +156,7 @@ def jobs(
     When no service runs on the state directory, the jobs it keeps are read from its
     store (`service.db`, read-only), as they were when it stopped.
     """
-    from autoscaler.service.api import ApiError
+    from autoscaler.service.client import ApiError
 
     where = _state_dir(state_dir)
     try:

@@ -11,7 +11,6 @@ may hold an idle agent's poll until there is work for it (a long poll).
 
 from __future__ import annotations
 
-import hmac
 import json
 import queue
 import secrets
@@ -21,6 +20,8 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from autoscaler.run.auth import bearer_token, token_matches
 
 POLL_PATH = "/v1/poll"
 MAX_BODY = 8 << 20
@@ -213,8 +214,7 @@ class Dispatcher:
         self._server.server_close()
 
     def authorised(self, header: str | None) -> bool:
-        expected = f"Bearer {self.token}".encode()
-        return header is not None and hmac.compare_digest(header.encode(), expected)
+        return token_matches(bearer_token(header), self.token)
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -1,13 +1,16 @@
-"""The service's HTTP API on loopback, and the client the CLI uses.
+"""The service's HTTP API on loopback (FastAPI on uvicorn); its client is
+``autoscaler.service.client``.
 
 Every request carries the service's token: ``Authorization: Bearer <token>``, or the
 cookie a browser gets from ``GET /login?token=<token>``. The token is made once per
 state directory and kept in ``<state dir>/token`` (mode 0600, in a 0700 directory), so
 only the service's user can read it; ``<state dir>/api.json`` (0600) says where the
-service listens. JSON in and out; errors are ``{"error": ..., "problems": [...]}``.
+service listens. JSON in and out; errors are ``{"error": ..., "problems": [...]}``, and a
+400 names each bad field.
 
     GET  /                        the status page (read-only; HTML polling the API)
     GET  /login?token=T           sets the cookie, redirects to /
+    GET  /openapi.json            this API's OpenAPI document
     GET  /api/v1/status           {"service": {...}, "jobs": [job with history, ...]}
     GET  /api/v1/jobs             {"jobs": [job, ...]}
     GET  /api/v1/jobs/ID          job, with its history
@@ -16,35 +19,62 @@ service listens. JSON in and out; errors are ``{"error": ..., "problems": [...]}
     POST /api/v1/jobs/ID/cancel   -> job
     POST /api/v1/jobs/ID/update   {"budget": B}, {"deadline_s": D} (run seconds from now:
                                   emulated in a time-scaled run) or {"deadline_at": epoch}
-    GET  /api/v1/jobs/ID/wait?timeout=S   blocks until the job ends (or S) -> job
+    GET  /api/v1/jobs/ID/wait?timeout=S   blocks until the job ends (or S ≤ 300) -> job
     GET  /metrics                 Prometheus text, per job
+
+``/openapi.json`` takes the token like the rest: everything but ``/login`` does, so one
+rule covers the whole API and another local user learns nothing from it, not even what
+listens. Request handlers run on daemon threads: a long submit or ``wait`` never holds
+up the service's exit.
 """
 
 from __future__ import annotations
 
-import hmac
+import asyncio
 import json
 import os
 import secrets
+import socket
 import threading
-import urllib.error
-import urllib.parse
-import urllib.request
+from collections.abc import Callable
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+
+import uvicorn
+from fastapi import FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from autoscaler.core.atomic import write_atomic
 from autoscaler.core.errors import AutoscalerError, ConfigError
-from autoscaler.service.service import Service
-from autoscaler.service.store import JobNotFound
+from autoscaler.run.auth import bearer_token, token_matches
+from autoscaler.service.api_models import (
+    ErrorBody,
+    Jobs,
+    JobView,
+    Status,
+    SubmitRequest,
+    Submitted,
+    UpdateRequest,
+)
+from autoscaler.service.client import API_FILE, TOKEN_FILE
 
-TOKEN_FILE = "token"
-API_FILE = "api.json"
+if TYPE_CHECKING:
+    from autoscaler.service.service import Service
+
 COOKIE = "autoscaler_token"
 MAX_BODY = 256 * 1024 * 1024
 """The largest request body taken (a job file with its bag inline)."""
+MAX_WAIT_S = 300.0
+"""The longest one ``wait`` request blocks."""
+SHUTDOWN_GRACE_S = 2
+"""How long requests in flight may finish once the service stops."""
+
+T = TypeVar("T")
 
 
 def service_token(state_dir: Path) -> str:
@@ -60,23 +90,297 @@ def service_token(state_dir: Path) -> str:
         return token
 
 
-class ApiServer(ThreadingHTTPServer):
-    daemon_threads = True
+# --- the app ----------------------------------------------------------------------------
+
+
+def _error(status: int, message: str, problems: list[str] | None = None) -> JSONResponse:
+    body: dict[str, Any] = {"error": message}
+    if problems:
+        body["problems"] = problems
+    return JSONResponse(body, status_code=status, headers={"Cache-Control": "no-store"})
+
+
+def _ok(data: object, status: int = HTTPStatus.OK) -> JSONResponse:
+    return JSONResponse(data, status_code=status, headers={"Cache-Control": "no-store"})
+
+
+async def _on_daemon_thread(call: Callable[[], T]) -> T:
+    """``call()`` on a daemon thread of its own, awaited: unlike a worker pool's thread,
+    it never keeps the process from exiting."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+
+    def settle(outcome: Callable[[], None]) -> None:
+        try:
+            loop.call_soon_threadsafe(lambda: None if done.cancelled() else outcome())
+        except RuntimeError:  # the loop has closed: nobody waits for this answer
+            return
+
+    def run() -> None:
+        try:
+            result = call()
+        except Exception as error:
+            failure = error
+            settle(lambda: done.set_exception(failure))
+            return
+        settle(lambda: done.set_result(result))
+
+    threading.Thread(target=run, name="api-request", daemon=True).start()
+    return await done
+
+
+class _Guard:
+    """Every request but ``/login`` carries the token; no body over ``MAX_BODY``."""
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self.app = app
+        self.token = token
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] != "/login":
+            request = Request(scope)
+            given = bearer_token(request.headers.get("authorization"))
+            if given is None:
+                given = request.cookies.get(COOKIE)
+            if not token_matches(given, self.token):
+                answer = _error(
+                    HTTPStatus.UNAUTHORIZED, "no valid token: see the service's token file"
+                )
+                await answer(scope, receive, send)
+                return
+            length = request.headers.get("content-length", "")
+            if length.isdigit() and int(length) > MAX_BODY:
+                answer = _error(
+                    HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                    f"request body too large: {length} bytes, the limit is {MAX_BODY}",
+                )
+                await answer(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    HTTPStatus.UNAUTHORIZED: {"model": ErrorBody, "description": "no valid token"},
+}
+_JOB_ERRORS: dict[int | str, dict[str, Any]] = {
+    **_ERRORS,
+    HTTPStatus.BAD_REQUEST: {"model": ErrorBody, "description": "a bad field, named"},
+    HTTPStatus.NOT_FOUND: {"model": ErrorBody, "description": "no such job"},
+    HTTPStatus.CONFLICT: {"model": ErrorBody, "description": "not possible in its state"},
+}
+
+
+_MESSAGES = {"missing": "missing (required)", "extra_forbidden": "unknown field"}
+
+
+def _problem(error: Any) -> str:
+    """One validation error as ``field: message (got value)``."""
+    where = [str(part) for part in error.get("loc", ()) if part not in ("body", "query", "path")]
+    field = ".".join(where) or "body"
+    kind = error.get("type")
+    line = f"{field}: {_MESSAGES.get(kind) or error.get('msg') or 'not valid'}"
+    if kind == "missing":
+        return line
+    got = repr(error.get("input"))
+    return f"{line} (got {got[:80] + '...' if len(got) > 80 else got})"
+
+
+def make_app(service: Service, token: str) -> FastAPI:
+    """The API of ``service``, guarded by ``token``."""
+    app = FastAPI(
+        title="autoscaler service",
+        version="1",
+        description="Jobs in (a bag of tasks and a budget or deadline), their runs out.",
+        docs_url=None,  # the interactive pages load scripts from the internet
+        redoc_url=None,
+    )
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> Response:
+        problems = [_problem(e) for e in exc.errors()]
+        return _error(HTTPStatus.BAD_REQUEST, "the request is not valid", problems)
+
+    @app.exception_handler(ConfigError)
+    async def bad_config(request: Request, exc: ConfigError) -> Response:
+        return _error(HTTPStatus.BAD_REQUEST, exc.message, exc.problems)
+
+    @app.exception_handler(AutoscalerError)
+    async def refused(request: Request, exc: AutoscalerError) -> Response:
+        status = HTTPStatus.NOT_FOUND if exc.code == "JobNotFound" else HTTPStatus.CONFLICT
+        return _error(status, exc.message)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        where = f"{request.method} {request.url.path}"
+        if exc.status_code == HTTPStatus.NOT_FOUND:
+            return _error(exc.status_code, f"no such endpoint: {where}")
+        if exc.status_code == HTTPStatus.METHOD_NOT_ALLOWED:
+            return _error(exc.status_code, f"method not allowed: {where}")
+        if exc.status_code == HTTPStatus.BAD_REQUEST:  # a body that cannot be read
+            return _error(exc.status_code, "the request is not valid", [f"body: {exc.detail}"])
+        return _error(exc.status_code, f"{where}: {exc.detail}")
+
+    @app.get("/", response_class=HTMLResponse, responses=_ERRORS)
+    async def page() -> Response:
+        """The status page."""
+        from autoscaler.service.page import render_page
+
+        return HTMLResponse(render_page(), headers={"Cache-Control": "no-store"})
+
+    @app.get(
+        "/login",
+        status_code=HTTPStatus.SEE_OTHER,
+        response_class=RedirectResponse,
+        responses={HTTPStatus.UNAUTHORIZED: {"model": ErrorBody, "description": "wrong token"}},
+    )
+    async def login(token: str | None = None) -> Response:
+        """Set the token's cookie and go to the status page."""
+        if not token_matches(token, app.state.token):
+            return _error(HTTPStatus.UNAUTHORIZED, "token: wrong token")
+        answer = RedirectResponse("/", status_code=HTTPStatus.SEE_OTHER)
+        answer.set_cookie(COOKIE, token or "", httponly=True, samesite="strict", path="/")
+        return answer
+
+    @app.get("/metrics", response_class=Response, responses=_ERRORS)
+    async def metrics() -> Response:
+        """Prometheus text, per job."""
+        from autoscaler.service.metrics import render_metrics
+
+        text, content_type = render_metrics(await _on_daemon_thread(service.job_views))
+        return Response(text, media_type=content_type)
+
+    @app.get("/api/v1/status", response_model=Status, responses=_ERRORS)
+    async def status() -> Response:
+        """The service, and every job with its history."""
+
+        def both() -> dict[str, Any]:
+            return {"service": service.service_view(), "jobs": service.views(history=True)}
+
+        return _ok(await _on_daemon_thread(both))
+
+    @app.get("/api/v1/jobs", response_model=Jobs, responses=_ERRORS)
+    async def jobs() -> Response:
+        """Every job."""
+        return _ok({"jobs": await _on_daemon_thread(service.views)})
+
+    @app.post(
+        "/api/v1/jobs",
+        status_code=HTTPStatus.CREATED,
+        response_model=Submitted,
+        responses=_JOB_ERRORS,
+    )
+    async def submit(body: SubmitRequest) -> Response:
+        """Validate a job file and journal the job."""
+        base = Path(body.base_dir) if body.base_dir is not None else None
+
+        def journal() -> str:
+            return service.submit(body.job, source=body.source or "job", base_dir=base)
+
+        return _ok({"id": await _on_daemon_thread(journal)}, HTTPStatus.CREATED)
+
+    @app.get("/api/v1/jobs/{job_id}", response_model=JobView, responses=_JOB_ERRORS)
+    async def job(job_id: str) -> Response:
+        """One job, with its history."""
+        return _ok(await _on_daemon_thread(lambda: service.view(job_id)))
+
+    @app.get("/api/v1/jobs/{job_id}/wait", response_model=JobView, responses=_JOB_ERRORS)
+    async def wait(
+        job_id: str,
+        timeout: Annotated[
+            float, Query(ge=0, allow_inf_nan=False, description="seconds; at most 300")
+        ] = 60.0,
+    ) -> Response:
+        """Block until the job has ended, or ``timeout`` seconds."""
+        left = min(timeout, MAX_WAIT_S)
+        return _ok(await _on_daemon_thread(lambda: service.wait(job_id, timeout=left)))
+
+    @app.post("/api/v1/jobs/{job_id}/cancel", response_model=JobView, responses=_JOB_ERRORS)
+    async def cancel(job_id: str) -> Response:
+        """Cancel a job: a queued one never starts; a running one stops and reports."""
+        return _ok(await _on_daemon_thread(lambda: service.cancel(job_id)))
+
+    @app.post("/api/v1/jobs/{job_id}/update", response_model=JobView, responses=_JOB_ERRORS)
+    async def update(job_id: str, body: UpdateRequest) -> Response:
+        """Give a running or queued job a new budget or deadline."""
+
+        def change() -> dict[str, Any]:
+            return service.update(
+                job_id, budget=body.budget, deadline_s=body.deadline_s, deadline_at=body.deadline_at
+            )
+
+        return _ok(await _on_daemon_thread(change))
+
+    app.state.token = token
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]  # FastAPI's documented hook
+    app.add_middleware(_Guard, token=token)
+    return app
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """The generated document, with the token schemes and without FastAPI's 422 (a bad
+    request is a 400 here)."""
+    if app.openapi_schema:
+        return app.openapi_schema
+    doc = get_openapi(
+        title=app.title, version=app.version, description=app.description, routes=app.routes
+    )
+    for item in doc["paths"].values():
+        for operation in item.values():
+            operation.get("responses", {}).pop("422", None)
+    schemas = doc.setdefault("components", {}).setdefault("schemas", {})
+    for name in ("HTTPValidationError", "ValidationError"):
+        schemas.pop(name, None)
+    doc["components"]["securitySchemes"] = {
+        "bearer": {"type": "http", "scheme": "bearer", "description": "<state dir>/token"},
+        "cookie": {"type": "apiKey", "in": "cookie", "name": COOKIE, "description": "/login"},
+    }
+    doc["security"] = [{"bearer": []}, {"cookie": []}]
+    doc["paths"]["/login"]["get"]["security"] = []
+    app.openapi_schema = doc
+    return doc
+
+
+# --- the server -------------------------------------------------------------------------
+
+
+class ApiServer:
+    """uvicorn serving ``make_app`` on a socket bound at construction, on its own thread."""
 
     def __init__(self, service: Service, host: str, port: int, token: str) -> None:
         self.service = service
         self.token = token
-        super().__init__((host, port), _Handler)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.socket = socket.create_server((host, port), family=family)
+        config = uvicorn.Config(
+            make_app(service, token),
+            log_config=None,
+            access_log=False,
+            lifespan="off",
+            timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+        )
+        self._server = uvicorn.Server(config)
+        self._thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
-        host, port = self.server_address[:2]
-        return f"http://{host!s}:{port}"
+        host, port = self.socket.getsockname()[:2]
+        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
     def start(self) -> threading.Thread:
-        thread = threading.Thread(target=self.serve_forever, name="api", daemon=True)
-        thread.start()
-        return thread
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self.socket]}, name="api", daemon=True
+        )
+        self._thread.start()
+        return self._thread
+
+    def shutdown(self) -> None:
+        """Stop taking requests; those in flight get ``SHUTDOWN_GRACE_S`` to finish."""
+        self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=SHUTDOWN_GRACE_S + 3.0)
+
+    def server_close(self) -> None:
+        self.socket.close()
 
 
 def serve_api(service: Service, host: str, port: int) -> ApiServer:
@@ -91,212 +395,3 @@ def serve_api(service: Service, host: str, port: int) -> ApiServer:
     )
     server.start()
     return server
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: ApiServer
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return  # the service logs what matters; no line per request on stderr
-
-    # --- auth --------------------------------------------------------------------------
-
-    def _token(self) -> str | None:
-        auth = self.headers.get("Authorization", "")
-        if auth.startswith("Bearer "):
-            return auth.removeprefix("Bearer ").strip()
-        for part in self.headers.get("Cookie", "").split(";"):
-            name, _, value = part.strip().partition("=")
-            if name == COOKIE:
-                return value
-        return None
-
-    def _authorized(self, token: str | None) -> bool:
-        return token is not None and hmac.compare_digest(token.encode(), self.server.token.encode())
-
-    # --- replies -------------------------------------------------------------------------
-
-    def _send(
-        self, status: int, body: bytes, content_type: str, headers: dict[str, str] | None = None
-    ) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Cache-Control", "no-store")
-        for k, v in (headers or {}).items():
-            self.send_header(k, v)
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
-
-    def _json(self, status: int, data: object) -> None:
-        self._send(status, json.dumps(data).encode(), "application/json")
-
-    def _error(self, status: int, message: str, problems: list[str] | None = None) -> None:
-        self._json(status, {"error": message, **({"problems": problems} if problems else {})})
-
-    # --- routes --------------------------------------------------------------------------
-
-    def do_GET(self) -> None:
-        self._route("GET")
-
-    def do_POST(self) -> None:
-        self._route("POST")
-
-    def _route(self, method: str) -> None:
-        url = urllib.parse.urlsplit(self.path)
-        query = urllib.parse.parse_qs(url.query)
-        parts = [p for p in url.path.split("/") if p]
-        body: object = None
-        if method == "POST":
-            length = int(self.headers.get("Content-Length") or 0)
-            if length > MAX_BODY:
-                self._error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "request body too large")
-                return
-            raw = self.rfile.read(length) if length else b"{}"
-        if parts == ["login"] and method == "GET":
-            self._login(query)
-            return
-        if not self._authorized(self._token()):
-            self._error(HTTPStatus.UNAUTHORIZED, "no valid token: see the service's token file")
-            return
-        if method == "POST":
-            try:
-                body = json.loads(raw or b"{}")
-            except ValueError as exc:
-                self._error(HTTPStatus.BAD_REQUEST, f"the body is not JSON: {exc}")
-                return
-        try:
-            self._dispatch(method, parts, query, body)
-        except JobNotFound as exc:
-            self._error(HTTPStatus.NOT_FOUND, exc.message)
-        except ConfigError as exc:
-            self._error(HTTPStatus.BAD_REQUEST, exc.message, exc.problems)
-        except AutoscalerError as exc:
-            self._error(HTTPStatus.CONFLICT, exc.message)
-        except (BrokenPipeError, ConnectionResetError):
-            return
-
-    def _login(self, query: dict[str, list[str]]) -> None:
-        token = next(iter(query.get("token") or []), None)
-        if not self._authorized(token):
-            self._error(HTTPStatus.UNAUTHORIZED, "wrong token")
-            return
-        cookie = f"{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/"
-        self._send(HTTPStatus.SEE_OTHER, b"", "text/plain", {"Location": "/", "Set-Cookie": cookie})
-
-    def _dispatch(
-        self, method: str, parts: list[str], query: dict[str, list[str]], body: object
-    ) -> None:
-        service = self.server.service
-        match method, parts:
-            case "GET", []:
-                from autoscaler.service.page import render_page
-
-                self._send(HTTPStatus.OK, render_page().encode(), "text/html; charset=utf-8")
-            case "GET", ["metrics"]:
-                from autoscaler.service.metrics import render_metrics
-
-                text, content_type = render_metrics(service.job_views())
-                self._send(HTTPStatus.OK, text, content_type)
-            case "GET", ["api", "v1", "status"]:
-                self._json(
-                    HTTPStatus.OK,
-                    {"service": service.service_view(), "jobs": service.views(history=True)},
-                )
-            case "GET", ["api", "v1", "jobs"]:
-                self._json(HTTPStatus.OK, {"jobs": service.views()})
-            case "GET", ["api", "v1", "jobs", job_id]:
-                self._json(HTTPStatus.OK, service.view(job_id))
-            case "GET", ["api", "v1", "jobs", job_id, "wait"]:
-                timeout = float((query.get("timeout") or ["60"])[0])
-                self._json(HTTPStatus.OK, service.wait(job_id, timeout=min(timeout, 300.0)))
-            case "POST", ["api", "v1", "jobs"]:
-                if not isinstance(body, dict) or not isinstance(body.get("job"), dict):
-                    self._error(HTTPStatus.BAD_REQUEST, 'give {"job": {...the job file...}}')
-                    return
-                base = body.get("base_dir")
-                job_id = service.submit(
-                    body["job"],
-                    source=str(body.get("source") or "job"),
-                    base_dir=Path(base) if isinstance(base, str) else None,
-                )
-                self._json(HTTPStatus.CREATED, {"id": job_id})
-            case "POST", ["api", "v1", "jobs", job_id, "cancel"]:
-                self._json(HTTPStatus.OK, service.cancel(job_id))
-            case "POST", ["api", "v1", "jobs", job_id, "update"]:
-                data = body if isinstance(body, dict) else {}
-                self._json(
-                    HTTPStatus.OK,
-                    service.update(
-                        job_id,
-                        budget=_number(data, "budget"),
-                        deadline_s=_number(data, "deadline_s"),
-                        deadline_at=_number(data, "deadline_at"),
-                    ),
-                )
-            case _:
-                self._error(HTTPStatus.NOT_FOUND, f"no such endpoint: {method} {self.path}")
-
-
-def _number(data: dict[str, Any], key: str) -> float | None:
-    value = data.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise AutoscalerError(f"{key}: must be a number (got {value!r})")
-    return float(value)
-
-
-# --- the client -------------------------------------------------------------------------
-
-
-class ApiError(AutoscalerError):
-    """The service answered with an error (``status``), or could not be reached."""
-
-    def __init__(self, message: str, status: int = 0, problems: list[str] | None = None):
-        super().__init__(message)
-        self.status = status
-        self.problems = problems or []
-
-
-class Client:
-    """The API of the service holding ``state_dir``."""
-
-    def __init__(self, state_dir: Path) -> None:
-        self.state_dir = state_dir
-        try:
-            info = json.loads((state_dir / API_FILE).read_text(encoding="utf-8"))
-            self.url = str(info["url"])
-            self.token = (state_dir / TOKEN_FILE).read_text(encoding="utf-8").strip()
-        except (OSError, ValueError, KeyError):
-            raise ApiError(
-                f"no service in {state_dir}: start one with `autoscaler serve SERVICE.yaml` "
-                "(or give --state-dir / AUTOSCALER_STATE_DIR of a running one)"
-            ) from None
-
-    def call(self, method: str, path: str, body: object = None, timeout: float = 30.0) -> Any:
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(
-            self.url + path,
-            data=data,
-            method=method,
-            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:
-                return json.loads(response.read() or b"null")
-        except urllib.error.HTTPError as exc:
-            try:
-                info = json.loads(exc.read())
-            except ValueError:
-                info = {}
-            raise ApiError(
-                str(info.get("error") or exc.reason), exc.code, info.get("problems")
-            ) from None
-        except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
-            raise ApiError(
-                f"the service of {self.state_dir} does not answer at {self.url} ({exc}): "
-                "is `autoscaler serve` running?"
-            ) from None

@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from autoscaler.service.api import Client
+from autoscaler.service.client import Client
 from tests.integration.daemon_helpers import ROOT, cli, local_fields, run_cli, wait_for
 
 

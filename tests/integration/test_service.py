@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from autoscaler.service.api import ApiError
+from autoscaler.service.client import ApiError
 from tests.integration.daemon_helpers import (
     agents_of,
     assert_clean_end,

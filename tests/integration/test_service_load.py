@@ -6,7 +6,7 @@ import json
 import threading
 from pathlib import Path
 
-from autoscaler.service.api import Client
+from autoscaler.service.client import Client
 from tests.integration.daemon_helpers import agents_of, done_counts, run_id_of
 from tests.integration.service_helpers import ServiceProcess, budget_job, service_config
 

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from autoscaler.providers.sge import delete_jobs
-from autoscaler.service.api import Client
+from autoscaler.service.client import Client
 from tests.integration.daemon_helpers import (
     assert_clean_end,
     assert_deadline_end,

@@ -1,0 +1,120 @@
+"""The bodies the service's API takes and gives, as pydantic models: its OpenAPI document
+is generated from them (``GET /openapi.json``)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Number = Annotated[float, Field(strict=True, allow_inf_nan=False)]
+"""A JSON number (not a string, not a boolean), finite."""
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _Answer(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class SubmitRequest(_Request):
+    """A job file's content, and where its relative paths start."""
+
+    job: dict[str, Any] = Field(
+        description="the job file as JSON: name, bag, constraint, task_s, emulator_task_s "
+        "or jobs (checked field by field: 400 names each bad one)",
+        examples=[{"name": "demo", "bag": {"synthetic": 4}, "constraint": {"budget": 5}}],
+    )
+    base_dir: str | None = Field(
+        default=None,
+        pattern=r"^/[^\x00]*$",
+        description="the absolute directory the job file's relative paths start from "
+        "(default: the service's working directory)",
+    )
+    source: str | None = Field(default=None, description="the job file's name, for messages")
+
+
+class Submitted(BaseModel):
+    """A journaled job."""
+
+    id: str = Field(description="the job's id (j1, j2, ...)")
+
+
+class UpdateRequest(_Request):
+    """A new budget or deadline for a running or queued job: exactly one of them."""
+
+    budget: Number | None = Field(default=None, description="the job's new budget (> 0)")
+    deadline_s: Number | None = Field(
+        default=None,
+        description="the new deadline in run seconds from now (emulated seconds in a "
+        "time-scaled run, as in a job file)",
+    )
+    deadline_at: Number | None = Field(
+        default=None, description="the new deadline as a wall-clock time (epoch seconds)"
+    )
+
+
+class MachineView(_Answer):
+    id: str
+    type: str
+    state: str
+
+
+class JobView(_Answer):
+    """Where a job stands; times are wall-clock epoch seconds."""
+
+    id: str
+    name: str
+    state: str = Field(description="queued, running, done, failed, cancelled or interrupted")
+    submitted_at: float
+    started_at: float | None
+    ended_at: float | None
+    run_dir: str
+    mode: str = Field(description="budget or deadline")
+    tasks: int
+    done: int
+    failed: int
+    running: int
+    spend: float = Field(description="committed: what the machines cost up to now")
+    cost: float
+    budget: float | None
+    deadline_at: float | None
+    predicted_finish_at: float | None
+    machines: list[MachineView]
+    stop_reason: str | None
+    late_tasks: int
+    history: list[list[float]] | None = Field(
+        default=None,
+        description="[time, done, spend] points, in the views that carry them (one job, status)",
+    )
+
+
+class Jobs(BaseModel):
+    jobs: list[JobView]
+
+
+class ServiceView(_Answer):
+    started_at: float
+    now: float
+    provider: str
+    state_dir: str
+    pid: int
+    jobs_by_state: dict[str, int]
+    machines_alive: int
+    spend: float
+
+
+class Status(BaseModel):
+    service: ServiceView
+    jobs: list[JobView] = Field(description="every job, with its history")
+
+
+class ErrorBody(BaseModel):
+    """Every 4xx answer."""
+
+    error: str = Field(description="what is wrong, naming the field or value")
+    problems: list[str] | None = Field(
+        default=None, description="one line per bad field: `field.path: what is wrong`"
+    )
