@@ -40,7 +40,8 @@ from autoscaler.config.load import expand_bag
 from autoscaler.config.schema import RunConfig
 from autoscaler.core.model import TaskSpec
 from autoscaler.core.state import RunState
-from autoscaler.run.start import controller_settings, dry_run
+from autoscaler.run.build import controller_settings
+from autoscaler.run.start import dry_run
 from benchmarks.bats_scenarios import (
     library_digest,
     library_state,

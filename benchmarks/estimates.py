@@ -39,7 +39,8 @@ from autoscaler.budget.planner import TypeEstimate, plan_clairvoyant
 from autoscaler.config.load import expand_bag
 from autoscaler.config.schema import RunConfig
 from autoscaler.core.model import TaskSpec
-from autoscaler.run.start import billing_model, dry_run, plan_dry
+from autoscaler.run.build import billing_model
+from autoscaler.run.start import dry_run, plan_dry
 from benchmarks.bats_scenarios import (
     library_digest,
     library_state,

@@ -114,9 +114,10 @@ def _plan_real(
     from autoscaler.budget.controller import Controller
     from autoscaler.budget.frontier import frontier
     from autoscaler.report.format import hms
+    from autoscaler.run.build import new_run_id, new_state, planning_settings
     from autoscaler.run.daemon import HANDOVER_SIGNAL
     from autoscaler.run.live import live_view
-    from autoscaler.run.start import new_run_id, new_state, planning_settings, start_run
+    from autoscaler.run.start import start_run
 
     seed = cfg.emulator.seed if seed is None else seed
     state = new_state(cfg, len(tasks), seed)

@@ -107,7 +107,7 @@ def run(
     if chosen is not None:
         constraint = cfg.constraint.model_copy(update={"budget": chosen.budget})
         cfg = cfg.model_copy(update={"constraint": constraint})
-    from autoscaler.run.start import new_run_id
+    from autoscaler.run.build import new_run_id
 
     run_id = new_run_id(cfg)
     out_dir = out if out is not None else Path("runs") / run_id

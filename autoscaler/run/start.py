@@ -34,21 +34,15 @@ from autoscaler.report.records import Report
 
 # Importers of these names from here (tests, benchmarks, the service) keep working; they
 # live in ``autoscaler.run.build``, which the daemon and the run directory use.
-from autoscaler.run.build import CONFIG_FILE as CONFIG_FILE
-from autoscaler.run.build import REAL_SLACK_S as REAL_SLACK_S
-from autoscaler.run.build import added_job as added_job
-from autoscaler.run.build import billing_model as billing_model
-from autoscaler.run.build import controller_settings as controller_settings
-from autoscaler.run.build import deadline_settings as deadline_settings
-from autoscaler.run.build import job_specs as job_specs
-from autoscaler.run.build import json_logger as json_logger
-from autoscaler.run.build import log_action as log_action
-from autoscaler.run.build import make_controller as make_controller
-from autoscaler.run.build import new_run_id as new_run_id
-from autoscaler.run.build import new_state as new_state
-from autoscaler.run.build import planning_settings as planning_settings
-from autoscaler.run.build import type_specs as type_specs
-from autoscaler.run.build import write_config as write_config
+from autoscaler.run.build import (
+    json_logger,
+    log_action,
+    make_controller,
+    new_run_id,
+    new_state,
+    planning_settings,
+    write_config,
+)
 from autoscaler.run.emulator import Emulator, StepHook
 
 if TYPE_CHECKING:

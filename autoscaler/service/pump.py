@@ -18,9 +18,9 @@ from autoscaler.service.runners import (
     Runner,
     RunStates,
     open_pool,
-    own_run_files,
     run_own,
     run_pool,
+    start_own_run,
 )
 from autoscaler.service.store import ENDED, DeadlinePassed, JobRow, JobState, Store
 from autoscaler.service.view import HistoryPoint, Progress, final_json, queued
@@ -126,36 +126,28 @@ class Pump:
         self._store.set_state(row.id, state, ended_at=self.clock(), final=final)
 
     def _start(self, row: JobRow) -> None:
-        from autoscaler.run.daemon import Daemon
-
         sharing = self.shared and self.config.settings.share_deadline_jobs
         if sharing and (row.in_pool or shares_the_pool(row.config)):
             self._start_in_pool(row)
             return
         store = self._store
-        files, resume, resumed = own_run_files(
-            row,
-            lambda: store.tasks(row.id),
-            jobs_dir=self.state_dir / JOBS_DIR,
-            shared=self.shared,
-            max_running=self.config.settings.max_running_jobs,
-            now=self.clock(),
-        )
 
         def progress(state: RunState, estimate: float | None) -> None:
             runner.record(state, estimate, self.clock())
             if self.progress is not None:
                 self.progress(state, estimate)
 
-        daemon = Daemon(
-            files,
-            resume=resume,
+        daemon = start_own_run(
+            row,
+            lambda: store.tasks(row.id),
+            jobs_dir=self.state_dir / JOBS_DIR,
+            shared=self.shared,
+            max_running=self.config.settings.max_running_jobs,
+            now=self.clock(),
             progress=progress,
-            install_signals=False,
-            resumed=resumed,
             plots=self.config.settings.plots,
         )
-        runner = Runner(row.id, daemon, files)
+        runner = Runner(row.id, daemon, daemon.files)
         runner.thread = threading.Thread(
             target=self._run, args=(runner, row), name=f"job-{row.id}", daemon=True
         )
@@ -164,7 +156,9 @@ class Pump:
                 return  # cancelled (or the service stops) while it was being started
             store.set_state(row.id, JobState.RUNNING, started_at=row.started_at or self.clock())
             if self.log is not None:
-                self.log.info("job start", job=row.id, run_dir=str(row.run_dir), resume=resume)
+                self.log.info(
+                    "job start", job=row.id, run_dir=str(row.run_dir), resume=daemon.resume
+                )
             self._runners[row.id] = runner
             runner.thread.start()
 

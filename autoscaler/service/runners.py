@@ -166,7 +166,7 @@ def starting_now(cfg: RunConfig, deadline_wall: float | None, now: float) -> Run
     return with_constraint(cfg, None, left)
 
 
-def own_run_files(
+def start_own_run(
     row: JobRow,
     tasks: Callable[[], list[TaskSpec]],
     *,
@@ -174,24 +174,40 @@ def own_run_files(
     shared: bool,
     max_running: int,
     now: float,
-) -> tuple[RunFiles, bool, str | None]:
-    """The run directory of a job on its own machines: resumed from its journal, or made
-    afresh. Whether it resumes, and why (an interrupted job) for ``Resumed``."""
-    from autoscaler.run.rundir import RunFiles
-    from autoscaler.run.start import new_run_id
+    progress: Callable[[RunState, float | None], None],
+    plots: bool,
+) -> Daemon:
+    """The daemon of a job on its own machines (made, not started): resumed from its
+    journal, or its run directory made afresh, through the one start path."""
+    from autoscaler.run.start import start_run
 
     run_dir = row.run_dir
     if (run_dir / JOURNAL_DB).is_file():
         resumed = "the service started again" if row.state is JobState.INTERRUPTED else None
-        return RunFiles.open(run_dir), True, resumed
+        return start_run(
+            "resume",
+            run_dir,
+            progress=progress,
+            plots=plots,
+            install_signals=False,
+            resumed=resumed,
+        )
     if run_dir.exists() and run_dir.parent == jobs_dir:
         shutil.rmtree(run_dir)  # a start cut short before its journal: begin again
     cfg = starting_now(row.config, deadline_at(row), now)
     if shared:
         cfg = for_the_service(cfg, max_running)
-    seed = cfg.emulator.seed if row.seed is None else row.seed
-    run_id = row.run_id or new_run_id(cfg)
-    return RunFiles.create(cfg, tasks(), run_dir, run_id, seed), False, None
+    return start_run(
+        "new",
+        run_dir,
+        cfg,
+        tasks(),
+        run_id=row.run_id,
+        seed=row.seed,
+        progress=progress,
+        plots=plots,
+        install_signals=False,
+    )
 
 
 def run_own(runner: Runner, fallback: Progress) -> Ending:
@@ -241,31 +257,42 @@ def open_pool(
     """The deadline pool, resumed from its directory or made with ``row`` as its first
     job (its deadline as fixed at submission); and whether ``row`` is in it already.
     Its daemon is made, not started."""
-    from autoscaler.run.daemon import Daemon
-    from autoscaler.run.rundir import RunFiles
-    from autoscaler.run.start import new_run_id
+    from autoscaler.run.start import start_run
 
     pool_dir = state_dir / POOL_DIR
+    pool: Pool | None = None
+
+    def pool_progress(state: RunState, estimate: float | None) -> None:
+        assert pool is not None
+        pool.progress(state, estimate)
+
     if (pool_dir / JOURNAL_DB).is_file():
-        files = RunFiles.open(pool_dir)
-        resume, joined = True, row.in_pool
+        daemon = start_run(
+            "resume",
+            pool_dir,
+            progress=pool_progress,
+            plots=plots,
+            install_signals=False,
+            resumed="the service started again",
+        )
+        joined = row.in_pool
     else:
         if pool_dir.exists():
             shutil.rmtree(pool_dir)  # a start cut short before its journal
         cfg = starting_now(row.config, deadline_at(row), clock())
         cfg = for_the_service(pool_config(cfg, row.id), max_running)
-        seed = cfg.emulator.seed
-        files = RunFiles.create(cfg, tasks(row.id), pool_dir, new_run_id(cfg), seed)
-        resume, joined = False, True
-    pool = Pool(files, clock, row_of, ended)
-    pool.daemon = Daemon(
-        files,
-        resume=resume,
-        progress=pool.progress,
-        install_signals=False,
-        resumed="the service started again",
-        plots=plots,
-    )
+        daemon = start_run(
+            "new",
+            pool_dir,
+            cfg,
+            tasks(row.id),
+            progress=pool_progress,
+            plots=plots,
+            install_signals=False,
+            resumed="the service started again",
+        )
+        joined = True
+    pool = Pool(daemon.files, clock, row_of, ended, daemon)
     return pool, joined
 
 

@@ -99,7 +99,7 @@ class Service(Pump):
         os.chmod(self.state_dir, 0o700)
         self._lock_fd = lock_state_dir(self.state_dir / LOCK_FILE)
         (self.state_dir / JOBS_DIR).mkdir(exist_ok=True)
-        from autoscaler.run.start import json_logger
+        from autoscaler.run.build import json_logger
 
         self._log_file = (self.state_dir / LOG_FILE).open("a", encoding="utf-8")
         self.log = json_logger(self._log_file).bind(service=self.config.name)

@@ -153,8 +153,8 @@ def kill_agents(run_id: str) -> None:
 def committed_over_time(run_dir: Path) -> list[float]:
     """Committed spend after every step, recomputed by replaying the journal."""
     from autoscaler.core.journal import SqliteJournal, replay
+    from autoscaler.run.build import new_state
     from autoscaler.run.rundir import RunFiles
-    from autoscaler.run.start import new_state
 
     files = RunFiles.open(run_dir)
     state = new_state(files.cfg, len(files.tasks), files.seed)

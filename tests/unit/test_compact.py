@@ -18,7 +18,8 @@ from autoscaler.core.journal import JOURNAL_JSONL, JsonlJournal, Record, replay,
 from autoscaler.core.model import Action, Configure, Event
 from autoscaler.core.state import RunState
 from autoscaler.providers.sim import type_runtime
-from autoscaler.run.start import controller_settings, dry_run, make_emulator, new_state
+from autoscaler.run.build import controller_settings, new_state
+from autoscaler.run.start import dry_run, make_emulator
 
 AFFINE = {
     "small": {"a": 1.0, "b_s": 0.0, "noise": 0.05},

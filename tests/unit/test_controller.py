@@ -32,7 +32,8 @@ from autoscaler.core.model import (
     TypeSpec,
 )
 from autoscaler.core.state import RunState
-from autoscaler.run.start import controller_settings, make_emulator, new_state
+from autoscaler.run.build import controller_settings, new_state
+from autoscaler.run.start import make_emulator
 from tests.conftest import make_config
 
 HOURLY = BillingModel("fixed", 3600.0)

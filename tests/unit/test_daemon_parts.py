@@ -25,8 +25,8 @@ from autoscaler.core.model import (
 from autoscaler.core.state import Machine, RunState
 from autoscaler.providers.base import Capabilities, MachineRecord, MachineStatus, ProviderState
 from autoscaler.run.agents import lost_contact
+from autoscaler.run.build import controller_settings, new_state
 from autoscaler.run.machines import LaunchDone, MachineLifecycle, launch_events
-from autoscaler.run.start import controller_settings, new_state
 from tests.conftest import make_config
 
 CFG = make_config(daemon={"heartbeat_s": 2.0, "lost_after_s": 10.0})

@@ -31,8 +31,9 @@ from autoscaler.core.model import (
     TaskSpec,
 )
 from autoscaler.core.state import RunState
+from autoscaler.run.build import new_state
 from autoscaler.run.dispatch import BadRequest, parse_poll
-from autoscaler.run.start import dry_run, make_emulator, new_state
+from autoscaler.run.start import dry_run, make_emulator
 from tests.conftest import make_config
 
 

@@ -40,9 +40,9 @@ from autoscaler.core.model import (
 from autoscaler.core.state import RunState, StateError
 from autoscaler.deadline.controller import DeadlineController, DeadlineSettings
 from autoscaler.providers.base import Capabilities
+from autoscaler.run.build import added_job, new_state
 from autoscaler.run.emulator import Emulator
 from autoscaler.run.rundir import RunFiles, rebuild_state
-from autoscaler.run.start import added_job, new_state
 from tests.conftest import make_config
 from tests.unit.test_deadline_control import HOURLY, _types, _World, finish_and_late
 
