@@ -90,6 +90,13 @@ CREATE TABLE IF NOT EXISTS jobs (
     ended_at REAL,
     final TEXT
 );
+CREATE TABLE IF NOT EXISTS job_tasks (
+    job TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    command TEXT,
+    env TEXT,
+    PRIMARY KEY (job, idx)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS updates (
     seq INTEGER PRIMARY KEY,
     job TEXT NOT NULL,
@@ -211,7 +218,6 @@ class Store:
         """Journal a new job submitted at ``now`` (its deadline fixed then); its id
         (``j1``, ``j2``, ...). ``run_id`` and ``seed``, when given, are its run's."""
         config = cfg.model_dump_json()
-        task_json = json.dumps([[t.command, dict(t.env)] if t.env else t.command for t in tasks])
         with self._tx() as db:
             (seq,) = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs").fetchone()
             job_id = f"j{seq}"
@@ -225,12 +231,20 @@ class Store:
                     now,
                     JobState.QUEUED.value,
                     config,
-                    task_json,
+                    "",  # the tasks are rows of job_tasks (a store before them kept JSON here)
                     len(tasks),
                     str(run_dir(job_id)),
                     run_id,
                     seed,
                     deadline_at_of(cfg, now),
+                ),
+            )
+            # One row a task, streamed: the bag is never held a second time as one text.
+            db.executemany(
+                "INSERT INTO job_tasks (job, idx, command, env) VALUES (?, ?, ?, ?)",
+                (
+                    (job_id, i, t.command, json.dumps(dict(t.env)) if t.env else None)
+                    for i, t in enumerate(tasks)
                 ),
             )
         return job_id
@@ -297,8 +311,16 @@ class Store:
     def tasks(self, job_id: str) -> list[TaskSpec]:
         with self._lock:
             (text,) = self._db.execute("SELECT tasks FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        out = []
-        for i, item in enumerate(json.loads(text)):
-            command, env = (item[0], item[1]) if isinstance(item, list) else (item, {})
-            out.append(TaskSpec(i, command, env))
-        return out
+            if text:  # a job stored before job_tasks: its tasks as one JSON list
+                items = [
+                    (item[0], item[1]) if isinstance(item, list) else (item, {})
+                    for item in json.loads(text)
+                ]
+                return [TaskSpec(i, command, env) for i, (command, env) in enumerate(items)]
+            rows = self._db.execute(
+                "SELECT command, env FROM job_tasks WHERE job = ? ORDER BY idx", (job_id,)
+            )
+            return [
+                TaskSpec(i, command, json.loads(env) if env else {})
+                for i, (command, env) in enumerate(rows)
+            ]
