@@ -5,6 +5,7 @@ that buys the fastest mix (pure)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from autoscaler.budget.controller import Controller
@@ -12,7 +13,15 @@ from autoscaler.budget.minimum import fluid_lower_bound, minimum_budget
 from autoscaler.budget.planner import BudgetProblem, plan_budget
 from autoscaler.core.state import RunState
 
-__all__ = ["Frontier", "Option", "fluid_lower_bound", "frontier", "minimum_budget"]
+__all__ = [
+    "Frontier",
+    "Option",
+    "dominates",
+    "fluid_lower_bound",
+    "frontier",
+    "minimum_budget",
+    "undominated",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,10 +37,27 @@ class Option:
     makespan_interval_s: tuple[float, float]
 
 
+def dominates(a: Option, b: Option) -> bool:
+    """Whether ``a`` is predicted to cost no more than ``b`` and to end no later, and
+    strictly less of one of them."""
+    return (
+        a.cost <= b.cost
+        and a.makespan_s <= b.makespan_s
+        and (a.cost < b.cost or a.makespan_s < b.makespan_s)
+    )
+
+
+def undominated(options: Sequence[Option]) -> tuple[Option, ...]:
+    """``options`` without those another option dominates (dearer and no faster, or
+    slower and no cheaper), in their order."""
+    return tuple(o for o in options if not any(dominates(p, o) for p in options))
+
+
 @dataclass(frozen=True, slots=True)
 class Frontier:
     """The budget-estimation frontier (slides 001): budgets from the least that finishes
-    the bag to the one that buys the fastest mix, each with its prediction."""
+    the bag to the one that buys the fastest mix, each with its prediction; none of
+    them dominated by another."""
 
     sampled_at_s: float  # when the samples were complete
     sampling_cost: float  # committed by then (paid whichever option is chosen)
@@ -43,7 +69,9 @@ class Frontier:
 def frontier(controller: Controller, state: RunState, now: float, between: int = 3) -> Frontier:
     """The options at ``now``, once the samples are in: the minimum budget, +20 % over it,
     ``between`` budgets spaced evenly (geometrically) up to the fastest −20 %, and the
-    fastest (every machine the types allow). Pure: ``state`` is not changed."""
+    fastest (every machine the types allow), less those another option dominates (a
+    higher budget may buy a mix predicted to cost less and end sooner). Pure: ``state``
+    is not changed."""
     est, n_e = controller.outlook(state, now)
     if not est:
         raise ValueError("no machine type has a runtime estimate yet")
@@ -100,4 +128,4 @@ def frontier(controller: Controller, state: RunState, now: float, between: int =
                 c.makespan_interval_s,
             )
         )
-    return Frontier(now, base, state.tasks_left, b_min, tuple(options))
+    return Frontier(now, base, state.tasks_left, b_min, undominated(options))
