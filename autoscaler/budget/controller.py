@@ -29,12 +29,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from autoscaler.budget import plans, runtimes
+from autoscaler.budget import monitor, plans, runtimes
 from autoscaler.budget import sampling as sampling_
+from autoscaler.budget.affine import AffineFit
 from autoscaler.budget.boundaries import boundary, can_extend, standby
-from autoscaler.budget.estimate import AffineFit
 from autoscaler.budget.fleet import meet_target
-from autoscaler.budget.monitor import monitor, replan
 from autoscaler.budget.planner import BudgetProblem, TypeEstimate
 from autoscaler.budget.settings import ControllerSettings, money_left, planned
 from autoscaler.budget.tail import replicate
@@ -230,7 +229,7 @@ class Controller:
         capacity; then move the machines towards the target if it (or the fleet) moved."""
         state = s.state
         settings = self.settings
-        replanned = monitor(settings, s, news.tick)
+        replanned = monitor.check(settings, s, news.tick)
         news_ = news.budget_set is not None or news.resumed is not None
         if news_ and not replanned and planned(state):
             est, n_e = runtimes.outlook(settings, state, s.now)
@@ -238,11 +237,11 @@ class Controller:
                 why = f"budget set to {news.budget_set.budget:.2f}: {news.budget_set.reason}"
             else:
                 why = f"resumed: {news.resumed.reason}" if news.resumed else ""
-            replanned = replan(settings, s, est, n_e, why, force=True)
+            replanned = monitor.replan(settings, s, est, n_e, why, force=True)
         if news.unavailable and not replanned and planned(state):
             est, n_e = runtimes.outlook(settings, state, s.now)
             why = f"{', '.join(sorted(set(news.unavailable)))} unavailable: plan without it"
-            replanned = replan(settings, s, est, n_e, why, force=True)
+            replanned = monitor.replan(settings, s, est, n_e, why, force=True)
         if replanned or news.lost or (news.tick and state.deferred):
             meet_target(s)
 

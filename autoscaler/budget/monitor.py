@@ -7,10 +7,11 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from autoscaler.budget import plans
 from autoscaler.budget.minimum import minimum_budget
 from autoscaler.budget.outlook import forecast, potential
 from autoscaler.budget.planner import Plan, TypeEstimate
-from autoscaler.budget.plans import best_effort, budget_problem, configure, plan
+from autoscaler.budget.plans import best_effort, budget_problem, plan
 from autoscaler.budget.runtimes import end_reserve, n_eff, outlook, running_ages
 from autoscaler.budget.sampling import compact_progress, is_compact, sampling_types, stats
 from autoscaler.budget.settings import EPS, ControllerSettings, money_left, planned
@@ -21,7 +22,7 @@ from autoscaler.core.step import Step
 _EARLY_CHECK = 5  # completions per type before an early "budget insufficient" is trusted
 
 
-def monitor(settings: ControllerSettings, s: Step, tick: bool) -> bool:
+def check(settings: ControllerSettings, s: Step, tick: bool) -> bool:
     """Check the plan; re-plan when needed. Returns True when the target changed."""
     state = s.state
     if state.awaiting_budget:
@@ -165,7 +166,7 @@ def replan(
         return False
     if notes:
         reason += "; solver: " + "; ".join(notes)
-    s.do(configure(settings, s, counts, est, reason))
+    s.do(plans.configure(settings, s, counts, est, reason))
     if state.budget is not None and state.tasks_left > 0:
         # The plan fits the planner's model; if even its fluid cost at the estimated
         # means is more than the budget, the bag is unlikely to finish: say so now.

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from autoscaler.budget.estimate import ragged_end
 from autoscaler.budget.outlook import forecast
 from autoscaler.budget.planner import BudgetProblem, Plan, TypeEstimate, solve_budget
+from autoscaler.budget.ragged import ragged_end
 from autoscaler.budget.runtimes import end_reserve, intervals, reserved, running_ages
 from autoscaler.budget.sampling import stats
 from autoscaler.budget.settings import ControllerSettings

@@ -12,14 +12,8 @@ tasks, unless the first plan wants them.
 
 from __future__ import annotations
 
-from autoscaler.budget.estimate import (
-    AffineFit,
-    RuntimeStats,
-    fit_affine,
-    initial_workers,
-    mapped_stats,
-    sample_size,
-)
+from autoscaler.budget.affine import AffineFit, fit_affine
+from autoscaler.budget.estimate import RuntimeStats, initial_workers, mapped_stats, sample_size
 from autoscaler.budget.fleet import meet_target
 from autoscaler.budget.settings import EPS, ControllerSettings, planned
 from autoscaler.core.model import Assign, Configure, Replicate, TaskState
