@@ -130,6 +130,22 @@ def _read(s: Step, events: Iterable[Event]) -> _News:
     )
 
 
+def _to_serve(s: Step, news: _News) -> set[str]:
+    """The machines that may be idle with work to take: every one alive after a tick, a
+    loss, a release that re-queued tasks or a new configuration or launch; else those
+    the events touched and those the step cancelled a run on or extended."""
+    state = s.state
+    requeued = bool(state.pending) and any(isinstance(a, Release) for a in s.actions)
+    if (
+        news.tick
+        or news.lost
+        or requeued
+        or any(isinstance(a, Configure | Launch) for a in s.actions)
+    ):
+        return {m.id for m in state.alive_machines()}
+    return {*news.touched, *(a.machine for a in s.actions if isinstance(a, Cancel | Extend))}
+
+
 class Controller:
     """Budget-aware bag-of-tasks controller. Holds settings only; all state is passed in."""
 
@@ -153,18 +169,7 @@ class Controller:
             self._monitor(s, news)
         elif news.tick and state.deferred and not state.stopped:
             meet_target(s)
-        requeued = bool(state.pending) and any(isinstance(a, Release) for a in s.actions)
-        touched = set(news.touched)
-        if (
-            news.tick
-            or news.lost
-            or requeued
-            or any(isinstance(a, Configure | Launch) for a in s.actions)
-        ):
-            touched = {m.id for m in state.alive_machines()}
-        else:
-            touched.update(a.machine for a in s.actions if isinstance(a, Cancel | Extend))
-        self._dispatch(s, touched)
+        self._dispatch(s, _to_serve(s, news))
         self._finish_or_stall(s)
         return s.actions
 
@@ -230,8 +235,8 @@ class Controller:
         state = s.state
         settings = self.settings
         replanned = monitor.check(settings, s, news.tick)
-        news_ = news.budget_set is not None or news.resumed is not None
-        if news_ and not replanned and planned(state):
+        told = news.budget_set is not None or news.resumed is not None
+        if told and not replanned and planned(state):
             est, n_e = runtimes.outlook(settings, state, s.now)
             if news.budget_set is not None:
                 why = f"budget set to {news.budget_set.budget:.2f}: {news.budget_set.reason}"
