@@ -89,3 +89,17 @@ def test_plan_lists_no_option_another_beats_on_cost_and_makespan(seed: int) -> N
     assert len(frontier.options) >= 2
     assert _dominated(frontier.options) == []
     assert frontier.options[-1].label == "fastest"
+
+
+def test_undominated_keeps_trade_offs_and_ties_and_drops_the_beaten() -> None:
+    """An option dearer and no faster than another goes; one that buys speed with money
+    stays, and so do two predicted alike."""
+    from autoscaler.budget.frontier import Option, undominated
+
+    def option(label: str, cost: float, makespan_s: float) -> Option:
+        return Option(label, cost, {}, cost, (cost, cost), makespan_s, (makespan_s, makespan_s))
+
+    cheap, beaten, quick = option("a", 10, 500), option("b", 12, 600), option("c", 20, 300)
+    twin = option("d", 10, 500)
+    assert undominated([cheap, beaten, quick, twin]) == (cheap, quick, twin)
+    assert undominated([option("e", 10, 600), option("f", 10, 500)])[0].label == "f"
