@@ -33,9 +33,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from autoscaler.budget.controller import Controller
-from autoscaler.budget.estimate import RuntimeStats, ragged_end
+from autoscaler.budget import monitor, plans
+from autoscaler.budget.estimate import RuntimeStats
 from autoscaler.budget.outlook import forecast
+from autoscaler.budget.ragged import ragged_end
+from autoscaler.budget.runtimes import running_ages
+from autoscaler.budget.settings import planned
 from autoscaler.run.start import make_emulator, plan_dry
 from benchmarks.bats_scenarios import render_table
 from benchmarks.estimates import BILLINGS, DISTS, FACTORS, SPEED, _setup, with_budget
@@ -64,12 +67,12 @@ class Parts:
 
 
 def _first_plan_capture() -> tuple[list[dict[str, Any]], Any]:
-    """Wrap ``Controller._configure`` to keep what the first plan was made from."""
+    """Wrap ``plans.configure`` to keep what the first plan was made from."""
     seen: list[dict[str, Any]] = []
-    original = Controller._configure
+    original = plans.configure
 
-    def wrapped(self: Controller, s: Any, counts: Any, est: Any, reason: Any, budget: Any = None):
-        c = original(self, s, counts, est, reason, budget)
+    def wrapped(settings: Any, s: Any, counts: Any, est: Any, reason: Any, budget: Any = None):
+        c = original(settings, s, counts, est, reason, budget)
         if not seen and c.predicted_makespan_s is not None:
             seen.append(
                 {"state": copy.deepcopy(s.state), "now": s.now, "counts": dict(counts), "c": c}
@@ -81,22 +84,22 @@ def _first_plan_capture() -> tuple[list[dict[str, Any]], Any]:
 
 def _run(cfg: Any, n: int, seed: int, freeze: bool = False) -> tuple[Any, Any, list[Any]]:
     seen, wrapped = _first_plan_capture()
-    original_configure, original_monitor = Controller._configure, Controller._monitor
+    original_configure, original_check = plans.configure, monitor.check
 
-    def frozen(self: Controller, s: Any, tick: bool) -> bool:
-        if self._planned(s.state):
+    def frozen(settings: Any, s: Any, tick: bool) -> bool:
+        if planned(s.state):
             return False
-        return original_monitor(self, s, tick)
+        return original_check(settings, s, tick)
 
-    Controller._configure = wrapped  # type: ignore[method-assign]
+    plans.configure = wrapped
     if freeze:
-        Controller._monitor = frozen  # type: ignore[method-assign]
+        monitor.check = frozen
     try:
         emulator = make_emulator(cfg, n, seed)
         state = emulator.run()
     finally:
-        Controller._configure = original_configure  # type: ignore[method-assign]
-        Controller._monitor = original_monitor  # type: ignore[method-assign]
+        plans.configure = original_configure
+        monitor.check = original_check
     return state, emulator.sim, seen
 
 
@@ -127,7 +130,7 @@ def one(job: tuple[str, str, float, int, int]) -> Parts | None:
     s0, now, counts, c = first["state"], first["now"], first["counts"], first["c"]
     actual = _makespan(state)
     pending = list(s0.pending)
-    ages = Controller._running_ages(s0, now)
+    ages = running_ages(s0, now)
     names = [name for name in counts if name in s0.stats and s0.stats[name].done > 0]
     est = {name: s0.stats[name].estimate(ages.get(name, ()), resamples=0) for name in names}
     true_runs = {name: [sim.runtimes[t] / SPEED[name] for t in pending] for name in names}

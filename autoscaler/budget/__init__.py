@@ -1,2 +1,17 @@
 """Budget mode (paper 000, slides 001): estimation, the budget planner and controller,
-the frontier."""
+the frontier. Its modules, each importing only those above it:
+
+* ``estimate``: sample sizes, ``RuntimeStats`` (what is seen per type), ``tasks_within``;
+  ``survival``: Kaplan–Meier T_i with its tails and interval; ``ragged``: when the last
+  task ends; ``affine``: compact sampling's map between two types' runtimes.
+* ``problem``: the planner's records; ``per_second``: the horizon search under
+  per-second billing; ``planner``: the fixed-ATU MILP, the entry points, the
+  clairvoyant bound; ``minimum``: the least budget that finishes a bag.
+* ``outlook``: N_e, N_p and the forecast of a mix's cost and end.
+* The controller, by what it decides: ``settings``; ``fleet`` (launch and mark towards
+  the target); ``sampling`` (plain and compact); ``runtimes`` (T_i, N_e, the reserve);
+  ``plans`` (a mix for the money, and its prediction); ``monitor`` (N_e against N_p,
+  re-planning, the shortfall); ``boundaries`` (money at the end of a paid unit);
+  ``tail`` (tail replication); ``controller`` (``Controller.step`` calling them).
+* ``frontier``: the budget options ``autoscaler plan`` offers.
+"""

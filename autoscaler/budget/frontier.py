@@ -1,61 +1,27 @@
-"""Budgets and what they buy: the minimum budget that finishes a bag (pure).
-
-``minimum_budget`` bisects on the budget of a ``BudgetProblem`` for the least money with
-which the planner still finds a mix that finishes the tasks (planner feasibility is
-monotone in the budget: a mix affordable with B is affordable with more).
-"""
+"""Budgets and what they buy: the options ``autoscaler plan`` offers once the samples
+are in, from the minimum budget that finishes the bag (``budget.minimum``) to the one
+that buys the fastest mix (pure)."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from dataclasses import dataclass
 
+from autoscaler.budget.controller import Controller
+from autoscaler.budget.minimum import fluid_lower_bound, minimum_budget
 from autoscaler.budget.planner import BudgetProblem, plan_budget
-from autoscaler.core.solve import Solver
+from autoscaler.core.state import RunState
 
-if TYPE_CHECKING:
-    from autoscaler.budget.controller import Controller
-    from autoscaler.core.state import RunState
-
-_GROWTH_LIMIT = 2**12  # give up beyond this many times the fluid lower bound
-
-
-def fluid_lower_bound(problem: BudgetProblem) -> float:
-    """No budget below this finishes: every task on the most profitable type, no boot,
-    no partial unit (c_i·T_i/ATU per task)."""
-    per_task = min(t.price * t.mean_s / problem.billing.atu_s for t in problem.types)
-    return problem.tasks * per_task
-
-
-def minimum_budget(
-    problem: BudgetProblem, solver: Solver = "highs", rel_tol: float = 0.005
-) -> float | None:
-    """The least money (beyond what is committed) the planner finishes ``problem.tasks``
-    with, within ``rel_tol``; None when even a huge budget finds no plan."""
-    if problem.tasks <= 0:
-        return 0.0
-    if not any(t.mean_s > 0 and t.max_count > 0 for t in problem.types):
-        return None
-
-    def feasible(budget: float) -> bool:
-        return plan_budget(replace(problem, budget=budget), solver) is not None
-
-    lo = fluid_lower_bound(problem)
-    limit = _GROWTH_LIMIT * max(lo, 1e-9)
-    hi = max(lo, 1e-9) * 1.25
-    while not feasible(hi):
-        lo = hi
-        hi *= 2
-        if hi > limit:
-            return None
-    while hi - lo > rel_tol * hi:
-        mid = (lo + hi) / 2
-        if feasible(mid):
-            hi = mid
-        else:
-            lo = mid
-    return hi
+__all__ = [
+    "Frontier",
+    "Option",
+    "dominates",
+    "fluid_lower_bound",
+    "frontier",
+    "minimum_budget",
+    "undominated",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,10 +37,27 @@ class Option:
     makespan_interval_s: tuple[float, float]
 
 
+def dominates(a: Option, b: Option) -> bool:
+    """Whether ``a`` is predicted to cost no more than ``b`` and to end no later, and
+    strictly less of one of them."""
+    return (
+        a.cost <= b.cost
+        and a.makespan_s <= b.makespan_s
+        and (a.cost < b.cost or a.makespan_s < b.makespan_s)
+    )
+
+
+def undominated(options: Sequence[Option]) -> tuple[Option, ...]:
+    """``options`` without those another option dominates (dearer and no faster, or
+    slower and no cheaper), in their order."""
+    return tuple(o for o in options if not any(dominates(p, o) for p in options))
+
+
 @dataclass(frozen=True, slots=True)
 class Frontier:
     """The budget-estimation frontier (slides 001): budgets from the least that finishes
-    the bag to the one that buys the fastest mix, each with its prediction."""
+    the bag to the one that buys the fastest mix, each with its prediction; none of
+    them dominated by another."""
 
     sampled_at_s: float  # when the samples were complete
     sampling_cost: float  # committed by then (paid whichever option is chosen)
@@ -86,7 +69,9 @@ class Frontier:
 def frontier(controller: Controller, state: RunState, now: float, between: int = 3) -> Frontier:
     """The options at ``now``, once the samples are in: the minimum budget, +20 % over it,
     ``between`` budgets spaced evenly (geometrically) up to the fastest −20 %, and the
-    fastest (every machine the types allow). Pure: ``state`` is not changed."""
+    fastest (every machine the types allow), less those another option dominates (a
+    higher budget may buy a mix predicted to cost less and end sooner). Pure: ``state``
+    is not changed."""
     est, n_e = controller.outlook(state, now)
     if not est:
         raise ValueError("no machine type has a runtime estimate yet")
@@ -143,4 +128,4 @@ def frontier(controller: Controller, state: RunState, now: float, between: int =
                 c.makespan_interval_s,
             )
         )
-    return Frontier(now, base, state.tasks_left, b_min, tuple(options))
+    return Frontier(now, base, state.tasks_left, b_min, undominated(options))

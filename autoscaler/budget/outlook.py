@@ -120,7 +120,7 @@ def forecast(
     Fluid: every machine of the mix works from when it is free (now; the end of its
     boot; a new machine's boot from now) at 1/T_i tasks per second until the last task
     is done, plus ``ragged_s`` for the ragged end (the last tasks do not all end
-    together: ``estimate.ragged_end``). Machines pay their lifetimes to the fluid end (a
+    together: ``ragged.ragged_end``). Machines pay their lifetimes to the fluid end (a
     machine goes when it has no task left), under the billing's rules; machines already
     gone, or marked to go, pay what they did. Capped at the budget: the run never spends
     more (what it cannot pay for, it does not finish).

@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
+from autoscaler.budget.affine import fit_affine
 from autoscaler.budget.controller import Controller
-from autoscaler.budget.estimate import fit_affine, sample_size
+from autoscaler.budget.estimate import sample_size
 from autoscaler.config.load import expand_bag
 from autoscaler.config.schema import Emulator, MachineFailure, RunConfig
 from autoscaler.core.journal import JOURNAL_JSONL, JsonlJournal, Record, replay, step_records

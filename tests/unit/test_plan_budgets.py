@@ -62,3 +62,44 @@ def test_two_identical_types_do_not_trade_machines_on_noise(seed: int) -> None:
     assert predicted is not None
     assert predicted.makespan_interval_s is not None
     assert run.report.makespan_s <= predicted.makespan_interval_s[1]
+
+
+def _dominated(options) -> list[str]:  # type: ignore[no-untyped-def]
+    """Each option another option is predicted to beat on cost and makespan alike."""
+    return [
+        f"{o.label} {o.budget}: cost {o.cost}, {o.makespan_s:.0f} s; "
+        f"{p.label} {p.budget}: cost {p.cost}, {p.makespan_s:.0f} s"
+        for o in options
+        for p in options
+        if p is not o
+        and p.cost <= o.cost
+        and p.makespan_s <= o.makespan_s
+        and (p.cost < o.cost or p.makespan_s < o.makespan_s)
+    ]
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_plan_lists_no_option_another_beats_on_cost_and_makespan(seed: int) -> None:
+    """S4-1 (issue 19 §4): on these seeds a 'between' budget bought a mix predicted to
+    cost more and end later than the next budget's; `plan` listed both."""
+    from autoscaler.config.load import load_config
+
+    cfg = load_config(EXAMPLES / "bats_s4_1.yaml")
+    frontier = plan_dry(cfg, expand_bag(cfg), seed=seed)
+    assert len(frontier.options) >= 2
+    assert _dominated(frontier.options) == []
+    assert frontier.options[-1].label == "fastest"
+
+
+def test_undominated_keeps_trade_offs_and_ties_and_drops_the_beaten() -> None:
+    """An option dearer and no faster than another goes; one that buys speed with money
+    stays, and so do two predicted alike."""
+    from autoscaler.budget.frontier import Option, undominated
+
+    def option(label: str, cost: float, makespan_s: float) -> Option:
+        return Option(label, cost, {}, cost, (cost, cost), makespan_s, (makespan_s, makespan_s))
+
+    cheap, beaten, quick = option("a", 10, 500), option("b", 12, 600), option("c", 20, 300)
+    twin = option("d", 10, 500)
+    assert undominated([cheap, beaten, quick, twin]) == (cheap, quick, twin)
+    assert undominated([option("e", 10, 600), option("f", 10, 500)])[0].label == "f"

@@ -1,0 +1,52 @@
+"""Carrying out the configuration: launch, keep and mark machines towards the target."""
+
+from __future__ import annotations
+
+import math
+
+from autoscaler.budget.settings import EPS
+from autoscaler.core.model import Defer, Launch, Mark
+from autoscaler.core.step import Step
+
+
+def meet_target(s: Step) -> None:
+    """Launch, keep and mark machines so each type moves towards ``state.target``.
+
+    A launch that must wait (an outage of its type, an account hold) is deferred: the
+    state learns which types wait (``Defer``) and a tick tries again.
+    """
+    state = s.state
+    waiting = () if state.stopped or state.awaiting_budget else _launch_or_mark(s)
+    if waiting != s.state.deferred:
+        s.do(Defer(waiting))
+
+
+def _launch_or_mark(s: Step) -> tuple[str, ...]:
+    """The launches and marks towards the target; returns the types whose launch waits."""
+    state = s.state
+    waiting: list[str] = []
+    for name, want in state.target.items():
+        t = state.types[name]
+        alive = [m for m in state.alive_machines() if m.type.name == name]
+        in_flight = sum(c for tn, c in state.pending_launches.values() if tn == name)
+        keep = [m for m in alive if not m.marked]
+        have = len(keep) + in_flight
+        if want > have:
+            for m in sorted((m for m in alive if m.marked), key=lambda m: -m.paid_until):
+                if have >= want:
+                    break
+                s.do(Mark(m.id, release=False))
+                have += 1
+            room = t.max_count - len(alive) - in_flight
+            count = min(want - have, room)
+            if state.budget is not None:
+                unit = state.billing.cost(t.price, state.billing.first_step_s)
+                count = min(count, math.floor((state.budget - state.committed) / unit + EPS))
+            if count > 0 and (state.held(s.now) or not state.available(name, s.now)):
+                waiting.append(name)
+            elif count > 0:
+                s.do(Launch(name, count, f"L{state.launch_seq}"))
+        elif want < have:
+            for m in sorted(keep, key=lambda m: m.paid_until)[: have - want]:
+                s.do(Mark(m.id, release=True))
+    return tuple(waiting)

@@ -1,0 +1,243 @@
+"""Monitoring and re-planning (paper 000 §2.2): N_e against N_p every monitoring
+interval, a re-plan on a violation or when a clearly faster mix is affordable, and the
+warning (or stop) when the budget is unlikely to finish the bag."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from autoscaler.budget import plans
+from autoscaler.budget.minimum import minimum_budget
+from autoscaler.budget.outlook import forecast, potential
+from autoscaler.budget.planner import Plan, TypeEstimate
+from autoscaler.budget.plans import best_effort, budget_problem, plan
+from autoscaler.budget.runtimes import end_reserve, n_eff, outlook, running_ages
+from autoscaler.budget.sampling import compact_progress, is_compact, sampling_types, stats
+from autoscaler.budget.settings import EPS, ControllerSettings, money_left, planned
+from autoscaler.core.model import Hold, Shortfall, Stop
+from autoscaler.core.state import RunState
+from autoscaler.core.step import Step
+
+_EARLY_CHECK = 5  # completions per type before an early "budget insufficient" is trusted
+
+
+def check(settings: ControllerSettings, s: Step, tick: bool) -> bool:
+    """Check the plan; re-plan when needed. Returns True when the target changed."""
+    state = s.state
+    if state.awaiting_budget:
+        return False
+    if not planned(state):
+        if is_compact(settings, state):
+            ready, sampling = compact_progress(settings, s)
+        else:
+            sampling = sampling_types(state, s.now)
+            ready = bool(sampling) and all(state.stats[n].sampled for n in sampling)
+        if ready:
+            if settings.hold_after_sampling:
+                s.do(Hold("samples complete: the run waits for a budget"))
+                return False
+            est, n_e = outlook(settings, state, s.now)
+            return replan(settings, s, est, n_e, "plan after sampling", force=True)
+        if (
+            tick
+            and sampling
+            and not settings.hold_after_sampling  # planning: any budget may come
+            and not state.shortfalls
+            and all(stats(settings, state, n).done >= _EARLY_CHECK for n in sampling)
+        ):
+            # Before the samples are complete, warn only if even the optimistic
+            # reading of what is known says the budget cannot finish the bag.
+            est, n_e = outlook(settings, state, s.now)
+            _shortfall(settings, s, est, n_e, optimistic=True)
+        return False
+    if not tick or state.finished:
+        return False
+    est, n_e = outlook(settings, state, s.now)
+    if not est:
+        return False
+    n_p = potential(
+        state,
+        {n: e.mean_s for n, e in est.items()},
+        {n: e.sd_s for n, e in est.items()},
+        settings.cushion_z,
+        settings.final_loss,
+    )
+    if n_p < n_e - _noise(settings, state, est, n_e):
+        why = f"N_p={n_p:.0f} < N_e={n_e:.0f}"
+        return replan(settings, s, est, n_e, why, force=True, shrink=True)
+    moved = _left_assumed(state, est)
+    if moved is not None and state.pending:
+        return replan(settings, s, est, n_e, moved, force=True, refresh=True)
+    return replan(settings, s, est, n_e, "faster mix affordable", force=False)
+
+
+def _noise(
+    settings: ControllerSettings, state: RunState, est: dict[str, TypeEstimate], n_e: float
+) -> float:
+    """How far N_p may fall below N_e by the estimates' noise alone: N_e times the
+    largest relative standard error of a mean runtime (σ_i/T_i/√n_i). A shortfall
+    within it does not force a re-plan (that would trade a plan made to spend the
+    budget exactly for a much slower one, over a few tasks the next estimate may
+    give back); the end reserve pays for what is left of it."""
+    worst = max(
+        (e.sd_s / e.mean_s / math.sqrt(n_eff(settings, state, n, e)) for n, e in est.items()),
+        default=0.0,
+    )
+    return n_e * worst
+
+
+def _left_assumed(state: RunState, est: dict[str, TypeEstimate]) -> str | None:
+    """Which estimate has left the interval the current plan assumed, if any."""
+    current = state.plan()
+    if current is None:
+        return None
+    for name, e in sorted(est.items()):
+        lo, hi = current.assumed_lo_s.get(name), current.assumed_hi_s.get(name)
+        if lo is not None and hi is not None and not lo <= e.mean_s <= hi:
+            return (
+                f"estimate left the plan's interval: {name} {e.mean_s:.0f} s "
+                f"outside [{lo:.0f}, {hi:.0f}]"
+            )
+    return None
+
+
+def replan(
+    settings: ControllerSettings,
+    s: Step,
+    est: dict[str, TypeEstimate],
+    n_e: float,
+    reason: str,
+    force: bool,
+    refresh: bool = False,
+    shrink: bool = False,
+) -> bool:
+    """Solve the budget problem for what is left; adopt the result if it is needed.
+
+    ``force`` (first plan, or N_p < N_e) adopts whatever the planner finds. Otherwise
+    a plan is adopted when it is ``leap_ratio`` faster than the current mix (a plan
+    made on pessimistic samples is left as soon as the estimates recover), or
+    ``improve_ratio`` faster and still affordable with ``improve_reserve`` of the
+    money kept back (small gains must not chase noise). ``refresh`` issues the
+    configuration even when the counts stay, so its prediction is renewed.
+    ``shrink`` (N_p < N_e: the machines kept cost more than the money left pays)
+    first looks for a mix of the machines alive, launching none, and takes it if
+    it finishes the bag within budget: a new machine pays a whole first step, and
+    on types that differ by noise alone the planner would trade machines back and
+    forth on every small move of the estimates.
+    """
+    state = s.state
+    if not est:
+        return False
+    first = not planned(state)
+    current = {name: state.count_alive(name, include_marked=False) for name in state.types}
+    speed_now = sum(current[n] / e.mean_s for n, e in est.items())
+    budget = money_left(state)
+    chosen: Plan | None
+    notes: list[str] = []
+    if n_e <= 0:
+        chosen = Plan(counts=current, units=0, speed=speed_now, cost=0.0)
+        reason += "; time already paid covers the bag"
+    else:
+        chosen = None
+        if shrink:
+            alive = {n: replace(e, max_count=min(e.max_count, e.live)) for n, e in est.items()}
+            chosen = plan(settings, state, s.now, alive, n_e, budget, notes)
+        if chosen is None:
+            wanted = 0.0 if force else speed_now * settings.improve_ratio
+            chosen = plan(settings, state, s.now, est, n_e, budget, notes, wanted)
+        if not force and chosen is not None and chosen.speed < speed_now * settings.improve_ratio:
+            return False  # the full budget buys nothing clearly faster
+        if not force and chosen is not None and chosen.speed < speed_now * settings.leap_ratio:
+            # A small gain must hold with money to spare.
+            spare = budget * (1 - settings.improve_reserve)
+            chosen = plan(settings, state, s.now, est, n_e, spare, notes)
+    if chosen is None:
+        if not force:
+            return False
+        if _shortfall(settings, s, est, n_e, optimistic=False):
+            return True
+        chosen = best_effort(est)
+        reason += "; budget tight: most profitable type only"
+    elif not force and chosen.speed < speed_now * settings.improve_ratio:
+        return False
+    counts = {name: chosen.counts.get(name, 0) for name in state.types}
+    if counts == state.target and not first and not refresh:
+        return False
+    if notes:
+        reason += "; solver: " + "; ".join(notes)
+    s.do(plans.configure(settings, s, counts, est, reason))
+    if state.budget is not None and state.tasks_left > 0:
+        # The plan fits the planner's model; if even its fluid cost at the estimated
+        # means is more than the budget, the bag is unlikely to finish: say so now.
+        means = {n: e.mean_s for n, e in est.items()}
+        over = forecast(state, s.now, counts, means).fluid_cost
+        if over > state.budget + EPS:
+            _shortfall(settings, s, est, n_e, optimistic=False, needed_at_least=over)
+    return True
+
+
+def _shortfall(
+    settings: ControllerSettings,
+    s: Step,
+    est: dict[str, TypeEstimate],
+    n_e: float,
+    optimistic: bool,
+    needed_at_least: float = 0.0,
+) -> bool:
+    """Say that the budget is unlikely to finish the bag, once it is known; with
+    ``on_shortfall: stop`` also stop the run. Returns True when it stopped.
+
+    ``optimistic`` (before the samples are complete): only when even the cheapest
+    conceivable way of doing N_e tasks does not fit, every type at the lower end
+    of its mean's interval (each running task counted as ending now), all on the
+    most profitable type at its fluid cost c_i·T_i/ATU. Otherwise the planner found
+    no affordable mix at the estimated means, or the mix it found costs more than the
+    budget in the forecast (``needed_at_least``). The budget needed is the planner's
+    minimum at the estimated means plus the end reserve and what is committed, and
+    at least ``needed_at_least``.
+    """
+    state = s.state
+    if state.shortfalls:
+        # Said already under this budget: the needed budget (a bisection of planner
+        # solves) is worked out again, and said again, only once a tenth of the tasks
+        # then left is done.
+        said_at, last = state.shortfalls[-1]
+        same_budget = state.budget_set_at is None or said_at >= state.budget_set_at
+        if same_budget and state.tasks_left > 0.9 * last.tasks_left:
+            return settings.on_shortfall == "stop" and _stop(s, last.message)
+    budget = money_left(state)
+    if optimistic:
+        z = settings.confidence_z
+        atu = state.billing.atu_s
+        ages = running_ages(state, s.now)
+        per_task = math.inf
+        for name, e in est.items():
+            st = stats(settings, state, name)
+            seen = [*st.done_times, *st.censored_times, *ages.get(name, ())]
+            low = sum(seen) / len(seen) - z * e.sd_s / math.sqrt(len(seen))
+            per_task = min(per_task, e.price * max(low, 1e-9) / atu)
+        if per_task * n_e <= budget:
+            return False
+    problem = budget_problem(settings, state, s.now, est, n_e, budget)
+    more = minimum_budget(problem, settings.solver) if problem.types else None
+    needed = None if more is None else state.committed + more + end_reserve(state, est)
+    if needed is not None:
+        needed = max(needed, needed_at_least)
+    said = (
+        f"about {n_e:.0f} of {state.tasks_left} tasks left need a budget of about "
+        f"{needed:.2f} in all"
+        if needed is not None
+        else f"about {n_e:.0f} tasks left cannot be finished at any budget the planner can search"
+    )
+    message = (
+        f"budget unlikely to finish the bag: {said}; the budget is "
+        f"{state.budget if state.budget is not None else math.inf:.2f}"
+    )
+    s.do(Shortfall(state.tasks_left, needed, message))
+    return settings.on_shortfall == "stop" and _stop(s, message)
+
+
+def _stop(s: Step, message: str) -> bool:
+    s.do(Stop(message + " (on_shortfall: stop)"))
+    return True

@@ -1,0 +1,171 @@
+"""A mix for the money left, and its prediction: the budget problem the planner solves
+at ``now``, with or without the end reserve, and the configuration that issues a mix
+with its cost and makespan and their intervals."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from autoscaler.budget.outlook import forecast
+from autoscaler.budget.planner import BudgetProblem, Plan, TypeEstimate, solve_budget
+from autoscaler.budget.ragged import ragged_end
+from autoscaler.budget.runtimes import end_reserve, intervals, reserved, running_ages
+from autoscaler.budget.sampling import stats
+from autoscaler.budget.settings import ControllerSettings
+from autoscaler.core.model import Configure
+from autoscaler.core.state import RunState
+from autoscaler.core.step import Step
+
+
+def budget_problem(
+    settings: ControllerSettings,
+    state: RunState,
+    now: float,
+    est: dict[str, TypeEstimate],
+    n_e: float,
+    money: float,
+) -> BudgetProblem:
+    """The budget problem the planner would solve at ``now`` with ``money`` left, on
+    the reserved runtimes (``runtimes.reserved``)."""
+    return BudgetProblem(
+        tasks=n_e,
+        budget=money,
+        types=_launchable(state, now, reserved(settings, state, est)),
+        billing=state.billing,
+        cushion_z=settings.cushion_z,
+        final_loss=settings.final_loss,
+    )
+
+
+def plan(
+    settings: ControllerSettings,
+    state: RunState,
+    now: float,
+    est: dict[str, TypeEstimate],
+    n_e: float,
+    money: float,
+    notes: list[str],
+    wanted: float = 0.0,
+) -> Plan | None:
+    """The fastest mix ``money`` pays for, with the reserve for the end of the bag
+    (``reserved`` runtimes, ``end_reserve`` kept back) unless the reserve would
+    cost more than ``reserve_cost`` of the speed: the fixed-ATU problem has cliffs,
+    where a little less money buys a mix many times slower, and a reserve must not
+    push a plan over one. Speeds are at the estimated means. When even the mix
+    without a reserve is slower than ``wanted`` (the caller will not take it), the
+    one with the reserve, no faster, is not solved for."""
+    if money <= 0:
+        return None
+    bare = _solve(settings, _problem(settings, state, now, est, n_e, money), notes)
+    if bare is not None and bare.speed < wanted:
+        return bare
+    kept = money - end_reserve(state, est)
+    guarded = (
+        _solve(settings, budget_problem(settings, state, now, est, n_e, kept), notes)
+        if kept > 0 and settings.reserve_z >= 0
+        else None
+    )
+    if bare is None or guarded is None:
+        return bare if guarded is None else _at_means(guarded, est)
+    bare, guarded = _at_means(bare, est), _at_means(guarded, est)
+    if guarded.speed >= (1 - settings.reserve_cost) * bare.speed:
+        return guarded
+    return bare
+
+
+def _at_means(plan: Plan, est: dict[str, TypeEstimate]) -> Plan:
+    speed = sum(c / est[n].mean_s for n, c in plan.counts.items() if n in est)
+    return replace(plan, speed=speed)
+
+
+def _problem(
+    settings: ControllerSettings,
+    state: RunState,
+    now: float,
+    est: dict[str, TypeEstimate],
+    n_e: float,
+    money: float,
+) -> BudgetProblem:
+    """The budget problem on the estimated means, without a reserve."""
+    return replace(
+        budget_problem(settings, state, now, est, n_e, money),
+        types=_launchable(state, now, est),
+    )
+
+
+def _solve(settings: ControllerSettings, problem: BudgetProblem, notes: list[str]) -> Plan | None:
+    """The planner's answer; what it says of solver trouble goes into ``notes``."""
+    if not any(t.mean_s > 0 and t.max_count > 0 for t in problem.types):
+        notes.append("no machine type with an estimate can be launched")
+        return None
+    result = solve_budget(problem, settings.solver)
+    notes.extend(result.notes)
+    return result.plan
+
+
+def _launchable(state: RunState, now: float, est: dict[str, TypeEstimate]) -> list[TypeEstimate]:
+    """The types a plan may use: one the provider lacks capacity for keeps only the
+    machines it has (none: left out), so the plan does not wait for it."""
+    out = []
+    for name, e in est.items():
+        if state.available(name, now):
+            out.append(e)
+        elif e.live > 0:
+            out.append(replace(e, max_count=e.live))
+    return out
+
+
+def best_effort(est: dict[str, TypeEstimate]) -> Plan:
+    """Keep going on the most profitable type while the budget pays for units."""
+    best = min(est.values(), key=lambda e: e.price * e.mean_s)
+    count = max(1, min(best.live, best.max_count))
+    return Plan(counts={best.name: count}, units=0, speed=count / best.mean_s, cost=0.0)
+
+
+def configure(
+    settings: ControllerSettings,
+    s: Step,
+    counts: dict[str, int],
+    est: dict[str, TypeEstimate],
+    reason: str,
+    budget: float | None = None,
+) -> Configure:
+    """The configuration with its prediction: cost and makespan at the estimated
+    means, and their interval at the ends of each mean's interval, widened for the
+    spread of the finite number of tasks left (``RuntimeEstimate.widened``)."""
+    state = s.state
+    within = intervals(settings, state, s.now, est)
+    z = settings.confidence_z
+    rate = {n: counts.get(n, 0) / e.mean_s for n, e in est.items()}
+    total = sum(rate.values()) or 1.0
+    lo: dict[str, float] = {}
+    hi: dict[str, float] = {}
+    for name, e in within.items():
+        share = state.tasks_left * rate.get(name, 0.0) / total
+        lo[name], hi[name] = e.widened(share, z)
+    up = max((hi[n] / e.mean_s for n, e in est.items() if counts.get(n)), default=1.0)
+    down = min((lo[n] / e.mean_s for n, e in est.items() if counts.get(n)), default=1.0)
+    means = {n: e.mean_s for n, e in est.items()}
+    fluid = forecast(state, s.now, counts, means, 0.0, budget)
+    ages = running_ages(state, s.now)
+    running = sum(len(a) for a in ages.values())
+    to_start = max(0, state.tasks_left - running)
+    ragged = ragged_end(
+        fluid.end_s - s.now,
+        ((stats(settings, state, n), to_start * rate.get(n, 0.0) / total) for n in est),
+        ((stats(settings, state, n), age) for n, a in ages.items() if n in est for age in a),
+        settings.confidence_z,
+    )
+    point = forecast(state, s.now, counts, means, ragged.mean_s, budget)
+    fast = forecast(state, s.now, counts, lo, ragged.lo_s * down, budget)
+    slow = forecast(state, s.now, counts, hi, ragged.hi_s * up, budget)
+    return Configure(
+        counts,
+        point.cost,
+        point.end_s,
+        reason,
+        cost_interval=(min(fast.cost, point.cost), max(slow.cost, point.cost)),
+        makespan_interval_s=(min(fast.end_s, point.end_s), max(slow.end_s, point.end_s)),
+        assumed_lo_s={n: e.lo_s for n, e in within.items()},
+        assumed_hi_s={n: e.hi_s for n, e in within.items()},
+    )

@@ -1,0 +1,147 @@
+"""What the controller knows of runtimes at ``now``: T_i per sampled type with its
+spread and interval, the reserved runtimes a plan is made on, and N_e (paper 000 §2.2)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import replace
+
+from autoscaler.budget.estimate import RuntimeEstimate, derived_estimate
+from autoscaler.budget.outlook import expected_left
+from autoscaler.budget.planner import TypeEstimate
+from autoscaler.budget.sampling import derived, reference, stats
+from autoscaler.budget.settings import ControllerSettings
+from autoscaler.core.state import RunState
+
+
+def estimate(
+    settings: ControllerSettings,
+    state: RunState,
+    name: str,
+    ages: dict[str, list[float]],
+    z: float = 1.96,
+    resamples: int | None = None,
+) -> RuntimeEstimate:
+    """T_i with its spread and interval; running tasks counted as censored at their
+    age (for a derived type, the reference's running tasks at their mapped age)."""
+    d = derived(settings, state, name)
+    if d is None:
+        if resamples is None:
+            return state.stats[name].estimate(ages.get(name, ()), z=z)
+        return state.stats[name].estimate(ages.get(name, ()), z=z, resamples=resamples)
+    fit, mapped = d
+    ref_ages = ages.get(reference(settings, state), [])
+    ref_mean = state.stats[reference(settings, state)].estimate(ref_ages, resamples=0).mean_s
+    mapped_ages = [max(1.0, fit(a)) for a in ref_ages]
+    if resamples is None:
+        return derived_estimate(mapped, fit, ref_mean, mapped_ages, z)
+    return derived_estimate(mapped, fit, ref_mean, mapped_ages, z, resamples)
+
+
+def n_eff(settings: ControllerSettings, state: RunState, name: str, e: TypeEstimate) -> float:
+    """The runs T_i's standard error σ_i/√n stands on: the runs seen to end, or for
+    a derived type the n for which σ_i/√n is the error of a·T_ref + b (the
+    reference's mean's error times a, and the fitted line's, in quadrature)."""
+    d = derived(settings, state, name)
+    if d is None:
+        return max(1, state.stats[name].done)
+    fit, _ = d
+    base = state.stats[reference(settings, state)]
+    se_ref = base.stddev() / math.sqrt(max(1, base.done))
+    var = (fit.a * se_ref) ** 2 + fit.line_var(base.mean())
+    return max(1.0, e.sd_s**2 / var) if var > 0 else float(max(1, base.done))
+
+
+def _sampled_types(state: RunState) -> list[str]:
+    return [
+        name
+        for name in state.types
+        if state.stats[name].done > 0 and any(m.type.name == name for m in state.machines.values())
+    ]
+
+
+def running_ages(state: RunState, now: float) -> dict[str, list[float]]:
+    """Ages of the counted runs going on, per type (replicas are not counted)."""
+    ages: dict[str, list[float]] = {}
+    for m in state.alive_machines():
+        for tid, start in m.running.items():
+            if tid not in m.replicas:
+                ages.setdefault(m.type.name, []).append(now - start)
+    return ages
+
+
+def estimates(settings: ControllerSettings, state: RunState, now: float) -> dict[str, TypeEstimate]:
+    """T_i per type with samples: ended runs, and running ones censored at their age."""
+    ages = running_ages(state, now)
+    billing = state.billing
+    usable = billing.first_step_s - billing.boundary_margin_s()
+    out: dict[str, TypeEstimate] = {}
+    for name in _sampled_types(state):
+        t = state.types[name]
+        e = estimate(settings, state, name, ages, resamples=0)
+        out[name] = TypeEstimate(
+            name=name,
+            price=t.price,
+            max_count=t.max_count,
+            boot_s=t.boot_s,
+            mean_s=e.mean_s,
+            sd_s=e.sd_s,
+            live=state.count_alive(name),
+            first_cost=billing.cost(t.price, billing.first_step_s),
+            first_tasks=max(0, math.floor((usable - t.boot_s) / e.mean_s)),
+        )
+    return out
+
+
+def intervals(
+    settings: ControllerSettings, state: RunState, now: float, names: Iterable[str]
+) -> dict[str, RuntimeEstimate]:
+    """Each type's mean runtime with its bootstrap interval (only when a plan is made)."""
+    ages = running_ages(state, now)
+    z = settings.confidence_z
+    return {n: estimate(settings, state, n, ages, z=z) for n in names}
+
+
+def outlook(
+    settings: ControllerSettings, state: RunState, now: float
+) -> tuple[dict[str, TypeEstimate], float]:
+    """T_i per type and N_e, the tasks left once the time already paid is used."""
+    est = estimates(settings, state, now)
+    n_e = expected_left(
+        state,
+        now,
+        {n: e.mean_s for n, e in est.items()},
+        lambda name, age: stats(settings, state, name).tail_estimate(age),
+    )
+    return est, n_e
+
+
+def end_reserve(state: RunState, est: dict[str, TypeEstimate]) -> float:
+    """Money a plan leaves unspent for the end of the bag: one more step for one
+    machine of each type with an estimate. The last tasks of a skewed bag run long;
+    the machine that has one may then extend, because the plan did not spend it."""
+    if state.budget is None:
+        return 0.0
+    billing = state.billing
+    return sum(billing.cost(e.price, billing.step_s) for e in est.values())
+
+
+def reserved(
+    settings: ControllerSettings, state: RunState, est: dict[str, TypeEstimate]
+) -> dict[str, TypeEstimate]:
+    """The estimates a plan is made on: each mean raised by ``reserve_z`` standard
+    errors (σ_i/√n_i, n_i the runtimes seen to end). The plan then pays for a bag
+    somewhat slower than the estimate, and what it does not need is the reserve for
+    the end of the bag: it shrinks as the estimates firm up, and the monitor spends
+    it (a faster mix) once it is clearly not needed."""
+    z = settings.reserve_z
+    if z <= 0:
+        return est
+    usable = state.billing.first_step_s - state.billing.boundary_margin_s()
+    out = {}
+    for name, e in est.items():
+        mean = e.mean_s + z * e.sd_s / math.sqrt(n_eff(settings, state, name, e))
+        first = max(0, math.floor((usable - e.boot_s) / mean))
+        out[name] = replace(e, mean_s=mean, first_tasks=first)
+    return out

@@ -1,0 +1,207 @@
+"""Sampling (paper 000 §2.1), plain and compact (slides 001): the configuration a run
+starts with, when the samples are in, and whose runs a type's runtimes are judged by.
+
+Compact sampling: the first ``state.paired_target`` tasks assigned run on every type
+(their runs are counted on each type and never cancelled when another ends:
+``RunState``). The reference type runs the rest of the sample set of n; each other
+type's runtimes are the reference's mapped through g(x) = a·x + b, fitted by least
+squares on the pairs, until the type has seen n runs of its own. Its machines (k of
+them) are released at the end of their paid time once they have their replicated
+tasks, unless the first plan wants them.
+"""
+
+from __future__ import annotations
+
+from autoscaler.budget.affine import AffineFit, fit_affine
+from autoscaler.budget.estimate import RuntimeStats, initial_workers, mapped_stats, sample_size
+from autoscaler.budget.fleet import meet_target
+from autoscaler.budget.settings import EPS, ControllerSettings, planned
+from autoscaler.core.model import Assign, Configure, Replicate, TaskState
+from autoscaler.core.state import Machine, RunState
+from autoscaler.core.step import Step
+
+
+def sampling(settings: ControllerSettings, state: RunState) -> Configure:
+    """The sampling configuration a fresh run starts with."""
+    n = sample_size(state.n_tasks, settings.z, settings.delta)
+    iw = initial_workers(state.n_tasks, n)
+    aim = dict.fromkeys(state.types, iw)
+    if is_compact(settings, state):
+        # Only the reference samples n tasks; the others run the replicated ones.
+        ref = reference(settings, state)
+        aim = {name: iw if name == ref else min(iw, state.paired_target) for name in aim}
+    wanted = {name: min(aim[name], t.max_count) for name, t in state.types.items()}
+    short = any(wanted[name] < aim[name] for name in aim)
+    counts = _affordable(state, dict(wanted))
+    caps = [
+        why
+        for why, capped in (
+            ("max_count", short),
+            ("budget", counts != wanted),
+        )
+        if capped
+    ]
+    reason = f"sampling: n={n}, iw={iw}"
+    if is_compact(settings, state):
+        reason = (
+            f"compact sampling: n={n} on {reference(settings, state)}, iw={iw}; "
+            f"{state.paired_target} tasks replicated on every type"
+        )
+    if caps:
+        started = ", ".join(f"{name} {c}" for name, c in counts.items())
+        reason += f", capped by {' and '.join(caps)}: {started}"
+    return Configure(counts, None, None, reason)
+
+
+def _affordable(state: RunState, counts: dict[str, int]) -> dict[str, int]:
+    """Shrink the sampling configuration until one step of it fits the budget."""
+    if state.budget is None:
+        return counts
+    first = state.billing.first_step_s
+    price = {n: state.billing.cost(t.price, first) for n, t in state.types.items()}
+
+    def cost() -> float:
+        return sum(c * price[n] for n, c in counts.items())
+
+    while cost() > state.budget + EPS:
+        # Take one machine from the type with the most; drop the dearest types last.
+        name = max(counts, key=lambda n: (counts[n] > 1, counts[n], price[n]))
+        counts[name] -= 1
+    return counts
+
+
+def sampling_types(state: RunState, now: float) -> list[str]:
+    """The types plain sampling waits for: those of the last configuration that are
+    available or have a machine alive."""
+    return [
+        n
+        for n, c in state.configurations[-1][1].counts.items()
+        if c > 0 and (state.available(n, now) or state.count_alive(n) > 0)
+    ]
+
+
+# --- compact sampling -------------------------------------------------------------------
+
+
+def is_compact(settings: ControllerSettings, state: RunState) -> bool:
+    """Whether the run samples compactly (and has more than one type to do it on)."""
+    return (
+        settings.policy == "bats"
+        and settings.sampling_mode == "compact"
+        and state.paired_target > 0
+        and len(state.types) > 1
+    )
+
+
+def reference(settings: ControllerSettings, state: RunState) -> str:
+    """The type that samples the rest of the sample set: the one that can start the
+    most of the iw sampling machines (the sample of n is in soonest), then the
+    cheapest (iw machines of it are most of the sampling cost), then by name.
+    Runtimes are unknown before sampling, so the price per task cannot choose."""
+    n = sample_size(state.n_tasks, settings.z, settings.delta)
+    iw = initial_workers(state.n_tasks, n)
+    best = min(state.types.values(), key=lambda t: (-min(iw, t.max_count), t.price, t.name))
+    return best.name
+
+
+def fit(settings: ControllerSettings, state: RunState, name: str) -> AffineFit | None:
+    """g for ``name`` against the reference, on the replicated tasks done on both."""
+    ref = reference(settings, state)
+    runs = (state.paired_runs[tid] for tid in state.paired)
+    return fit_affine((r[ref], r[name]) for r in runs if ref in r and name in r)
+
+
+def derived(
+    settings: ControllerSettings, state: RunState, name: str
+) -> tuple[AffineFit, RuntimeStats] | None:
+    """The fit and the mapped reference runs ``name``'s estimates come from, or None
+    when they come from its own runs: plain sampling, the reference itself, a type
+    with n runs of its own, or no fit yet."""
+    if not is_compact(settings, state):
+        return None
+    ref = reference(settings, state)
+    base = state.stats[ref]
+    if name == ref or state.stats[name].done >= base.sample_target or base.done == 0:
+        return None
+    g = fit(settings, state, name)
+    if g is None:
+        return None
+    return g, mapped_stats(base, g)
+
+
+def stats(settings: ControllerSettings, state: RunState, name: str) -> RuntimeStats:
+    """The runs ``name``'s runtimes are judged by: its own, or the reference's mapped."""
+    d = derived(settings, state, name)
+    return state.stats[name] if d is None else d[1]
+
+
+def compact_progress(settings: ControllerSettings, s: Step) -> tuple[bool, list[str]]:
+    """Whether compact sampling is complete, and the types it samples: the reference
+    has its sample set (as ``RuntimeStats.sampled``), every other type has ended its
+    runs of the replicated tasks (or has no machine left to run them on)."""
+    state = s.state
+    ref = reference(settings, state)
+    first = state.configurations[0][1].counts
+    types = [
+        n
+        for n, c in first.items()
+        if c > 0 and (state.available(n, s.now) or state.count_alive(n) > 0)
+    ]
+    if ref not in types or not state.stats[ref].sampled:
+        return False, types
+    if len(state.paired) < state.paired_target:
+        return False, types
+    for name in types:
+        st = state.stats[name]
+        open_ = any(t not in st.sample or t in st.sample_open for t in state.paired)
+        if name != ref and open_ and state.count_alive(name) > 0:
+            return False, types
+    return True, types
+
+
+def probe(settings: ControllerSettings, s: Step, m: Machine) -> bool:
+    """Compact sampling: give idle ``m`` a replicated task its type has not run yet
+    (the first ``paired_target`` tasks assigned become them). A type other than the
+    reference that has them all is sampled: its target drops to 0, so its machines
+    go at the end of their paid time (draining meanwhile), unless a plan wants them."""
+    state = s.state
+    name = m.type.name
+    ref = reference(settings, state)
+    queued = {t for x in state.alive_machines() if x.type.name == name for t in x.queue}
+    for tid in state.paired:
+        if tid in state.stats[name].sample or tid in queued:
+            continue
+        if state.task_state[tid] is TaskState.PENDING:
+            s.do(Assign(tid, m.id))
+            return True
+        if state.task_state[tid] is TaskState.DONE or state.task_state[tid] is (TaskState.RUNNING):
+            s.do(Replicate(tid, m.id))
+            return True
+    if name == ref:
+        return False
+    if len(state.paired) < state.paired_target:
+        if state.pending:
+            s.do(Assign(state.pending[0], m.id))
+            return True
+        return False
+    if state.target.get(name, 0) > 0:
+        counts = {**state.target, name: 0}
+        why = (
+            f"compact sampling: {name} has its {state.paired_target} replicated tasks; "
+            "its machines go at the end of their paid time"
+        )
+        s.do(Configure(counts, None, None, why))
+        meet_target(s)
+    return False
+
+
+def probing(state: RunState, m: Machine) -> bool:
+    """Whether ``m`` runs a replicated task's counted run during compact sampling."""
+    return (
+        bool(state.paired_runs)
+        and not state.stopped
+        and not planned(state)
+        and any(
+            t in state.paired_runs and m.type.name not in state.paired_runs[t] for t in m.running
+        )
+    )

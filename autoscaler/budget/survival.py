@@ -1,0 +1,213 @@
+"""Runtimes as survival data (paper 000 §2.1, T_i): a Kaplan–Meier survival estimate
+over every counted run, where runs that ended without a result or still run are
+right-censored at their age, with an exponential (or, on heavy-tailed runtimes, a Pareto)
+tail past the longest run seen; a bootstrap gives the mean's interval."""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from statistics import NormalDist
+
+import numpy as np
+
+RESAMPLES = 200
+
+
+@dataclass(frozen=True, slots=True)
+class Survival:
+    """Runtimes seen on one type as survival data: done runs are events, runs that ended
+    without a result (cancelled, cut off, lost, failed) or still run are right-censored.
+
+    ``times`` is sorted, an event before a censoring at the same time (the usual
+    Kaplan–Meier convention).
+    """
+
+    times: tuple[float, ...]
+    events: tuple[bool, ...]
+
+    @classmethod
+    def of(cls, done: Iterable[float], censored: Iterable[float]) -> Survival:
+        pairs = sorted([(t, False) for t in done] + [(t, True) for t in censored])
+        return cls(tuple(t for t, _ in pairs), tuple(not c for _, c in pairs))
+
+    @property
+    def n_events(self) -> int:
+        return sum(self.events)
+
+
+def upper_quarter(times: np.ndarray, events: np.ndarray) -> tuple[np.ndarray, int]:
+    """The runtimes seen to end, sorted, and k: a quarter of them, at least three. The
+    tail models are fitted on the k longest (the piece the survival curve knows least)."""
+    ended = np.sort(times[events])
+    return ended, max(3, math.ceil(len(ended) / 4))
+
+
+_MIN_ALPHA = 2.2
+"""The heaviest Pareto tail believed (finite variance): the tail index never goes below."""
+
+
+def hill_alpha(times: np.ndarray, events: np.ndarray) -> float:
+    """Hill's estimate of the Pareto tail index from the upper quarter of the runtimes
+    seen to end (at least three); inf when there are too few, or no spread among them.
+    Floored at ``_MIN_ALPHA``."""
+    ended, k = upper_quarter(times, events & (times > 0))
+    if len(ended) <= k:
+        return math.inf
+    spread = float(np.sum(np.log(ended[-k:] / ended[-k - 1])))
+    return math.inf if spread <= 0 else max(_MIN_ALPHA, k / spread)
+
+
+def kaplan_meier(
+    times: np.ndarray, events: np.ndarray, weights: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """S just after and just before each observation, one row per row of ``weights``
+    (observations taken one by one: ties give the usual product)."""
+    w = np.atleast_2d(weights).astype(float)
+    at_risk = np.cumsum(w[:, ::-1], axis=1)[:, ::-1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        hazard = np.where(at_risk > 0, w * events / at_risk, 0.0)
+    s_after = np.cumprod(1.0 - hazard, axis=1)
+    s_before = np.concatenate([np.ones((w.shape[0], 1)), s_after[:, :-1]], axis=1)
+    return s_after, s_before
+
+
+def tail_moments(
+    times: np.ndarray, events: np.ndarray, weights: np.ndarray, restricted: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The tail past the longest observation, per row of ``weights``: its mean residual
+    life, its Pareto index (inf where the tail is exponential), and E[T²] given T
+    exceeds the longest observation.
+
+    Exponential, its rate the events per second of exposure past the upper quarter
+    of the runtimes seen to end (the piecewise-exponential maximum-likelihood
+    estimate on the longest runs); with no event there, the mean residual life is the
+    larger of the longest observation and ``restricted`` (the mean up to it). Where
+    Hill's Pareto tail has the longer mean residual life t_max/(α−1), as on
+    heavy-tailed runtimes (lognormal, Weibull k < 1, Pareto) whose hazard falls, that
+    tail is used instead: an exponential one would cut their longest tasks short.
+    """
+    w = np.atleast_2d(weights).astype(float)
+    t_max = float(times[-1])
+    ended, k = upper_quarter(times, events)
+    u = float(ended[-k]) if len(ended) > k else 0.0
+    exposure = (w * np.maximum(0.0, times - u)).sum(axis=1)
+    tail_events = (w * events * (times > u)).sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mrl = np.where(tail_events > 0, exposure / tail_events, np.maximum(t_max, restricted))
+    alpha = hill_alpha(times, events)
+    heavy = t_max / (alpha - 1) > mrl
+    second = np.where(
+        heavy,
+        alpha * t_max**2 / (alpha - 2) if math.isfinite(alpha) else 0.0,
+        t_max**2 + 2 * t_max * mrl + 2 * mrl**2,
+    )
+    index = np.where(heavy, alpha, math.inf)
+    return np.where(heavy, t_max / (alpha - 1), mrl), index, second
+
+
+def km_moments(
+    times: np.ndarray, events: np.ndarray, weights: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and second moment of runtime, one per row of ``weights`` (a bootstrap):
+    Kaplan–Meier up to the longest observation, then the survival left (runs still
+    going, or cut off, longer than anything seen to end) on the tail of ``tail_moments``."""
+    s_after, s_before = kaplan_meier(times, events, weights)
+    prev = np.concatenate([[0.0], times[:-1]])
+    mean = (s_before * (times - prev)).sum(axis=1)
+    second = (s_before * (times**2 - prev**2)).sum(axis=1)
+    left = s_after[:, -1]
+    mrl, _, tail_second = tail_moments(times, events, weights, mean)
+    return mean + left * mrl, second + left * tail_second
+
+
+def estimate_runtime(
+    survival: Survival, z: float = 1.96, resamples: int = RESAMPLES, seed: int = 0
+) -> RuntimeEstimate:
+    """T_i with its spread and a bootstrap percentile interval at confidence ``z``.
+
+    The interval is for the mean runtime of the type (what a plan's makespan and cost
+    scale with); observations are resampled whole, censored ones included. Seeded, so
+    the same data always gives the same interval (a replayed run decides the same).
+    """
+    if survival.n_events == 0:
+        raise ValueError("no runtime has been seen to end yet")
+    times = np.asarray(survival.times, dtype=float)
+    events = np.asarray(survival.events, dtype=bool)
+    n = len(times)
+    mean, second = km_moments(times, events, np.ones(n))
+    m, sd = float(mean[0]), math.sqrt(max(0.0, float(second[0]) - float(mean[0]) ** 2))
+    if resamples <= 0 or n < 2:
+        return RuntimeEstimate(m, sd, m, m, survival.n_events, n - survival.n_events)
+    rng = np.random.default_rng(seed)
+    weights = rng.multinomial(n, np.full(n, 1.0 / n), size=resamples)
+    boot, _ = km_moments(times, events, weights)
+    boot = boot[np.isfinite(boot)]
+    p = NormalDist().cdf(-z)
+    lo, hi = (float(np.quantile(boot, q)) for q in (p, 1 - p))
+    return RuntimeEstimate(m, sd, min(lo, m), max(hi, m), survival.n_events, n - survival.n_events)
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeEstimate:
+    """What one type's runtimes are believed to be: mean, spread, and the mean's interval."""
+
+    mean_s: float
+    sd_s: float
+    lo_s: float
+    hi_s: float
+    done: int
+    censored: int
+
+    def widened(self, tasks: float, z: float) -> tuple[float, float]:
+        """The interval for the mean of ``tasks`` more runs: the mean's own uncertainty
+        and the spread of a finite number of runs around it, added in quadrature."""
+        spread = z * self.sd_s / math.sqrt(max(tasks, 1.0))
+        down = math.hypot(self.mean_s - self.lo_s, spread)
+        up = math.hypot(self.hi_s - self.mean_s, spread)
+        return max(self.mean_s - down, 1e-9), self.mean_s + up
+
+
+@dataclass(frozen=True, slots=True)
+class Curve:
+    """The survival curve of ended runs, kept until the next run ends."""
+
+    times: list[float]
+    s_after: list[float]  # S just after each time
+    area: list[float]  # ∫ S from each time to the last
+    mrl: float  # mean residual life of the tail past the last time
+    alpha: float  # the tail's Pareto index (inf: the tail is exponential)
+    mean_s: float
+    sd_s: float
+    extreme: Curve | None = None  # the same runs with a tail from a threshold (max-of-many)
+
+
+def threshold_curve(
+    t_arr: np.ndarray,
+    e_arr: np.ndarray,
+    times: list[float],
+    s_after: list[float],
+    whole: RuntimeEstimate,
+) -> Curve | None:
+    """The curve for the longest of many runs (peaks over threshold): Kaplan–Meier up to
+    u, the (k+1)-th longest runtime seen to end (k a quarter of them, at least 3), and an
+    exponential tail fitted above u after it, its rate the events per second of exposure
+    above u. (A Pareto tail by Hill's index, chosen by likelihood, and a generalized
+    Pareto by moments were tried: on benchmarks/estimates.py both did worse on the
+    median makespan error, over-predicting bimodal bags.) The plain curve ends where
+    the sample ends, so the longest task of a bag of thousands would never be longer
+    than the longest of a sample of tens; None with too few ends to fit above a
+    threshold."""
+    ended, k = upper_quarter(t_arr, e_arr)
+    if len(ended) <= k or ended[-k - 1] <= 0:
+        return None
+    u = float(ended[-k - 1])
+    exposure = float(np.maximum(0.0, t_arr - u).sum())
+    mrl = exposure / k
+    kept = bisect.bisect_right(times, u)
+    cut_t, cut_s = times[:kept], s_after[:kept]
+    if not cut_t or cut_t[-1] < u:
+        cut_t, cut_s = [*cut_t, u], [*cut_s, cut_s[-1] if cut_s else 1.0]
+    return Curve(cut_t, cut_s, [], mrl, math.inf, whole.mean_s, whole.sd_s)

@@ -1,0 +1,47 @@
+"""Tail replication (slides 001, tail phase): once the bag is empty, an idle paid
+machine copies the running task expected to finish last, if it would finish first."""
+
+from __future__ import annotations
+
+import math
+
+from autoscaler.budget.boundaries import can_extend
+from autoscaler.budget.sampling import stats
+from autoscaler.budget.settings import ControllerSettings
+from autoscaler.core.model import Replicate, TaskState
+from autoscaler.core.state import Machine
+from autoscaler.core.step import Step
+
+
+def replicate(settings: ControllerSettings, s: Step, m: Machine) -> bool:
+    """Copy the running task expected to finish last onto ``m``, if ``m`` beats it."""
+    state = s.state
+    if settings.policy != "bats" or not settings.tail_replication:
+        return False
+    mine = stats(settings, state, m.type.name)
+    if mine.done == 0:
+        return False
+    margin = state.billing.boundary_margin_s()
+    my_finish = s.now + mine.mean()
+    # Only within time already paid: not into a unit committed but not yet begun.
+    paid_end = m.paid_until
+    if state.billing.mode == "fixed":
+        paid_end = min(paid_end, state.billing.next_boundary(m.launched_at, s.now))
+    if my_finish > paid_end - margin:
+        return False
+    best: tuple[float, int] | None = None
+    for tid, runs in state.running_on.items():
+        if len(runs) != 1 or state.task_state[tid] is not TaskState.RUNNING:
+            continue
+        ((other, start),) = runs.items()
+        host = state.machines[other]
+        host_stats = stats(settings, state, host.type.name)
+        finish = start + host_stats.tail_estimate(s.now - start)
+        if finish > host.paid_until - margin and not can_extend(state, host):
+            finish = math.inf  # its machine goes before it is done: it will be cut off
+        if best is None or finish > best[0]:
+            best = (finish, tid)
+    if best is None or my_finish >= best[0]:
+        return False
+    s.do(Replicate(best[1], m.id))
+    return True
