@@ -36,12 +36,12 @@ from typing import TypeVar
 if __name__ == "__main__" and not __package__:  # ``python benchmarks/bats_scenarios.py``
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from autoscaler.budget.estimate import initial_workers, sample_size
 from autoscaler.budget.planner import TypeEstimate, plan_clairvoyant
 from autoscaler.config.load import expand_bag, load_config
 from autoscaler.config.schema import NormalRuntime, RunConfig
 from autoscaler.core.billing import BillingModel
 from autoscaler.core.model import TaskSpec
+from autoscaler.learn.stats import initial_workers, sample_size
 from autoscaler.report.records import Report
 from autoscaler.run.start import dry_run
 

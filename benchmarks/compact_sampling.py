@@ -35,11 +35,11 @@ if __name__ == "__main__" and not __package__:  # ``python benchmarks/compact_sa
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from autoscaler.budget.controller import Controller
-from autoscaler.budget.estimate import sample_size
 from autoscaler.config.load import expand_bag
 from autoscaler.config.schema import RunConfig
 from autoscaler.core.model import TaskSpec
 from autoscaler.core.state import RunState
+from autoscaler.learn.stats import sample_size
 from autoscaler.run.build import controller_settings
 from autoscaler.run.start import dry_run
 from benchmarks.bats_scenarios import (

@@ -34,11 +34,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from autoscaler.budget import monitor, plans
-from autoscaler.budget.estimate import RuntimeStats
 from autoscaler.budget.outlook import forecast
-from autoscaler.budget.ragged import ragged_end
 from autoscaler.budget.runtimes import running_ages
 from autoscaler.budget.settings import planned
+from autoscaler.learn.ragged import ragged_end
+from autoscaler.learn.stats import RuntimeStats
 from autoscaler.run.start import make_emulator, plan_dry
 from benchmarks.bats_scenarios import render_table
 from benchmarks.estimates import BILLINGS, DISTS, FACTORS, SPEED, _setup, with_budget

@@ -1,9 +1,7 @@
-"""Budget mode (paper 000, slides 001): estimation, the budget planner and controller,
-the frontier. Its modules, each importing only those above it:
+"""Budget mode (paper 000, slides 001): the budget planner and controller, the frontier.
+What the runs teach of runtimes is ``autoscaler.learn``. Its modules, each importing
+only those above it:
 
-* ``estimate``: sample sizes, ``RuntimeStats`` (what is seen per type), ``tasks_within``;
-  ``survival``: Kaplan–Meier T_i with its tails and interval; ``ragged``: when the last
-  task ends; ``affine``: compact sampling's map between two types' runtimes.
 * ``problem``: the planner's records; ``per_second``: the horizon search under
   per-second billing; ``planner``: the fixed-ATU MILP, the entry points, the
   clairvoyant bound; ``minimum``: the least budget that finishes a bag.

@@ -31,7 +31,6 @@ from dataclasses import dataclass
 
 from autoscaler.budget import monitor, plans, runtimes
 from autoscaler.budget import sampling as sampling_
-from autoscaler.budget.affine import AffineFit
 from autoscaler.budget.boundaries import boundary, can_extend, standby
 from autoscaler.budget.fleet import meet_target
 from autoscaler.budget.planner import BudgetProblem, TypeEstimate
@@ -58,6 +57,7 @@ from autoscaler.core.model import (
 )
 from autoscaler.core.state import Machine, RunState
 from autoscaler.core.step import Step
+from autoscaler.learn.affine import AffineFit
 
 __all__ = ["Controller", "ControllerSettings"]
 

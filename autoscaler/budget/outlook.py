@@ -15,9 +15,9 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from autoscaler.budget.estimate import tasks_within
 from autoscaler.core.model import MachineState
 from autoscaler.core.state import RunState
+from autoscaler.learn.stats import tasks_within
 
 _EPS = 1e-6
 

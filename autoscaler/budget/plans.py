@@ -8,13 +8,13 @@ from dataclasses import replace
 
 from autoscaler.budget.outlook import forecast
 from autoscaler.budget.planner import BudgetProblem, Plan, TypeEstimate, solve_budget
-from autoscaler.budget.ragged import ragged_end
 from autoscaler.budget.runtimes import end_reserve, intervals, reserved, running_ages
 from autoscaler.budget.sampling import stats
 from autoscaler.budget.settings import ControllerSettings
 from autoscaler.core.model import Configure
 from autoscaler.core.state import RunState
 from autoscaler.core.step import Step
+from autoscaler.learn.ragged import ragged_end
 
 
 def budget_problem(

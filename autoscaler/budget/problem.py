@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import pulp
 
-from autoscaler.budget.estimate import tasks_within
 from autoscaler.core.billing import BillingModel
+from autoscaler.learn.stats import tasks_within
 
 MONEY_REL = 1e-6  # costs within a millionth of B count as within it (solver tolerance)
 

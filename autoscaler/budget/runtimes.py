@@ -7,12 +7,12 @@ import math
 from collections.abc import Iterable
 from dataclasses import replace
 
-from autoscaler.budget.estimate import RuntimeEstimate, derived_estimate
 from autoscaler.budget.outlook import expected_left
 from autoscaler.budget.planner import TypeEstimate
 from autoscaler.budget.sampling import derived, reference, stats
 from autoscaler.budget.settings import ControllerSettings
 from autoscaler.core.state import RunState
+from autoscaler.learn.stats import RuntimeEstimate, derived_estimate
 
 
 def estimate(

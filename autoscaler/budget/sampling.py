@@ -12,13 +12,13 @@ tasks, unless the first plan wants them.
 
 from __future__ import annotations
 
-from autoscaler.budget.affine import AffineFit, fit_affine
-from autoscaler.budget.estimate import RuntimeStats, initial_workers, mapped_stats, sample_size
 from autoscaler.budget.fleet import meet_target
 from autoscaler.budget.settings import EPS, ControllerSettings, planned
 from autoscaler.core.model import Assign, Configure, Replicate, TaskState
 from autoscaler.core.state import Machine, RunState
 from autoscaler.core.step import Step
+from autoscaler.learn.affine import AffineFit, fit_affine
+from autoscaler.learn.stats import RuntimeStats, initial_workers, mapped_stats, sample_size
 
 
 def sampling(settings: ControllerSettings, state: RunState) -> Configure:

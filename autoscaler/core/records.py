@@ -9,7 +9,6 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from autoscaler.budget.estimate import RuntimeStats
 from autoscaler.core.billing import BillingModel
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.model import (
@@ -22,6 +21,7 @@ from autoscaler.core.model import (
     TaskState,
     TypeSpec,
 )
+from autoscaler.learn.stats import RuntimeStats
 
 
 class StateError(AutoscalerError):

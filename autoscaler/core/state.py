@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 
-from autoscaler.budget.estimate import RuntimeStats
 from autoscaler.core.billing import BillingModel
 from autoscaler.core.fold import Fold
 from autoscaler.core.model import JobSpec, TaskState, TypeSpec
 from autoscaler.core.records import Machine, Segment, StateError
+from autoscaler.learn.stats import RuntimeStats
 
 __all__ = ["Machine", "RunState", "Segment", "StateError"]
 

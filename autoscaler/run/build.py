@@ -14,7 +14,6 @@ import structlog
 import yaml
 
 from autoscaler.budget.controller import Controller, ControllerSettings
-from autoscaler.budget.estimate import sample_size
 from autoscaler.config.load import expand_jobs
 from autoscaler.config.schema import RunConfig
 from autoscaler.config.service import ServiceConfig
@@ -36,6 +35,7 @@ from autoscaler.core.model import (
 )
 from autoscaler.core.state import RunState
 from autoscaler.deadline.controller import DeadlineController, DeadlineSettings
+from autoscaler.learn.stats import sample_size
 
 REAL_SLACK_S = 0.5
 """Real seconds a time-scaled run keeps between a release decision and the boundary."""

@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from autoscaler.budget.affine import fit_affine
 from autoscaler.budget.controller import Controller
-from autoscaler.budget.estimate import sample_size
 from autoscaler.config.load import expand_bag
 from autoscaler.config.schema import Emulator, MachineFailure, RunConfig
 from autoscaler.core.journal import JOURNAL_JSONL, JsonlJournal, Record, replay, step_records
 from autoscaler.core.model import Action, Configure, Event
 from autoscaler.core.state import RunState
+from autoscaler.learn.affine import fit_affine
+from autoscaler.learn.stats import sample_size
 from autoscaler.providers.sim import type_runtime
 from autoscaler.run.build import controller_settings, new_state
 from autoscaler.run.start import dry_run, make_emulator

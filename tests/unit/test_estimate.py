@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autoscaler.budget.estimate import RuntimeStats, initial_workers, sample_size, tasks_within
-from autoscaler.budget.ragged import ragged_end
-from autoscaler.budget.survival import hill_alpha
+from autoscaler.learn.ragged import ragged_end
+from autoscaler.learn.stats import RuntimeStats, initial_workers, sample_size, tasks_within
+from autoscaler.learn.survival import hill_alpha
 
 
 def test_sample_size_of_the_papers_setting_is_30() -> None:

@@ -11,7 +11,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from autoscaler.budget.estimate import tasks_within
 from autoscaler.budget.planner import (
     BudgetProblem,
     TypeEstimate,
@@ -21,6 +20,7 @@ from autoscaler.budget.planner import (
 )
 from autoscaler.core.billing import BillingModel
 from autoscaler.core.solve import classify_status
+from autoscaler.learn.stats import tasks_within
 
 HOURLY = BillingModel("fixed", 3600.0)
 

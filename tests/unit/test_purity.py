@@ -37,7 +37,7 @@ PURE = [
     "autoscaler.core.leases",
     "autoscaler.core.solve",
     "autoscaler.core.step",
-    "autoscaler.budget.estimate",
+    "autoscaler.learn.stats",
     "autoscaler.core.state",
     "autoscaler.core.records",
     "autoscaler.core.fold",

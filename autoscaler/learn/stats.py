@@ -10,8 +10,8 @@
   τ_e = E[T | T > τ] on that curve (paper 000's τ_e, without cutting off the tail).
 
 ``RuntimeStats`` keeps what is seen per type; the survival estimate itself is in
-``budget.survival``, the end of a run on it in ``budget.ragged``, compact sampling's
-affine map in ``budget.affine``.
+``learn.survival``, the end of a run on it in ``learn.ragged``, compact sampling's
+affine map in ``learn.affine``.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from autoscaler.budget.affine import AffineFit
-from autoscaler.budget.survival import (
+from autoscaler.learn.affine import AffineFit
+from autoscaler.learn.survival import (
     RESAMPLES,
     Curve,
     RuntimeEstimate,

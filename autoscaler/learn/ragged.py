@@ -10,8 +10,8 @@ from statistics import NormalDist
 
 import numpy as np
 
-from autoscaler.budget.estimate import RuntimeStats
-from autoscaler.budget.survival import Curve
+from autoscaler.learn.stats import RuntimeStats
+from autoscaler.learn.survival import Curve
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,139 @@
+"""The house's shape holds: each room imports only the rooms below it, and no two modules
+import each other, directly or round a longer loop (issue 19).
+
+Rooms, from the bottom: ``learn`` (runtime statistics), ``core`` (records, the state
+fold, the journal), ``config`` and ``bootstrap``, ``providers``, the two policies
+``budget`` and ``deadline`` (side by side: neither imports the other), ``report``,
+``run`` (the drivers), ``service``, ``cli``. Every import counts, inside functions and
+under ``TYPE_CHECKING`` too: a deferred import is still a dependency.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+RANK = {
+    "learn": 0,
+    "core": 1,
+    "config": 2,
+    "bootstrap": 2,
+    "providers": 3,
+    "budget": 4,
+    "deadline": 4,
+    "report": 5,
+    "run": 6,
+    "service": 7,
+    "cli": 8,
+}
+FOLDERS = {
+    "config": ROOT / "config",
+    "providers": ROOT / "providers",
+    "bootstrap": ROOT / "bootstrap",
+}
+
+
+def modules() -> Iterator[tuple[str, Path]]:
+    """Every module of the package, by its dotted name."""
+    for path in sorted((ROOT / "autoscaler").rglob("*.py")):
+        yield (
+            "autoscaler." + ".".join(path.relative_to(ROOT / "autoscaler").with_suffix("").parts),
+            path,
+        )
+    for room, folder in FOLDERS.items():
+        for path in sorted(folder.rglob("*.py")):
+            parts = path.relative_to(folder).with_suffix("").parts
+            yield ".".join(("autoscaler", room, *parts)), path
+
+
+def imports(path: Path) -> set[str]:
+    """The ``autoscaler`` modules (or packages) ``path`` imports, anywhere in it."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return {name for name in found if name.startswith("autoscaler.")}
+
+
+def room(module: str) -> str:
+    return module.split(".")[1]
+
+
+def graph() -> dict[str, set[str]]:
+    """Module to the modules it imports (an import of a package counts as its __init__)."""
+    known = dict(modules())
+    out: dict[str, set[str]] = {}
+    for name, path in known.items():
+        edges = set()
+        for target in imports(path):
+            if target in known:
+                edges.add(target)
+            elif f"{target}.__init__" in known:
+                edges.add(f"{target}.__init__")
+        out[name] = edges - {name}
+    return out
+
+
+def test_every_room_is_ranked() -> None:
+    rooms = {room(m) for m, _ in modules() if m.count(".") > 1}
+    assert rooms <= set(RANK), f"rooms without a place in the house: {rooms - set(RANK)}"
+
+
+@pytest.mark.parametrize("module", [m for m, _ in modules() if m.count(".") > 1])
+def test_a_room_imports_only_rooms_below_it(module: str) -> None:
+    path = dict(modules())[module]
+    upward = sorted(
+        target
+        for target in imports(path)
+        if room(target) != room(module) and RANK.get(room(target), -1) >= RANK[room(module)]
+    )
+    assert not upward, f"{module} imports {upward}: not below {room(module)}"
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_two_modules_import_each_other() -> None:
+    assert cycles(graph()) == []
+
+
+def test_the_cycle_check_sees_a_loop() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
