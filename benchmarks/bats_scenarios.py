@@ -36,7 +36,8 @@ from typing import TypeVar
 if __name__ == "__main__" and not __package__:  # ``python benchmarks/bats_scenarios.py``
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from autoscaler.budget.planner import TypeEstimate, plan_clairvoyant
+from autoscaler.budget.planner import plan_clairvoyant
+from autoscaler.budget.problem import TypeEstimate
 from autoscaler.config.load import expand_bag, load_config
 from autoscaler.config.schema import NormalRuntime, RunConfig
 from autoscaler.core.billing import BillingModel

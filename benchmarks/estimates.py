@@ -35,7 +35,8 @@ from typing import Any
 if __name__ == "__main__" and not __package__:  # ``python benchmarks/estimates.py``
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from autoscaler.budget.planner import TypeEstimate, plan_clairvoyant
+from autoscaler.budget.planner import plan_clairvoyant
+from autoscaler.budget.problem import TypeEstimate
 from autoscaler.config.load import expand_bag
 from autoscaler.config.schema import RunConfig
 from autoscaler.core.model import TaskSpec

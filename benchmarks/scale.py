@@ -28,7 +28,8 @@ from pathlib import Path
 if __name__ == "__main__" and not __package__:  # ``python benchmarks/scale.py``
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from autoscaler.budget.planner import BudgetProblem, Plan, TypeEstimate, plan_budget
+from autoscaler.budget.planner import plan_budget
+from autoscaler.budget.problem import BudgetProblem, Plan, TypeEstimate
 from autoscaler.config.load import expand_bag, load_config
 from autoscaler.config.schema import Bag, RunConfig
 from autoscaler.core.billing import BillingModel

@@ -33,7 +33,7 @@ from autoscaler.budget import monitor, plans, runtimes
 from autoscaler.budget import sampling as sampling_
 from autoscaler.budget.boundaries import boundary, can_extend, standby
 from autoscaler.budget.fleet import meet_target
-from autoscaler.budget.planner import BudgetProblem, TypeEstimate
+from autoscaler.budget.problem import BudgetProblem, TypeEstimate
 from autoscaler.budget.settings import ControllerSettings, money_left, planned
 from autoscaler.budget.tail import replicate
 from autoscaler.core.model import (
@@ -59,7 +59,7 @@ from autoscaler.core.state import Machine, RunState
 from autoscaler.core.step import Step
 from autoscaler.learn.affine import AffineFit
 
-__all__ = ["Controller", "ControllerSettings"]
+__all__ = ["Controller"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,17 +9,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from autoscaler.budget.controller import Controller
-from autoscaler.budget.minimum import fluid_lower_bound, minimum_budget
-from autoscaler.budget.planner import BudgetProblem, plan_budget
+from autoscaler.budget.minimum import minimum_budget
+from autoscaler.budget.planner import plan_budget
+from autoscaler.budget.problem import BudgetProblem
 from autoscaler.core.state import RunState
 
 __all__ = [
     "Frontier",
     "Option",
     "dominates",
-    "fluid_lower_bound",
     "frontier",
-    "minimum_budget",
     "undominated",
 ]
 

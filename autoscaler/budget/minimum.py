@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from autoscaler.budget.planner import BudgetProblem, plan_budget
+from autoscaler.budget.planner import plan_budget
+from autoscaler.budget.problem import BudgetProblem
 from autoscaler.core.solve import Solver
 
 _GROWTH_LIMIT = 2**12  # give up beyond this many times the fluid lower bound

@@ -10,8 +10,8 @@ from dataclasses import replace
 from autoscaler.budget import plans
 from autoscaler.budget.minimum import minimum_budget
 from autoscaler.budget.outlook import forecast, potential
-from autoscaler.budget.planner import Plan, TypeEstimate
 from autoscaler.budget.plans import best_effort, budget_problem, plan
+from autoscaler.budget.problem import Plan, TypeEstimate
 from autoscaler.budget.runtimes import end_reserve, n_eff, outlook, running_ages
 from autoscaler.budget.sampling import compact_progress, is_compact, sampling_types, stats
 from autoscaler.budget.settings import EPS, ControllerSettings, money_left, planned

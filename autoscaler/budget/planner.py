@@ -52,15 +52,7 @@ from autoscaler.budget.problem import (
 from autoscaler.core.billing import BillingModel
 from autoscaler.core.solve import PlannerError, Solved, Solver, solve_lp
 
-__all__ = [
-    "BudgetProblem",
-    "Plan",
-    "PlanResult",
-    "TypeEstimate",
-    "plan_budget",
-    "plan_clairvoyant",
-    "solve_budget",
-]
+__all__ = ["plan_budget", "plan_clairvoyant", "solve_budget"]
 
 _MAX_UNITS = 100_000
 _MAX_FAILED = 3  # solves without an answer before the search gives up (a broken solver)

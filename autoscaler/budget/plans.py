@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from autoscaler.budget.outlook import forecast
-from autoscaler.budget.planner import BudgetProblem, Plan, TypeEstimate, solve_budget
+from autoscaler.budget.planner import solve_budget
+from autoscaler.budget.problem import BudgetProblem, Plan, TypeEstimate
 from autoscaler.budget.runtimes import end_reserve, intervals, reserved, running_ages
 from autoscaler.budget.sampling import stats
 from autoscaler.budget.settings import ControllerSettings

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from autoscaler.budget.outlook import expected_left
-from autoscaler.budget.planner import TypeEstimate
+from autoscaler.budget.problem import TypeEstimate
 from autoscaler.budget.sampling import derived, reference, stats
 from autoscaler.budget.settings import ControllerSettings
 from autoscaler.core.state import RunState

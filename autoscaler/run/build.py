@@ -13,7 +13,8 @@ from typing import Any, TextIO
 import structlog
 import yaml
 
-from autoscaler.budget.controller import Controller, ControllerSettings
+from autoscaler.budget.controller import Controller
+from autoscaler.budget.settings import ControllerSettings
 from autoscaler.config.load import expand_jobs
 from autoscaler.config.schema import RunConfig
 from autoscaler.config.service import ServiceConfig

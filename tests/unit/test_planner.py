@@ -11,13 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from autoscaler.budget.planner import (
-    BudgetProblem,
-    TypeEstimate,
-    plan_budget,
-    plan_clairvoyant,
-    solve_budget,
-)
+from autoscaler.budget.planner import plan_budget, plan_clairvoyant, solve_budget
+from autoscaler.budget.problem import BudgetProblem, TypeEstimate
 from autoscaler.core.billing import BillingModel
 from autoscaler.core.solve import classify_status
 from autoscaler.learn.stats import tasks_within

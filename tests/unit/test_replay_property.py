@@ -17,7 +17,8 @@ from typing import Literal
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from autoscaler.budget.controller import Controller, ControllerSettings
+from autoscaler.budget.controller import Controller
+from autoscaler.budget.settings import ControllerSettings
 from autoscaler.core.billing import BillingModel
 from autoscaler.core.journal import Journal, SqliteJournal, replay
 from autoscaler.core.model import (
