@@ -50,6 +50,15 @@ def test_the_examples_make_a_budget_job() -> None:
     assert cfg.machine_types == [t for t in cfg.machine_types if t.name in ("small", "fast")]
 
 
+def test_the_deadline_job_example_is_due_four_hours_after_submission() -> None:
+    svc = load_service_config(EXAMPLES / "service.yaml")
+    cfg, tasks = job(load_yaml(EXAMPLES / "job_deadline.yaml", "job"), svc)
+    assert cfg.deadline_mode
+    assert cfg.constraint.budget is None
+    assert cfg.constraint.deadline_s == 4 * 3600
+    assert len(tasks) == 60
+
+
 @pytest.mark.parametrize("work", ["bag", "constraint", "jobs"])
 def test_a_service_config_holds_no_work(work: str) -> None:
     with pytest.raises(ConfigError) as refused:
