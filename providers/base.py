@@ -45,6 +45,21 @@ class Capabilities:
     spot: bool = False
     max_counts: Mapping[str, int] = field(default_factory=dict)
     boot_estimate_s: Mapping[str, float] = field(default_factory=dict)
+    provider_of: Mapping[str, str] = field(default_factory=dict)
+    """Machine type -> the name of the provider it comes from (a run of several
+    providers); empty: every type comes from the one provider."""
+
+    def provider(self, type: str) -> str:
+        """The name of the provider ``type`` comes from ('' in a one-provider run)."""
+        return self.provider_of.get(type, "")
+
+    def siblings(self, type: str) -> tuple[str, ...]:
+        """The types that come from the same provider as ``type`` (all types in a
+        one-provider run), ``type`` included."""
+        if not self.provider_of:
+            return tuple(self.max_counts)
+        mine = self.provider_of.get(type)
+        return tuple(t for t, p in self.provider_of.items() if p == mine)
 
 
 def machine_ids(type: str, token: str, count: int) -> list[str]:
