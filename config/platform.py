@@ -259,7 +259,15 @@ class Ec2(ConfigModel):
         default=600.0, gt=0, description="after a capacity error, the type is avoided this long"
     )
     limit_hold_s: Seconds = Field(
-        default=900.0, gt=0, description="after an account limit error, no scale-up this long"
+        default=900.0,
+        gt=0,
+        description="after an account limit error, no scale-up of this provider's types this long",
+    )
+    recover_s: Seconds = Field(
+        default=1800.0,
+        ge=0,
+        description="after the avoidance of a refused type ends, it counts less in the plans "
+        "and regains full weight over this long",
     )
     max_attempts: int = Field(default=8, ge=1, le=20, description="botocore standard retries")
 

@@ -86,13 +86,33 @@ def check_launch(capabilities: Capabilities, type: str, alive: int, count: int) 
         )
 
 
-CAPACITY_CODES = frozenset({"InsufficientInstanceCapacity", "Unsupported"})
-"""The provider has no machines of this type (in this zone) now: plan without it."""
+CAPACITY_CODES = frozenset(
+    {
+        "InsufficientInstanceCapacity",  # none of this type in the zone now (spot or not)
+        "InsufficientHostCapacity",  # no dedicated host of this type
+        "InsufficientReservedInstanceCapacity",  # the reservation's type is exhausted
+        "InsufficientCapacity",  # not enough capacity (EC2's generic form)
+        "UnfulfillableCapacity",  # not enough spare capacity for a spot request
+        "SpotMaxPriceTooLow",  # the spot price of this type is above our maximum
+        "Unsupported",  # the type is not offered in this zone
+    }
+)
+"""This type has no machines for us now (in this zone, at this spot price): plan without
+it for a while. EC2's codes as its API reference lists them (errors-overview: "Error
+codes for the Amazon EC2 API"), the same set AWS ParallelCluster fails over on
+(aws-parallelcluster-node ``slurm_resources.py``, PR 673)."""
 
 LIMIT_CODES = frozenset(
-    {"InstanceLimitExceeded", "VcpuLimitExceeded", "MaxSpotInstanceCountExceeded"}
+    {
+        "InstanceLimitExceeded",  # the account's on-demand instance quota
+        "VcpuLimitExceeded",  # the account's vCPU quota
+        "MaxSpotInstanceCountExceeded",  # the account's spot instance quota
+        "InsufficientFreeAddressesInSubnet",  # the provider's subnet has no address left
+    }
 )
-"""The account may run no more machines: hold every scale-up for a while."""
+"""The provider (the account, in this region; its subnet) may start no more machines of
+any type: hold scale-up of that provider's types (``Capabilities.siblings``) for a while.
+In a run of several providers the others' types carry on."""
 
 
 def failure_kind(code: str | None, retryable: bool = False) -> str:

@@ -71,6 +71,7 @@ class _News:
     tick: bool
     lost: bool  # a machine or a launch was lost
     unavailable: tuple[str, ...]  # types a launch found no capacity for
+    held: tuple[str, ...]  # types whose provider refused a launch for a limit
     budget_set: BudgetSet | None
     resumed: Resumed | None
 
@@ -84,6 +85,7 @@ def _read(s: Step, events: Iterable[Event]) -> _News:
     tick = False
     lost = False
     unavailable: list[str] = []
+    held: list[str] = []
     budget_set: BudgetSet | None = None
     resumed: Resumed | None = None
     first: list[Action] = []  # decided while reading the events, applied after them
@@ -103,6 +105,9 @@ def _read(s: Step, events: Iterable[Event]) -> _News:
             case LaunchFailed(kind="capacity", type=tname):
                 lost = True
                 unavailable.append(tname)
+            case LaunchFailed(kind="limit", types=types):
+                lost = True
+                held.extend(types)
             case MachineLost() | LaunchFailed():
                 lost = True
             case Shutdown(reason=reason):
@@ -125,6 +130,7 @@ def _read(s: Step, events: Iterable[Event]) -> _News:
         tick,
         lost,
         tuple(unavailable),
+        tuple(held),
         budget_set,
         resumed,
     )
@@ -230,8 +236,9 @@ class Controller:
         meet_target(s)
 
     def _monitor(self, s: Step, news: _News) -> None:
-        """Monitor the plan; re-plan on a new budget, a resumption or a type without
-        capacity; then move the machines towards the target if it (or the fleet) moved."""
+        """Monitor the plan; re-plan on a new budget, a resumption, a type without
+        capacity or a provider held by its limit (within the step that hears of it);
+        then move the machines towards the target if it (or the fleet) moved."""
         state = s.state
         settings = self.settings
         replanned = monitor.check(settings, s, news.tick)
@@ -243,9 +250,12 @@ class Controller:
             else:
                 why = f"resumed: {news.resumed.reason}" if news.resumed else ""
             replanned = monitor.replan(settings, s, est, n_e, why, force=True)
-        if news.unavailable and not replanned and planned(state):
+        # A provider held by a limit: plan onto the others' types, if any can launch.
+        others = any(state.launchable(n, s.now) for n in state.types)
+        avoided = sorted({*news.unavailable, *(news.held if others else ())})
+        if avoided and not replanned and planned(state):
             est, n_e = runtimes.outlook(settings, state, s.now)
-            why = f"{', '.join(sorted(set(news.unavailable)))} unavailable: plan without it"
+            why = f"{', '.join(avoided)} unavailable: plan without it"
             replanned = monitor.replan(settings, s, est, n_e, why, force=True)
         if replanned or news.lost or (news.tick and state.deferred):
             meet_target(s)

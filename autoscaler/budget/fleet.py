@@ -42,7 +42,7 @@ def _launch_or_mark(s: Step) -> tuple[str, ...]:
             if state.budget is not None:
                 unit = state.billing.cost(t.price, state.billing.first_step_s)
                 count = min(count, math.floor((state.budget - state.committed) / unit + EPS))
-            if count > 0 and (state.held(s.now) or not state.available(name, s.now)):
+            if count > 0 and not state.launchable(name, s.now):
                 waiting.append(name)
             elif count > 0:
                 s.do(Launch(name, count, f"L{state.launch_seq}"))

@@ -4,6 +4,7 @@ with its cost and makespan and their intervals."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from autoscaler.budget.outlook import forecast
@@ -105,14 +106,33 @@ def _solve(settings: ControllerSettings, problem: BudgetProblem, notes: list[str
 
 
 def _launchable(state: RunState, now: float, est: dict[str, TypeEstimate]) -> list[TypeEstimate]:
-    """The types a plan may use: one the provider lacks capacity for keeps only the
-    machines it has (none: left out), so the plan does not wait for it."""
+    """The types a plan may use, each as much as it counts (``RunRecords.weight``).
+
+    A type the provider lacks capacity for, or whose provider a limit holds while
+    another provider's type can still be launched, keeps only the machines it has
+    (none: left out), so the plan does not wait for it; when every type is held the
+    plan is made as if none were, and its launches wait for the hold.
+
+    "Counts less": a type recovering from a refused launch, at weight w < 1, enters
+    the MILP (paper 000 §2.1) with its mean runtime T_i taken as T_i / w, so each of
+    its machines adds w/T_i, not 1/T_i, to the speed Σ a_i/T_i the plan maximises
+    (and does ⌊w·p_i⌋ tasks in its first step): the plan takes the other types first
+    and this one for what it still adds. Money is untouched: prices, first costs and
+    the fixed-ATU constraint k·Σ a_i·c_i ≤ B stay as they are, and the per-second
+    constraint N·Σ a_i·c_i ≤ B·Σ a_i/T_i only tightens, so a discount may make a plan
+    slower, never let it commit more than the budget.
+    """
+    free = any(state.launchable(name, now) for name in est)
     out = []
     for name, e in est.items():
-        if state.available(name, now):
-            out.append(e)
-        elif e.live > 0:
-            out.append(replace(e, max_count=e.live))
+        if not state.available(name, now) or (free and state.held(now, name)):
+            if e.live > 0:
+                out.append(replace(e, max_count=e.live))
+            continue
+        w = state.weight(name, now) if free else 1.0
+        if 0.0 < w < 1.0:
+            e = replace(e, mean_s=e.mean_s / w, first_tasks=math.floor(e.first_tasks * w))
+        out.append(e)
     return out
 
 

@@ -91,6 +91,7 @@ class Fold(RunRecords):
                 else:
                     self.pending_launches[token] = (ttype, count - 1)
                 start = self.now if at is None else min(at, self.now)
+                self.recovering.pop(tname, None)  # the type has capacity again
                 self.machines[mid] = Machine(
                     id=mid,
                     type=self.types[tname],
@@ -107,10 +108,8 @@ class Fold(RunRecords):
                 token=token, count=count, type=tname, kind=kind, until=until, reason=why
             ):
                 self.launch_problems.append((self.now, tname, kind, why))
-                if kind == "capacity" and until is not None:
-                    self.unavailable[tname] = max(until, self.unavailable.get(tname, until))
-                elif kind in ("limit", "throttled") and until is not None:
-                    self.hold_until = max(until, self.hold_until or until)
+                if until is not None:
+                    self._avoid(event, until)
                 ttype, left = self.pending_launches.get(token, ("", 0))
                 count = min(count, left)
                 if left - count <= 0:
@@ -189,6 +188,25 @@ class Fold(RunRecords):
                 self.shutdown = self.awaiting_budget = self.interrupted = False
             case Tick() | BoundaryNear():
                 pass
+
+    def _avoid(self, failed: LaunchFailed, until: float) -> None:
+        """What a refused launch avoids until ``until``: its type (``capacity``), its
+        provider's types (``limit``), every scale-up (``throttled``, or a limit that
+        names no types); the types avoided then recover over ``recover_s``."""
+        if failed.kind == "capacity":
+            avoided: tuple[str, ...] = (failed.type,)
+            table = self.unavailable
+        elif failed.kind == "limit" and failed.types:
+            avoided, table = failed.types, self.held_until
+        elif failed.kind in ("limit", "throttled"):
+            self.hold_until = max(until, self.hold_until or until)
+            return
+        else:
+            return
+        for name in avoided:
+            end = max(until, table.get(name, until))
+            table[name] = end
+            self.recovering[name] = (end, end + failed.recover_s)
 
     def _add_job(self, job: JobSpec, order: Sequence[int]) -> None:
         """A new job's tasks join the run, arrived, at the end of the bag in ``order``.

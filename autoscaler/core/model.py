@@ -95,8 +95,11 @@ class LaunchFailed:
 
     ``kind`` says what the provider's refusal means for later launches: ``error`` (try
     again when the plan asks), ``capacity`` (the type is unavailable until ``until``:
-    plan without it) or ``limit`` (an account limit: no scale-up of any type until
-    ``until``).
+    plan without it), ``limit`` (the provider's account or subnet is full: no scale-up
+    of ``types``, the types of that provider, until ``until``; none given: of every
+    type) or ``throttled`` (no scale-up of any type until ``until``). After ``until``
+    the types avoided count less, regaining full weight over ``recover_s``
+    (``RunRecords.weight``).
     """
 
     token: str
@@ -105,6 +108,8 @@ class LaunchFailed:
     reason: str
     kind: str = "error"
     until: float | None = None
+    types: tuple[str, ...] = ()
+    recover_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

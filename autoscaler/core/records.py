@@ -23,6 +23,9 @@ from autoscaler.core.model import (
 )
 from autoscaler.learn.stats import RuntimeStats
 
+RECOVERING_WEIGHT = 0.5
+"""What a type counts in a plan the moment its avoidance after a refused launch ends."""
+
 
 class StateError(AutoscalerError):
     """An event or action that does not fit the state (a bug or a corrupt journal)."""
@@ -103,7 +106,11 @@ class RunRecords:
     stats: dict[str, RuntimeStats] = field(default_factory=dict)
     launch_seq: int = 0  # launches decided so far; names the next launch token
     unavailable: dict[str, float] = field(default_factory=dict)  # type -> avoided until
-    hold_until: float | None = None  # an account limit: no scale-up before this time
+    hold_until: float | None = None  # throttled (or a limit of no named types): no scale-up
+    held_until: dict[str, float] = field(default_factory=dict)  # type -> its provider's limit
+    recovering: dict[str, tuple[float, float]] = field(
+        default_factory=dict
+    )  # type -> (avoidance ended, full weight again): ``weight``
     deferred: tuple[str, ...] = ()  # types whose wanted launches wait for a tick (Defer)
     shortfalls: list[tuple[float, Shortfall]] = field(default_factory=list)  # warnings given
     launch_problems: list[tuple[float, str, str, str]] = field(
@@ -144,9 +151,40 @@ class RunRecords:
         counted run there (compact sampling): its first on the type."""
         return task in self.paired_runs and task not in self.stats[type_name].sample
 
-    def held(self, now: float) -> bool:
-        """Whether scale-up waits at ``now`` for an account limit to lift."""
-        return self.hold_until is not None and self.hold_until > now
+    def held(self, now: float, type_name: str | None = None) -> bool:
+        """Whether scale-up waits at ``now`` for a limit or throttling to lift: of every
+        type, or (``type_name``) of that type's provider."""
+        if self.hold_until is not None and self.hold_until > now:
+            return True
+        return type_name is not None and self.held_until.get(type_name, -math.inf) > now
+
+    def launchable(self, type_name: str, now: float) -> bool:
+        """Whether a new machine of ``type_name`` may be asked for at ``now``: its type
+        has capacity and its provider is not held."""
+        return self.available(type_name, now) and not self.held(now, type_name)
+
+    def weight(self, type_name: str, now: float) -> float:
+        """How much ``type_name`` counts in a plan at ``now``, in [0, 1].
+
+        0 while it is avoided (no capacity, or its provider held by a limit). When the
+        avoidance ends it comes back at ``RECOVERING_WEIGHT`` and regains full weight
+        linearly over the ``recover_s`` its refusal gave; a machine of the type
+        launched meanwhile proves the capacity back (full weight at once). This is
+        Ray's recovery score for a node type whose allocation failed (autoscaler v2,
+        ``CloudResourceMonitor.get_recoverable_resource_availabilities``: 0 within a
+        safety floor, then min(1, elapsed / RAY_AUTOSCALER_AVAILABILITY_RECOVERY_S),
+        the record dropped on a successful launch), with the floor being the avoidance.
+        The planners say what a weight does to a type (``budget.plans``,
+        ``deadline.planning``).
+        """
+        if not self.launchable(type_name, now):
+            return 0.0
+        span = self.recovering.get(type_name)
+        if span is None or now >= span[1]:
+            return 1.0
+        start, end = span
+        gained = (now - start) / (end - start) if end > start else 1.0
+        return RECOVERING_WEIGHT + (1.0 - RECOVERING_WEIGHT) * max(0.0, gained)
 
     # --- queries ----------------------------------------------------------------------
 

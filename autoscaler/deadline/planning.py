@@ -70,17 +70,21 @@ def running_machines(state: RunState, now: float) -> list[RunningMachine]:
 
 
 def plan_types(state: RunState) -> list[MachineType]:
-    return [
-        MachineType(
-            t.name,
-            t.price,
-            t.boot_s,
-            max(0, t.max_count - state.count_alive(t.name))
-            if state.available(t.name, state.now) and not state.held(state.now)
-            else 0,
-        )
-        for t in state.types.values()
-    ]
+    """The types a plan may buy, each as much as it counts (``RunRecords.weight``).
+
+    None of a type avoided (no capacity, or its provider held by a limit). "Counts
+    less": a type recovering from a refused launch, at weight w < 1, is priced c_i / w
+    in the cost-minimising models (paper 002's (7) and (10)), so the plan buys it only
+    where it stays the cheapest way to meet a deadline at that surcharge. Money is
+    safe: the surcharge only raises what the plan believes its machines cost; what
+    is committed is the real price, within the budget (``carry_out``).
+    """
+    out = []
+    for t in state.types.values():
+        w = state.weight(t.name, state.now)
+        room = max(0, t.max_count - state.count_alive(t.name)) if w > 0 else 0
+        out.append(MachineType(t.name, t.price / w if w > 0 else t.price, t.boot_s, room))
+    return out
 
 
 def solve_plan(cfg: DeadlineSettings, problem: DeadlineProblem) -> DeadlineResult:

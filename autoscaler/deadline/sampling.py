@@ -57,7 +57,7 @@ def spread_sample(s: Step, name: str, tasks: list[int]) -> None:
         unit = state.billing.cost(state.types[name].price, state.billing.first_step_s)
         room = min(room, math.floor((state.budget - state.committed) / unit + EPS))
     count = min(room, len(tasks))
-    if count > 0 and state.available(name, s.now) and not state.held(s.now):
+    if count > 0 and state.launchable(name, s.now):
         queues = tuple((tid,) for tid in tasks[:count])
         s.do(Launch(name, count, f"L{state.launch_seq}", queues))
         tasks = tasks[count:]

@@ -62,6 +62,7 @@ class LaunchDone:
     error: str | None
     code: str | None = None  # the provider's error code, if it refused
     retryable: bool = False  # the refusal may pass by itself (throttling)
+    siblings: tuple[str, ...] = ()  # the types of the provider that refused (its limit's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,19 +101,34 @@ def launch_events(
     missing = launch.count - len(events)
     if missing > 0:
         reason = done.error or "the provider started fewer machines than asked"
-        kind = failure_kind(done.code, done.retryable)
-        unavailable_s, hold_s = holds(cfg)
-        hold = {
-            "capacity": unavailable_s,
-            "limit": hold_s,
-            "throttled": RETRY_HOLD_S * cfg.time_scale,
-        }
-        until = now + hold[kind] if kind in hold else None
+        failed = _failed(done, missing, reason, cfg, now)
         log.warning(
-            "launch failed", machine_type=launch.type, count=missing, error=reason, kind=kind
+            "launch failed", machine_type=launch.type, count=missing, error=reason, kind=failed.kind
         )
-        events.append(LaunchFailed(launch.token, launch.type, missing, reason, kind, until))
+        events.append(failed)
     return events
+
+
+def _failed(
+    done: LaunchDone, missing: int, reason: str, cfg: RunConfig, now: float
+) -> LaunchFailed:
+    """The ``LaunchFailed`` of ``missing`` machines: how long it avoids what refused (the
+    type on a capacity error, its provider's types on a limit, every scale-up when
+    throttled), and how long those types then take to count fully again."""
+    launch = done.launch
+    kind = failure_kind(done.code, done.retryable)
+    h = holds(cfg)
+    hold = {"capacity": h.unavailable_s, "limit": h.limit_s, "throttled": RETRY_HOLD_S}
+    if kind not in hold:
+        return LaunchFailed(launch.token, launch.type, missing, reason, kind)
+    if kind == "throttled":
+        return LaunchFailed(
+            launch.token, launch.type, missing, reason, kind, now + hold[kind] * cfg.time_scale
+        )
+    types = done.siblings if kind == "limit" else ()
+    return LaunchFailed(
+        launch.token, launch.type, missing, reason, kind, now + hold[kind], types, h.recover_s
+    )
 
 
 def _booting(status: MachineStatus | None) -> bool:
@@ -174,7 +190,8 @@ class MachineLifecycle:
         try:
             records = self.provider.launch(launch.type, launch.count, launch.token, {})
         except AutoscalerError as exc:
-            return LaunchDone(launch, (), exc.message, exc.code, exc.retryable)
+            siblings = self.provider.capabilities.siblings(launch.type)
+            return LaunchDone(launch, (), exc.message, exc.code, exc.retryable, siblings)
         except Exception as exc:  # a provider's bug must not lose the launch's money
             return LaunchDone(launch, (), f"{type(exc).__name__}: {exc}")
         return LaunchDone(launch, tuple(records), None)
