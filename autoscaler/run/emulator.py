@@ -45,6 +45,7 @@ from autoscaler.core.model import (
 from autoscaler.core.state import RunState
 from autoscaler.deadline.controller import DeadlineController
 from autoscaler.providers.sim import SimProvider
+from autoscaler.run.refusals import Holds, refusal
 
 StepHook = Callable[[float, list[Event], list[Action], RunState], None]
 Told = JobAdded | Shutdown | BudgetSet | DeadlineSet | JobWithdrawn
@@ -84,7 +85,10 @@ class Emulator:
         run_tag: str = "dry-run",
         on_step: StepHook | None = None,
         max_time_s: float = 10 * 365 * 86400.0,
+        holds: Holds | None = None,
     ):
+        """``holds``: how long a refused launch avoids what refused (``run.refusals``);
+        None: every refusal is a plain error, tried again when the plan asks."""
         self.controller = controller
         self.state = state
         self.sim = sim
@@ -92,6 +96,7 @@ class Emulator:
         self.tags = {"autoscaler:run": run_tag}
         self.on_step = on_step
         self.max_time_s = max_time_s
+        self.holds = holds
         self.now = 0.0
         self._heap: list[tuple[float, int, object]] = []
         self._seq = itertools.count()
@@ -186,9 +191,24 @@ class Emulator:
                 means = JobMeans(job.name, dict(job.task_s)) if job.task_s else None
                 self.sim.add_tasks([means] * job.count)
                 return item
-            case JobArrived() | Shutdown() | BudgetSet() | DeadlineSet() | JobWithdrawn():
+            case (
+                JobArrived()
+                | Shutdown()
+                | BudgetSet()
+                | DeadlineSet()
+                | JobWithdrawn()
+                | LaunchFailed()
+            ):
                 return item
         raise AutoscalerError(f"emulator: unknown scheduled item {item!r}")
+
+    def _refused(self, launch: Launch, err: AutoscalerError) -> LaunchFailed:
+        if self.holds is None:
+            return LaunchFailed(launch.token, launch.type, launch.count, err.message)
+        caps = self.sim.capabilities
+        why, code, again = err.message, err.code, err.retryable
+        siblings = caps.siblings(launch.type)
+        return refusal(launch, launch.count, why, code, again, siblings, self.holds, self.now)
 
     def _apply(self, action: Action) -> None:
         match action:
@@ -196,7 +216,7 @@ class Emulator:
                 try:
                     records = self.sim.launch(tname, count, token, self.tags)
                 except AutoscalerError as err:
-                    self._at(self.now, LaunchFailed(token, tname, count, err.message))
+                    self._at(self.now, self._refused(action, err))
                     return
                 for rec in records:
                     self._boxes[rec.id] = _Box()

@@ -33,24 +33,21 @@ from tenacity import (
 
 from autoscaler.config.schema import RunConfig
 from autoscaler.core.errors import AutoscalerError
-from autoscaler.core.model import Event, Launch, LaunchFailed, MachineLaunched
+from autoscaler.core.model import Event, Launch, MachineLaunched
 from autoscaler.core.state import RunState
 from autoscaler.providers.base import (
     MachineRecord,
     MachineStatus,
     Provider,
     ProviderState,
-    failure_kind,
 )
-from autoscaler.run.wiring import holds
+from autoscaler.run.refusals import holds, refusal
 
 if TYPE_CHECKING:
     from autoscaler.bootstrap.ssh import SshBootstrap
 
 TERMINATE_TRIES = 8
 """How often a refused terminate is tried (with backoff) before it is left to the end."""
-RETRY_HOLD_S = 60.0
-"""After a launch refused for a passing reason (throttling), scale-up waits this long."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,34 +98,14 @@ def launch_events(
     missing = launch.count - len(events)
     if missing > 0:
         reason = done.error or "the provider started fewer machines than asked"
-        failed = _failed(done, missing, reason, cfg, now)
+        failed = refusal(
+            launch, missing, reason, done.code, done.retryable, done.siblings, holds(cfg), now
+        )
         log.warning(
             "launch failed", machine_type=launch.type, count=missing, error=reason, kind=failed.kind
         )
         events.append(failed)
     return events
-
-
-def _failed(
-    done: LaunchDone, missing: int, reason: str, cfg: RunConfig, now: float
-) -> LaunchFailed:
-    """The ``LaunchFailed`` of ``missing`` machines: how long it avoids what refused (the
-    type on a capacity error, its provider's types on a limit, every scale-up when
-    throttled), and how long those types then take to count fully again."""
-    launch = done.launch
-    kind = failure_kind(done.code, done.retryable)
-    h = holds(cfg)
-    hold = {"capacity": h.unavailable_s, "limit": h.limit_s, "throttled": RETRY_HOLD_S}
-    if kind not in hold:
-        return LaunchFailed(launch.token, launch.type, missing, reason, kind)
-    if kind == "throttled":
-        return LaunchFailed(
-            launch.token, launch.type, missing, reason, kind, now + hold[kind] * cfg.time_scale
-        )
-    types = done.siblings if kind == "limit" else ()
-    return LaunchFailed(
-        launch.token, launch.type, missing, reason, kind, now + hold[kind], types, h.recover_s
-    )
 
 
 def _booting(status: MachineStatus | None) -> bool:

@@ -44,6 +44,7 @@ from autoscaler.run.build import (
     write_config,
 )
 from autoscaler.run.emulator import Emulator, StepHook
+from autoscaler.run.refusals import holds
 
 if TYPE_CHECKING:
     from autoscaler.budget.frontier import Frontier
@@ -83,6 +84,7 @@ def make_emulator(
         cfg.monitoring_interval_s,
         run_tag=run_tag,
         on_step=on_step,
+        holds=holds(cfg),
     )
     holder.append(emulator)
     return emulator

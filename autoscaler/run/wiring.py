@@ -7,7 +7,6 @@ each kind knows how it is built from a config (``autoscaler.providers.kind``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,31 +19,6 @@ from autoscaler.providers.kind import BootContext, RunContext
 
 if TYPE_CHECKING:
     from autoscaler.bootstrap.ssh import SshBootstrap
-
-UNAVAILABLE_S = 600.0
-LIMIT_HOLD_S = 900.0
-RECOVER_S = 1800.0
-"""How long a type without capacity is avoided, scale-up of a provider's types held
-after its limit, and the types then take to regain full weight in the plans (Ray's
-autoscaler forgets a node type's launch failure after 30 min:
-AUTOSCALER_NODE_AVAILABILITY_MAX_STALENESS_S), for providers without an ``ec2``
-section's own settings."""
-
-
-@dataclass(frozen=True, slots=True)
-class Holds:
-    """What a refused launch costs the types it names, in seconds."""
-
-    unavailable_s: float  # a type without capacity is avoided this long
-    limit_s: float  # scale-up of a provider's types waits this long after a limit
-    recover_s: float  # then the types avoided regain full weight over this long
-
-
-def holds(cfg: RunConfig) -> Holds:
-    """The holds of ``cfg``'s provider (its ``ec2`` section's, else the defaults)."""
-    if cfg.ec2 is not None:
-        return Holds(cfg.ec2.unavailable_s, cfg.ec2.limit_hold_s, cfg.ec2.recover_s)
-    return Holds(UNAVAILABLE_S, LIMIT_HOLD_S, RECOVER_S)
 
 
 def make_provider(
