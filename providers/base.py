@@ -110,9 +110,13 @@ LIMIT_CODES = frozenset(
         "InsufficientFreeAddressesInSubnet",  # the provider's subnet has no address left
     }
 )
-"""The provider (the account, in this region; its subnet) may start no more machines of
+"""The provider (the account, in this region; its subnets) may start no more machines of
 any type: hold scale-up of that provider's types (``Capabilities.siblings``) for a while.
 In a run of several providers the others' types carry on."""
+
+SUBNET_CODES = frozenset({"InsufficientFreeAddressesInSubnet"})
+"""This subnet is full: a launch tries the provider's next subnet, as for a zone without
+capacity; when every subnet is full, the provider is (``LIMIT_CODES``)."""
 
 
 def failure_kind(code: str | None, retryable: bool = False) -> str:

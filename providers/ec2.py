@@ -49,6 +49,7 @@ from autoscaler.providers.aws import (
 from autoscaler.providers.base import (
     CAPACITY_CODES,
     LIMIT_CODES,
+    SUBNET_CODES,
     Capabilities,
     MachineRecord,
     MachineStatus,
@@ -76,8 +77,8 @@ RUN_TAG = "autoscaler:run"
 LAUNCH_TAG = "autoscaler:launch"
 TYPE_TAG = "autoscaler:type"
 
-# Codes that mean "not in this zone": the launch moves on to the next subnet.
-_ZONE_CODES = CAPACITY_CODES
+# Codes that mean "not in this zone" or "not in this subnet": on to the next subnet.
+_ZONE_CODES = CAPACITY_CODES | SUBNET_CODES
 # Codes that no other subnet or a retry would change: raised at once.
 _LIMIT_CODES = LIMIT_CODES
 _STATES = {

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
+from typing import Any
 from xml.sax.saxutils import escape
 
 Params = dict[str, list[str]]
@@ -63,6 +64,13 @@ MESSAGES = {
     ),
     "VcpuLimitExceeded": "You have requested more vCPU capacity than your current limit allows.",
     "Unsupported": "The requested configuration is currently not supported.",
+    "SpotMaxPriceTooLow": "Your Spot request price is lower than the minimum required price.",
+    "MaxSpotInstanceCountExceeded": (
+        "You have requested more Spot Instances than your current Spot Instance limit allows."
+    ),
+    "InsufficientFreeAddressesInSubnet": (
+        "The specified subnet does not have enough free addresses to satisfy the request."
+    ),
 }
 
 
@@ -364,3 +372,53 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(data)
+
+
+# --- what a run did about a refusal, from its journal ------------------------------------------
+
+JournalRow = tuple[float, str, dict[str, Any]]  # (run time, record type, its fields)
+
+
+@dataclass(frozen=True)
+class Failover:
+    """How a run answered the first refused launch of ``refused``, in run seconds.
+
+    ``replanned_at``: the first launch of another type decided after the refusal (the
+    same step: ``replanned_at == refused_at``); ``running_at``: the first machine of
+    such a launch ready (its agent took work). None: it never happened."""
+
+    refused: str
+    kind: str  # what the run made of the refusal (capacity, limit, error, ...)
+    refused_at: float
+    replanned_at: float | None
+    running_at: float | None
+    refusals: int  # launches of ``refused`` refused in the whole run
+
+    @property
+    def same_step(self) -> bool:
+        return self.replanned_at == self.refused_at
+
+    @property
+    def to_running_s(self) -> float | None:
+        return None if self.running_at is None else self.running_at - self.refused_at
+
+
+def failover_of(rows: list[JournalRow], refused: str) -> Failover | None:
+    """The run's answer to its first refused launch of type ``refused`` (None: none)."""
+    first = next(
+        (i for i, (_, ty, d) in enumerate(rows) if ty == "LaunchFailed" and d["type"] == refused),
+        None,
+    )
+    if first is None:
+        return None
+    t0, _, failed = rows[first]
+    after = rows[first + 1 :]
+    tokens = {d["token"]: t for t, ty, d in after if ty == "Launch" and d["type"] != refused}
+    replanned = min(tokens.values(), default=None)
+    machines = {
+        d["machine"] for _, ty, d in after if ty == "MachineLaunched" and d["token"] in tokens
+    }
+    ready = (t for t, ty, d in after if ty == "MachineReady" and d["machine"] in machines)
+    running = next(ready, None)
+    count = sum(1 for _, ty, d in rows if ty == "LaunchFailed" and d["type"] == refused)
+    return Failover(refused, str(failed.get("kind")), t0, replanned, running, count)

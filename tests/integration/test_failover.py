@@ -1,0 +1,130 @@
+"""Failover on EC2 (moto behind the fault proxy, agents over SSH): a type refused for
+capacity or a spot shortage is planned around in the step that hears of it, so
+machines of another type run within one monitoring interval; every task is done once,
+and the money committed never passes the budget."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.daemon_helpers import (
+    assert_deadline_end,
+    committed_over_time,
+    journal_rows,
+    run_id_of,
+    start_daemon,
+)
+from tests.integration.ec2_faults import Failover, Params, failover_of
+from tests.integration.ec2_world import Ec2World
+from tests.integration.test_ec2_daemon import check_every_task_once, finish
+
+pytestmark = pytest.mark.integration
+
+INTERVAL_S = 10.0  # the world's monitoring interval
+
+
+def refuse_type(instance_type: str, after: int = 0) -> Callable[[Params], bool]:
+    """A proxy rule's match: RunInstances of ``instance_type`` after its first ``after``."""
+    seen = [0]
+
+    def match(params: Params) -> bool:
+        if params.get("InstanceType") != [instance_type]:
+            return False
+        seen[0] += 1
+        return seen[0] > after
+
+    return match
+
+
+def failover(run_dir: Path, refused: str) -> Failover:
+    found = failover_of(journal_rows(run_dir), refused)
+    assert found is not None, f"no launch of {refused} was refused"
+    print(
+        f"\nfailover from {refused} ({found.kind}): refused at {found.refused_at:.2f}s, "
+        f"re-planned at {found.replanned_at}, machines running elsewhere "
+        f"{found.to_running_s}s after the refusal (monitoring interval {INTERVAL_S:g}s); "
+        f"{found.refusals} refusals"
+    )
+    return found
+
+
+def test_a_deadline_job_refused_its_spot_type_runs_on_demand_within_one_interval(
+    world: Ec2World,
+) -> None:
+    """Spot (``fast``) is the cheaper way to the deadline; EC2 has none: the step that
+    hears of it buys on-demand ``small`` machines, which run before the next tick."""
+    world.proxy.fail(
+        "RunInstances",
+        "InsufficientInstanceCapacity",
+        status=500,
+        match=refuse_type("c5.large"),
+    )
+    job = {
+        "name": "sweep",
+        "bag": {"synthetic": 12},
+        "constraint": {"deadline_s": 40},
+        "task_s": {"small": 3, "fast": 1.5},
+    }
+    types: list[dict[str, Any]] = [
+        {"name": "small", "price": 2, "max_count": 3, "boot_s": 5},
+        {"name": "fast", "price": 1, "max_count": 3, "boot_s": 5},
+    ]
+    config = world.config(bag=None, constraint=None, jobs=[job], machine_types=types)
+    run_dir = world.tmp / "run"
+    proc = start_daemon(str(config), "--out", str(run_dir))
+    out = finish(proc)
+    assert proc.returncode == 0, out[-3000:]
+    found = failover(run_dir, "fast")
+    assert found.kind == "capacity"
+    assert found.same_step, "the refusal was not planned around in the step that heard it"
+    assert found.to_running_s is not None
+    report = assert_deadline_end(run_dir, 12)
+    assert {m["type"] for m in report["machines"]} == {"small"}
+    assert {i["InstanceType"] for i in world.instances(run_id_of(run_dir))} == {"t3.micro"}
+    (outcome,) = report["jobs"]
+    assert outcome["tasks_late"] == 0
+
+
+def test_a_spot_type_refused_after_sampling_is_replanned_onto_on_demand_at_once(
+    world: Ec2World,
+) -> None:
+    """Budget mode: after sampling (8 machines of each type) the plan wants more spot
+    ``fast``; EC2 has no more: the step that hears of it plans more on-demand
+    ``small`` instead. Every task is done once; the committed money stays within the
+    budget throughout."""
+    budget = 80.0
+    world.proxy.fail(
+        "RunInstances",
+        "InsufficientInstanceCapacity",
+        status=500,
+        match=refuse_type("c5.large", after=1),
+    )
+    n = 300
+    config = world.config(
+        bag={"synthetic": n},
+        constraint={"budget": budget},
+        machine_types=[
+            {"name": "small", "price": 1, "max_count": 12, "boot_s": 5},
+            {"name": "fast", "price": 3, "max_count": 10, "boot_s": 5},
+        ],
+        sampling={"delta": 0.5},  # n = 8, iw = 8
+        emulator={"runtime": {"dist": "normal", "mean_s": 6, "sd_s": 1}},
+    )
+    run_dir = world.tmp / "run"
+    proc = start_daemon(str(config), "--out", str(run_dir))
+    out = finish(proc, timeout=400)
+    assert proc.returncode == 0, out[-3000:]
+    found = failover(run_dir, "fast")
+    assert found.kind == "capacity"
+    assert found.same_step, "the refusal was not planned around in the step that heard it"
+    assert found.to_running_s is not None
+    plans = [d for _, _, d in journal_rows(run_dir, "Configure") if "unavailable" in d["reason"]]
+    assert plans
+    assert plans[0]["counts"]["small"] > 8
+    check_every_task_once(run_dir, n)
+    assert max(committed_over_time(run_dir)) <= budget + 1e-9
+    assert not world.running(run_id_of(run_dir))
