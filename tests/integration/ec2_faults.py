@@ -374,6 +374,56 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(data)
 
 
+# --- failover scenarios: a type refused, and what the run did about it -------------------------
+
+
+def refuse_type(instance_type: str, after: int = 0) -> Callable[[Params], bool]:
+    """A rule's match: RunInstances of ``instance_type`` after its first ``after``."""
+    seen = [0]
+
+    def match(params: Params) -> bool:
+        if params.get("InstanceType") != [instance_type]:
+            return False
+        seen[0] += 1
+        return seen[0] > after
+
+    return match
+
+
+SPOT_DEADLINE: dict[str, Any] = {
+    "bag": None,
+    "constraint": None,
+    "jobs": [
+        {
+            "name": "sweep",
+            "bag": {"synthetic": 12},
+            "constraint": {"deadline_s": 40},
+            "task_s": {"small": 3, "fast": 1.5},
+        }
+    ],
+    "machine_types": [
+        {"name": "small", "price": 2, "max_count": 3, "boot_s": 5},
+        {"name": "fast", "price": 1, "max_count": 3, "boot_s": 5},
+    ],
+}
+"""``Ec2World.config`` overrides: a deadline job for which spot ``fast`` (c5.large) is
+the cheaper way to the deadline, on-demand ``small`` (t3.micro) the other."""
+
+SPOT_BUDGET_TASKS = 300
+SPOT_BUDGET: dict[str, Any] = {
+    "bag": {"synthetic": SPOT_BUDGET_TASKS},
+    "constraint": {"budget": 80.0},
+    "machine_types": [
+        {"name": "small", "price": 1, "max_count": 12, "boot_s": 5},
+        {"name": "fast", "price": 3, "max_count": 10, "boot_s": 5},
+    ],
+    "sampling": {"delta": 0.5},  # n = 8, iw = 8
+    "emulator": {"runtime": {"dist": "normal", "mean_s": 6, "sd_s": 1}},
+}
+"""``Ec2World.config`` overrides: a budget run whose bag outlasts one ATU, so that after
+sampling (8 machines of each type) the plan wants more of spot ``fast``."""
+
+
 # --- what a run did about a refusal, from its journal ------------------------------------------
 
 JournalRow = tuple[float, str, dict[str, Any]]  # (run time, record type, its fields)

@@ -5,9 +5,7 @@ and the money committed never passes the budget."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -18,26 +16,20 @@ from tests.integration.daemon_helpers import (
     run_id_of,
     start_daemon,
 )
-from tests.integration.ec2_faults import Failover, Params, failover_of
+from tests.integration.ec2_faults import (
+    SPOT_BUDGET,
+    SPOT_BUDGET_TASKS,
+    SPOT_DEADLINE,
+    Failover,
+    failover_of,
+    refuse_type,
+)
 from tests.integration.ec2_world import Ec2World
 from tests.integration.test_ec2_daemon import check_every_task_once, finish
 
 pytestmark = pytest.mark.integration
 
 INTERVAL_S = 10.0  # the world's monitoring interval
-
-
-def refuse_type(instance_type: str, after: int = 0) -> Callable[[Params], bool]:
-    """A proxy rule's match: RunInstances of ``instance_type`` after its first ``after``."""
-    seen = [0]
-
-    def match(params: Params) -> bool:
-        if params.get("InstanceType") != [instance_type]:
-            return False
-        seen[0] += 1
-        return seen[0] > after
-
-    return match
 
 
 def failover(run_dir: Path, refused: str) -> Failover:
@@ -63,17 +55,7 @@ def test_a_deadline_job_refused_its_spot_type_runs_on_demand_within_one_interval
         status=500,
         match=refuse_type("c5.large"),
     )
-    job = {
-        "name": "sweep",
-        "bag": {"synthetic": 12},
-        "constraint": {"deadline_s": 40},
-        "task_s": {"small": 3, "fast": 1.5},
-    }
-    types: list[dict[str, Any]] = [
-        {"name": "small", "price": 2, "max_count": 3, "boot_s": 5},
-        {"name": "fast", "price": 1, "max_count": 3, "boot_s": 5},
-    ]
-    config = world.config(bag=None, constraint=None, jobs=[job], machine_types=types)
+    config = world.config(**SPOT_DEADLINE)
     run_dir = world.tmp / "run"
     proc = start_daemon(str(config), "--out", str(run_dir))
     out = finish(proc)
@@ -96,24 +78,15 @@ def test_a_spot_type_refused_after_sampling_is_replanned_onto_on_demand_at_once(
     ``fast``; EC2 has no more: the step that hears of it plans more on-demand
     ``small`` instead. Every task is done once; the committed money stays within the
     budget throughout."""
-    budget = 80.0
+    budget = SPOT_BUDGET["constraint"]["budget"]
     world.proxy.fail(
         "RunInstances",
         "InsufficientInstanceCapacity",
         status=500,
         match=refuse_type("c5.large", after=1),
     )
-    n = 300
-    config = world.config(
-        bag={"synthetic": n},
-        constraint={"budget": budget},
-        machine_types=[
-            {"name": "small", "price": 1, "max_count": 12, "boot_s": 5},
-            {"name": "fast", "price": 3, "max_count": 10, "boot_s": 5},
-        ],
-        sampling={"delta": 0.5},  # n = 8, iw = 8
-        emulator={"runtime": {"dist": "normal", "mean_s": 6, "sd_s": 1}},
-    )
+    n = SPOT_BUDGET_TASKS
+    config = world.config(**SPOT_BUDGET)
     run_dir = world.tmp / "run"
     proc = start_daemon(str(config), "--out", str(run_dir))
     out = finish(proc, timeout=400)

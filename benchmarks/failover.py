@@ -1,0 +1,229 @@
+"""The failover figure: from a refused launch to machines running elsewhere, on EC2.
+
+Real daemons (``autoscaler run``) against the moto server behind the test suite's fault
+proxy (``tests/integration/ec2_faults.py``), agents started over SSH on a loopback sshd,
+exactly as the integration tests run them. Spot ``fast`` (c5.large) is refused; the run
+may fail over to on-demand ``small`` (t3.micro). Two scenarios:
+
+* ``deadline``: a deadline job of 12 tasks for which ``fast`` is the cheaper way to the
+  deadline (40 s); every launch of ``fast`` is refused.
+* ``budget``: 300 tasks, budget 80, ATU 60 s; sampling (8 of each type) is let through,
+  then every launch of ``fast`` is refused (the plan wants more of it).
+
+Per scenario, in the same session, the refusal with a code the run recognizes
+(``InsufficientInstanceCapacity``; ``SpotMaxPriceTooLow``) and, as the baseline of "no
+failover", the same refusal with a code the run does not recognize (kind ``error``: what
+the base commit 0b36523 did with ``SpotMaxPriceTooLow``, ``UnfulfillableCapacity`` and
+``InsufficientCapacity``). A baseline run is stopped (SIGINT to the daemon this script
+started) ``--baseline-s`` (default 60) after its first refusal if it has not ended.
+
+Printed per run, in run seconds from the daemon's journal: when the first refusal came,
+when a launch of another type was decided (``same step``: in the step that heard of
+the refusal), when the first machine of such a launch was running (its agent took
+work), that time against the monitoring interval (10 s), the launches refused, tasks
+done and the most money committed against the budget.
+
+Run from the repository root::
+
+    .venv/bin/python -m benchmarks.failover [--baseline-s 60] [--scenarios deadline,budget]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+if __name__ == "__main__" and not __package__:  # ``python benchmarks/failover.py``
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import boto3
+
+from benchmarks.bats_scenarios import library_state, render_table
+from tests.integration.daemon_helpers import (
+    committed_over_time,
+    journal_rows,
+    run_id_of,
+    start_daemon,
+)
+from tests.integration.ec2_faults import (
+    SPOT_BUDGET,
+    SPOT_DEADLINE,
+    FaultProxy,
+    failover_of,
+    refuse_type,
+)
+from tests.integration.ec2_world import Ec2World
+from tests.integration.services import FAKE_AWS_ENV, moto_server
+from tests.integration.sshd import SshdFactory
+
+INTERVAL_S = 10.0  # the world config's monitoring interval
+UNRECOGNIZED = "SpotCapacityNotAvailable"  # a code the run does not know: kind ``error``
+
+
+@dataclass(frozen=True)
+class Case:
+    scenario: str  # deadline | budget
+    code: str
+    status: int
+    label: str
+
+
+CASES = (
+    Case("deadline", "InsufficientInstanceCapacity", 500, "failover"),
+    Case("deadline", "SpotMaxPriceTooLow", 400, "failover"),
+    Case("deadline", UNRECOGNIZED, 400, "baseline: no failover"),
+    Case("budget", "InsufficientInstanceCapacity", 500, "failover"),
+    Case("budget", UNRECOGNIZED, 400, "baseline: no failover"),
+)
+
+
+@contextlib.contextmanager
+def world(tmp: Path) -> Iterator[Ec2World]:
+    """moto behind the fault proxy, an sshd, a key: the integration tests' EC2 world."""
+    os.environ.update(FAKE_AWS_ENV)
+    os.environ["AWS_SECRET_ACCESS_KEY"] = "fake-secret-" + secrets.token_hex(8)
+    (tmp / "sshd").mkdir()
+    factory = SshdFactory(tmp / "sshd")
+    with moto_server(tmp) as moto:
+        try:
+            sshd = factory.start()
+            ec2 = boto3.client("ec2", endpoint_url=moto.endpoint, region_name="us-east-1")
+            with FaultProxy(moto.endpoint) as proxy:
+                remote = tmp / "remote"
+                remote.mkdir(mode=0o700)
+                secret = os.environ["AWS_SECRET_ACCESS_KEY"]
+                yield Ec2World(moto, proxy, sshd, ec2, tmp, remote, secret)
+        finally:
+            factory.close()
+
+
+def run_case(w: Ec2World, case: Case, n: int, baseline_s: float) -> list[str]:
+    """One daemon run of ``case``; its row of the table."""
+    w.moto.reset()
+    w.proxy.clear()
+    after = 1 if case.scenario == "budget" else 0  # budget: sampling gets its machines
+    match = refuse_type("c5.large", after=after)
+    w.proxy.fail("RunInstances", case.code, status=case.status, match=match)
+    overrides = SPOT_DEADLINE if case.scenario == "deadline" else SPOT_BUDGET
+    config = w.config(**overrides)
+    run_dir = w.tmp / f"run{n}"
+    print(f"{case.scenario} / {case.code}: running in {run_dir}", file=sys.stderr)
+    proc = start_daemon(str(config), "--out", str(run_dir))
+    baseline = case.label.startswith("baseline")
+    stopped = _wait(proc, run_dir, baseline_s if baseline else math.inf)
+    rows = journal_rows(run_dir)
+    found = failover_of(rows, "fast")
+    done = f"{sum(1 for _, ty, _ in rows if ty == 'TaskDone')}/{_tasks(overrides)}"
+    budget = (overrides.get("constraint") or {}).get("budget")
+    spent = max(committed_over_time(run_dir), default=0.0)
+    money = "-" if budget is None else f"{spent:.0f}/{budget:.0f}"
+    with contextlib.suppress(Exception):
+        leftover = w.running(run_id_of(run_dir))
+        if leftover:
+            w.ec2.terminate_instances(InstanceIds=leftover)
+    _stop_agents(w)
+    if found is None:
+        return [case.scenario, case.code, case.label, "none", *["-"] * 4, "0", done, money]
+    replan = "same step" if found.same_step else _at(found.replanned_at, found.refused_at)
+    to_run = found.to_running_s
+    return [
+        case.scenario,
+        case.code,
+        case.label,
+        found.kind,
+        f"{found.refused_at:.2f}",
+        replan,
+        "never" + (f" ({stopped})" if stopped else "") if to_run is None else f"{to_run:.2f}",
+        "-" if to_run is None else f"{to_run / INTERVAL_S:.2f}",
+        str(found.refusals),
+        done,
+        money,
+    ]
+
+
+def _tasks(overrides: dict[str, Any]) -> int:
+    bags = [overrides.get("bag")] + [j["bag"] for j in overrides.get("jobs") or ()]
+    return sum(b["synthetic"] for b in bags if b)
+
+
+def _at(t: float | None, since: float) -> str:
+    return "never" if t is None else f"+{t - since:.2f}"
+
+
+def _wait(proc: subprocess.Popen[str], run_dir: Path, baseline_s: float) -> str:
+    """Wait for the daemon to end; a run still going ``baseline_s`` after its first
+    refusal (or 400 s in all) is asked to stop. What stopped it, if we did."""
+    start = time.monotonic()
+    first: float | None = None
+    while proc.poll() is None:
+        if first is None and any(ty == "LaunchFailed" for _, ty, _ in journal_rows(run_dir)):
+            first = time.monotonic()
+        late = first is not None and time.monotonic() - first > baseline_s
+        if late or time.monotonic() - start > 400:
+            os.killpg(proc.pid, signal.SIGINT)
+            try:
+                proc.communicate(timeout=90)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate()
+            return "stopped by the benchmark"
+        time.sleep(0.5)
+    proc.communicate()
+    return ""
+
+
+def _stop_agents(w: Ec2World) -> None:
+    """Agents of the runs this script started (found by their remote directory)."""
+    for pid in w.agent_pids():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+HEADER = [
+    "scenario",
+    "refusal",
+    "run",
+    "kind",
+    "refused at s",
+    "re-planned",
+    "running elsewhere after s",
+    "/ interval",
+    "refused",
+    "tasks done",
+    "committed/budget",
+]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--baseline-s", type=float, default=6 * INTERVAL_S)
+    parser.add_argument("--scenarios", default="deadline,budget")
+    args = parser.parse_args()
+    chosen = set(args.scenarios.split(","))
+    state = library_state()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="failover-bench-") as tmp, world(Path(tmp)) as w:
+        for n, case in enumerate(c for c in CASES if c.scenario in chosen):
+            rows.append(run_case(w, case, n, args.baseline_s))
+    print(f"Library: {state}")
+    print(
+        f"Failover on EC2 (moto + fault proxy, agents over SSH); monitoring interval "
+        f"{INTERVAL_S:g} s; times in run seconds from the daemon's journal"
+    )
+    print(render_table(HEADER, rows, left=3))
+
+
+if __name__ == "__main__":
+    main()
