@@ -19,6 +19,7 @@ from autoscaler.config.schema import Emulator as EmulatorModel
 from autoscaler.config.schema import RunConfig
 from autoscaler.core.billing import BillingModel
 from autoscaler.core.errors import AutoscalerError
+from autoscaler.core.journal import decode, encode
 from autoscaler.core.model import (
     Action,
     Configure,
@@ -37,6 +38,7 @@ from autoscaler.providers.base import Capabilities, MachineRecord, failure_kind
 from autoscaler.providers.sim import SimProvider
 from autoscaler.run.build import make_controller, new_state
 from autoscaler.run.emulator import Emulator
+from autoscaler.run.machines import LaunchDone, launch_events
 from autoscaler.run.refusals import Holds, refusal
 from autoscaler.run.start import task_means
 from tests.conftest import make_config
@@ -176,6 +178,39 @@ def test_a_limit_holds_the_refusing_providers_types_and_a_capacity_error_one_typ
     assert not state.launchable("e2", 611.0)
     assert state.launchable("e2", 901.0)
     assert state.committed == 0.0  # the launches never happened: nothing is paid
+
+
+class Log:
+    """Takes the daemon's log call for a refused launch."""
+
+    def warning(self, event: str, **fields: object) -> None:
+        self.last = (event, fields)
+
+
+def test_the_daemon_turns_a_quota_refusal_into_a_hold_of_the_providers_types() -> None:
+    """``launch_events``: the provider's code and its types (``LaunchDone.siblings``)
+    become a ``LaunchFailed`` that holds them ``limit_hold_s`` and then lets them
+    recover over ``recover_s`` (the ``ec2`` section's), and the journal keeps it whole."""
+    cfg = make_config(
+        provider="sim",
+        ec2={
+            "region": "us-east-1",
+            "ami": "ami-1",
+            "ssh": {"key_file": "/nonexistent/key"},
+            "types": {"slow": {"instance_type": "t3.micro"}, "fast": {"instance_type": "c5.large"}},
+            "limit_hold_s": 120,
+            "recover_s": 900,
+        },
+    )
+    state = new_state(cfg, 10, 1)
+    launch = Launch("fast", 2, "L0")
+    state.apply(0.0, launch)
+    done = LaunchDone(launch, (), "quota", "MaxSpotInstanceCountExceeded", False, ("fast",))
+    (failed,) = launch_events(done, state, cfg, 5.0, Log())
+    assert failed == LaunchFailed(
+        "L0", "fast", 2, "quota", "limit", 125.0, types=("fast",), recover_s=900.0
+    )
+    assert decode("event", "LaunchFailed", encode(failed)) == failed
 
 
 def test_a_type_refused_comes_back_at_half_weight_and_regains_it_over_the_window() -> None:
