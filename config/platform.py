@@ -43,10 +43,15 @@ class MachineType(ConfigModel):
     """A cloud offering: all machines of a type are alike."""
 
     name: Name
-    price: PositiveFloat = Field(description="price per ATU of one machine")
+    price: float = Field(
+        ge=0, description="price per ATU of one machine (0: free, as a cluster's own time)"
+    )
     max_count: PositiveInt = Field(description="at most this many machines at once")
     boot_s: Seconds = Field(
         default=120.0, ge=0, description="launch to ready; the planner's estimate"
+    )
+    provider: Name | None = Field(
+        default=None, description="with providers: the name of the provider it comes from"
     )
 
 

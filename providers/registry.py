@@ -7,9 +7,13 @@ local run needs neither boto3 nor fabric. A new kind is a module and one row her
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from autoscaler.core.errors import ConfigError
 from autoscaler.providers.kind import ProviderKind
+
+if TYPE_CHECKING:
+    from autoscaler.config.schema import Platform
 
 
 def _sim() -> ProviderKind:
@@ -67,3 +71,8 @@ def real_kinds() -> tuple[str, ...]:
 def is_emulated(name: str) -> bool:
     """Whether kind ``name`` only emulates machines (dry runs only)."""
     return not kind(name).real
+
+
+def emulated(cfg: Platform) -> bool:
+    """Whether every provider of ``cfg`` only emulates machines (dry runs only)."""
+    return all(is_emulated(cfg.kind_of(name)) for name in cfg.provider_names())

@@ -45,7 +45,7 @@ from autoscaler.providers.base import (
 from autoscaler.run.wiring import holds
 
 if TYPE_CHECKING:
-    from autoscaler.bootstrap.ssh import SshBootstrap
+    from autoscaler.providers.kind import Bootstrapper
 
 TERMINATE_TRIES = 8
 """How often a refused terminate is tried (with backoff) before it is left to the end."""
@@ -144,7 +144,7 @@ class MachineLifecycle:
 
     cfg: RunConfig
     provider: Provider
-    bootstrap: SshBootstrap | None
+    bootstrap: Bootstrapper | None
     inbox: queue.SimpleQueue[object]  # the daemon's
     scheduler: BaseScheduler  # closes tunnels after their grace
     log: Any
@@ -183,7 +183,7 @@ class MachineLifecycle:
 
     def boot(self, mid: str) -> None:
         """Start ``mid``'s agent over SSH (EC2 runs with SSH bootstrap; else nothing)."""
-        if self.bootstrap is None or mid in self._booting:
+        if self.bootstrap is None or mid in self._booting or not self.bootstrap.handles(mid):
             return
         self._booting.add(mid)
         future = self._boot_executor.submit(self._bootstrap_machine, mid)
@@ -204,13 +204,12 @@ class MachineLifecycle:
         Failure becomes a lost machine (terminated, its tasks re-queued), never a crash.
         """
         boot = self.bootstrap
-        ssh = self.cfg.ec2.ssh if self.cfg.ec2 is not None else None
         assert boot is not None
-        assert ssh is not None
-        deadline = time.monotonic() + ssh.timeout_s
+        timeout_s = boot.timeout_s(mid)
+        deadline = time.monotonic() + timeout_s
         try:
             status = Retrying(
-                stop=stop_after_delay(ssh.timeout_s),
+                stop=stop_after_delay(timeout_s),
                 wait=wait_exponential(multiplier=1.0, max=10.0),
                 retry=retry_if_result(_booting),
                 sleep=self._nap,
