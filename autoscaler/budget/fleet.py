@@ -3,28 +3,32 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from autoscaler.budget.settings import EPS
+from autoscaler.core.limits import ProviderLimit, new_caps
 from autoscaler.core.model import Defer, Launch, Mark
 from autoscaler.core.step import Step
 
 
-def meet_target(s: Step) -> None:
+def meet_target(s: Step, limits: Sequence[ProviderLimit] = ()) -> None:
     """Launch, keep and mark machines so each type moves towards ``state.target``.
 
     A launch that must wait (an outage of its type, an account hold) is deferred: the
     state learns which types wait (``Defer``) and a tick tries again.
     """
     state = s.state
-    waiting = () if state.stopped or state.awaiting_budget else _launch_or_mark(s)
+    waiting = () if state.stopped or state.awaiting_budget else _launch_or_mark(s, limits)
     if waiting != s.state.deferred:
         s.do(Defer(waiting))
 
 
-def _launch_or_mark(s: Step) -> tuple[str, ...]:
-    """The launches and marks towards the target; returns the types whose launch waits."""
+def _launch_or_mark(s: Step, limits: Sequence[ProviderLimit]) -> tuple[str, ...]:
+    """The launches and marks towards the target; returns the types whose launch waits.
+    A limited provider's room caps the launches of its types, whatever the target."""
     state = s.state
     waiting: list[str] = []
+    caps = new_caps(state, limits) if limits else None
     for name, want in state.target.items():
         t = state.types[name]
         alive = [m for m in state.alive_machines() if m.type.name == name]
@@ -38,6 +42,8 @@ def _launch_or_mark(s: Step) -> tuple[str, ...]:
                 s.do(Mark(m.id, release=False))
                 have += 1
             room = t.max_count - len(alive) - in_flight
+            if caps is not None:
+                room = min(room, caps[name])
             count = min(want - have, room)
             if state.budget is not None:
                 unit = state.billing.cost(t.price, state.billing.first_step_s)

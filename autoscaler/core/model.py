@@ -32,6 +32,7 @@ class TypeSpec:
     price: float  # per ATU, per machine
     max_count: int  # A_i
     boot_s: float  # launch to ready, the planner's estimate (β)
+    provider: str = ""  # the name of the provider it comes from
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +88,7 @@ class MachineLaunched:
     type: str
     token: str
     at: float | None = None
+    provider: str = ""  # the name of the provider that started it (a run of several)
 
 
 @dataclass(frozen=True, slots=True)

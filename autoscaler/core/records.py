@@ -225,3 +225,12 @@ class RunRecords:
             end = m.ended_at if m.ended_at is not None else self.now
             total += self.billing.cost(m.type.price, end - m.launched_at)
         return total
+
+    def by_provider(self) -> dict[str, tuple[int, float]]:
+        """Provider name -> (machines alive, money committed to its machines so far)."""
+        out: dict[str, tuple[int, float]] = {}
+        for m in self.machines.values():
+            alive, money = out.get(m.type.provider, (0, 0.0))
+            paid = self.billing.cost(m.type.price, m.paid_until - m.launched_at)
+            out[m.type.provider] = (alive + (m.ended_at is None), money + paid)
+        return out

@@ -20,6 +20,7 @@ from autoscaler.config.schema import RunConfig
 from autoscaler.config.service import ServiceConfig
 from autoscaler.core.billing import BillingModel
 from autoscaler.core.errors import AutoscalerError
+from autoscaler.core.limits import ProviderLimit
 from autoscaler.core.model import (
     Action,
     Configure,
@@ -53,7 +54,10 @@ def billing_model(cfg: RunConfig) -> BillingModel:
 
 
 def type_specs(cfg: RunConfig) -> list[TypeSpec]:
-    return [TypeSpec(t.name, t.price, t.max_count, t.boot_s) for t in cfg.machine_types]
+    return [
+        TypeSpec(t.name, t.price, t.max_count, t.boot_s, cfg.provider_of(t.name))
+        for t in cfg.machine_types
+    ]
 
 
 def controller_settings(cfg: RunConfig) -> ControllerSettings:
@@ -65,7 +69,18 @@ def controller_settings(cfg: RunConfig) -> ControllerSettings:
         tail_replication=cfg.tail_replication,
         solver=cfg.solver,
         on_shortfall=cfg.constraint.on_shortfall,
+        limits=provider_limits(cfg),
     )
+
+
+def provider_limits(cfg: RunConfig) -> tuple[ProviderLimit, ...]:
+    """Each provider's limits across its types (``providers:``), as the planners take them."""
+    out = []
+    for name in cfg.provider_names():
+        limit = cfg.limits(name)
+        hours = limit.machine_hours
+        out.append(ProviderLimit(name, limit.max_machines, None if hours is None else hours * 3600))
+    return tuple(out)
 
 
 def planning_settings(cfg: RunConfig) -> ControllerSettings:
@@ -83,6 +98,7 @@ def deadline_settings(cfg: RunConfig) -> DeadlineSettings:
         sample=d.sample,
         z=cfg.sampling.z,
         keep_open=d.keep_open,
+        limits=provider_limits(cfg),
     )
 
 

@@ -96,7 +96,15 @@ def launch_events(
     for rec in done.records[: launch.count]:
         if rec.id in state.machines:
             continue
-        events.append(MachineLaunched(rec.id, launch.type, launch.token, at=rec.launched_at))
+        events.append(
+            MachineLaunched(
+                rec.id,
+                launch.type,
+                launch.token,
+                at=rec.launched_at,
+                provider="" if cfg.providers is None else cfg.provider_of(launch.type),
+            )
+        )
     missing = launch.count - len(events)
     if missing > 0:
         reason = done.error or "the provider started fewer machines than asked"

@@ -172,7 +172,8 @@ def test_unknown_nested_field(tmp_path: Path) -> None:
 def test_negative_price(tmp_path: Path) -> None:
     """A negative price names the field and the value."""
     text = GOOD.replace("price: 3", "price: -3")
-    assert "machine_types[1].price: must be greater than or equal to 0 (got -3)" in problems(tmp_path, text)
+    bad = "machine_types[1].price: must be greater than or equal to 0 (got -3)"
+    assert bad in problems(tmp_path, text)
 
 
 def test_zero_max_count(tmp_path: Path) -> None:
