@@ -191,10 +191,12 @@ class Platform(ConfigModel):
 
     def _several_providers(self) -> None:
         providers = self.providers or {}
-        if "provider" in self.model_fields_set:
+        # A config written back (a run directory's) has every field: only values other
+        # than the defaults are a second provider given.
+        if self.provider != "sim":
             raise ValueError("give either provider (one provider) or providers (several), not both")
         for field in SECTIONS:
-            if field in self.model_fields_set:
+            if getattr(self, field) not in (None, Local()):
                 raise ValueError(
                     f"with providers, a provider's settings go in its entry: move {field}: "
                     "into providers.<name> (with kind: " + field + ")"

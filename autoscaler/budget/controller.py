@@ -168,7 +168,7 @@ class Controller:
         if self.settings.policy == "bats" and not state.stopped:
             self._monitor(s, news)
         elif news.tick and state.deferred and not state.stopped:
-            meet_target(s, self.settings.limits)
+            meet_target(s)
         self._dispatch(s, _to_serve(s, news))
         self._finish_or_stall(s)
         return s.actions
@@ -224,10 +224,10 @@ class Controller:
         if self.settings.policy == "round_robin":
             counts = {name: t.max_count for name, t in state.types.items()}
             s.do(Configure(counts, None, None, "round robin: every machine"))
-            meet_target(s, self.settings.limits)
+            meet_target(s)
             return
         s.do(self.sampling(state))
-        meet_target(s, self.settings.limits)
+        meet_target(s)
 
     def _monitor(self, s: Step, news: _News) -> None:
         """Monitor the plan; re-plan on a new budget, a resumption or a type without
@@ -248,7 +248,7 @@ class Controller:
             why = f"{', '.join(sorted(set(news.unavailable)))} unavailable: plan without it"
             replanned = monitor.replan(settings, s, est, n_e, why, force=True)
         if replanned or news.lost or (news.tick and state.deferred):
-            meet_target(s, self.settings.limits)
+            meet_target(s)
 
     def _fits(self, s: Step, m: Machine) -> bool:
         """Whether a new task is likely (mean + one σ) to finish within ``m``'s paid time."""
@@ -292,7 +292,7 @@ class Controller:
         if state.stopped or state.awaiting_budget or state.pending_launches or state.any_alive():
             return
         # Nothing runs and tasks are left: start again if the budget allows, else stop.
-        meet_target(s, self.settings.limits)
+        meet_target(s)
         if not state.pending_launches and not state.deferred:
             left = money_left(state)
             s.do(

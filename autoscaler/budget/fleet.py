@@ -3,32 +3,31 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 from autoscaler.budget.settings import EPS
-from autoscaler.core.limits import ProviderLimit, new_caps
+from autoscaler.core.limits import new_caps
 from autoscaler.core.model import Defer, Launch, Mark
 from autoscaler.core.step import Step
 
 
-def meet_target(s: Step, limits: Sequence[ProviderLimit] = ()) -> None:
+def meet_target(s: Step) -> None:
     """Launch, keep and mark machines so each type moves towards ``state.target``.
 
     A launch that must wait (an outage of its type, an account hold) is deferred: the
     state learns which types wait (``Defer``) and a tick tries again.
     """
     state = s.state
-    waiting = () if state.stopped or state.awaiting_budget else _launch_or_mark(s, limits)
+    waiting = () if state.stopped or state.awaiting_budget else _launch_or_mark(s)
     if waiting != s.state.deferred:
         s.do(Defer(waiting))
 
 
-def _launch_or_mark(s: Step, limits: Sequence[ProviderLimit]) -> tuple[str, ...]:
+def _launch_or_mark(s: Step) -> tuple[str, ...]:
     """The launches and marks towards the target; returns the types whose launch waits.
     A limited provider's room caps the launches of its types, whatever the target."""
     state = s.state
     waiting: list[str] = []
-    caps = new_caps(state, limits) if limits else None
+    caps = new_caps(state) if state.limits else None
     for name, want in state.target.items():
         t = state.types[name]
         alive = [m for m in state.alive_machines() if m.type.name == name]

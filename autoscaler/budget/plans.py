@@ -36,7 +36,7 @@ def budget_problem(
         billing=state.billing,
         cushion_z=settings.cushion_z,
         final_loss=settings.final_loss,
-        groups=rooms(state, settings.limits),
+        groups=rooms(state),
     )
 
 

@@ -191,7 +191,7 @@ def probe(settings: ControllerSettings, s: Step, m: Machine) -> bool:
             "its machines go at the end of their paid time"
         )
         s.do(Configure(counts, None, None, why))
-        meet_target(s, settings.limits)
+        meet_target(s)
     return False
 
 

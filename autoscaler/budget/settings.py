@@ -6,7 +6,6 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from autoscaler.core.limits import ProviderLimit
 from autoscaler.core.solve import Solver
 from autoscaler.core.state import RunState
 
@@ -34,7 +33,6 @@ class ControllerSettings:
     reserve_cost: float = 0.1  # ...unless that reserve makes the plan this much slower
     hold_after_sampling: bool = False  # `autoscaler plan`: Hold once the samples are in
     sampling_mode: Literal["plain", "compact"] = "plain"  # compact: slides 001 (budget.sampling)
-    limits: tuple[ProviderLimit, ...] = ()  # per provider: machines at once, machine time
 
 
 def planned(state: RunState) -> bool:

@@ -5,19 +5,11 @@ config). The planners take these as constraints; the state says what is used."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 
+from autoscaler.core.records import Machine
 from autoscaler.core.state import RunState
-
-
-@dataclass(frozen=True, slots=True)
-class ProviderLimit:
-    """A provider's limits, as the config gives them (None: no limit)."""
-
-    name: str
-    max_machines: int | None = None
-    machine_s: float | None = None  # machine seconds the run may use there, in all
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,10 +28,10 @@ class Room:
         return self.machines if by_time is None else min(self.machines, by_time)
 
 
-def rooms(state: RunState, limits: Sequence[ProviderLimit]) -> list[Room]:
-    """The room left under each limited provider of ``limits``."""
+def rooms(state: RunState) -> list[Room]:
+    """The room left under each limited provider of the run (``state.limits``)."""
     out = []
-    for limit in limits:
+    for limit in state.limits:
         if limit.max_machines is None and limit.machine_s is None:
             continue
         types = tuple(n for n, t in state.types.items() if t.provider == limit.name)
@@ -68,16 +60,17 @@ def apportion(room: Room, wanted: Mapping[str, int], unit_s: float) -> dict[str,
     return caps
 
 
-def new_caps(state: RunState, limits: Sequence[ProviderLimit]) -> dict[str, int]:
+def new_caps(state: RunState) -> dict[str, int]:
     """Per machine type, how many new machines may be launched now: its own maximum less
-    its live machines and launches in flight, with each limited provider's room (less its live machines, and the
-    machine time for one unit each) shared among its types in proportion to that."""
+    its live machines and launches in flight, with each limited provider's room (less
+    those, and the machine time for one unit each) shared among its types in proportion
+    to that."""
     flying = dict.fromkeys(state.types, 0)
     for name, count in state.pending_launches.values():
         flying[name] = flying.get(name, 0) + count
     caps = {n: max(0, t.max_count - state.count_alive(n)) for n, t in state.types.items()}
     unit_s = state.billing.first_step_s
-    for room in rooms(state, limits):
+    for room in rooms(state):
         used = sum(state.count_alive(n) for n in room.types)  # launches in flight too
         seconds = (
             None
@@ -91,3 +84,12 @@ def new_caps(state: RunState, limits: Sequence[ProviderLimit]) -> dict[str, int]
         )
         caps.update(apportion(left, caps, unit_s))
     return caps
+
+
+def may_extend(state: RunState, m: Machine) -> bool:
+    """Whether ``m``'s provider has the machine time for its next step (always, but
+    under a ``machine_hours`` limit)."""
+    for room in rooms(state):
+        if m.type.name in room.types and room.seconds is not None:
+            return room.seconds >= state.billing.step_s - 1e-9
+    return True

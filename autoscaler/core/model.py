@@ -77,6 +77,15 @@ class MachineState(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
+class ProviderLimit:
+    """What a run may take from one provider across its types (None: no limit)."""
+
+    name: str
+    max_machines: int | None = None  # machines at once (a quota)
+    machine_s: float | None = None  # machine seconds the run may use there, in all
+
+
+@dataclass(frozen=True, slots=True)
 class MachineLaunched:
     """A provider accepted a launch: the machine exists and is being paid for.
 

@@ -17,6 +17,7 @@ from autoscaler.core.model import (
     JobSpec,
     Late,
     MachineState,
+    ProviderLimit,
     Shortfall,
     TaskState,
     TypeSpec,
@@ -78,6 +79,7 @@ class RunRecords:
     billing: BillingModel
     budget: float | None
     n_tasks: int
+    limits: tuple[ProviderLimit, ...] = ()  # per provider: machines at once, machine time
     max_retries: int = 2
     now: float = 0.0  # run time of the last record applied
     machines: dict[str, Machine] = field(default_factory=dict)

@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from autoscaler.core.limits import ProviderLimit
 from autoscaler.core.model import JobSpec, MachineState
 from autoscaler.core.solve import Solver
 from autoscaler.core.state import Machine, RunState
@@ -29,7 +28,6 @@ class DeadlineSettings:
     late_change: float = 0.1  # a lateness is said again when it changes by this share
     guard_z: float = 2.0  # plans and moves aim this many task-time sds before a deadline
     keep_open: bool = False  # a pool: no Stop when the work is done; jobs join (JobAdded)
-    limits: tuple[ProviderLimit, ...] = ()  # per provider: machines at once, machine time
 
 
 def task_times(cfg: DeadlineSettings, state: RunState, job: JobSpec) -> dict[str, float]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from autoscaler.core.limits import ProviderLimit, new_caps
+from autoscaler.core.limits import new_caps
 from autoscaler.core.model import Assign, Launch
 from autoscaler.core.state import RunState
 from autoscaler.core.step import Step
@@ -70,10 +70,10 @@ def running_machines(state: RunState, now: float) -> list[RunningMachine]:
     return out
 
 
-def plan_types(state: RunState, limits: Sequence[ProviderLimit] = ()) -> list[MachineType]:
+def plan_types(state: RunState) -> list[MachineType]:
     """The types new machines may come from, each with how many it may launch (its
     provider's limits shared among the provider's types: ``core.limits.new_caps``)."""
-    caps = new_caps(state, limits)
+    caps = new_caps(state)
     return [
         MachineType(
             t.name,
@@ -108,7 +108,7 @@ def plan_jobs(cfg: DeadlineSettings, s: PlanStep) -> bool:
     if not jobs:
         return False
     machines = running_machines(state, s.now)
-    types = plan_types(state, cfg.limits)
+    types = plan_types(state)
     result: DeadlineResult | None = None
     for factor in (1.0, *RELAX):
         relaxed = [relax(j, s.now, factor, types) for j in jobs]

@@ -4,9 +4,8 @@ be launched, side by side, before the job is planned."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
-from autoscaler.core.limits import ProviderLimit, new_caps
+from autoscaler.core.limits import new_caps
 from autoscaler.core.model import Assign, Launch
 from autoscaler.core.step import Step
 from autoscaler.deadline.jobs import EPS, DeadlineSettings, is_sampling, launchable
@@ -42,12 +41,10 @@ def sample(cfg: DeadlineSettings, s: Step) -> None:
             if give <= 0:
                 continue
             chosen, pending = pending[:give], pending[give:]
-            spread_sample(s, name, chosen, cfg.limits)
+            spread_sample(s, name, chosen)
 
 
-def spread_sample(
-    s: Step, name: str, tasks: list[int], limits: Sequence[ProviderLimit] = ()
-) -> None:
+def spread_sample(s: Step, name: str, tasks: list[int]) -> None:
     """Run sample ``tasks`` on type ``name`` side by side, the deadline running: one
     each on its idle machines, then one each on new machines the limits and the
     budget allow, the rest queued on the least loaded machine of the type."""
@@ -56,7 +53,7 @@ def spread_sample(
     for m in mine:
         if tasks and m.idle:
             s.do(Assign(tasks.pop(0), m.id))
-    room = new_caps(state, limits)[name]
+    room = new_caps(state)[name]
     if state.budget is not None:
         unit = state.billing.cost(state.types[name].price, state.billing.first_step_s)
         room = min(room, math.floor((state.budget - state.committed) / unit + EPS))

@@ -111,7 +111,7 @@ def buy_for_late(
         times = task_times(cfg, state, job) or dict(job.task_s)
         if times:
             jobs.append(DeadlineJob(name, len(items), deadlines[name], times))
-    types = plan_types(state, cfg.limits)
+    types = plan_types(state)
     result = solve_new(jobs, types, state.billing, s.now, solver=cfg.solver)
     if result.plan is None:
         return False, "deadline"

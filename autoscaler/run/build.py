@@ -20,7 +20,6 @@ from autoscaler.config.schema import RunConfig
 from autoscaler.config.service import ServiceConfig
 from autoscaler.core.billing import BillingModel
 from autoscaler.core.errors import AutoscalerError
-from autoscaler.core.limits import ProviderLimit
 from autoscaler.core.model import (
     Action,
     Configure,
@@ -30,6 +29,7 @@ from autoscaler.core.model import (
     Late,
     Launch,
     Move,
+    ProviderLimit,
     Release,
     Shortfall,
     Stop,
@@ -69,7 +69,6 @@ def controller_settings(cfg: RunConfig) -> ControllerSettings:
         tail_replication=cfg.tail_replication,
         solver=cfg.solver,
         on_shortfall=cfg.constraint.on_shortfall,
-        limits=provider_limits(cfg),
     )
 
 
@@ -98,7 +97,6 @@ def deadline_settings(cfg: RunConfig) -> DeadlineSettings:
         sample=d.sample,
         z=cfg.sampling.z,
         keep_open=d.keep_open,
-        limits=provider_limits(cfg),
     )
 
 
@@ -161,6 +159,7 @@ def new_state(cfg: RunConfig, n_tasks: int, seed: int) -> RunState:
         sample_target=n,
         paired=min(cfg.sampling.replicated, n) if cfg.sampling.mode == "compact" else 0,
         jobs=jobs,
+        limits=provider_limits(cfg),
     )
 
 
