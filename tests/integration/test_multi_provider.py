@@ -11,15 +11,12 @@ from typing import Any
 import pytest
 import yaml
 
-from autoscaler.config.load import expand_bag, load_config
-from autoscaler.run.daemon import Daemon
-from autoscaler.run.rundir import RunFiles
 from tests.integration.daemon_helpers import (
     assert_clean_end,
     journal_rows,
-    kill_agents,
     local_fields,
     run_cli,
+    run_in_process,
 )
 
 pytestmark = pytest.mark.integration
@@ -40,16 +37,6 @@ def two_providers(tmp: Path, *, quota: int = 2, **work: Any) -> Path:
     path = tmp / "run.yaml"
     path.write_text(yaml.safe_dump(data), encoding="utf-8")
     return path
-
-
-def run_in_process(config: Path, run_dir: Path) -> Any:
-    cfg = load_config(config)
-    tasks = expand_bag(cfg, source=str(config))
-    files = RunFiles.create(cfg, tasks, run_dir, f"{cfg.name}-{run_dir.name}", cfg.emulator.seed)
-    try:
-        return Daemon(files, install_signals=False).run()
-    finally:
-        kill_agents(files.run_id)
 
 
 def test_a_bag_runs_on_two_providers_within_budget_and_quota(tmp_path: Path) -> None:
