@@ -5,6 +5,7 @@ each machine's provider."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,9 @@ from tests.integration.daemon_helpers import (
     local_fields,
     run_cli,
     run_in_process,
+    wait_for,
 )
+from tests.integration.service_helpers import ServiceProcess, service_config_from
 
 pytestmark = pytest.mark.integration
 
@@ -88,3 +91,36 @@ def test_cleanup_sweeps_every_provider_of_the_config(tmp_path: Path) -> None:
     result = run_cli("cleanup", str(config), "--yes", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "no stray machines of ours in here (local), there (local)" in result.stdout
+
+
+def test_the_service_runs_a_job_on_two_providers_and_names_them(tmp_path: Path) -> None:
+    """`autoscaler serve` on a platform of two local providers: a budget job runs on both,
+    its machines carry their provider while it runs (the API's job view), and its report
+    splits cost per provider; the service's status names its providers."""
+    run_config = two_providers(tmp_path, quota=2)
+    config = service_config_from(run_config, max_running_jobs=2)
+    svc = ServiceProcess(config, tmp_path / "state")
+    try:
+        job_id = svc.submit(
+            {"name": "sweep", "bag": {"synthetic": 60}, "constraint": {"budget": 30}}
+        )
+        seen: set[tuple[str, str]] = set()
+
+        def done() -> bool:
+            view = svc.view(job_id)
+            seen.update((m["type"], m["provider"]) for m in view["machines"])
+            return bool(view["state"] == "done")
+
+        wait_for(done, 300, "the job to finish")
+        assert seen, "machines were seen while the job ran"
+        assert seen <= {("small", "here"), ("fast", "there")}
+        view = svc.view(job_id)
+        report = json.loads((Path(view["run_dir"]) / "report.json").read_text())
+        assert set(report["providers"]) == {"here", "there"}
+        assert sum(p["cost"] for p in report["providers"].values()) == pytest.approx(
+            report["cost"], abs=1e-3
+        )
+        status = svc.client.call("GET", "/api/v1/status")
+        assert status["service"]["provider"] == "here (local), there (local)"
+    finally:
+        assert svc.stop() == 0
