@@ -44,6 +44,8 @@ from autoscaler.config.platform import (
     Sampling,
     Sge,
     SgeType,
+    Slurm,
+    SlurmType,
     Ssh,
 )
 from autoscaler.config.work import (
@@ -88,6 +90,8 @@ __all__ = [
     "Seconds",
     "Sge",
     "SgeType",
+    "Slurm",
+    "SlurmType",
     "Ssh",
     "SweepValues",
     "TraceRuntime",
@@ -109,14 +113,15 @@ class Platform(ConfigModel):
     name: str = "run"
     machine_types: list[MachineType] = Field(min_length=1)
     billing: Billing = Field(default_factory=Billing)
-    provider: Literal["sim", "local", "sge", "ec2"] = Field(
+    provider: Literal["sim", "local", "sge", "slurm", "ec2"] = Field(
         default="sim",
         description="sim: dry runs only; local: worker processes on this host; "
-        "sge: Grid Engine jobs; ec2: Amazon EC2 instances",
+        "sge: Grid Engine jobs; slurm: Slurm jobs; ec2: Amazon EC2 instances",
     )
     local: Local = Field(default_factory=Local)
     ec2: Ec2 | None = None
     sge: Sge | None = None
+    slurm: Slurm | None = None
     daemon: Daemon = Field(default_factory=Daemon)
     policy: Literal["bats", "round_robin"] = Field(
         default="bats",
@@ -161,11 +166,13 @@ class Platform(ConfigModel):
         self._provider_section(names)
 
     def _provider_section(self, names: set[str]) -> None:
-        section: Ec2 | Sge | None = None
+        section: Ec2 | Sge | Slurm | None = None
         if self.provider == "ec2":
             section = self.ec2
         elif self.provider == "sge":
             section = self.sge
+        elif self.provider == "slurm":
+            section = self.slurm
         else:
             return
         if section is None:

@@ -1,0 +1,453 @@
+"""Slurm machines: each machine is a Slurm batch job that runs the worker agent.
+
+As on Grid Engine (``sge``), a machine type maps onto a partition and a resource request
+(``SlurmType``: partition, constraint, cpus, memory, more sbatch arguments); the ATU and
+prices are the config's. A job's ``--time`` is one paid unit (whole minutes, at least
+one): Slurm ends a machine at the latest when its unit does, so a machine the daemon
+lost track of never runs on unpaid. Agents reach the dispatcher over the cluster network
+and read the run's token from ``--token-file`` (the run directory's ``token``, on a
+filesystem the nodes share); the token is never on the sbatch command line. Jobs run with
+``--export=NIL``: the user's own environment on the node, nothing of the daemon's.
+
+The tag is the job name, ``as.<run id>.<machine id>`` (``sge_output.job_name``). Machine
+ids are ``<type>-<token>-<i>``, so a repeated launch of a token submits only its machines
+that are not queued or running: ``launch`` is idempotent. ``describe`` reads one
+``squeue --states=all`` of the user's jobs: Slurm keeps an ended job there for
+``MinJobAge`` seconds with its end state; a job absent from it has ended long ago (no
+``sacct``: the test cluster, like many small ones, has no accounting database). A job
+pending for a reason it never leaves (a partition that cannot give what it asks) is
+cancelled and reported TERMINATED, so the daemon replaces it.
+
+Offers (paper 003): for a slice of n tasks, Slurm itself says when a job of that shape
+would start (``sbatch --test-only``); the offer is that start plus the waves the n
+tasks take on the processors it would get. Our code never sees the cluster's load.
+
+Every command goes through one seam, a ``CommandRunner`` (``sge``'s); output is read by
+the pure parsers of ``slurm_output``. A failing command is an ``AutoscalerError`` with
+code ``"SlurmError"`` (retryable when slurmctld could not be reached); an sbatch that
+Slurm refuses for the type's request (a partition or feature it does not have) is
+``"Unsupported"``: plan without that type.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from autoscaler.bootstrap.agent_start import AgentSettings
+from autoscaler.core.errors import AutoscalerError
+from autoscaler.providers import slurm_output
+from autoscaler.providers.base import (
+    Capabilities,
+    MachineRecord,
+    MachineStatus,
+    Provider,
+    ProviderState,
+    check_launch,
+    machine_ids,
+    split_machine_id,
+)
+from autoscaler.providers.kind import (
+    ProviderKind,
+    RunContext,
+    Sweeper,
+    TaggedMachine,
+    agent_settings,
+)
+from autoscaler.providers.offer import Offer, OfferRequest
+from autoscaler.providers.sge import CommandResult, CommandRunner
+from autoscaler.providers.sge_output import job_name, parse_job_name
+from autoscaler.providers.slurm_output import ERROR_CODE, SQUEUE_FORMAT, Job
+
+if TYPE_CHECKING:
+    from autoscaler.config.schema import Platform
+
+COMMAND_TIMEOUT_S = 60.0
+
+# What Slurm's clients print when slurmctld cannot be reached or is too busy: the same
+# call may work later.
+_UNREACHABLE = (
+    "unable to contact slurm controller",
+    "socket timed out",
+    "zero bytes were transmitted",
+    "temporarily unable",
+    "timed out after",
+)
+# What sbatch prints when the request of a type cannot be met by this cluster at all.
+_UNSUPPORTED = (
+    "invalid partition",
+    "invalid feature",
+    "requested node configuration is not available",
+    "memory specification can not be satisfied",
+    "more processors requested than permitted",
+)
+
+
+def run_command(argv: Sequence[str]) -> CommandResult:
+    """Run a Slurm client command; a missing binary or a timeout is a result too."""
+    try:
+        proc = subprocess.run(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=COMMAND_TIMEOUT_S,
+            check=False,
+        )
+    except FileNotFoundError:
+        return CommandResult(127, "", f"{argv[0]}: command not found (is Slurm installed?)")
+    except subprocess.TimeoutExpired:
+        return CommandResult(124, "", f"timed out after {COMMAND_TIMEOUT_S:g}s")
+    return CommandResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+def _message(result: CommandResult) -> str:
+    return " ".join((result.stderr.strip() or result.stdout.strip()).split()) or "no output"
+
+
+def _failure(argv: Sequence[str], result: CommandResult) -> AutoscalerError:
+    detail = _message(result)
+    shown = shlex.join(argv)
+    shown = shown if len(shown) <= 160 else shown[:157] + "..."
+    return AutoscalerError(
+        f"{shown} failed (exit {result.rc}): {detail[:500]}",
+        retryable=any(marker in detail.lower() for marker in _UNREACHABLE),
+        code=ERROR_CODE,
+    )
+
+
+def _run(runner: CommandRunner, argv: Sequence[str]) -> CommandResult:
+    result = runner(argv)
+    if result.rc != 0:
+        raise _failure(argv, result)
+    return result
+
+
+# --- for `autoscaler cleanup` ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TaggedJob:
+    job_id: str
+    run_id: str
+    machine: str
+    state: str
+
+
+SQUEUE_MINE = ("squeue", "--me", "--noheader", "--all", "--states=all", "-o", SQUEUE_FORMAT)
+
+
+def list_jobs(runner: CommandRunner = run_command) -> list[Job]:
+    """Every job of this user, queued, running or recently ended."""
+    return slurm_output.parse_squeue(_run(runner, SQUEUE_MINE).stdout)
+
+
+def list_tagged(runner: CommandRunner = run_command) -> list[TaggedJob]:
+    """Every queued or running job of ours (any run), found by name."""
+    out = []
+    for job in list_jobs(runner):
+        tag = parse_job_name(job.name)
+        if tag is not None and slurm_output.provider_state(job) is not ProviderState.TERMINATED:
+            out.append(TaggedJob(job.job_id, tag[0], tag[1], job.state))
+    return out
+
+
+def cancel_jobs(job_ids: Sequence[str], runner: CommandRunner = run_command) -> list[str]:
+    """scancel ``job_ids``; the ids cancelled (a job already ended is not an error)."""
+    ids = list(dict.fromkeys(job_ids))
+    if ids:
+        _run(runner, ["scancel", *ids])
+    return ids
+
+
+# --- the provider -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmType:
+    """How one of our machine types maps onto the cluster."""
+
+    partition: str | None = None  # sbatch --partition
+    constraint: str | None = None  # sbatch --constraint (node features)
+    cpus: int = 1  # sbatch --cpus-per-task
+    mem: str | None = None  # sbatch --mem, e.g. "2G"
+    extra_args: tuple[str, ...] = ()  # more sbatch arguments, as they are
+
+    def request(self) -> list[str]:
+        """The sbatch arguments of this type's resource request."""
+        args = [f"--cpus-per-task={self.cpus}"]
+        if self.partition:
+            args.append(f"--partition={self.partition}")
+        if self.constraint:
+            args.append(f"--constraint={self.constraint}")
+        if self.mem:
+            args.append(f"--mem={self.mem}")
+        return args + list(self.extra_args)
+
+
+@dataclass
+class _Machine:
+    id: str
+    type: str
+    token: str
+    job_id: str
+    launched_at: float
+    state: ProviderState
+
+
+class SlurmProvider:
+    """Slurm jobs as machines; one squeue per describe or launch, whatever the count."""
+
+    def __init__(
+        self,
+        capabilities: Capabilities,
+        run_id: str,
+        agents: AgentSettings,
+        types: Mapping[str, SlurmType],
+        log_dir: Path,
+        clock: Callable[[], float],
+        token_file: Path,
+        runner: CommandRunner = run_command,
+        wall: Callable[[], float] = time.time,
+    ):
+        self._capabilities = capabilities
+        self.run_id = run_id
+        self.settings = agents
+        self.types = dict(types)
+        self.log_dir = log_dir
+        self._clock = clock
+        self.token_file = token_file
+        self._runner = runner
+        self._wall = wall  # epoch seconds, what Slurm's times are in
+        self.time_limit_min = slurm_output.time_limit_minutes(capabilities.billing.atu_s)
+        self._machines: dict[str, _Machine] = {}
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self._capabilities
+
+    status_polling_interval = 3.0
+    """One squeue a describe: cheap, but slurmctld serves every user of the cluster."""
+
+    # --- the provider protocol ------------------------------------------------------
+
+    def launch(
+        self, type: str, count: int, token: str, tags: Mapping[str, str]
+    ) -> list[MachineRecord]:
+        """Submit the token's jobs that are not queued or running; all of them as records."""
+        ids = machine_ids(type, token, count)
+        live = self._refresh()
+        missing = [mid for mid in ids if mid not in live]
+        alive = sum(1 for mid in live if self._machines[mid].type == type)
+        check_launch(self._capabilities, type, alive, len(missing))
+        if missing:
+            spec = self._type(type)
+            if not self.token_file.is_file():
+                raise AutoscalerError(
+                    f"the agents' token file {self.token_file} does not exist", code=ERROR_CODE
+                )
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            for mid in missing:
+                self._submit(mid, type, token, spec)
+        return [
+            MachineRecord(mid, type, token, self._machines[mid].launched_at)
+            for mid in ids
+            if mid in self._machines
+        ]
+
+    def describe(self, ids: Sequence[str] | None = None) -> list[MachineStatus]:
+        """Machines of this run (all, or ``ids``) as squeue shows their jobs; jobs of the
+        run an earlier daemon submitted are adopted (found by name)."""
+        self._refresh()
+        chosen = list(self._machines) if ids is None else list(ids)
+        return [
+            MachineStatus(mid, m.type, m.state)
+            for mid in chosen
+            if (m := self._machines.get(mid)) is not None
+        ]
+
+    def terminate(self, ids: Sequence[str], *, now: bool = False) -> list[str]:
+        """scancel the jobs of those machines (only this run's); the ids terminated.
+        scancel never waits for a job's end: ``now`` changes nothing."""
+        if any(mid not in self._machines for mid in ids):
+            self._refresh()  # adopt first: after a restart the ids may be new to us
+        targets = [self._machines[mid] for mid in ids if mid in self._machines]
+        alive = [m for m in targets if m.state is not ProviderState.TERMINATED]
+        cancel_jobs([m.job_id for m in alive], self._runner)
+        for machine in alive:
+            machine.state = ProviderState.TERMINATED
+        return [m.id for m in targets]
+
+    # --- offers (paper 003) ---------------------------------------------------------
+
+    def offers(self, request: OfferRequest, sizes: Sequence[int]) -> list[Offer]:
+        """For each size, the earliest finish over the types: when Slurm would start a job
+        of that many machines of the type (``sbatch --test-only``), plus the waves of
+        ``task_s`` the tasks take on them. A type Slurm cannot run at all is left out."""
+        out = []
+        for n in sizes:
+            finishes = [f for t in self.types if (f := self._finish(t, n, request)) is not None]
+            if finishes:
+                best_type, finish = min(finishes, key=lambda tf: tf[1])
+                provider = self._capabilities.provider(best_type) or KIND.name
+                out.append(Offer(provider, n, finish))
+        return out
+
+    def _finish(self, type: str, n: int, request: OfferRequest) -> tuple[str, float] | None:
+        """(type, finish on the driver's clock) of ``n`` tasks on jobs of ``type``; the
+        job is narrowed (halved) until Slurm would run it at all."""
+        spec = self.types[type]
+        width = min(n, self._capabilities.max_counts.get(type, n))
+        while width >= 1:
+            minutes = max(1, math.ceil(slurm_output.finish_after(n, width, request.task_s) / 60))
+            argv = [
+                "sbatch",
+                "--test-only",
+                f"--job-name={job_name(self.run_id, 'offer')}",
+                f"--ntasks={width}",
+                f"--time={minutes}",
+                "--output=/dev/null",
+                *spec.request(),
+                "--wrap=true",
+            ]
+            result = self._runner(argv)
+            answer = slurm_output.parse_test_only(result.stderr + "\n" + result.stdout)
+            if answer is not None:
+                got = max(1, answer.processors // max(1, spec.cpus))
+                wait = max(0.0, answer.start - self._wall())
+                return type, request.now + wait + slurm_output.finish_after(n, got, request.task_s)
+            if any(m in _message(result).lower() for m in _UNREACHABLE):
+                raise _failure(argv, result)
+            width //= 2
+        return None
+
+    # --- jobs ---------------------------------------------------------------------------
+
+    def _type(self, type: str) -> SlurmType:
+        spec = self.types.get(type)
+        if spec is None:
+            raise AutoscalerError(
+                f"slurm.types has no entry for machine type {type!r}", code="UnknownType"
+            )
+        return spec
+
+    def _refresh(self) -> set[str]:
+        """Bring every machine's state up to date from one squeue; the ids alive.
+
+        Jobs of this run unknown to us are adopted; jobs that will never run are
+        cancelled; a job gone from squeue has ended."""
+        ours: dict[str, Job] = {}
+        for job in list_jobs(self._runner):
+            tag = parse_job_name(job.name)
+            if tag is not None and tag[0] == self.run_id:
+                previous = ours.get(tag[1])
+                if previous is None or _order(job) > _order(previous):
+                    ours[tag[1]] = job  # a relaunched machine: the newest job counts
+        never: list[str] = []
+        for mid, job in ours.items():
+            machine = self._machines.get(mid)
+            if machine is None or machine.job_id != job.job_id:
+                machine = self._adopt(mid, job)
+            state = slurm_output.provider_state(job)
+            if state is None:
+                never.append(job.job_id)
+                state = ProviderState.TERMINATED
+            machine.state = state
+        for machine in self._machines.values():
+            if machine.id not in ours:
+                machine.state = ProviderState.TERMINATED
+        if never:
+            cancel_jobs(never, self._runner)
+        return {mid for mid, m in self._machines.items() if m.state is not ProviderState.TERMINATED}
+
+    def _adopt(self, mid: str, job: Job) -> _Machine:
+        """Take over a job of this run submitted by an earlier daemon (found by name)."""
+        mtype, token = split_machine_id(mid)
+        age = 0.0 if job.submitted_at is None else max(0.0, self._wall() - job.submitted_at)
+        machine = _Machine(
+            mid, mtype, token, job.job_id, self._clock() - age, ProviderState.PENDING
+        )
+        self._machines[mid] = machine
+        return machine
+
+    def submit_args(self, mid: str, spec: SlurmType) -> list[str]:
+        """The sbatch command line of machine ``mid``: it names the token file, never the
+        token."""
+        s = self.settings
+        agent = s.command(mid, token_file=self.token_file).argv
+        return [
+            "sbatch",
+            "--parsable",
+            f"--job-name={job_name(self.run_id, mid)}",
+            f"--output={self.log_dir / f'{mid}.log'}",
+            f"--time={self.time_limit_min}",
+            "--ntasks=1",
+            "--export=NIL",
+            f"--chdir={s.workdir or self.log_dir}",
+            *spec.request(),
+            f"--wrap=exec {shlex.join(agent)}",
+        ]
+
+    def _submit(self, mid: str, type: str, token: str, spec: SlurmType) -> None:
+        argv = self.submit_args(mid, spec)
+        result = self._runner(argv)
+        if result.rc != 0:
+            detail = _message(result)
+            unsupported = any(m in detail.lower() for m in _UNSUPPORTED)
+            error = _failure(argv, result)
+            raise AutoscalerError(
+                f"slurm: machine type {type!r}: sbatch refused the job: {detail[:500]}",
+                retryable=error.retryable,
+                code="Unsupported" if unsupported else ERROR_CODE,
+            )
+        job_id = slurm_output.parse_sbatch(result.stdout)
+        self._machines[mid] = _Machine(
+            mid, type, token, job_id, self._clock(), ProviderState.PENDING
+        )
+
+
+def _order(job: Job) -> tuple[int, str]:
+    """Submission order of a job id (``123``, or ``123_4`` for an array task)."""
+    head = job.job_id.split("_", 1)[0]
+    return (int(head) if head.isdigit() else -1, job.job_id)
+
+
+# --- the kind -------------------------------------------------------------------------------
+
+
+def build(cfg: Platform, ctx: RunContext) -> Provider:
+    """The Slurm provider of a real run of ``cfg`` (its ``slurm`` section)."""
+    slurm = cfg.slurm
+    if slurm is None:
+        raise AutoscalerError("provider is slurm but the config has no slurm section")
+    settings = agent_settings(cfg, ctx, python=slurm.python, workdir=slurm.workdir)
+    types = {
+        name: SlurmType(t.partition, t.constraint, t.cpus, t.mem, tuple(t.extra_args))
+        for name, t in slurm.types.items()
+    }
+    caps = KIND.capabilities(cfg, ctx.billing)
+    return SlurmProvider(
+        caps, ctx.run_id, settings, types, ctx.run_dir / "agents", ctx.clock, ctx.run_dir / "token"
+    )
+
+
+def tagged_machines() -> list[TaggedMachine]:
+    """Every queued or running job of ours in the cluster, of any run."""
+    return [
+        TaggedMachine(j.job_id, j.run_id, split_machine_id(j.machine)[0], j.state)
+        for j in list_tagged()
+    ]
+
+
+def sweeper(cfg: Platform) -> Sweeper:
+    return Sweeper(tagged_machines, cancel_jobs)
+
+
+KIND = ProviderKind("slurm", build=build, sweeper=sweeper)
