@@ -342,7 +342,7 @@ class SlurmProvider:
         """Bring every machine's state up to date from one squeue; the ids alive.
 
         Jobs of this run unknown to us are adopted; jobs that will never run are
-        cancelled; a job gone from squeue has ended."""
+        cancelled; a job gone from squeue has ended; an ended machine stays ended."""
         ours: dict[str, Job] = {}
         for job in list_jobs(self._runner):
             tag = parse_job_name(job.name)
@@ -355,6 +355,8 @@ class SlurmProvider:
             machine = self._machines.get(mid)
             if machine is None or machine.job_id != job.job_id:
                 machine = self._adopt(mid, job)
+            elif machine.state is ProviderState.TERMINATED:
+                continue  # cancelled by us, or ended: squeue may lag, the end is final
             state = slurm_output.provider_state(job)
             if state is None:
                 never.append(job.job_id)
