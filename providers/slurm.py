@@ -22,7 +22,7 @@ Offers (paper 003): for a slice of n tasks, Slurm itself says when a job of that
 would start (``sbatch --test-only``); the offer is that start plus the waves the n
 tasks take on the processors it would get. Our code never sees the cluster's load.
 
-Every command goes through one seam, a ``CommandRunner`` (``sge``'s); output is read by
+Every command goes through one seam, a ``CommandRunner`` (``batch``); output is read by
 the pure parsers of ``slurm_output``. A failing command is an ``AutoscalerError`` with
 code ``"SlurmError"`` (retryable when slurmctld could not be reached); an sbatch that
 Slurm refuses for the type's request (a partition or feature it does not have) is
@@ -33,25 +33,21 @@ from __future__ import annotations
 
 import math
 import shlex
-import subprocess
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from autoscaler.bootstrap.agent_start import AgentSettings
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.providers import slurm_output
-from autoscaler.providers.base import (
-    Capabilities,
-    MachineRecord,
-    MachineStatus,
-    Provider,
-    ProviderState,
-    check_launch,
-    machine_ids,
-    split_machine_id,
+from autoscaler.providers.base import Provider, ProviderState, split_machine_id
+from autoscaler.providers.batch import (
+    BatchProvider,
+    CommandResult,
+    CommandRunner,
+    ListedJob,
+    command_error,
+    detail,
+    run_client,
 )
 from autoscaler.providers.kind import (
     ProviderKind,
@@ -61,14 +57,11 @@ from autoscaler.providers.kind import (
     agent_settings,
 )
 from autoscaler.providers.offer import Offer, OfferRequest
-from autoscaler.providers.sge import CommandResult, CommandRunner
 from autoscaler.providers.sge_output import job_name, parse_job_name
 from autoscaler.providers.slurm_output import ERROR_CODE, SQUEUE_FORMAT, Job
 
 if TYPE_CHECKING:
     from autoscaler.config.schema import Platform
-
-COMMAND_TIMEOUT_S = 60.0
 
 # What Slurm's clients print when slurmctld cannot be reached or is too busy: the same
 # call may work later.
@@ -91,36 +84,11 @@ _UNSUPPORTED = (
 
 def run_command(argv: Sequence[str]) -> CommandResult:
     """Run a Slurm client command; a missing binary or a timeout is a result too."""
-    try:
-        proc = subprocess.run(
-            list(argv),
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=COMMAND_TIMEOUT_S,
-            check=False,
-        )
-    except FileNotFoundError:
-        return CommandResult(127, "", f"{argv[0]}: command not found (is Slurm installed?)")
-    except subprocess.TimeoutExpired:
-        return CommandResult(124, "", f"timed out after {COMMAND_TIMEOUT_S:g}s")
-    return CommandResult(proc.returncode, proc.stdout, proc.stderr)
-
-
-def _message(result: CommandResult) -> str:
-    return " ".join((result.stderr.strip() or result.stdout.strip()).split()) or "no output"
+    return run_client(argv, scheduler="Slurm")
 
 
 def _failure(argv: Sequence[str], result: CommandResult) -> AutoscalerError:
-    detail = _message(result)
-    shown = shlex.join(argv)
-    shown = shown if len(shown) <= 160 else shown[:157] + "..."
-    return AutoscalerError(
-        f"{shown} failed (exit {result.rc}): {detail[:500]}",
-        retryable=any(marker in detail.lower() for marker in _UNREACHABLE),
-        code=ERROR_CODE,
-    )
+    return command_error(argv, result, code=ERROR_CODE, unreachable=_UNREACHABLE)
 
 
 def _run(runner: CommandRunner, argv: Sequence[str]) -> CommandResult:
@@ -192,192 +160,39 @@ class SlurmType:
         return args + list(self.extra_args)
 
 
-@dataclass
-class _Machine:
-    id: str
-    type: str
-    token: str
-    job_id: str
-    launched_at: float
-    state: ProviderState
+def _order(job_id: str) -> int:
+    """Submission order of a job id (``123``, or ``123_4`` for an array task)."""
+    head = job_id.split("_", 1)[0]
+    return int(head) if head.isdigit() else -1
 
 
-class SlurmProvider:
+class SlurmProvider(BatchProvider[SlurmType]):
     """Slurm jobs as machines; one squeue per describe or launch, whatever the count."""
 
-    def __init__(
-        self,
-        capabilities: Capabilities,
-        run_id: str,
-        agents: AgentSettings,
-        types: Mapping[str, SlurmType],
-        log_dir: Path,
-        clock: Callable[[], float],
-        token_file: Path,
-        runner: CommandRunner = run_command,
-        wall: Callable[[], float] = time.time,
-    ):
-        self._capabilities = capabilities
-        self.run_id = run_id
-        self.settings = agents
-        self.types = dict(types)
-        self.log_dir = log_dir
-        self._clock = clock
-        self.token_file = token_file
-        self._runner = runner
-        self._wall = wall  # epoch seconds, what Slurm's times are in
-        self.time_limit_min = slurm_output.time_limit_minutes(capabilities.billing.atu_s)
-        self._machines: dict[str, _Machine] = {}
+    section = "slurm"
+    error_code = ERROR_CODE
 
     @property
-    def capabilities(self) -> Capabilities:
-        return self._capabilities
+    def time_limit_min(self) -> int:
+        """A job's ``--time``: one paid unit."""
+        return slurm_output.time_limit_minutes(self.capabilities.billing.atu_s)
 
-    status_polling_interval = 3.0
-    """One squeue a describe: cheap, but slurmctld serves every user of the cluster."""
+    def _run_real(self, argv: Sequence[str]) -> CommandResult:
+        return run_command(argv)
 
-    # --- the provider protocol ------------------------------------------------------
-
-    def launch(
-        self, type: str, count: int, token: str, tags: Mapping[str, str]
-    ) -> list[MachineRecord]:
-        """Submit the token's jobs that are not queued or running; all of them as records."""
-        ids = machine_ids(type, token, count)
-        live = self._refresh()
-        missing = [mid for mid in ids if mid not in live]
-        alive = sum(1 for mid in live if self._machines[mid].type == type)
-        check_launch(self._capabilities, type, alive, len(missing))
-        if missing:
-            spec = self._type(type)
-            if not self.token_file.is_file():
-                raise AutoscalerError(
-                    f"the agents' token file {self.token_file} does not exist", code=ERROR_CODE
-                )
-            self.log_dir.mkdir(parents=True, exist_ok=True)
-            for mid in missing:
-                self._submit(mid, type, token, spec)
-        return [
-            MachineRecord(mid, type, token, self._machines[mid].launched_at)
-            for mid in ids
-            if mid in self._machines
-        ]
-
-    def describe(self, ids: Sequence[str] | None = None) -> list[MachineStatus]:
-        """Machines of this run (all, or ``ids``) as squeue shows their jobs; jobs of the
-        run an earlier daemon submitted are adopted (found by name)."""
-        self._refresh()
-        chosen = list(self._machines) if ids is None else list(ids)
-        return [
-            MachineStatus(mid, m.type, m.state)
-            for mid in chosen
-            if (m := self._machines.get(mid)) is not None
-        ]
-
-    def terminate(self, ids: Sequence[str], *, now: bool = False) -> list[str]:
-        """scancel the jobs of those machines (only this run's); the ids terminated.
-        scancel never waits for a job's end: ``now`` changes nothing."""
-        if any(mid not in self._machines for mid in ids):
-            self._refresh()  # adopt first: after a restart the ids may be new to us
-        targets = [self._machines[mid] for mid in ids if mid in self._machines]
-        alive = [m for m in targets if m.state is not ProviderState.TERMINATED]
-        cancel_jobs([m.job_id for m in alive], self._runner)
-        for machine in alive:
-            machine.state = ProviderState.TERMINATED
-        return [m.id for m in targets]
-
-    # --- offers (paper 003) ---------------------------------------------------------
-
-    def offers(self, request: OfferRequest, sizes: Sequence[int]) -> list[Offer]:
-        """For each size, the earliest finish over the types: when Slurm would start a job
-        of that many machines of the type (``sbatch --test-only``), plus the waves of
-        ``task_s`` the tasks take on them. A type Slurm cannot run at all is left out."""
+    def _list(self) -> list[ListedJob]:
         out = []
-        for n in sizes:
-            finishes = [f for t in self.types if (f := self._finish(t, n, request)) is not None]
-            if finishes:
-                best_type, finish = min(finishes, key=lambda tf: tf[1])
-                provider = self._capabilities.provider(best_type) or KIND.name
-                out.append(Offer(provider, n, finish))
-        return out
-
-    def _finish(self, type: str, n: int, request: OfferRequest) -> tuple[str, float] | None:
-        """(type, finish on the driver's clock) of ``n`` tasks on jobs of ``type``; the
-        job is narrowed (halved) until Slurm would run it at all."""
-        spec = self.types[type]
-        width = min(n, self._capabilities.max_counts.get(type, n))
-        while width >= 1:
-            minutes = max(1, math.ceil(slurm_output.finish_after(n, width, request.task_s) / 60))
-            argv = [
-                "sbatch",
-                "--test-only",
-                f"--job-name={job_name(self.run_id, 'offer')}",
-                f"--ntasks={width}",
-                f"--time={minutes}",
-                "--output=/dev/null",
-                *spec.request(),
-                "--wrap=true",
-            ]
-            result = self._runner(argv)
-            answer = slurm_output.parse_test_only(result.stderr + "\n" + result.stdout)
-            if answer is not None:
-                got = max(1, answer.processors // max(1, spec.cpus))
-                wait = max(0.0, answer.start - self._wall())
-                return type, request.now + wait + slurm_output.finish_after(n, got, request.task_s)
-            if any(m in _message(result).lower() for m in _UNREACHABLE):
-                raise _failure(argv, result)
-            width //= 2
-        return None
-
-    # --- jobs ---------------------------------------------------------------------------
-
-    def _type(self, type: str) -> SlurmType:
-        spec = self.types.get(type)
-        if spec is None:
-            raise AutoscalerError(
-                f"slurm.types has no entry for machine type {type!r}", code="UnknownType"
-            )
-        return spec
-
-    def _refresh(self) -> set[str]:
-        """Bring every machine's state up to date from one squeue; the ids alive.
-
-        Jobs of this run unknown to us are adopted; jobs that will never run are
-        cancelled; a job gone from squeue has ended; an ended machine stays ended."""
-        ours: dict[str, Job] = {}
         for job in list_jobs(self._runner):
             tag = parse_job_name(job.name)
             if tag is not None and tag[0] == self.run_id:
-                previous = ours.get(tag[1])
-                if previous is None or _order(job) > _order(previous):
-                    ours[tag[1]] = job  # a relaunched machine: the newest job counts
-        never: list[str] = []
-        for mid, job in ours.items():
-            machine = self._machines.get(mid)
-            if machine is None or machine.job_id != job.job_id:
-                machine = self._adopt(mid, job)
-            elif machine.state is ProviderState.TERMINATED:
-                continue  # cancelled by us, or ended: squeue may lag, the end is final
-            state = slurm_output.provider_state(job)
-            if state is None:
-                never.append(job.job_id)
-                state = ProviderState.TERMINATED
-            machine.state = state
-        for machine in self._machines.values():
-            if machine.id not in ours:
-                machine.state = ProviderState.TERMINATED
-        if never:
-            cancel_jobs(never, self._runner)
-        return {mid for mid, m in self._machines.items() if m.state is not ProviderState.TERMINATED}
+                state = slurm_output.provider_state(job)
+                out.append(
+                    ListedJob(job.job_id, tag[1], state, job.submitted_at, _order(job.job_id))
+                )
+        return out
 
-    def _adopt(self, mid: str, job: Job) -> _Machine:
-        """Take over a job of this run submitted by an earlier daemon (found by name)."""
-        mtype, token = split_machine_id(mid)
-        age = 0.0 if job.submitted_at is None else max(0.0, self._wall() - job.submitted_at)
-        machine = _Machine(
-            mid, mtype, token, job.job_id, self._clock() - age, ProviderState.PENDING
-        )
-        self._machines[mid] = machine
-        return machine
+    def _cancel(self, job_ids: Sequence[str]) -> list[str]:
+        return cancel_jobs(job_ids, self._runner)
 
     def submit_args(self, mid: str, spec: SlurmType) -> list[str]:
         """The sbatch command line of machine ``mid``: it names the token file, never the
@@ -397,28 +212,61 @@ class SlurmProvider:
             f"--wrap=exec {shlex.join(agent)}",
         ]
 
-    def _submit(self, mid: str, type: str, token: str, spec: SlurmType) -> None:
+    def _submit_job(self, mid: str, type: str, spec: SlurmType) -> str:
         argv = self.submit_args(mid, spec)
         result = self._runner(argv)
         if result.rc != 0:
-            detail = _message(result)
-            unsupported = any(m in detail.lower() for m in _UNSUPPORTED)
-            error = _failure(argv, result)
+            said = detail(result)
+            unsupported = any(m in said.lower() for m in _UNSUPPORTED)
             raise AutoscalerError(
-                f"slurm: machine type {type!r}: sbatch refused the job: {detail[:500]}",
-                retryable=error.retryable,
+                f"slurm: machine type {type!r}: sbatch refused the job: {said[:500]}",
+                retryable=_failure(argv, result).retryable,
                 code="Unsupported" if unsupported else ERROR_CODE,
             )
-        job_id = slurm_output.parse_sbatch(result.stdout)
-        self._machines[mid] = _Machine(
-            mid, type, token, job_id, self._clock(), ProviderState.PENDING
-        )
+        return slurm_output.parse_sbatch(result.stdout)
 
+    # --- offers (paper 003) ---------------------------------------------------------
 
-def _order(job: Job) -> tuple[int, str]:
-    """Submission order of a job id (``123``, or ``123_4`` for an array task)."""
-    head = job.job_id.split("_", 1)[0]
-    return (int(head) if head.isdigit() else -1, job.job_id)
+    def offers(self, request: OfferRequest, sizes: Sequence[int]) -> list[Offer]:
+        """For each size, the earliest finish over the types: when Slurm would start a job
+        of that many machines of the type (``sbatch --test-only``), plus the waves of
+        ``task_s`` the tasks take on them. A type Slurm cannot run at all is left out."""
+        out = []
+        for n in sizes:
+            finishes = [f for t in self.types if (f := self._finish(t, n, request)) is not None]
+            if finishes:
+                best_type, finish = min(finishes, key=lambda tf: tf[1])
+                provider = self.capabilities.provider(best_type) or KIND.name
+                out.append(Offer(provider, n, finish))
+        return out
+
+    def _finish(self, type: str, n: int, request: OfferRequest) -> tuple[str, float] | None:
+        """(type, finish on the driver's clock) of ``n`` tasks on jobs of ``type``; the
+        job is narrowed (halved) until Slurm would run it at all."""
+        spec = self.types[type]
+        width = min(n, self.capabilities.max_counts.get(type, n))
+        while width >= 1:
+            minutes = max(1, math.ceil(slurm_output.finish_after(n, width, request.task_s) / 60))
+            argv = [
+                "sbatch",
+                "--test-only",
+                f"--job-name={job_name(self.run_id, 'offer')}",
+                f"--ntasks={width}",
+                f"--time={minutes}",
+                "--output=/dev/null",
+                *spec.request(),
+                "--wrap=true",
+            ]
+            result = self._runner(argv)
+            answer = slurm_output.parse_test_only(result.stderr + "\n" + result.stdout)
+            if answer is not None:
+                got = max(1, answer.processors // max(1, spec.cpus))
+                wait = max(0.0, answer.start - self._wall())
+                return type, request.now + wait + slurm_output.finish_after(n, got, request.task_s)
+            if _failure(argv, result).retryable:
+                raise _failure(argv, result)
+            width //= 2
+        return None
 
 
 # --- the kind -------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from autoscaler.providers.sge import CommandResult
+from autoscaler.providers.batch import CommandResult
 from autoscaler.providers.slurm import cancel_jobs, list_tagged, run_command
 from autoscaler.providers.slurm_output import parse_sbatch
 from tests.integration.services import missing

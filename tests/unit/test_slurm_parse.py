@@ -18,8 +18,8 @@ from autoscaler.bootstrap.agent_start import AgentSettings
 from autoscaler.core.billing import BillingModel
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.providers.base import Capabilities, ProviderState, failure_kind
+from autoscaler.providers.batch import CommandResult
 from autoscaler.providers.offer import Offer, OfferRequest
-from autoscaler.providers.sge import CommandResult
 from autoscaler.providers.sge_output import job_name
 from autoscaler.providers.slurm import (
     SQUEUE_MINE,
