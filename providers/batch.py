@@ -100,6 +100,26 @@ def command_error(
     )
 
 
+def run_checked(
+    runner: CommandRunner, argv: Sequence[str], *, code: str, unreachable: Collection[str]
+) -> CommandResult:
+    """Run ``argv`` through ``runner``; a non-zero exit is a ``command_error``."""
+    result = runner(argv)
+    if result.rc != 0:
+        raise command_error(argv, result, code=code, unreachable=unreachable)
+    return result
+
+
+@dataclass(frozen=True, slots=True)
+class TaggedJob:
+    """A job of ours (any run's), as ``autoscaler cleanup`` lists it."""
+
+    job_id: str
+    run_id: str
+    machine: str
+    state: str  # in the scheduler's words
+
+
 # --- the provider -----------------------------------------------------------------------------
 
 

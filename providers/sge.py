@@ -44,7 +44,9 @@ from autoscaler.providers.batch import (
     CommandResult,
     CommandRunner,
     ListedJob,
+    TaggedJob,
     command_error,
+    run_checked,
     run_client,
 )
 from autoscaler.providers.kind import (
@@ -96,21 +98,10 @@ def _failure(argv: Sequence[str], result: CommandResult) -> AutoscalerError:
 
 
 def _run(runner: CommandRunner, argv: Sequence[str]) -> CommandResult:
-    result = runner(argv)
-    if result.rc != 0:
-        raise _failure(argv, result)
-    return result
+    return run_checked(runner, argv, code=ERROR_CODE, unreachable=_UNREACHABLE)
 
 
 # --- for `autoscaler cleanup` ---------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class TaggedJob:
-    job_id: str
-    run_id: str
-    machine: str
-    state: str
 
 
 QSTAT_ALL = ("qstat", "-xml", "-u", "*")

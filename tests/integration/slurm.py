@@ -26,6 +26,7 @@ from autoscaler.providers.batch import CommandResult
 from autoscaler.providers.slurm import cancel_jobs, list_tagged, run_command
 from autoscaler.providers.slurm_output import parse_sbatch
 from tests.integration.services import missing
+from tests.integration.sge import sge_config
 
 PARTITIONS = ("as_small", "as_large")
 SETUP = "Slurm not running: run infra/slurm/setup.sh (as root)"
@@ -76,34 +77,17 @@ def slurm() -> Iterator[Slurm]:
 
 
 def slurm_config(tmp: Path, tasks: int) -> Path:
-    """Two machine types on the two partitions; tasks of ~4 s, two-minute ATUs (a job's
-    time limit)."""
-    data: dict[str, Any] = {
-        "name": "slurm-it",
-        "bag": {"synthetic": tasks},
-        "constraint": {"budget": 20},
-        "machine_types": [
-            {"name": "small", "price": 1, "max_count": 3, "boot_s": "5s"},
-            {"name": "large", "price": 2, "max_count": 3, "boot_s": "5s"},
-        ],
-        "billing": {"mode": "fixed", "atu_s": "2m"},
-        "provider": "slurm",
-        "slurm": {
-            "types": {
-                "small": {"partition": "as_small"},
-                "large": {"partition": "as_large", "cpus": 2},
-            }
-        },
-        "monitoring_interval_s": "10s",
-        "tail_replication": False,
-        "daemon": {"heartbeat_s": 0.5, "lost_after_s": 5, "orphan_after_s": 30},
-        "emulator": {
-            "seed": 2,
-            "runtime": {"dist": "normal", "mean_s": "4s", "sd_s": "1s"},
-            "speed": {"small": 1, "large": 2},
-        },
+    """The Grid Engine tests' run (two types, tasks of ~4 s) on the two partitions, with
+    two-minute ATUs (a job's time limit)."""
+    path = sge_config(tmp, tasks)
+    data: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8"))
+    del data["sge"]
+    data["name"] = "slurm-it"
+    data["provider"] = "slurm"
+    data["slurm"] = {
+        "types": {"small": {"partition": "as_small"}, "large": {"partition": "as_large", "cpus": 2}}
     }
-    path = tmp / "run.yaml"
+    data["billing"]["atu_s"] = "2m"
     path.write_text(yaml.safe_dump(data), encoding="utf-8")
     return path
 

@@ -26,28 +26,18 @@ from autoscaler.providers.slurm import SlurmProvider, SlurmType, cancel_jobs, li
 from autoscaler.providers.slurm_output import finish_after
 from tests.integration.slurm import XDIST_GROUP, Slurm
 from tests.integration.test_agent import FakeController, Request
-from tests.integration.test_sge_provider import new_run_id, wait_until
+from tests.integration.test_sge_provider import (  # the fixtures: a scripted controller
+    TOKEN,
+    controller,
+    new_run_id,
+    run_dir,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.integration, XDIST_GROUP]
+__all__ = ["controller", "run_dir"]  # fixtures used by name
 
-TOKEN = "s3cret-slurm-token-7d2e"
 TIMEOUT_S = 90.0  # a bound on waiting for the scheduler, not a timing assertion
-
-
-@pytest.fixture
-def controller() -> Iterator[FakeController]:
-    ctl = FakeController()
-    ctl.start()
-    yield ctl
-    ctl.stop()
-
-
-@pytest.fixture
-def run_dir(tmp_path: Path) -> Path:
-    token_file = tmp_path / "token"
-    token_file.write_text(TOKEN)
-    token_file.chmod(0o600)
-    return tmp_path
 
 
 @pytest.fixture
