@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from autoscaler.bootstrap.agent_start import AgentSettings
 from autoscaler.core.errors import AutoscalerError
@@ -35,6 +35,16 @@ from autoscaler.providers.base import (
     machine_ids,
     split_machine_id,
 )
+from autoscaler.providers.kind import (
+    ProviderKind,
+    RunContext,
+    Sweeper,
+    TaggedMachine,
+    agent_settings,
+)
+
+if TYPE_CHECKING:
+    from autoscaler.config.schema import Platform
 
 COMMAND_TIMEOUT_S = 60.0
 
@@ -317,3 +327,43 @@ class BatchProvider(Generic[SpecT]):
         )
         self._machines[mid] = machine
         return machine
+
+
+# --- building one, sweeping ----------------------------------------------------------------
+
+
+def build_provider(
+    provider: Callable[..., BatchProvider[SpecT]],
+    kind: ProviderKind,
+    cfg: Platform,
+    ctx: RunContext,
+    types: Mapping[str, SpecT],
+    *,
+    python: str | None,
+    workdir: Path | None,
+) -> BatchProvider[SpecT]:
+    """A run's provider of class ``provider``: agents as the section says, logs and the
+    token file in the run directory."""
+    return provider(
+        kind.capabilities(cfg, ctx.billing),
+        ctx.run_id,
+        agent_settings(cfg, ctx, python=python, workdir=workdir),
+        types,
+        ctx.run_dir / "agents",
+        ctx.clock,
+        ctx.run_dir / "token",
+    )
+
+
+def sweeper_of(
+    list_tagged: Callable[[], Sequence[TaggedJob]], end: Callable[[Sequence[str]], list[str]]
+) -> Sweeper:
+    """A sweeper over a scheduler's listing of our jobs (any run's) and its way to end them."""
+
+    def tagged() -> list[TaggedMachine]:
+        return [
+            TaggedMachine(j.job_id, j.run_id, split_machine_id(j.machine)[0], j.state)
+            for j in list_tagged()
+        ]
+
+    return Sweeper(tagged, end)

@@ -38,23 +38,23 @@ from typing import TYPE_CHECKING
 
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.providers import sge_output
-from autoscaler.providers.base import Provider, split_machine_id
+from autoscaler.providers.base import Provider
 from autoscaler.providers.batch import (
     BatchProvider,
     CommandResult,
     CommandRunner,
     ListedJob,
     TaggedJob,
+    build_provider,
     command_error,
     run_checked,
     run_client,
+    sweeper_of,
 )
 from autoscaler.providers.kind import (
     ProviderKind,
     RunContext,
     Sweeper,
-    TaggedMachine,
-    agent_settings,
 )
 from autoscaler.providers.sge_output import ERROR_CODE, Job
 
@@ -215,26 +215,16 @@ def build(cfg: Platform, ctx: RunContext) -> Provider:
     sge = cfg.sge
     if sge is None:
         raise AutoscalerError("provider is sge but the config has no sge section")
-    settings = agent_settings(cfg, ctx, python=sge.python, workdir=sge.workdir)
     types = {
         name: SgeType(t.queue, t.resources, tuple(t.extra_args)) for name, t in sge.types.items()
     }
-    caps = KIND.capabilities(cfg, ctx.billing)
-    return SgeProvider(
-        caps, ctx.run_id, settings, types, ctx.run_dir / "agents", ctx.clock, ctx.run_dir / "token"
+    return build_provider(
+        SgeProvider, KIND, cfg, ctx, types, python=sge.python, workdir=sge.workdir
     )
 
 
-def tagged_machines() -> list[TaggedMachine]:
-    """Every job of ours in the cluster, of any run."""
-    return [
-        TaggedMachine(j.job_id, j.run_id, split_machine_id(j.machine)[0], j.state)
-        for j in list_tagged()
-    ]
-
-
 def sweeper(cfg: Platform) -> Sweeper:
-    return Sweeper(tagged_machines, delete_jobs)
+    return sweeper_of(list_tagged, delete_jobs)
 
 
 KIND = ProviderKind("sge", build=build, sweeper=sweeper)

@@ -39,24 +39,24 @@ from typing import TYPE_CHECKING
 
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.providers import slurm_output
-from autoscaler.providers.base import Provider, ProviderState, split_machine_id
+from autoscaler.providers.base import Provider, ProviderState
 from autoscaler.providers.batch import (
     BatchProvider,
     CommandResult,
     CommandRunner,
     ListedJob,
     TaggedJob,
+    build_provider,
     command_error,
     detail,
     run_checked,
     run_client,
+    sweeper_of,
 )
 from autoscaler.providers.kind import (
     ProviderKind,
     RunContext,
     Sweeper,
-    TaggedMachine,
-    agent_settings,
 )
 from autoscaler.providers.offer import Offer, OfferRequest
 from autoscaler.providers.sge_output import job_name, parse_job_name
@@ -268,27 +268,17 @@ def build(cfg: Platform, ctx: RunContext) -> Provider:
     slurm = cfg.slurm
     if slurm is None:
         raise AutoscalerError("provider is slurm but the config has no slurm section")
-    settings = agent_settings(cfg, ctx, python=slurm.python, workdir=slurm.workdir)
     types = {
         name: SlurmType(t.partition, t.constraint, t.cpus, t.mem, tuple(t.extra_args))
         for name, t in slurm.types.items()
     }
-    caps = KIND.capabilities(cfg, ctx.billing)
-    return SlurmProvider(
-        caps, ctx.run_id, settings, types, ctx.run_dir / "agents", ctx.clock, ctx.run_dir / "token"
+    return build_provider(
+        SlurmProvider, KIND, cfg, ctx, types, python=slurm.python, workdir=slurm.workdir
     )
 
 
-def tagged_machines() -> list[TaggedMachine]:
-    """Every queued or running job of ours in the cluster, of any run."""
-    return [
-        TaggedMachine(j.job_id, j.run_id, split_machine_id(j.machine)[0], j.state)
-        for j in list_tagged()
-    ]
-
-
 def sweeper(cfg: Platform) -> Sweeper:
-    return Sweeper(tagged_machines, cancel_jobs)
+    return sweeper_of(list_tagged, cancel_jobs)
 
 
 KIND = ProviderKind("slurm", build=build, sweeper=sweeper)
