@@ -99,6 +99,11 @@ def test_a_budget_run_on_two_partitions(slurm: Slurm, tmp_path: Path) -> None:
     print(f"\nslurm, 30 tasks: wall {wall:.1f}s, cost {report['cost']:.2f} of {report['budget']:g}")
     used = {m["type"] for m in report["machines"] if m["tasks_run"] > 0}
     assert used == {"small", "large"}
+    launched = {d["machine"]: t for t, _, d in journal_rows(run_dir, "MachineLaunched")}
+    ready = {d["machine"]: t for t, _, d in journal_rows(run_dir, "MachineReady")}
+    waits = sorted(ready[m] - launched[m] for m in ready if m in launched)
+    assert waits, "no machine became ready"
+    print(f"slurm, sbatch to agent ready: {', '.join(f'{w:.2f}s' for w in waits)}")
     assert seen, "squeue never listed a job of the run"
     assert set(seen) <= {m["id"] for m in report["machines"]}
     assert_no_job_left(run_id)
