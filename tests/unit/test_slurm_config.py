@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from typer.testing import CliRunner
 
+from autoscaler.cli.main import EXIT_CONFIG, app
 from autoscaler.config.load import load_config
 from autoscaler.core.errors import ConfigError
 from autoscaler.providers import registry
@@ -57,3 +59,15 @@ def test_a_slurm_run_needs_its_section_and_sane_cpus(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_config(write(tmp_path, data))
     assert "cpus" in str(info.value)
+
+
+def test_plan_on_slurm_asks_first_and_submits_nothing_unconfirmed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a terminal and without --yes, `plan` on the Slurm example says what
+    sampling would rent and stops before any run directory (or job) exists."""
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["plan", str(EXAMPLES / "slurm.yaml")])
+    assert result.exit_code == EXIT_CONFIG, result.output
+    assert "Sampling rents" in result.output
+    assert not (tmp_path / "runs").exists()
