@@ -204,6 +204,10 @@ def test_offers_come_from_the_scheduler_and_move_later_on_a_full_node(
     request = OfferRequest(tasks=10, task_s=30.0, deadline=3600.0, now=1000.0)
     sizes = [10, 5, 1]
 
+    wait_until(  # jobs of earlier tests may still be completing
+        "the node to be idle",
+        lambda: slurm.run("sinfo", "-h", "-o", "%T").stdout.split()[:1] == ["idle"],
+    )
     idle = provider.offers(request, sizes)
     assert [o.tasks for o in idle] == sizes
     for offer in idle:  # two machines at most: ceil(n / 2) waves of 30 s, starting now
