@@ -297,3 +297,28 @@ class Sge(ConfigModel):
         default=None, description="interpreter of the agents (default: the daemon's)"
     )
     workdir: Path | None = Field(default=None, description="working directory of tasks")
+
+
+class SlurmType(ConfigModel):
+    """What one of our machine types is on the cluster: a partition and a resource request."""
+
+    partition: str | None = Field(default=None, description="sbatch --partition")
+    constraint: str | None = Field(default=None, description="sbatch --constraint (features)")
+    cpus: PositiveInt = Field(default=1, description="sbatch --cpus-per-task")
+    mem: str | None = Field(default=None, description="sbatch --mem, e.g. 2G")
+    extra_args: list[str] = Field(default_factory=list, description="more sbatch arguments")
+
+
+class Slurm(ConfigModel):
+    """``provider: slurm``: each machine is a Slurm batch job running a worker agent.
+
+    The ATU and prices are the config's; a job's time limit is one ATU (whole minutes).
+    Agents read the run's token from the run directory, so it must be on a filesystem
+    the nodes share.
+    """
+
+    types: dict[str, SlurmType]
+    python: str | None = Field(
+        default=None, description="interpreter of the agents (default: the daemon's)"
+    )
+    workdir: Path | None = Field(default=None, description="working directory of tasks")

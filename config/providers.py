@@ -23,7 +23,7 @@ from typing import Annotated, Literal
 from pydantic import Field, PositiveFloat, PositiveInt
 
 from autoscaler.config.base import ConfigModel
-from autoscaler.config.platform import Ec2, Local, Sge
+from autoscaler.config.platform import Ec2, Local, Sge, Slurm
 
 
 class Limits(ConfigModel):
@@ -56,6 +56,12 @@ class SgeProvider(Sge, Limits):
     kind: Literal["sge"]
 
 
+class SlurmProvider(Slurm, Limits):
+    """``kind: slurm``: Slurm batch jobs."""
+
+    kind: Literal["slurm"]
+
+
 class Ec2Provider(Ec2, Limits):
     """``kind: ec2``: instances in one region (one entry per region or market)."""
 
@@ -63,10 +69,10 @@ class Ec2Provider(Ec2, Limits):
 
 
 ProviderEntry = Annotated[
-    SimProvider | LocalProvider | SgeProvider | Ec2Provider,
+    SimProvider | LocalProvider | SgeProvider | SlurmProvider | Ec2Provider,
     Field(discriminator="kind"),
 ]
 """One named provider of a run: its kind, that kind's section, and its limits."""
 
-SECTIONS = ("local", "sge", "ec2")
+SECTIONS = ("local", "sge", "slurm", "ec2")
 """The platform's fields that hold one kind's section (the one-provider form)."""

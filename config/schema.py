@@ -45,6 +45,8 @@ from autoscaler.config.platform import (
     Sampling,
     Sge,
     SgeType,
+    Slurm,
+    SlurmType,
     Ssh,
 )
 from autoscaler.config.providers import SECTIONS, Limits, ProviderEntry
@@ -91,6 +93,8 @@ __all__ = [
     "Seconds",
     "Sge",
     "SgeType",
+    "Slurm",
+    "SlurmType",
     "Ssh",
     "SweepValues",
     "TraceRuntime",
@@ -112,10 +116,10 @@ class Platform(ConfigModel):
     name: str = "run"
     machine_types: list[MachineType] = Field(min_length=1)
     billing: Billing = Field(default_factory=Billing)
-    provider: Literal["sim", "local", "sge", "ec2"] = Field(
+    provider: Literal["sim", "local", "sge", "slurm", "ec2"] = Field(
         default="sim",
         description="sim: dry runs only; local: worker processes on this host; "
-        "sge: Grid Engine jobs; ec2: Amazon EC2 instances",
+        "sge: Grid Engine jobs; slurm: Slurm jobs; ec2: Amazon EC2 instances",
     )
     providers: dict[Name, ProviderEntry] | None = Field(
         default=None,
@@ -125,6 +129,7 @@ class Platform(ConfigModel):
     local: Local = Field(default_factory=Local)
     ec2: Ec2 | None = None
     sge: Sge | None = None
+    slurm: Slurm | None = None
     daemon: Daemon = Field(default_factory=Daemon)
     policy: Literal["bats", "round_robin"] = Field(
         default="bats",
@@ -178,11 +183,13 @@ class Platform(ConfigModel):
                     f"machine type {t.name!r} names provider {t.provider!r}, but the config "
                     "has no providers: section (give one, or leave the type's provider out)"
                 )
-        section: Ec2 | Sge | None = None
+        section: Ec2 | Sge | Slurm | None = None
         if self.provider == "ec2":
             section = self.ec2
         elif self.provider == "sge":
             section = self.sge
+        elif self.provider == "slurm":
+            section = self.slurm
         else:
             return
         if section is None:
@@ -218,7 +225,7 @@ class Platform(ConfigModel):
             mine = {t.name for t in self.machine_types if t.provider == name}
             if not mine:
                 raise ValueError(f"providers.{name} has no machine type (name it in one)")
-            if isinstance(entry, Ec2 | Sge):
+            if isinstance(entry, Ec2 | Sge | Slurm):
                 _types_section(f"providers.{name}", entry.types, mine)
             if isinstance(entry, Local) and entry.time_scale != 1 and kinds != {"local"}:
                 raise ValueError(

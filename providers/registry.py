@@ -34,6 +34,12 @@ def _sge() -> ProviderKind:
     return KIND
 
 
+def _slurm() -> ProviderKind:
+    from autoscaler.providers.slurm import KIND
+
+    return KIND
+
+
 def _ec2() -> ProviderKind:
     from autoscaler.providers.ec2 import KIND
 
@@ -44,6 +50,7 @@ _TABLE: dict[str, Callable[[], ProviderKind]] = {
     "sim": _sim,
     "local": _local,
     "sge": _sge,
+    "slurm": _slurm,
     "ec2": _ec2,
 }
 
