@@ -88,6 +88,9 @@ class ProviderKind:
     sweeper: Callable[[Platform], Sweeper] | None = None  # None: it leaves no machine behind
     bootstrapper: Callable[[Platform, BootContext], Bootstrapper | None] | None = None
     """Who starts agents on machines that cannot start their own (None: the machines do)."""
+    max_life_s: Callable[[float], float] | None = None
+    """The longest one of its machines lives, given the ATU (a batch job's time limit);
+    None: as long as it is paid for."""
 
     @property
     def real(self) -> bool:

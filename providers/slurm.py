@@ -281,4 +281,9 @@ def sweeper(cfg: Platform) -> Sweeper:
     return sweeper_of(list_tagged, cancel_jobs)
 
 
-KIND = ProviderKind("slurm", build=build, sweeper=sweeper)
+def max_life_s(atu_s: float) -> float:
+    """A job lives at most its ``--time``: one paid unit in whole minutes."""
+    return 60.0 * slurm_output.time_limit_minutes(atu_s)
+
+
+KIND = ProviderKind("slurm", build=build, sweeper=sweeper, max_life_s=max_life_s)

@@ -87,8 +87,11 @@ def new_caps(state: RunState) -> dict[str, int]:
 
 
 def may_extend(state: RunState, m: Machine) -> bool:
-    """Whether ``m``'s provider has the machine time for its next step (always, but
-    under a ``machine_hours`` limit)."""
+    """Whether ``m`` may be paid its next step: it would outlive no time limit of its
+    type (a batch job's), and its provider has the machine time (``machine_hours``)."""
+    life = m.type.max_life_s
+    if life is not None and m.paid_until + state.billing.step_s - m.launched_at > life + 1e-6:
+        return False
     for room in rooms(state):
         if m.type.name in room.types and room.seconds is not None:
             return room.seconds >= state.billing.step_s - 1e-9

@@ -33,6 +33,7 @@ class TypeSpec:
     max_count: int  # A_i
     boot_s: float  # launch to ready, the planner's estimate (β)
     provider: str = ""  # the name of the provider it comes from
+    max_life_s: float | None = None  # a machine lives at most this long (a job's time limit)
 
 
 @dataclass(frozen=True, slots=True)

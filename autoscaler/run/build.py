@@ -38,6 +38,7 @@ from autoscaler.core.model import (
 from autoscaler.core.state import RunState
 from autoscaler.deadline.controller import DeadlineController, DeadlineSettings
 from autoscaler.learn.stats import sample_size
+from autoscaler.providers import registry
 
 REAL_SLACK_S = 0.5
 """Real seconds a time-scaled run keeps between a release decision and the boundary."""
@@ -54,10 +55,13 @@ def billing_model(cfg: RunConfig) -> BillingModel:
 
 
 def type_specs(cfg: RunConfig) -> list[TypeSpec]:
-    return [
-        TypeSpec(t.name, t.price, t.max_count, t.boot_s, cfg.provider_of(t.name))
-        for t in cfg.machine_types
-    ]
+    out = []
+    for t in cfg.machine_types:
+        provider = cfg.provider_of(t.name)
+        life = registry.kind(cfg.kind_of(provider)).max_life_s
+        limit = None if life is None else life(cfg.billing.atu_s)
+        out.append(TypeSpec(t.name, t.price, t.max_count, t.boot_s, provider, limit))
+    return out
 
 
 def controller_settings(cfg: RunConfig) -> ControllerSettings:

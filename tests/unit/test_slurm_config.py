@@ -71,3 +71,28 @@ def test_plan_on_slurm_asks_first_and_submits_nothing_unconfirmed(
     assert result.exit_code == EXIT_CONFIG, result.output
     assert "Sampling rents" in result.output
     assert not (tmp_path / "runs").exists()
+
+
+def test_no_slurm_machine_is_kept_past_its_job_time_limit(tmp_path: Path) -> None:
+    """A Slurm job lives one paid unit (its --time): the controller never pays a Slurm
+    machine a second unit, it launches another; the same run on Grid Engine keeps its
+    machines for several units."""
+    from autoscaler.config.load import expand_bag
+    from autoscaler.run.start import dry_run
+
+    def lives(provider: str) -> list[float]:
+        data = example()
+        data["bag"] = {"synthetic": 400}
+        data["constraint"] = {"budget": 60}
+        if provider == "sge":
+            data["provider"] = "sge"
+            data["sge"] = {"types": {"small": {"queue": "a"}, "large": {"queue": "b"}}}
+            del data["slurm"]
+        cfg = load_config(write(tmp_path, data))
+        report = dry_run(cfg, expand_bag(cfg)).report
+        assert report.tasks_done == 400
+        return [m.end_s - m.start_s for m in report.machines]
+
+    atu = 120.0
+    assert max(lives("slurm")) <= atu + 1e-6
+    assert max(lives("sge")) > atu
