@@ -88,6 +88,7 @@ class SshSettings:
     poweroff_on_exit: bool = False  # power the machine off once its agent exits
     connect_timeout_s: float = 10.0
     console_wait_s: float = 600.0  # "console" policy: how long to wait for keys there
+    ready_timeout_s: float = 600.0  # launch to SSH answering, at most
 
 
 @dataclass
@@ -146,6 +147,14 @@ class SshBootstrap:
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
         self._known = KnownHosts(settings.known_hosts)
+
+    def handles(self, machine: str) -> bool:
+        """Whether ``machine``'s agent is started here (every machine of its run)."""
+        return True
+
+    def timeout_s(self, machine: str) -> float:
+        """How long ``machine`` may take from launch to SSH answering."""
+        return self.settings.ready_timeout_s
 
     def __repr__(self) -> str:  # never the token
         return f"SshBootstrap(user={self.settings.user!r}, local_port={self.local_port})"

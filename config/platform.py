@@ -43,10 +43,15 @@ class MachineType(ConfigModel):
     """A cloud offering: all machines of a type are alike."""
 
     name: Name
-    price: PositiveFloat = Field(description="price per ATU of one machine")
+    price: float = Field(
+        ge=0, description="price per ATU of one machine (0: free, as a cluster's own time)"
+    )
     max_count: PositiveInt = Field(description="at most this many machines at once")
     boot_s: Seconds = Field(
         default=120.0, ge=0, description="launch to ready; the planner's estimate"
+    )
+    provider: Name | None = Field(
+        default=None, description="with providers: the name of the provider it comes from"
     )
 
 
@@ -296,6 +301,31 @@ class Sge(ConfigModel):
     """
 
     types: dict[str, SgeType]
+    python: str | None = Field(
+        default=None, description="interpreter of the agents (default: the daemon's)"
+    )
+    workdir: Path | None = Field(default=None, description="working directory of tasks")
+
+
+class SlurmType(ConfigModel):
+    """What one of our machine types is on the cluster: a partition and a resource request."""
+
+    partition: str | None = Field(default=None, description="sbatch --partition")
+    constraint: str | None = Field(default=None, description="sbatch --constraint (features)")
+    cpus: PositiveInt = Field(default=1, description="sbatch --cpus-per-task")
+    mem: str | None = Field(default=None, description="sbatch --mem, e.g. 2G")
+    extra_args: list[str] = Field(default_factory=list, description="more sbatch arguments")
+
+
+class Slurm(ConfigModel):
+    """``provider: slurm``: each machine is a Slurm batch job running a worker agent.
+
+    The ATU and prices are the config's; a job's time limit is one ATU (whole minutes).
+    Agents read the run's token from the run directory, so it must be on a filesystem
+    the nodes share.
+    """
+
+    types: dict[str, SlurmType]
     python: str | None = Field(
         default=None, description="interpreter of the agents (default: the daemon's)"
     )

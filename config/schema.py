@@ -12,6 +12,7 @@ Durations are seconds, or a string with a unit: ``"90s"``, ``"15m"``, ``"1h"``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -44,8 +45,11 @@ from autoscaler.config.platform import (
     Sampling,
     Sge,
     SgeType,
+    Slurm,
+    SlurmType,
     Ssh,
 )
+from autoscaler.config.providers import SECTIONS, Limits, ProviderEntry
 from autoscaler.config.work import (
     Bag,
     Budget,
@@ -82,12 +86,15 @@ __all__ = [
     "NormalRuntime",
     "ParetoRuntime",
     "Platform",
+    "ProviderEntry",
     "RunConfig",
     "Runtime",
     "Sampling",
     "Seconds",
     "Sge",
     "SgeType",
+    "Slurm",
+    "SlurmType",
     "Ssh",
     "SweepValues",
     "TraceRuntime",
@@ -109,14 +116,20 @@ class Platform(ConfigModel):
     name: str = "run"
     machine_types: list[MachineType] = Field(min_length=1)
     billing: Billing = Field(default_factory=Billing)
-    provider: Literal["sim", "local", "sge", "ec2"] = Field(
+    provider: Literal["sim", "local", "sge", "slurm", "ec2"] = Field(
         default="sim",
         description="sim: dry runs only; local: worker processes on this host; "
-        "sge: Grid Engine jobs; ec2: Amazon EC2 instances",
+        "sge: Grid Engine jobs; slurm: Slurm jobs; ec2: Amazon EC2 instances",
+    )
+    providers: dict[Name, ProviderEntry] | None = Field(
+        default=None,
+        description="several providers in one run: name -> {kind, that kind's fields, "
+        "limits}; each machine type names its provider (instead of provider:)",
     )
     local: Local = Field(default_factory=Local)
     ec2: Ec2 | None = None
     sge: Sge | None = None
+    slurm: Slurm | None = None
     daemon: Daemon = Field(default_factory=Daemon)
     policy: Literal["bats", "round_robin"] = Field(
         default="bats",
@@ -161,24 +174,105 @@ class Platform(ConfigModel):
         self._provider_section(names)
 
     def _provider_section(self, names: set[str]) -> None:
-        section: Ec2 | Sge | None = None
+        if self.providers is not None:
+            self._several_providers()
+            return
+        for t in self.machine_types:
+            if t.provider is not None:
+                raise ValueError(
+                    f"machine type {t.name!r} names provider {t.provider!r}, but the config "
+                    "has no providers: section (give one, or leave the type's provider out)"
+                )
+        section: Ec2 | Sge | Slurm | None = None
         if self.provider == "ec2":
             section = self.ec2
         elif self.provider == "sge":
             section = self.sge
+        elif self.provider == "slurm":
+            section = self.slurm
         else:
             return
         if section is None:
             raise ValueError(f"provider is {self.provider}: give the {self.provider} section")
-        # Unknown keys first: a misspelt key also leaves its type without an entry, and
-        # the typo is the more useful of the two to name.
-        for name in sorted(set(section.types) - names):
-            raise ValueError(
-                f"{self.provider}.types names unknown machine type {name!r} "
-                f"(machine types: {', '.join(sorted(names))})"
-            )
-        for name in sorted(names - set(section.types)):
-            raise ValueError(f"{self.provider}.types has no entry for machine type {name!r}")
+        _types_section(self.provider, section.types, names)
+
+    def _several_providers(self) -> None:
+        providers = self.providers or {}
+        # A config written back (a run directory's) has every field: only values other
+        # than the defaults are a second provider given.
+        if self.provider != "sim":
+            raise ValueError("give either provider (one provider) or providers (several), not both")
+        for field in SECTIONS:
+            if getattr(self, field) not in (None, Local()):
+                raise ValueError(
+                    f"with providers, a provider's settings go in its entry: move {field}: "
+                    "into providers.<name> (with kind: " + field + ")"
+                )
+        if not providers:
+            raise ValueError("providers is empty: name at least one provider")
+        for t in self.machine_types:
+            if t.provider is None:
+                raise ValueError(
+                    f"machine type {t.name!r} names no provider (providers: {', '.join(providers)})"
+                )
+            if t.provider not in providers:
+                raise ValueError(
+                    f"machine type {t.name!r} names unknown provider {t.provider!r} "
+                    f"(providers: {', '.join(providers)})"
+                )
+        kinds = {entry.kind for entry in providers.values()}
+        for name, entry in providers.items():
+            mine = {t.name for t in self.machine_types if t.provider == name}
+            if not mine:
+                raise ValueError(f"providers.{name} has no machine type (name it in one)")
+            if isinstance(entry, Ec2 | Sge | Slurm):
+                _types_section(f"providers.{name}", entry.types, mine)
+            if isinstance(entry, Local) and entry.time_scale != 1 and kinds != {"local"}:
+                raise ValueError(
+                    f"providers.{name}.time_scale: time runs scaled only when every provider "
+                    "is local"
+                )
+
+    def provider_names(self) -> list[str]:
+        """The names of the run's providers (the kind's name in the one-provider form)."""
+        return list(self.providers) if self.providers is not None else [self.provider]
+
+    def kind_of(self, name: str) -> str:
+        """The kind of provider ``name``."""
+        return self.providers[name].kind if self.providers is not None else self.provider
+
+    def provider_of(self, type_name: str) -> str:
+        """The name of the provider machine type ``type_name`` comes from."""
+        if self.providers is None:
+            return self.provider
+        return self.type_named(type_name).provider or ""
+
+    def limits(self, name: str) -> Limits:
+        """What the run may take from provider ``name`` (no limit in the one-provider form)."""
+        return self.providers[name] if self.providers is not None else Limits()
+
+    def provider_label(self) -> str:
+        """The providers as a user reads them: ``ec2``, or ``campus (sge), east (ec2)``."""
+        if self.providers is None:
+            return self.provider
+        return ", ".join(f"{name} ({entry.kind})" for name, entry in self.providers.items())
+
+    def for_provider(self, name: str) -> Platform:
+        """This config as if provider ``name`` were its only one: ``provider`` its kind,
+        its section in the kind's field, only its machine types. The one-provider form
+        is its own view."""
+        if self.providers is None:
+            return self
+        entry = self.providers[name]
+        fields = {f: getattr(self, f) for f in type(self).model_fields}
+        fields.update(
+            provider=entry.kind,
+            providers=None,
+            machine_types=[t for t in self.machine_types if t.provider == name],
+        )
+        if entry.kind in SECTIONS:
+            fields[entry.kind] = entry
+        return type(self).model_construct(**fields)
 
     def _min_unit_cost(self, price: float) -> float:
         if self.billing.mode == "fixed":
@@ -195,6 +289,9 @@ class Platform(ConfigModel):
     @property
     def time_scale(self) -> float:
         """Emulated seconds per real second (1 but for a time-scaled local run)."""
+        if self.providers is not None:
+            scales = [e.time_scale for e in self.providers.values() if isinstance(e, Local)]
+            return scales[0] if scales and len(scales) == len(self.providers) else 1.0
         return self.local.time_scale if self.provider == "local" else 1.0
 
     def type_named(self, name: str) -> MachineType:
@@ -207,6 +304,19 @@ class Platform(ConfigModel):
         """The platform part alone (of a run config: its fields but the work)."""
         fields = {name: getattr(self, name) for name in Platform.model_fields}
         return Platform.model_construct(**fields)
+
+
+def _types_section(where: str, section: Mapping[str, object], names: set[str]) -> None:
+    """A provider section's ``types`` names exactly the machine types ``names``."""
+    # Unknown keys first: a misspelt key also leaves its type without an entry, and
+    # the typo is the more useful of the two to name.
+    for name in sorted(set(section) - names):
+        raise ValueError(
+            f"{where}.types names unknown machine type {name!r} "
+            f"(machine types: {', '.join(sorted(names))})"
+        )
+    for name in sorted(names - set(section)):
+        raise ValueError(f"{where}.types has no entry for machine type {name!r}")
 
 
 # --- the whole file -------------------------------------------------------------------

@@ -489,6 +489,7 @@ def ssh_bootstrap(cfg: Platform, ctx: BootContext) -> SshBootstrap | None:
         remote_dir=ssh.remote_dir,
         python=ssh.python,
         poweroff_on_exit=ssh.poweroff_on_exit,
+        ready_timeout_s=ssh.timeout_s,
     )
     return SshBootstrap(settings, ctx.local_port, ctx.token, agent_args(cfg), console=console)
 

@@ -12,15 +12,29 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from autoscaler.bootstrap.agent_start import AgentSettings, agent_flags
 from autoscaler.core.billing import BillingModel
 from autoscaler.providers.base import Capabilities, Provider
 
 if TYPE_CHECKING:
-    from autoscaler.bootstrap.ssh import SshBootstrap
     from autoscaler.config.schema import Platform
+
+
+class Bootstrapper(Protocol):
+    """Starts and keeps agents on machines that cannot start their own (over SSH)."""
+
+    def handles(self, machine: str) -> bool:
+        """Whether ``machine``'s agent is started here (else its machine starts it)."""
+        ...
+
+    def timeout_s(self, machine: str) -> float: ...
+    def wait_ssh(self, machine: str, address: str, timeout_s: float) -> None: ...
+    def ensure(self, machine: str, address: str) -> int: ...
+    def alive(self, machine: str) -> bool: ...
+    def close(self, machine: str) -> None: ...
+    def close_all(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +86,11 @@ class ProviderKind:
     spot: bool = False  # may rent spot machines
     build: Callable[[Platform, RunContext], Provider] | None = None  # None: emulated only
     sweeper: Callable[[Platform], Sweeper] | None = None  # None: it leaves no machine behind
-    bootstrapper: Callable[[Platform, BootContext], SshBootstrap | None] | None = None
+    bootstrapper: Callable[[Platform, BootContext], Bootstrapper | None] | None = None
     """Who starts agents on machines that cannot start their own (None: the machines do)."""
+    max_life_s: Callable[[float], float] | None = None
+    """The longest one of its machines lives, given the ATU (a batch job's time limit);
+    None: as long as it is paid for."""
 
     @property
     def real(self) -> bool:

@@ -7,9 +7,13 @@ local run needs neither boto3 nor fabric. A new kind is a module and one row her
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from autoscaler.core.errors import ConfigError
 from autoscaler.providers.kind import ProviderKind
+
+if TYPE_CHECKING:
+    from autoscaler.config.schema import Platform
 
 
 def _sim() -> ProviderKind:
@@ -30,6 +34,12 @@ def _sge() -> ProviderKind:
     return KIND
 
 
+def _slurm() -> ProviderKind:
+    from autoscaler.providers.slurm import KIND
+
+    return KIND
+
+
 def _ec2() -> ProviderKind:
     from autoscaler.providers.ec2 import KIND
 
@@ -40,6 +50,7 @@ _TABLE: dict[str, Callable[[], ProviderKind]] = {
     "sim": _sim,
     "local": _local,
     "sge": _sge,
+    "slurm": _slurm,
     "ec2": _ec2,
 }
 
@@ -67,3 +78,8 @@ def real_kinds() -> tuple[str, ...]:
 def is_emulated(name: str) -> bool:
     """Whether kind ``name`` only emulates machines (dry runs only)."""
     return not kind(name).real
+
+
+def emulated(cfg: Platform) -> bool:
+    """Whether every provider of ``cfg`` only emulates machines (dry runs only)."""
+    return all(is_emulated(cfg.kind_of(name)) for name in cfg.provider_names())

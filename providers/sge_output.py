@@ -168,13 +168,16 @@ def parse_qstat_j(xml: str) -> set[str]:
     }
 
 
-_QDEL_DONE = re.compile(r"has (?:registered the job|deleted job) (\d+)")
+_QDEL_DONE = re.compile(
+    r"has (?:registered the job|deleted job) (\d+)|job (\d+) is already in deletion"
+)
 _QDEL_GONE = re.compile(r'job "(\d+)" does not exist')
 
 
 def parse_qdel(stdout: str) -> tuple[set[str], set[str]]:
     """(ids deleted or registered for deletion, ids that did not exist) from qdel."""
-    return set(_QDEL_DONE.findall(stdout)), set(_QDEL_GONE.findall(stdout))
+    done = {a or b for a, b in _QDEL_DONE.findall(stdout)}
+    return done, set(_QDEL_GONE.findall(stdout))
 
 
 def provider_state(sge_state: str) -> ProviderState | None:

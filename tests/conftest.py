@@ -19,6 +19,7 @@ from autoscaler.run.registry import STATE_DIR_ENV
 pytest_plugins = (
     "tests.integration.services",
     "tests.integration.sge",
+    "tests.integration.slurm",
     "tests.integration.sshd",
     "tests.integration.browser",
     "tests.integration.ec2_world",

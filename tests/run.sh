@@ -37,11 +37,15 @@ if [ "$(id -u)" = 0 ]; then
   # chromium; `playwright install` is never run).
   [ -x /usr/bin/chromium ] || install_packages chromium
   bash infra/sge/setup.sh
+  # A one-node Slurm (munged, slurmctld, slurmd), started unless already running.
+  [ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/slurmd ] && [ -x /usr/bin/sbatch ] &&
+    [ -x /usr/sbin/munged ] || install_packages slurmctld slurmd slurm-client munge
+  bash infra/slurm/setup.sh
 elif [ "${CI:-}" = true ]; then
-  echo "error: CI=true needs root to install sshd, chromium and Grid Engine" >&2
+  echo "error: CI=true needs root to install sshd, chromium, Grid Engine and Slurm" >&2
   exit 1
 else
-  echo "not root: tests that need sshd, chromium or Grid Engine skip where these are missing"
+  echo "not root: tests that need sshd, chromium, Grid Engine or Slurm skip where these are missing"
 fi
 export SGE_ROOT=${SGE_ROOT:-/var/lib/gridengine} SGE_CELL=${SGE_CELL:-default}
 
@@ -75,7 +79,8 @@ run_pytest() {
 run_pytest unit no tests/unit -q
 # The integration tests mostly wait (time-scaled runs, moto, sshd, Grid Engine), so three
 # pytest-xdist workers run them side by side (on 2 cores: they wait more than they
-# compute); tests that share Grid Engine are one xdist group (tests/integration/sge.py).
+# compute); tests that share Grid Engine are one xdist group (tests/integration/sge.py),
+# tests that share Slurm another (tests/integration/slurm.py).
 # Tests marked `alone` compare a real run's timing or spend with what the host's load
 # would shift: they run after, one at a time.
 run_pytest integration no tests/integration -q --durations=25 -n 3 --dist loadgroup -m "not alone"

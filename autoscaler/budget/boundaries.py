@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from autoscaler.budget.sampling import probing
 from autoscaler.budget.settings import EPS
+from autoscaler.core.limits import may_extend
 from autoscaler.core.model import Extend, Release
 from autoscaler.core.state import Machine, RunState
 from autoscaler.core.step import Step
@@ -16,9 +17,9 @@ def can_extend(state: RunState, m: Machine) -> bool:
     if state.awaiting_budget:
         return False
     if state.budget is None:
-        return True
+        return may_extend(state, m)
     extra = state.billing.extension_cost(m.type.price, m.launched_at, m.paid_until)
-    return state.committed + extra <= state.budget + EPS
+    return state.committed + extra <= state.budget + EPS and may_extend(state, m)
 
 
 def boundary(s: Step, m: Machine) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from autoscaler.budget.settings import EPS
+from autoscaler.core.limits import new_caps
 from autoscaler.core.model import Defer, Launch, Mark
 from autoscaler.core.step import Step
 
@@ -22,9 +23,11 @@ def meet_target(s: Step) -> None:
 
 
 def _launch_or_mark(s: Step) -> tuple[str, ...]:
-    """The launches and marks towards the target; returns the types whose launch waits."""
+    """The launches and marks towards the target; returns the types whose launch waits.
+    A limited provider's room caps the launches of its types, whatever the target."""
     state = s.state
     waiting: list[str] = []
+    caps = new_caps(state) if state.limits else None
     for name, want in state.target.items():
         t = state.types[name]
         alive = [m for m in state.alive_machines() if m.type.name == name]
@@ -38,6 +41,8 @@ def _launch_or_mark(s: Step) -> tuple[str, ...]:
                 s.do(Mark(m.id, release=False))
                 have += 1
             room = t.max_count - len(alive) - in_flight
+            if caps is not None:
+                room = min(room, caps[name])
             count = min(want - have, room)
             if state.budget is not None:
                 unit = state.billing.cost(t.price, state.billing.first_step_s)

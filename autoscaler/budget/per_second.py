@@ -82,11 +82,15 @@ def _kind_tasks(kind: _Kind, horizon_s: float, problem: BudgetProblem) -> float:
     return capacity(kind.type, horizon_s - kind.type.boot_s if kind.new else horizon_s, problem)
 
 
+def _kind_paid(kind: _Kind, horizon_s: float, billing: BillingModel) -> float:
+    """Seconds paid by H: H kept; max(H, F) new (it commits its first step at launch, and
+    a machine that lives less than the minimum charge pays the minimum)."""
+    return max(horizon_s, billing.first_step_s, billing.min_charge_s) if kind.new else horizon_s
+
+
 def _kind_cost(kind: _Kind, horizon_s: float, billing: BillingModel) -> float:
-    """c_i·H/ATU kept; c_i·max(H, F)/ATU new: it commits its first step at launch, and a
-    machine that lives less than the minimum charge pays the minimum."""
-    paid = max(horizon_s, billing.first_step_s, billing.min_charge_s) if kind.new else horizon_s
-    return kind.type.price * paid / billing.atu_s
+    """c_i·(seconds paid by H)/ATU."""
+    return kind.type.price * _kind_paid(kind, horizon_s, billing) / billing.atu_s
 
 
 def _mix_tasks(kinds: Sequence[_Kind], mix: Mix, horizon_s: float, problem: BudgetProblem) -> float:
@@ -195,6 +199,15 @@ def _per_second_lp(
         <= problem.budget
     )
     lp += pulp.lpSum(x) >= 1
+    for room in problem.groups:  # each limited provider: machines at once, machine time
+        mine = [(v, k) for v, k in zip(x, kinds, strict=True) if k.type.name in room.types]
+        if room.machines is not None:
+            lp += pulp.lpSum(v for v, _ in mine) <= room.machines
+        if room.seconds is not None:
+            lp += (
+                pulp.lpSum(v * _kind_paid(k, horizon_s, problem.billing) for v, k in mine)
+                <= room.seconds
+            )
     return lp, x
 
 

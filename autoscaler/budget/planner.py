@@ -62,15 +62,22 @@ _MAX_FAILED = 3  # solves without an answer before the search gives up (a broken
 
 
 def _relaxation_feasible(problem: BudgetProblem, k: int) -> bool:
-    """Can a fractional mix do N tasks in k further units within B? (greedy knapsack)"""
+    """Can a fractional mix do N tasks in k further units within B? (greedy knapsack;
+    a limited provider's room caps each of its types alone, a relaxation still)"""
     atu = problem.billing.atu_s
+    caps: dict[str, int] = {}
+    for room in problem.groups:
+        most = room.machines_for(k * atu)
+        if most is not None:
+            caps.update(dict.fromkeys(room.types, most))
     items: list[tuple[float, float, float]] = []  # (cost per task, tasks per machine, count)
     for t in problem.types:
-        live = min(t.live, t.max_count)
+        live = min(t.live, t.max_count, caps.get(t.name, t.max_count))
+        most = min(t.max_count, caps.get(t.name, t.max_count))
         cap = capacity(t, k * atu, problem)
         for tasks, cost, count in (
             (cap, k * t.price, live),
-            (cap + t.first_tasks, k * t.price + t.first_cost, t.max_count - live),
+            (cap + t.first_tasks, k * t.price + t.first_cost, most - live),
         ):
             if tasks > 0 and count > 0:
                 items.append((cost / tasks, float(tasks), float(count)))
@@ -122,6 +129,15 @@ def _solve_fixed_k(
         )
         >= problem.tasks
     )
+    for room in problem.groups:  # each limited provider: machines at once, machine time
+        mine = [t.name for t in problem.types if t.name in room.types]
+        if room.machines is not None:
+            lp += pulp.lpSum(keep[n] + new[n] for n in mine) <= room.machines
+        if room.seconds is not None:  # k more units each; a new one pays its first too
+            lp += (
+                pulp.lpSum((keep[n] + new[n]) * k * atu + new[n] * atu for n in mine)
+                <= room.seconds
+            )
     solved = solve_lp(lp, solver, f"k={k}", time_limit_s)
     if solved.outcome in ("failed", "infeasible"):
         return None, solved

@@ -13,6 +13,7 @@ from autoscaler.budget.problem import BudgetProblem, Plan, TypeEstimate
 from autoscaler.budget.runtimes import end_reserve, intervals, reserved, running_ages
 from autoscaler.budget.sampling import stats
 from autoscaler.budget.settings import ControllerSettings
+from autoscaler.core.limits import rooms
 from autoscaler.core.model import Configure
 from autoscaler.core.state import RunState
 from autoscaler.core.step import Step
@@ -36,6 +37,7 @@ def budget_problem(
         billing=state.billing,
         cushion_z=settings.cushion_z,
         final_loss=settings.final_loss,
+        groups=rooms(state),
     )
 
 

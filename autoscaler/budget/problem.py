@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import pulp
 
 from autoscaler.core.billing import BillingModel
+from autoscaler.core.limits import Room
 from autoscaler.learn.stats import tasks_within
 
 MONEY_REL = 1e-6  # costs within a millionth of B count as within it (solver tolerance)
@@ -40,6 +41,7 @@ class BudgetProblem:
     billing: BillingModel
     cushion_z: float = 0.0
     final_loss: float = 0.25  # tasks per machine lost at the end of its last unit
+    groups: Sequence[Room] = ()  # limited providers: what is left of their limits
 
 
 @dataclass(frozen=True, slots=True)

@@ -71,7 +71,8 @@ def _service_summary(path: Path) -> str:
     )
     billing = _billing(svc.platform.billing)
     return (
-        f"ok service {svc.name}: provider {svc.provider}; types {types}; billing {billing}; "
+        f"ok service {svc.name}: provider {svc.platform.provider_label()}; types {types}; "
+        f"billing {billing}; "
         f"{svc.settings.max_running_jobs} jobs at once"
     )
 

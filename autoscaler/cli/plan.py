@@ -63,7 +63,7 @@ def plan(
             "plan offers budgets for a budget-mode bag; this config has deadlines (jobs, "
             "or constraint.deadline_s): `run --dry-run` shows what meeting them costs"
         )
-    if not dry_run and not registry.is_emulated(cfg.provider):
+    if not dry_run and not registry.emulated(cfg):
         _plan_real(cfg, tasks, seed, as_json=as_json, out=out, yes=yes)
         return
     from autoscaler.run.start import plan_dry
@@ -129,7 +129,7 @@ def _plan_real(
     )
     machines = ", ".join(f"{c} × {n}" for n, c in sampling.counts.items() if c)
     err_console.print(
-        f"Sampling rents {machines} from provider {cfg.provider} ({sampling.reason}). "
+        f"Sampling rents {machines} from {cfg.provider_label()} ({sampling.reason}). "
         f"Their first paid units commit {first:.2f}; sampling commits at most the budget "
         f"of {state.budget:.2f} (`constraint.budget`) and stops committing once the "
         "samples are in.",
@@ -138,7 +138,9 @@ def _plan_real(
     )
     if not yes:
         if not sys.stdin.isatty():
-            raise AutoscalerError(f"plan rents machines from {cfg.provider}: confirm with --yes")
+            raise AutoscalerError(
+                f"plan rents machines from {cfg.provider_label()}: confirm with --yes"
+            )
         if not typer.confirm("Start sampling?", default=False, err=True):
             err_console.print("Nothing was rented.")
             raise typer.Exit(1)

@@ -112,7 +112,7 @@ def run(
     run_id = new_run_id(cfg)
     out_dir = out if out is not None else Path("runs") / run_id
     if not dry_run:
-        if registry.is_emulated(cfg.provider):
+        if registry.emulated(cfg):
             raise AutoscalerError(
                 "provider 'sim' only emulates machines: add --dry-run, or set `provider:` "
                 "to local (worker processes on this host), sge or ec2 with its section"
@@ -302,7 +302,7 @@ def cleanup(
         )
     strays = [m for m in found if m.owner is None]
     if not strays:
-        console.print(f"no stray {cfg.provider} machines of ours", markup=False)
+        console.print(f"no stray machines of ours in {cfg.provider_label()}", markup=False)
         return
     if not yes:
         if not console.is_terminal:

@@ -100,7 +100,8 @@ def serve(
         service.close()  # safe on a service opened in part, or not at all
         raise
     console.print(
-        f"service {cfg.name} ({cfg.provider}): state directory {where}, API {server.url} "
+        f"service {cfg.name} ({cfg.platform.provider_label()}): state directory {where}, "
+        f"API {server.url} "
         f"(pid {os.getpid()})",
         markup=False,
         soft_wrap=True,

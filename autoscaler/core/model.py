@@ -32,6 +32,8 @@ class TypeSpec:
     price: float  # per ATU, per machine
     max_count: int  # A_i
     boot_s: float  # launch to ready, the planner's estimate (β)
+    provider: str = ""  # the name of the provider it comes from
+    max_life_s: float | None = None  # a machine lives at most this long (a job's time limit)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +78,15 @@ class MachineState(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
+class ProviderLimit:
+    """What a run may take from one provider across its types (None: no limit)."""
+
+    name: str
+    max_machines: int | None = None  # machines at once (a quota)
+    machine_s: float | None = None  # machine seconds the run may use there, in all
+
+
+@dataclass(frozen=True, slots=True)
 class MachineLaunched:
     """A provider accepted a launch: the machine exists and is being paid for.
 
@@ -87,6 +98,7 @@ class MachineLaunched:
     type: str
     token: str
     at: float | None = None
+    provider: str = ""  # the name of the provider that started it (a run of several)
 
 
 @dataclass(frozen=True, slots=True)

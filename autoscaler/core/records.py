@@ -17,6 +17,7 @@ from autoscaler.core.model import (
     JobSpec,
     Late,
     MachineState,
+    ProviderLimit,
     Shortfall,
     TaskState,
     TypeSpec,
@@ -81,6 +82,7 @@ class RunRecords:
     billing: BillingModel
     budget: float | None
     n_tasks: int
+    limits: tuple[ProviderLimit, ...] = ()  # per provider: machines at once, machine time
     max_retries: int = 2
     now: float = 0.0  # run time of the last record applied
     machines: dict[str, Machine] = field(default_factory=dict)
@@ -263,3 +265,12 @@ class RunRecords:
             end = m.ended_at if m.ended_at is not None else self.now
             total += self.billing.cost(m.type.price, end - m.launched_at)
         return total
+
+    def by_provider(self) -> dict[str, tuple[int, float]]:
+        """Provider name -> (machines alive, money committed to its machines so far)."""
+        out: dict[str, tuple[int, float]] = {}
+        for m in self.machines.values():
+            alive, money = out.get(m.type.provider, (0, 0.0))
+            paid = self.billing.cost(m.type.price, m.paid_until - m.launched_at)
+            out[m.type.provider] = (alive + (m.ended_at is None), money + paid)
+        return out

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from autoscaler.core.billing import BillingModel
 from autoscaler.core.fold import Fold
-from autoscaler.core.model import JobSpec, TaskState, TypeSpec
+from autoscaler.core.model import JobSpec, ProviderLimit, TaskState, TypeSpec
 from autoscaler.core.records import Machine, Segment, StateError
 from autoscaler.learn.stats import RuntimeStats
 
@@ -37,6 +37,7 @@ class RunState(Fold):
         sample_target: int = 30,
         paired: int = 0,
         jobs: Sequence[JobSpec] = (),
+        limits: Sequence[ProviderLimit] = (),
     ) -> RunState:
         """A fresh run; ``order`` is the FCFS order tasks leave the bag in; ``paired``:
         tasks to run on every type (compact sampling; 0: plain sampling); ``jobs``: a
@@ -61,4 +62,5 @@ class RunState(Fold):
             spend_log=[(0.0, 0.0)],
             stats={t.name: RuntimeStats(sample_target) for t in types},
             paired_target=paired,
+            limits=tuple(limits),
         )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+from autoscaler.core.limits import may_extend
 from autoscaler.core.model import Extend, Release, Stop
 from autoscaler.core.state import Machine, RunState
 from autoscaler.core.step import Step
@@ -14,10 +15,11 @@ from autoscaler.deadline.planning import ready_jobs
 
 
 def can_extend(state: RunState, m: Machine) -> bool:
+    """Whether the budget (if any) and the provider's machine time pay ``m``'s next step."""
     if state.budget is None:
-        return True
+        return may_extend(state, m)
     extra = state.billing.extension_cost(m.type.price, m.launched_at, m.paid_until)
-    return state.committed + extra <= state.budget + EPS
+    return state.committed + extra <= state.budget + EPS and may_extend(state, m)
 
 
 def wanted_soon(state: RunState, m: Machine, until: float) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
+from autoscaler.core.limits import new_caps
 from autoscaler.core.model import Assign, Launch
 from autoscaler.core.state import RunState
 from autoscaler.core.step import Step
@@ -70,7 +71,9 @@ def running_machines(state: RunState, now: float) -> list[RunningMachine]:
 
 
 def plan_types(state: RunState) -> list[MachineType]:
-    """The types a plan may buy, each as much as it counts (``RunRecords.weight``).
+    """The types new machines may come from, each with how many it may launch (its
+    provider's limits shared among the provider's types: ``core.limits.new_caps``),
+    each as much as it counts (``RunRecords.weight``).
 
     None of a type avoided (no capacity, or its provider held by a limit). "Counts
     less": a type recovering from a refused launch, at weight w < 1, is priced c_i / w
@@ -79,10 +82,11 @@ def plan_types(state: RunState) -> list[MachineType]:
     safe: the surcharge only raises what the plan believes its machines cost; what
     is committed is the real price, within the budget (``carry_out``).
     """
+    caps = new_caps(state)
     out = []
     for t in state.types.values():
         w = state.weight(t.name, state.now)
-        room = max(0, t.max_count - state.count_alive(t.name)) if w > 0 else 0
+        room = caps[t.name] if w > 0 else 0
         out.append(MachineType(t.name, t.price / w if w > 0 else t.price, t.boot_s, room))
     return out
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from autoscaler.core.limits import new_caps
 from autoscaler.core.model import Assign, Launch
 from autoscaler.core.step import Step
 from autoscaler.deadline.jobs import EPS, DeadlineSettings, is_sampling, launchable
@@ -52,7 +53,7 @@ def spread_sample(s: Step, name: str, tasks: list[int]) -> None:
     for m in mine:
         if tasks and m.idle:
             s.do(Assign(tasks.pop(0), m.id))
-    room = state.types[name].max_count - state.count_alive(name)
+    room = new_caps(state)[name]
     if state.budget is not None:
         unit = state.billing.cost(state.types[name].price, state.billing.first_step_s)
         room = min(room, math.floor((state.budget - state.committed) / unit + EPS))

@@ -5,7 +5,7 @@ rather than repeating it."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from autoscaler.config.schema import RunConfig
@@ -22,6 +22,7 @@ from autoscaler.report.records import (
     LaunchProblem,
     MachineSummary,
     Prediction,
+    ProviderSummary,
     Report,
     ShortfallNote,
     TypeSummary,
@@ -115,6 +116,7 @@ def build_report(
                 busy_s=round(m.busy_s, 3),
                 idle_s=round(idle, 3),
                 end_reason=m.end_reason,
+                provider=cfg.provider_of(m.type.name),
             )
         )
         totals[m.type.name].add(units, cost, m.tasks_done, m.busy_s, idle, boot)
@@ -153,7 +155,7 @@ def build_report(
         policy=f"deadline ({cfg.deadline.planner}-job planner)"
         if cfg.deadline_mode
         else cfg.policy,
-        provider=cfg.provider,
+        provider=cfg.provider_label(),
         seed=seed,
         budget=budget,
         cost=round(cost, 4),
@@ -199,6 +201,7 @@ def build_report(
         unfinished_tasks=unfinished_tasks(state, tasks),
         time_scale=time_scale,
         refused_agents=refused_agents,
+        providers=provider_summaries(cfg, totals),
     )
     if not state.deadline_mode:
         return report
@@ -211,6 +214,25 @@ def build_report(
         jobs_met_deadline=sum(j.met_deadline for j in jobs),
         unattributed_cost=round(unattributed, 4),
     )
+
+
+def provider_summaries(
+    cfg: RunConfig, totals: Mapping[str, _TypeTotals]
+) -> dict[str, ProviderSummary]:
+    """Per provider of ``cfg``: its types' machines and costs summed."""
+    out = {}
+    for name in cfg.provider_names():
+        types = tuple(t.name for t in cfg.machine_types if cfg.provider_of(t.name) == name)
+        mine = [totals[t] for t in types]
+        out[name] = ProviderSummary(
+            kind=cfg.kind_of(name),
+            types=types,
+            machines=sum(t.machines for t in mine),
+            units_paid=round(sum(t.units_paid for t in mine), 4),
+            cost=round(sum(t.cost for t in mine), 4),
+            tasks_run=sum(t.tasks_run for t in mine),
+        )
+    return out
 
 
 @dataclass

@@ -98,13 +98,25 @@ def _types_table(report: Report) -> list[str]:
             f"| {name} | {t.machines} | {t.units_paid:g} | {money(t.cost)} | "
             f"{t.tasks_run} | {hms(t.busy_s)} | {hms(t.idle_s)} |"
         )
+    if len(report.providers) > 1:
+        lines += [
+            "",
+            "| provider | kind | types | machines | units paid | cost | tasks run |",
+            "| --- | --- | --- | ---: | ---: | ---: | ---: |",
+        ]
+        for name, p in report.providers.items():
+            lines.append(
+                f"| {name} | {p.kind} | {', '.join(p.types)} | {p.machines} | "
+                f"{p.units_paid:g} | {money(p.cost)} | {p.tasks_run} |"
+            )
     return lines
 
 
 def _emulated(report: Report) -> str:
     """What a dry run adds to the provider's name: that none of its machines was rented
     (the emulator's own provider says so itself)."""
-    if report.emulated and not registry.is_emulated(report.provider):
+    kinds = [p.kind for p in report.providers.values()] or [report.provider]
+    if report.emulated and not all(registry.is_emulated(k) for k in kinds):
         return ", emulated (a dry run: no machine was rented)"
     return ""
 

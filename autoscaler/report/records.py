@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar, dataclass_transform
 
@@ -156,6 +156,26 @@ class MachineSummary:
     """Seconds it was ready but ran nothing."""
     end_reason: str | None
     """Why it ended (null if it was still alive)."""
+    provider: str = ""
+    """The name of the provider it came from."""
+
+
+@_record
+class ProviderSummary:
+    """The machines of one provider of the run, and what they cost."""
+
+    kind: str
+    """The provider's kind (sim, local, sge, slurm, ec2)."""
+    types: tuple[str, ...]
+    """Its machine types."""
+    machines: int
+    """Machines launched there."""
+    units_paid: float
+    """ATUs paid for them."""
+    cost: float
+    """What they cost under the billing model."""
+    tasks_run: int
+    """Tasks they finished."""
 
 
 @_record
@@ -277,7 +297,8 @@ class Report:
     policy: str
     """The config's policy (bats or round_robin; deadline mode: its planner)."""
     provider: str
-    """The config's provider (sim for a dry run's config, local, sge, ec2)."""
+    """The config's provider (sim for a dry run's config, local, sge, slurm, ec2), or its
+    providers with their kinds (``campus (slurm), east (ec2)``)."""
     seed: int
     """The emulator's seed."""
     budget: float | None
@@ -319,6 +340,9 @@ class Report:
     unfinished_tasks: tuple[UnfinishedTask, ...] = ()
     """Every task not done (failed ones included), by id; empty when every task was done.
     Their commands are in ``unfinished.txt`` in the run directory."""
+    providers: Mapping[str, ProviderSummary] = field(default_factory=dict)
+    """Per provider of the run (by the name the config gives it; in a one-provider run,
+    its kind): its machines and their cost."""
     time_scale: float | None = None
     """A real run only: emulated seconds per real second (absent from a dry run's report)."""
     refused_agents: int | None = None

@@ -29,6 +29,7 @@ from autoscaler.core.model import (
     Late,
     Launch,
     Move,
+    ProviderLimit,
     Release,
     Shortfall,
     Stop,
@@ -37,6 +38,7 @@ from autoscaler.core.model import (
 from autoscaler.core.state import RunState
 from autoscaler.deadline.controller import DeadlineController, DeadlineSettings
 from autoscaler.learn.stats import sample_size
+from autoscaler.providers import registry
 
 REAL_SLACK_S = 0.5
 """Real seconds a time-scaled run keeps between a release decision and the boundary."""
@@ -53,7 +55,13 @@ def billing_model(cfg: RunConfig) -> BillingModel:
 
 
 def type_specs(cfg: RunConfig) -> list[TypeSpec]:
-    return [TypeSpec(t.name, t.price, t.max_count, t.boot_s) for t in cfg.machine_types]
+    out = []
+    for t in cfg.machine_types:
+        provider = cfg.provider_of(t.name)
+        life = registry.kind(cfg.kind_of(provider)).max_life_s
+        limit = None if life is None else life(cfg.billing.atu_s)
+        out.append(TypeSpec(t.name, t.price, t.max_count, t.boot_s, provider, limit))
+    return out
 
 
 def controller_settings(cfg: RunConfig) -> ControllerSettings:
@@ -66,6 +74,16 @@ def controller_settings(cfg: RunConfig) -> ControllerSettings:
         solver=cfg.solver,
         on_shortfall=cfg.constraint.on_shortfall,
     )
+
+
+def provider_limits(cfg: RunConfig) -> tuple[ProviderLimit, ...]:
+    """Each provider's limits across its types (``providers:``), as the planners take them."""
+    out = []
+    for name in cfg.provider_names():
+        limit = cfg.limits(name)
+        hours = limit.machine_hours
+        out.append(ProviderLimit(name, limit.max_machines, None if hours is None else hours * 3600))
+    return tuple(out)
 
 
 def planning_settings(cfg: RunConfig) -> ControllerSettings:
@@ -145,6 +163,7 @@ def new_state(cfg: RunConfig, n_tasks: int, seed: int) -> RunState:
         sample_target=n,
         paired=min(cfg.sampling.replicated, n) if cfg.sampling.mode == "compact" else 0,
         jobs=jobs,
+        limits=provider_limits(cfg),
     )
 
 

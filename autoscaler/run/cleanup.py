@@ -21,7 +21,7 @@ from pathlib import Path
 from autoscaler.config.schema import Platform
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.journal import JOURNAL_DB, SqliteJournal
-from autoscaler.providers import registry
+from autoscaler.providers import multi, registry
 from autoscaler.providers.kind import Sweeper
 from autoscaler.run.registry import (
     RunEntry,
@@ -171,6 +171,8 @@ def live_runs(runs: Sequence[Path], state: Path) -> tuple[dict[str, Owner], list
 
 
 def _sweeper(cfg: Platform) -> Sweeper:
+    if cfg.providers is not None:
+        return multi.sweeper(cfg)
     make = registry.kind(cfg.provider).sweeper
     if make is None:
         raise AutoscalerError(

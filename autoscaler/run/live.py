@@ -60,6 +60,18 @@ def summary_rows(cfg: RunConfig, state: RunState, estimate: float | None) -> lis
         at, warning = state.shortfalls[-1]
         rows.append(("warning", f"at {hms(at)}: {warning.message}"))
     rows += job_rows(state)
+    if len(cfg.provider_names()) > 1:
+        per = state.by_provider()
+        rows.append(
+            (
+                "providers",
+                "; ".join(
+                    f"{name} ({cfg.kind_of(name)}): {per.get(name, (0, 0.0))[0]} machines, "
+                    f"{per.get(name, (0, 0.0))[1]:.2f} committed"
+                    for name in cfg.provider_names()
+                ),
+            )
+        )
     if state.stopped:
         rows.append(("ended" if over else "stopping", state.stop_reason or "bag finished"))
     return rows

@@ -44,7 +44,7 @@ from autoscaler.providers.base import (
 from autoscaler.run.refusals import holds, refusal
 
 if TYPE_CHECKING:
-    from autoscaler.bootstrap.ssh import SshBootstrap
+    from autoscaler.providers.kind import Bootstrapper
 
 TERMINATE_TRIES = 8
 """How often a refused terminate is tried (with backoff) before it is left to the end."""
@@ -94,13 +94,20 @@ def launch_events(
     for rec in done.records[: launch.count]:
         if rec.id in state.machines:
             continue
-        events.append(MachineLaunched(rec.id, launch.type, launch.token, at=rec.launched_at))
+        events.append(
+            MachineLaunched(
+                rec.id,
+                launch.type,
+                launch.token,
+                at=rec.launched_at,
+                provider="" if cfg.providers is None else cfg.provider_of(launch.type),
+            )
+        )
     missing = launch.count - len(events)
     if missing > 0:
         reason = done.error or "the provider started fewer machines than asked"
-        failed = refusal(
-            launch, missing, reason, done.code, done.retryable, done.siblings, holds(cfg), now
-        )
+        h = holds(cfg, launch.type)
+        failed = refusal(launch, missing, reason, done.code, done.retryable, done.siblings, h, now)
         log.warning(
             "launch failed", machine_type=launch.type, count=missing, error=reason, kind=failed.kind
         )
@@ -137,7 +144,7 @@ class MachineLifecycle:
 
     cfg: RunConfig
     provider: Provider
-    bootstrap: SshBootstrap | None
+    bootstrap: Bootstrapper | None
     inbox: queue.SimpleQueue[object]  # the daemon's
     scheduler: BaseScheduler  # closes tunnels after their grace
     log: Any
@@ -177,7 +184,7 @@ class MachineLifecycle:
 
     def boot(self, mid: str) -> None:
         """Start ``mid``'s agent over SSH (EC2 runs with SSH bootstrap; else nothing)."""
-        if self.bootstrap is None or mid in self._booting:
+        if self.bootstrap is None or mid in self._booting or not self.bootstrap.handles(mid):
             return
         self._booting.add(mid)
         future = self._boot_executor.submit(self._bootstrap_machine, mid)
@@ -198,13 +205,12 @@ class MachineLifecycle:
         Failure becomes a lost machine (terminated, its tasks re-queued), never a crash.
         """
         boot = self.bootstrap
-        ssh = self.cfg.ec2.ssh if self.cfg.ec2 is not None else None
         assert boot is not None
-        assert ssh is not None
-        deadline = time.monotonic() + ssh.timeout_s
+        timeout_s = boot.timeout_s(mid)
+        deadline = time.monotonic() + timeout_s
         try:
             status = Retrying(
-                stop=stop_after_delay(ssh.timeout_s),
+                stop=stop_after_delay(timeout_s),
                 wait=wait_exponential(multiplier=1.0, max=10.0),
                 retry=retry_if_result(_booting),
                 sleep=self._nap,

@@ -25,6 +25,15 @@ class Metrics:
             "autoscaler_machines", "live machines by type and state", ["type", "state"], registry=r
         )
         self.spend = Gauge("autoscaler_spend_committed", "money committed", registry=r)
+        self.provider_machines = Gauge(
+            "autoscaler_provider_machines", "live machines by provider", ["provider"], registry=r
+        )
+        self.provider_spend = Gauge(
+            "autoscaler_provider_spend_committed",
+            "money committed to each provider's machines",
+            ["provider"],
+            registry=r,
+        )
         self.budget = Gauge("autoscaler_budget", "the run's budget", registry=r)
         self.needed = Gauge(
             "autoscaler_budget_needed",
@@ -94,6 +103,9 @@ class Metrics:
             for key, n in counts.items():
                 self.machines.labels(name, key).set(n)
         self.spend.set(state.committed)
+        for name, (alive, money) in state.by_provider().items():
+            self.provider_machines.labels(name).set(alive)
+            self.provider_spend.labels(name).set(money)
         budget = state.budget_of(self.configured_budget)
         if budget is not None:
             self.budget.set(budget)

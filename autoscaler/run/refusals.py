@@ -39,12 +39,15 @@ class Holds:
     retry_s: float = RETRY_HOLD_S  # every scale-up waits this long when throttled
 
 
-def holds(cfg: RunConfig) -> Holds:
-    """The holds of ``cfg``'s provider (its ``ec2`` section's, else the defaults); the
-    wait after throttling in the run's own seconds (``time_scale``)."""
+def holds(cfg: RunConfig, type_name: str | None = None) -> Holds:
+    """The holds of the provider of ``type_name`` (of ``cfg``'s one provider): its
+    ``ec2`` section's, else the defaults; the wait after throttling in the run's own
+    seconds (``time_scale``)."""
     retry_s = RETRY_HOLD_S * cfg.time_scale
-    if cfg.ec2 is not None:
-        return Holds(cfg.ec2.unavailable_s, cfg.ec2.limit_hold_s, cfg.ec2.recover_s, retry_s)
+    view = cfg if type_name is None else cfg.for_provider(cfg.provider_of(type_name))
+    if view.ec2 is not None:
+        e = view.ec2
+        return Holds(e.unavailable_s, e.limit_hold_s, e.recover_s, retry_s)
     return Holds(retry_s=retry_s)
 
 

@@ -67,6 +67,11 @@ def make_emulator(
         billing=state.billing,
         max_counts={t.name: t.max_count for t in cfg.machine_types},
         boot_estimate_s={t.name: t.boot_s for t in cfg.machine_types},
+        provider_of=(
+            {t.name: cfg.provider_of(t.name) for t in cfg.machine_types}
+            if cfg.providers is not None
+            else {}
+        ),
     )
     holder: list[Emulator] = []
     sim = SimProvider(

@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING
 from autoscaler.config.schema import RunConfig
 from autoscaler.core.billing import BillingModel
 from autoscaler.core.errors import AutoscalerError
-from autoscaler.providers import registry
+from autoscaler.providers import multi, registry
 from autoscaler.providers.base import Provider
 from autoscaler.providers.kind import BootContext, RunContext
 
 if TYPE_CHECKING:
-    from autoscaler.bootstrap.ssh import SshBootstrap
+    from autoscaler.providers.kind import Bootstrapper
 
 
 def make_provider(
@@ -33,20 +33,25 @@ def make_provider(
     clock: Callable[[], float],
 ) -> Provider:
     """The provider a real run of ``cfg`` uses; a clear error for one that cannot run."""
+    ctx = RunContext(billing, run_id, run_dir, token, url, workdir, clock)
+    if cfg.providers is not None:
+        return multi.build(cfg, ctx)
     build = registry.kind(cfg.provider).build
     if build is None:
         raise AutoscalerError(
             f"provider {cfg.provider!r} cannot run for real: set provider to one of "
             f"{', '.join(registry.real_kinds())} (or use --dry-run)"
         )
-    return build(cfg, RunContext(billing, run_id, run_dir, token, url, workdir, clock))
+    return build(cfg, ctx)
 
 
 def make_bootstrap(
     cfg: RunConfig, run_dir: Path, token: str, local_port: int, provider: Provider
-) -> SshBootstrap | None:
+) -> Bootstrapper | None:
     """The bootstrapper that starts agents on the run's machines; None where the
     machines start their own (local agents, Grid Engine jobs, EC2 user data)."""
+    if cfg.providers is not None:
+        return multi.bootstrapper(cfg, BootContext(run_dir, token, local_port, provider))
     bootstrapper = registry.kind(cfg.provider).bootstrapper
     if bootstrapper is None:
         return None

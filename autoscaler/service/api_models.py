@@ -60,6 +60,7 @@ class MachineView(_Answer):
     id: str
     type: str
     state: str
+    provider: str = Field(default="", description="the name of the provider it comes from")
 
 
 class JobView(_Answer):

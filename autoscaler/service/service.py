@@ -104,7 +104,8 @@ class Service(Pump):
         self._log_file = (self.state_dir / LOG_FILE).open("a", encoding="utf-8")
         self.log = json_logger(self._log_file).bind(service=self.config.name)
         self.store = Store(self.state_dir / DB_FILE)
-        self.log.info("service start", pid=os.getpid(), provider=self.config.provider)
+        label = self.config.platform.provider_label()
+        self.log.info("service start", pid=os.getpid(), provider=label)
         self._pump = threading.Thread(target=self._pump_loop, name="service-pump", daemon=True)
         self._pump.start()
 
@@ -163,7 +164,7 @@ class Service(Pump):
         cfg, tasks = job_config(
             self.config, data, source=source, base_dir=base_dir or Path.cwd(), now_wall=now
         )
-        if registry.is_emulated(cfg.provider) and not registry.is_emulated(self.config.provider):
+        if registry.emulated(cfg) and not registry.emulated(self.config.platform):
             raise AutoscalerError("provider 'sim' only emulates machines")
 
         return self.submit_config(cfg, tasks, run_dir=run_dir)
@@ -299,7 +300,7 @@ class Service(Pump):
         return {
             "started_at": self.started_at,
             "now": self.clock(),
-            "provider": self.config.provider,
+            "provider": self.config.platform.provider_label(),
             "state_dir": str(self.state_dir),
             "pid": os.getpid(),
             **service_summary(self.job_views()),

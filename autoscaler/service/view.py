@@ -29,9 +29,10 @@ class MachineView:
     id: str
     type: str
     state: str  # MachineState's value: booting, idle, busy, ...
+    provider: str = ""  # the name of the provider it comes from
 
     def to_json(self) -> dict[str, str]:
-        return {"id": self.id, "type": self.type, "state": self.state}
+        return {"id": self.id, "type": self.type, "state": self.state, "provider": self.provider}
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,10 @@ class Progress:
             budget=data["budget"],
             deadline_at=data["deadline_at"],
             predicted_finish_at=data["predicted_finish_at"],
-            machines=tuple(MachineView(m["id"], m["type"], m["state"]) for m in data["machines"]),
+            machines=tuple(
+                MachineView(m["id"], m["type"], m["state"], m.get("provider", ""))
+                for m in data["machines"]
+            ),
             stop_reason=data["stop_reason"],
             late_tasks=data.get("late_tasks", 0),
             met_deadline=data.get("met_deadline"),
@@ -181,7 +185,9 @@ def progress(
         budget=budget,
         deadline_at=clock.wall(deadline),
         predicted_finish_at=clock.wall(finish),
-        machines=tuple(MachineView(m.id, m.type.name, m.state.value) for m in machines),
+        machines=tuple(
+            MachineView(m.id, m.type.name, m.state.value, m.type.provider) for m in machines
+        ),
         stop_reason=state.stop_reason if job is None else None,
         late_tasks=late,
         pool=pool,

@@ -19,7 +19,10 @@ from typing import Any
 import pytest
 import yaml
 
+from autoscaler.config.load import expand_bag, load_config
 from autoscaler.providers.local import run_processes
+from autoscaler.run.daemon import Daemon
+from autoscaler.run.rundir import RunFiles
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -62,6 +65,17 @@ def local_config(tmp: Path, **overrides: Any) -> Path:
     path = tmp / "run.yaml"
     path.write_text(yaml.safe_dump(data), encoding="utf-8")
     return path
+
+
+def run_in_process(config: Path, run_dir: Path) -> Any:
+    """The daemon's run of ``config`` in this process; its outcome (agents ended after)."""
+    cfg = load_config(config)
+    tasks = expand_bag(cfg, source=str(config))
+    files = RunFiles.create(cfg, tasks, run_dir, f"{cfg.name}-{run_dir.name}", cfg.emulator.seed)
+    try:
+        return Daemon(files, install_signals=False).run()
+    finally:
+        kill_agents(files.run_id)
 
 
 def cli(*args: str) -> list[str]:

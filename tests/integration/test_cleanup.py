@@ -425,3 +425,55 @@ def test_cleanup_deletes_stray_sge_jobs_only(sge: GridEngine, tmp_path: Path) ->
     assert live in {j.job_id for j in list_tagged()}
     plain_there = sge.run("qstat", "-j", plain)
     assert plain_there.rc == 0, f"the plain job {plain} is gone: {plain_there.stderr}"
+
+
+# --- several providers ----------------------------------------------------------------------
+
+
+@XDIST_GROUP
+def test_cleanup_of_a_multi_provider_config_ends_strays_in_every_provider(
+    sge: GridEngine, account: Account, tmp_path: Path
+) -> None:
+    """A config of two providers (a Grid Engine cluster and EC2 in moto): one cleanup
+    lists the strays of both, ends both, and keeps the live run's instance and the plain
+    job and untagged instances."""
+    ec2 = yaml.safe_load(account.config.read_text(encoding="utf-8"))["ec2"]
+    data: dict[str, Any] = {
+        "name": "hybrid-cleanup",
+        "bag": {"synthetic": 1},
+        "constraint": {"budget": 10},
+        "machine_types": [
+            {"name": "node", "price": 0, "max_count": 2, "provider": "cluster"},
+            {"name": "small", "price": 1, "max_count": 2, "provider": "cloud"},
+        ],
+        "providers": {
+            "cluster": {"kind": "sge", "types": {"node": {"queue": "as_small.q"}}},
+            "cloud": {"kind": "ec2", **ec2},
+        },
+    }
+    config = tmp_path / "hybrid.yaml"
+    config.write_text(yaml.safe_dump(data), encoding="utf-8")
+    job = sge.qsub(
+        "-b", "y", "-N", job_name(STRAY, "node-L0-0"), "-q", "as_small.q", "-o", "/dev/null",
+        "-j", "y", "sleep", "60",
+    )  # fmt: skip
+    plain = sge.qsub("-b", "y", "-N", "plain-sleep", "-q", "as_small.q", "sleep", "60")
+    deadline = time.monotonic() + 60
+    while [j.job_id for j in list_tagged() if j.job_id != job]:
+        if time.monotonic() > deadline:
+            missing("jobs of other runs on the cluster: cleanup would end them")
+        time.sleep(1)
+    with live_run(account.runs, LIVE):
+        done = cleanup(config, account.runs, "--yes")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert line_of(done.stdout, job).endswith("stray")
+    assert line_of(done.stdout, account.stray).endswith("stray")
+    assert "live run (daemon pid" in line_of(done.stdout, account.live)
+    ended = next(line for line in done.stdout.splitlines() if line.startswith("terminated 2:"))
+    assert job in ended
+    assert account.stray in ended
+    wait_for(lambda: job not in {j.job_id for j in list_tagged()}, 30, f"job {job} to go")
+    states = account.states()
+    assert states[account.stray] in ("shutting-down", "terminated")
+    assert states[account.live] == states[account.untagged] == "running"
+    assert sge.run("qstat", "-j", plain).rc == 0

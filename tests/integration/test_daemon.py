@@ -20,9 +20,6 @@ from typing import Any
 
 import pytest
 
-from autoscaler.config.load import expand_bag, load_config
-from autoscaler.run.daemon import Daemon
-from autoscaler.run.rundir import RunFiles
 from tests.integration.daemon_helpers import (
     ROOT,
     agents_of,
@@ -35,21 +32,12 @@ from tests.integration.daemon_helpers import (
     local_config,
     outputs,
     run_id_of,
+    run_in_process,
     start_daemon,
     wait_for,
 )
 
 pytestmark = pytest.mark.integration
-
-
-def run_in_process(config: Path, run_dir: Path) -> Any:
-    cfg = load_config(config)
-    tasks = expand_bag(cfg, source=str(config))
-    files = RunFiles.create(cfg, tasks, run_dir, f"{cfg.name}-{run_dir.name}", cfg.emulator.seed)
-    try:
-        return Daemon(files, install_signals=False).run()
-    finally:
-        kill_agents(files.run_id)
 
 
 def test_a_bag_of_200_runs_on_two_types_within_budget(tmp_path: Path) -> None:

@@ -172,7 +172,8 @@ def test_unknown_nested_field(tmp_path: Path) -> None:
 def test_negative_price(tmp_path: Path) -> None:
     """A negative price names the field and the value."""
     text = GOOD.replace("price: 3", "price: -3")
-    assert "machine_types[1].price: must be greater than 0 (got -3)" in problems(tmp_path, text)
+    bad = "machine_types[1].price: must be greater than or equal to 0 (got -3)"
+    assert bad in problems(tmp_path, text)
 
 
 def test_zero_max_count(tmp_path: Path) -> None:
@@ -454,7 +455,7 @@ def test_cli_validate_bad_exits_2(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["validate", str(path)])
     assert result.exit_code == 2
     assert f"error: {path}" in result.stderr
-    assert "machine_types[1].price: must be greater than 0 (got -3)" in result.stderr
+    assert "machine_types[1].price: must be greater than or equal to 0 (got -3)" in result.stderr
 
 
 def test_cli_validate_bad_bag_exits_2(tmp_path: Path) -> None:

@@ -63,6 +63,7 @@ KEYS = [
     "wall_s",
     "shortfall",
     "unfinished_tasks",
+    "providers",
 ]
 """report.json's keys, in order, as every release so far has written them (a dry run's);
 a new key comes after those already there."""

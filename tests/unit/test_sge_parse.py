@@ -131,6 +131,9 @@ def test_parse_qdel() -> None:
     assert parse_qdel(data("qdel.txt")) == ({"12"}, set())
     assert parse_qdel(data("qdel_mixed.txt")) == ({"13"}, {"12", "999999"})
     assert parse_qdel(data("qdel_pending.txt")) == ({"20"}, set())
+    # Two deletes of one job (cleanup, then a run's own end): the second is not an error.
+    again = 'denied: job "268" does not exist\njob 269 is already in deletion\n'
+    assert parse_qdel(again) == ({"269"}, {"268"})
 
 
 @pytest.mark.parametrize(
