@@ -2,20 +2,24 @@
 
 Real daemons (``autoscaler run``) against the moto server behind the test suite's fault
 proxy (``tests/integration/ec2_faults.py``), agents started over SSH on a loopback sshd,
-exactly as the integration tests run them. Spot ``fast`` (c5.large) is refused; the run
-may fail over to on-demand ``small`` (t3.micro). Two scenarios:
+exactly as the integration tests run them. Three scenarios:
 
-* ``deadline``: a deadline job of 12 tasks for which ``fast`` is the cheaper way to the
-  deadline (40 s); every launch of ``fast`` is refused.
+* ``deadline``: a deadline job of 12 tasks for which spot ``fast`` (c5.large) is the
+  cheaper way to the deadline (40 s), on-demand ``small`` (t3.micro) the other type;
+  every launch of ``fast`` is refused.
 * ``budget``: 300 tasks, budget 80, ATU 60 s; sampling (8 of each type) is let through,
   then every launch of ``fast`` is refused (the plan wants more of it).
+* ``regions``: the deadline job on two providers of kind ec2, ``east`` (us-east-1, type
+  ``use1``, the cheaper) and ``west`` (us-west-2, type ``usw2``), the same instance type;
+  every launch in us-east-1 is refused, for capacity or for the region's vCPU quota.
 
-Per scenario, in the same session, the refusal with a code the run recognizes
-(``InsufficientInstanceCapacity``; ``SpotMaxPriceTooLow``) and, as the baseline of "no
-failover", the same refusal with a code the run does not recognize (kind ``error``: what
-the base commit 0b36523 did with ``SpotMaxPriceTooLow``, ``UnfulfillableCapacity`` and
-``InsufficientCapacity``). A baseline run is stopped (SIGINT to the daemon this script
-started) ``--baseline-s`` (default 60) after its first refusal if it has not ended.
+Per scenario, in the same session, the refusal with codes the run recognizes
+(``InsufficientInstanceCapacity``, ``SpotMaxPriceTooLow``, ``VcpuLimitExceeded``) and,
+as the baseline of "no failover", the same refusal with a code the run does not
+recognize (kind ``error``: what the base commit 0b36523 did with ``SpotMaxPriceTooLow``,
+``UnfulfillableCapacity`` and ``InsufficientCapacity``). A baseline run is stopped
+(SIGINT to the daemon this script started) ``--baseline-s`` (default 60) after its
+first refusal if it has not ended.
 
 Printed per run, in run seconds from the daemon's journal: when the first refusal came,
 when a launch of another type was decided (``same step``: in the step that heard of
@@ -25,7 +29,7 @@ done and the most money committed against the budget.
 
 Run from the repository root::
 
-    .venv/bin/python -m benchmarks.failover [--baseline-s 60] [--scenarios deadline,budget]
+    .venv/bin/python -m benchmarks.failover [--baseline-s 60] [--scenarios deadline,budget,regions]
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,8 +65,10 @@ from tests.integration.ec2_faults import (
     SPOT_BUDGET,
     SPOT_DEADLINE,
     FaultProxy,
+    Params,
     failover_of,
     refuse_type,
+    two_regions,
 )
 from tests.integration.ec2_world import Ec2World
 from tests.integration.services import FAKE_AWS_ENV, moto_server
@@ -86,6 +92,9 @@ CASES = (
     Case("deadline", UNRECOGNIZED, 400, "baseline: no failover"),
     Case("budget", "InsufficientInstanceCapacity", 500, "failover"),
     Case("budget", UNRECOGNIZED, 400, "baseline: no failover"),
+    Case("regions", "InsufficientInstanceCapacity", 500, "failover"),
+    Case("regions", "VcpuLimitExceeded", 400, "failover"),
+    Case("regions", UNRECOGNIZED, 400, "baseline: no failover"),
 )
 
 
@@ -109,22 +118,29 @@ def world(tmp: Path) -> Iterator[Ec2World]:
             factory.close()
 
 
+def _setup(w: Ec2World, scenario: str) -> tuple[Path, str, Callable[[Params], bool]]:
+    """The config of ``scenario``, its type refused, and the proxy's match for it."""
+    if scenario == "regions":
+        return two_regions(w), "use1", refuse_type("t3.micro", region="us-east-1")
+    if scenario == "budget":  # sampling gets its spot machines, later launches are refused
+        return w.config(**SPOT_BUDGET), "fast", refuse_type("c5.large", after=1)
+    return w.config(**SPOT_DEADLINE), "fast", refuse_type("c5.large")
+
+
 def run_case(w: Ec2World, case: Case, n: int, baseline_s: float) -> list[str]:
     """One daemon run of ``case``; its row of the table."""
     w.moto.reset()
     w.proxy.clear()
-    after = 1 if case.scenario == "budget" else 0  # budget: sampling gets its machines
-    match = refuse_type("c5.large", after=after)
+    config, refused, match = _setup(w, case.scenario)
     w.proxy.fail("RunInstances", case.code, status=case.status, match=match)
-    overrides = SPOT_DEADLINE if case.scenario == "deadline" else SPOT_BUDGET
-    config = w.config(**overrides)
+    overrides = SPOT_BUDGET if case.scenario == "budget" else SPOT_DEADLINE
     run_dir = w.tmp / f"run{n}"
     print(f"{case.scenario} / {case.code}: running in {run_dir}", file=sys.stderr)
     proc = start_daemon(str(config), "--out", str(run_dir))
     baseline = case.label.startswith("baseline")
     stopped = _wait(proc, run_dir, baseline_s if baseline else math.inf)
     rows = journal_rows(run_dir)
-    found = failover_of(rows, "fast")
+    found = failover_of(rows, refused)
     done = f"{sum(1 for _, ty, _ in rows if ty == 'TaskDone')}/{_tasks(overrides)}"
     budget = (overrides.get("constraint") or {}).get("budget")
     spent = max(committed_over_time(run_dir), default=0.0)
@@ -209,7 +225,7 @@ HEADER = [
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--baseline-s", type=float, default=6 * INTERVAL_S)
-    parser.add_argument("--scenarios", default="deadline,budget")
+    parser.add_argument("--scenarios", default="deadline,budget,regions")
     args = parser.parse_args()
     chosen = set(args.scenarios.split(","))
     state = library_state()

@@ -21,6 +21,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import http.client
+import re
 import socket
 import sys
 import threading
@@ -30,11 +31,22 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from xml.sax.saxutils import escape
 
+import boto3
+import yaml
+
+if TYPE_CHECKING:
+    from tests.integration.ec2_world import Ec2World
+
 Params = dict[str, list[str]]
+REGION = "@region"
+"""The region a request was signed for (its SigV4 credential scope), among ``Params``:
+a rule can refuse one region's requests and let another's through."""
+_REGION = re.compile(r"Credential=[^/,]+/\d{8}/([^/,]+)/")
 
 # Headers that belong to one hop (RFC 9110 §7.6.1): never forwarded.
 _HOP = frozenset(
@@ -326,6 +338,9 @@ class _Handler(BaseHTTPRequestHandler):
                     params.setdefault(key, []).extend(values)
             except ValueError:
                 pass
+        region = _REGION.search(self.headers.get("Authorization", ""))
+        if region:
+            params[REGION] = [region.group(1)]
         if target:
             return target.rsplit(".", 1)[-1], params
         return (params.get("Action") or [""])[0], params
@@ -339,7 +354,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         proxy = self.server.proxy
         if action == "RunInstances" and proxy.fill_max_count and "MaxCount" in params:
-            filled = {**params, "MinCount": params["MaxCount"]}
+            filled = {k: v for k, v in params.items() if k != REGION}
+            filled["MinCount"] = params["MaxCount"]
             forward = urllib.parse.urlencode(filled, doseq=True).encode()
         else:
             forward = body
@@ -377,12 +393,17 @@ class _Handler(BaseHTTPRequestHandler):
 # --- failover scenarios: a type refused, and what the run did about it -------------------------
 
 
-def refuse_type(instance_type: str, after: int = 0) -> Callable[[Params], bool]:
-    """A rule's match: RunInstances of ``instance_type`` after its first ``after``."""
+def refuse_type(
+    instance_type: str, after: int = 0, region: str | None = None
+) -> Callable[[Params], bool]:
+    """A rule's match: RunInstances of ``instance_type`` (in ``region``) after its
+    first ``after``."""
     seen = [0]
 
     def match(params: Params) -> bool:
         if params.get("InstanceType") != [instance_type]:
+            return False
+        if region is not None and params.get(REGION) != [region]:
             return False
         seen[0] += 1
         return seen[0] > after
@@ -422,6 +443,37 @@ SPOT_BUDGET: dict[str, Any] = {
 }
 """``Ec2World.config`` overrides: a budget run whose bag outlasts one ATU, so that after
 sampling (8 machines of each type) the plan wants more of spot ``fast``."""
+
+
+WEST = "us-west-2"
+
+
+def two_regions(world: Ec2World) -> Path:
+    """The deadline job on two providers of kind ec2: ``east`` (us-east-1, type
+    ``use1``, the cheaper) and ``west`` (us-west-2, type ``usw2``), the same instance
+    type in each; one moto server answers both regions."""
+    data = yaml.safe_load(world.config(**SPOT_DEADLINE).read_text(encoding="utf-8"))
+    east = data.pop("ec2")
+    data.pop("provider")
+    west_ec2 = boto3.client("ec2", endpoint_url=world.moto.endpoint, region_name=WEST)
+    west = {
+        **east,
+        "region": WEST,
+        "ami": west_ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"],
+        "subnets": [s["SubnetId"] for s in west_ec2.describe_subnets()["Subnets"]][:2],
+        "types": {"usw2": {"instance_type": "t3.micro"}},
+    }
+    east["types"] = {"use1": {"instance_type": "t3.micro"}}
+    data["providers"] = {"east": {"kind": "ec2", **east}, "west": {"kind": "ec2", **west}}
+    data["machine_types"] = [
+        {"name": "use1", "price": 1, "max_count": 3, "boot_s": 5, "provider": "east"},
+        {"name": "usw2", "price": 2, "max_count": 3, "boot_s": 5, "provider": "west"},
+    ]
+    data["jobs"][0]["task_s"] = {"use1": 3, "usw2": 3}
+    data["emulator"]["speed"] = {"use1": 1, "usw2": 1}
+    path = world.tmp / "two-regions.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return path
 
 
 # --- what a run did about a refusal, from its journal ------------------------------------------

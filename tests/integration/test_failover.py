@@ -5,8 +5,10 @@ and the money committed never passes the budget."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
+import boto3
 import pytest
 
 from tests.integration.daemon_helpers import (
@@ -20,9 +22,11 @@ from tests.integration.ec2_faults import (
     SPOT_BUDGET,
     SPOT_BUDGET_TASKS,
     SPOT_DEADLINE,
+    WEST,
     Failover,
     failover_of,
     refuse_type,
+    two_regions,
 )
 from tests.integration.ec2_world import Ec2World
 from tests.integration.test_ec2_daemon import check_every_task_once, finish
@@ -101,3 +105,39 @@ def test_a_spot_type_refused_after_sampling_is_replanned_onto_on_demand_at_once(
     check_every_task_once(run_dir, n)
     assert max(committed_over_time(run_dir)) <= budget + 1e-9
     assert not world.running(run_id_of(run_dir))
+
+
+# --- EC2 in two regions: two providers of kind ec2 in one config ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("code", "kind"),
+    [("InsufficientInstanceCapacity", "capacity"), ("VcpuLimitExceeded", "limit")],
+)
+def test_one_region_refusing_capacity_or_quota_fails_over_to_the_other_region(
+    world: Ec2World, code: str, kind: str
+) -> None:
+    """us-east-1 refuses every launch (no capacity; or the account's vCPU quota there):
+    the step that hears of it buys the job's machines in us-west-2, which run before
+    the next tick; the job is done in time, every task once, nothing left running."""
+    world.proxy.fail(
+        "RunInstances", code, status=500, match=refuse_type("t3.micro", region="us-east-1")
+    )
+    run_dir = world.tmp / "run"
+    proc = start_daemon(str(two_regions(world)), "--out", str(run_dir))
+    out = finish(proc)
+    assert proc.returncode == 0, out[-3000:]
+    found = failover(run_dir, "use1")
+    assert found.kind == kind
+    assert found.same_step, "the refusal was not planned around in the step that heard it"
+    assert found.to_running_s is not None
+    report = assert_deadline_end(run_dir, 12)
+    assert {(m["type"], m["provider"]) for m in report["machines"]} == {("usw2", "west")}
+    (outcome,) = report["jobs"]
+    assert outcome["tasks_late"] == 0
+    run_id = run_id_of(run_dir)
+    assert not world.instances(run_id), "an instance was started in the refusing region"
+    west_ec2 = boto3.client("ec2", endpoint_url=world.moto.endpoint, region_name=WEST)
+    west = dataclasses.replace(world, ec2=west_ec2)
+    assert west.instances(run_id)
+    assert not west.running(run_id)
