@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from autoscaler.budget.controller import Controller
+from autoscaler.budget.planner import solve_budget
 from autoscaler.budget.problem import TypeEstimate
 from autoscaler.config.schema import Emulator as EmulatorModel
 from autoscaler.config.schema import RunConfig
@@ -239,17 +240,32 @@ def recovering_state() -> RunState:
 
 
 def test_a_recovering_type_counts_half_as_fast_in_the_budget_milp_at_the_same_price() -> None:
+    """``b`` is the faster type (500 s a task against 600 s), refused at 0: at 600 s, back
+    at half weight, the MILP sees it twice as slow as at full weight (2400 s), at its
+    full price and first cost."""
     state = recovering_state()
     state.now = 600.0
     controller = Controller()
     est = {
-        n: TypeEstimate(n, 1.0, 4, 60.0, 600.0, 60.0, first_cost=1.0, first_tasks=5) for n in "ab"
+        n: TypeEstimate(n, 1.0, 4, 60.0, mean, 60.0, first_cost=1.0, first_tasks=5)
+        for n, mean in (("a", 600.0), ("b", 500.0))
     }
-    problem = controller.budget_problem(state, 600.0, est, n_e=10, money=50.0)
-    by_name = {t.name: t for t in problem.types}
-    assert by_name["b"].mean_s == pytest.approx(2 * by_name["a"].mean_s)
-    assert by_name["b"].price == by_name["a"].price  # money is not discounted
-    assert by_name["b"].first_cost == by_name["a"].first_cost
+    back, full = (
+        {t.name: t for t in controller.budget_problem(state, now, est, 10, 50.0).types}
+        for now in (600.0, 2400.0)
+    )
+    assert back["b"].mean_s == pytest.approx(2 * full["b"].mean_s)
+    assert back["a"] == full["a"]
+    assert (back["b"].price, back["b"].first_cost) == (full["b"].price, full["b"].first_cost)
+
+    def mix(now: float) -> dict[str, int]:
+        """The plan's machines for 20 tasks with money for four machine-units."""
+        result = solve_budget(controller.budget_problem(state, now, est, n_e=20, money=4.0))
+        assert result.plan is not None
+        return {n: c for n, c in result.plan.counts.items() if c}
+
+    assert set(mix(600.0)) == {"a"}  # the type that has not failed
+    assert set(mix(2400.0)) == {"b"}  # full weight again: the faster one
     problem = controller.budget_problem(state, 300.0, est, n_e=10, money=50.0)
     assert [t.name for t in problem.types] == ["a"]  # avoided: no machine of b alive
 
