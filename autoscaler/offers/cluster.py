@@ -92,7 +92,7 @@ class Cluster:
 
     def advance(self, now: float) -> None:
         """Start the queued jobs planned to start by ``now``; forget what ended."""
-        if now <= self._now:
+        if now < self._now or (now == self._now and not self._due(now)):
             return
         self._now = now
         self._snapshots = None
@@ -107,6 +107,9 @@ class Cluster:
                 keep.append(queued)
         self._queue = keep
         self._running = [w for w in self._running if w.end > now]
+
+    def _due(self, now: float) -> bool:
+        return any(self._plans[q.seq][0].start <= now for q in self._queue)
 
     def started(self) -> list[tuple[Job, list[Wave]]]:
         """Every job started so far with its waves (call ``advance(math.inf)`` to start
@@ -123,21 +126,29 @@ class Cluster:
         power: bool = False,
         load: bool = False,
     ) -> list[Offer]:
-        """Offers for ``sizes`` of the bag (§3.1): each size tried as a temporary job,
-        smallest first; a size whose finish equals the previous offer's grows it."""
+        """Offers for ``sizes`` of the bag (§3.1): each size tried as a temporary job; a
+        size whose finish equals the next smaller one's grows that offer. Sizes are tried
+        largest first, down to the first that meets the deadline: every smaller one meets
+        it too, so it would grow into that one."""
         self.advance(request.now)
-        offers: list[Offer] = []
-        for size in sorted(sizes):
+        found: list[Offer] = []
+        for size in sorted(sizes, reverse=True):
             job = Job("offer", size, request.task_s, request.now, request.deadline, tasks=True)
             finish = self._held(job, self._admit_trial(job))
-            offer = Offer(
-                self.name,
-                size,
-                finish,
-                power=self.processors if power else 0,
-                load=self.load() if load else 0.0,
+            found.append(
+                Offer(
+                    self.name,
+                    size,
+                    finish,
+                    power=self.processors if power else 0,
+                    load=self.load() if load else 0.0,
+                )
             )
-            if offers and offers[-1].finish == finish:
+            if finish <= request.deadline:
+                break  # the smaller sizes meet it too: merged into this one
+        offers: list[Offer] = []
+        for offer in reversed(found):
+            if offers and offers[-1].finish == offer.finish:
                 offers[-1] = offer
             else:
                 offers.append(offer)
@@ -195,14 +206,24 @@ class Cluster:
         return self._queue[place].key if place < len(self._queue) else math.inf
 
     def _try(self, job: Job, place: int) -> _Trial:
+        """The job placed at ``place`` in the queue and the jobs after it replanned; one
+        that ends where the profile has not changed yet keeps its plan."""
         profile = self._prefix()[place].copy()
         plans = {-1: self._place(profile, job)}
         end = plans[-1][-1].end
+        changed = plans[-1][0].start  # the profile is as planned before this
         for queued in self._queue[place:]:
+            old = self._plans[queued.seq]
+            if old[-1].end <= changed:
+                for wave in old:
+                    profile.take(wave)
+                plans[queued.seq] = old
+                continue
             waves = self._place(profile, queued.job)
             if waves[-1].end > queued.deadline:
                 return _Trial(place, False, end, {})
             plans[queued.seq] = waves
+            changed = min(changed, waves[0].start, old[0].start)
         return _Trial(place, True, end, plans)
 
     def _place(self, profile: Profile, job: Job) -> list[Wave]:

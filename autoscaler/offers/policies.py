@@ -7,7 +7,10 @@ no provider more tasks than it offered.
   then the others by finish; everything after the first offer that takes the whole bag
   dropped; from each offer in turn a composite is built by taking the following offers of
   providers not yet used; the earliest complete composite wins (first in the list on a
-  tie). Not greedy: the best offer need not be in it.
+  tie). Not greedy: the best offer need not be in it. Where these composites miss the
+  earliest finish the offers allow (the binary search of ``allocation``; a composite takes
+  a provider's first offer in the list, not its largest by then), the bag is split in
+  proportion to the offers due by that earliest finish instead.
 * **OffersWithPLB** (§4.2): each provider's offer meeting the deadline, tasks in
   proportion to its size, P = size / total offered.
 * **OffersWithDPLB** (§4.2, Algorithm 1): offers grouped by size, largest first; a group
@@ -31,7 +34,6 @@ from collections.abc import Callable, Sequence
 
 from autoscaler.offers.allocation import (
     Allocation,
-    OffersError,
     Part,
     capacity,
     covers,
@@ -63,9 +65,9 @@ def no_lb(bag: OfferRequest, offers: Sequence[Offer]) -> Allocation:
         parts = _composite(ordered[start:], bag.tasks)
         if parts and (best is None or _finish(parts) < _finish(best)):
             best = parts
-    if best is None:
-        earliest_finish(offers, bag.tasks)  # raises: the offers cannot carry the bag
-        raise OffersError(f"no composite of the offers carries the bag's {bag.tasks} tasks")
+    earliest = earliest_finish(offers, bag.tasks)  # raises when the offers cannot carry it
+    if best is None or _finish(best) > earliest:
+        return proportional(NO_LB, offers, bag.tasks, bag.deadline, earliest)
     return Allocation(NO_LB, best, bag.deadline)
 
 

@@ -8,6 +8,7 @@ the earliest start left). A profile's steps are its free time slots (paper 003 Â
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -32,13 +33,17 @@ class Wave:
 
 class Profile:
     """Free processors from ``start`` on: ``free[i]`` on ``[times[i], times[i + 1])``,
-    the last step for ever (a working copy; ``copy`` before placing speculatively)."""
+    the last step for ever (a working copy; ``copy`` before placing speculatively).
 
-    __slots__ = ("free", "times")
+    Placing only takes processors, so the first time ``count`` processors are free never
+    moves earlier: ``floor`` keeps it per count, where the next search starts."""
+
+    __slots__ = ("floor", "free", "times")
 
     def __init__(self, times: list[float], free: list[int]) -> None:
         self.times = times
         self.free = free
+        self.floor: dict[int, float] = {}
 
     @classmethod
     def empty(cls, start: float, processors: int) -> Profile:
@@ -49,7 +54,9 @@ class Profile:
         return cls([t for t, _ in slots], [f for _, f in slots])
 
     def copy(self) -> Profile:
-        return Profile(self.times[:], self.free[:])
+        twin = Profile(self.times[:], self.free[:])
+        twin.floor = dict(self.floor)
+        return twin
 
     def slots(self) -> Slots:
         """The steps as (from, free) pairs, equal neighbours merged."""
@@ -62,20 +69,29 @@ class Profile:
     def earliest(self, count: int, length: float, after: float) -> float:
         """The earliest start from ``after`` with ``count`` processors free for ``length``."""
         times, free = self.times, self.free
-        i = max(bisect.bisect_right(times, after) - 1, 0)
-        start = max(after, times[0])
+        last = len(times) - 1
+        floor = max(times[0], self.floor.get(count, -math.inf))
+        start = max(after, floor)
+        i = max(bisect.bisect_right(times, start) - 1, 0)
+        while free[i] < count:
+            if i == last:
+                raise ValueError(f"{count} processors are never free")
+            i += 1
+            start = times[i]
+        if after <= floor:
+            self.floor[count] = start
         while True:
             end = start + length
-            j = i
-            while j < len(times) and (j == i or times[j] < end):
-                if free[j] < count:
-                    break
+            j = i + 1
+            while j <= last and times[j] < end and free[j] >= count:
                 j += 1
-            else:
+            if j > last or times[j] >= end:
                 return start
-            if j + 1 >= len(times):
-                raise ValueError(f"{count} processors are never free")
-            i = j + 1
+            while free[j] < count:
+                if j == last:
+                    raise ValueError(f"{count} processors are never free")
+                j += 1
+            i = j
             start = times[i]
 
     def least(self, start: float, length: float) -> int:
@@ -83,14 +99,14 @@ class Profile:
         times = self.times
         i = max(bisect.bisect_right(times, start) - 1, 0)
         j = bisect.bisect_left(times, start + length)
-        return min(self.free[i:max(j, i + 1)])
+        return min(self.free[i : max(j, i + 1)])
 
     def take(self, wave: Wave) -> None:
         """Reserve ``wave``'s processors."""
         i = self._cut(wave.start)
         j = self._cut(wave.end)
-        for k in range(i, j):
-            self.free[k] -= wave.count
+        count = wave.count
+        self.free[i:j] = [f - count for f in self.free[i:j]]
 
     def _cut(self, t: float) -> int:
         times = self.times
