@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import math
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from autoscaler.core.billing import BillingModel
 from autoscaler.offers.cloud import CloudType, cloud_offers
 from autoscaler.offers.cluster import Cluster, Job
@@ -100,3 +103,46 @@ def test_a_clouds_offer_follows_from_boot_time_limit_and_billing() -> None:
     per_second = CloudType("ec2", 100, 4, 3.6, BillingModel("per_second", 3600), 600)
     (offer,) = cloud_offers(per_second, request, [4])
     assert offer.cost == 4 * 3.6 * 700 / 3600
+
+
+@st.composite
+def arrivals(draw: st.DrawFn) -> list[Job]:
+    jobs: list[Job] = []
+    submit = 0.0
+    for n in range(draw(st.integers(1, 25))):
+        submit += draw(st.sampled_from([0.0, 5.0, 30.0, 100.0]))
+        bag = draw(st.booleans())
+        procs = draw(st.integers(1, 30 if bag else 8))
+        runtime = draw(st.sampled_from([10.0, 25.0, 60.0, 200.0]))
+        slack = draw(st.sampled_from([0.0, 20.0, 100.0, 1000.0]))
+        jobs.append(Job(f"j{n}", procs, runtime, submit, submit + runtime + slack, bag))
+    return jobs
+
+
+@settings(max_examples=200, deadline=None)
+@given(jobs=arrivals())
+def test_every_admitted_job_ends_by_the_deadline_it_is_held_to_on_free_processors(
+    jobs: list[Job],
+) -> None:
+    cluster = Cluster("c", 8)
+    held = {job.name: cluster.admit(job, job.submit) for job in jobs}
+    ran = {job.name: waves for job, waves in started_waves(cluster)}
+    assert set(ran) == set(held)
+    edges: list[tuple[float, int]] = []
+    for name, waves in ran.items():
+        job = held[name].job
+        assert held[name].deadline >= job.deadline
+        assert min(w.start for w in waves) >= job.submit
+        assert max(w.end for w in waves) <= held[name].deadline
+        assert sum(w.count for w in waves) == job.procs
+        assert job.tasks or len(waves) == 1
+        edges += [(w.start, w.count) for w in waves] + [(w.end, -w.count) for w in waves]
+    busy = 0
+    for _, change in sorted(edges):  # ends (negative) before starts at the same instant
+        busy += change
+        assert busy <= 8
+
+
+def started_waves(cluster: Cluster) -> list[tuple[Job, list[Wave]]]:
+    cluster.advance(math.inf)
+    return cluster.started()
