@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from autoscaler.core.billing import BillingModel
 from autoscaler.offers.cloud import CloudType, cloud_offers
 from autoscaler.offers.cluster import Cluster, Job
+from autoscaler.offers.decide import compose
 from autoscaler.offers.profile import Profile, Wave, slot_offers
 from autoscaler.providers.offer import Offer, OfferRequest, slice_sizes
 
@@ -146,3 +147,19 @@ def test_every_admitted_job_ends_by_the_deadline_it_is_held_to_on_free_processor
 def started_waves(cluster: Cluster) -> list[tuple[Job, list[Wave]]]:
     cluster.advance(math.inf)
     return cluster.started()
+
+
+def test_a_clusters_and_a_clouds_offers_compose_side_by_side() -> None:
+    """40 tasks of 50 s due by 250: the cluster, full until 100 s, offers 30 by then (and
+    40 by 300); the cloud (30 machines, 100 s boot) all 40 by 200. DPLB: the size groups
+    40 and 30 of 70 offered take 23 and 17."""
+    cluster = Cluster("slurm", 10)
+    cluster.admit(Job("held", 10, 100, 0, 100), 0)
+    request = OfferRequest(tasks=40, task_s=50, deadline=250, now=0)
+    cloud = CloudType("ec2", 100, 30, 1.0, BillingModel("fixed", 3600), 50)
+    offers = cluster.offers(request, slice_sizes(40), power=True)
+    assert [(o.tasks, o.finish) for o in offers] == [(30, 250), (40, 300)]
+    offers += cloud_offers(cloud, request, slice_sizes(40))
+    decision = compose("dplb", request, offers)
+    assert decision.meets
+    assert decision.allocation.by_provider() == {"ec2": 23, "slurm": 17}
