@@ -59,8 +59,8 @@ def compose(name: str, bag: OfferRequest, offers: Sequence[Offer]) -> Decision:
 
 
 def clock(t: float, since: float | None = None) -> str:
-    """``t`` (seconds since the epoch, UTC) as HH:MM, with the days after ``since``'s day
-    when later ("11:25 (+1 d)")."""
+    """``t`` (seconds since the epoch, UTC) as HH:MM, rounded up to the minute, with the
+    days after ``since``'s day when later ("11:25 (+1 d)")."""
     minutes = math.ceil(t / 60)
     text = f"{minutes // 60 % 24:02d}:{minutes % 60:02d}"
     if since is not None:
