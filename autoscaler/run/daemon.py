@@ -76,6 +76,7 @@ from autoscaler.providers.sim import draw_runtimes
 from autoscaler.report.build import build_report
 from autoscaler.report.files import write_report
 from autoscaler.report.records import Report
+from autoscaler.run import offers
 from autoscaler.run.actions import Executor
 from autoscaler.run.agents import Agents
 from autoscaler.run.build import added_job, json_logger, make_controller, new_state
@@ -225,6 +226,10 @@ class Daemon:
             workdir=self._workdir,
             clock=self.now,
         )
+        if not self.resume and offers.wanted(cfg):  # the jobs split by the offers
+            cfg = offers.split_run(cfg, self.state.billing, self.provider, self.log, files.run_dir)
+            self.cfg = files.cfg = cfg
+            self.state = new_state(cfg, len(self.tasks), files.seed)
         bootstrap = make_bootstrap(cfg, files.run_dir, files.token, files.address[1], self.provider)
         self.log.info(
             "daemon start",
