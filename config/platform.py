@@ -81,6 +81,12 @@ class Deadline(ConfigModel):
         description="a job without task_s runs this many tasks on every type before it is "
         "planned on their mean + z·sd/sqrt(n)",
     )
+    offers: Literal["none", "no_lb", "plb", "dplb", "dplb_v2", "free_time_slots"] = Field(
+        default="none",
+        description="several providers (paper 003): split each job with task_s across "
+        "the providers by their offers (n tasks by time t), composed by this policy, when "
+        "the run starts; none: the planner chooses among every type",
+    )
     keep_open: bool = Field(
         default=False,
         description="a pool that takes jobs while it runs (the service's deadline jobs): it "

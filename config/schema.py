@@ -337,4 +337,28 @@ class RunConfig(Platform, Work):
         self._one_form()
         self._check_platform()
         self._check_work(self.type_names(), self.cheapest_unit())
+        self._check_splits()
         return self
+
+    def _check_splits(self) -> None:
+        """A job's ``split`` names providers of the run that can run it."""
+        names = self.provider_names() if self.providers is not None else []
+        for i, job in enumerate(self.jobs):
+            if not job.split:
+                continue
+            if self.providers is None:
+                raise ValueError(f"jobs[{i}].split: the run has one provider: nothing to split")
+            if not job.task_s:
+                raise ValueError(
+                    f"jobs[{i}].split: give task_s (the types that run each part, and how long)"
+                )
+            for name in job.split:
+                if name not in names:
+                    raise ValueError(
+                        f"jobs[{i}].split names unknown provider {name!r} (providers: "
+                        f"{', '.join(names)})"
+                    )
+                if not any(self.provider_of(t) == name for t in job.task_s):
+                    raise ValueError(
+                        f"jobs[{i}].split: provider {name!r} has no type in task_s to run its part"
+                    )

@@ -159,6 +159,12 @@ class Job(ConfigModel):
         description="dry runs and synthetic tasks only: the true mean task time per "
         "machine type (default: task_s)",
     )
+    split: dict[Name, PositiveInt] = Field(
+        default_factory=dict,
+        description="several providers: tasks per provider, each part planned on that "
+        "provider's types only (set from the providers' offers when deadline.offers is "
+        "on, or by hand); empty: every type may run any task",
+    )
 
     def emulator_means(self) -> JobMeans | None:
         """The emulator's mean task time per type, or None: the job gives none."""

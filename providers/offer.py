@@ -35,6 +35,7 @@ class Offer:
     finish: float
     cost: float = 0.0  # what the provider charges for them (0: free, or not said)
     power: int = 0  # total computing power the provider publishes (0: not published)
+    load: float = 0.0  # work it still has to process, processor-seconds (0: not published)
 
 
 class OfferMaker(Protocol):

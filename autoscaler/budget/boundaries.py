@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from autoscaler.budget.sampling import probing
 from autoscaler.budget.settings import EPS
-from autoscaler.core.limits import may_extend
+from autoscaler.core.limits import may_extend, no_extension
 from autoscaler.core.model import Extend, Release
 from autoscaler.core.state import Machine, RunState
 from autoscaler.core.step import Step
@@ -45,7 +45,8 @@ def boundary(s: Step, m: Machine) -> None:
     elif state.awaiting_budget:
         s.do(Release(m.id, "end of paid time: the run waits for a budget"))
     else:
-        s.do(Release(m.id, "end of paid time: budget cannot pay another unit"))
+        why = no_extension(state, m) or "budget cannot pay another unit"
+        s.do(Release(m.id, f"end of paid time: {why}"))
 
 
 def standby(s: Step, m: Machine) -> bool:

@@ -89,10 +89,16 @@ def new_caps(state: RunState) -> dict[str, int]:
 def may_extend(state: RunState, m: Machine) -> bool:
     """Whether ``m`` may be paid its next step: it would outlive no time limit of its
     type (a batch job's), and its provider has the machine time (``machine_hours``)."""
+    return no_extension(state, m) is None
+
+
+def no_extension(state: RunState, m: Machine) -> str | None:
+    """Why ``m`` may not be paid its next step whatever the budget (None: it may)."""
     life = m.type.max_life_s
     if life is not None and m.paid_until + state.billing.step_s - m.launched_at > life + 1e-6:
-        return False
+        return "its time limit at the provider ends"
     for room in rooms(state):
-        if m.type.name in room.types and room.seconds is not None:
-            return room.seconds >= state.billing.step_s - 1e-9
-    return True
+        seconds = room.seconds
+        if m.type.name in room.types and seconds is not None and seconds < state.billing.step_s:
+            return f"its provider's machine hours are used ({m.type.provider})"
+    return None

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from autoscaler.core.limits import may_extend
+from autoscaler.core.limits import may_extend, no_extension
 from autoscaler.core.model import Extend, Release, Stop
 from autoscaler.core.state import Machine, RunState
 from autoscaler.core.step import Step
@@ -46,7 +46,8 @@ def at_boundary(s: Step, m: Machine) -> None:
     elif can_extend(state, m):
         s.do(Extend(m.id, m.paid_until + state.billing.step_s))
     else:
-        s.do(Release(m.id, "end of paid time: budget cannot pay another unit"))
+        why = no_extension(state, m) or "budget cannot pay another unit"
+        s.do(Release(m.id, f"end of paid time: {why}"))
 
 
 def release_idle(cfg: DeadlineSettings, s: Step) -> None:

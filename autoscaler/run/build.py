@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
@@ -118,23 +119,43 @@ def make_controller(cfg: RunConfig, *, hold: bool = False) -> Controller | Deadl
 
 
 def job_specs(cfg: RunConfig) -> list[JobSpec]:
-    """Deadline mode's jobs with their task ids and absolute times; none in budget mode."""
+    """Deadline mode's jobs with their task ids and absolute times; none in budget mode.
+    A job ``split`` across providers is one job per part (``<job>@<provider>``), each
+    on its provider's types, its budget shared by its tasks."""
     out = []
     for job, ids in expand_jobs(cfg):
         c = job.constraint
         assert c.deadline_s is not None  # the schema requires it of a job
-        out.append(
-            JobSpec(
-                job.name,
-                ids.start,
-                len(ids),
-                job.at,
-                job.at + c.deadline_s,
-                c.budget,
-                dict(job.task_s),
+        whole = JobSpec(
+            job.name, ids.start, len(ids), job.at, job.at + c.deadline_s, c.budget, job.task_s
+        )
+        out += split_job(cfg, whole, job.split) if job.split else [whole]
+    return out
+
+
+def split_job(cfg: RunConfig, job: JobSpec, split: Mapping[str, int]) -> list[JobSpec]:
+    """``job`` as one job per provider part of ``split`` (tasks per provider)."""
+    if sum(split.values()) != job.count:
+        raise AutoscalerError(
+            f"job {job.name!r}: its split gives {sum(split.values())} tasks "
+            f"({', '.join(f'{p} {n}' for p, n in split.items())}), it has {job.count}"
+        )
+    parts, first = [], job.first
+    for provider, count in split.items():
+        times = {t: s for t, s in job.task_s.items() if cfg.provider_of(t) == provider}
+        budget = None if job.budget is None else job.budget * count / job.count
+        parts.append(
+            dataclasses.replace(
+                job,
+                name=f"{job.name}@{provider}",
+                first=first,
+                count=count,
+                budget=budget,
+                task_s=times,
             )
         )
-    return out
+        first += count
+    return parts
 
 
 def new_state(cfg: RunConfig, n_tasks: int, seed: int) -> RunState:

@@ -60,7 +60,6 @@ from autoscaler.core.model import (
     Hold,
     JobAdded,
     JobSpec,
-    LaunchFailed,
     MachineLaunched,
     MachineLost,
     MachineReady,
@@ -76,9 +75,10 @@ from autoscaler.providers.sim import draw_runtimes
 from autoscaler.report.build import build_report
 from autoscaler.report.files import write_report
 from autoscaler.report.records import Report
+from autoscaler.run import offers
 from autoscaler.run.actions import Executor
 from autoscaler.run.agents import Agents
-from autoscaler.run.build import added_job, json_logger, make_controller, new_state
+from autoscaler.run.build import json_logger, make_controller, new_state
 from autoscaler.run.dispatch import Dispatcher, Poll
 from autoscaler.run.inbox import (
     AddJob,
@@ -99,7 +99,7 @@ from autoscaler.run.machines import (
     launch_events,
 )
 from autoscaler.run.metrics import Metrics
-from autoscaler.run.owner import admit, job_means, refusal
+from autoscaler.run.owner import admit, all_gone, job_means, pool_job
 from autoscaler.run.registry import register
 from autoscaler.run.rundir import OUTPUTS_FILE, RunFiles, rebuild_state, run_lock
 from autoscaler.run.timers import Timers
@@ -225,6 +225,10 @@ class Daemon:
             workdir=self._workdir,
             clock=self.now,
         )
+        if not self.resume and offers.wanted(cfg):  # the jobs split by the offers
+            cfg = offers.split_run(cfg, self.state.billing, self.provider, self.log, files.run_dir)
+            self.cfg = files.cfg = cfg
+            self.state = new_state(cfg, len(self.tasks), files.seed)
         bootstrap = make_bootstrap(cfg, files.run_dir, files.token, files.address[1], self.provider)
         self.log.info(
             "daemon start",
@@ -424,14 +428,13 @@ class Daemon:
         """A job for the pool as its event, its tasks written to the run's tasks file (and
         known to the agents) first; None, and the caller told why, if the run cannot take
         it. ``batch``: jobs added in this step already (their tasks come first)."""
-        state, job = self.state, item.job
-        why = refusal(state, self.controller, item, batch, events)
-        if why is not None:
-            item.answer.set_exception(AutoscalerError(f"job {job.name!r} refused: {why}"))
+        job = item.job
+        event = pool_job(
+            self.state, self.controller, item, batch, events, self.now(), self.files.seed
+        )
+        if event is None:
             return None
-        first = state.n_tasks + sum(j.count for j in batch)
-        count = len(item.tasks)
-        event = added_job(dataclasses.replace(job, count=count), first, self.now(), self.files.seed)
+        first, count = event.job.first, event.job.count
         tasks = [dataclasses.replace(t, id=first + i) for i, t in enumerate(item.tasks)]
         self.files.add_tasks(job.name, tasks)  # self.tasks, the agents' too
         if any(t.command is None for t in tasks):
@@ -463,12 +466,7 @@ class Daemon:
 
     def _terminate_all_now(self) -> None:
         """After the second signal: the state learns that every machine is gone."""
-        events: list[Event] = [
-            MachineLost(m.id, "terminated on a second signal") for m in self.state.alive_machines()
-        ]
-        for token, (tname, count) in list(self.state.pending_launches.items()):
-            events.append(LaunchFailed(token, tname, count, "abandoned on a second signal"))
-        self._step(events, [])
+        self._step(all_gone(self.state, "terminated on a second signal", launches=True), [])
 
     def _finish(self, error: BaseException | None) -> None:
         """Whatever happened: no machine of this run outlives the daemon, unless it was
@@ -482,12 +480,9 @@ class Daemon:
         # A second signal while machines are being released kills them all.
         self.lifecycle.wind_down(lambda: self._signals > 1, self.executor.kill_all)
         if error is not None and not self.state.stopped:
-            events: list[Event] = [
-                MachineLost(m.id, "daemon error") for m in self.state.alive_machines()
-            ]
             try:
                 now = self.now()
-                for event in events:
+                for event in all_gone(self.state, "daemon error"):
                     self.state.apply(now, event)
                 self.state.apply(now, Stop(f"daemon error: {error!r}"))
             except Exception as exc:  # the report still comes, with the state as it was

@@ -3,21 +3,27 @@ user's update or an interruption (``Told``), and jobs for a pool (``AddJob``).""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from autoscaler.budget.controller import Controller
 from autoscaler.config.schema import JobMeans
+from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.model import (
     BudgetSet,
     DeadlineSet,
     Event,
     Interrupted,
+    JobAdded,
     JobSpec,
     JobWithdrawn,
+    LaunchFailed,
+    MachineLost,
     Shutdown,
 )
 from autoscaler.core.state import RunState
 from autoscaler.deadline.controller import DeadlineController
+from autoscaler.run.build import added_job
 from autoscaler.run.inbox import AddJob
 
 
@@ -64,6 +70,35 @@ def refusal(
     if not item.tasks:
         return "a job needs at least one task"
     return None
+
+
+def pool_job(
+    state: RunState,
+    controller: Controller | DeadlineController,
+    item: AddJob,
+    batch: list[JobSpec],
+    events: list[Event],
+    now: float,
+    seed: int,
+) -> JobAdded | None:
+    """The event of the job of ``item`` joining the pool, its tasks numbered after the
+    run's and ``batch``'s; None, and ``item`` answered why, if the run cannot take it."""
+    why = refusal(state, controller, item, batch, events)
+    if why is not None:
+        item.answer.set_exception(AutoscalerError(f"job {item.job.name!r} refused: {why}"))
+        return None
+    first = state.n_tasks + sum(j.count for j in batch)
+    return added_job(dataclasses.replace(item.job, count=len(item.tasks)), first, now, seed)
+
+
+def all_gone(state: RunState, why: str, *, launches: bool = False) -> list[Event]:
+    """Every live machine lost for ``why`` (and, with ``launches``, every launch under way
+    abandoned): what the state learns when the daemon ends them all at once."""
+    events: list[Event] = [MachineLost(m.id, why) for m in state.alive_machines()]
+    if launches:
+        for token, (tname, count) in list(state.pending_launches.items()):
+            events.append(LaunchFailed(token, tname, count, f"abandoned: {why}"))
+    return events
 
 
 def job_means(job: JobSpec) -> JobMeans | None:

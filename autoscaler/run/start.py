@@ -35,6 +35,7 @@ from autoscaler.report.records import Report
 # Importers of these names from here (tests, benchmarks, the service) keep working; they
 # live in ``autoscaler.run.build``, which the daemon and the run directory use.
 from autoscaler.run.build import (
+    billing_model,
     json_logger,
     log_action,
     make_controller,
@@ -44,6 +45,7 @@ from autoscaler.run.build import (
     write_config,
 )
 from autoscaler.run.emulator import Emulator, StepHook
+from autoscaler.run.offers import compose_offers, say
 from autoscaler.run.refusals import holds
 
 if TYPE_CHECKING:
@@ -120,6 +122,7 @@ def dry_run(
     """Run the bag against the emulator; write the run directory if ``out_dir`` is given."""
     run_id = run_id or new_run_id(cfg)
     seed = cfg.emulator.seed if seed is None else seed
+    cfg, notes = compose_offers(cfg, billing_model(cfg))
     log_file: IO[str] | None = None
     journal: Journal | None = None
     log: Any = structlog.wrap_logger(structlog.ReturnLogger())
@@ -131,6 +134,7 @@ def dry_run(
         log = json_logger(log_file)
     log = log.bind(run_id=run_id)
     log.info("run start", tasks=len(tasks), seed=seed, policy=cfg.policy, provider="sim")
+    say(notes, log)
 
     def on_step(now: float, events: list[Event], actions: list[Action], state: RunState) -> None:
         if journal is not None:

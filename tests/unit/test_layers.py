@@ -2,8 +2,8 @@
 import each other, directly or round a longer loop (issue 19).
 
 Rooms, from the bottom: ``learn`` (runtime statistics), ``core`` (records, the state
-fold, the journal), ``config`` and ``bootstrap``, ``providers``, the two policies
-``budget`` and ``deadline`` (side by side: neither imports the other), ``report``,
+fold, the journal), ``config`` and ``bootstrap``, ``providers``, the policies
+``budget``, ``deadline`` and ``offers`` (side by side: none imports another), ``report``,
 ``run`` (the drivers), ``service``, ``cli``. Every import counts, inside functions and
 under ``TYPE_CHECKING`` too: a deferred import is still a dependency.
 """
@@ -25,6 +25,7 @@ RANK = {
     "providers": 3,
     "budget": 4,
     "deadline": 4,
+    "offers": 4,
     "report": 5,
     "run": 6,
     "service": 7,

@@ -3,6 +3,7 @@ one-provider view, the limits the planners take, and a dry run's report per prov
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -201,3 +202,86 @@ def test_a_run_config_with_providers_round_trips(tmp_path: Path) -> None:
     cfg = load_config(write(tmp_path, TWO))
     again = RunConfig.model_validate(cfg.model_dump(mode="json"))
     assert again.provider_names() == cfg.provider_names()
+
+
+# --- offers (paper 003) at the start of a run ---------------------------------------------
+
+HYBRID = """\
+name: hybrid
+jobs:
+  - name: sim
+    bag: {synthetic: 200}
+    constraint: {deadline_s: 1h}
+    task_s: {node: 120, c5: 60}
+deadline: {offers: dplb}
+billing: {mode: fixed, atu_s: 1h}
+emulator: {seed: 2, runtime: {dist: normal, mean_s: 60s, sd_s: 6s}}
+providers:
+  campus: {kind: sim, max_machines: 8}
+  east: {kind: sim}
+machine_types:
+  - {name: node, provider: campus, price: 0, max_count: 8, boot_s: 1m}
+  - {name: c5, provider: east, price: 0.5, max_count: 20, boot_s: 2m}
+"""
+
+
+def run_dry(tmp_path: Path, text: str) -> subprocess.CompletedProcess[str]:
+    """``autoscaler run FILE --dry-run`` as a user runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "autoscaler", "run", str(write(tmp_path, text)), "--dry-run",
+         "--out", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )  # fmt: skip
+
+
+def test_offers_split_a_job_across_providers_and_the_report_shows_it(tmp_path: Path) -> None:
+    """DPLB composes the providers' offers: the job runs as one part per provider, each
+    on its provider's machines, every task done once and the deadline met; the split is
+    said at the start and kept in the run's config."""
+    result = run_dry(tmp_path, HYBRID)
+    assert result.returncode == 0, result.stderr
+    line = next(x for x in result.stderr.splitlines() if x.startswith("offers: job sim"))
+    assert "OffersWithDPLB splits it: " in line
+    assert "campus" in line
+    assert "east" in line
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    parts = {j["name"]: j for j in report["jobs"]}
+    assert set(parts) == {"sim@campus", "sim@east"}
+    assert sum(j["tasks"] for j in parts.values()) == 200
+    assert all(j["met_deadline"] for j in parts.values())
+    by_type = {m["type"]: m["provider"] for m in report["machines"]}
+    assert by_type.get("node", "campus") == "campus"
+    kept = load_config(tmp_path / "out" / "config.yaml")
+    assert sum(kept.jobs[0].split.values()) == 200
+
+
+def test_a_deadline_no_offer_meets_is_said_at_the_start(tmp_path: Path) -> None:
+    """200 two-minute tasks in 5 minutes: no composition meets it; the user hears the
+    earliest finish the providers offer before the run, which still runs every task."""
+    text = HYBRID.replace("deadline_s: 1h", "deadline_s: 5m")
+    result = run_dry(tmp_path, text)
+    assert result.returncode == 0, result.stderr
+    line = next(x for x in result.stderr.splitlines() if x.startswith("offers: job sim"))
+    assert "its deadline 0h05m00s cannot be met: the earliest finish the providers offer is" in line
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["tasks_done"] == 200
+
+
+@pytest.mark.parametrize(
+    ("split", "message"),
+    [
+        ("{campus: 100, west: 100}", "jobs[0].split names unknown provider 'west'"),
+        ("{campus: 100, east: 50}", "its split gives 150 tasks (campus 100, east 50), it has 200"),
+    ],
+)
+def test_a_bad_split_names_the_problem(tmp_path: Path, split: str, message: str) -> None:
+    text = HYBRID.replace(
+        "task_s: {node: 120, c5: 60}", f"task_s: {{node: 120, c5: 60}}\n    split: {split}"
+    )
+    result = run_dry(tmp_path, text)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr

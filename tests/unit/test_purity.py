@@ -43,6 +43,12 @@ PURE = [
     "autoscaler.core.fold",
     "autoscaler.core.billing",
     "autoscaler.core.model",
+    "autoscaler.offers.allocation",
+    "autoscaler.offers.policies",
+    "autoscaler.offers.decide",
+    "autoscaler.offers.profile",
+    "autoscaler.offers.cluster",
+    "autoscaler.offers.cloud",
 ]
 
 BANNED = {

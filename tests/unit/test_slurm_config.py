@@ -96,3 +96,27 @@ def test_no_slurm_machine_is_kept_past_its_job_time_limit(tmp_path: Path) -> Non
     atu = 120.0
     assert max(lives("slurm")) <= atu + 1e-6
     assert max(lives("sge")) > atu
+
+
+def test_a_deadline_run_on_slurm_plans_within_the_job_time_limit(tmp_path: Path) -> None:
+    """Deadline mode on Slurm machines that live one unit: at each machine's end its
+    queue is planned again onto new jobs, and the job meets its deadline with no machine
+    kept past its limit."""
+    from autoscaler.config.load import expand_bag
+    from autoscaler.run.start import dry_run
+
+    data = example()
+    del data["bag"], data["constraint"]
+    data["jobs"] = [
+        {
+            "name": "j",
+            "bag": {"synthetic": 300},
+            "constraint": {"deadline_s": "12m"},
+            "task_s": {"small": 10, "large": 5},
+        }
+    ]
+    cfg = load_config(write(tmp_path, data))
+    report = dry_run(cfg, expand_bag(cfg)).report
+    assert report.tasks_done == 300
+    assert max(m.end_s - m.start_s for m in report.machines) <= 120 + 1e-6
+    assert report.jobs[0].met_deadline

@@ -1,0 +1,134 @@
+"""Offers when a run starts (paper 003): with several providers and ``deadline.offers``
+set, each provider says what part of each job it would do by when, without revealing
+its load, and the policy composes the offers into the job's ``split`` (tasks per
+provider), which the planners then keep to.
+
+A provider that answers offers itself (Slurm: ``sbatch --test-only``) is asked; any
+other provider's offer follows from its types' boot time, limits and prices (a cloud's,
+``offers.cloud``), as does every provider's in a dry run, where nothing is asked of a
+real scheduler. The split goes into the run's config, so a resumed run keeps it, and
+what the composition decided (and a deadline it cannot meet) is said at once.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from autoscaler.config.load import expand_jobs
+from autoscaler.config.schema import Job, RunConfig
+from autoscaler.core.billing import BillingModel
+from autoscaler.offers.allocation import OffersError
+from autoscaler.offers.cloud import CloudType, cloud_offers
+from autoscaler.offers.decide import compose
+from autoscaler.providers.offer import Offer, OfferRequest, slice_sizes
+from autoscaler.report.format import hms
+from autoscaler.run.build import write_config
+
+
+def split_run(
+    cfg: RunConfig, billing: BillingModel, provider: object, log: Any, run_dir: Path
+) -> RunConfig:
+    """A new real run's jobs split by its providers' offers, kept in the run's config
+    (a resumed run keeps the split); what was decided is said on stderr and logged."""
+    parts = getattr(provider, "parts", None) or {cfg.provider_names()[0]: provider}
+    cfg, notes = compose_offers(cfg, billing, parts)
+    say(notes, log)
+    write_config(cfg, run_dir)
+    return cfg
+
+
+def say(notes: list[str], log: Any) -> None:
+    """What the offers decided, on stderr (the user hears it at submission) and logged."""
+    for note in notes:
+        log.warning("offers", note=note)
+        print(f"offers: {note}", file=sys.stderr, flush=True)
+
+
+def wanted(cfg: RunConfig) -> bool:
+    """Whether ``cfg`` asks for offers: several providers, a policy, a job to split."""
+    return (
+        cfg.providers is not None
+        and cfg.deadline.offers != "none"
+        and any(j.task_s and not j.split for j in cfg.jobs)
+    )
+
+
+def compose_offers(
+    cfg: RunConfig, billing: BillingModel, parts: Mapping[str, Any] | None = None
+) -> tuple[RunConfig, list[str]]:
+    """``cfg`` with each job's split set from the providers' offers (``parts``: the run's
+    built providers by name, asked where they answer offers; None: a dry run), and what
+    was decided, a line per job."""
+    if not wanted(cfg):
+        return cfg, []
+    notes: list[str] = []
+    jobs: list[Job] = []
+    for job, ids in expand_jobs(cfg):
+        if not job.task_s or job.split:
+            jobs.append(job)
+            continue
+        assert job.constraint.deadline_s is not None  # the schema requires it of a job
+        deadline = job.at + job.constraint.deadline_s
+        offers = provider_offers(cfg, billing, job, len(ids), deadline, parts)
+        request = OfferRequest(len(ids), min(job.task_s.values()), deadline, job.at)
+        try:
+            decision = compose(cfg.deadline.offers, request, offers)
+        except OffersError as exc:
+            notes.append(f"job {job.name}: offers not used ({exc.message})")
+            jobs.append(job)
+            continue
+        parts_said = ", ".join(
+            f"{p.provider} {p.tasks} tasks by {hms(p.finish)}" for p in decision.allocation.parts
+        )
+        line = f"job {job.name}: {decision.allocation.policy} splits it: {parts_said}"
+        if not decision.meets:
+            earliest = decision.earliest if decision.earliest is not None else deadline
+            line += (
+                f"; its deadline {hms(deadline)} cannot be met: the earliest finish the "
+                f"providers offer is {hms(earliest)}"
+            )
+        notes.append(line)
+        jobs.append(job.model_copy(update={"split": decision.allocation.by_provider()}))
+    return cfg.model_copy(update={"jobs": jobs}), notes
+
+
+def provider_offers(
+    cfg: RunConfig,
+    billing: BillingModel,
+    job: Job,
+    tasks: int,
+    deadline: float,
+    parts: Mapping[str, Any] | None,
+) -> list[Offer]:
+    """Every provider's offers for the paper's slices of ``job`` (a provider none of
+    whose types the job names makes none)."""
+    sizes = slice_sizes(tasks)
+    out: list[Offer] = []
+    for name in cfg.provider_names():
+        types = [t for t in cfg.machine_types if cfg.provider_of(t.name) == name]
+        mine = [t for t in types if t.name in job.task_s]
+        if not mine:
+            continue
+        limit = cfg.limits(name).max_machines
+        power = sum(t.max_count for t in types)
+        power = power if limit is None else min(power, limit)
+        maker = getattr(parts.get(name), "offers", None) if parts else None
+        if maker is not None:  # the provider's own scheduler answers
+            request = OfferRequest(tasks, min(job.task_s[t.name] for t in mine), deadline, job.at)
+            made = maker(request, sizes)
+            out += [replace(o, provider=name, power=o.power or power) for o in made]
+            continue
+        best: dict[int, Offer] = {}
+        for t in mine:
+            count = t.max_count if limit is None else min(t.max_count, limit)
+            kind = CloudType(name, t.boot_s, count, t.price, billing, job.task_s[t.name])
+            request = OfferRequest(tasks, job.task_s[t.name], deadline, job.at)
+            for offer in cloud_offers(kind, request, sizes):
+                if offer.tasks not in best or offer.finish < best[offer.tasks].finish:
+                    best[offer.tasks] = replace(offer, power=power)
+        out += best.values()
+    return out
