@@ -85,10 +85,11 @@ class Emulator:
         run_tag: str = "dry-run",
         on_step: StepHook | None = None,
         max_time_s: float = 10 * 365 * 86400.0,
-        holds: Holds | None = None,
+        holds: Callable[[str], Holds] | None = None,
     ):
-        """``holds``: how long a refused launch avoids what refused (``run.refusals``);
-        None: every refusal is a plain error, tried again when the plan asks."""
+        """``holds``: per machine type, how long a refused launch avoids what refused
+        (its provider's ``run.refusals.holds``); None: every refusal is a plain error,
+        tried again when the plan asks."""
         self.controller = controller
         self.state = state
         self.sim = sim
@@ -208,7 +209,8 @@ class Emulator:
         caps = self.sim.capabilities
         why, code, again = err.message, err.code, err.retryable
         siblings = caps.siblings(launch.type)
-        return refusal(launch, launch.count, why, code, again, siblings, self.holds, self.now)
+        h = self.holds(launch.type)
+        return refusal(launch, launch.count, why, code, again, siblings, h, self.now)
 
     def _apply(self, action: Action) -> None:
         match action:

@@ -91,7 +91,7 @@ def make_emulator(
         cfg.monitoring_interval_s,
         run_tag=run_tag,
         on_step=on_step,
-        holds=holds(cfg),
+        holds=lambda type_name: holds(cfg, type_name),
     )
     holder.append(emulator)
     return emulator

@@ -102,7 +102,7 @@ def emulate(
     def hook(now: float, events: list[Event], actions: list[Action], st: RunState) -> None:
         steps.append((now, list(events), list(actions), st.committed))
 
-    em = Emulator(controller, state, world, interval, on_step=hook, holds=Holds())
+    em = Emulator(controller, state, world, interval, on_step=hook, holds=lambda _: Holds())
     holder.append(em)
     em.run()
     return steps
