@@ -252,10 +252,13 @@ class Controller:
             replanned = monitor.replan(settings, s, est, n_e, why, force=True)
         # A provider held by a limit: plan onto the others' types, if any can launch.
         others = any(state.launchable(n, s.now) for n in state.types)
-        avoided = sorted({*news.unavailable, *(news.held if others else ())})
-        if avoided and not replanned and planned(state):
+        lacking = sorted(set(news.unavailable))
+        held = sorted(set(news.held) - set(lacking)) if others else []
+        if (lacking or held) and not replanned and planned(state):
             est, n_e = runtimes.outlook(settings, state, s.now)
-            why = f"{', '.join(avoided)} unavailable: plan without it"
+            said = [f"{', '.join(lacking)} unavailable"] if lacking else []
+            said += [f"{', '.join(held)} held by their provider's limit"] if held else []
+            why = "; ".join(said) + ": plan without them"
             replanned = monitor.replan(settings, s, est, n_e, why, force=True)
         if replanned or news.lost or (news.tick and state.deferred):
             meet_target(s)

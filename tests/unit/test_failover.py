@@ -336,6 +336,8 @@ def test_a_quota_in_one_provider_replans_onto_the_other_providers_type_at_once()
     _, events, actions, _ = refused_step(steps, "fast")
     failed = next(e for e in events if isinstance(e, LaunchFailed))
     assert (failed.kind, failed.types) == ("limit", ("fast",))
+    plan = next(a for a in actions if isinstance(a, Configure))
+    assert plan.reason.startswith("fast held by their provider's limit")
     assert launches(actions).get("slow", 0) > 0
     assert state.done == 400
     assert max(c for *_, c in steps) <= 80.0
