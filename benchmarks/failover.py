@@ -61,16 +61,15 @@ from tests.integration.daemon_helpers import (
     run_id_of,
     start_daemon,
 )
-from tests.integration.ec2_faults import (
+from tests.integration.ec2_faults import FaultProxy, Params
+from tests.integration.ec2_world import Ec2World
+from tests.integration.failover_world import (
     SPOT_BUDGET,
     SPOT_DEADLINE,
-    FaultProxy,
-    Params,
     failover_of,
     refuse_type,
     two_regions,
 )
-from tests.integration.ec2_world import Ec2World
 from tests.integration.services import FAKE_AWS_ENV, moto_server
 from tests.integration.sshd import SshdFactory
 

@@ -18,7 +18,8 @@ from tests.integration.daemon_helpers import (
     run_id_of,
     start_daemon,
 )
-from tests.integration.ec2_faults import (
+from tests.integration.ec2_world import Ec2World
+from tests.integration.failover_world import (
     SPOT_BUDGET,
     SPOT_BUDGET_TASKS,
     SPOT_DEADLINE,
@@ -28,7 +29,6 @@ from tests.integration.ec2_faults import (
     refuse_type,
     two_regions,
 )
-from tests.integration.ec2_world import Ec2World
 from tests.integration.test_ec2_daemon import check_every_task_once, finish
 
 pytestmark = pytest.mark.integration
