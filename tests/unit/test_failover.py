@@ -359,15 +359,31 @@ def test_a_quota_of_the_only_provider_waits_for_its_hold_as_before() -> None:
 # --- deadline mode ---------------------------------------------------------------------------
 
 
-def test_a_deadline_job_refused_its_cheapest_type_is_replanned_onto_another_at_once() -> None:
-    """``cheap`` would meet the deadline for a third of the money; it has no capacity:
-    the same step buys ``dear`` machines for the tasks, and the job is done in time."""
+@pytest.mark.parametrize(
+    ("code", "provider_of"),
+    [
+        ("SpotMaxPriceTooLow", None),  # one provider: the type lacks capacity
+        ("VcpuLimitExceeded", {"cheap": "east", "dear": "west"}),  # east's quota
+    ],
+)
+def test_a_deadline_job_refused_its_cheapest_type_is_replanned_onto_another_at_once(
+    code: str, provider_of: Mapping[str, str] | None
+) -> None:
+    """``cheap`` would meet the deadline for a third of the money; it has no capacity,
+    or its provider's quota is full: the same step buys ``dear`` machines for the
+    tasks, and the job is done in time."""
     types = [TypeSpec("cheap", 0.1, 10, 60.0), TypeSpec("dear", 0.3, 10, 60.0)]
     job = JobSpec("j", 0, 60, 0.0, 3000.0, None, {"cheap": 120.0, "dear": 120.0})
     state = RunState.new(types, HOURLY, None, 60, list(range(60)), jobs=[job])
     model = EmulatorModel.model_validate({"runtime": {"dist": "constant", "value_s": 120.0}})
     steps = emulate(
-        DeadlineController(), state, types, model, refuse={"cheap"}, code="SpotMaxPriceTooLow"
+        DeadlineController(),
+        state,
+        types,
+        model,
+        refuse={"cheap"},
+        code=code,
+        provider_of=provider_of,
     )
     first = steps[0]
     assert launches(first[2]).keys() == {"cheap"}
