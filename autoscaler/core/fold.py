@@ -190,9 +190,10 @@ class Fold(RunRecords):
                 pass
 
     def _avoid(self, failed: LaunchFailed, until: float) -> None:
-        """What a refused launch avoids until ``until``: its type (``capacity``), its
-        provider's types (``limit``), every scale-up (``throttled``, or a limit that
-        names no types); the types avoided then recover over ``recover_s``."""
+        """What a refused launch avoids until ``until``: its type (``capacity``; an
+        ``error`` not understood, briefly), its provider's types (``limit``), every
+        scale-up (``throttled``, or a limit that names no types); the types avoided for
+        capacity or a limit then recover over ``recover_s``."""
         if failed.kind == "capacity":
             avoided: tuple[str, ...] = (failed.type,)
             table = self.unavailable
@@ -201,7 +202,8 @@ class Fold(RunRecords):
         elif failed.kind in ("limit", "throttled"):
             self.hold_until = max(until, self.hold_until or until)
             return
-        else:
+        else:  # an error not understood: the type waits a little, then is tried again
+            self.unavailable[failed.type] = max(until, self.unavailable.get(failed.type, until))
             return
         for name in avoided:
             end = max(until, table.get(name, until))

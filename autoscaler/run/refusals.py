@@ -26,7 +26,8 @@ autoscaler forgets a node type's launch failure after 30 min:
 AUTOSCALER_NODE_AVAILABILITY_MAX_STALENESS_S), for providers without an ``ec2``
 section's own settings."""
 RETRY_HOLD_S = 60.0
-"""After a launch refused for a passing reason (throttling), scale-up waits this long."""
+"""After a launch refused for a passing reason (throttling), scale-up waits this long;
+after an error not understood, the refused type does."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +65,8 @@ def refusal(
     """The ``LaunchFailed`` of ``missing`` machines of ``launch`` the provider refused
     with ``code`` at ``now``: the type avoided on a capacity error, ``siblings`` (the
     types of the provider that refused) held on a limit, every scale-up held when
-    throttled; an unknown error holds nothing (the plan asks again)."""
+    throttled; an error not understood makes the type wait ``retry_s`` before it is
+    tried again (not a launch per step against an API that refuses them all)."""
     kind = failure_kind(code, retryable)
     failed = LaunchFailed(launch.token, launch.type, missing, reason, kind)
     if kind == "throttled":
@@ -73,4 +75,4 @@ def refusal(
         return replace(failed, until=now + h.unavailable_s, recover_s=h.recover_s)
     if kind == "limit":
         return replace(failed, until=now + h.limit_s, types=tuple(siblings), recover_s=h.recover_s)
-    return failed
+    return replace(failed, until=now + h.retry_s)

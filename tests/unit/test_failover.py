@@ -8,6 +8,7 @@ The emulator drives the real controllers in virtual time; the remote side is a
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
@@ -392,3 +393,23 @@ def test_a_deadline_job_refused_its_cheapest_type_is_replanned_onto_another_at_o
     assert launches(actions).keys() == {"dear"}
     assert state.done == 60
     assert max(seg.end for seg in state.segments) <= job.deadline
+
+
+def test_a_refusal_not_understood_is_retried_after_a_wait_not_at_every_step() -> None:
+    """``fast`` refused from t=100 with an error code no one knows: the run does not fail
+    over (it cannot tell why), but it tries ``fast`` again at most once a retry wait
+    (60 s), not at every step of the run, and still finishes within budget."""
+    cfg, state, steps = budget_run("fast", "SomethingNobodyKnows")
+    refused = [
+        now
+        for now, events, _, _ in steps
+        for e in events
+        if isinstance(e, LaunchFailed) and e.type == "fast"
+    ]
+    assert refused, "the provider refused fast"
+    gaps = [b - a for a, b in itertools.pairwise(refused)]
+    assert all(gap >= 60.0 - 1e-6 for gap in gaps), gaps
+    span = refused[-1] - refused[0]
+    assert len(refused) <= span / 60.0 + 2
+    assert state.done == 400
+    assert max(c for *_, c in steps) <= cfg.constraint.budget  # type: ignore[union-attr]
