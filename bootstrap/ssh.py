@@ -42,13 +42,10 @@ from typing import Any, Literal
 import fabric
 import paramiko
 from tenacity import (
-    RetryCallState,
     Retrying,
-    retry_base,
     retry_if_exception_type,
     retry_if_not_result,
     retry_if_result,
-    stop_after_delay,
     stop_before_delay,
     wait_exponential,
 )
@@ -61,6 +58,8 @@ from autoscaler.bootstrap.hostkeys import (
     fingerprint,
     parse_console_host_keys,
 )
+from autoscaler.bootstrap.retries import BACKOFF_FIRST_S, BACKOFF_MAX_S, is_none, retrying
+from autoscaler.bootstrap.sftp import read_remote, write_remote
 from autoscaler.bootstrap.tunnel import TunnelPipes
 from autoscaler.core.errors import AutoscalerError
 
@@ -68,8 +67,6 @@ from autoscaler.core.errors import AutoscalerError
 # characters that are safe in both (and never "." or "..").
 _MACHINE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
-BACKOFF_FIRST_S = 0.2
-BACKOFF_MAX_S = 5.0
 KEEPALIVE_S = 15
 
 
@@ -181,7 +178,7 @@ class SshBootstrap:
                 return str(exc) or type(exc).__name__
             return None if banner.startswith(b"SSH-") else f"no SSH banner (got {banner[:40]!r})"
 
-        reason = _retrying(timeout_s, retry_if_not_result(_is_none))(probe)
+        reason = retrying(timeout_s, retry_if_not_result(is_none))(probe)
         if reason is not None:
             raise BootstrapError(
                 f"machine {machine}: sshd at {host}:{port} (address {address}) did not "
@@ -267,7 +264,7 @@ class SshBootstrap:
             return keys, "no host keys in its console output yet"
 
         wait_s = self.settings.console_wait_s
-        keys, reason = _retrying(wait_s, retry_if_result(lambda found: not found[0]))(read)
+        keys, reason = retrying(wait_s, retry_if_result(lambda found: not found[0]))(read)
         if not keys:
             raise BootstrapError(
                 f"machine {machine}: cannot verify its host key: {reason} after {wait_s:g}s",
@@ -361,12 +358,12 @@ class SshBootstrap:
         try:
             sftp = conn.sftp()
             source = AGENT.read_bytes()
-            if _read_remote(sftp, f"{directory}/agent.py") != source:
-                _write_remote(sftp, f"{directory}/agent.py", source, 0o644)
+            if read_remote(sftp, f"{directory}/agent.py") != source:
+                write_remote(sftp, f"{directory}/agent.py", source, 0o644)
                 self._log("agent copied", machine=machine, path=f"{directory}/agent.py")
             token = (self._token + "\n").encode()
-            if _read_remote(sftp, f"{directory}/token") != token:
-                _write_remote(sftp, f"{directory}/token", token, 0o600)
+            if read_remote(sftp, f"{directory}/token") != token:
+                write_remote(sftp, f"{directory}/token", token, 0o600)
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise BootstrapError(
                 f"machine {machine}: cannot copy files to {directory}: {exc}", retryable=True
@@ -376,7 +373,7 @@ class SshBootstrap:
     def _tunnel(self, conn: Any, machine: str, directory: str, pipes: TunnelPipes) -> int:
         """Open the reverse tunnel on the stored port (or a new one); return the port."""
         sftp = conn.sftp()
-        stored_text = _read_remote(sftp, f"{directory}/port")
+        stored_text = read_remote(sftp, f"{directory}/port")
         stored = int(stored_text) if stored_text and stored_text.strip().isdigit() else None
         transport = conn.transport
         if stored is not None:
@@ -411,7 +408,7 @@ class SshBootstrap:
                 f"machine {machine}: sshd refused the reverse tunnel (AllowTcpForwarding?): {exc}"
             ) from None
         try:
-            _write_remote(sftp, f"{directory}/port", f"{port}\n".encode(), 0o600)
+            write_remote(sftp, f"{directory}/port", f"{port}\n".encode(), 0o600)
         except (OSError, EOFError) as exc:
             raise BootstrapError(
                 f"machine {machine}: cannot store the tunnel port: {exc}", retryable=True
@@ -474,55 +471,9 @@ class SshBootstrap:
         self._log("agent started", machine=machine, pid=int(out), port=port)
 
 
-def _is_none(value: object) -> bool:
-    return value is None
-
-
-def _retrying(timeout_s: float, retry: retry_base) -> Retrying:
-    """Tries again while ``retry`` says so of a try's result, for ``timeout_s``: waits
-    from ``BACKOFF_FIRST_S`` doubling to ``BACKOFF_MAX_S``, the last cut to end at the
-    timeout (so the last try comes then); gives the last try's result."""
-    backoff = wait_exponential(multiplier=BACKOFF_FIRST_S, max=BACKOFF_MAX_S)
-
-    def wait(state: RetryCallState) -> float:
-        left = timeout_s - (state.seconds_since_start or 0.0)
-        return max(0.0, min(backoff(state), left))
-
-    def last(state: RetryCallState) -> Any:
-        assert state.outcome is not None
-        return state.outcome.result()
-
-    return Retrying(
-        stop=stop_after_delay(timeout_s), wait=wait, retry=retry, retry_error_callback=last
-    )
-
-
 def _check_machine(machine: str) -> None:
     if not _MACHINE_RE.fullmatch(machine):
         raise BootstrapError(
             f"machine id {machine!r} cannot name a directory: "
             "use letters, digits, '.', '_', '-' (at most 128, not starting with '.' or '-')"
         )
-
-
-def _read_remote(sftp: paramiko.SFTPClient, path: str) -> bytes | None:
-    """A small remote file's content, or None if it does not exist."""
-    try:
-        with sftp.open(path, "rb") as f:
-            data: bytes = f.read()
-            return data
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        if getattr(exc, "errno", None) == 2:
-            return None
-        raise
-
-
-def _write_remote(sftp: paramiko.SFTPClient, path: str, data: bytes, mode: int) -> None:
-    """Write a remote file atomically: a temporary file with its mode set first, renamed."""
-    tmp = f"{path}.tmp"
-    with sftp.open(tmp, "wb") as f:
-        f.chmod(mode)  # before any byte is written: the token is never readable by others
-        f.write(data)
-    sftp.posix_rename(tmp, path)

@@ -57,8 +57,8 @@ from autoscaler.providers.base import (
     ProviderState,
     check_launch,
 )
+from autoscaler.providers.ec2_ssh import ssh_bootstrap
 from autoscaler.providers.kind import (
-    BootContext,
     ProviderKind,
     RunContext,
     Sweeper,
@@ -70,7 +70,6 @@ if TYPE_CHECKING:
     from mypy_boto3_ec2 import EC2Client
     from mypy_boto3_ec2.type_defs import FilterTypeDef, InstanceTypeDef
 
-    from autoscaler.bootstrap.ssh import SshBootstrap
     from autoscaler.config.schema import Platform
 
 RUN_TAG = "autoscaler:run"
@@ -466,32 +465,6 @@ def build(cfg: Platform, ctx: RunContext) -> Provider:
         )
     settings = ec2_settings(cfg, user_data)
     return Ec2Provider(KIND.capabilities(cfg, ctx.billing), ctx.run_id, settings, ctx.clock)
-
-
-def ssh_bootstrap(cfg: Platform, ctx: BootContext) -> SshBootstrap | None:
-    """The SSH bootstrapper of a run with ``bootstrap: ssh``; None otherwise."""
-    if cfg.ec2 is None or cfg.ec2.bootstrap != "ssh":
-        return None
-    from autoscaler.bootstrap.ssh import SshBootstrap, SshSettings
-
-    ssh = cfg.ec2.ssh
-    assert ssh is not None
-    if not ssh.key_file.is_file():  # checked here: a dry run needs no key
-        raise AutoscalerError(f"ec2.ssh.key_file: no such file: {ssh.key_file}")
-    console = getattr(ctx.provider, "console_output", None)
-    settings = SshSettings(
-        user=ssh.user,
-        key_file=ssh.key_file,
-        known_hosts=ctx.run_dir / "known_hosts",
-        host_key_policy=ssh.host_keys,
-        connect=ssh.connect,
-        port=ssh.port,
-        remote_dir=ssh.remote_dir,
-        python=ssh.python,
-        poweroff_on_exit=ssh.poweroff_on_exit,
-        ready_timeout_s=ssh.timeout_s,
-    )
-    return SshBootstrap(settings, ctx.local_port, ctx.token, agent_args(cfg), console=console)
 
 
 def sweeper(cfg: Platform) -> Sweeper:
