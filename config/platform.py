@@ -238,7 +238,8 @@ class Ssh(ConfigModel):
 
 class Ec2(ConfigModel):
     """``provider: ec2``: instances in one region. Credentials come from boto3's usual
-    chain (environment, profile, instance role), never from this file."""
+    chain (environment, profile, instance role), or from the named ``profile``; never
+    from this file."""
 
     region: str = Field(min_length=1)
     endpoint_url: str | None = Field(
@@ -281,6 +282,12 @@ class Ec2(ConfigModel):
         "and regains full weight over this long",
     )
     max_attempts: int = Field(default=8, ge=1, le=20, description="botocore standard retries")
+    profile: str | None = Field(
+        default=None,
+        min_length=1,
+        description="a named profile of the AWS config files: this provider's credentials "
+        "(two EC2 providers may use two accounts); default: boto3's usual chain",
+    )
 
     @model_validator(mode="after")
     def _bootstrap(self) -> Ec2:

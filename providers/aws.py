@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, ProfileNotFound
 
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.providers.base import CAPACITY_CODES, LIMIT_CODES
@@ -59,11 +59,20 @@ def _config(max_attempts: int) -> Config:
 _CREATE_LOCK = threading.Lock()
 
 
-def ec2_client(region: str, endpoint_url: str | None, max_attempts: int) -> EC2Client:
+def ec2_client(
+    region: str, endpoint_url: str | None, max_attempts: int, profile: str | None = None
+) -> EC2Client:
     """An EC2 client on a new session of its own: never boto3's default session, which
-    threads must not share. ``max_attempts``: requests per call, the first included."""
+    threads must not share. ``max_attempts``: requests per call, the first included;
+    ``profile``: a named profile of the AWS config files (None: boto3's usual chain)."""
     with _CREATE_LOCK:
-        client: EC2Client = boto3.session.Session().client(
+        try:
+            session = boto3.session.Session(profile_name=profile)
+        except ProfileNotFound:
+            raise AutoscalerError(
+                f"ec2.profile: no AWS profile named {profile!r} in the AWS config files"
+            ) from None
+        client: EC2Client = session.client(
             "ec2",
             region_name=region,
             endpoint_url=endpoint_url,

@@ -116,6 +116,7 @@ class Ec2Settings:
     address: Literal["private", "public"] = "private"  # which IP MachineStatus.address is
     user_data: str | None = None  # a cloud-init script (rendered elsewhere)
     max_attempts: int = 8  # requests per call, the first included (botocore standard mode)
+    profile: str | None = None  # a named AWS profile: this provider's credentials
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +139,9 @@ def client_token(run_id: str, token: str) -> str:
 
 
 def _client(settings: Ec2Settings) -> EC2Client:
-    return ec2_client(settings.region, settings.endpoint_url, settings.max_attempts)
+    return ec2_client(
+        settings.region, settings.endpoint_url, settings.max_attempts, settings.profile
+    )
 
 
 def _tags(instance: InstanceTypeDef) -> dict[str, str]:
@@ -444,6 +447,7 @@ def ec2_settings(cfg: Platform, user_data: str | None = None) -> Ec2Settings:
         address=e.address,
         user_data=user_data,
         max_attempts=e.max_attempts,
+        profile=e.profile,
     )
 
 

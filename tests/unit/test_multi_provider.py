@@ -16,6 +16,7 @@ from autoscaler.budget.problem import BudgetProblem, TypeEstimate
 from autoscaler.config.load import expand_bag, load_config
 from autoscaler.config.schema import RunConfig
 from autoscaler.core.billing import BillingModel
+from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.limits import Room, apportion, new_caps
 from autoscaler.core.model import ProviderLimit, TypeSpec
 from autoscaler.core.state import RunState
@@ -285,3 +286,45 @@ def test_a_bad_split_names_the_problem(tmp_path: Path, split: str, message: str)
     assert result.returncode == 2, result.stdout + result.stderr
     assert message in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_two_ec2_providers_sign_with_their_own_profiles(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each EC2 provider of a run may name its AWS profile: its client signs with that
+    profile's keys (two accounts in one run); an unknown profile is a clear error."""
+    from autoscaler.providers.ec2 import _client, ec2_settings
+
+    creds = tmp_path / "credentials"
+    creds.write_text(
+        "[east]\naws_access_key_id = AKIAEAST\naws_secret_access_key = fake-east\n"
+        "[west]\naws_access_key_id = AKIAWEST\naws_secret_access_key = fake-west\n",
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(creds))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE"):
+        monkeypatch.delenv(key, raising=False)
+    section = (
+        "{kind: ec2, region: REGION, ami: ami-0abc, bootstrap: user-data, profile: PROFILE, "
+        "controller_url: 'http://127.0.0.1:1', types: {TYPE: {instance_type: c5.large}}}"
+    )
+    text = TWO.replace(
+        "campus: {kind: sim, max_machines: 4, machine_hours: 6}",
+        "campus: " + section.replace("REGION", "us-east-1").replace("PROFILE", "east")
+        .replace("TYPE", "node"),
+    ).replace(
+        "east: {kind: sim}",
+        "east: " + section.replace("REGION", "us-west-2").replace("PROFILE", "west")
+        .replace("TYPE", "c5"),
+    )  # fmt: skip
+    cfg = load_config(write(tmp_path, text))
+    keys = {}
+    for name in cfg.provider_names():
+        client = _client(ec2_settings(cfg.for_provider(name)))
+        keys[name] = client._request_signer._credentials.access_key  # type: ignore[attr-defined]
+    assert keys == {"campus": "AKIAEAST", "east": "AKIAWEST"}
+    wrong = text.replace("profile: west", "profile: nobody")
+    cfg = load_config(write(tmp_path, wrong))
+    with pytest.raises(AutoscalerError, match="no AWS profile named 'nobody'"):
+        _client(ec2_settings(cfg.for_provider("east")))
