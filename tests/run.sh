@@ -77,11 +77,11 @@ run_pytest() {
 }
 
 run_pytest unit no tests/unit -q
-# The integration tests mostly wait (time-scaled runs, moto, sshd, Grid Engine), so three
+# The integration tests mostly wait (time-scaled runs, moto, sshd, Grid Engine, Slurm), so four
 # pytest-xdist workers run them side by side (on 2 cores: they wait more than they
 # compute); tests that share Grid Engine are one xdist group (tests/integration/sge.py),
 # tests that share Slurm another (tests/integration/slurm.py).
 # Tests marked `alone` compare a real run's timing or spend with what the host's load
 # would shift: they run after, one at a time.
-run_pytest integration no tests/integration -q --durations=25 -n 3 --dist loadgroup -m "not alone"
+run_pytest integration no tests/integration -q --durations=25 -n 4 --dist loadgroup -m "not alone"
 run_pytest "integration (alone)" yes tests/integration -q --durations=5 -m alone

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from autoscaler.core.billing import BillingModel
@@ -164,6 +164,15 @@ class RunRecords:
         """Whether a new machine of ``type_name`` may be asked for at ``now``: its type
         has capacity and its provider is not held."""
         return self.available(type_name, now) and not self.held(now, type_name)
+
+    def launchable_at(self, types: Sequence[str]) -> float:
+        """When the first of ``types`` may be asked for again (its capacity back and its
+        provider's hold lifted): when a deferred launch should be tried."""
+        common = self.hold_until if self.hold_until is not None else -math.inf
+        return min(
+            max(common, self.unavailable.get(t, -math.inf), self.held_until.get(t, -math.inf))
+            for t in types
+        )
 
     def weight(self, type_name: str, now: float) -> float:
         """How much ``type_name`` counts in a plan at ``now``, in [0, 1].

@@ -18,6 +18,7 @@ from autoscaler.core.model import (
     Action,
     Assign,
     Cancel,
+    Defer,
     Event,
     Extend,
     Launch,
@@ -34,6 +35,9 @@ from autoscaler.run.build import log_action
 from autoscaler.run.dispatch import Dispatcher
 from autoscaler.run.machines import MachineLifecycle, launch_events
 from autoscaler.run.timers import Timers
+
+WAKE_AFTER_S = 0.01
+"""A deferred launch is tried this long (run seconds) after its hold lifts."""
 
 
 @dataclass
@@ -75,6 +79,10 @@ class Executor:
                     touched.add(mid)
                 case Move(source=src, target=dst):
                     touched.update((src, dst))
+                case Defer(types=types) if types:
+                    at = state.launchable_at(types)
+                    if at > state.now:
+                        self.timers.wake(at + WAKE_AFTER_S)
                 case _:
                     pass
             log_action(self.log, state.now, action)

@@ -24,6 +24,7 @@ from autoscaler.core.model import (
     BudgetSet,
     Cancel,
     DeadlineSet,
+    Defer,
     Event,
     Extend,
     JobAdded,
@@ -60,6 +61,11 @@ class _Run:
     started: float
     fails: bool  # the emulated world decided at the start that this run fails
     live: bool = True
+
+
+@dataclass(frozen=True)
+class _Wake:
+    """A tick besides the periodic ones, when a deferred launch may be tried again."""
 
 
 @dataclass
@@ -153,6 +159,8 @@ class Emulator:
                 if not self.state.stopped:
                     self._at(self.now + self.interval, Tick())
                 return item
+            case _Wake():
+                return None if self.state.stopped else Tick()
             case _Run() as run:
                 box = self._boxes[run.machine]
                 if not run.live or box.gone:
@@ -231,6 +239,10 @@ class Emulator:
                         self._at(dies, MachineLost(rec.id, "emulated machine failure"))
             case Extend(machine=mid, until=until):
                 self._at(self._boundary_at(until), BoundaryNear(mid))
+            case Defer(types=types) if types:  # tried again once its hold lifts
+                at = self.state.launchable_at(types)
+                if at > self.now:
+                    self._at(at, _Wake())
             case Release(machine=mid):
                 self.sim.terminate([mid])
                 box = self._boxes[mid]

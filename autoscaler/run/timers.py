@@ -69,6 +69,20 @@ class Timers:
             )
         return due
 
+    def wake(self, at: float) -> None:
+        """A monitoring tick at run time ``at`` besides the periodic ones: launches that
+        wait for a hold to lift are tried then, not at the next interval."""
+        delay = delay_s(self._timeline, at, time.monotonic())
+        self.scheduler.add_job(
+            self._put,
+            "date",
+            run_date=datetime.now().astimezone() + timedelta(seconds=max(0.0, delay)),
+            args=[TickDue()],
+            id="wake",
+            replace_existing=True,
+            misfire_grace_time=None,
+        )
+
     def boundary(self, m: Machine) -> None:
         """(Re)set the timer of ``m``'s next unit boundary."""
         due = boundary_due(m.paid_until, self._margin_s)

@@ -21,6 +21,7 @@ import yaml
 
 from autoscaler.config.load import expand_bag, load_config
 from autoscaler.providers.local import run_processes
+from autoscaler.run.build import new_run_id
 from autoscaler.run.daemon import Daemon
 from autoscaler.run.rundir import RunFiles
 
@@ -71,7 +72,8 @@ def run_in_process(config: Path, run_dir: Path) -> Any:
     """The daemon's run of ``config`` in this process; its outcome (agents ended after)."""
     cfg = load_config(config)
     tasks = expand_bag(cfg, source=str(config))
-    files = RunFiles.create(cfg, tasks, run_dir, f"{cfg.name}-{run_dir.name}", cfg.emulator.seed)
+    # A run id of its own: a local run's agents are found by it, and tests run side by side.
+    files = RunFiles.create(cfg, tasks, run_dir, new_run_id(cfg), cfg.emulator.seed)
     try:
         return Daemon(files, install_signals=False).run()
     finally:

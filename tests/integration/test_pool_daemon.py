@@ -13,6 +13,7 @@ import yaml
 
 from autoscaler.config.load import expand_bag, load_config
 from autoscaler.core.model import JobSpec, MachineState, Shutdown, TaskSpec
+from autoscaler.run.build import new_run_id
 from autoscaler.run.daemon import Daemon, Outcome
 from autoscaler.run.rundir import RunFiles
 from tests.integration.daemon_helpers import (
@@ -63,7 +64,7 @@ def test_a_job_added_to_a_live_pool_runs_on_its_machines_and_the_pool_ends_on_sh
     config = pool_config(tmp_path)
     cfg = load_config(config)
     run_dir = tmp_path / "run"
-    files = RunFiles.create(cfg, expand_bag(cfg), run_dir, "pool-it", cfg.emulator.seed)
+    files = RunFiles.create(cfg, expand_bag(cfg), run_dir, new_run_id(cfg), cfg.emulator.seed)
     daemon = Daemon(files, install_signals=False)
     result: list[Outcome | BaseException] = []
 

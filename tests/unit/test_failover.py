@@ -413,3 +413,40 @@ def test_a_refusal_not_understood_is_retried_after_a_wait_not_at_every_step() ->
     assert len(refused) <= span / 60.0 + 2
     assert state.done == 400
     assert max(c for *_, c in steps) <= cfg.constraint.budget  # type: ignore[union-attr]
+
+
+def test_a_deferred_launch_is_tried_when_its_hold_lifts_not_at_the_next_tick() -> None:
+    """A refusal not understood holds ``fast`` for the retry wait (60 s) with a monitoring
+    interval of an hour: the launch waiting for it is tried again 60 s later, not an
+    hour later."""
+    cfg = make_config(
+        bag={"synthetic": 400},
+        machine_types=[
+            {"name": "slow", "price": 1.0, "max_count": 40, "boot_s": 60},
+            {"name": "fast", "price": 2.0, "max_count": 20, "boot_s": 60},
+        ],
+        constraint={"budget": 80.0},
+        sampling={"delta": 0.5},
+        monitoring_interval_s=3600,
+    )
+    state = new_state(cfg, 400, 1)
+    types = [TypeSpec(t.name, t.price, t.max_count, t.boot_s) for t in cfg.machine_types]
+    steps = emulate(
+        make_controller(cfg),
+        state,
+        types,
+        cfg.emulator,
+        refuse={"fast"},
+        code="SomethingNobodyKnows",
+        after=100.0,
+        interval=cfg.monitoring_interval_s,
+        task_s=task_means(cfg, 400),
+    )
+    refused = [
+        now
+        for now, events, _, _ in steps
+        for e in events
+        if isinstance(e, LaunchFailed) and e.type == "fast"
+    ]
+    assert len(refused) >= 2, "fast was tried again"
+    assert refused[1] - refused[0] < 120.0, refused[:3]
