@@ -286,7 +286,11 @@ def test_a_recovering_type_is_dearer_in_the_deadline_models_and_avoided_before()
 
 
 def budget_run(
-    refuse: str, code: str, budget: float = 80.0, provider_of: Mapping[str, str] | None = None
+    refuse: str,
+    code: str,
+    budget: float = 80.0,
+    provider_of: Mapping[str, str] | None = None,
+    **overrides: Any,
 ) -> tuple[RunConfig, RunState, list[Step]]:
     """400 tasks; after sampling (8 machines of each type) the plan wants more of
     ``fast``, three times the speed of ``slow`` for twice the price; from t=100
@@ -299,6 +303,7 @@ def budget_run(
         ],
         constraint={"budget": budget},
         sampling={"delta": 0.5},
+        **overrides,
     )
     state = new_state(cfg, 400, 1)
     types = [TypeSpec(t.name, t.price, t.max_count, t.boot_s) for t in cfg.machine_types]
@@ -419,29 +424,7 @@ def test_a_deferred_launch_is_tried_when_its_hold_lifts_not_at_the_next_tick() -
     """A refusal not understood holds ``fast`` for the retry wait (60 s) with a monitoring
     interval of an hour: the launch waiting for it is tried again 60 s later, not an
     hour later."""
-    cfg = make_config(
-        bag={"synthetic": 400},
-        machine_types=[
-            {"name": "slow", "price": 1.0, "max_count": 40, "boot_s": 60},
-            {"name": "fast", "price": 2.0, "max_count": 20, "boot_s": 60},
-        ],
-        constraint={"budget": 80.0},
-        sampling={"delta": 0.5},
-        monitoring_interval_s=3600,
-    )
-    state = new_state(cfg, 400, 1)
-    types = [TypeSpec(t.name, t.price, t.max_count, t.boot_s) for t in cfg.machine_types]
-    steps = emulate(
-        make_controller(cfg),
-        state,
-        types,
-        cfg.emulator,
-        refuse={"fast"},
-        code="SomethingNobodyKnows",
-        after=100.0,
-        interval=cfg.monitoring_interval_s,
-        task_s=task_means(cfg, 400),
-    )
+    _, _, steps = budget_run("fast", "SomethingNobodyKnows", monitoring_interval_s=3600)
     refused = [
         now
         for now, events, _, _ in steps
