@@ -226,9 +226,8 @@ class SlurmProvider(BatchProvider[SlurmType]):
         for n in sizes:
             finishes = [f for t in self.types if (f := self._finish(t, n, request)) is not None]
             if finishes:
-                best_type, finish = min(finishes, key=lambda tf: tf[1])
-                provider = self.capabilities.provider(best_type) or KIND.name
-                out.append(Offer(provider, n, finish))
+                finish = min(f for _, f in finishes)
+                out.append(Offer(KIND.name, n, finish))  # a run names it after its config
         return out
 
     def _finish(self, type: str, n: int, request: OfferRequest) -> tuple[str, float] | None:

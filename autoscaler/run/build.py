@@ -78,12 +78,15 @@ def controller_settings(cfg: RunConfig) -> ControllerSettings:
 
 
 def provider_limits(cfg: RunConfig) -> tuple[ProviderLimit, ...]:
-    """Each provider's limits across its types (``providers:``), as the planners take them."""
+    """The limits of each provider that has some (``providers:``), as the planners take
+    them; none in a run without limits, which then does no limit arithmetic at all."""
     out = []
     for name in cfg.provider_names():
         limit = cfg.limits(name)
         hours = limit.machine_hours
-        out.append(ProviderLimit(name, limit.max_machines, None if hours is None else hours * 3600))
+        if limit.max_machines is not None or hours is not None:
+            seconds = None if hours is None else hours * 3600
+            out.append(ProviderLimit(name, limit.max_machines, seconds))
     return tuple(out)
 
 
