@@ -53,6 +53,11 @@ class MachineType(ConfigModel):
     provider: Name | None = Field(
         default=None, description="with providers: the name of the provider it comes from"
     )
+    slots: PositiveInt | None = Field(
+        default=None,
+        description="tasks a machine runs at once (default 1; on EC2 the instance type's "
+        "vCPUs divided by the bag's cpus)",
+    )
 
 
 # --- deadline mode ----------------------------------------------------------------------

@@ -77,6 +77,9 @@ class Bag(ConfigModel):
         default=2, ge=0, description="re-runs of a failed task before it is failed"
     )
     timeout_s: Seconds | None = Field(default=None, gt=0, description="per-task timeout")
+    cpus: PositiveInt = Field(
+        default=1, description="cores one task uses (a type's default slots: its vCPUs / cpus)"
+    )
 
     @model_validator(mode="after")
     def _exactly_one_source(self) -> Bag:

@@ -316,7 +316,7 @@ class Fold(RunRecords):
     def _start_queued(self, m: Machine) -> None:
         if m.state is not MachineState.READY:
             return  # a booting machine starts its queue when it is ready
-        while m.queue and not m.running:
+        while m.queue and len(m.running) < m.type.slots:
             tid = m.queue.popleft()
             if self.paired_first_run(tid, m.type.name):
                 self.stats[m.type.name].start(tid)

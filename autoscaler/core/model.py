@@ -34,6 +34,7 @@ class TypeSpec:
     boot_s: float  # launch to ready, the planner's estimate (β)
     provider: str = ""  # the name of the provider it comes from
     max_life_s: float | None = None  # a machine lives at most this long (a job's time limit)
+    slots: int = 1  # tasks a machine runs at once
 
 
 @dataclass(frozen=True, slots=True)

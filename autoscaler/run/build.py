@@ -61,7 +61,8 @@ def type_specs(cfg: RunConfig) -> list[TypeSpec]:
         provider = cfg.provider_of(t.name)
         life = registry.kind(cfg.kind_of(provider)).max_life_s
         limit = None if life is None else life(cfg.billing.atu_s)
-        out.append(TypeSpec(t.name, t.price, t.max_count, t.boot_s, provider, limit))
+        slots = t.slots or 1
+        out.append(TypeSpec(t.name, t.price, t.max_count, t.boot_s, provider, limit, slots))
     return out
 
 
