@@ -48,6 +48,7 @@ from autoscaler.core.model import (
     Launch,
     LaunchFailed,
     MachineLost,
+    MachineState,
     Release,
     Resumed,
     Shutdown,
@@ -273,26 +274,38 @@ class Controller:
         return stats.mean() + stats.stddev() <= m.paid_until - margin - s.now
 
     def _dispatch(self, s: Step, machines: Iterable[str]) -> None:
-        """Give each idle machine of ``machines`` work, or release it."""
+        """Give each machine of ``machines`` with a free slot work (a task per free
+        slot), or release it when it is idle and nothing is left for it."""
         state = s.state
         for mid in sorted(machines):
             m = state.machines[mid]
-            if not m.idle:
-                continue
-            if (
-                not planned(state)
-                and sampling_.is_compact(self.settings, state)
-                and sampling_.probe(self.settings, s, m)
-            ):
-                continue
-            draining = state.stopped or m.marked or not can_extend(state, m)
-            if state.pending:
+            if m.idle:
+                self._serve_idle(s, m)
+            elif m.state is MachineState.READY and not m.queue and state.pending:
+                draining = state.stopped or m.marked or not can_extend(state, m)
                 if not draining or self._fits(s, m):
-                    s.do(Assign(state.pending[0], m.id))
-                else:
-                    s.do(Release(m.id, "idle: no task fits its paid time"))
-            elif not replicate(self.settings, s, m) and not standby(s, m):
-                s.do(Release(m.id, "idle: bag empty"))
+                    for _ in range(m.type.slots - len(m.running)):
+                        if state.pending:
+                            s.do(Assign(state.pending[0], m.id))
+
+    def _serve_idle(self, s: Step, m: Machine) -> None:
+        state = s.state
+        if (
+            not planned(state)
+            and sampling_.is_compact(self.settings, state)
+            and sampling_.probe(self.settings, s, m)
+        ):
+            return
+        draining = state.stopped or m.marked or not can_extend(state, m)
+        if state.pending:
+            if not draining or self._fits(s, m):
+                for _ in range(m.type.slots):
+                    if state.pending:
+                        s.do(Assign(state.pending[0], m.id))
+            else:
+                s.do(Release(m.id, "idle: no task fits its paid time"))
+        elif not replicate(self.settings, s, m) and not standby(s, m):
+            s.do(Release(m.id, "idle: bag empty"))
 
     def _finish_or_stall(self, s: Step) -> None:
         state = s.state

@@ -87,7 +87,7 @@ def frontier(controller: Controller, state: RunState, now: float, between: int =
     b_min = base + more + reserve
     # Enough money for every machine over the fluid makespan of them all, twice over.
     everything = list(problem(0.0).types)
-    speed = sum(t.max_count / t.mean_s for t in everything)
+    speed = sum(t.max_count * t.slots / t.mean_s for t in everything)
     units = math.ceil(n_e / speed / state.billing.atu_s) + 2
     ample = sum(t.max_count * (t.price * units + t.first_cost) for t in everything) * 2
     fastest = plan_budget(problem(ample), solver)
