@@ -230,13 +230,16 @@ class SimProvider:
         self.runtimes = draw_runtimes(self._model, n, random.Random(self.seed))
         self._means.extend(means)
 
-    def run_time(self, task: int, machine: str, sharing: int = 1, slots: int = 1) -> float:
-        """``task``'s runtime on ``machine``, started with ``sharing`` tasks running
-        there (itself included) on its ``slots``."""
-        name = self.machines[machine].type
-        alone = type_runtime(self._model, self.runtimes[task], task, name, self._means[task])
-        factor = share_factor(self._model.share_slowdown, sharing, slots)
-        return alone if factor == 1.0 else alone * factor
+    def run_time(self, task: int, machine: str) -> float:
+        """``task``'s runtime on ``machine`` alone (``share_factor`` says how much longer
+        beside others)."""
+        machine_type = self.machines[machine].type
+        return type_runtime(self._model, self.runtimes[task], task, machine_type, self._means[task])
+
+    @property
+    def share_slowdown(self) -> float:
+        """The emulator's ``share_slowdown``."""
+        return self._model.share_slowdown
 
     def run_fails(self, task: int, attempt: int) -> float | None:
         """If this run of ``task`` fails, the fraction of its runtime after which it does."""

@@ -47,7 +47,7 @@ from autoscaler.core.model import (
 )
 from autoscaler.core.state import RunState
 from autoscaler.deadline.controller import DeadlineController
-from autoscaler.providers.sim import SimProvider
+from autoscaler.providers.sim import SimProvider, share_factor
 from autoscaler.run.refusals import Holds, refusal
 
 StepHook = Callable[[float, list[Event], list[Action], RunState], None]
@@ -288,8 +288,9 @@ class Emulator:
             return
         while box.queue and len(box.running) < box.slots:
             tid = box.queue.popleft()
-            sharing = len(box.running) + 1
-            runtime = self.sim.run_time(tid, mid, sharing, box.slots)
+            runtime = self.sim.run_time(tid, mid)
+            if box.slots > 1:  # tasks sharing the machine slow each other
+                runtime *= share_factor(self.sim.share_slowdown, len(box.running) + 1, box.slots)
             fail_at = self.sim.run_fails(tid, self._attempts.get(tid, 0))
             if fail_at is not None:
                 runtime *= fail_at
