@@ -13,7 +13,7 @@ from autoscaler.core.model import JobSpec, MachineState
 from autoscaler.core.solve import Solver
 from autoscaler.core.state import Machine, RunState
 from autoscaler.deadline.reassign import Queue
-from autoscaler.deadline.slots import cushion, per_slot
+from autoscaler.deadline.slots import cushion, on_slots
 
 EPS = 1e-6
 
@@ -108,7 +108,7 @@ def _slotted(
     for tid, start in m.running.items():
         rest += max(0.0, start + times.get(state.job_of(tid).name, 0.0) - ready)
     e_max = max(times.values(), default=0.0)
-    return ready + rest / s + cushion(s, e_max), per_slot(times, {m.type.name: s})
+    return ready + rest / s + cushion(s, e_max), on_slots(times, s)
 
 
 def all_queues(state: RunState, now: float) -> list[Queue]:

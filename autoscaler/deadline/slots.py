@@ -27,8 +27,14 @@ def cushion(slots: int, e_max: float) -> float:
 
 
 def per_slot(times: Mapping[str, float], slots: Mapping[str, int]) -> dict[str, float]:
-    """Each type's time per task as a one-task-at-a-time machine: e/s."""
+    """Each type's time per task (``times`` by type name) as a one-task-at-a-time
+    machine: e/s."""
     return {t: e / slots.get(t, 1) if slots.get(t, 1) > 1 else e for t, e in times.items()}
+
+
+def on_slots(times: Mapping[str, float], slots: int) -> dict[str, float]:
+    """One machine's times per task (``times`` by job name) on its ``slots``: e/s."""
+    return dict(times) if slots <= 1 else {j: e / slots for j, e in times.items()}
 
 
 def slotted(
