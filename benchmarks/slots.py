@@ -40,8 +40,19 @@ PRICE = 2.0  # per hour, the same for both slot counts
 SLOTS = (8, 1)
 
 
-def _platform(slots: int, slowdown: float, max_count: int) -> dict[str, Any]:
-    return {
+def _config(
+    slots: int,
+    slowdown: float,
+    tasks: int,
+    constraint: dict[str, float],
+    max_count: int,
+    **more: Any,
+) -> RunConfig:
+    """The bag on type ``big`` of ``slots`` at price P (per-second billing)."""
+    data = {
+        "name": f"slots{slots}",
+        "bag": {"synthetic": tasks},
+        "constraint": constraint,
         "machine_types": [
             {"name": "big", "price": PRICE, "max_count": max_count, "boot_s": 60, "slots": slots}
         ],
@@ -52,41 +63,31 @@ def _platform(slots: int, slowdown: float, max_count: int) -> dict[str, Any]:
             "runtime": {"dist": "normal", "mean_s": "5m", "sd_s": "30s"},
             "share_slowdown": slowdown,
         },
+        **more,
     }
+    return RunConfig.model_validate(data)
 
 
 def budget_config(slots: int, slowdown: float, tasks: int, budget: float) -> RunConfig:
-    data = {
-        "name": f"slots{slots}",
-        "bag": {"synthetic": tasks},
-        "constraint": {"budget": budget},
-        **_platform(slots, slowdown, max_count=16),
-    }
-    return RunConfig.model_validate(data)
+    return _config(slots, slowdown, tasks, {"budget": budget}, max_count=16)
 
 
 def deadline_config(slots: int, slowdown: float, tasks: int, deadline_s: float) -> RunConfig:
-    data = {
-        "name": f"slots{slots}",
-        "bag": {"synthetic": tasks},
-        "constraint": {"deadline_s": deadline_s},
-        **_platform(slots, slowdown, max_count=64),
-    }
-    return RunConfig.model_validate(data)
+    return _config(slots, slowdown, tasks, {"deadline_s": deadline_s}, max_count=64)
 
 
 def local_config(slots: int, slowdown: float, tasks: int, budget: float) -> RunConfig:
-    data = {
-        "name": f"slots{slots}",
-        "bag": {"synthetic": tasks},
-        "constraint": {"budget": budget},
-        **_platform(slots, slowdown, max_count=4),
-        "provider": "local",
-        "local": {"time_scale": 300},  # a 5-minute task sleeps 1 s
-        "tail_replication": False,
-        "daemon": {"heartbeat_s": 0.5, "lost_after_s": 5, "orphan_after_s": 30},
-    }
-    return RunConfig.model_validate(data)
+    return _config(
+        slots,
+        slowdown,
+        tasks,
+        {"budget": budget},
+        max_count=4,
+        provider="local",
+        local={"time_scale": 300},  # a 5-minute task sleeps 1 s
+        tail_replication=False,
+        daemon={"heartbeat_s": 0.5, "lost_after_s": 5, "orphan_after_s": 30},
+    )
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,14 @@ def slotted(report: dict[str, Any], slots: dict[str, int]) -> None:
         assert m["slots"] == slots[m["type"]]
 
 
+def with_slots(config: Path, slots: int) -> None:
+    """Every machine type of the config file runs ``slots`` tasks at once."""
+    data = yaml.safe_load(config.read_text())
+    for t in data["machine_types"]:
+        t["slots"] = slots
+    config.write_text(yaml.safe_dump(data), encoding="utf-8")
+
+
 def check_in_hand(run_dir: Path, slots: dict[str, int], machines: list[dict[str, Any]]) -> None:
     most = in_hand(run_dir)
     types = {m["id"]: m["type"] for m in machines}
@@ -107,10 +115,7 @@ def test_a_local_run_on_4_slots(tmp_path: Path) -> None:
 def test_a_grid_engine_run_on_2_slots(tmp_path: Path) -> None:
     """Grid Engine jobs of 2 slots (no parallel environment here: no slot request)."""
     config = sge.sge_config(tmp_path, 16)
-    data = yaml.safe_load(config.read_text())
-    for t in data["machine_types"]:
-        t["slots"] = 2
-    config.write_text(yaml.safe_dump(data), encoding="utf-8")
+    with_slots(config, 2)
     run_dir = tmp_path / "run"
     run_id, _ = sge_run(config, run_dir)
     report = assert_clean_end(run_dir, run_id, 16)
@@ -124,10 +129,7 @@ def test_a_slurm_run_on_2_slots(tmp_path: Path) -> None:
     """Slurm jobs of 2 slots: small asks --cpus-per-task=2 (slots x cpus), large keeps
     its own cpus: 2."""
     config = slurm.slurm_config(tmp_path, 16)
-    data = yaml.safe_load(config.read_text())
-    for t in data["machine_types"]:
-        t["slots"] = 2
-    config.write_text(yaml.safe_dump(data), encoding="utf-8")
+    with_slots(config, 2)
     run_dir = tmp_path / "run"
     run_id, _ = slurm_run(config, run_dir)
     report = report_of(run_dir)

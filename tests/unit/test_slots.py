@@ -21,12 +21,11 @@ from autoscaler.core.model import Action, Event, TaskDone
 from autoscaler.core.state import RunState
 from autoscaler.deadline.instance import DeadlineJob, MachineType
 from autoscaler.deadline.slots import cushion, slotted
-from autoscaler.providers.base import Provider
 from autoscaler.providers.sge import SgeProvider
 from autoscaler.providers.sim import share_factor
 from autoscaler.providers.slurm import SlurmProvider
 from autoscaler.run.start import dry_run, make_emulator
-from autoscaler.run.wiring import make_provider
+from tests.unit.test_provider_registry import build
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "config" / "examples"
@@ -218,19 +217,6 @@ def test_the_emulator_slows_tasks_that_start_beside_others() -> None:
 # --- providers --------------------------------------------------------------------------------
 
 
-def _provider(cfg: RunConfig, tmp_path: Path) -> Provider:
-    return make_provider(
-        cfg,
-        billing=HOURLY,
-        run_id="r-1",
-        run_dir=tmp_path,
-        token="t0ken",
-        url="http://127.0.0.1:9",
-        workdir=tmp_path / "work",
-        clock=lambda: 0.0,
-    )
-
-
 def _with_slots(name: str, slots: dict[str, int], **changes: Any) -> RunConfig:
     data = yaml.safe_load((EXAMPLES / f"{name}.yaml").read_text())
     for t in data["machine_types"]:
@@ -243,7 +229,7 @@ def _with_slots(name: str, slots: dict[str, int], **changes: Any) -> RunConfig:
 
 def test_a_slurm_job_asks_for_its_slots_times_the_bags_cpus(tmp_path: Path) -> None:
     cfg = _with_slots("slurm", {"small": 3, "large": 2}, bag={"synthetic": 10, "cpus": 2})
-    provider = _provider(cfg, tmp_path)
+    provider = build(cfg, tmp_path)
     assert isinstance(provider, SlurmProvider)
     small = provider.submit_args("small-L0-0", provider.types["small"])
     large = provider.submit_args("large-L0-0", provider.types["large"])
@@ -259,7 +245,7 @@ def test_a_slurm_type_without_cpus_asks_for_slots_times_cpus(tmp_path: Path) -> 
     data = cfg.model_dump()
     data["slurm"]["types"]["small"] = {"partition": "as_small"}
     cfg = RunConfig.model_validate(data)
-    provider = _provider(cfg, tmp_path)
+    provider = build(cfg, tmp_path)
     assert isinstance(provider, SlurmProvider)
     assert "--cpus-per-task=6" in provider.submit_args("small-L0-0", provider.types["small"])
 
@@ -268,7 +254,7 @@ def test_a_grid_engine_type_with_a_pe_asks_for_its_cores(tmp_path: Path) -> None
     cfg = _with_slots("sge", {"small": 4})
     data = cfg.model_dump()
     data["sge"]["types"]["small"]["pe"] = "smp"
-    provider = _provider(RunConfig.model_validate(data), tmp_path)
+    provider = build(RunConfig.model_validate(data), tmp_path)
     assert isinstance(provider, SgeProvider)
     args = provider._submit_args("small-L0-0", provider.types["small"])
     at = args.index("-pe")
