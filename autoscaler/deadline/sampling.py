@@ -45,23 +45,28 @@ def sample(cfg: DeadlineSettings, s: Step) -> None:
 
 
 def spread_sample(s: Step, name: str, tasks: list[int]) -> None:
-    """Run sample ``tasks`` on type ``name`` side by side, the deadline running: one
-    each on its idle machines, then one each on new machines the limits and the
-    budget allow, the rest queued on the least loaded machine of the type."""
+    """Run sample ``tasks`` on type ``name`` side by side, the deadline running: a
+    machine's slots' worth each (one task on one slot) on its idle machines, then on new
+    machines the limits and the budget allow, the rest queued on the least loaded
+    machine of the type. Samples of a slotted type run beside each other, as the job's
+    tasks will: their times are the times per task at that slot count."""
     state = s.state
+    slots = state.types[name].slots
     mine = [m for m in state.alive_machines() if m.type.name == name and not m.marked]
     for m in mine:
         if tasks and m.idle:
-            s.do(Assign(tasks.pop(0), m.id))
+            for tid in tasks[:slots]:
+                s.do(Assign(tid, m.id))
+            tasks = tasks[slots:]
     room = new_caps(state)[name]
     if state.budget is not None:
         unit = state.billing.cost(state.types[name].price, state.billing.first_step_s)
         room = min(room, math.floor((state.budget - state.committed) / unit + EPS))
-    count = min(room, len(tasks))
+    count = min(room, -(-len(tasks) // slots))
     if count > 0 and state.launchable(name, s.now):
-        queues = tuple((tid,) for tid in tasks[:count])
+        queues = tuple(tuple(tasks[i * slots : (i + 1) * slots]) for i in range(count))
         s.do(Launch(name, count, f"L{state.launch_seq}", queues))
-        tasks = tasks[count:]
+        tasks = tasks[count * slots :]
     host = min(mine, key=lambda m: len(m.queue) + len(m.running), default=None)
     if host is not None:
         for tid in tasks:
