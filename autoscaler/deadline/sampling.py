@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from autoscaler.core.limits import new_caps
-from autoscaler.core.model import Assign, Launch
+from autoscaler.core.model import Assign, Launch, MachineState
 from autoscaler.core.step import Step
 from autoscaler.deadline.jobs import EPS, DeadlineSettings, is_sampling, launchable
 
@@ -46,12 +46,14 @@ def sample(cfg: DeadlineSettings, s: Step) -> None:
 
 def spread_sample(s: Step, name: str, tasks: list[int]) -> None:
     """Run sample ``tasks`` on type ``name`` side by side, the deadline running: one
-    each on its idle machines, then one each on new machines the limits and the
+    each on its machines' free slots, then one each on new machines the limits and the
     budget allow, the rest queued on the least loaded machine of the type."""
     state = s.state
     mine = [m for m in state.alive_machines() if m.type.name == name and not m.marked]
     for m in mine:
-        if tasks and m.idle:
+        if m.state is not MachineState.READY:
+            continue
+        while tasks and len(m.running) + len(m.queue) < m.type.slots:
             s.do(Assign(tasks.pop(0), m.id))
     room = new_caps(state)[name]
     if state.budget is not None:
