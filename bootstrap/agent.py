@@ -781,6 +781,7 @@ def parse_args(argv: list[str] | None) -> tuple[Config, str | None]:
     )
     parser.add_argument("--tail-bytes", type=int, default=4096)
     parser.add_argument("--token-file", default=None, help=f"file holding the token ({TOKEN_ENV})")
+    parser.add_argument("--slots", type=int, default=1, help="tasks run at once (initially)")
     args = parser.parse_args(argv)
     url = urllib.parse.urlsplit(args.url)
     if url.scheme not in ("http", "https") or not url.hostname:

@@ -29,6 +29,7 @@ from autoscaler.config.schema import (
     TraceRuntime,
     Work,
 )
+from autoscaler.config.slots import VcpuLookup, fill_slots
 from autoscaler.core.errors import AutoscalerError, ConfigError
 from autoscaler.core.model import TaskSpec
 
@@ -62,19 +63,25 @@ PriceLookup = Callable[[Sequence[str], str, "str | None"], Mapping[str, float]]
 """(instance types, region, endpoint) -> USD per hour of those it found."""
 
 
-def load_config(path: str | Path, prices: PriceLookup | None = None) -> RunConfig:
+def load_config(
+    path: str | Path, prices: PriceLookup | None = None, vcpus: VcpuLookup | None = None
+) -> RunConfig:
     """Read, validate and resolve one config file; raise ``ConfigError`` on any problem.
 
     Relative paths in the file are taken relative to the file's directory, and the
     files they name must exist (a trace file must also parse). With ``prices``, an EC2
     config that sets ``ec2.lookup_prices`` gets the machine types it gives no price
-    filled in from the on-demand price per hour, scaled to the ATU.
+    filled in from the on-demand price per hour, scaled to the ATU; with ``vcpus``, one
+    that sets ``ec2.lookup_slots`` gets the machine types it gives no ``slots`` their
+    instance type's vCPUs divided by the bag's ``cpus`` (at least 1).
     """
     path = Path(path)
     source = str(path)
     data = read_yaml(path, "fields (bag, constraint, ...)")
     if prices is not None:
         _fill_prices(data, prices, source)
+    if vcpus is not None:
+        fill_slots(data, vcpus, source)
     try:
         cfg = RunConfig.model_validate(data)
     except ValidationError as exc:
