@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from autoscaler.core.limits import new_caps
-from autoscaler.core.model import Assign, Launch
+from autoscaler.core.model import Assign, Launch, MachineState
 from autoscaler.core.step import Step
 from autoscaler.deadline.jobs import EPS, DeadlineSettings, is_sampling, launchable
 
@@ -45,19 +45,19 @@ def sample(cfg: DeadlineSettings, s: Step) -> None:
 
 
 def spread_sample(s: Step, name: str, tasks: list[int]) -> None:
-    """Run sample ``tasks`` on type ``name`` side by side, the deadline running: a
-    machine's slots' worth each (one task on one slot) on its idle machines, then on new
-    machines the limits and the budget allow, the rest queued on the least loaded
-    machine of the type. Samples of a slotted type run beside each other, as the job's
-    tasks will: their times are the times per task at that slot count."""
+    """Run sample ``tasks`` on type ``name`` side by side, the deadline running: one
+    each on its machines' free slots, then a machine's slots' worth each on new machines
+    the limits and the budget allow, the rest queued on the least loaded machine of the
+    type. Samples of a slotted type run beside each other, as the job's tasks will:
+    their times are the times per task at that slot count."""
     state = s.state
     slots = state.types[name].slots
     mine = [m for m in state.alive_machines() if m.type.name == name and not m.marked]
     for m in mine:
-        if tasks and m.idle:
-            for tid in tasks[:slots]:
-                s.do(Assign(tid, m.id))
-            tasks = tasks[slots:]
+        if m.state is not MachineState.READY:
+            continue
+        while tasks and len(m.running) + len(m.queue) < m.type.slots:
+            s.do(Assign(tasks.pop(0), m.id))
     room = new_caps(state)[name]
     if state.budget is not None:
         unit = state.billing.cost(state.types[name].price, state.billing.first_step_s)

@@ -22,6 +22,7 @@ from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.model import (
     Action,
     Assign,
+    AssignGroup,
     BoundaryNear,
     BudgetSet,
     Cancel,
@@ -253,8 +254,9 @@ class Emulator:
                 box.gone = True
                 for run in box.running:
                     run.live = False
-            case Assign(task=tid, machine=mid):
-                self._queue(mid, (tid,))
+            case Assign(machine=mid) | AssignGroup(machine=mid):
+                tids = (action.task,) if isinstance(action, Assign) else action.tasks
+                self._queue(mid, tids)
             case Replicate(task=tid, machine=mid):
                 self._boxes[mid].queue.append(tid)
                 self._start_next(mid)
