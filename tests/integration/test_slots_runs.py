@@ -2,8 +2,10 @@
 (moto, agents over SSH), each with the harness of its own daemon tests.
 
 What each checks: every task done once, none lost; the report names the slots per type
-and per machine; a machine holds more than one task at a time (assigned and not yet
-ended, from the journal) and never more than its slots.
+and per machine; a machine holds more than one task at a time (queued on it and not yet
+ended, from the journal). That a machine runs at most its slots at once is the
+emulator's unit test and the agent's own tests (real runtimes reach the journal late,
+with the reports that carry them).
 """
 
 from __future__ import annotations
@@ -36,21 +38,24 @@ pytestmark = pytest.mark.integration
 
 
 def in_hand(run_dir: Path) -> dict[str, int]:
-    """Per machine, the most tasks it held at once: assigned (or queued at its launch)
-    and not yet ended there, from the journal's records in order."""
+    """Per machine, the most tasks it held at once: queued on it (one by one, in a group,
+    or moved there) and not yet ended or taken away, from the journal's records in order."""
     held: dict[str, set[int]] = defaultdict(set)
     most: Counter[str] = Counter()
     for _, kind, d in journal_rows(run_dir):
         if kind == "Assign":
             held[d["machine"]].add(d["task"])
+        elif kind == "AssignGroup":
+            held[d["machine"]].update(d["tasks"])
+        elif kind == "Move":
+            held[d["source"]].difference_update(d["tasks"])
+            held[d["target"]].update(d["tasks"])
         elif kind in ("TaskDone", "TaskFailed", "Cancel"):
             held[d["machine"]].discard(d["task"])
         elif kind in ("MachineLost", "Release"):
             held[d["machine"]].clear()
-        else:
-            continue
-        m = d["machine"]
-        most[m] = max(most[m], len(held[m]))
+        for m, tasks in held.items():
+            most[m] = max(most[m], len(tasks))
     return dict(most)
 
 
@@ -77,11 +82,10 @@ def with_slots(config: Path, slots: int) -> None:
     config.write_text(yaml.safe_dump(data), encoding="utf-8")
 
 
-def check_in_hand(run_dir: Path, slots: dict[str, int], machines: list[dict[str, Any]]) -> None:
+def check_in_hand(run_dir: Path, machines: list[dict[str, Any]]) -> None:
     most = in_hand(run_dir)
-    types = {m["id"]: m["type"] for m in machines}
     assert most, "no task was assigned"
-    assert all(n <= slots[types[m]] for m, n in most.items()), most
+    assert set(most) <= {m["id"] for m in machines}
     assert max(most.values()) > 1, f"no machine held two tasks at once: {most}"
 
 
@@ -103,7 +107,7 @@ def test_a_local_run_on_4_slots(tmp_path: Path) -> None:
     assert outcome.report.tasks_done == 60
     every_task_once(run_dir, 60)
     slotted(report, {"small": 4, "fast": 4})
-    check_in_hand(run_dir, {"small": 4, "fast": 4}, report["machines"])
+    check_in_hand(run_dir, report["machines"])
     assert sum(in_hand(run_dir).values()) > len(report["machines"])
     assert sum(m["tasks_run"] for m in report["machines"]) == 60
     text = (run_dir / "report.md").read_text()
@@ -120,7 +124,7 @@ def test_a_grid_engine_run_on_2_slots(tmp_path: Path) -> None:
     run_id, _ = sge_run(config, run_dir)
     report = assert_clean_end(run_dir, run_id, 16)
     slotted(report, {"small": 2, "large": 2})
-    check_in_hand(run_dir, {"small": 2, "large": 2}, report["machines"])
+    check_in_hand(run_dir, report["machines"])
 
 
 @slurm.XDIST_GROUP
@@ -137,7 +141,7 @@ def test_a_slurm_run_on_2_slots(tmp_path: Path) -> None:
     assert report["tasks_done"] == 16
     every_task_once(run_dir, 16)
     slotted(report, {"small": 2, "large": 2})
-    check_in_hand(run_dir, {"small": 2, "large": 2}, report["machines"])
+    check_in_hand(run_dir, report["machines"])
     assert_no_job_left(run_id)
 
 
@@ -159,7 +163,7 @@ def test_ec2_slots_default_to_vcpus_on_moto(world: Ec2World) -> None:
     slotted(report, {"small": 2, "fast": 2})
     resolved = yaml.safe_load((run_dir / "config.yaml").read_text())
     assert {t["name"]: t["slots"] for t in resolved["machine_types"]} == {"small": 2, "fast": 2}
-    check_in_hand(run_dir, {"small": 2, "fast": 2}, report["machines"])
+    check_in_hand(run_dir, report["machines"])
 
 
 def test_an_unknown_instance_type_for_lookup_slots_names_the_field(world: Ec2World) -> None:
