@@ -1,0 +1,175 @@
+"""Planning (category, type) counts with a MILP: ours, instead of paper 004's genetic
+algorithm (``ga``), over the same model (§5).
+
+Variables ``x[k][j]``: integer tasks of category k given to type (resource) j, for
+every pair with metrics: ``AvgTRTime[j][k]`` (``turnaround``) and ``AvgPCost[j][k]``
+(``cost``). Constraints, with ``lanes[j]`` the tasks type j runs side by side
+(machines x slots; 1 for one of the paper's resources):
+
+* time: Σ_k x[k][j] · AvgTRTime[j][k] <= remaining deadline · lanes[j], for each j;
+* money: Σ_j Σ_k x[k][j] · AvgPCost[j][k] <= remaining budget;
+* tasks: Σ_j x[k][j] <= tasks left in category k.
+
+``plan_max_tasks`` (budget mode, and the paper's experiment) maximises the tasks done,
+then, among plans doing as many, the cheapest (a cost term weighted below one task).
+``plan_min_cost`` (deadline mode) does every task by the deadline at the least cost,
+or reports the problem infeasible. A missing budget or deadline is not a constraint.
+Solved with HiGHS through PuLP (``core.solve``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import pulp
+
+from autoscaler.categories.metrics import Key
+from autoscaler.core.solve import SolveOutcome, solve_lp
+
+
+@dataclass(frozen=True, slots=True)
+class CategoryPlan:
+    """Tasks per (category, type), with what the plan expects them to take."""
+
+    outcome: SolveOutcome
+    counts: dict[Key, int] = field(default_factory=dict)
+    cost: float = 0.0
+    busy_s: dict[str, float] = field(default_factory=dict)  # per type: Σ x·TR / lanes
+    note: str | None = None
+
+    @property
+    def tasks(self) -> int:
+        return sum(self.counts.values())
+
+    def allocation(self, type_name: str) -> dict[int, int]:
+        """Category to tasks, for one type (the paper's TRA_Rj)."""
+        return {k: n for (k, t), n in self.counts.items() if t == type_name and n > 0}
+
+
+def plan_max_tasks(
+    left: Mapping[int, int],
+    turnaround: Mapping[Key, float],
+    cost: Mapping[Key, float],
+    *,
+    budget: float | None,
+    deadline_s: float | None,
+    lanes: Mapping[str, int] | None = None,
+    time_limit_s: float | None = 10.0,
+) -> CategoryPlan:
+    """The plan doing the most tasks within the budget and deadline; a budget or
+    deadline already spent (<= 0) plans nothing."""
+    if (budget is not None and budget <= 0) or (deadline_s is not None and deadline_s <= 0):
+        return CategoryPlan("optimal")
+    lp = pulp.LpProblem("categories_max_tasks", pulp.LpMaximize)
+    x = _variables(left, turnaround)
+    most = sum(left.values()) * max((cost.get(key, 0.0) for key in x), default=0.0)
+    weight = 1.0 / (2.0 * most) if most > 0 else 0.0
+    lp += pulp.lpSum(x.values()) - weight * pulp.lpSum(cost[key] * v for key, v in x.items())
+    _constrain(lp, x, left, turnaround, cost, budget, deadline_s, lanes, exact=False)
+    return _read(lp, x, turnaround, cost, lanes, time_limit_s)
+
+
+def plan_min_cost(
+    left: Mapping[int, int],
+    turnaround: Mapping[Key, float],
+    cost: Mapping[Key, float],
+    *,
+    deadline_s: float,
+    budget: float | None = None,
+    lanes: Mapping[str, int] | None = None,
+    time_limit_s: float | None = 10.0,
+) -> CategoryPlan:
+    """The cheapest plan doing every task left by the deadline (outcome
+    ``infeasible`` with no counts when none does)."""
+    lp = pulp.LpProblem("categories_min_cost", pulp.LpMinimize)
+    x = _variables(left, turnaround)
+    lp += pulp.lpSum(cost[key] * v for key, v in x.items())
+    _constrain(lp, x, left, turnaround, cost, budget, deadline_s, lanes, exact=True)
+    return _read(lp, x, turnaround, cost, lanes, time_limit_s)
+
+
+def _variables(
+    left: Mapping[int, int], turnaround: Mapping[Key, float]
+) -> dict[Key, pulp.LpVariable]:
+    return {
+        (k, j): pulp.LpVariable(f"x_{k}_{i}", lowBound=0, upBound=left[k], cat="Integer")
+        for i, (k, j) in enumerate(sorted(turnaround))
+        if left.get(k, 0) > 0
+    }
+
+
+def _constrain(
+    lp: pulp.LpProblem,
+    x: Mapping[Key, pulp.LpVariable],
+    left: Mapping[int, int],
+    turnaround: Mapping[Key, float],
+    cost: Mapping[Key, float],
+    budget: float | None,
+    deadline_s: float | None,
+    lanes: Mapping[str, int] | None,
+    *,
+    exact: bool,
+) -> None:
+    for k, n in sorted(left.items()):
+        share = pulp.lpSum(v for (kk, _), v in x.items() if kk == k)
+        lp += (share == n) if exact else (share <= n), f"tasks_{k}"
+    if deadline_s is not None:
+        for i, j in enumerate(sorted({j for _, j in x})):
+            busy = pulp.lpSum(turnaround[key] * v for key, v in x.items() if key[1] == j)
+            lp += busy <= deadline_s * _lanes(lanes, j), f"time_{i}"
+    if budget is not None:
+        lp += pulp.lpSum(cost[key] * v for key, v in x.items()) <= budget, "money"
+
+
+def _lanes(lanes: Mapping[str, int] | None, type_name: str) -> int:
+    return 1 if lanes is None else lanes.get(type_name, 0)
+
+
+def _read(
+    lp: pulp.LpProblem,
+    x: Mapping[Key, pulp.LpVariable],
+    turnaround: Mapping[Key, float],
+    cost: Mapping[Key, float],
+    lanes: Mapping[str, int] | None,
+    time_limit_s: float | None,
+) -> CategoryPlan:
+    if not x:
+        return CategoryPlan("optimal")
+    solved = solve_lp(lp, "highs", "category plan", time_limit_s)
+    if solved.outcome not in ("optimal", "feasible"):
+        return CategoryPlan(solved.outcome, note=solved.note)
+    counts = {key: round(v.value() or 0) for key, v in x.items()}
+    counts = {key: n for key, n in counts.items() if n > 0}
+    busy: dict[str, float] = {}
+    for (k, j), n in counts.items():
+        busy[j] = busy.get(j, 0.0) + n * turnaround[k, j] / max(1, _lanes(lanes, j))
+    return CategoryPlan(
+        solved.outcome,
+        counts,
+        cost=sum(n * cost[key] for key, n in counts.items()),
+        busy_s=busy,
+        note=solved.note,
+    )
+
+
+def plan_categories(
+    counts: Mapping[int, int],
+    means: Mapping[Key, float],
+    prices: Mapping[str, float],
+    budget: float | None,
+    deadline_s: float | None,
+    lanes: Mapping[str, int] | None = None,
+) -> dict[Key, int]:
+    """The narrow entry point for the run's planners: ``means`` the mean task time per
+    (category, type), ``prices`` each type's price per second of a task's time (for a
+    cloud type, its price per ATU over the ATU), ``lanes`` tasks each type runs at once
+    (machines x slots). With a budget, the most tasks it and the deadline allow; with
+    only a deadline, every task at the least cost (empty when that is infeasible)."""
+    cost = {key: means[key] * prices[key[1]] for key in means if key[1] in prices}
+    turnaround = {key: means[key] for key in cost}
+    if budget is None and deadline_s is not None:
+        return plan_min_cost(counts, turnaround, cost, deadline_s=deadline_s, lanes=lanes).counts
+    return plan_max_tasks(
+        counts, turnaround, cost, budget=budget, deadline_s=deadline_s, lanes=lanes
+    ).counts
