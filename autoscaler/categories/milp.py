@@ -6,7 +6,8 @@ every pair with metrics: ``AvgTRTime[j][k]`` (``turnaround``) and ``AvgPCost[j][
 (``cost``). Constraints, with ``lanes[j]`` the tasks type j runs side by side
 (machines x slots; 1 for one of the paper's resources):
 
-* time: Σ_k x[k][j] · AvgTRTime[j][k] <= remaining deadline · lanes[j], for each j;
+* time: Σ_k x[k][j] · AvgTRTime[j][k] <= remaining deadline · lanes[j], for each j
+  (or ``available_s[j]``, type j's time left when it is busy until after now);
 * money: Σ_j Σ_k x[k][j] · AvgPCost[j][k] <= remaining budget;
 * tasks: Σ_j x[k][j] <= tasks left in category k.
 
@@ -19,7 +20,7 @@ Solved with HiGHS through PuLP (``core.solve``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import pulp
@@ -55,6 +56,7 @@ def plan_max_tasks(
     budget: float | None,
     deadline_s: float | None,
     lanes: Mapping[str, int] | None = None,
+    available_s: Mapping[str, float] | None = None,
     time_limit_s: float | None = 10.0,
 ) -> CategoryPlan:
     """The plan doing the most tasks within the budget and deadline; a budget or
@@ -66,7 +68,7 @@ def plan_max_tasks(
     most = sum(left.values()) * max((cost.get(key, 0.0) for key in x), default=0.0)
     weight = 1.0 / (2.0 * most) if most > 0 else 0.0
     lp += pulp.lpSum(x.values()) - weight * pulp.lpSum(cost[key] * v for key, v in x.items())
-    _constrain(lp, x, left, turnaround, cost, budget, deadline_s, lanes, exact=False)
+    _constrain(lp, x, left, turnaround, cost, budget, _window(deadline_s, lanes, available_s))
     return _read(lp, x, turnaround, cost, lanes, time_limit_s)
 
 
@@ -78,6 +80,7 @@ def plan_min_cost(
     deadline_s: float,
     budget: float | None = None,
     lanes: Mapping[str, int] | None = None,
+    available_s: Mapping[str, float] | None = None,
     time_limit_s: float | None = 10.0,
 ) -> CategoryPlan:
     """The cheapest plan doing every task left by the deadline (outcome
@@ -85,7 +88,8 @@ def plan_min_cost(
     lp = pulp.LpProblem("categories_min_cost", pulp.LpMinimize)
     x = _variables(left, turnaround)
     lp += pulp.lpSum(cost[key] * v for key, v in x.items())
-    _constrain(lp, x, left, turnaround, cost, budget, deadline_s, lanes, exact=True)
+    window = _window(deadline_s, lanes, available_s)
+    _constrain(lp, x, left, turnaround, cost, budget, window, exact=True)
     return _read(lp, x, turnaround, cost, lanes, time_limit_s)
 
 
@@ -106,20 +110,35 @@ def _constrain(
     turnaround: Mapping[Key, float],
     cost: Mapping[Key, float],
     budget: float | None,
-    deadline_s: float | None,
-    lanes: Mapping[str, int] | None,
+    window: Callable[[str], float] | None,
     *,
-    exact: bool,
+    exact: bool = False,
 ) -> None:
     for k, n in sorted(left.items()):
         share = pulp.lpSum(v for (kk, _), v in x.items() if kk == k)
         lp += (share == n) if exact else (share <= n), f"tasks_{k}"
-    if deadline_s is not None:
+    if window is not None:
         for i, j in enumerate(sorted({j for _, j in x})):
             busy = pulp.lpSum(turnaround[key] * v for key, v in x.items() if key[1] == j)
-            lp += busy <= deadline_s * _lanes(lanes, j), f"time_{i}"
+            lp += busy <= max(0.0, window(j)), f"time_{i}"
     if budget is not None:
         lp += pulp.lpSum(cost[key] * v for key, v in x.items()) <= budget, "money"
+
+
+def _window(
+    deadline_s: float | None,
+    lanes: Mapping[str, int] | None,
+    available_s: Mapping[str, float] | None,
+) -> Callable[[str], float] | None:
+    """Each type's task-time capacity: its time left (or the deadline) x its lanes."""
+    if deadline_s is None:
+        return None
+
+    def window(type_name: str) -> float:
+        left = deadline_s if available_s is None else available_s.get(type_name, deadline_s)
+        return min(left, deadline_s) * _lanes(lanes, type_name)
+
+    return window
 
 
 def _lanes(lanes: Mapping[str, int] | None, type_name: str) -> int:

@@ -64,10 +64,14 @@ def group_size(
     budget: float | None = None,
     allocation: Mapping[int, int] | None = None,
     policies: frozenset[int] = ALL,
+    share: int | None = None,
 ) -> Group:
     """Algorithm 2 for one resource: ``metrics`` per category on it, ``left`` tasks
     per category, the remaining ``deadline_s`` and ``budget``, and the plan's
-    ``allocation`` per category (None: no plan, every task left may go)."""
+    ``allocation`` per category (None: no plan, every task left may go). ``share``
+    (ours, not the paper's) caps the whole group, e.g. at a fair share of the tasks
+    left among the resources, so that the last groups end together; a group stopped
+    by it reports policy 7."""
     cpu = wall = transfer = space = turnaround = cost = 0.0
     counts: dict[int, int] = {}
     stopped: int | None = None
@@ -80,6 +84,9 @@ def group_size(
             n = min(n, allocation.get(k, 0))
         added = 0
         while added < n:
+            if share is not None and sum(counts.values()) + added >= share:
+                stopped = stopped or 7
+                break
             broken = _broken(
                 policies,
                 (cpu + m.cpu_s, limits.max_cpu_s),
