@@ -64,7 +64,7 @@ def plan_max_tasks(
     if (budget is not None and budget <= 0) or (deadline_s is not None and deadline_s <= 0):
         return CategoryPlan("optimal")
     lp = pulp.LpProblem("categories_max_tasks", pulp.LpMaximize)
-    x = _variables(left, turnaround)
+    x = _variables(lp, left, turnaround)
     most = sum(left.values()) * max((cost.get(key, 0.0) for key in x), default=0.0)
     weight = 1.0 / (2.0 * most) if most > 0 else 0.0
     lp += pulp.lpSum(x.values()) - weight * pulp.lpSum(cost[key] * v for key, v in x.items())
@@ -86,7 +86,7 @@ def plan_min_cost(
     """The cheapest plan doing every task left by the deadline (outcome
     ``infeasible`` with no counts when none does)."""
     lp = pulp.LpProblem("categories_min_cost", pulp.LpMinimize)
-    x = _variables(left, turnaround)
+    x = _variables(lp, left, turnaround)
     lp += pulp.lpSum(cost[key] * v for key, v in x.items())
     window = _window(deadline_s, lanes, available_s)
     _constrain(lp, x, left, turnaround, cost, budget, window, exact=True)
@@ -94,10 +94,10 @@ def plan_min_cost(
 
 
 def _variables(
-    left: Mapping[int, int], turnaround: Mapping[Key, float]
+    lp: pulp.LpProblem, left: Mapping[int, int], turnaround: Mapping[Key, float]
 ) -> dict[Key, pulp.LpVariable]:
     return {
-        (k, j): pulp.LpVariable(f"x_{k}_{i}", lowBound=0, upBound=left[k], cat="Integer")
+        (k, j): lp.add_variable(f"x_{k}_{i}", 0, left[k], cat="Integer")
         for i, (k, j) in enumerate(sorted(turnaround))
         if left.get(k, 0) > 0
     }
