@@ -20,7 +20,7 @@ Solved with HiGHS through PuLP (``core.solve``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import pulp
@@ -67,7 +67,7 @@ def plan_max_tasks(
     x = _variables(lp, left, turnaround)
     most = sum(left.values()) * max((cost.get(key, 0.0) for key in x), default=0.0)
     weight = 1.0 / (2.0 * most) if most > 0 else 0.0
-    lp += pulp.lpSum(x.values()) - weight * pulp.lpSum(cost[key] * v for key, v in x.items())
+    lp += _sum((v, 1.0 - weight * cost[key]) for key, v in x.items())
     _constrain(lp, x, left, turnaround, cost, budget, _window(deadline_s, lanes, available_s))
     return _read(lp, x, turnaround, cost, lanes, time_limit_s)
 
@@ -87,7 +87,7 @@ def plan_min_cost(
     ``infeasible`` with no counts when none does)."""
     lp = pulp.LpProblem("categories_min_cost", pulp.LpMinimize)
     x = _variables(lp, left, turnaround)
-    lp += pulp.lpSum(cost[key] * v for key, v in x.items())
+    lp += _sum((v, cost[key]) for key, v in x.items())
     window = _window(deadline_s, lanes, available_s)
     _constrain(lp, x, left, turnaround, cost, budget, window, exact=True)
     return _read(lp, x, turnaround, cost, lanes, time_limit_s)
@@ -115,14 +115,19 @@ def _constrain(
     exact: bool = False,
 ) -> None:
     for k, n in sorted(left.items()):
-        share = pulp.lpSum(v for (kk, _), v in x.items() if kk == k)
+        share = _sum((v, 1.0) for (kk, _), v in x.items() if kk == k)
         lp += (share == n) if exact else (share <= n), f"tasks_{k}"
     if window is not None:
         for i, j in enumerate(sorted({j for _, j in x})):
-            busy = pulp.lpSum(turnaround[key] * v for key, v in x.items() if key[1] == j)
+            busy = _sum((v, turnaround[key]) for key, v in x.items() if key[1] == j)
             lp += busy <= max(0.0, window(j)), f"time_{i}"
     if budget is not None:
-        lp += pulp.lpSum(cost[key] * v for key, v in x.items()) <= budget, "money"
+        lp += _sum((v, cost[key]) for key, v in x.items()) <= budget, "money"
+
+
+def _sum(terms: Iterable[tuple[pulp.LpVariable, float]]) -> pulp.LpAffineExpression:
+    """Σ coefficient·variable, built in one go (PuLP's operators copy at every term)."""
+    return pulp.LpAffineExpression(list(terms))
 
 
 def _window(
