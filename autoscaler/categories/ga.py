@@ -32,6 +32,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from operator import mul
 
+import numpy as np
+
 from autoscaler.categories.metrics import Key
 
 POPULATION = 80
@@ -128,6 +130,32 @@ def _dot(genes: Sequence[int], weights: Sequence[float]) -> float:
     )
 
 
+class _Scorer:
+    """Algorithm 1 over a whole population at once (numpy), as ``fitness`` computes it
+    for one chromosome; a gene a type cannot run is always 0, so its weight is too."""
+
+    def __init__(self, p: GAProblem) -> None:
+        self.c = len(p.categories)
+        self.remaining = sum(p.left)
+        self.left = np.array(p.left, dtype=float)
+        self.cost = np.nan_to_num(np.array(p.cost, dtype=float).ravel(), posinf=0.0)
+        self.tr = np.nan_to_num(np.array(p.turnaround, dtype=float), posinf=0.0)
+        self.budget, self.deadline_s = p.budget, p.deadline_s
+
+    def __call__(self, pop: list[list[int]]) -> list[tuple[int, int, list[int]]]:
+        """(fitness, -index, chromosome), best first; ties keep the lower index."""
+        x = np.array(pop, dtype=float)
+        n = len(pop)
+        by_type = x.reshape(n, -1, self.c)
+        ratio = x.sum(axis=1) / self.remaining if self.remaining else np.zeros(n)
+        value = ((ratio > 0.75) & (ratio <= 1.0)).astype(int)
+        value += (x @ self.cost <= self.budget).astype(int)
+        value += ((by_type * self.tr).sum(axis=2).max(axis=1) <= self.deadline_s).astype(int)
+        share = by_type.sum(axis=1) / self.left
+        value += ((share > 0.9) & (share <= 1.0)).sum(axis=1)
+        return sorted(zip(value.tolist(), range(0, -n, -1), pop, strict=True), reverse=True)
+
+
 def evolve(
     p: GAProblem, seed: int, *, population: int = POPULATION, generations: int = GENERATIONS
 ) -> GAResult:
@@ -150,8 +178,9 @@ def evolve(
     def draw(i: int) -> int:
         return rnd.randint(0, tops[i]) if tops[i] else 0
 
+    score = _Scorer(p)
     pop = [[draw(i) for i in range(g * c)] for _ in range(population)]
-    scored = sorted(((fitness(ch, p), -n, ch) for n, ch in enumerate(pop)), reverse=True)
+    scored = score(pop)
     best_fit, _, best = scored[0]
     skip = math.log(1.0 - MUTATION)
     generation = 0
@@ -169,8 +198,7 @@ def evolve(
                 child[i] = draw(i)
                 i += 1 + int(math.log(1.0 - rnd.random()) / skip)
             children.append(child)
-        pop = keep + children
-        scored = sorted(((fitness(ch, p), -n, ch) for n, ch in enumerate(pop)), reverse=True)
+        scored = score(keep + children)
         if scored[0][0] > best_fit:
             best_fit, best = scored[0][0], scored[0][2]
     counts = {(p.categories[i % c], p.types[i // c]): n for i, n in enumerate(best) if n > 0}

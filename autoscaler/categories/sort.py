@@ -16,6 +16,8 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from autoscaler.core.model import TaskSpec
+
 MISSING = -1
 """The bin of a task that does not give a level's requirement."""
 
@@ -125,3 +127,11 @@ def _mean(values: Iterable[float | None]) -> float | None:
 def category_of(categories: Iterable[Category]) -> dict[int, int]:
     """Task id to its category's id."""
     return {t: c.id for c in categories for t in c.tasks}
+
+
+def requirements_of(tasks: Iterable[TaskSpec]) -> dict[int, Requirements]:
+    """The requirements the bag's tasks give (``config`` reads them from a table's
+    columns or a sweep's templates), by task id."""
+    return {
+        t.id: Requirements(t.input_bytes, t.estimate_s, t.output_bytes, t.category) for t in tasks
+    }
