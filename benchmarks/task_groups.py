@@ -383,7 +383,7 @@ def ga_planner(grid: Grid, now: float, avail: Mapping[str, float]) -> dict[str, 
     return {r.name: result.allocation(r.name) for r in RESOURCES}
 
 
-MILP_TIME_LIMIT_S = 0.025
+MILP_TIME_LIMIT_S = 0.015
 
 
 # --- the tables --------------------------------------------------------------------------

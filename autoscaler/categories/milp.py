@@ -58,15 +58,17 @@ def plan_max_tasks(
     lanes: Mapping[str, int] | None = None,
     available_s: Mapping[str, float] | None = None,
     time_limit_s: float | None = 10.0,
+    cheapest: bool = True,
 ) -> CategoryPlan:
     """The plan doing the most tasks within the budget and deadline; a budget or
-    deadline already spent (<= 0) plans nothing."""
+    deadline already spent (<= 0) plans nothing. ``cheapest``: of the plans doing as
+    many, the cheapest (harder to prove optimal); else any of them."""
     if (budget is not None and budget <= 0) or (deadline_s is not None and deadline_s <= 0):
         return CategoryPlan("optimal")
     lp = pulp.LpProblem("categories_max_tasks", pulp.LpMaximize)
     x = _variables(lp, left, turnaround)
     most = sum(left.values()) * max((cost.get(key, 0.0) for key in x), default=0.0)
-    weight = 1.0 / (2.0 * most) if most > 0 else 0.0
+    weight = 1.0 / (2.0 * most) if most > 0 and cheapest else 0.0
     lp += _sum((v, 1.0 - weight * cost[key]) for key, v in x.items())
     _constrain(lp, x, left, turnaround, cost, budget, _window(deadline_s, lanes, available_s))
     return _read(lp, x, turnaround, cost, lanes, time_limit_s)

@@ -162,6 +162,9 @@ def test_milp_is_optimal_on_small_cases(budget: float, deadline_s: float) -> Non
         _brute_force(left, tr, cost, budget, deadline_s)
     )
     assert plan.cost <= budget
+    any_plan = plan_max_tasks(left, tr, cost, budget=budget, deadline_s=deadline_s, cheapest=False)
+    assert any_plan.tasks == plan.tasks
+    assert any_plan.cost >= plan.cost
     assert all(busy <= deadline_s for busy in plan.busy_s.values())
 
 
