@@ -278,26 +278,26 @@ def run(
             heapq.heappush(heap, (grid.deploy(RESOURCES[i], [queue.pop(0)], now), i))
         return grid.out
     bench = benchmark_tasks(categories, [r.name for r in RESOURCES])
-    for ids in bench.values():
-        for task, k in ids:
+    for picks in bench.values():
+        for task, k in picks:
             grid.left[k].remove(task)
     pending = {r.name: [t for t, _ in bench[r.name]] for r in RESOURCES}
-    heap = [(0.0, i, 0) for i in range(len(RESOURCES))]
+    events = [(0.0, i, 0) for i in range(len(RESOURCES))]
     groups = {r.name: 0 for r in RESOURCES}
     busy_until = {r.name: 0.0 for r in RESOURCES}
     expected = {r.name: 0.0 for r in RESOURCES}
     plan: dict[str, dict[int, int]] | None = None
     since_plan = 0
     policies = ALL if planner is not None or budget < math.inf else RESOURCE
-    while heap:
-        now, i, _ = heapq.heappop(heap)
+    while events:
+        now, i, _ = heapq.heappop(events)
         r = RESOURCES[i]
         grid.committed -= expected[r.name]
         expected[r.name] = 0.0
         if pending[r.name]:  # the benchmark phase: one task per deployment
             end = grid.deploy(r, [pending[r.name].pop(0)], now)
             busy_until[r.name] = end
-            heapq.heappush(heap, (end, i, 0))
+            heapq.heappush(events, (end, i, 0))
             continue
         if groups[r.name] % 2 == 0:
             grid.analyse(r)
@@ -333,7 +333,7 @@ def run(
         busy_until[r.name] = end
         groups[r.name] += 1
         since_plan += 1
-        heapq.heappush(heap, (end, i, groups[r.name]))
+        heapq.heappush(events, (end, i, groups[r.name]))
     return grid.out
 
 

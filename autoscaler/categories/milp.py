@@ -13,6 +13,8 @@ every pair with metrics: ``AvgTRTime[j][k]`` (``turnaround``) and ``AvgPCost[j][
 
 ``plan_max_tasks`` (budget mode, and the paper's experiment) maximises the tasks done,
 then, among plans doing as many, the cheapest (a cost term weighted below one task).
+Stopped by its time limit before proving optimality, it keeps the better of HiGHS's
+incumbent and the LP relaxation rounded down and filled greedily (``_rounded``).
 ``plan_min_cost`` (deadline mode) does every task by the deadline at the least cost,
 or reports the problem infeasible. A missing budget or deadline is not a constraint.
 Solved with HiGHS through PuLP (``core.solve``).
@@ -20,6 +22,7 @@ Solved with HiGHS through PuLP (``core.solve``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -70,8 +73,13 @@ def plan_max_tasks(
     most = sum(left.values()) * max((cost.get(key, 0.0) for key in x), default=0.0)
     weight = 1.0 / (2.0 * most) if most > 0 and cheapest else 0.0
     lp += _sum((v, 1.0 - weight * cost[key]) for key, v in x.items())
-    _constrain(lp, x, left, turnaround, cost, budget, _window(deadline_s, lanes, available_s))
-    return _read(lp, x, turnaround, cost, lanes, time_limit_s)
+    window = _window(deadline_s, lanes, available_s)
+    _constrain(lp, x, left, turnaround, cost, budget, window)
+    plan = _read(lp, x, turnaround, cost, lanes, time_limit_s)
+    if plan.outcome == "optimal":
+        return plan
+    rounded = _rounded(left, turnaround, cost, budget, window, lanes, weight)
+    return rounded if (rounded.tasks, -rounded.cost) > (plan.tasks, -plan.cost) else plan
 
 
 def plan_min_cost(
@@ -166,17 +174,71 @@ def _read(
     if solved.outcome not in ("optimal", "feasible"):
         return CategoryPlan(solved.outcome, note=solved.note)
     counts = {key: round(v.value() or 0) for key, v in x.items()}
-    counts = {key: n for key, n in counts.items() if n > 0}
+    return _plan_of(solved.outcome, counts, turnaround, cost, lanes, solved.note)
+
+
+def _plan_of(
+    outcome: SolveOutcome,
+    counts: Mapping[Key, int],
+    turnaround: Mapping[Key, float],
+    cost: Mapping[Key, float],
+    lanes: Mapping[str, int] | None,
+    note: str | None,
+) -> CategoryPlan:
+    kept = {key: n for key, n in counts.items() if n > 0}
     busy: dict[str, float] = {}
-    for (k, j), n in counts.items():
+    for (k, j), n in kept.items():
         busy[j] = busy.get(j, 0.0) + n * turnaround[k, j] / max(1, _lanes(lanes, j))
-    return CategoryPlan(
-        solved.outcome,
-        counts,
-        cost=sum(n * cost[key] for key, n in counts.items()),
-        busy_s=busy,
-        note=solved.note,
-    )
+    spent = sum(n * cost[key] for key, n in kept.items())
+    return CategoryPlan(outcome, kept, cost=spent, busy_s=busy, note=note)
+
+
+def _rounded(
+    left: Mapping[int, int],
+    turnaround: Mapping[Key, float],
+    cost: Mapping[Key, float],
+    budget: float | None,
+    window: Callable[[str], float] | None,
+    lanes: Mapping[str, int] | None,
+    weight: float,
+) -> CategoryPlan:
+    """The MILP's fallback when its time limit stops it unproven (a busy host): the LP
+    relaxation rounded down, then filled one task at a time with the pair that uses
+    the least of the money and its type's time left. Deterministic, and never worse
+    than G + C tasks below the relaxation's bound before the filling."""
+    lp = pulp.LpProblem("categories_relaxed", pulp.LpMaximize)
+    keys = [key for key in sorted(turnaround) if left.get(key[0], 0) > 0]
+    x = {key: lp.add_variable(f"r_{i}", 0, left[key[0]]) for i, key in enumerate(keys)}
+    lp += _sum((v, 1.0 - weight * cost[key]) for key, v in x.items())
+    _constrain(lp, x, left, turnaround, cost, budget, window)
+    solved = solve_lp(lp, "highs", "category plan (relaxed)", None)
+    counts = dict.fromkeys(keys, 0)
+    if solved.outcome in ("optimal", "feasible"):
+        counts = {key: math.floor(v.value() or 0) for key, v in x.items()}
+    money = math.inf if budget is None else budget - sum(n * cost[k] for k, n in counts.items())
+    time_left = {j: window(j) if window else math.inf for _, j in keys}
+    todo = dict(left)
+    for (k, j), n in counts.items():
+        time_left[j] -= n * turnaround[k, j]
+        todo[k] -= n
+    while True:
+        fits = [
+            (_share(cost[key], money) + _share(turnaround[key], time_left[key[1]]), key)
+            for key in keys
+            if todo[key[0]] > 0 and cost[key] <= money and turnaround[key] <= time_left[key[1]]
+        ]
+        if not fits:
+            break
+        _, (k, j) = min(fits)
+        counts[k, j] += 1
+        todo[k] -= 1
+        money -= cost[k, j]
+        time_left[j] -= turnaround[k, j]
+    return _plan_of("feasible", counts, turnaround, cost, lanes, "LP relaxation rounded and filled")
+
+
+def _share(need: float, left: float) -> float:
+    return 0.0 if math.isinf(left) or left <= 0 else need / left
 
 
 def plan_categories(

@@ -204,3 +204,19 @@ def test_plan_categories_entry_point() -> None:
         (0, "a"): 2,
     }
     assert plan_categories({0: 4}, means, prices, budget=15, deadline_s=100) == {(0, "b"): 3}
+
+
+def test_stopped_by_its_time_limit_the_plan_still_fits_and_is_near_the_best() -> None:
+    """A limit too short to prove anything: the LP relaxation rounded and filled is
+    kept, within the budget and the deadline, a few tasks at most below the optimum."""
+    sizes = [330, 64, 20, 6, 22, 12, 12, 10, 10, 10, 8, 10, 16, 12, 8, 10, 8]
+    left = dict(enumerate(sizes))
+    types = ["R0", "R1", "R2", "R3", "R4"]
+    tr = {(k, t): 20.0 + (7 * k + 13 * j) % 60 for k in left for j, t in enumerate(types)}
+    cost = {(k, t): tr[k, t] * (3 + j) for k in left for j, t in enumerate(types)}
+    best = plan_max_tasks(left, tr, cost, budget=60_000, deadline_s=4500)
+    quick = plan_max_tasks(left, tr, cost, budget=60_000, deadline_s=4500, time_limit_s=1e-6)
+    assert best.outcome == "optimal"
+    assert quick.cost <= 60_000
+    assert all(busy <= 4500 for busy in quick.busy_s.values())
+    assert best.tasks - len(types) - len(sizes) <= quick.tasks <= best.tasks
