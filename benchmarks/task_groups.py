@@ -383,7 +383,7 @@ def ga_planner(grid: Grid, now: float, avail: Mapping[str, float]) -> dict[str, 
     return {r.name: result.allocation(r.name) for r in RESOURCES}
 
 
-MILP_TIME_LIMIT_S = 0.015
+MILP_TIME_LIMIT_S = 0.01
 
 
 # --- the tables --------------------------------------------------------------------------
@@ -463,13 +463,13 @@ def qos_table(
                 f"{statistics.fmean(p for o in m for p in o.proven):.0%}",
                 f"{ga_ms:.0f}",
                 mark(ok),
-                mark(milp_cpu < 50),
+                mark(milp_ms < 50),
             ]
         )
     head = [
         "deadline", "budget", "MILP done", "MILP spent", "MILP min", "GA done", "no plan",
         "paper GA/none", "MILP ms med/max", "cpu max", "optimal", "GA ms med",
-        "MILP>=GA, within", "MILP cpu<50ms",
+        "MILP>=GA, within", "MILP<50ms",
     ]  # fmt: skip
     return f"{title}\n" + render_table(head, rows)
 

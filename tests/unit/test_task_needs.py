@@ -13,6 +13,7 @@ import pytest
 
 from autoscaler.categories.sort import ClassIntervals, categorise, requirements_of
 from autoscaler.config.load import expand_bag, load_config
+from autoscaler.config.size import bag_size
 
 TYPES = """\
 machine_types:
@@ -121,3 +122,11 @@ def test_bad_needs_are_named(
     assert done.returncode == 2, done.stdout
     assert expected in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_tables_header_is_not_counted_as_a_task(tmp_path: Path) -> None:
+    """The service refuses a job over its size before expanding it: a table counts its
+    rows, not its header."""
+    cfg = load_config(write(tmp_path, "{file: tasks.csv}", TABLE))
+    assert cfg.bag is not None
+    assert bag_size(cfg.bag, 100) == ("file", len(expand_bag(cfg)))
