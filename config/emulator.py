@@ -183,6 +183,12 @@ class Emulator(ConfigModel):
         description="per machine type: runtime (a·x + b_s)·(1 + noise·ε) before the "
         "speed; missing types run the drawn runtime x",
     )
+    category_speed: dict[str, dict[str, PositiveFloat]] = Field(
+        default_factory=dict,
+        description="per task category label (a bag file's category column), per machine "
+        "type: a further speed factor (a type fast at one kind of task and slow at "
+        "another); missing pairs run at 1.0",
+    )
     task_failure_prob: float = Field(default=0.0, ge=0, lt=1)
     share_slowdown: float = Field(
         default=0.0,

@@ -158,14 +158,17 @@ class SimProvider:
         clock: Callable[[], float],
         seed: int | None = None,
         task_means: Sequence[JobMeans | None] | None = None,
+        task_labels: Sequence[str | None] | None = None,
     ):
-        """``task_means``: per task id, its job's mean task times (None: none given)."""
+        """``task_means``: per task id, its job's mean task times (None: none given);
+        ``task_labels``: per task id, its category label (``emulator.category_speed``)."""
         self._capabilities = capabilities
         self._model = model
         self._clock = clock
         self.seed = model.seed if seed is None else seed
         self.runtimes = draw_runtimes(model, n_tasks, random.Random(self.seed))
         self._means: list[JobMeans | None] = list(task_means or [None] * n_tasks)
+        self._labels: list[str | None] = list(task_labels or [None] * n_tasks)
         self.machines: dict[str, SimMachine] = {}
         self._by_token: dict[str, list[str]] = {}
         self._launched: dict[str, int] = {}
@@ -234,7 +237,13 @@ class SimProvider:
         """``task``'s runtime on ``machine`` alone (``share_factor`` says how much longer
         beside others)."""
         machine_type = self.machines[machine].type
-        return type_runtime(self._model, self.runtimes[task], task, machine_type, self._means[task])
+        value = type_runtime(
+            self._model, self.runtimes[task], task, machine_type, self._means[task]
+        )
+        label = self._labels[task] if task < len(self._labels) else None
+        if label is not None and label in self._model.category_speed:
+            value /= self._model.category_speed[label].get(machine_type, 1.0)
+        return value
 
     @property
     def share_slowdown(self) -> float:

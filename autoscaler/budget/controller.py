@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from autoscaler.budget import monitor, plans, runtimes
 from autoscaler.budget import sampling as sampling_
 from autoscaler.budget.boundaries import boundary, can_extend, standby
+from autoscaler.budget.categories import CategoryChoice
 from autoscaler.budget.fleet import meet_target
 from autoscaler.budget.problem import BudgetProblem, TypeEstimate
 from autoscaler.budget.settings import ControllerSettings, money_left, planned
@@ -159,8 +160,11 @@ def _to_serve(s: Step, news: _News) -> set[str]:
 class Controller:
     """Budget-aware bag-of-tasks controller. Holds settings only; all state is passed in."""
 
-    def __init__(self, settings: ControllerSettings | None = None):
+    def __init__(
+        self, settings: ControllerSettings | None = None, categories: CategoryChoice | None = None
+    ):
         self.settings = settings or ControllerSettings()
+        self.categories = categories  # paper 004: which tasks a machine takes first
 
     # --- the one entry point ----------------------------------------------------------
 
@@ -310,10 +314,15 @@ class Controller:
             draining = state.stopped or m.marked or not can_extend(state, m)
             if state.pending:
                 k = self._group(s, m, draining, share * m.type.slots)
-                if k == 1:
-                    s.do(Assign(state.pending[0], m.id))
-                elif k > 1:
-                    s.do(AssignGroup(tuple(itertools.islice(state.pending, k)), m.id))
+                tids = (
+                    self.categories.pick(state, m.type.name, k, planned(state))
+                    if self.categories is not None
+                    else list(itertools.islice(state.pending, k))
+                )
+                if len(tids) == 1:
+                    s.do(Assign(tids[0], m.id))
+                elif tids:
+                    s.do(AssignGroup(tuple(tids), m.id))
                 elif m.idle and draining:
                     s.do(Release(m.id, "idle: no task fits its paid time"))
             elif (

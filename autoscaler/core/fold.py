@@ -333,6 +333,11 @@ class Fold(RunRecords):
                 runs[0] += 1
                 runs[1] += runtime_s
                 runs[2] += runtime_s * runtime_s
+        if ended_with_result and tid < len(self.task_category):
+            runs = self.category_runs.setdefault((self.task_category[tid], m.type.name), [0.0] * 3)
+            runs[0] += 1
+            runs[1] += runtime_s
+            runs[2] += runtime_s * runtime_s
         if ended_with_result:
             stats.record(runtime_s, tid)
             if tid in self.paired_runs:

@@ -131,6 +131,10 @@ class RunRecords:
     launch_queues: dict[str, deque[tuple[int, ...]]] = field(default_factory=dict)
     job_runs: dict[tuple[str, str], list[float]] = field(default_factory=dict)  # (job, type)
     machine_job_runs: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+    # Categories (paper 004): each task's category id (empty: none), and per (category,
+    # type) the runs that ended with a result: [count, sum, sum of squares].
+    task_category: tuple[int, ...] = ()
+    category_runs: dict[tuple[int, str], list[float]] = field(default_factory=dict)
     forecasts: dict[str, Forecast] = field(default_factory=dict)  # the last, per job
     late: dict[str, Late] = field(default_factory=dict)  # the last lateness said, per job
     late_log: list[tuple[float, Late]] = field(default_factory=list)

@@ -38,10 +38,12 @@ class RunState(Fold):
         paired: int = 0,
         jobs: Sequence[JobSpec] = (),
         limits: Sequence[ProviderLimit] = (),
+        categories: Sequence[int] = (),
     ) -> RunState:
         """A fresh run; ``order`` is the FCFS order tasks leave the bag in; ``paired``:
         tasks to run on every type (compact sampling; 0: plain sampling); ``jobs``: a
-        deadline-mode run's jobs, owning the task ids between them."""
+        deadline-mode run's jobs, owning the task ids between them; ``categories``: each
+        task's category id (paper 004), or none."""
         if sorted(order) != list(range(n_tasks)):
             raise StateError("task order must be a permutation of the task ids")
         if jobs and sorted(t for j in jobs for t in range(j.first, j.first + j.count)) != list(
@@ -63,4 +65,5 @@ class RunState(Fold):
             stats={t.name: RuntimeStats(sample_target) for t in types},
             paired_target=paired,
             limits=tuple(limits),
+            task_category=tuple(categories),
         )

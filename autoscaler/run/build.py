@@ -14,9 +14,18 @@ from typing import Any, TextIO
 import structlog
 import yaml
 
+from autoscaler.budget.categories import CategoryChoice
 from autoscaler.budget.controller import Controller
 from autoscaler.budget.settings import ControllerSettings
-from autoscaler.config.load import expand_jobs
+from autoscaler.categories.sort import (
+    Category,
+    ClassIntervals,
+    by_label,
+    categorise,
+    category_of,
+    requirements_of,
+)
+from autoscaler.config.load import expand_bag, expand_jobs
 from autoscaler.config.schema import RunConfig
 from autoscaler.config.service import ServiceConfig
 from autoscaler.core.billing import BillingModel
@@ -132,7 +141,25 @@ def make_controller(cfg: RunConfig, *, hold: bool = False) -> Controller | Deadl
                 "or constraint.deadline_s): `run --dry-run` shows what meeting them costs"
             )
         return DeadlineController(deadline_settings(cfg))
-    return Controller(planning_settings(cfg) if hold else controller_settings(cfg))
+    settings = planning_settings(cfg) if hold else controller_settings(cfg)
+    found = categories_of(cfg)
+    if found is None:
+        return Controller(settings)
+    c = cfg.categories
+    assert c is not None
+    return Controller(settings, CategoryChoice(found, c.benchmark_tasks, c.benchmark_share))
+
+
+def categories_of(cfg: RunConfig) -> list[Category] | None:
+    """The bag's tasks sorted into categories (paper 004 §4.1), if the config asks;
+    budget mode only (a deadline run plans by job)."""
+    c = cfg.categories
+    if c is None or cfg.deadline_mode:
+        return None
+    needs = requirements_of(expand_bag(cfg))
+    if c.by == "label":
+        return by_label(needs)
+    return categorise(needs, ClassIntervals(c.input_bytes, c.estimate_s, c.output_bytes))
 
 
 def job_specs(cfg: RunConfig) -> list[JobSpec]:
@@ -202,7 +229,15 @@ def new_state(cfg: RunConfig, n_tasks: int, seed: int) -> RunState:
         paired=min(cfg.sampling.replicated, n) if cfg.sampling.mode == "compact" else 0,
         jobs=jobs,
         limits=provider_limits(cfg),
+        categories=_category_ids(categories_of(cfg), n_tasks),
     )
+
+
+def _category_ids(found: list[Category] | None, n_tasks: int) -> tuple[int, ...]:
+    if found is None:
+        return ()
+    of = category_of(found)
+    return tuple(of.get(t, -1) for t in range(n_tasks))
 
 
 def added_job(job: JobSpec, first: int, at: float, seed: int) -> JobAdded:

@@ -19,7 +19,7 @@ from typing import IO, TYPE_CHECKING, Any, Literal, overload
 import structlog
 
 from autoscaler.budget.controller import Controller
-from autoscaler.config.load import task_means
+from autoscaler.config.load import expand_bag, task_means
 from autoscaler.config.schema import RunConfig
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.journal import JOURNAL_JSONL, Journal, JsonlJournal
@@ -83,6 +83,7 @@ def make_emulator(
         clock=lambda: holder[0].now,
         seed=seed,
         task_means=task_means(cfg, n_tasks),
+        task_labels=[t.category for t in expand_bag(cfg)] if cfg.emulator.category_speed else None,
     )
     emulator = Emulator(
         controller or make_controller(cfg),

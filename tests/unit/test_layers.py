@@ -27,7 +27,7 @@ RANK = {
     "budget": 4,
     "deadline": 4,
     "offers": 4,
-    "categories": 4,
+    "categories": 3,  # below the policies that use it
     "report": 5,
     "run": 6,
     "service": 7,

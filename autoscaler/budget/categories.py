@@ -1,0 +1,124 @@
+"""Categories in budget mode (paper 004 §4–5): which of the bag's tasks a machine takes.
+
+Without categories a machine takes the bag's next tasks (FCFS in the run's random
+order). With them (``categories:`` in the config):
+
+* **Sampling** covers each large category on each type: until the plan, a machine of
+  type j takes first the tasks of the largest ``share`` of categories (the paper: 20 %)
+  that have run fewer than ``per`` times on j (the paper: 2).
+* **Estimates** are per (category, type): the runs that ended with a result
+  (``RunState.category_runs``); a category not yet seen on a type is scaled from the
+  type's measured ones by the paper's ratio rule (``categories.metrics.fill``).
+* **Assignment**: once planned, the tasks left of each category are shared among the
+  types by a MILP over (category, type) counts (``categories.milp.plan_max_tasks``): the
+  most tasks the machines alive can do within the predicted time left, each type's
+  time scaled by its machines × slots. A machine of type j then takes tasks of the
+  categories planned for j first, the bag's order within them, and the bag's next
+  tasks when none is left.
+
+The plan is cached until tasks end or the configuration changes; it decides which
+tasks go where, never how many machines or how much money (the budget planner's).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from autoscaler.categories.metrics import Key, Metrics, fill
+from autoscaler.categories.milp import plan_max_tasks
+from autoscaler.categories.sort import Category
+from autoscaler.core.state import RunState
+
+
+@dataclass
+class CategoryChoice:
+    """A run's categories and what the budget controller makes of them."""
+
+    categories: Sequence[Category]
+    per: int = 2  # sample runs of each large category on each type
+    share: float = 0.2  # the largest share of categories sampled
+    _plan: dict[Key, int] = field(default_factory=dict)
+    _plan_at: tuple[int, int] = (-1, -1)
+
+    @property
+    def large(self) -> set[int]:
+        count = max(1, round(self.share * len(self.categories)))
+        ranked = sorted(self.categories, key=lambda c: (-c.size, c.id))
+        return {c.id for c in ranked[:count]}
+
+    def pick(self, state: RunState, type_name: str, k: int, planned: bool) -> list[int]:
+        """``k`` tasks of the bag for a machine of ``type_name``: the categories it
+        samples or is planned for first, then the bag's order."""
+        if k <= 0:
+            return []
+        wanted = (
+            self._sampling(state, type_name) if not planned else self._planned(state, type_name)
+        )
+        if not wanted:
+            return list(itertools.islice(state.pending, k))
+        cat = state.task_category
+        first = [t for t in state.pending if t < len(cat) and cat[t] in wanted][:k]
+        if len(first) < k:
+            taken = set(first)
+            first += [t for t in itertools.islice(state.pending, k + len(first)) if t not in taken][
+                : k - len(first)
+            ]
+        return first
+
+    def _sampling(self, state: RunState, type_name: str) -> set[int]:
+        ran = {c: int(runs[0]) for (c, t), runs in state.category_runs.items() if t == type_name}
+        cat = state.task_category
+        busy = Counter(
+            cat[t]
+            for m in state.alive_machines()
+            if m.type.name == type_name
+            for t in (*m.running, *m.queue)
+            if t < len(cat)
+        )
+        return {c for c in self.large if ran.get(c, 0) + busy[c] < self.per}
+
+    def _planned(self, state: RunState, type_name: str) -> set[int]:
+        key = (state.done, len(state.configurations))
+        if key != self._plan_at:
+            self._plan = self._solve(state)
+            self._plan_at = key
+        return {c for (c, t), n in self._plan.items() if t == type_name and n > 0}
+
+    def _solve(self, state: RunState) -> dict[Key, int]:
+        cat = state.task_category
+        left = Counter(cat[t] for t in state.pending if t < len(cat))
+        lanes: Counter[str] = Counter()
+        for m in state.alive_machines():
+            if not m.marked:
+                lanes[m.type.name] += m.type.slots
+        types = sorted(lanes)
+        measured = {
+            (c, t): _metrics(runs[1] / runs[0])
+            for (c, t), runs in state.category_runs.items()
+            if runs[0] > 0 and t in lanes
+        }
+        means = fill(measured, self.categories, types)
+        config = state.plan()
+        horizon = None
+        if config is not None and config.predicted_makespan_s is not None:
+            horizon = max(1.0, config.predicted_makespan_s - state.now)
+        turnaround = {key: m.turnaround_s for key, m in means.items() if key[0] in left}
+        if not turnaround or horizon is None:
+            return {}
+        plan = plan_max_tasks(
+            left,
+            turnaround,
+            dict.fromkeys(turnaround, 0.0),
+            budget=None,
+            deadline_s=horizon,
+            lanes=lanes,
+            time_limit_s=1.0,
+        )
+        return plan.counts
+
+
+def _metrics(mean_s: float) -> Metrics:
+    return Metrics(cpu_s=mean_s, wall_s=mean_s, transfer_s=0.0, turnaround_s=mean_s, cost=0.0)
