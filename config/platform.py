@@ -184,6 +184,13 @@ class Daemon(ConfigModel):
     tail_bytes: int = Field(
         default=4096, ge=0, le=1 << 20, description="output kept per stream and task"
     )
+    report_s: float = Field(
+        default=0.1,
+        ge=0,
+        le=60,
+        description="an agent with queued tasks holds a result at most this long, to send "
+        "several in one request",
+    )
     metrics_port: int | None = Field(
         default=None, ge=0, le=65535, description="serve Prometheus metrics on this port"
     )
