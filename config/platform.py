@@ -58,6 +58,15 @@ class MachineType(ConfigModel):
         description="tasks a machine runs at once (default 1; on EC2 the instance type's "
         "vCPUs divided by the bag's cpus)",
     )
+    group_max_s: Seconds | None = Field(
+        default=None,
+        gt=0,
+        description="a task group's expected time on this type at most this (paper 004's "
+        "CPU and wall-time limits per resource)",
+    )
+    group_max_tasks: PositiveInt | None = Field(
+        default=None, description="at most this many tasks in one group on this type"
+    )
 
 
 # --- deadline mode ----------------------------------------------------------------------
@@ -183,6 +192,13 @@ class Daemon(ConfigModel):
     )
     tail_bytes: int = Field(
         default=4096, ge=0, le=1 << 20, description="output kept per stream and task"
+    )
+    group_s: float = Field(
+        default=2.0,
+        ge=0,
+        description="task groups: a machine is handed at most this much expected work at "
+        "once (real seconds), its agent reporting results many per message; 0: one task "
+        "per slot at a time (one-by-one dispatch)",
     )
     report_s: float = Field(
         default=0.1,

@@ -26,6 +26,7 @@ extends it or releases it then.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -35,10 +36,12 @@ from autoscaler.budget.boundaries import boundary, can_extend, standby
 from autoscaler.budget.fleet import meet_target
 from autoscaler.budget.problem import BudgetProblem, TypeEstimate
 from autoscaler.budget.settings import ControllerSettings, money_left, planned
-from autoscaler.budget.tail import replicate
+from autoscaler.budget.tail import replicate, take_back
+from autoscaler.core.groups import GroupLimits, fair_share, group_size
 from autoscaler.core.model import (
     Action,
     Assign,
+    AssignGroup,
     BoundaryNear,
     BudgetSet,
     Cancel,
@@ -48,6 +51,7 @@ from autoscaler.core.model import (
     Launch,
     LaunchFailed,
     MachineLost,
+    MachineState,
     Release,
     Resumed,
     Shutdown,
@@ -166,7 +170,7 @@ class Controller:
         if state.shutdown:
             for m in list(state.alive_machines()):
                 s.do(Release(m.id, "shutdown"))
-            return s.actions
+            return s.decided()
         if not state.machines and not state.pending_launches and not state.configurations:
             self._start(s)
         for mid in news.boundaries:
@@ -177,7 +181,7 @@ class Controller:
             meet_target(s)
         self._dispatch(s, _to_serve(s, news))
         self._finish_or_stall(s)
-        return s.actions
+        return s.decided()
 
     # --- for ``autoscaler plan``: the outlook and a prediction, without deciding ------------
 
@@ -263,35 +267,61 @@ class Controller:
         if replanned or news.lost or (news.tick and state.deferred):
             meet_target(s)
 
-    def _fits(self, s: Step, m: Machine) -> bool:
-        """Whether a new task is likely (mean + one σ) to finish within ``m``'s paid time."""
+    def _group(self, s: Step, m: Machine, draining: bool, share: int) -> int:
+        """Tasks to hand ``m`` now (``core.groups``): one per free slot until its type has
+        an estimate; then a group whose expected time fits the horizon, the type's limits
+        and, when ``m`` is not to be extended, its paid time (a task likely, mean + one σ,
+        to finish within it)."""
         state = s.state
         stats = sampling_.stats(self.settings, state, m.type.name)
-        if stats.done == 0:
-            return True
-        margin = state.billing.boundary_margin_s()
-        return stats.mean() + stats.stddev() <= m.paid_until - margin - s.now
+        known = stats.done > 0
+        window = None
+        if draining and known:
+            margin = state.billing.boundary_margin_s()
+            window = m.paid_until - margin - s.now - stats.stddev()
+        t = m.type
+        return group_size(
+            slots=t.slots,
+            in_flight=len(m.running) + len(m.queue),
+            pending=len(state.pending),
+            share=share,
+            mean_s=stats.mean() if known else None,
+            window_s=window,
+            limits=GroupLimits(self.settings.group_s, t.group_max_s, t.group_max_tasks),
+        )
 
     def _dispatch(self, s: Step, machines: Iterable[str]) -> None:
-        """Give each idle machine of ``machines`` work, or release it."""
+        """Give each machine of ``machines`` with a free slot a task group, or release it
+        when it is idle and has nothing to do."""
         state = s.state
+        slots = sum(m.type.slots for m in state.alive_machines())
+        share = fair_share(len(state.pending), 1, slots)
         for mid in sorted(machines):
             m = state.machines[mid]
-            if not m.idle:
+            if m.state is not MachineState.READY or len(m.running) >= m.type.slots:
                 continue
             if (
-                not planned(state)
+                m.idle
+                and not planned(state)
                 and sampling_.is_compact(self.settings, state)
                 and sampling_.probe(self.settings, s, m)
             ):
                 continue
             draining = state.stopped or m.marked or not can_extend(state, m)
             if state.pending:
-                if not draining or self._fits(s, m):
+                k = self._group(s, m, draining, share * m.type.slots)
+                if k == 1:
                     s.do(Assign(state.pending[0], m.id))
-                else:
+                elif k > 1:
+                    s.do(AssignGroup(tuple(itertools.islice(state.pending, k)), m.id))
+                elif m.idle and draining:
                     s.do(Release(m.id, "idle: no task fits its paid time"))
-            elif not replicate(self.settings, s, m) and not standby(s, m):
+            elif (
+                m.idle
+                and not take_back(s, m)
+                and not replicate(self.settings, s, m)
+                and not standby(s, m)
+            ):
                 s.do(Release(m.id, "idle: bag empty"))
 
     def _finish_or_stall(self, s: Step) -> None:

@@ -33,6 +33,7 @@ class ControllerSettings:
     reserve_cost: float = 0.1  # ...unless that reserve makes the plan this much slower
     hold_after_sampling: bool = False  # `autoscaler plan`: Hold once the samples are in
     sampling_mode: Literal["plain", "compact"] = "plain"  # compact: slides 001 (budget.sampling)
+    group_s: float = 0.0  # task groups: expected work handed to a machine at once (run s)
 
 
 def planned(state: RunState) -> bool:

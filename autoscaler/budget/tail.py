@@ -8,7 +8,7 @@ import math
 from autoscaler.budget.boundaries import can_extend
 from autoscaler.budget.sampling import stats
 from autoscaler.budget.settings import ControllerSettings
-from autoscaler.core.model import Replicate, TaskState
+from autoscaler.core.model import Move, Replicate, TaskState
 from autoscaler.core.state import Machine
 from autoscaler.core.step import Step
 
@@ -44,4 +44,32 @@ def replicate(settings: ControllerSettings, s: Step, m: Machine) -> bool:
     if best is None or my_finish >= best[0]:
         return False
     s.do(Replicate(best[1], m.id))
+    return True
+
+
+def take_back(s: Step, m: Machine) -> bool:
+    """Once the bag is empty, idle ``m`` takes queued, not yet started tasks (the back
+    half of a task group) from the machine whose queue lasts longest, when that queue
+    outlasts one task of ``m``'s and ``m`` can run one within its paid time (paper 004:
+    a group is taken back, not waited for)."""
+    state = s.state
+    mine = state.stats[m.type.name]
+    if mine.done == 0:
+        return False
+    margin = state.billing.boundary_margin_s()
+    if not can_extend(state, m) and s.now + mine.mean() + mine.stddev() > m.paid_until - margin:
+        return False
+    best: tuple[float, Machine] | None = None
+    for host in state.alive_machines():
+        if host is m or not host.queue:
+            continue
+        theirs = state.stats[host.type.name]
+        wait = len(host.queue) * (theirs.mean() if theirs.done else mine.mean()) / host.type.slots
+        if best is None or wait > best[0]:
+            best = (wait, host)
+    if best is None or best[0] <= mine.mean():
+        return False
+    host = best[1]
+    n = max(1, len(host.queue) // 2)
+    s.do(Move(tuple(list(host.queue)[-n:]), host.id, m.id))
     return True

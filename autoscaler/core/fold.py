@@ -17,6 +17,7 @@ from autoscaler.core.model import (
     EVENT_TYPES,
     Action,
     Assign,
+    AssignGroup,
     BoundaryNear,
     BudgetSet,
     Cancel,
@@ -101,7 +102,7 @@ class Fold(RunRecords):
                 )
                 queues = self.launch_queues.get(token)
                 if queues:
-                    self.enqueue(self.machines[mid].queue, queues.popleft())
+                    self._queue_on(self.machines[mid], queues.popleft())
                 if queues is not None and (not queues or token not in self.pending_launches):
                     self._unqueue_launch(token)
             case LaunchFailed(
@@ -276,6 +277,11 @@ class Fold(RunRecords):
         observed runtime, a failure a censored one (the task needed longer to succeed).
         """
         m = self.machines[mid]
+        if tid not in m.running and tid in m.queue and tid in m.run_no:
+            # The agent ran it before the state expected (its local queue's order, or
+            # slots freed earlier than results said): it started ``runtime_s`` ago.
+            m.queue.remove(tid)
+            self._begin(m, tid, max(m.ready_at or self.now, self.now - runtime_s))
         start = m.running.pop(tid, None)
         if start is None:
             return False
@@ -317,17 +323,26 @@ class Fold(RunRecords):
         if m.state is not MachineState.READY:
             return  # a booting machine starts its queue when it is ready
         while m.queue and len(m.running) < m.type.slots:
-            tid = m.queue.popleft()
-            if self.paired_first_run(tid, m.type.name):
-                self.stats[m.type.name].start(tid)
-            elif self.running_on.get(tid):
-                m.replicas.add(tid)
-            else:
-                self.stats[m.type.name].start(tid)
-            m.running[tid] = self.now
+            self._begin(m, m.queue.popleft(), self.now)
+
+    def _begin(self, m: Machine, tid: int, at: float) -> None:
+        """``tid``, queued on ``m`` (its run number given), starts at ``at``."""
+        if self.paired_first_run(tid, m.type.name):
+            self.stats[m.type.name].start(tid)
+        elif self.running_on.get(tid):
+            m.replicas.add(tid)
+        else:
+            self.stats[m.type.name].start(tid)
+        m.running[tid] = at
+        self.running_on.setdefault(tid, {})[m.id] = at
+
+    def _queue_on(self, m: Machine, tids: Sequence[int]) -> None:
+        """Queue ``tids`` on ``m``, each with its run number: from here on the machine's
+        agent is sent them (a task group), and runs them as its slots free up."""
+        for tid in tids:
             m.starts += 1
             m.run_no[tid] = m.starts
-            self.running_on.setdefault(tid, {})[m.id] = self.now
+        self.enqueue(m.queue, tids)
 
     def _end_machine(self, mid: str, reason: str, outcome: str) -> None:
         m = self.machines[mid]
@@ -395,21 +410,14 @@ class Fold(RunRecords):
             case Release(machine=mid, reason=reason):
                 self._end_machine(mid, reason, outcome="cancelled")
             case Assign(task=tid, machine=mid):
+                self._assign(self.machines[mid], (tid,))
+            case AssignGroup(tasks=tids, machine=mid):
                 m = self.machines[mid]
-                if self.task_state[tid] is TaskState.PENDING:
-                    if self.pending[0] == tid:
-                        self.pending.popleft()
-                    else:
-                        self.pending.remove(tid)
-                self.task_state[tid] = TaskState.RUNNING
-                if len(self.paired) < self.paired_target and tid not in self.paired_runs:
-                    self.paired.append(tid)
-                    self.paired_runs[tid] = {}
-                self.enqueue(m.queue, (tid,))
-                self._start_queued(m)
+                for tid in tids:  # as one Assign each, in order (``Step.decided``)
+                    self._assign(m, (tid,))
             case Replicate(task=tid, machine=mid):
                 m = self.machines[mid]
-                m.queue.append(tid)
+                self._queue_on(m, (tid,))
                 self._start_queued(m)
             case Cancel(task=tid, machine=mid):
                 self._cancel(tid, mid)
@@ -440,6 +448,7 @@ class Fold(RunRecords):
         m = self.machines[mid]
         if tid in m.queue:
             m.queue.remove(tid)
+            m.run_no.pop(tid, None)
             self._drop_run(tid, mid)
         start = m.running.pop(tid, None)
         if start is not None:
@@ -449,6 +458,21 @@ class Fold(RunRecords):
             self.segments.append(Segment(tid, mid, start, self.now, "cancelled"))
             self._drop_run(tid, mid)
             self._start_queued(m)
+
+    def _assign(self, m: Machine, tids: Sequence[int]) -> None:
+        """Tasks from the bag (or a sampling pick) queued on ``m``, started as slots allow."""
+        for tid in tids:
+            if self.task_state[tid] is TaskState.PENDING:
+                if self.pending[0] == tid:
+                    self.pending.popleft()
+                else:
+                    self.pending.remove(tid)
+            self.task_state[tid] = TaskState.RUNNING
+            if len(self.paired) < self.paired_target and tid not in self.paired_runs:
+                self.paired.append(tid)
+                self.paired_runs[tid] = {}
+        self._queue_on(m, tids)
+        self._start_queued(m)
 
     def _move(self, tids: Sequence[int], src: str, dst: str) -> None:
         """Queued tasks change machines; they start on ``dst`` in their order, once it is
@@ -461,5 +485,6 @@ class Fold(RunRecords):
             raise StateError(f"move from {src} to {dst}: tasks {missing} are not queued there")
         for tid in tids:
             s.queue.remove(tid)
-        self.enqueue(d.queue, tids)
+            s.run_no.pop(tid, None)
+        self._queue_on(d, tids)
         self._start_queued(d)

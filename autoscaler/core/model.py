@@ -8,7 +8,7 @@ frozen dataclasses so the journal can record them as they are.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 # --- the bag and the machine types -----------------------------------------------------
@@ -35,6 +35,8 @@ class TypeSpec:
     provider: str = ""  # the name of the provider it comes from
     max_life_s: float | None = None  # a machine lives at most this long (a job's time limit)
     slots: int = 1  # tasks a machine runs at once
+    group_max_s: float | None = None  # a task group's expected time at most this
+    group_max_tasks: int | None = None  # tasks in one group at most this
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,6 +310,16 @@ class Assign:
 
 
 @dataclass(frozen=True, slots=True)
+class AssignGroup:
+    """Append ``tasks`` to ``machine``'s queue, in order: a task group (paper 004), one
+    record however many tasks. Its agent is sent them at once and runs them as its slots
+    free up; one not yet started can still be moved or cancelled."""
+
+    tasks: tuple[int, ...]
+    machine: str
+
+
+@dataclass(frozen=True, slots=True)
 class Replicate:
     """Run a copy of the running ``task`` on ``machine``; the first result wins."""
 
@@ -421,6 +433,7 @@ Action = (
     | Mark
     | Release
     | Assign
+    | AssignGroup
     | Replicate
     | Cancel
     | Move
@@ -457,6 +470,7 @@ ACTION_TYPES: tuple[type[Action], ...] = (
     Mark,
     Release,
     Assign,
+    AssignGroup,
     Replicate,
     Cancel,
     Move,
@@ -468,3 +482,14 @@ ACTION_TYPES: tuple[type[Action], ...] = (
     Hold,
     Stop,
 )
+
+
+def assignments(actions: Iterable[object]) -> list[tuple[int, str]]:
+    """(task, machine) of every ``Assign`` and ``AssignGroup`` among ``actions``, in order."""
+    out: list[tuple[int, str]] = []
+    for a in actions:
+        if isinstance(a, Assign):
+            out.append((a.task, a.machine))
+        elif isinstance(a, AssignGroup):
+            out.extend((t, a.machine) for t in a.tasks)
+    return out

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from autoscaler.core.model import Action, Event
+from autoscaler.core.model import Action, Assign, AssignGroup, Event
 from autoscaler.core.state import RunState
 
 
@@ -21,3 +21,31 @@ class Step:
     def do(self, action: Action) -> None:
         self.state.apply(self.now, action)
         self.actions.append(action)
+
+    def decided(self) -> list[Action]:
+        """The actions, with each run of ``Assign``s to one machine made one
+        ``AssignGroup`` (a task group: one journal record, one message to its agent).
+        Applying the group is applying its ``Assign``s in order, so the state the step
+        left is the state a replay of the merged records rebuilds."""
+        out: list[Action] = []
+        run: list[int] = []
+        machine = ""
+
+        def flush() -> None:
+            if len(run) == 1:
+                out.append(Assign(run[0], machine))
+            elif run:
+                out.append(AssignGroup(tuple(run), machine))
+            run.clear()
+
+        for action in self.actions:
+            if isinstance(action, Assign):
+                if run and action.machine != machine:
+                    flush()
+                machine = action.machine
+                run.append(action.task)
+                continue
+            flush()
+            out.append(action)
+        flush()
+        return out

@@ -92,7 +92,7 @@ class DeadlineController:
         if state.shutdown:
             for m in list(state.alive_machines()):
                 s.do(Release(m.id, "shutdown"))
-            return s.actions
+            return s.decided()
         for mid in seen.boundaries:
             at_boundary(s, state.machines[mid])
         # The bag changes only with news, at a boundary (a released machine's queue goes
@@ -113,7 +113,7 @@ class DeadlineController:
                 watch(cfg, s, buy=seen.tick and cfg.reassign and cfg.buy_when_late)
             release_idle(cfg, s)
         finish_run(cfg, s)
-        return s.actions
+        return s.decided()
 
     def task_times(self, state: RunState, job: JobSpec) -> dict[str, float]:
         """The planned time per task of ``job`` per type: known, else sampled (mean +

@@ -17,6 +17,7 @@ from autoscaler.config.schema import RunConfig
 from autoscaler.core.model import (
     Action,
     Assign,
+    AssignGroup,
     Cancel,
     Defer,
     Event,
@@ -75,7 +76,12 @@ class Executor:
                     self.forget(mid)
                     touched.add(mid)
                     self.lifecycle.end(mid)
-                case Assign(machine=mid) | Replicate(machine=mid) | Cancel(machine=mid):
+                case (
+                    Assign(machine=mid)
+                    | AssignGroup(machine=mid)
+                    | Replicate(machine=mid)
+                    | Cancel(machine=mid)
+                ):
                     touched.add(mid)
                 case Move(source=src, target=dst):
                     touched.update((src, dst))

@@ -62,7 +62,19 @@ def type_specs(cfg: RunConfig) -> list[TypeSpec]:
         life = registry.kind(cfg.kind_of(provider)).max_life_s
         limit = None if life is None else life(cfg.billing.atu_s)
         slots = t.slots or 1
-        out.append(TypeSpec(t.name, t.price, t.max_count, t.boot_s, provider, limit, slots))
+        out.append(
+            TypeSpec(
+                t.name,
+                t.price,
+                t.max_count,
+                t.boot_s,
+                provider,
+                limit,
+                slots,
+                t.group_max_s,
+                t.group_max_tasks,
+            )
+        )
     return out
 
 
@@ -75,6 +87,7 @@ def controller_settings(cfg: RunConfig) -> ControllerSettings:
         tail_replication=cfg.tail_replication,
         solver=cfg.solver,
         on_shortfall=cfg.constraint.on_shortfall,
+        group_s=cfg.daemon.group_s * cfg.time_scale,
     )
 
 

@@ -20,6 +20,7 @@ from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.model import (
     Action,
     Assign,
+    AssignGroup,
     BoundaryNear,
     BudgetSet,
     Cancel,
@@ -249,8 +250,9 @@ class Emulator:
                 box.gone = True
                 if box.current is not None:
                     box.current.live = False
-            case Assign(task=tid, machine=mid):
-                self.state.enqueue(self._boxes[mid].queue, (tid,))
+            case Assign(machine=mid) | AssignGroup(machine=mid):
+                tids = (action.task,) if isinstance(action, Assign) else action.tasks
+                self.state.enqueue(self._boxes[mid].queue, tids)
                 if self._boxes[mid].current is None:
                     self._start_next(mid)
             case Replicate(task=tid, machine=mid):

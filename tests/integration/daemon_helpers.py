@@ -137,6 +137,20 @@ def journal_rows(run_dir: Path, type_name: str | None = None) -> list[Row]:
     return [(t, ty, json.loads(d)) for t, ty, d in rows]
 
 
+def assigned_rows(run_dir: Path) -> list[Row]:
+    """(t, "Assign", {"task", "machine"}) for every task queued on a machine: one by one
+    (``Assign``), in a task group (``AssignGroup``) or taken back onto it (``Move``)."""
+    out: list[Row] = []
+    for t, kind, d in journal_rows(run_dir):
+        if kind == "Assign":
+            out.append((t, kind, d))
+        elif kind == "AssignGroup":
+            out += [(t, "Assign", {"task": x, "machine": d["machine"]}) for x in d["tasks"]]
+        elif kind == "Move":
+            out += [(t, "Assign", {"task": x, "machine": d["target"]}) for x in d["tasks"]]
+    return out
+
+
 def wait_for(what: Callable[[], bool], timeout: float, message: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -24,6 +24,7 @@ from tests.integration.daemon_helpers import (
     ROOT,
     agents_of,
     assert_clean_end,
+    assigned_rows,
     cli,
     committed_over_time,
     done_counts,
@@ -157,7 +158,7 @@ def test_an_agent_killed_mid_task_has_its_task_requeued(tmp_path: Path) -> None:
         kill_agents(run_id_of(run_dir))
     lost = [d for _, _, d in journal_rows(run_dir, "MachineLost") if d["machine"] == victim]
     assert lost, f"{victim} was not noticed as lost"
-    assigned = [d["task"] for _, _, d in journal_rows(run_dir, "Assign") if d["machine"] == victim]
+    assigned = [d["task"] for _, _, d in assigned_rows(run_dir) if d["machine"] == victim]
     finished_there = {
         d["task"] for _, _, d in journal_rows(run_dir, "TaskDone") if d["machine"] == victim
     }

@@ -27,6 +27,7 @@ from tests.integration.daemon_helpers import (
     adopted,
     assert_deadline_end,
     assert_sampled_once,
+    assigned_rows,
     committed_over_time,
     journal_rows,
     plan_in_background,
@@ -385,7 +386,7 @@ def test_a_spot_instance_terminated_from_outside_has_its_tasks_requeued(world: E
     assert proc.returncode == 0, out[-3000:]
     lost = [d for _, _, d in journal_rows(run_dir, "MachineLost") if d["machine"] == victim]
     assert lost, "the interrupted instance was not seen as lost"
-    given = {d["task"] for _, _, d in journal_rows(run_dir, "Assign") if d["machine"] == victim}
+    given = {d["task"] for _, _, d in assigned_rows(run_dir) if d["machine"] == victim}
     done_by = {d["task"]: d["machine"] for _, _, d in journal_rows(run_dir, "TaskDone")}
     requeued = {t for t in given if done_by[t] != victim}
     assert requeued, "the instance held no task when it went"

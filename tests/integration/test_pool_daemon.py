@@ -18,6 +18,7 @@ from autoscaler.run.daemon import Daemon, Outcome
 from autoscaler.run.rundir import RunFiles
 from tests.integration.daemon_helpers import (
     agents_of,
+    assigned_rows,
     done_counts,
     journal_rows,
     kill_agents,
@@ -120,7 +121,7 @@ def test_a_job_added_to_a_live_pool_runs_on_its_machines_and_the_pool_ends_on_sh
     running = {m.id for m in state.machines.values() if m.launched_at < added_t}
     assigned = {
         d["machine"]
-        for t, _, d in journal_rows(run_dir, "Assign")
+        for t, _, d in assigned_rows(run_dir)
         if t == added_t and second.owns(d["task"])
     }
     assert assigned

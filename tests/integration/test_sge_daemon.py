@@ -26,6 +26,7 @@ from autoscaler.providers.sge import delete_jobs, run_command
 from autoscaler.providers.sge_output import job_name
 from tests.integration.daemon_helpers import (
     assert_deadline_end,
+    assigned_rows,
     committed_over_time,
     journal_rows,
     start_daemon,
@@ -234,9 +235,7 @@ def test_a_qdeleted_job_is_a_lost_machine(sge: GridEngine, tmp_path: Path) -> No
             nonlocal victim
             assert run_id is not None
             done = {d["task"] for _, _, d in journal_rows(run_dir, "TaskDone")}
-            busy = {
-                d["machine"] for _, _, d in journal_rows(run_dir, "Assign") if d["task"] not in done
-            }
+            busy = {d["machine"] for _, _, d in assigned_rows(run_dir) if d["task"] not in done}
             for machine, (job, state) in jobs_of(run_id).items():
                 if state == "r" and machine in busy:
                     victim = machine
@@ -256,7 +255,7 @@ def test_a_qdeleted_job_is_a_lost_machine(sge: GridEngine, tmp_path: Path) -> No
     report = assert_clean_end(run_dir, run_id, 60)
     print(f"\nsge, 60 tasks, one job qdel'd: wall {wall:.1f}s, cost {report['cost']:.2f}")
     # The tasks it held when deleted were given to another machine and done there, once.
-    assigns = journal_rows(run_dir, "Assign")
+    assigns = assigned_rows(run_dir)
     finished_there = {
         d["task"] for _, _, d in journal_rows(run_dir, "TaskDone") if d["machine"] == victim
     }

@@ -26,6 +26,7 @@ from autoscaler.core.model import (
     Move,
     TaskState,
     TypeSpec,
+    assignments,
 )
 from autoscaler.core.state import RunState
 from autoscaler.deadline.controller import DeadlineController, DeadlineSettings
@@ -160,7 +161,12 @@ def test_two_batches_finish_in_time_once_each_without_noise():
         for q in a.queues
         for t in q
         if any(j.owns(t) for j in second)
-    ] + [now for now, a in actions(steps, Assign) if any(j.owns(a.task) for j in second)]
+    ] + [
+        now
+        for now, _, acts, _ in steps
+        for task, _ in assignments(acts)
+        if any(j.owns(task) for j in second)
+    ]
     assert placed
     assert min(placed) >= 300.0
 

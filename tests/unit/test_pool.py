@@ -24,7 +24,6 @@ from autoscaler.core.journal import (
 )
 from autoscaler.core.model import (
     Action,
-    Assign,
     Cancel,
     Event,
     JobAdded,
@@ -36,6 +35,7 @@ from autoscaler.core.model import (
     Stop,
     TaskSpec,
     TaskState,
+    assignments,
 )
 from autoscaler.core.state import RunState, StateError
 from autoscaler.deadline.controller import DeadlineController, DeadlineSettings
@@ -183,9 +183,9 @@ def test_a_job_added_to_a_live_pool_fills_the_running_machines_first_and_is_on_t
     assert alive_then
     # Algorithm 1: the running machines have paid time left; the new job goes there.
     _, _, acts = steps[at_add]
-    assigned = [a for a in acts if isinstance(a, Assign) and job.owns(a.task)]
+    assigned = [(t, mid) for t, mid in assignments(acts) if job.owns(t)]
     assert assigned
-    assert {a.machine for a in assigned} <= alive_then
+    assert {mid for _, mid in assigned} <= alive_then
     assert not any(isinstance(a, Launch) for a in acts)
     # Both jobs on time, every task done exactly once.
     _, late = finish_and_late(state)

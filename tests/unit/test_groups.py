@@ -1,0 +1,204 @@
+"""Task groups (issue 21 §2, paper 004's batch-resizing policies as they apply to us)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from autoscaler.config.load import load_config
+from autoscaler.core.billing import BillingModel
+from autoscaler.core.groups import GroupLimits, fair_share, group_size
+from autoscaler.core.journal import SqliteJournal, replay
+from autoscaler.core.model import (
+    Action,
+    Assign,
+    AssignGroup,
+    Event,
+    Launch,
+    MachineLaunched,
+    MachineReady,
+    Move,
+    TaskDone,
+    TaskState,
+    TypeSpec,
+    assignments,
+)
+from autoscaler.core.state import RunState
+from autoscaler.core.step import Step
+from autoscaler.run.start import make_emulator
+
+# --- sizing ------------------------------------------------------------------------------
+
+
+def size(**kw: object) -> int:
+    args: dict[str, object] = {
+        "slots": 1,
+        "in_flight": 0,
+        "pending": 1000,
+        "share": 1000,
+        "mean_s": 0.1,
+        "window_s": None,
+        "limits": GroupLimits(horizon_s=2.0),
+    }
+    args.update(kw)
+    return group_size(**args)  # type: ignore[arg-type]
+
+
+def test_without_an_estimate_a_group_is_one_task_per_free_slot() -> None:
+    assert size(mean_s=None, slots=4) == 4
+    assert size(mean_s=None, slots=4, in_flight=3) == 1
+    assert size(mean_s=None, slots=4, in_flight=4) == 0
+
+
+def test_the_horizon_bounds_the_group_in_whole_waves_of_the_slots() -> None:
+    assert size(mean_s=0.1) == 20  # 2 s of 0.1 s tasks
+    assert size(mean_s=0.1, slots=4) == 80  # four at a time
+    assert size(mean_s=0.1, in_flight=15) == 5  # tops up what the agent has
+
+
+def test_a_task_that_fills_the_horizon_goes_one_per_slot_as_before() -> None:
+    assert size(mean_s=3600.0) == 1
+    assert size(mean_s=3600.0, slots=8) == 8
+    assert size(mean_s=3600.0, limits=GroupLimits(horizon_s=0.0)) == 1  # group_s 0
+
+
+def test_a_draining_machine_gets_only_what_fits_its_paid_time() -> None:
+    assert size(mean_s=10.0, window_s=35.0, limits=GroupLimits(horizon_s=600.0)) == 3
+    assert size(mean_s=10.0, window_s=5.0, limits=GroupLimits(horizon_s=600.0)) == 0
+    assert size(mean_s=10.0, slots=2, window_s=25.0, limits=GroupLimits(horizon_s=600.0)) == 4
+
+
+def test_the_type_limits_the_tasks_left_and_the_fair_share_cut_a_group() -> None:
+    assert size(limits=GroupLimits(horizon_s=2.0, max_s=0.5)) == 5  # policy 1-2
+    assert size(limits=GroupLimits(horizon_s=2.0, max_tasks=7)) == 7
+    assert size(pending=3) == 3  # policy 7: no more than the bag holds
+    assert size(share=6) == 6
+    assert fair_share(100, 2, 20) == 10  # 2 of 20 slots: a tenth
+    assert fair_share(3, 4, 40) == 4  # never below a machine's slots
+
+
+# --- records -----------------------------------------------------------------------------
+
+
+TYPES = [TypeSpec("a", 1.0, 4, 10.0), TypeSpec("b", 2.0, 2, 10.0, slots=3)]
+
+
+def two_machines() -> RunState:
+    state = RunState.new(TYPES, BillingModel("fixed", 3600.0), 100.0, 12, list(range(12)))
+    for mid, tname in (("a0", "a"), ("b0", "b")):
+        state.apply(0.0, Launch(tname, 1, f"t-{mid}"))
+        state.apply(0.0, MachineLaunched(mid, tname, f"t-{mid}"))
+        state.apply(10.0, MachineReady(mid))
+    return state
+
+
+def test_a_step_merges_assigns_to_one_machine_into_a_group_and_replays_equal() -> None:
+    live, replayed = two_machines(), two_machines()
+    s = Step(live, 11.0)
+    for tid, mid in ((0, "a0"), (1, "a0"), (2, "a0"), (3, "b0"), (4, "a0")):
+        s.do(Assign(tid, mid))
+    decided = s.decided()
+    assert decided == [AssignGroup((0, 1, 2), "a0"), Assign(3, "b0"), Assign(4, "a0")]
+    assert assignments(decided) == [(0, "a0"), (1, "a0"), (2, "a0"), (3, "b0"), (4, "a0")]
+    journal = SqliteJournal(Path(":memory:"))
+    journal.step(11.0, [], decided)
+    replay(replayed, journal.records())
+    assert replayed == live
+    a0, b0 = live.machines["a0"], live.machines["b0"]
+    assert list(a0.running) == [0]
+    assert list(a0.queue) == [1, 2, 4]
+    assert list(b0.running) == [3]  # three slots, one task
+    assert sorted(a0.run_no.values()) == [1, 2, 3, 4]  # queued tasks have run numbers
+
+
+def test_slots_run_at_once_and_a_result_of_a_queued_task_is_taken() -> None:
+    state = two_machines()
+    state.apply(11.0, AssignGroup((0, 1, 2, 3, 4), "b0"))
+    b0 = state.machines["b0"]
+    assert sorted(b0.running) == [0, 1, 2]
+    assert list(b0.queue) == [3, 4]
+    # The agent ran task 4 before the state expected (its slots freed early): counted.
+    state.apply(20.0, TaskDone(4, "b0", 3.0))
+    assert state.task_state[4] is TaskState.DONE
+    assert list(b0.queue) == [3]
+    assert sorted(b0.running) == [0, 1, 2]
+    state.apply(21.0, TaskDone(0, "b0", 10.0))
+    assert sorted(b0.running) == [1, 2, 3]
+    assert not b0.queue
+    assert state.done == 2
+
+
+def test_a_queued_task_moved_away_loses_its_run_number_there() -> None:
+    state = two_machines()
+    state.apply(11.0, AssignGroup((0, 1, 2), "a0"))
+    state.apply(12.0, Move((2,), "a0", "b0"))
+    a0, b0 = state.machines["a0"], state.machines["b0"]
+    assert 2 not in a0.run_no
+    assert list(a0.queue) == [1]
+    assert 2 in b0.running
+    assert b0.run_no[2] == 1
+
+
+# --- in the emulator: budget mode with groups --------------------------------------------
+
+CONFIG = """
+bag: {synthetic: 600}
+constraint: {budget: 40}
+billing: {mode: fixed, atu_s: 1h}
+machine_types:
+  - {name: small, price: 1.0, max_count: 4, boot_s: 60, slots: SLOTS}
+  - {name: large, price: 2.5, max_count: 4, boot_s: 60}
+emulator:
+  runtime: {dist: normal, mean_s: 20, sd_s: 4}
+  speed: {large: 2.0}
+daemon: {group_s: GROUP}
+"""
+
+
+def emulate(tmp_path: Path, group_s: float, slots: int = 1) -> tuple[RunState, list[Action]]:
+    path = tmp_path / f"run-{group_s}-{slots}.yaml"
+    path.write_text(CONFIG.replace("GROUP", str(group_s)).replace("SLOTS", str(slots)))
+    cfg = load_config(path)
+    taken: list[Action] = []
+    journal = SqliteJournal(tmp_path / f"j-{group_s}-{slots}.db")
+
+    def hook(now: float, events: list[Event], actions: list[Action], state: RunState) -> None:
+        journal.step(now, events, actions)
+        taken.extend(actions)
+
+    state = make_emulator(cfg, 600, 1, on_step=hook, run_tag="r").run()
+    replayed = RunState.new(
+        state.types.values(), state.billing, 40.0, 600, list(range(600)), sample_target=30
+    )
+    replay(replayed, journal.records())
+    assert replayed.done == state.done
+    assert replayed.task_state == state.task_state
+    journal.close()
+    return state, taken
+
+
+def test_groups_hand_out_many_tasks_per_record_and_finish_every_task_once(
+    tmp_path: Path,
+) -> None:
+    one, one_actions = emulate(tmp_path, 0.0)
+    grouped, actions = emulate(tmp_path, 120.0)
+    for state in (one, grouped):
+        assert state.done == 600
+        assert state.committed <= 40.0 + 1e-9
+        done = Counter(s.task for s in state.segments if s.outcome == "done")
+        assert set(done) == set(range(600))
+        assert max(done.values()) == 1
+    groups = [a for a in actions if isinstance(a, AssignGroup)]
+    assert groups
+    assert max(len(g.tasks) for g in groups) > 1
+    records = sum(isinstance(a, Assign | AssignGroup) for a in actions)
+    assert records < sum(isinstance(a, Assign | AssignGroup) for a in one_actions) / 2
+    # one record per group, one task per record without groups
+    assert not [a for a in one_actions if isinstance(a, AssignGroup)]
+
+
+def test_an_idle_machine_takes_back_the_end_of_another_machines_group(tmp_path: Path) -> None:
+    state, actions = emulate(tmp_path, 600.0)
+    moves = [a for a in actions if isinstance(a, Move)]
+    assert moves, "the bag's end is balanced by taking queued tasks back"
+    assert state.done == 600
