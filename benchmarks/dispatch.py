@@ -142,6 +142,7 @@ class DaemonRun:
     cpu_self_s: float = 0.0
     cpu_main_s: float = 0.0  # the main thread alone (controller, journal, answers)
     cpu_children_s: float = 0.0  # agents and their shells, once reaped
+    polls: int = 0  # agents' requests the dispatcher took
     steady: dict[str, float] = field(default_factory=dict)
     leftovers: list[int] = field(default_factory=list)
     stop_reason: str | None = None
@@ -192,7 +193,12 @@ GROUPS_OFF = {"group_s": 0}
 
 
 def bench_config(
-    bag_file: Path, agents: int, heartbeat_s: float, slots: int = 1, groups: bool = True
+    bag_file: Path,
+    agents: int,
+    heartbeat_s: float,
+    slots: int = 1,
+    groups: bool = True,
+    report_s: float = 0.1,
 ) -> RunConfig:
     machine_type = {"name": "w", "price": 1, "max_count": agents, "boot_s": 0, "slots": slots}
     return RunConfig.model_validate(
@@ -205,7 +211,11 @@ def bench_config(
             "constraint": {"budget": 1000.0 * agents},
             "bag": {"file": str(bag_file)},
             "tail_replication": False,
-            "daemon": {"heartbeat_s": heartbeat_s, **({} if groups else GROUPS_OFF)},
+            "daemon": {
+                "heartbeat_s": heartbeat_s,
+                "report_s": report_s,
+                **({} if groups else GROUPS_OFF),
+            },
         }
     )
 
@@ -299,13 +309,14 @@ def run_daemon(
     profile: bool = False,
     slots: int = 1,
     groups: bool = True,
+    report_s: float = 0.1,
 ) -> DaemonRun:
     run_id = f"dispatch-bench-{os.getpid()}-{label}-{secrets.token_hex(2)}"
     base = tmp / run_id
     base.mkdir(parents=True)
     bag = base / "bag.txt"
     write_bag(bag, n, command)
-    cfg = bench_config(bag, agents, heartbeat_s, slots, groups)
+    cfg = bench_config(bag, agents, heartbeat_s, slots, groups, report_s)
     tasks = expand_bag(cfg, source=str(bag))
     result = DaemonRun(label, run_id, n)
     samples: list[Sample] = []
@@ -352,6 +363,8 @@ def run_daemon(
         result.cpu_self_s = cpu_s(resource.RUSAGE_SELF) - self0
         result.cpu_main_s = time.thread_time() - main0
         result.cpu_children_s = cpu_s(resource.RUSAGE_CHILDREN) - child0
+        with contextlib.suppress(AttributeError):  # no dispatcher: the daemon failed early
+            result.polls = daemon.dispatcher.polls
         result.leftovers = check_leftovers(run_id)
     result.stop_reason = outcome.report.stop_reason
     done, first_ready, last_done = journal_times(files.run_dir / JOURNAL_DB)
@@ -418,6 +431,7 @@ def main_table(
         "tasks/s (med)",
         "spread",
         "x xargs",
+        "tasks/request",
         "daemon CPU ms/task",
         "steady",
         "x one by one",
@@ -436,7 +450,7 @@ def main_table(
                 spread([x.rate for x in runs]),
                 "1.00",
             ]
-            + ["-"] * 5
+            + ["-"] * 6
         )
         base = daemon.get((command, baseline), [])
         base_cpu = med([daemon_cpu_ms(d) for d in base])
@@ -458,6 +472,7 @@ def main_table(
                     f"{rate:,.0f}",
                     spread([d.rate for d in ds]),
                     f"{ratio:.2f}",
+                    f"{med([d.done / d.polls if d.polls else 0.0 for d in ds]):.1f}",
                     f"{med([d.cpu_ms for d in ds]):.2f}",
                     f"{cpu:.2f}",
                     "1.00 (baseline)" if is_base else f"{cpu / base_cpu:.2f}",
@@ -656,6 +671,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="AGENTSxSLOTS, g for groups; repeat (default: the baseline AGENTSx1, AGENTSx1g, 2x8g)",
     )
     parser.add_argument("--heartbeat-s", type=float, default=2.0, help="daemon.heartbeat_s (2)")
+    parser.add_argument("--report-s", type=float, default=0.1, help="daemon.report_s (0.1)")
     parser.add_argument(
         "--profile", action="store_true", help="one more daemon run under cProfile (main thread)"
     )
@@ -706,6 +722,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             profile=profile,
             slots=layout.slots,
             groups=layout.groups,
+            report_s=args.report_s,
         )
         if d.leftovers:
             leftovers.append((d.run_id, d.leftovers))
@@ -759,7 +776,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "  dispatcher threads, journal, start-up, shutdown, report and plots); steady: the\n"
         f"  same between {STEADY[0]:.0%} and {STEADY[1]:.0%} of the bag done (what a task "
         "costs; the targets use it).\n"
-        f"x one by one: steady CPU per task against the {baseline.label} row of the command."
+        f"x one by one: steady CPU per task against the {baseline.label} row of the command.\n"
+        "tasks/request: tasks done / agents' requests the dispatcher took (heartbeats and\n"
+        "  long polls included)."
     )
     print("Targets (rows with groups): " + ("all met" if met else "NOT all met"))
     print()

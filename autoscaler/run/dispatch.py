@@ -190,6 +190,7 @@ class Dispatcher:
         self.gone: set[str] = set()  # released or lost: told to exit
         self.last_seen: dict[str, float] = {}
         self.refused = 0
+        self.polls = 0  # polls taken to the daemon (a statistic: counted without a lock)
         handler = type("Handler", (_Handler,), {"dispatcher": self})
         self._server = _Server((host, port), handler)
         self._thread: threading.Thread | None = None
@@ -275,6 +276,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(HTTPStatus.SERVICE_UNAVAILABLE, {"error": "machine not known yet"})
             return
         d.last_seen[poll.machine] = arrived
+        d.polls += 1
         d.inbox.put(poll)
         answer = poll.reply.wait(arrived + poll.wait_s + PROCESS_TIMEOUT_S)
         if answer is None:
