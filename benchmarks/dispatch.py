@@ -198,7 +198,7 @@ def bench_config(
     heartbeat_s: float,
     slots: int = 1,
     groups: bool = True,
-    report_s: float = 0.1,
+    report_s: float = 0.25,
 ) -> RunConfig:
     machine_type = {"name": "w", "price": 1, "max_count": agents, "boot_s": 0, "slots": slots}
     return RunConfig.model_validate(
@@ -309,7 +309,7 @@ def run_daemon(
     profile: bool = False,
     slots: int = 1,
     groups: bool = True,
-    report_s: float = 0.1,
+    report_s: float = 0.25,
 ) -> DaemonRun:
     run_id = f"dispatch-bench-{os.getpid()}-{label}-{secrets.token_hex(2)}"
     base = tmp / run_id
@@ -671,7 +671,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="AGENTSxSLOTS, g for groups; repeat (default: the baseline AGENTSx1, AGENTSx1g, 2x8g)",
     )
     parser.add_argument("--heartbeat-s", type=float, default=2.0, help="daemon.heartbeat_s (2)")
-    parser.add_argument("--report-s", type=float, default=0.1, help="daemon.report_s (0.1)")
+    parser.add_argument("--report-s", type=float, default=0.25, help="daemon.report_s (0.25)")
     parser.add_argument(
         "--profile", action="store_true", help="one more daemon run under cProfile (main thread)"
     )

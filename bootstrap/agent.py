@@ -5,7 +5,7 @@ One file, Python 3.11+ standard library only, so it can be copied to any machine
     AUTOSCALER_TOKEN=... python3 agent.py --url http://127.0.0.1:PORT --machine ID \\
         [--workdir DIR] [--heartbeat-s 2] [--orphan-after-s 60] [--start-delay-s 0] \\
         [--ready-at UNIX_TIME] \\
-        [--tail-bytes 4096] [--slots 1] [--report-s 0.1] [--token-file PATH]
+        [--tail-bytes 4096] [--slots 1] [--report-s 0.25] [--token-file PATH]
 
 The token comes from ``--token-file`` (its content, stripped) or else from the environment
 variable ``AUTOSCALER_TOKEN``; the agent removes that variable from its own environment, so
@@ -88,7 +88,7 @@ Missing keys read as empty or null. Semantics:
 * Results are reported many per request. When a run ends and the agent has nothing left
   to start (a slot is free and nothing is queued) it polls at once; while it still has
   queued work it polls when the oldest result not yet sent has waited ``report_s``
-  (replaces ``--report-s``, default 0.1 s), or at the heartbeat if that comes first. A
+  (replaces ``--report-s``, default 0.25 s), or at the heartbeat if that comes first. A
   group of tasks therefore costs a few round trips, not one per task; one task at a time
   still costs one round trip each, sent at once.
 * HTTP timeout of a request: ``wait_s`` + 10 s, cut short when the lease, the orphan
@@ -133,7 +133,7 @@ HTTP_GRACE_S = 10.0
 BACKOFF_FIRST_S = 0.05
 BACKOFF_MAX_S = 2.0
 FIRST_LINE_MAX_CHARS = 200
-REPORT_S = 0.1
+REPORT_S = 0.25
 """How long a result may wait for others to share its request, while there is work."""
 
 EXIT_OK = 0

@@ -201,7 +201,7 @@ class Daemon(ConfigModel):
         "per slot at a time (one-by-one dispatch)",
     )
     report_s: float = Field(
-        default=0.1,
+        default=0.25,
         ge=0,
         le=60,
         description="an agent with queued tasks holds a result at most this long, to send "
