@@ -1,8 +1,9 @@
 """Dispatch throughput: small tasks through the real daemon against ``xargs -P``.
 
-A real run (``autoscaler.run.daemon.Daemon``, in this process) of N no-op tasks (``true``
-by default) on 16 local agents (``providers/local.py``: worker-agent processes on this
-host, long-polling the stdlib HTTP dispatcher), against ``xargs -P 16`` running the very
+A real run (``autoscaler.run.daemon.Daemon``, in this process) of N small tasks on local
+agents (``providers/local.py``: worker-agent processes on this host, long-polling the
+stdlib HTTP dispatcher, each running its type's slots at once), against ``xargs -P 16``
+running the very
 same command lines from the same file, one ``/bin/sh -c <line>`` each, as the agent
 runs them (``Popen(command, shell=True)``). Daemon and xargs runs alternate,
 ``--repeats`` times each; medians and spreads are shown.
@@ -10,7 +11,7 @@ runs them (``Popen(command, shell=True)``). Daemon and xargs runs alternate,
 * daemon tasks/s = tasks done / (time of the last ``TaskDone`` − time of the first
   ``MachineReady``), both from the run's journal (run time, real seconds);
 * daemon CPU per task = CPU time of this process (``RUSAGE_SELF``: the controller, the
-  dispatcher's threads, the journal, start-up and shutdown) over the run / N; the
+  dispatcher's threads, the journal, start-up, shutdown and report) over the run / N; the
   agents and their shells are child processes, reported apart (``RUSAGE_CHILDREN``);
 * xargs tasks/s = N / wall time around ``subprocess.run``.
 
