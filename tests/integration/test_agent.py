@@ -28,8 +28,6 @@ from tests.integration.agent_harness import (
     task,
 )
 
-__all__ = ["FakeController", "Reply"]  # other tests' scripted controller
-
 pytestmark = pytest.mark.integration
 
 controller = agent_harness.controller

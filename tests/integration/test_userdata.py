@@ -23,7 +23,7 @@ import pytest
 
 from autoscaler.bootstrap.agent_start import BootstrapError, agent_source
 from autoscaler.bootstrap.userdata import USER_DATA_LIMIT, render_user_data, shipped_agent
-from tests.integration.test_agent import FakeController, Reply
+from tests.integration.agent_harness import FakeController, Reply
 
 pytestmark = pytest.mark.integration
 
