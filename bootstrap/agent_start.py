@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from autoscaler.core.errors import AutoscalerError
@@ -69,6 +69,7 @@ def agent_command(
     token_file: str | Path | None = None,
     workdir: str | Path | None = None,
     ready_at: float | None = None,
+    slots: int = 1,
 ) -> AgentCommand:
     """The command that starts ``agent`` (a path to agent.py) as ``machine``.
 
@@ -76,6 +77,8 @@ def agent_command(
     their environment is not ours to keep private) or, given ``token``, through
     :data:`TOKEN_ENV` in the environment of a child process we start ourselves.
     ``ready_at`` (epoch seconds) holds its first report back, to emulate a boot time.
+    ``slots``: the tasks it runs at once (``--slots``, given when above 1; the controller's
+    replies say it too).
     """
     if (token is None) == (token_file is None):
         raise BootstrapError("an agent needs exactly one of a token and a token file")
@@ -87,6 +90,8 @@ def agent_command(
         argv += ["--ready-at", f"{ready_at:.6f}"]
     if workdir is not None:
         argv += ["--workdir", str(workdir)]
+    if slots > 1:
+        argv += ["--slots", str(slots)]
     env = {TOKEN_ENV: token} if token is not None else {}
     return AgentCommand(tuple(argv), env)
 
@@ -102,16 +107,22 @@ class AgentSettings:
     tail_bytes: int = 4096
     workdir: Path | None = None
     python: str = sys.executable
+    slots: Mapping[str, int] = field(default_factory=dict)  # per machine type; missing: 1
 
     def flags(self) -> list[str]:
         """The agent flags every provider passes alike (how it watches the daemon)."""
         return agent_flags(self.heartbeat_s, self.orphan_after_s, self.tail_bytes)
 
     def command(
-        self, machine: str, *, token_file: Path | None = None, ready_at: float | None = None
+        self,
+        machine: str,
+        *,
+        token_file: Path | None = None,
+        ready_at: float | None = None,
+        type: str = "",
     ) -> AgentCommand:
-        """The command of ``machine``'s agent: the token from ``token_file`` if given,
-        else in its environment."""
+        """The command of ``machine``'s agent (of machine type ``type``): the token from
+        ``token_file`` if given, else in its environment."""
         return agent_command(
             self.python,
             AGENT,
@@ -122,4 +133,5 @@ class AgentSettings:
             token_file=token_file,
             workdir=self.workdir,
             ready_at=ready_at,
+            slots=self.slots.get(type, 1),
         )

@@ -184,4 +184,11 @@ class Emulator(ConfigModel):
         "speed; missing types run the drawn runtime x",
     )
     task_failure_prob: float = Field(default=0.0, ge=0, lt=1)
+    share_slowdown: float = Field(
+        default=0.0,
+        ge=0,
+        description="tasks sharing a machine of several slots slow each other: a task "
+        "that starts with n tasks running there (itself included) on s slots takes "
+        "1 + share_slowdown·(n − 1)/(s − 1) times its runtime (memory bandwidth); 0: none",
+    )
     machine_failures: list[MachineFailure] = Field(default_factory=list)

@@ -17,6 +17,7 @@ import yaml
 from pydantic import ValidationError
 
 from autoscaler.config.durations import seconds_in
+from autoscaler.config.needs import Needs, Row, fill_needs, is_table, read_table
 from autoscaler.config.problems import validation_problems, yaml_problem
 from autoscaler.config.schema import (
     Bag,
@@ -29,6 +30,7 @@ from autoscaler.config.schema import (
     TraceRuntime,
     Work,
 )
+from autoscaler.config.slots import VcpuLookup, fill_slots
 from autoscaler.core.errors import AutoscalerError, ConfigError
 from autoscaler.core.model import TaskSpec
 
@@ -62,19 +64,25 @@ PriceLookup = Callable[[Sequence[str], str, "str | None"], Mapping[str, float]]
 """(instance types, region, endpoint) -> USD per hour of those it found."""
 
 
-def load_config(path: str | Path, prices: PriceLookup | None = None) -> RunConfig:
+def load_config(
+    path: str | Path, prices: PriceLookup | None = None, vcpus: VcpuLookup | None = None
+) -> RunConfig:
     """Read, validate and resolve one config file; raise ``ConfigError`` on any problem.
 
     Relative paths in the file are taken relative to the file's directory, and the
     files they name must exist (a trace file must also parse). With ``prices``, an EC2
     config that sets ``ec2.lookup_prices`` gets the machine types it gives no price
-    filled in from the on-demand price per hour, scaled to the ATU.
+    filled in from the on-demand price per hour, scaled to the ATU; with ``vcpus``, one
+    that sets ``ec2.lookup_slots`` gets the machine types it gives no ``slots`` their
+    instance type's vCPUs divided by the bag's ``cpus`` (at least 1).
     """
     path = Path(path)
     source = str(path)
     data = read_yaml(path, "fields (bag, constraint, ...)")
     if prices is not None:
         _fill_prices(data, prices, source)
+    if vcpus is not None:
+        fill_slots(data, vcpus, source)
     try:
         cfg = RunConfig.model_validate(data)
     except ValidationError as exc:
@@ -313,8 +321,12 @@ def _expand(cfg: RunConfig, source: str) -> tuple[list[TaskSpec], list[range]]:
     for field, bag in _bags(cfg):
         first = len(tasks)
         env, timeout = dict(bag.env), bag.timeout_s
+        needs: Sequence[Needs] | None = None
         if bag.synthetic is not None:
             commands: Sequence[str | None] = [None] * bag.synthetic
+        elif bag.file is not None and is_table(bag.file):
+            rows = _table_rows(bag.file, source, field)
+            commands, needs = [r.command for r in rows], [r.needs for r in rows]
         elif bag.file is not None:
             commands = _file_commands(bag.file, source, field)
         elif bag.command is not None and bag.sweep:
@@ -323,12 +335,50 @@ def _expand(cfg: RunConfig, source: str) -> tuple[list[TaskSpec], list[range]]:
             commands = [bag.command]
         else:  # the schema guarantees one source; keep the error typed if that ever changes
             raise ConfigError(source, [f"{field}: give exactly one of command, file or synthetic"])
+        if bag.needs is not None:
+            needs = _sweep_needs(bag, source, field)
         tasks.extend(
-            TaskSpec(id=first + i, command=c, env=env, timeout_s=timeout)
+            TaskSpec(id=first + i, command=c, env=env, timeout_s=timeout, **_fields(needs, i))
             for i, c in enumerate(commands)
         )
         owned.append(range(first, len(tasks)))
     return tasks, owned
+
+
+def _fields(needs: Sequence[Needs] | None, i: int) -> dict[str, Any]:
+    """A task's requirements as ``TaskSpec`` fields (none: the defaults)."""
+    if needs is None:
+        return {}
+    n = needs[i]
+    return {
+        "input_bytes": n.input_bytes,
+        "estimate_s": n.estimate_s,
+        "output_bytes": n.output_bytes,
+        "category": n.category,
+    }
+
+
+def _table_rows(path: Path, source: str, field: str) -> list[Row]:
+    rows, problems = read_table(read_text(path, source, f"{field}.file"), path, f"{field}.file")
+    if problems:
+        raise ConfigError(source, problems[:_MAX_LINES_SHOWN])
+    if not rows:
+        raise ConfigError(source, [f"{field}.file: {_NO_TASKS}: no commands in {path}"])
+    return rows
+
+
+def _sweep_needs(bag: Bag, source: str, field: str) -> list[Needs]:
+    """``bag.needs`` filled for each combination of the sweep, in the commands' order."""
+    assert bag.needs is not None
+    values = [
+        range(v.start, v.stop, v.step) if isinstance(v, IntRange) else v for v in bag.sweep.values()
+    ]
+    names = list(bag.sweep)
+    combos = (dict(zip(names, c, strict=True)) for c in itertools.product(*values))
+    needs, problems = fill_needs(bag.needs.model_dump(), combos, f"{field}.needs")
+    if problems:
+        raise ConfigError(source, problems)
+    return needs
 
 
 def _file_commands(path: Path, source: str, field: str = "bag") -> list[str]:

@@ -295,6 +295,11 @@ class Ec2(ConfigModel):
         default=False,
         description="fill machine types without a price from the AWS Pricing API (on-demand)",
     )
+    lookup_slots: bool = Field(
+        default=False,
+        description="give machine types without slots the instance type's vCPUs divided by "
+        "the bag's cpus (EC2 DescribeInstanceTypes, asked once when the run is built)",
+    )
     unavailable_s: Seconds = Field(
         default=600.0, gt=0, description="after a capacity error, the type is avoided this long"
     )
@@ -331,6 +336,12 @@ class SgeType(ConfigModel):
 
     queue: str | None = None
     resources: str | None = Field(default=None, description="qsub -l, e.g. h_vmem=2G")
+    pe: str | None = Field(
+        default=None,
+        min_length=1,
+        description="a parallel environment: a machine asks qsub -pe PE for its slots times "
+        "the bag's cpus; none: no slot request (the job takes one queue slot)",
+    )
     extra_args: list[str] = Field(default_factory=list, description="more qsub arguments")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from autoscaler.config.needs import is_table
 from autoscaler.config.schema import RunConfig
 from autoscaler.config.work import Bag, IntRange
 from autoscaler.core.errors import ConfigError
@@ -27,11 +28,11 @@ def _length(values: list[str | int | float] | IntRange) -> int:
 
 
 def _file_lines(bag: Bag, room: int) -> int:
-    """The commands of ``bag.file`` (blank lines and ``#`` comments skipped), counted up
-    to ``room`` + 1: reading stops there. An unreadable file counts 0 here; expanding
-    the bag names it."""
+    """The commands of ``bag.file`` (blank lines and ``#`` comments skipped; a table's
+    header is not a command), counted up to ``room`` + 1: reading stops there. An
+    unreadable file counts 0 here; expanding the bag names it."""
     assert bag.file is not None
-    count = 0
+    count = -1 if is_table(bag.file) else 0
     try:
         with bag.file.open("rb") as f:
             for line in f:
@@ -42,7 +43,7 @@ def _file_lines(bag: Bag, room: int) -> int:
                         break
     except OSError:
         return 0
-    return count
+    return max(0, count)
 
 
 def bag_size(bag: Bag, room: int) -> tuple[str, int]:

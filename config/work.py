@@ -21,6 +21,7 @@ from pydantic import (
 from autoscaler.config.base import ConfigModel, Name, known_types
 from autoscaler.config.budgets import budget_problem
 from autoscaler.config.durations import Seconds
+from autoscaler.config.needs import Bytes
 from autoscaler.core.errors import AutoscalerError
 
 
@@ -57,13 +58,27 @@ class IntRange(ConfigModel):
 SweepValues = list[str | int | float] | IntRange
 
 
+class TaskNeeds(ConfigModel):
+    """What every task of a ``command`` bag needs (paper 004: input size, estimated
+    time, output size) or its category label, each a value or a template filled with
+    the sweep's values like the command (``"{size}KB"``)."""
+
+    input_bytes: float | str | None = Field(default=None, description="bytes, or with KB, MB, GB")
+    estimate_s: float | str | None = Field(default=None, description="seconds, or a duration")
+    output_bytes: float | str | None = Field(default=None, description="bytes, or with KB, MB, GB")
+    category: str | None = Field(default=None, description="a category label")
+
+
 class Bag(ConfigModel):
     """The tasks. Exactly one of ``command`` (with ``sweep``), ``file`` or ``synthetic``.
 
     * ``command`` is a template, ``{name}`` replaced by each combination of the
       ``sweep`` values (the cartesian product, in the order the names are given);
+      ``needs`` says what its tasks need, with the same templates;
     * ``file`` names a text file with one command per line (blank lines and lines
-      starting with ``#`` skipped), relative to the config file;
+      starting with ``#`` skipped), relative to the config file; a ``.csv`` or
+      ``.tsv`` file is a table with a header: a ``command`` column and optional
+      ``input_bytes``, ``estimate_s``, ``output_bytes`` and ``category`` columns;
     * ``synthetic`` is a count of tasks for emulation; their runtimes come from
       ``emulator.runtime``.
     """
@@ -79,6 +94,9 @@ class Bag(ConfigModel):
     timeout_s: Seconds | None = Field(default=None, gt=0, description="per-task timeout")
     cpus: PositiveInt = Field(
         default=1, description="cores one task uses (a type's default slots: its vCPUs / cpus)"
+    )
+    needs: TaskNeeds | None = Field(
+        default=None, description="what each task of a command bag needs (templates allowed)"
     )
 
     @model_validator(mode="after")
@@ -99,6 +117,38 @@ class Bag(ConfigModel):
             )
         if self.sweep and self.command is None:
             raise ValueError("sweep needs a command template")
+        if self.needs is not None and self.command is None:
+            raise ValueError(
+                "needs: only with a command (a .csv or .tsv file gives them in its columns)"
+            )
+        return self
+
+
+class Categories(ConfigModel):
+    """Sorting the tasks into categories (paper 004 §4.1): by their requirements, each
+    level binned by its class interval (bins [0, 1.5 CI), [1.5 CI, 2.5 CI), ...; a level
+    without an interval is not split), or by their ``category`` labels. Sampling runs
+    ``benchmark_tasks`` tasks of each of the largest ``benchmark_share`` of categories
+    on each machine type."""
+
+    by: Literal["requirements", "label"] = "requirements"
+    input_bytes: Bytes | None = Field(default=None, gt=0, description="class interval of inputs")
+    estimate_s: Seconds | None = Field(
+        default=None, gt=0, description="class interval of estimates"
+    )
+    output_bytes: Bytes | None = Field(default=None, gt=0, description="class interval of outputs")
+    benchmark_share: float = Field(default=0.2, gt=0, le=1)
+    benchmark_tasks: PositiveInt = 2
+
+    @model_validator(mode="after")
+    def _intervals(self) -> Categories:
+        given = [self.input_bytes, self.estimate_s, self.output_bytes]
+        if self.by == "requirements" and all(v is None for v in given):
+            raise ValueError(
+                "give a class interval (input_bytes, estimate_s or output_bytes), or by: label"
+            )
+        if self.by == "label" and any(v is not None for v in given):
+            raise ValueError("by: label takes no class intervals")
         return self
 
 
@@ -216,6 +266,9 @@ class Work(ConfigModel):
         default_factory=list,
         description="deadline mode: bags arriving over time, each with a deadline; "
         "instead of bag and constraint",
+    )
+    categories: Categories | None = Field(
+        default=None, description="sort tasks into categories (paper 004) by needs or label"
     )
 
     def _one_form(self) -> None:

@@ -107,6 +107,16 @@ class ProviderKind:
         )
 
 
+def cores(cfg: Platform, type_name: str) -> int:
+    """Cores a machine of ``type_name`` runs its tasks on: its slots times the cores one
+    task uses (the bag's ``cpus``; a service's platform has no bag: 1)."""
+    from autoscaler.config.work import Work
+
+    slots = next((t.slots or 1 for t in cfg.machine_types if t.name == type_name), 1)
+    cpus = cfg.bag.cpus if isinstance(cfg, Work) and cfg.bag is not None else 1
+    return slots * cpus
+
+
 def agent_args(cfg: Platform) -> list[str]:
     """Agent flags every provider passes the same way."""
     d = cfg.daemon
@@ -127,4 +137,5 @@ def agent_settings(
         tail_bytes=d.tail_bytes,
         workdir=workdir or ctx.workdir,
         python=python or sys.executable,
+        slots={t.name: t.slots or 1 for t in cfg.machine_types},
     )

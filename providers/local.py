@@ -227,7 +227,7 @@ class LocalProvider:
 
     def _spawn(self, mid: str, type: str, token: str) -> None:
         boot = self._capabilities.boot_estimate_s.get(type, 0.0) / self.time_scale
-        command = self.settings.command(mid, ready_at=time.time() + boot)
+        command = self.settings.command(mid, ready_at=time.time() + boot, type=type)
         env = {
             **os.environ,
             **command.env,

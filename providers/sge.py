@@ -2,10 +2,13 @@
 
 Paper 000 (§3) emulated clouds on a cluster this way: a machine is a batch job that holds
 a slot and runs a worker; our machine types map onto queues and resource requests
-(``SgeType``); the ATU and prices are the config's. Agents reach the dispatcher over the
-cluster network and read the run's token from ``--token-file`` (the run directory's
-``token``, mode 0600, on a filesystem the nodes share). The token is never on the qsub
-command line nor in ``-v`` variables: ``qstat -j`` shows both to every user.
+(``SgeType``); the ATU and prices are the config's. A type of several slots asks for its
+slots times the bag's cpus in its parallel environment (``pe``) where the config names
+one, and for nothing more where it does not (the job takes one queue slot). Agents reach
+the dispatcher over the cluster network and read the run's token from ``--token-file``
+(the run directory's ``token``, mode 0600, on a filesystem the nodes share). The token is
+never on the qsub command line nor in ``-v`` variables: ``qstat -j`` shows both to every
+user.
 
 The tag is the job name: ``as.<run id>.<machine id>``, each part escaped so that any run
 id survives Grid Engine's rules for names (``sge_output.job_name``). A restarted daemon
@@ -38,7 +41,7 @@ from typing import TYPE_CHECKING
 
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.providers import sge_output
-from autoscaler.providers.base import Provider
+from autoscaler.providers.base import Provider, split_machine_id
 from autoscaler.providers.batch import (
     BatchProvider,
     CommandResult,
@@ -55,6 +58,7 @@ from autoscaler.providers.kind import (
     ProviderKind,
     RunContext,
     Sweeper,
+    cores,
 )
 from autoscaler.providers.sge_output import ERROR_CODE, Job
 
@@ -145,6 +149,7 @@ class SgeType:
     queue: str | None = None  # qsub -q
     resources: str | None = None  # qsub -l, e.g. "h_vmem=2G,arch=lx-amd64"
     extra_args: tuple[str, ...] = ()  # more qsub arguments, as they are
+    pe: tuple[str, int] | None = None  # qsub -pe NAME SLOTS: a machine's cores
 
 
 class SgeProvider(BatchProvider[SgeType]):
@@ -197,9 +202,11 @@ class SgeProvider(BatchProvider[SgeType]):
             args += ["-q", spec.queue]
         if spec.resources:
             args += ["-l", spec.resources]
+        if spec.pe is not None:
+            args += ["-pe", spec.pe[0], str(spec.pe[1])]
         args += list(spec.extra_args)
         args += ["-wd", str(s.workdir or self.log_dir)]
-        args += s.command(mid, token_file=self.token_file).argv
+        args += s.command(mid, token_file=self.token_file, type=split_machine_id(mid)[0]).argv
         return args
 
     def _submit_job(self, mid: str, type: str, spec: SgeType) -> str:
@@ -216,7 +223,13 @@ def build(cfg: Platform, ctx: RunContext) -> Provider:
     if sge is None:
         raise AutoscalerError("provider is sge but the config has no sge section")
     types = {
-        name: SgeType(t.queue, t.resources, tuple(t.extra_args)) for name, t in sge.types.items()
+        name: SgeType(
+            t.queue,
+            t.resources,
+            tuple(t.extra_args),
+            None if t.pe is None else (t.pe, cores(cfg, name)),
+        )
+        for name, t in sge.types.items()
     }
     return build_provider(
         SgeProvider, KIND, cfg, ctx, types, python=sge.python, workdir=sge.workdir

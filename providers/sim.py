@@ -7,6 +7,8 @@ seed; a task takes ``runtime / speed`` on a machine of a type with that ``speed`
 there (a replica of a task is as long as the task). A task of a deadline job that gives
 mean task times per type takes, on a type, the job's mean there times its drawn runtime
 over the distribution's mean: the distribution is then only the noise around the means.
+A machine of several slots runs that many tasks at once; under ``share_slowdown`` a task
+that starts beside others takes longer (``share_factor``).
 """
 
 from __future__ import annotations
@@ -127,6 +129,14 @@ def type_runtime(
     return value / model.speed.get(type_name, 1.0)
 
 
+def share_factor(slowdown: float, sharing: int, slots: int) -> float:
+    """1 + slowdown·(n − 1)/(s − 1): how much longer a task takes that starts with n
+    tasks running on a machine of s slots (itself included); 1 alone or on one slot."""
+    if slowdown <= 0 or slots <= 1 or sharing <= 1:
+        return 1.0
+    return 1.0 + slowdown * (min(sharing, slots) - 1) / (slots - 1)
+
+
 @dataclass
 class SimMachine:
     id: str
@@ -221,8 +231,15 @@ class SimProvider:
         self._means.extend(means)
 
     def run_time(self, task: int, machine: str) -> float:
+        """``task``'s runtime on ``machine`` alone (``share_factor`` says how much longer
+        beside others)."""
         machine_type = self.machines[machine].type
         return type_runtime(self._model, self.runtimes[task], task, machine_type, self._means[task])
+
+    @property
+    def share_slowdown(self) -> float:
+        """The emulator's ``share_slowdown``."""
+        return self._model.share_slowdown
 
     def run_fails(self, task: int, attempt: int) -> float | None:
         """If this run of ``task`` fails, the fraction of its runtime after which it does."""

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.providers import slurm_output
-from autoscaler.providers.base import Provider, ProviderState
+from autoscaler.providers.base import Provider, ProviderState, split_machine_id
 from autoscaler.providers.batch import (
     BatchProvider,
     CommandResult,
@@ -57,12 +57,14 @@ from autoscaler.providers.kind import (
     ProviderKind,
     RunContext,
     Sweeper,
+    cores,
 )
 from autoscaler.providers.offer import Offer, OfferRequest
 from autoscaler.providers.sge_output import job_name, parse_job_name
 from autoscaler.providers.slurm_output import ERROR_CODE, SQUEUE_FORMAT, Job
 
 if TYPE_CHECKING:
+    from autoscaler.config.platform import SlurmType as SlurmTypeConfig
     from autoscaler.config.schema import Platform
 
 # What Slurm's clients print when slurmctld cannot be reached or is too busy: the same
@@ -189,7 +191,7 @@ class SlurmProvider(BatchProvider[SlurmType]):
         """The sbatch command line of machine ``mid``: it names the token file, never the
         token."""
         s = self.settings
-        agent = s.command(mid, token_file=self.token_file).argv
+        agent = s.command(mid, token_file=self.token_file, type=split_machine_id(mid)[0]).argv
         return [
             "sbatch",
             "--parsable",
@@ -268,12 +270,18 @@ def build(cfg: Platform, ctx: RunContext) -> Provider:
     if slurm is None:
         raise AutoscalerError("provider is slurm but the config has no slurm section")
     types = {
-        name: SlurmType(t.partition, t.constraint, t.cpus, t.mem, tuple(t.extra_args))
+        name: SlurmType(t.partition, t.constraint, _cpus(cfg, name, t), t.mem, tuple(t.extra_args))
         for name, t in slurm.types.items()
     }
     return build_provider(
         SlurmProvider, KIND, cfg, ctx, types, python=slurm.python, workdir=slurm.workdir
     )
+
+
+def _cpus(cfg: Platform, name: str, t: SlurmTypeConfig) -> int:
+    """A job's ``--cpus-per-task``: the type's own ``cpus`` where given, else its slots
+    times the bag's cpus per task."""
+    return t.cpus if "cpus" in t.model_fields_set else cores(cfg, name)
 
 
 def sweeper(cfg: Platform) -> Sweeper:

@@ -5,8 +5,8 @@ that buys the fastest mix (pure)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from autoscaler.budget.controller import Controller
 from autoscaler.budget.minimum import minimum_budget
@@ -63,6 +63,7 @@ class Frontier:
     tasks_left: int
     minimum_budget: float | None  # None: no budget the planner can search finishes it
     options: tuple[Option, ...]
+    slots: Mapping[str, int] = field(default_factory=dict)  # tasks a type's machine runs at once
 
 
 def frontier(controller: Controller, state: RunState, now: float, between: int = 3) -> Frontier:
@@ -82,12 +83,12 @@ def frontier(controller: Controller, state: RunState, now: float, between: int =
     solver = controller.settings.solver
     more = minimum_budget(problem(0.0), solver)
     if more is None:
-        return Frontier(now, base, state.tasks_left, None, ())
+        return Frontier(now, base, state.tasks_left, None, (), _slots(state))
     reserve = controller.end_reserve(state, est)
     b_min = base + more + reserve
     # Enough money for every machine over the fluid makespan of them all, twice over.
     everything = list(problem(0.0).types)
-    speed = sum(t.max_count / t.mean_s for t in everything)
+    speed = sum(t.max_count * t.slots / t.mean_s for t in everything)
     units = math.ceil(n_e / speed / state.billing.atu_s) + 2
     ample = sum(t.max_count * (t.price * units + t.first_cost) for t in everything) * 2
     fastest = plan_budget(problem(ample), solver)
@@ -127,4 +128,8 @@ def frontier(controller: Controller, state: RunState, now: float, between: int =
                 c.makespan_interval_s,
             )
         )
-    return Frontier(now, base, state.tasks_left, b_min, undominated(options))
+    return Frontier(now, base, state.tasks_left, b_min, undominated(options), _slots(state))
+
+
+def _slots(state: RunState) -> dict[str, int]:
+    return {name: t.slots for name, t in state.types.items()}

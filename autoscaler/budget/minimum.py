@@ -18,8 +18,8 @@ _GROWTH_LIMIT = 2**12  # give up beyond this many times the fluid lower bound
 
 def fluid_lower_bound(problem: BudgetProblem) -> float:
     """No budget below this finishes: every task on the most profitable type, no boot,
-    no partial unit (c_i·T_i/ATU per task)."""
-    per_task = min(t.price * t.mean_s / problem.billing.atu_s for t in problem.types)
+    no partial unit (c_i·T_i/(s_i·ATU) per task)."""
+    per_task = min(t.price * t.mean_s / t.slots / problem.billing.atu_s for t in problem.types)
     return problem.tasks * per_task
 
 

@@ -131,7 +131,7 @@ def replan(
         return False
     first = not planned(state)
     current = {name: state.count_alive(name, include_marked=False) for name in state.types}
-    speed_now = sum(current[n] / e.mean_s for n, e in est.items())
+    speed_now = sum(current[n] * e.slots / e.mean_s for n, e in est.items())
     budget = money_left(state)
     chosen: Plan | None
     notes: list[str] = []

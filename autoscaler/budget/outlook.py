@@ -30,10 +30,11 @@ def paid_completions(
 ) -> float:
     """Σ ft_m: tasks the machines paid for are expected to finish in their paid time.
 
-    A running task counts if its expected rest fits; the time left after it is filled
-    with whole tasks of the type's mean. A booting machine loses the rest of its boot;
-    a launch in flight does its first step less the whole boot. Types without an
-    estimate count for nothing (they cannot be planned with yet).
+    A machine of s slots is s lanes. A running task counts if its expected rest fits
+    in its lane; the time left after it is filled with whole tasks of the type's mean,
+    as is every free lane's. A booting machine loses the rest of its boot; a launch in
+    flight does its first step less the whole boot. Types without an estimate count
+    for nothing (they cannot be planned with yet).
     """
     billing = state.billing
     margin = billing.boundary_margin_s()
@@ -45,21 +46,25 @@ def paid_completions(
         left = m.paid_until - margin - now
         if m.state is MachineState.BOOTING:
             left -= max(0.0, m.launched_at + m.type.boot_s - now)
-        for start in m.running.values():
+        lanes = [left] * max(1, m.type.slots)
+        for i, start in enumerate(m.running.values()):
+            lane = i % len(lanes)
+            if lanes[lane] < 0:
+                continue
             rest = max(0.0, residual(m.type.name, now - start) - (now - start))
-            if rest > left:
-                left = -1.0
-                break
+            if rest > lanes[lane]:
+                lanes[lane] = -1.0
+                continue
             total += 1
-            left -= rest
-        if left > 0:
-            total += math.floor(left / mean + _EPS)
+            lanes[lane] -= rest
+        total += sum(math.floor(lane / mean + _EPS) for lane in lanes if lane > 0)
     for tname, count in state.pending_launches.values():
         mean = means.get(tname)
         if mean is None:
             continue
         usable = billing.first_step_s - margin - state.types[tname].boot_s
-        total += count * max(0, math.floor(usable / mean + _EPS))
+        slots = state.types[tname].slots
+        total += count * slots * max(0, math.floor(usable / mean + _EPS))
     return total
 
 
@@ -81,7 +86,8 @@ def potential(
     the money not yet committed pays for, at the current mix's rate of spending.
 
     Units are whole ATUs under fixed billing, a fraction under per-second billing;
-    each machine does ``tasks_within`` of that horizon (the final-unit cushion).
+    each slot of each machine does ``tasks_within`` of that horizon (the final-unit
+    cushion).
     """
     keep: list[str] = [
         m.type.name for m in state.alive_machines() if not m.marked and m.type.name in means
@@ -97,7 +103,12 @@ def potential(
     if state.billing.mode == "fixed":
         units = math.floor(units + _EPS)
     horizon = units * state.billing.atu_s
-    return float(sum(tasks_within(horizon, means[t], sds.get(t, 0.0), z, loss) for t in keep))
+    return float(
+        sum(
+            state.types[t].slots * tasks_within(horizon, means[t], sds.get(t, 0.0), z, loss)
+            for t in keep
+        )
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +129,7 @@ def forecast(
     """When ``counts`` (machines per type) would finish the tasks left, and the run's cost.
 
     Fluid: every machine of the mix works from when it is free (now; the end of its
-    boot; a new machine's boot from now) at 1/T_i tasks per second until the last task
+    boot; a new machine's boot from now) at s_i/T_i tasks per second until the last task
     is done, plus ``ragged_s`` for the ragged end (the last tasks do not all end
     together: ``ragged.ragged_end``). Machines pay their lifetimes to the fluid end (a
     machine goes when it has no task left), under the billing's rules; machines already
@@ -138,7 +149,8 @@ def forecast(
             fixed_cost += billing.cost(m.type.price, m.paid_until - m.launched_at)
             if m.type.name in means:
                 free = max(now, m.launched_at + m.type.boot_s)
-                leaving_work += max(0.0, m.paid_until - margin - free) / means[m.type.name]
+                lanes = m.type.slots * max(0.0, m.paid_until - margin - free)
+                leaving_work += lanes / means[m.type.name]
         else:
             free = max(now, m.launched_at + m.type.boot_s)
             live.setdefault(m.type.name, []).append((m.launched_at, free, m.paid_until))
@@ -157,13 +169,14 @@ def forecast(
         ordered = sorted(live.get(tname, []), key=lambda lfp: lfp[1])
         have = [(launched, free) for launched, free, _ in ordered[:want]]
         have += [(now, now + state.types[tname].boot_s)] * (want - len(have))
+        slots = state.types[tname].slots
         for launched, free in have:
-            rate += 1.0 / means[tname]
-            weighted_free += free / means[tname]
+            rate += slots / means[tname]
+            weighted_free += slots * free / means[tname]
             workers.append((tname, launched))
         for launched, free, paid in ordered[want:]:  # to be marked: go when paid time ends
             fixed_cost += billing.cost(state.types[tname].price, paid - launched)
-            leaving_work += max(0.0, paid - margin - free) / means[tname]
+            leaving_work += slots * max(0.0, paid - margin - free) / means[tname]
     if rate <= 0 or state.tasks_left <= 0:
         paid = fixed_cost + _paid_by_live(state, workers, now)
         return Forecast(now, paid, paid)

@@ -19,7 +19,7 @@ monotone facts instead:
 * per kind of machine (kept or new), tasks and cost grow with H and cost per task
   does not: the fractional relaxation, once feasible, stays feasible, so bisection on
   it gives a lower bound on the smallest feasible H (``_fractional_max``);
-* a machine does at most 1/T_i more tasks per extra second (the slope of
+* a machine does at most s_i/T_i more tasks per extra second (the slope of
   ``tasks_within`` is below 1/T_i), and a mix affordable at H' ≥ H is affordable at
   H: no mix is feasible before H + (N − T(H))/S(H), with T(H) the most tasks a mix
   affordable at H does by H (a MILP) and S(H) a bound on the speed of such mixes;
@@ -236,12 +236,12 @@ def _fastest_at(
     """Among mixes feasible at H, the fastest, then the cheapest, then the one that
     launches least (the tie-breaks of the fixed-ATU model)."""
     lp, x = _per_second_lp(kinds, horizon_s, problem, "per_second_speed")
-    min_speed = min(1.0 / k.type.mean_s for k in kinds)
+    min_speed = min(k.type.rate for k in kinds)
     max_cost = sum(k.count * _kind_cost(k, horizon_s, problem.billing) for k in kinds) or 1.0
     lp += pulp.lpSum(
         v
         * (
-            1.0 / k.type.mean_s
+            k.type.rate
             - 1e-3 * min_speed * _kind_cost(k, horizon_s, problem.billing) / max_cost
             - (1e-6 * min_speed if k.new else 0.0)
         )
@@ -300,7 +300,7 @@ def solve_per_second(
         if solved.note:
             optimal = solved.outcome == "optimal"
             notes.append(solved.note if optimal else f"{solved.note}; stepped on the LP bound")
-        speed = _fractional_max(kinds, horizon, problem, lambda k: 1.0 / k.type.mean_s)
+        speed = _fractional_max(kinds, horizon, problem, lambda k: k.type.rate)
         if speed <= 0:
             break
         horizon += max((problem.tasks - bound) / speed, _H_REL * horizon)
@@ -332,6 +332,6 @@ def _per_second_plan(kinds: Sequence[_Kind], mix: Mix, problem: BudgetProblem) -
     return Plan(
         counts=counts,
         units=0,
-        speed=sum(a / k.type.mean_s for k, a in zip(kinds, mix, strict=True)),
+        speed=sum(a * k.type.slots / k.type.mean_s for k, a in zip(kinds, mix, strict=True)),
         cost=_mix_cost(kinds, mix, finish, problem.billing),
     )

@@ -3,18 +3,21 @@
 Model (fixed ATUs). Choose a_i = keep_i + new_i machines of each type i, where keep_i
 of the l_i live machines are kept and new_i are launched (boot time β_i), a_i ≤ A_i::
 
-    minimise  T_e = N / Σ a_i/T_i
+    minimise  T_e = N / Σ a_i·s_i/T_i
     s.t.      ⌈T_e/ATU⌉ · Σ a_i·c_i ≤ B
+
+A machine of type i runs s_i tasks at once (its slots), each in T_i, the time per task
+measured at that slot count; its throughput is s_i/T_i (s_i = 1 is the paper's model).
 
 For a fixed number k of further units (after the time each live machine has already
 paid for) the problem is linear::
 
-    maximise  Σ a_i / T_i
+    maximise  Σ a_i·s_i / T_i
     s.t.      Σ a_i·k·c_i + new_i·f_i ≤ B
               Σ a_i·m_i(k·ATU) + new_i·p_i ≥ N
 
 where a new machine first pays one step f_i (one ATU) in which it boots and then does
-p_i = ⌊(step − β_i)/T_i⌋ tasks, exactly as the monitor will count it once it runs. The
+p_i = s_i·⌊(step − β_i)/T_i⌋ tasks, exactly as the monitor will count it once it runs. The
 first feasible k ≥ 1 is optimal (a mix that fits in fewer units would have been
 feasible for that smaller k). k = 0 is not offered: it would count live machines as
 kept for nothing, yet they go on working (and paying) past their paid time.
@@ -112,10 +115,10 @@ def _solve_fixed_k(
     atu = problem.billing.atu_s
     lp = pulp.LpProblem("bats_budget", pulp.LpMaximize)
     keep, new = _mix_variables(lp, problem.types)
-    speed = pulp.lpSum((keep[t.name] + new[t.name]) * (1.0 / t.mean_s) for t in problem.types)
+    speed = pulp.lpSum((keep[t.name] + new[t.name]) * t.rate for t in problem.types)
     cost = pulp.lpSum((keep[t.name] + new[t.name]) * t.price for t in problem.types)
     # Among equally fast mixes prefer the cheaper one, then the one that launches less.
-    min_speed = min(1.0 / t.mean_s for t in problem.types)
+    min_speed = min(t.rate for t in problem.types)
     max_cost = sum(t.price * t.max_count for t in problem.types) or 1.0
     lp += speed - 1e-3 * min_speed * cost / max_cost - 1e-6 * min_speed * pulp.lpSum(new.values())
     lp += k * cost + pulp.lpSum(new[t.name] * t.first_cost for t in problem.types) <= (
@@ -146,7 +149,7 @@ def _solve_fixed_k(
     plan = Plan(
         counts=counts,
         units=k,
-        speed=sum(counts[t.name] / t.mean_s for t in problem.types),
+        speed=sum(counts[t.name] * t.slots / t.mean_s for t in problem.types),
         cost=k * per_unit + sum(whole(new[t.name]) * t.first_cost for t in problem.types),
     )
     return plan, solved
@@ -155,7 +158,7 @@ def _solve_fixed_k(
 def _solve_fixed(problem: BudgetProblem, solver: Solver, time_limit_s: float | None) -> PlanResult:
     types = problem.types
     atu = problem.billing.atu_s
-    fastest = sum(t.max_count / t.mean_s for t in types)
+    fastest = sum(t.max_count * t.slots / t.mean_s for t in types)
     k = max(1, math.floor(problem.tasks / (fastest * atu)) - 1)
     cheapest = min(t.price for t in types)
     notes: list[str] = []
@@ -216,6 +219,6 @@ def plan_clairvoyant(
     is ``plan_budget`` with nothing live, nothing paid for a first unit, and the fluid
     capacity k·ATU/μ_i per machine (no spread, no final-unit loss).
     """
-    bare = [TypeEstimate(t.name, t.price, t.max_count, 0.0, t.mean_s) for t in types]
+    bare = [TypeEstimate(t.name, t.price, t.max_count, 0.0, t.mean_s, slots=t.slots) for t in types]
     problem = BudgetProblem(float(tasks), budget, bare, billing, cushion_z=0.0, final_loss=0.0)
     return plan_budget(problem)

@@ -78,7 +78,7 @@ def plan(
 
 
 def _at_means(plan: Plan, est: dict[str, TypeEstimate]) -> Plan:
-    speed = sum(c / est[n].mean_s for n, c in plan.counts.items() if n in est)
+    speed = sum(c * est[n].slots / est[n].mean_s for n, c in plan.counts.items() if n in est)
     return replace(plan, speed=speed)
 
 
@@ -140,9 +140,10 @@ def _launchable(state: RunState, now: float, est: dict[str, TypeEstimate]) -> li
 
 def best_effort(est: dict[str, TypeEstimate]) -> Plan:
     """Keep going on the most profitable type while the budget pays for units."""
-    best = min(est.values(), key=lambda e: e.price * e.mean_s)
+    best = min(est.values(), key=lambda e: e.price * e.mean_s / e.slots)
     count = max(1, min(best.live, best.max_count))
-    return Plan(counts={best.name: count}, units=0, speed=count / best.mean_s, cost=0.0)
+    speed = count * best.slots / best.mean_s
+    return Plan(counts={best.name: count}, units=0, speed=speed, cost=0.0)
 
 
 def configure(
@@ -159,7 +160,7 @@ def configure(
     state = s.state
     within = intervals(settings, state, s.now, est)
     z = settings.confidence_z
-    rate = {n: counts.get(n, 0) / e.mean_s for n, e in est.items()}
+    rate = {n: counts.get(n, 0) * e.slots / e.mean_s for n, e in est.items()}
     total = sum(rate.values()) or 1.0
     lo: dict[str, float] = {}
     hi: dict[str, float] = {}

@@ -29,6 +29,13 @@ class TypeEstimate:
     live: int = 0  # l_i: machines of this type alive now, kept without a new boot
     first_cost: float = 0.0  # f_i: what a new machine commits at launch (one step)
     first_tasks: int = 0  # p_i: tasks a new machine does in its first step, after boot
+    slots: int = 1  # s_i: tasks a machine runs at once, each taking T_i (T_i is per task
+    # at that slot count: tasks sharing a machine slow each other)
+
+    @property
+    def rate(self) -> float:
+        """s_i/T_i: tasks one machine does per second."""
+        return self.slots / self.mean_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,11 +57,11 @@ class Plan:
 
     counts: Mapping[str, int]
     units: int  # k, further ATUs (0 under per-second billing)
-    speed: float  # Σ a_i/T_i, tasks per second
+    speed: float  # Σ a_i·s_i/T_i, tasks per second
     cost: float  # money the plan commits beyond what is committed now
 
     def makespan_s(self, tasks: float) -> float:
-        """T_e = N / Σ a_i/T_i."""
+        """T_e = N / Σ a_i·s_i/T_i."""
         return math.inf if self.speed <= 0 else tasks / self.speed
 
 
@@ -74,8 +81,10 @@ class PlanResult:
 
 
 def capacity(t: TypeEstimate, horizon_s: float, problem: BudgetProblem) -> float:
-    """m_i(h): tasks one machine of ``t`` is expected to finish in ``horizon_s``."""
-    return tasks_within(horizon_s, t.mean_s, t.sd_s, problem.cushion_z, problem.final_loss)
+    """m_i(h): tasks one machine of ``t`` is expected to finish in ``horizon_s``: each of
+    its s_i slots works through tasks one after another."""
+    lane = tasks_within(horizon_s, t.mean_s, t.sd_s, problem.cushion_z, problem.final_loss)
+    return t.slots * lane
 
 
 def affordable(cost: float, budget: float) -> bool:

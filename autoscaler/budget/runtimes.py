@@ -89,7 +89,8 @@ def estimates(settings: ControllerSettings, state: RunState, now: float) -> dict
             sd_s=e.sd_s,
             live=state.count_alive(name),
             first_cost=billing.cost(t.price, billing.first_step_s),
-            first_tasks=max(0, math.floor((usable - t.boot_s) / e.mean_s)),
+            first_tasks=t.slots * max(0, math.floor((usable - t.boot_s) / e.mean_s)),
+            slots=t.slots,
         )
     return out
 
@@ -142,6 +143,6 @@ def reserved(
     out = {}
     for name, e in est.items():
         mean = e.mean_s + z * e.sd_s / math.sqrt(n_eff(settings, state, name, e))
-        first = max(0, math.floor((usable - e.boot_s) / mean))
+        first = e.slots * max(0, math.floor((usable - e.boot_s) / mean))
         out[name] = replace(e, mean_s=mean, first_tasks=first)
     return out

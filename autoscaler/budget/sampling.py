@@ -25,7 +25,8 @@ def sampling(settings: ControllerSettings, state: RunState) -> Configure:
     """The sampling configuration a fresh run starts with."""
     n = sample_size(state.n_tasks, settings.z, settings.delta)
     iw = initial_workers(state.n_tasks, n)
-    aim = dict.fromkeys(state.types, iw)
+    # iw tasks at once per type: a machine of s slots runs s of them.
+    aim = {name: -(-iw // t.slots) for name, t in state.types.items()}
     if is_compact(settings, state):
         # Only the reference samples n tasks; the others run the replicated ones.
         ref = reference(settings, state)

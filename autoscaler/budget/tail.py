@@ -34,6 +34,8 @@ def replicate(settings: ControllerSettings, s: Step, m: Machine) -> bool:
         if len(runs) != 1 or state.task_state[tid] is not TaskState.RUNNING:
             continue
         ((other, start),) = runs.items()
+        if other == m.id:
+            continue  # a copy on its own machine (another of its slots) beats nothing
         host = state.machines[other]
         host_stats = stats(settings, state, host.type.name)
         finish = start + host_stats.tail_estimate(s.now - start)

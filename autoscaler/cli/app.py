@@ -111,7 +111,7 @@ def load(path: Path) -> tuple[RunConfig, list[TaskSpec]]:
     config (a bad one raises ``ConfigError``, which names each bad field)."""
     from autoscaler.config.load import expand_bag, load_config
 
-    cfg = load_config(path, prices=_aws_prices)
+    cfg = load_config(path, prices=_aws_prices, vcpus=_aws_vcpus)
     return cfg, expand_bag(cfg, source=str(path))
 
 
@@ -122,6 +122,15 @@ def _aws_prices(
     from autoscaler.providers.ec2_prices import lookup_prices
 
     return lookup_prices(instance_types, region, endpoint)
+
+
+def _aws_vcpus(
+    instance_types: Sequence[str], region: str, endpoint: str | None, profile: str | None
+) -> Mapping[str, int]:
+    """Default vCPUs per instance type from EC2 (only for ``ec2.lookup_slots``)."""
+    from autoscaler.providers.ec2_types import lookup_vcpus
+
+    return lookup_vcpus(instance_types, region, endpoint, profile)
 
 
 def conclude(report: Report, run_dir: Path) -> None:

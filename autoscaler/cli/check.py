@@ -67,7 +67,8 @@ def _service_summary(path: Path) -> str:
 
     svc = load_service_config(path)
     types = ", ".join(
-        f"{t.name} ({t.price:g}/ATU, max {t.max_count})" for t in svc.platform.machine_types
+        f"{t.name} ({t.price:g}/ATU, max {t.max_count}{_slots(t.slots)})"
+        for t in svc.platform.machine_types
     )
     billing = _billing(svc.platform.billing)
     return (
@@ -125,7 +126,9 @@ def schema(
 
 def _summary(cfg: RunConfig, n_tasks: int) -> str:
     """One line: the run's name, its tasks, machine types, budget and billing."""
-    types = ", ".join(f"{t.name} ({t.price:g}/ATU, max {t.max_count})" for t in cfg.machine_types)
+    types = ", ".join(
+        f"{t.name} ({t.price:g}/ATU, max {t.max_count}{_slots(t.slots)})" for t in cfg.machine_types
+    )
     budget = cfg.constraint.budget
     limit = "no budget" if budget is None else f"budget {budget:g}"
     return (
@@ -145,3 +148,8 @@ def _duration(seconds: float) -> str:
         if seconds >= size and seconds % size == 0:
             return f"{seconds / size:g}{unit}"
     return f"{seconds:g}s"
+
+
+def _slots(slots: int | None) -> str:
+    """What a type's summary adds for machines that run several tasks at once."""
+    return "" if slots is None or slots <= 1 else f", {slots} slots"

@@ -208,6 +208,11 @@ def _frontier_json(frontier: Frontier) -> dict[str, Any]:
     return data
 
 
+def _machines(name: str, count: int, slots: int) -> str:
+    """``c5 3``, or ``c5 3 × 8 slots`` for machines that run several tasks at once."""
+    return f"{name} {count}" if slots <= 1 else f"{name} {count} × {slots} slots"
+
+
 def _frontier_table(frontier: Frontier) -> RenderableType:
     from rich.console import Group
     from rich.table import Table
@@ -239,7 +244,7 @@ def _frontier_table(frontier: Frontier) -> RenderableType:
             str(i),
             o.label,
             f"{o.budget:.2f}",
-            ", ".join(f"{n} {c}" for n, c in o.counts.items() if c),
+            ", ".join(_machines(n, c, frontier.slots.get(n, 1)) for n, c in o.counts.items() if c),
             f"{o.cost:.2f}",
             f"{o.cost_interval[0]:.2f} – {o.cost_interval[1]:.2f}",
             hms(o.makespan_s),

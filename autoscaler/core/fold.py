@@ -136,6 +136,7 @@ class Fold(RunRecords):
             case TaskDone(task=tid, machine=mid, runtime_s=runtime):
                 m = self.machines[mid]
                 if not self._finish_run(tid, mid, "done", runtime):
+                    self._done_after_all(m, tid, runtime)
                     return
                 if self.task_state[tid] is TaskState.RUNNING:
                     self.task_state[tid] = TaskState.DONE
@@ -189,6 +190,26 @@ class Fold(RunRecords):
                 self.shutdown = self.awaiting_budget = self.interrupted = False
             case Tick() | BoundaryNear():
                 pass
+
+    def _done_after_all(self, m: Machine, tid: int, runtime_s: float) -> None:
+        """A task taken back from ``m``'s queue that its agent had started (or finished)
+        before it heard: its result counts, and the copies queued or running elsewhere
+        end (the first result wins), so it never runs to success twice."""
+        if tid not in m.taken or self.task_state[tid] not in (TaskState.RUNNING, TaskState.PENDING):
+            return
+        m.taken.discard(tid)
+        if self.task_state[tid] is TaskState.PENDING:
+            self.pending.remove(tid)
+        self.task_state[tid] = TaskState.DONE
+        self.done += 1
+        m.tasks_done += 1
+        self.segments.append(Segment(tid, m.id, max(0.0, self.now - runtime_s), self.now, "done"))
+        for other in self.alive_machines():
+            if tid in other.queue or tid in other.running:
+                self._cancel(tid, other.id)
+        self.running_on.pop(tid, None)
+        for token, queues in self.launch_queues.items():
+            self.launch_queues[token] = deque(tuple(t for t in q if t != tid) for q in queues)
 
     def _avoid(self, failed: LaunchFailed, until: float) -> None:
         """What a refused launch avoids until ``until``: its type (``capacity``; an
@@ -449,6 +470,7 @@ class Fold(RunRecords):
         if tid in m.queue:
             m.queue.remove(tid)
             m.run_no.pop(tid, None)
+            m.taken.add(tid)
             self._drop_run(tid, mid)
         start = m.running.pop(tid, None)
         if start is not None:
@@ -486,5 +508,6 @@ class Fold(RunRecords):
         for tid in tids:
             s.queue.remove(tid)
             s.run_no.pop(tid, None)
+            s.taken.add(tid)
         self._queue_on(d, tids)
         self._start_queued(d)

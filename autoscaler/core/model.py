@@ -22,6 +22,12 @@ class TaskSpec:
     command: str | None  # shell command; None for a synthetic (emulated) task
     env: Mapping[str, str] = field(default_factory=dict)
     timeout_s: float | None = None  # its bag's per-task timeout
+    # What the task says it needs (paper 004's TFSize, ETCPUTime, OFSize), or a user's
+    # category; any may be missing (autoscaler.categories sorts tasks by them).
+    input_bytes: float | None = None
+    estimate_s: float | None = None
+    output_bytes: float | None = None
+    category: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,6 +51,7 @@ class Machine:
     starts: int = 0  # runs started here so far; numbers the next run
     queue: deque[int] = field(default_factory=deque)  # assigned, not yet started
     replicas: set[int] = field(default_factory=set)  # running copies of tasks run elsewhere
+    taken: set[int] = field(default_factory=set)  # queued here, taken back: may still end here
     tasks_done: int = 0
     busy_s: float = 0.0  # time spent on tasks that finished (any outcome)
 

@@ -8,6 +8,7 @@ from autoscaler.core.model import Configure, Forecast
 from autoscaler.core.step import Step
 from autoscaler.deadline.jobs import DeadlineSettings, job_deadlines, queue_of, task_times
 from autoscaler.deadline.reassign import Queue, finish_times
+from autoscaler.deadline.slots import cushion, on_slots
 
 
 def forecast(cfg: DeadlineSettings, s: Step, jobs: set[str], why: str) -> None:
@@ -33,7 +34,9 @@ def forecast(cfg: DeadlineSettings, s: Step, jobs: set[str], why: str) -> None:
             }
             paid = s.now + state.billing.first_step_s
             margin = state.billing.boundary_margin_s()
-            q = Queue(f"{token}?", s.now + t.boot_s, paid - margin, named, times)
+            start = s.now + t.boot_s + cushion(t.slots, max(times.values(), default=0.0))
+            times = on_slots(times, t.slots)
+            q = Queue(f"{token}?", start, paid - margin, named, times)
             queues.append((q, s.now, paid, tname))
     finish: dict[str, float] = {}
     cost: dict[str, float] = {}

@@ -13,6 +13,7 @@ from autoscaler.core.model import JobSpec, MachineState
 from autoscaler.core.solve import Solver
 from autoscaler.core.state import Machine, RunState
 from autoscaler.deadline.reassign import Queue
+from autoscaler.deadline.slots import cushion, on_slots
 
 EPS = 1e-6
 
@@ -76,7 +77,9 @@ def launchable(state: RunState, name: str) -> bool:
 
 def queue_of(state: RunState, m: Machine, now: float) -> Queue:
     """``m`` as the reassignment sees it: when its current task ends (by its observed
-    speed), its queue, and its time per task of each job it can run."""
+    speed), its queue, and its time per task of each job it can run. A machine of s > 1
+    slots is seen as one that runs a task at a time in e/s, busy until the rest of its
+    running tasks over s plus the cushion (``deadline.slots``)."""
     times: dict[str, float] = {}
     for job in state.jobs:
         e = machine_task_s(state, m, job)
@@ -84,13 +87,28 @@ def queue_of(state: RunState, m: Machine, now: float) -> Queue:
             times[job.name] = e
     booting = m.state is MachineState.BOOTING
     busy = max(now, m.launched_at + m.type.boot_s) if booting else now
+    ready = busy
     for tid, start in m.running.items():
         e = times.get(state.job_of(tid).name, 0.0)
         busy = max(busy, start + e, now)
     tasks = [(tid, state.job_of(tid).name) for tid in m.queue]
     for _, name in tasks:
         times.setdefault(name, state.job_named(name).task_s.get(m.type.name, 0.0))
+    if m.type.slots > 1:
+        busy, times = _slotted(state, m, ready, times)
     return Queue(m.id, busy, m.paid_until - state.billing.boundary_margin_s(), tasks, times)
+
+
+def _slotted(
+    state: RunState, m: Machine, ready: float, times: dict[str, float]
+) -> tuple[float, dict[str, float]]:
+    """A slotted machine's start and times per task as a one-lane queue."""
+    s = m.type.slots
+    rest = 0.0
+    for tid, start in m.running.items():
+        rest += max(0.0, start + times.get(state.job_of(tid).name, 0.0) - ready)
+    e_max = max(times.values(), default=0.0)
+    return ready + rest / s + cushion(s, e_max), on_slots(times, s)
 
 
 def all_queues(state: RunState, now: float) -> list[Queue]:

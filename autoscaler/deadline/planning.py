@@ -31,6 +31,7 @@ from autoscaler.deadline.jobs import (
     queue_of,
     task_times,
 )
+from autoscaler.deadline.slots import slotted
 
 RELAX = (1.5, 2.0, 4.0, 8.0, 32.0)  # deadline windows tried when no plan meets them
 
@@ -91,6 +92,10 @@ def plan_types(state: RunState) -> list[MachineType]:
     return out
 
 
+def type_slots(state: RunState) -> dict[str, int]:
+    return {t.name: t.slots for t in state.types.values()}
+
+
 def solve_plan(cfg: DeadlineSettings, problem: DeadlineProblem) -> DeadlineResult:
     if cfg.planner == "single":
         return handle_single(problem, solver=cfg.solver)
@@ -114,7 +119,7 @@ def plan_jobs(cfg: DeadlineSettings, s: PlanStep) -> bool:
     if not jobs:
         return False
     machines = running_machines(state, s.now)
-    types = plan_types(state)
+    jobs, types = slotted(jobs, plan_types(state), type_slots(state))
     result: DeadlineResult | None = None
     for factor in (1.0, *RELAX):
         relaxed = [relax(j, s.now, factor, types) for j in jobs]
@@ -192,6 +197,7 @@ def crowd(s: Step, tasks: Mapping[str, Sequence[int]], machines: Sequence[Runnin
                 e = machine_task_s(state, state.machines[m.id], job)
                 if e is None:
                     continue
+                e /= state.machines[m.id].type.slots
                 if best is None or free[m.id] + e < best[0]:
                     best = (free[m.id] + e, m.id)
             if best is None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from autoscaler.core.limits import new_caps
-from autoscaler.core.model import Assign, Launch
+from autoscaler.core.model import Assign, Launch, MachineState
 from autoscaler.core.step import Step
 from autoscaler.deadline.jobs import EPS, DeadlineSettings, is_sampling, launchable
 
@@ -46,22 +46,27 @@ def sample(cfg: DeadlineSettings, s: Step) -> None:
 
 def spread_sample(s: Step, name: str, tasks: list[int]) -> None:
     """Run sample ``tasks`` on type ``name`` side by side, the deadline running: one
-    each on its idle machines, then one each on new machines the limits and the
-    budget allow, the rest queued on the least loaded machine of the type."""
+    each on its machines' free slots, then a machine's slots' worth each on new machines
+    the limits and the budget allow, the rest queued on the least loaded machine of the
+    type. Samples of a slotted type run beside each other, as the job's tasks will:
+    their times are the times per task at that slot count."""
     state = s.state
+    slots = state.types[name].slots
     mine = [m for m in state.alive_machines() if m.type.name == name and not m.marked]
     for m in mine:
-        if tasks and m.idle:
+        if m.state is not MachineState.READY:
+            continue
+        while tasks and len(m.running) + len(m.queue) < m.type.slots:
             s.do(Assign(tasks.pop(0), m.id))
     room = new_caps(state)[name]
     if state.budget is not None:
         unit = state.billing.cost(state.types[name].price, state.billing.first_step_s)
         room = min(room, math.floor((state.budget - state.committed) / unit + EPS))
-    count = min(room, len(tasks))
+    count = min(room, -(-len(tasks) // slots))
     if count > 0 and state.launchable(name, s.now):
-        queues = tuple((tid,) for tid in tasks[:count])
+        queues = tuple(tuple(tasks[i * slots : (i + 1) * slots]) for i in range(count))
         s.do(Launch(name, count, f"L{state.launch_seq}", queues))
-        tasks = tasks[count:]
+        tasks = tasks[count * slots :]
     host = min(mine, key=lambda m: len(m.queue) + len(m.running), default=None)
     if host is not None:
         for tid in tasks:

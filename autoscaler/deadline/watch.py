@@ -19,13 +19,14 @@ from autoscaler.deadline.jobs import (
     job_deadlines,
     task_times,
 )
-from autoscaler.deadline.planning import PlanStep, carry_out, plan_types
+from autoscaler.deadline.planning import PlanStep, carry_out, plan_types, type_slots
 from autoscaler.deadline.reassign import (
     Lateness,
     late_tasks,
     lateness,
     reassign,
 )
+from autoscaler.deadline.slots import slotted
 
 CAUSES = {
     "budget": "the budget cannot pay for machines that would finish it in time",
@@ -111,7 +112,7 @@ def buy_for_late(
         times = task_times(cfg, state, job) or dict(job.task_s)
         if times:
             jobs.append(DeadlineJob(name, len(items), deadlines[name], times))
-    types = plan_types(state)
+    jobs, types = slotted(jobs, plan_types(state), type_slots(state))
     result = solve_new(jobs, types, state.billing, s.now, solver=cfg.solver)
     if result.plan is None:
         return False, "deadline"

@@ -95,14 +95,14 @@ def build_report(
     billing = state.billing
     budget = state.budget_of(cfg.constraint.budget)
     machines = []
-    totals = {t.name: _TypeTotals() for t in cfg.machine_types}
+    totals = {t.name: _TypeTotals(slots=t.slots or 1) for t in cfg.machine_types}
     for m in state.machines.values():
         end = m.ended_at if m.ended_at is not None else state.now
         life = end - m.launched_at
         boot = (m.ready_at if m.ready_at is not None else end) - m.launched_at
         cost = billing.cost(m.type.price, life)
         units = billing.paid_units(life)
-        idle = max(0.0, life - boot - m.busy_s)
+        idle = max(0.0, m.type.slots * (life - boot) - m.busy_s)
         machines.append(
             MachineSummary(
                 id=m.id,
@@ -117,6 +117,7 @@ def build_report(
                 idle_s=round(idle, 3),
                 end_reason=m.end_reason,
                 provider=cfg.provider_of(m.type.name),
+                slots=m.type.slots,
             )
         )
         totals[m.type.name].add(units, cost, m.tasks_done, m.busy_s, idle, boot)
@@ -246,6 +247,7 @@ class _TypeTotals:
     busy_s: float = 0.0
     idle_s: float = 0.0
     boot_s: float = 0.0
+    slots: int = 1
 
     def add(
         self, units: float, cost: float, tasks: int, busy_s: float, idle_s: float, boot_s: float
@@ -267,4 +269,5 @@ class _TypeTotals:
             busy_s=round(self.busy_s, 4),
             idle_s=round(self.idle_s, 4),
             boot_s=round(self.boot_s, 4),
+            slots=self.slots,
         )

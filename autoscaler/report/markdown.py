@@ -90,12 +90,12 @@ def render_markdown(report: Report) -> str:
 def _types_table(report: Report) -> list[str]:
     lines = [
         "",
-        "| type | machines | units paid | cost | tasks run | busy | idle |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| type | slots | machines | units paid | cost | tasks run | busy | idle |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for name, t in report.machine_types.items():
         lines.append(
-            f"| {name} | {t.machines} | {t.units_paid:g} | {money(t.cost)} | "
+            f"| {name} | {t.slots} | {t.machines} | {t.units_paid:g} | {money(t.cost)} | "
             f"{t.tasks_run} | {hms(t.busy_s)} | {hms(t.idle_s)} |"
         )
     if len(report.providers) > 1:
@@ -219,12 +219,12 @@ def _tail(report: Report, lines: list[str]) -> str:
         "",
         "## Machines",
         "",
-        "| machine | type | start | end | units paid | tasks run | ended because |",
-        "| --- | --- | ---: | ---: | ---: | ---: | --- |",
+        "| machine | type | slots | start | end | units paid | tasks run | ended because |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for m in report.machines:
         lines.append(
-            f"| {m.id} | {m.type} | {hms(m.start_s)} | {hms(m.end_s)} | "
+            f"| {m.id} | {m.type} | {m.slots} | {hms(m.start_s)} | {hms(m.end_s)} | "
             f"{m.units_paid:g} | {m.tasks_run} | {m.end_reason or '-'} |"
         )
     return "\n".join(lines) + "\n"

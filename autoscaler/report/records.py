@@ -123,11 +123,14 @@ class TypeSummary:
     tasks_run: int
     """Tasks they finished."""
     busy_s: float
-    """Seconds they spent running tasks."""
+    """Seconds they spent running tasks (task-seconds: a machine of several slots counts
+    each task running on it)."""
     idle_s: float
-    """Seconds they were ready but ran nothing."""
+    """Seconds they were ready but ran nothing (slot-seconds: each free slot counts)."""
     boot_s: float
     """Seconds from their launches to their being ready."""
+    slots: int = 1
+    """Tasks a machine of the type runs at once."""
 
 
 @_record
@@ -151,13 +154,15 @@ class MachineSummary:
     tasks_run: int
     """Tasks it finished."""
     busy_s: float
-    """Seconds it spent running tasks."""
+    """Seconds it spent running tasks (task-seconds over its slots)."""
     idle_s: float
-    """Seconds it was ready but ran nothing."""
+    """Seconds it was ready but ran nothing (slot-seconds: each free slot counts)."""
     end_reason: str | None
     """Why it ended (null if it was still alive)."""
     provider: str = ""
     """The name of the provider it came from."""
+    slots: int = 1
+    """Tasks it ran at once, at most."""
 
 
 @_record

@@ -28,7 +28,7 @@ from autoscaler.core.model import (
     TaskSpec,
 )
 from autoscaler.core.state import Machine, RunState
-from autoscaler.providers.sim import type_runtime
+from autoscaler.providers.sim import share_factor, type_runtime
 from autoscaler.run.dispatch import AgentResult, Poll
 
 
@@ -137,11 +137,13 @@ class Agents:
         if spec.command is None:
             means = self.task_means[task] if self.task_means else None
             runtime = type_runtime(self.cfg.emulator, self.runtimes[task], task, m.type.name, means)
+            held = len(m.running) + len(m.queue)  # tasks on the machine as this run is sent
+            slowdown = share_factor(self.cfg.emulator.share_slowdown, held, m.type.slots)
             return {
                 "run": run,
                 "task": task,
                 "command": None,
-                "sleep_s": runtime / self.cfg.time_scale,
+                "sleep_s": runtime * slowdown / self.cfg.time_scale,
                 "env": {},
                 "cwd": None,
                 "timeout_s": None,

@@ -3,7 +3,9 @@
 Events sit in a heap ordered by virtual time; all events of one instant go into one
 step. Actions are applied to the simulated machines, which schedule what follows from
 them (a machine ready after its boot time, a task done after its runtime, the end of a
-paid unit). A 1000-task bag of five virtual hours runs in about a second.
+paid unit). A machine runs up to its type's slots tasks at once, from its queue in order
+as slots free up (as a worker agent does). A 1000-task bag of five virtual hours runs in
+about a second.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from autoscaler.core.model import (
 )
 from autoscaler.core.state import RunState
 from autoscaler.deadline.controller import DeadlineController
-from autoscaler.providers.sim import SimProvider
+from autoscaler.providers.sim import SimProvider, share_factor
 from autoscaler.run.refusals import Holds, refusal
 
 StepHook = Callable[[float, list[Event], list[Action], RunState], None]
@@ -71,9 +73,11 @@ class _Wake:
 
 @dataclass
 class _Box:
-    """The simulated side of one machine: what it runs and what waits (until it is ready)."""
+    """The simulated side of one machine: what it runs (up to ``slots`` at once) and
+    what waits (until it is ready, or a slot is free)."""
 
-    current: _Run | None = None
+    slots: int = 1
+    running: list[_Run] = field(default_factory=list)
     queue: deque[int] = field(default_factory=deque)
     ready: bool = False
     gone: bool = False
@@ -166,7 +170,7 @@ class Emulator:
                 box = self._boxes[run.machine]
                 if not run.live or box.gone:
                     return None
-                box.current = None
+                box.running.remove(run)
                 self._start_next(run.machine)
                 runtime = self.now - run.started
                 if run.fails:
@@ -230,7 +234,7 @@ class Emulator:
                     self._at(self.now, self._refused(action, err))
                     return
                 for rec in records:
-                    self._boxes[rec.id] = _Box()
+                    self._boxes[rec.id] = _Box(slots=self.state.types[tname].slots)
                     self._at(self.now, MachineLaunched(rec.id, rec.type, token))
                     self._at(self.now + self.sim.boot_time(rec.id), MachineReady(rec.id))
                     first_end = self.now + self.state.billing.first_step_s
@@ -248,46 +252,50 @@ class Emulator:
                 self.sim.terminate([mid])
                 box = self._boxes[mid]
                 box.gone = True
-                if box.current is not None:
-                    box.current.live = False
+                for run in box.running:
+                    run.live = False
             case Assign(machine=mid) | AssignGroup(machine=mid):
                 tids = (action.task,) if isinstance(action, Assign) else action.tasks
-                self.state.enqueue(self._boxes[mid].queue, tids)
-                if self._boxes[mid].current is None:
-                    self._start_next(mid)
+                self._queue(mid, tids)
             case Replicate(task=tid, machine=mid):
                 self._boxes[mid].queue.append(tid)
-                if self._boxes[mid].current is None:
-                    self._start_next(mid)
+                self._start_next(mid)
             case Cancel(task=tid, machine=mid):
                 box = self._boxes[mid]
                 if tid in box.queue:
                     box.queue.remove(tid)
-                if box.current is not None and box.current.task == tid:
-                    box.current.live = False
-                    box.current = None
-                    self._start_next(mid)
+                for run in [r for r in box.running if r.task == tid]:
+                    run.live = False
+                    box.running.remove(run)
+                self._start_next(mid)
             case Move(tasks=tids, source=src, target=dst):
                 for tid in tids:
                     self._boxes[src].queue.remove(tid)
-                self.state.enqueue(self._boxes[dst].queue, tids)
-                if self._boxes[dst].current is None:
-                    self._start_next(dst)
+                self._queue(dst, tids)
             case _:
                 pass  # Configure and Stop change only the controller's state
 
     def _boundary_at(self, until: float) -> float:
         return max(self.now, until - self.state.billing.boundary_margin_s())
 
+    def _queue(self, mid: str, tids: tuple[int, ...]) -> None:
+        """Queue ``tids`` on ``mid`` (an assignment, a group, a move) and start what fits."""
+        self.state.enqueue(self._boxes[mid].queue, tids)
+        self._start_next(mid)
+
     def _start_next(self, mid: str) -> None:
+        """Start queued tasks on ``mid`` while it has a free slot."""
         box = self._boxes[mid]
-        if box.gone or not box.ready or box.current is not None or not box.queue:
+        if box.gone or not box.ready:
             return
-        tid = box.queue.popleft()
-        runtime = self.sim.run_time(tid, mid)
-        fail_at = self.sim.run_fails(tid, self._attempts.get(tid, 0))
-        if fail_at is not None:
-            runtime *= fail_at
-        run = _Run(tid, mid, self.now, fails=fail_at is not None)
-        box.current = run
-        self._at(self.now + runtime, run)
+        while box.queue and len(box.running) < box.slots:
+            tid = box.queue.popleft()
+            runtime = self.sim.run_time(tid, mid)
+            if box.slots > 1:  # tasks sharing the machine slow each other
+                runtime *= share_factor(self.sim.share_slowdown, len(box.running) + 1, box.slots)
+            fail_at = self.sim.run_fails(tid, self._attempts.get(tid, 0))
+            if fail_at is not None:
+                runtime *= fail_at
+            run = _Run(tid, mid, self.now, fails=fail_at is not None)
+            box.running.append(run)
+            self._at(self.now + runtime, run)

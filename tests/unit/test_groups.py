@@ -202,3 +202,23 @@ def test_an_idle_machine_takes_back_the_end_of_another_machines_group(tmp_path: 
     moves = [a for a in actions if isinstance(a, Move)]
     assert moves, "the bag's end is balanced by taking queued tasks back"
     assert state.done == 600
+
+
+def test_a_task_taken_back_that_its_agent_had_finished_counts_once() -> None:
+    """The agent ran ahead of what it had reported: the task taken back from its group
+    had already ended there. Its result counts and the copy moved elsewhere ends."""
+    state = two_machines()
+    state.apply(11.0, AssignGroup((0, 1, 2), "a0"))
+    state.apply(11.0, Assign(3, "b0"))
+    state.apply(11.0, Assign(4, "b0"))
+    state.apply(11.0, Assign(5, "b0"))  # b0's three slots busy: 2 waits in its queue
+    state.apply(12.0, Move((2,), "a0", "b0"))
+    b0 = state.machines["b0"]
+    assert list(b0.queue) == [2]
+    state.apply(13.0, TaskDone(2, "a0", 0.5))  # the late result of the run taken back
+    assert state.task_state[2] is TaskState.DONE
+    assert state.done == 1
+    assert 2 not in b0.queue
+    assert 2 not in b0.run_no
+    state.apply(14.0, TaskDone(2, "a0", 0.5))  # sent again: counted once
+    assert state.done == 1

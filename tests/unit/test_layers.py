@@ -3,9 +3,10 @@ import each other, directly or round a longer loop (issue 19).
 
 Rooms, from the bottom: ``learn`` (runtime statistics), ``core`` (records, the state
 fold, the journal), ``config`` and ``bootstrap``, ``providers``, the policies
-``budget``, ``deadline`` and ``offers`` (side by side: none imports another), ``report``,
-``run`` (the drivers), ``service``, ``cli``. Every import counts, inside functions and
-under ``TYPE_CHECKING`` too: a deferred import is still a dependency.
+``budget``, ``deadline``, ``offers`` and ``categories`` (side by side: none imports
+another), ``report``, ``run`` (the drivers), ``service``, ``cli``. Every import
+counts, inside functions and under ``TYPE_CHECKING`` too: a deferred import is still a
+dependency.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ RANK = {
     "budget": 4,
     "deadline": 4,
     "offers": 4,
+    "categories": 4,
     "report": 5,
     "run": 6,
     "service": 7,

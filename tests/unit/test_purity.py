@@ -49,6 +49,11 @@ PURE = [
     "autoscaler.offers.profile",
     "autoscaler.offers.cluster",
     "autoscaler.offers.cloud",
+    "autoscaler.categories.sort",
+    "autoscaler.categories.metrics",
+    "autoscaler.categories.policies",
+    "autoscaler.categories.ga",
+    "autoscaler.categories.milp",
 ]
 
 BANNED = {
