@@ -884,7 +884,6 @@ def parse_args(argv: list[str] | None) -> tuple[Config, str | None]:
         "--report-s", type=float, default=REPORT_S, help="a result waits at most this long"
     )
     parser.add_argument("--token-file", default=None, help=f"file holding the token ({TOKEN_ENV})")
-    parser.add_argument("--slots", type=int, default=1, help="tasks run at once (initially)")
     args = parser.parse_args(argv)
     url = urllib.parse.urlsplit(args.url)
     if url.scheme not in ("http", "https") or not url.hostname:
