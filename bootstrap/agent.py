@@ -5,7 +5,7 @@ One file, Python 3.11+ standard library only, so it can be copied to any machine
     AUTOSCALER_TOKEN=... python3 agent.py --url http://127.0.0.1:PORT --machine ID \\
         [--workdir DIR] [--heartbeat-s 2] [--orphan-after-s 60] [--start-delay-s 0] \\
         [--ready-at UNIX_TIME] \\
-        [--tail-bytes 4096] [--token-file PATH]
+        [--tail-bytes 4096] [--slots 1] [--report-s 0.25] [--token-file PATH]
 
 The token comes from ``--token-file`` (its content, stripped) or else from the environment
 variable ``AUTOSCALER_TOKEN``; the agent removes that variable from its own environment, so
@@ -22,7 +22,8 @@ Every request is ``POST <url>/v1/poll`` over HTTP/1.1 on one keep-alive connecti
     {"machine": str, "pid": int, "host": str,
      "epoch": str | null,     # epoch of the last response seen; null before the first
      "results": [Result],     # finished runs not yet acknowledged, oldest first
-     "running": [int],        # the current run, then the runs queued locally, in order
+     "running": [int],        # the runs in progress (in the order they started), then
+                              # the runs queued locally, in order
      "wait_s": float}         # how long the controller may hold the request if it has
                               # nothing to say
 
@@ -45,7 +46,8 @@ in half at the start of the tail is dropped). ``error`` is null on exit 0, else 
 Response 200 body::
 
     {"epoch": str, "ack": bool, "tasks": [Task], "cancel": [int], "release": bool,
-     "lease_s": float | null, "renew_in_s": float | null, "heartbeat_s": float}
+     "lease_s": float | null, "renew_in_s": float | null, "heartbeat_s": float,
+     "slots": int | null, "report_s": float | null}
 
     Task = {"run": int, "task": int, "command": str | null, "sleep_s": float | null,
             "env": {str: str}, "cwd": str | null, "timeout_s": float | null}
@@ -55,39 +57,49 @@ Missing keys read as empty or null. Semantics:
 * ``ack: true``: every result sent in that request is stored; the agent drops them.
   Otherwise (no ack, an error, a timeout, any status but 200) it keeps them and sends
   them again in the next request, so the controller must accept a result twice.
-* Tasks run one at a time, in the order received; the others wait in a local queue. A
-  task whose run is already current, queued or unacknowledged is ignored. A command runs
+* ``slots`` (replaces ``--slots``, default 1): up to that many runs go on at once; the
+  others wait in a local queue and start in the order received as runs end (a smaller
+  ``slots`` stops nothing: no run starts until fewer than ``slots`` go on). A task whose
+  run is in progress, queued or unacknowledged is ignored. A command runs
   as ``sh -c command`` in a new session (its own process group), with stdin from
   /dev/null, its output in temporary files, in ``cwd`` (relative to ``--workdir``, which
   defaults to the agent's working directory) with ``env`` added to the agent's
   environment. A ``sleep_s`` task is synthetic: the agent waits that long without a
   process and reports exit 0 with empty output. When a run ends, however it ends, its
-  process group is killed, so nothing it started outlives it.
+  process group is killed, so nothing it started outlives it. Its output files are
+  reused by later runs once its tails are read. What follows holds for each run.
 * ``timeout_s``: at that many real seconds after the start the process group is killed
   and the result says ``"timed out after Xs"`` with a null exit code.
-* ``cancel``: the current run is killed, a queued one dropped; neither gives a result.
-  Tasks of the same response are queued before cancels are applied.
-* ``release: true``: the agent kills its current run and exits 0 at once.
+* ``cancel``: a run in progress is killed (its process group), a queued one dropped
+  before it starts; neither gives a result. Tasks of the same response are queued before
+  cancels are applied.
+* ``release: true``: the agent kills every run in progress and exits 0 at once.
 * ``lease_s``: the agent must not be alive later than ``lease_s`` seconds after it sent
   that request, unless a later response renews the lease. Each response replaces the
-  deadline; a null ``lease_s`` removes it. When it passes, the agent kills its current
-  run, logs "lease expired" and exits 3. ``renew_in_s``: the agent sends its next request
+  deadline; a null ``lease_s`` removes it. When it passes, the agent kills its runs,
+  logs "lease expired" and exits 3. ``renew_in_s``: the agent sends its next request
   no later than that many seconds after sending this one.
-* ``heartbeat_s`` (replaces ``--heartbeat-s``): while a run is current or queued, the
+* ``heartbeat_s`` (replaces ``--heartbeat-s``): while a run is in progress or queued, the
   agent polls with ``wait_s: 0`` at least that often. When idle it long-polls with
   ``wait_s`` = ``heartbeat_s``, bounded so that the answer is due by the renewal time and
   within half the time left before the lease or orphan deadline; if the controller answers
   early with nothing, the next poll waits until ``heartbeat_s`` after the previous one was
-  sent. When a run ends the agent polls at once with its result: one round trip per task.
+  sent.
+* Results are reported many per request. When a run ends and the agent has nothing left
+  to start (a slot is free and nothing is queued) it polls at once; while it still has
+  queued work it polls when the oldest result not yet sent has waited ``report_s``
+  (replaces ``--report-s``, default 0.25 s), or at the heartbeat if that comes first. A
+  group of tasks therefore costs a few round trips, not one per task; one task at a time
+  still costs one round trip each, sent at once.
 * HTTP timeout of a request: ``wait_s`` + 10 s, cut short when the lease, the orphan
-  deadline or the current run's timeout comes first (the request then counts as failed).
+  deadline or a run's timeout comes first (the request then counts as failed).
 * 401 or 403: the agent logs "token refused by the controller" and exits 2. 410: the
-  controller does not know this machine; the agent kills its run and exits 0. Any other
+  controller does not know this machine; the agent kills its runs and exits 0. Any other
   status, a malformed body, a refused connection or a timeout: retry after 0.05 s,
   doubling up to 2 s. When no request has succeeded for ``--orphan-after-s`` (since the
   last success, or since the first attempt after ``--start-delay-s``), the agent kills
-  its run, logs "controller unreachable" and exits 4.
-* SIGTERM or SIGINT: the agent kills its current run and exits 0.
+  its runs, logs "controller unreachable" and exits 4.
+* SIGTERM or SIGINT: the agent kills every run in progress and exits 0.
 
 Exit codes: 0 released, unknown to the controller or terminated; 2 bad token or usage;
 3 lease expired; 4 controller unreachable.
@@ -102,6 +114,7 @@ import json
 import logging
 import math
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -120,6 +133,8 @@ HTTP_GRACE_S = 10.0
 BACKOFF_FIRST_S = 0.05
 BACKOFF_MAX_S = 2.0
 FIRST_LINE_MAX_CHARS = 200
+REPORT_S = 0.25
+"""How long a result may wait for others to share its request, while there is work."""
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -149,7 +164,7 @@ def seconds(value: float) -> str:
 
 
 class AgentExit(Exception):
-    """Stop the agent: kill the current run, log ``message``, exit with ``code``."""
+    """Stop the agent: kill its runs, log ``message``, exit with ``code``."""
 
     def __init__(self, code: int, message: str, level: int, **fields: object) -> None:
         super().__init__(message)
@@ -173,6 +188,8 @@ class Config:
     orphan_after_s: float
     start_delay_s: float
     tail_bytes: int
+    slots: int = 1
+    report_s: float = REPORT_S
 
 
 @dataclass(frozen=True)
@@ -225,21 +242,31 @@ class Reply:
     lease_s: float | None
     renew_in_s: float | None
     heartbeat_s: float | None
+    slots: int | None
+    report_s: float | None
 
 
 @dataclass(frozen=True)
-class Process:
-    """A command's shell, leader of its own process group, and its output files."""
+class Outputs:
+    """A pair of temporary files a run's stdout and stderr go to, reused run after run."""
 
-    proc: subprocess.Popen[bytes]
     out: IO[bytes]
     err: IO[bytes]
 
-    def kill(self) -> None:
-        """SIGKILL the whole process group and reap the leader."""
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
+    @classmethod
+    def new(cls) -> Outputs:
+        with contextlib.ExitStack() as stack:
+            out = stack.enter_context(tempfile.TemporaryFile(buffering=0))
+            err = stack.enter_context(tempfile.TemporaryFile(buffering=0))
+            stack.pop_all()
+        return cls(out, err)
+
+    def empty(self) -> None:
+        """Ready for the next run: truncated, the offset it shares with children at 0
+        (unbuffered files: reads go through ``os.pread``, nothing cached)."""
+        for stream in (self.out, self.err):
+            os.ftruncate(stream.fileno(), 0)
+            os.lseek(stream.fileno(), 0, os.SEEK_SET)
 
     def close(self) -> None:
         self.out.close()
@@ -247,8 +274,22 @@ class Process:
 
 
 @dataclass(frozen=True)
+class Process:
+    """A command's shell, leader of its own process group, and its output files."""
+
+    proc: subprocess.Popen[bytes]
+    outputs: Outputs
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group and reap the leader."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+
+@dataclass(frozen=True)
 class Current:
-    """The run in progress: a process, or a synthetic sleep until ``ends_at``.
+    """A run in progress: a process, or a synthetic sleep until ``ends_at``.
 
     ``deadline`` is when its ``timeout_s`` passes (infinity without one).
     """
@@ -357,15 +398,28 @@ def parse_reply(data: bytes) -> Reply:
         lease_s=_opt_float(obj, "lease_s"),
         renew_in_s=_opt_float(obj, "renew_in_s"),
         heartbeat_s=heartbeat_s if heartbeat_s else None,
+        slots=_opt_slots(obj),
+        report_s=_opt_float(obj, "report_s"),
     )
+
+
+def _opt_slots(obj: dict[str, Any]) -> int | None:
+    value = obj.get("slots")
+    if value is None:
+        return None
+    if not _is_int(value) or value < 1:
+        raise ValueError(f"slots must be a positive integer or null, got {value!r}")
+    return int(value)
 
 
 def read_tail(stream: IO[bytes], limit: int) -> str:
     """The last ``limit`` bytes of a file, decoded; a character cut at the start is dropped."""
-    size = os.fstat(stream.fileno()).st_size
+    fd = stream.fileno()
+    size = os.fstat(fd).st_size
+    if size == 0 or limit <= 0:
+        return ""
     start = max(0, size - limit)
-    stream.seek(start)
-    data = stream.read(limit) if limit > 0 else b""
+    data = os.pread(fd, limit, start)
     if start > 0:
         skip = 0
         while skip < min(3, len(data)) and data[skip] & 0xC0 == 0x80:
@@ -376,8 +430,7 @@ def read_tail(stream: IO[bytes], limit: int) -> str:
 
 def read_first_line(stream: IO[bytes]) -> str:
     """The first line of a file, stripped and bounded."""
-    stream.seek(0)
-    head = stream.read(FIRST_LINE_MAX_CHARS * 4).split(b"\n", 1)[0]
+    head = os.pread(stream.fileno(), FIRST_LINE_MAX_CHARS * 4, 0).split(b"\n", 1)[0]
     return head.decode("utf-8", errors="replace").strip()[:FIRST_LINE_MAX_CHARS]
 
 
@@ -397,35 +450,41 @@ def describe_exit(code: int, stderr_first_line: str) -> str | None:
     return f"exit {code}"
 
 
-def spawn(command: str, cwd: str, env: dict[str, str]) -> Process:
-    """Start ``sh -c command`` in a new session with its output in temporary files."""
-    with contextlib.ExitStack() as stack:
-        out = stack.enter_context(tempfile.TemporaryFile())
-        err = stack.enter_context(tempfile.TemporaryFile())
-        proc = subprocess.Popen(
-            command,
-            shell=True,
-            cwd=cwd,
-            env={**os.environ, **env} if env else None,  # inherit: no per-variable work
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=err,
-            start_new_session=True,
-        )
-        stack.pop_all()
-    return Process(proc, out, err)
+def spawn(command: str, cwd: str, env: dict[str, str], outputs: Outputs) -> Process:
+    """Start ``sh -c command`` in a new session with its output in ``outputs``."""
+    proc = subprocess.Popen(
+        command,
+        shell=True,
+        cwd=cwd,
+        env={**os.environ, **env} if env else None,  # inherit: no per-variable work
+        stdin=subprocess.DEVNULL,
+        stdout=outputs.out,
+        stderr=outputs.err,
+        start_new_session=True,
+    )
+    return Process(proc, outputs)
+
+
+def _on_child(signum: int, frame: FrameType | None) -> None:
+    """SIGCHLD: nothing to do here; the wake-up pipe has woken the wait."""
 
 
 class Agent:
-    """The poll loop: one thread, one process at a time, every wait bounded by what is due."""
+    """The poll loop: one thread, up to ``slots`` runs at once, every wait bounded by what
+    is due. A child's exit wakes the wait through SIGCHLD and a wake-up pipe."""
 
     def __init__(self, config: Config, token: str) -> None:
         self._config = config
         self._token = token
         self._host = socket.gethostname()
         self._queue: deque[Task] = deque()
-        self._current: Current | None = None
+        self._running: dict[int, Current] = {}  # by run, in the order they started
+        self._slots = config.slots
+        self._report_s = config.report_s
+        self._spare: list[Outputs] = []  # output files of ended runs, for the next ones
         self._results: list[Result] = []
+        self._fresh = False  # a result not yet sent in any request
+        self._report_by: float | None = None  # when the oldest fresh result must go
         self._epoch: str | None = None
         self._heartbeat_s = config.heartbeat_s
         self._lease_deadline: float | None = None
@@ -439,11 +498,18 @@ class Agent:
         self._conn: http.client.HTTPConnection | None = None
         self._signalled: int | None = None
         self._deferring_signals = False
+        self._wake_r = -1
 
     def run(self) -> int:
         """Work until released, refused, orphaned, out of lease or signalled; the exit code."""
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_r, False)
+        os.set_blocking(wake_w, False)
+        self._wake_r = wake_r
+        signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+        signal.signal(signal.SIGCHLD, _on_child)
         config = self._config
         try:
             log(
@@ -453,6 +519,7 @@ class Agent:
                 controller=f"{config.scheme}://{config.host}"
                 + (f":{config.port}" if config.port else ""),
                 pid=os.getpid(),
+                slots=self._slots,
             )
             if config.start_delay_s > 0:
                 time.sleep(config.start_delay_s)
@@ -460,11 +527,17 @@ class Agent:
             self._loop()
         except AgentExit as stop:
             self._deferring_signals = True
-            self._kill_current()
+            self._kill_all()
             log(stop.level, stop.message, machine=config.machine, **stop.fields)
             return stop.code
         finally:
             self._close()
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            os.close(wake_r)
+            os.close(wake_w)
+            for outputs in self._spare:
+                outputs.close()
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._signalled = signum
@@ -500,12 +573,12 @@ class Agent:
 
     def _must_act_by(self) -> float:
         """The earliest moment something must be done whatever the controller says."""
-        moments = [self._last_success + self._config.orphan_after_s]
+        moment = self._last_success + self._config.orphan_after_s
         if self._lease_deadline is not None:
-            moments.append(self._lease_deadline)
-        if self._current is not None:
-            moments.append(self._current.deadline)
-        return min(moments)
+            moment = min(moment, self._lease_deadline)
+        for current in self._running.values():
+            moment = min(moment, current.deadline)
+        return moment
 
     def _next_poll_at(self) -> float:
         if self._retry_at is not None:
@@ -515,25 +588,29 @@ class Agent:
         due = self._last_sent + self._heartbeat_s
         if self._renew_at is not None:
             due = min(due, self._renew_at)
+        if self._report_by is not None:
+            due = min(due, self._report_by)
         return due
 
     def _wait(self, until: float) -> None:
-        current = self._current
         limit = min(until, self._must_act_by())
-        if current is not None:
+        processes = False
+        for current in self._running.values():
             limit = min(limit, current.ends_at)
+            processes = processes or current.process is not None
         timeout = limit - time.monotonic()
         if timeout <= 0:
             return
-        if current is not None and current.process is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                current.process.proc.wait(timeout=timeout)
+        if processes:  # a child's exit writes to the wake-up pipe (SIGCHLD)
+            select.select([self._wake_r], [], [], timeout)
+            with contextlib.suppress(BlockingIOError, InterruptedError):
+                while os.read(self._wake_r, 4096):
+                    pass
         else:
             time.sleep(timeout)
 
     def _advance(self, now: float) -> None:
-        current = self._current
-        if current is not None:
+        for current in list(self._running.values()):
             process = current.process
             code = process.proc.poll() if process is not None else None
             if code is not None:
@@ -542,29 +619,31 @@ class Agent:
                 self._time_out(current, now)
             elif now >= current.ends_at:
                 self._finish(current, 0, current.ends_at - current.started, None)
-        while self._current is None and self._queue:
+        while len(self._running) < self._slots and self._queue:
             self._start(self._queue.popleft())
+        if self._fresh and len(self._running) < self._slots and not self._queue:
+            self._poll_now = True  # out of work to start: report now, ask for more
 
     def _start(self, task: Task) -> None:
         now = time.monotonic()
         deadline = now + task.timeout_s if task.timeout_s is not None else math.inf
-        log(logging.DEBUG, "run started", run=task.run, task=task.task)
         if task.command is None:
             ends_at = now + (task.sleep_s or 0.0)
-            self._current = Current(task, now, None, ends_at, deadline)
+            self._running[task.run] = Current(task, now, None, ends_at, deadline)
             return
         workdir = self._config.workdir
         cwd = os.path.join(workdir, task.cwd) if task.cwd else workdir
+        outputs = self._spare.pop() if self._spare else Outputs.new()
         self._deferring_signals = True
         try:
-            process = spawn(task.command, cwd, task.env)
+            process = spawn(task.command, cwd, task.env, outputs)
         except (OSError, ValueError) as exc:
+            self._spare.append(outputs)
             error = f"cannot start: {exc}"
-            self._results.append(Result(task.run, task.task, None, 0.0, "", "", error))
-            self._poll_now = True
+            self._add_result(Result(task.run, task.task, None, 0.0, "", "", error), now)
             log(logging.WARNING, "run cannot start", run=task.run, task=task.task, error=exc)
         else:
-            self._current = Current(task, now, process, math.inf, deadline)
+            self._running[task.run] = Current(task, now, process, math.inf, deadline)
         self._deferring_signals = False
         self._raise_if_signalled()
 
@@ -573,7 +652,7 @@ class Agent:
         if current.process is not None:
             current.process.kill()
             if code == 127:
-                first_line = read_first_line(current.process.err)
+                first_line = read_first_line(current.process.outputs.err)
         self._finish(current, code, now - current.started, describe_exit(code, first_line))
 
     def _time_out(self, current: Current, now: float) -> None:
@@ -587,38 +666,56 @@ class Agent:
     ) -> None:
         stdout = stderr = ""
         if current.process is not None:
-            stdout = read_tail(current.process.out, self._config.tail_bytes)
-            stderr = read_tail(current.process.err, self._config.tail_bytes)
-            current.process.close()
-        self._current = None
+            outputs = current.process.outputs
+            stdout = read_tail(outputs.out, self._config.tail_bytes)
+            stderr = read_tail(outputs.err, self._config.tail_bytes)
+            self._recycle(outputs)
         task = current.task
+        del self._running[task.run]
         runtime_s = round(runtime_s, 6)
-        self._results.append(Result(task.run, task.task, code, runtime_s, stdout, stderr, error))
-        self._poll_now = True
-        log(
-            logging.DEBUG if error is None else logging.WARNING,
-            "run finished",
-            run=task.run,
-            task=task.task,
-            exit_code=code,
-            runtime_s=runtime_s,
-            error=error,
-        )
+        result = Result(task.run, task.task, code, runtime_s, stdout, stderr, error)
+        self._add_result(result, time.monotonic())
+        if error is not None:
+            log(
+                logging.WARNING,
+                "run failed",
+                run=task.run,
+                task=task.task,
+                exit_code=code,
+                runtime_s=runtime_s,
+                error=error,
+            )
 
-    def _kill_current(self) -> None:
-        current = self._current
-        if current is None:
-            return
+    def _add_result(self, result: Result, now: float) -> None:
+        """Keep ``result`` until acknowledged; it goes in a request within ``report_s``."""
+        self._results.append(result)
+        self._fresh = True
+        if self._report_by is None:
+            self._report_by = now + self._report_s
+
+    def _recycle(self, outputs: Outputs) -> None:
+        try:
+            outputs.empty()
+        except OSError:
+            outputs.close()
+        else:
+            self._spare.append(outputs)
+
+    def _kill(self, current: Current) -> None:
         if current.process is not None:
             current.process.kill()
-            current.process.close()
-        self._current = None
+            self._recycle(current.process.outputs)
+        del self._running[current.task.run]
         log(logging.INFO, "run killed", run=current.task.run, task=current.task.task)
 
+    def _kill_all(self) -> None:
+        for current in list(self._running.values()):
+            self._kill(current)
+
     def _cancel(self, run: int) -> None:
-        current = self._current
-        if current is not None and current.task.run == run:
-            self._kill_current()
+        current = self._running.get(run)
+        if current is not None:
+            self._kill(current)
             if not self._queue:
                 self._poll_now = True
             return
@@ -639,12 +736,9 @@ class Agent:
 
     def _poll(self) -> None:
         now = time.monotonic()
-        current = self._current
-        idle = current is None and not self._queue
+        idle = not self._running and not self._queue
         wait_s = self._long_poll_s(now) if idle else 0.0
-        running = ([current.task.run] if current is not None else []) + [
-            task.run for task in self._queue
-        ]
+        running = [*self._running, *(task.run for task in self._queue)]
         sent = len(self._results)
         body = {
             "machine": self._config.machine,
@@ -659,9 +753,12 @@ class Agent:
         local_s = self._must_act_by() - now
         self._last_sent = now
         self._poll_now = False
+        self._fresh = False
+        self._report_by = None
         try:
             status, data = self._post(
-                json.dumps(body).encode(), max(min(http_timeout, local_s), 0.001)
+                json.dumps(body, separators=(",", ":")).encode(),
+                max(min(http_timeout, local_s), 0.001),
             )
         except (OSError, http.client.HTTPException) as exc:
             self._close()
@@ -747,9 +844,12 @@ class Agent:
         self._renew_at = sent_at + reply.renew_in_s if reply.renew_in_s is not None else None
         if reply.release:
             raise AgentExit(EXIT_OK, "released by the controller", logging.INFO)
+        if reply.slots is not None:
+            self._slots = reply.slots
+        if reply.report_s is not None:
+            self._report_s = reply.report_s
         known = {task.run for task in self._queue} | {result.run for result in self._results}
-        if self._current is not None:
-            known.add(self._current.task.run)
+        known.update(self._running)
         for task in reply.tasks:
             if task.run not in known:
                 known.add(task.run)
@@ -757,8 +857,7 @@ class Agent:
         for result in reply.rejected:
             if result.run not in known:
                 known.add(result.run)
-                self._results.append(result)
-                self._poll_now = True
+                self._add_result(result, sent_at)
                 log(logging.WARNING, "bad task", run=result.run, error=result.error)
         for run in reply.cancel:
             self._cancel(run)
@@ -780,8 +879,11 @@ def parse_args(argv: list[str] | None) -> tuple[Config, str | None]:
         help="Unix time before which not to report (a boot that counts from the launch)",
     )
     parser.add_argument("--tail-bytes", type=int, default=4096)
+    parser.add_argument("--slots", type=int, default=1, help="runs at once, until told")
+    parser.add_argument(
+        "--report-s", type=float, default=REPORT_S, help="a result waits at most this long"
+    )
     parser.add_argument("--token-file", default=None, help=f"file holding the token ({TOKEN_ENV})")
-    parser.add_argument("--slots", type=int, default=1, help="tasks run at once (initially)")
     args = parser.parse_args(argv)
     url = urllib.parse.urlsplit(args.url)
     if url.scheme not in ("http", "https") or not url.hostname:
@@ -800,6 +902,10 @@ def parse_args(argv: list[str] | None) -> tuple[Config, str | None]:
         args.start_delay_s = max(args.start_delay_s, args.ready_at - time.time())
     if args.tail_bytes < 0:
         parser.error(f"--tail-bytes must be non-negative, got {args.tail_bytes}")
+    if args.slots < 1:
+        parser.error(f"--slots must be positive, got {args.slots}")
+    if not math.isfinite(args.report_s) or args.report_s < 0:
+        parser.error(f"--report-s must be non-negative, got {args.report_s}")
     config = Config(
         scheme=url.scheme,
         host=url.hostname,
@@ -811,6 +917,8 @@ def parse_args(argv: list[str] | None) -> tuple[Config, str | None]:
         orphan_after_s=args.orphan_after_s,
         start_delay_s=args.start_delay_s,
         tail_bytes=args.tail_bytes,
+        slots=args.slots,
+        report_s=args.report_s,
     )
     token_file: str | None = args.token_file
     return config, token_file

@@ -9,7 +9,8 @@ at the end of the first boot. It needs nothing but ``sh`` and ``python3`` on the
    so the image needs no curl. IMDS may not answer in the first seconds of a boot: it
    retries for a minute;
 2. writes the agent (embedded as base64, gzip-compressed when it would not fit
-   otherwise) and the run token into ``remote_dir`` with umask 077;
+   otherwise; its module docstring, the protocol spec, left out: :func:`shipped_agent`)
+   and the run token into ``remote_dir`` with umask 077;
 3. runs the agent in the foreground with ``--machine <instance id>``, its log in
    ``remote_dir/agent.log``; cloud-init's final stage stays busy while it runs, which
    nothing waits for;
@@ -32,6 +33,7 @@ refuses to return a larger script.
 
 from __future__ import annotations
 
+import ast
 import base64
 import gzip
 import re
@@ -74,6 +76,23 @@ _UNPACK = {
 }
 
 
+def shipped_agent(agent_source: str) -> str:
+    """The agent as user data carries it: its module docstring (the protocol spec, a
+    third of the file) cut to a pointer, the code line for line the same."""
+    tree = ast.parse(agent_source)
+    first = tree.body[0] if tree.body else None
+    if not (
+        isinstance(first, ast.Expr)
+        and isinstance(first.value, ast.Constant)
+        and isinstance(first.value.value, str)
+        and first.end_lineno is not None
+    ):
+        return agent_source
+    lines = agent_source.splitlines(keepends=True)
+    pointer = '"""The autoscaler\'s worker agent; its protocol: bootstrap/agent.py."""\n'
+    return "".join([*lines[: first.lineno - 1], pointer, *lines[first.end_lineno :]])
+
+
 def render_user_data(
     agent_source: str,
     url: str,
@@ -94,7 +113,7 @@ def render_user_data(
         raise BootstrapError("the run token must be non-empty printable ASCII without spaces")
     if not remote_dir.startswith("/"):
         raise BootstrapError(f"remote_dir {remote_dir!r} must be an absolute path")
-    agent_bytes = agent_source.encode()
+    agent_bytes = shipped_agent(agent_source).encode()
     plain = _script(
         agent_bytes,
         "base64",

@@ -200,6 +200,13 @@ class Daemon(ConfigModel):
         "once (real seconds), its agent reporting results many per message; 0: one task "
         "per slot at a time (one-by-one dispatch)",
     )
+    report_s: float = Field(
+        default=0.25,
+        ge=0,
+        le=60,
+        description="an agent with queued tasks holds a result at most this long, to send "
+        "several in one request",
+    )
     metrics_port: int | None = Field(
         default=None, ge=0, le=65535, description="serve Prometheus metrics on this port"
     )

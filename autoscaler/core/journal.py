@@ -88,12 +88,27 @@ def kind_of(item: Event | Action) -> Kind:
     return "event" if isinstance(item, EVENT_TYPES) else "action"
 
 
+_NAMES: dict[type, tuple[str, ...]] = {}  # a dataclass's field names, looked up once
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+_ENCODER = json.JSONEncoder(separators=(",", ":"))  # dumps would build one per call
+
+
 def fields(item: Any) -> dict[str, Any]:
     """The fields of an event or action (or a record one holds) as plain JSON values."""
-    return {f.name: _plain(getattr(item, f.name)) for f in dataclasses.fields(item)}
+    cls = type(item)
+    names = _NAMES.get(cls)
+    if names is None:
+        names = _NAMES[cls] = tuple(f.name for f in dataclasses.fields(item))
+    out: dict[str, Any] = {}
+    for name in names:  # one record per task result: the common scalars go straight
+        value = getattr(item, name)
+        out[name] = value if type(value) in _SCALARS else _plain(value)
+    return out
 
 
 def _plain(value: object) -> Any:
+    if type(value) in _SCALARS:
+        return value
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return fields(value)
     if isinstance(value, tuple | list):
@@ -105,7 +120,7 @@ def _plain(value: object) -> Any:
 
 def encode(item: Event | Action) -> str:
     """The fields of an event or action as JSON."""
-    return json.dumps(fields(item), separators=(",", ":"))
+    return _ENCODER.encode(fields(item))
 
 
 def decode(kind: str, type_name: str, data: str | dict[str, Any]) -> Event | Action:

@@ -128,6 +128,8 @@ class Agents:
             "lease_s": held.lease_s,
             "renew_in_s": held.renew_in_s,
             "heartbeat_s": self.cfg.daemon.heartbeat_s,
+            "slots": m.type.slots,
+            "report_s": self.cfg.daemon.report_s,
         }
 
     def _payload(self, m: Machine, run: int, task: int) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from autoscaler.run.auth import bearer_token, token_matches
 POLL_PATH = "/v1/poll"
 MAX_BODY = 8 << 20
 MAX_WAIT_S = 60.0
+_ENCODER = json.JSONEncoder(separators=(",", ":"))  # json.dumps would build one per call
 PROCESS_TIMEOUT_S = 5.0
 """How long a handler waits for the daemon to take its poll before it answers 503: well
 inside the agent's own patience (``wait_s`` + 10 s), so the agent hears the 503."""
@@ -189,6 +190,7 @@ class Dispatcher:
         self.gone: set[str] = set()  # released or lost: told to exit
         self.last_seen: dict[str, float] = {}
         self.refused = 0
+        self.polls = 0  # polls taken to the daemon (a statistic: counted without a lock)
         handler = type("Handler", (_Handler,), {"dispatcher": self})
         self._server = _Server((host, port), handler)
         self._thread: threading.Thread | None = None
@@ -227,7 +229,7 @@ class _Handler(BaseHTTPRequestHandler):
         pass  # requests are logged by the daemon where they matter, never per poll
 
     def _send(self, status: int, body: dict[str, Any]) -> None:
-        data = json.dumps(body, separators=(",", ":")).encode()
+        data = _ENCODER.encode(body).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -274,6 +276,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(HTTPStatus.SERVICE_UNAVAILABLE, {"error": "machine not known yet"})
             return
         d.last_seen[poll.machine] = arrived
+        d.polls += 1
         d.inbox.put(poll)
         answer = poll.reply.wait(arrived + poll.wait_s + PROCESS_TIMEOUT_S)
         if answer is None:

@@ -31,6 +31,7 @@ from tests.integration.daemon_helpers import (
     journal_rows,
     kill_agents,
     local_config,
+    local_fields,
     outputs,
     run_id_of,
     run_in_process,
@@ -132,9 +133,12 @@ def test_kill_9_then_resume_loses_and_repeats_nothing(tmp_path: Path) -> None:
         kill_agents(run_id_of(run_dir)) if (run_dir / "journal.sqlite").exists() else None
 
 
-def test_an_agent_killed_mid_task_has_its_task_requeued(tmp_path: Path) -> None:
-    """kill -9 of one agent while it runs a task: the machine is lost, the task runs elsewhere."""
-    config = local_config(tmp_path, bag={"synthetic": 80})
+@pytest.mark.parametrize("slots", [1, 3])
+def test_an_agent_killed_mid_task_has_its_task_requeued(tmp_path: Path, slots: int) -> None:
+    """kill -9 of one agent while it runs a task (with 3 slots: a group, several at once
+    and a queue): the machine is lost, every task it held runs elsewhere, each once."""
+    types = [{**t, "slots": slots} for t in local_fields()["machine_types"]]
+    config = local_config(tmp_path, bag={"synthetic": 80}, machine_types=types)
     run_dir = tmp_path / "run"
     daemon = start_daemon(str(config), "--out", str(run_dir))
     try:

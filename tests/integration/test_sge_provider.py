@@ -22,8 +22,8 @@ from autoscaler.core.billing import BillingModel
 from autoscaler.providers.base import Capabilities, ProviderState
 from autoscaler.providers.sge import SgeProvider, SgeType, delete_jobs, list_tagged
 from autoscaler.providers.sge_output import job_name
+from tests.integration.agent_harness import FakeController, Request
 from tests.integration.sge import XDIST_GROUP, GridEngine
-from tests.integration.test_agent import FakeController, Request
 
 pytestmark = [pytest.mark.integration, XDIST_GROUP]
 

@@ -24,8 +24,8 @@ from autoscaler.providers.offer import OfferRequest
 from autoscaler.providers.sge_output import job_name
 from autoscaler.providers.slurm import SlurmProvider, SlurmType, cancel_jobs, list_tagged
 from autoscaler.providers.slurm_output import finish_after
+from tests.integration.agent_harness import FakeController, Request
 from tests.integration.slurm import XDIST_GROUP, Slurm
-from tests.integration.test_agent import FakeController, Request
 from tests.integration.test_sge_provider import (  # the fixtures: a scripted controller
     TOKEN,
     controller,

@@ -27,9 +27,9 @@ import pytest
 from autoscaler.bootstrap.agent_start import AGENT, BootstrapError
 from autoscaler.bootstrap.hostkeys import HostKeyMismatch, fingerprint
 from autoscaler.bootstrap.ssh import SshBootstrap, SshSettings
+from tests.integration.agent_harness import FakeController, Reply, alive, gone_within
 from tests.integration.services import free_port
 from tests.integration.sshd import SshServer, keygen
-from tests.integration.test_agent import FakeController, Reply, alive, gone_within
 
 pytestmark = pytest.mark.integration
 

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 from autoscaler.bootstrap.agent_start import BootstrapError, agent_source
-from autoscaler.bootstrap.userdata import USER_DATA_LIMIT, render_user_data
-from tests.integration.test_agent import FakeController, Reply
+from autoscaler.bootstrap.userdata import USER_DATA_LIMIT, render_user_data, shipped_agent
+from tests.integration.agent_harness import FakeController, Reply
 
 pytestmark = pytest.mark.integration
 
@@ -148,7 +148,9 @@ def test_script_starts_the_agent_as_the_instance_and_ends_when_released(
     assert token.read_text().strip() == TOKEN
     assert stat.S_IMODE(token.stat().st_mode) == 0o600
     assert stat.S_IMODE(remote.stat().st_mode) == 0o700
-    assert (remote / "agent.py").read_text() == agent_source()
+    shipped = (remote / "agent.py").read_text()
+    assert shipped == shipped_agent(agent_source())
+    assert shipped.splitlines()[-20:] == agent_source().splitlines()[-20:]  # the same code
     assert (remote / "work").is_dir()
     log = (remote / "agent.log").read_text()
     assert "released" in log

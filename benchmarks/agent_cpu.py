@@ -1,0 +1,173 @@
+"""The worker agent's own CPU per task, one task at a time against a group.
+
+One agent process (``bootstrap/agent.py``, or another copy given with ``--agent``, e.g.
+an older version from ``git show REV:bootstrap/agent.py``) against a minimal stdlib
+controller in this process that hands it N tasks ``true``: one by one (a task in each
+answer to a poll that shows the agent idle: one round trip per task) or as one group
+(all N in the first answer, ``slots`` given). When every result is in, the agent's CPU
+is read from ``/proc/<pid>/stat``: its own (utime + stime) and its reaped shells'
+(cutime + cstime). The controller decides nothing and costs the agent nothing.
+
+Run from the repository root::
+
+    .venv/bin/python -m benchmarks.agent_cpu [--tasks 2000] [--repeats 2] [--agent PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+if __name__ == "__main__" and not __package__:  # ``python benchmarks/agent_cpu.py``
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from autoscaler.bootstrap.agent_start import AGENT
+from benchmarks.bats_scenarios import render_table
+
+TOKEN = "agent-cpu-bench"
+
+
+class Controller:
+    """Hands out ``n`` tasks ``true``, one by one or as one group, and counts results."""
+
+    def __init__(self, n: int, mode: str, slots: int) -> None:
+        self.n, self.mode, self.slots = n, mode, slots
+        self.next_run = 1
+        self.polls = 0
+        self.done: set[int] = set()
+        self.finished = threading.Event()
+        self.lock = threading.Lock()
+
+    def answer(self, body: dict[str, Any]) -> dict[str, Any]:
+        with self.lock:
+            self.polls += 1
+            self.done.update(r["run"] for r in body["results"])
+            tasks: list[dict[str, Any]] = []
+            if self.mode == "group" and self.next_run == 1:
+                tasks = [task(run) for run in range(1, self.n + 1)]
+                self.next_run = self.n + 1
+            elif self.mode == "one" and not body["running"] and self.next_run <= self.n:
+                tasks = [task(self.next_run)]
+                self.next_run += 1
+            if len(self.done) >= self.n:
+                self.finished.set()
+        return {"epoch": "e", "ack": True, "tasks": tasks, "slots": self.slots, "heartbeat_s": 5}
+
+
+def task(run: int) -> dict[str, Any]:
+    return {"run": run, "task": run, "command": "true"}
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):  # the agent ended mid-poll
+            super().handle_error(request, client_address)
+
+
+def serve(controller: Controller) -> ThreadingHTTPServer:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            data = json.dumps(controller.answer(body)).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    server = _Server(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}).start()
+    return server
+
+
+def measure(agent: Path, n: int, mode: str, slots: int) -> dict[str, float]:
+    """One agent run of ``n`` tasks: its CPU and its shells' per task (ms), polls, rate."""
+    controller = Controller(n, mode, slots)
+    server = serve(controller)
+    env = {**os.environ, "AUTOSCALER_TOKEN": TOKEN}
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    args = [sys.executable, str(agent), "--url", url, "--machine", "m", "--heartbeat-s", "5"]
+    proc = subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        started = time.perf_counter()
+        if not controller.finished.wait(600):
+            raise RuntimeError(f"{agent}: {len(controller.done)} of {n} results in 600 s")
+        wall = time.perf_counter() - started
+        fields = Path(f"/proc/{proc.pid}/stat").read_text().rpartition(")")[2].split()
+    finally:
+        proc.terminate()
+        proc.wait()
+        server.shutdown()
+        server.server_close()
+    tick = os.sysconf("SC_CLK_TCK")
+    own = (int(fields[11]) + int(fields[12])) / tick
+    shells = (int(fields[13]) + int(fields[14])) / tick
+    return {
+        "agent_ms": 1e3 * own / n,
+        "shells_ms": 1e3 * shells / n,
+        "polls": controller.polls,
+        "rate": n / wall,
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.agent_cpu", description=__doc__)
+    parser.add_argument("--tasks", type=int, default=2000, help="tasks a run (2000)")
+    parser.add_argument("--repeats", type=int, default=2, help="runs of each row (2)")
+    parser.add_argument(
+        "--agent", type=Path, action="append", help="an agent to compare (repeat)", default=[]
+    )
+    args = parser.parse_args(argv)
+    agents: list[Path] = [*args.agent, AGENT]
+    rows_spec = [(agent, "one", 1) for agent in agents] + [(AGENT, "group", 1), (AGENT, "group", 8)]
+    results: dict[int, list[dict[str, float]]] = {i: [] for i in range(len(rows_spec))}
+    load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    print(f"{args.tasks:,} tasks `true` a run, {args.repeats} runs a row; load average {load}")
+    for _ in range(args.repeats):
+        for i, (agent, mode, slots) in enumerate(rows_spec):
+            results[i].append(measure(agent, args.tasks, mode, slots))
+    rows = []
+    for i, (agent, mode, slots) in enumerate(rows_spec):
+        rs = results[i]
+
+        def med(key: str, rs: list[dict[str, float]] = rs) -> float:
+            return statistics.median(r[key] for r in rs)
+
+        rows.append(
+            [
+                str(agent),
+                "one by one" if mode == "one" else f"one group, slots {slots}",
+                f"{med('agent_ms'):.2f}",
+                f"{med('shells_ms'):.2f}",
+                f"{med('polls'):,.0f}",
+                f"{med('rate'):,.0f}",
+            ]
+        )
+    header = ["agent", "tasks given", "agent CPU ms/task", "shells ms/task", "polls", "tasks/s"]
+    print(render_table(header, rows))
+    print(
+        "agent CPU: the agent process's utime + stime over the run / tasks; shells: its\n"
+        "  reaped children's (cutime + cstime); medians over the runs."
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""What the daemon makes of agents' polls (``autoscaler.run.agents``), on a real run state:
+results counted once however often they come, answers that give an agent the runs it
+lacks and its machine's slots."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import structlog
+
+from autoscaler.config.load import expand_bag
+from autoscaler.core.leases import Timeline
+from autoscaler.core.model import Assign, Launch, MachineLaunched, MachineReady, TaskDone
+from autoscaler.core.state import RunState
+from autoscaler.run.agents import Agents
+from autoscaler.run.build import new_state
+from autoscaler.run.dispatch import AgentResult, Poll
+from tests.conftest import make_config
+
+CFG = make_config(
+    machine_types=[{"name": "w", "price": 1.0, "max_count": 4, "boot_s": 0, "slots": 2}],
+    emulator={"seed": 1, "runtime": {"dist": "normal", "mean_s": 600, "sd_s": 60}},
+)
+
+
+def machine_with_tasks(tasks: list[int]) -> tuple[RunState, Agents, str]:
+    """A ready machine of two slots with ``tasks`` assigned to it, in that order."""
+    state = new_state(CFG, 10, 1)
+    state.apply(0.0, Launch("w", 1, "tok"))
+    state.apply(0.0, MachineLaunched("m1", "w", "tok"))
+    state.apply(0.0, MachineReady("m1"))
+    for tid in tasks:
+        state.apply(1.0, Assign(tid, "m1"))
+    agents = Agents(
+        CFG, expand_bag(CFG), [60.0] * 10, Path("/tmp"), io.StringIO(), structlog.get_logger()
+    )
+    return state, agents, "m1"
+
+
+def poll(machine: str, results: list[AgentResult], running: list[int]) -> Poll:
+    return Poll(machine, results, running, wait_s=0.0, arrived=0.0)
+
+
+def test_a_result_sent_again_after_a_lost_ack_is_counted_once() -> None:
+    state, agents, mid = machine_with_tasks([3])
+    run = state.machines[mid].run_no[3]
+    result = AgentResult(run, 3, 0, 1.5, None)
+
+    first = agents.poll_events(state, poll(mid, [result], []), set())
+    assert first == [TaskDone(3, mid, 1.5 * CFG.time_scale)]
+    for event in first:
+        state.apply(2.0, event)
+    assert agents.poll_events(state, poll(mid, [result], []), set()) == []
+    assert state.done == 1
+
+
+def test_a_result_repeated_within_one_step_is_counted_once() -> None:
+    state, agents, mid = machine_with_tasks([3])
+    result = AgentResult(state.machines[mid].run_no[3], 3, 0, 1.5, None)
+    seen: set[tuple[str, int]] = set()
+    events = agents.poll_events(state, poll(mid, [result], []), seen)
+    events += agents.poll_events(state, poll(mid, [result, result], []), seen)
+    assert len(events) == 1
+
+
+def test_the_answer_gives_the_runs_the_agent_lacks_and_the_slots() -> None:
+    state, agents, mid = machine_with_tasks([3, 4, 5])
+    m = state.machines[mid]
+    runs = sorted(m.run_no.values())
+    assert len(runs) >= 2  # two slots: at least two runs at once
+    asked = poll(mid, [], [runs[0]])
+    agents.answer(state, asked, Timeline.resume(0.0, 0.0, 0.0, 1.0))
+    body = asked.reply.body
+    assert body is not None
+    assert body["slots"] == 2
+    assert body["report_s"] == CFG.daemon.report_s
+    assert [t["run"] for t in body["tasks"]] == runs[1:]
+    assert body["cancel"] == []
