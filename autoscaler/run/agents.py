@@ -26,6 +26,7 @@ from autoscaler.core.model import (
     TaskDone,
     TaskFailed,
     TaskSpec,
+    TaskState,
 )
 from autoscaler.core.state import Machine, RunState
 from autoscaler.providers.sim import share_factor, type_runtime
@@ -65,7 +66,16 @@ class Agents:
             seen.add((m.id, 0))
             events.append(MachineReady(m.id))
         for r in poll.results:
-            if m.run_no.get(r.task) != r.run or (m.id, r.run) in seen:
+            current = m.run_no.get(r.task) == r.run
+            # A task taken back from this agent's group that it had already run: its
+            # result counts once, if nothing else ended the task first (core.fold).
+            late = (
+                not current
+                and r.ok
+                and r.task in m.taken
+                and state.task_state[r.task] in (TaskState.RUNNING, TaskState.PENDING)
+            )
+            if not (current or late) or (m.id, r.run) in seen:
                 continue  # a late or repeated result: already counted, or cancelled
             seen.add((m.id, r.run))
             runtime = float(r.runtime_s) * self.cfg.time_scale

@@ -11,7 +11,14 @@ import structlog
 
 from autoscaler.config.load import expand_bag
 from autoscaler.core.leases import Timeline
-from autoscaler.core.model import Assign, Launch, MachineLaunched, MachineReady, TaskDone
+from autoscaler.core.model import (
+    Assign,
+    Launch,
+    MachineLaunched,
+    MachineReady,
+    Move,
+    TaskDone,
+)
 from autoscaler.core.state import RunState
 from autoscaler.run.agents import Agents
 from autoscaler.run.build import new_state
@@ -77,3 +84,26 @@ def test_the_answer_gives_the_runs_the_agent_lacks_and_the_slots() -> None:
     assert body["report_s"] == CFG.daemon.report_s
     assert [t["run"] for t in body["tasks"]] == runs[1:]
     assert body["cancel"] == []
+
+
+def test_a_result_of_a_run_taken_back_from_the_group_counts_once() -> None:
+    """The task was moved off the machine's queue while its agent, ahead of its
+    reports, ran it: the result counts, the moved copy ends, a repeat is not counted."""
+    state, agents, mid = machine_with_tasks([3, 4, 5])
+    state.apply(1.0, Launch("w", 1, "tok2"))
+    state.apply(1.0, MachineLaunched("m2", "w", "tok2"))
+    state.apply(1.0, MachineReady("m2"))
+    m = state.machines[mid]
+    assert list(m.queue) == [5]
+    run = m.run_no[5]
+    state.apply(2.0, Move((5,), mid, "m2"))
+    result = AgentResult(run, 5, 0, 0.5, None)
+    events = agents.poll_events(state, poll(mid, [result], [run]), set())
+    assert events == [TaskDone(5, mid, 0.5 * CFG.time_scale)]
+    for event in events:
+        state.apply(3.0, event)
+    assert state.done == 1
+    assert 5 not in state.machines["m2"].running
+    assert agents.poll_events(state, poll(mid, [result], []), set()) == []
+    failed = AgentResult(run, 5, 1, 0.5, "exit 1")
+    assert agents.poll_events(state, poll(mid, [failed], []), set()) == []
