@@ -77,7 +77,12 @@ class Agents:
             )
             if not (current or late) or (m.id, r.run) in seen:
                 continue  # a late or repeated result: already counted, or cancelled
+            once = r.ok and r.task not in state.paired_runs  # pairs: a result per type
+            if once and ("", r.task) in seen:
+                continue  # done by another machine's result in this step: that one wins
             seen.add((m.id, r.run))
+            if once:
+                seen.add(("", r.task))
             runtime = float(r.runtime_s) * self.cfg.time_scale
             self._write_output(m, r)
             if r.ok:

@@ -107,3 +107,19 @@ def test_a_result_of_a_run_taken_back_from_the_group_counts_once() -> None:
     assert agents.poll_events(state, poll(mid, [result], []), set()) == []
     failed = AgentResult(run, 5, 1, 0.5, "exit 1")
     assert agents.poll_events(state, poll(mid, [failed], []), set()) == []
+
+
+def test_two_results_of_one_task_in_one_step_make_one_done() -> None:
+    """A task taken back whose first agent had run it, and its new machine's run, both
+    report in one step: one TaskDone (the first), the other dropped."""
+    state, agents, mid = machine_with_tasks([3, 4, 5])
+    state.apply(1.0, Launch("w", 1, "tok2"))
+    state.apply(1.0, MachineLaunched("m2", "w", "tok2"))
+    state.apply(1.0, MachineReady("m2"))
+    run = state.machines[mid].run_no[5]
+    state.apply(2.0, Move((5,), mid, "m2"))
+    moved = state.machines["m2"].run_no[5]
+    seen: set[tuple[str, int]] = set()
+    events = agents.poll_events(state, poll(mid, [AgentResult(run, 5, 0, 0.5, None)], []), seen)
+    events += agents.poll_events(state, poll("m2", [AgentResult(moved, 5, 0, 0.4, None)], []), seen)
+    assert events == [TaskDone(5, mid, 0.5 * CFG.time_scale)]
