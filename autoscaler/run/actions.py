@@ -25,6 +25,7 @@ from autoscaler.core.model import (
     Launch,
     MachineLaunched,
     MachineLost,
+    MachineState,
     Move,
     Release,
     Replicate,
@@ -107,10 +108,17 @@ class Executor:
     def health(self, state: RunState, cfg: RunConfig) -> list[Event]:
         """Machines that went silent, or that never came up; dropped tunnels reopened."""
         alive = list(state.alive_machines())
+        mono = time.monotonic()
         for m in alive:
-            if m.id in self.since:
+            if m.id not in self.since:
+                continue
+            if m.state is MachineState.BOOTING and self.lifecycle.booting(m.id):
+                # Its agent is not started yet: "never reported in" counts from the end
+                # of its SSH bootstrap, which fails the machine on its own timeout.
+                self.since[m.id] = mono
+            else:
                 self.lifecycle.keep_tunnel(m.id)
-        return lost_contact(alive, self.since, self.dispatcher.last_seen, time.monotonic(), cfg)
+        return lost_contact(alive, self.since, self.dispatcher.last_seen, mono, cfg)
 
     def kill_all(self) -> None:
         """The second signal: every machine the run knows ends now, without grace."""

@@ -192,6 +192,10 @@ class MachineLifecycle:
         future.add_done_callback(self._futures.discard)
         future.add_done_callback(lambda _: self._booting.discard(mid))
 
+    def booting(self, mid: str) -> bool:
+        """Whether ``mid``'s SSH bootstrap is under way (it has a timeout of its own)."""
+        return mid in self._booting
+
     def keep_tunnel(self, mid: str) -> None:
         """Open ``mid``'s SSH tunnel again if it dropped (and no bootstrap is under way)."""
         boot = self.bootstrap

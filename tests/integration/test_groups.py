@@ -30,7 +30,7 @@ from tests.integration.daemon_helpers import (
     wait_for,
 )
 
-N = 400
+N = 240
 
 
 def short_tasks(tmp_path: Path, **overrides: object) -> Path:
