@@ -60,7 +60,9 @@ class CategoryChoice:
         if not wanted:
             return list(itertools.islice(state.pending, k))
         cat = state.task_category
-        first = [t for t in state.pending if t < len(cat) and cat[t] in wanted][:k]
+        first = list(
+            itertools.islice((t for t in state.pending if t < len(cat) and cat[t] in wanted), k)
+        )
         if len(first) < k:
             taken = set(first)
             first += [t for t in itertools.islice(state.pending, k + len(first)) if t not in taken][
