@@ -272,10 +272,11 @@ class Controller:
             meet_target(s)
 
     def _group(self, s: Step, m: Machine, draining: bool, share: int) -> int:
-        """Tasks to hand ``m`` now (``core.groups``): one per free slot until its type has
-        an estimate; then a group whose expected time fits the horizon, the type's limits
-        and, when ``m`` is not to be extended, its paid time (a task likely, mean + one σ,
-        to finish within it)."""
+        """Tasks to hand ``m`` now (``core.groups``): one per free slot until the plan
+        (sampling hands out tasks one by one, and ``plan`` holds after it with the bag
+        left); then a group whose expected time fits the horizon, the type's limits and,
+        when ``m`` is not to be extended, its paid time (a task likely, mean + one σ, to
+        finish within it)."""
         state = s.state
         stats = sampling_.stats(self.settings, state, m.type.name)
         known = stats.done > 0
@@ -284,6 +285,10 @@ class Controller:
             margin = state.billing.boundary_margin_s()
             window = m.paid_until - margin - s.now - stats.stddev()
         t = m.type
+        if not planned(state):
+            if window is not None and window < stats.mean():
+                return 0
+            return min(len(state.pending), max(0, t.slots - len(m.running) - len(m.queue)))
         return group_size(
             slots=t.slots,
             in_flight=len(m.running) + len(m.queue),
