@@ -8,7 +8,7 @@ frozen dataclasses so the journal can record them as they are.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 # --- the bag and the machine types -----------------------------------------------------
@@ -488,14 +488,3 @@ ACTION_TYPES: tuple[type[Action], ...] = (
     Hold,
     Stop,
 )
-
-
-def assignments(actions: Iterable[object]) -> list[tuple[int, str]]:
-    """(task, machine) of every ``Assign`` and ``AssignGroup`` among ``actions``, in order."""
-    out: list[tuple[int, str]] = []
-    for a in actions:
-        if isinstance(a, Assign):
-            out.append((a.task, a.machine))
-        elif isinstance(a, AssignGroup):
-            out.extend((t, a.machine) for t in a.tasks)
-    return out

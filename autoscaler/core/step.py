@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from autoscaler.core.model import Action, Assign, AssignGroup, Event
 from autoscaler.core.state import RunState
 
@@ -49,3 +51,14 @@ class Step:
             out.append(action)
         flush()
         return out
+
+
+def assignments(actions: Iterable[object]) -> list[tuple[int, str]]:
+    """(task, machine) of every ``Assign`` and ``AssignGroup`` among ``actions``, in order."""
+    out: list[tuple[int, str]] = []
+    for a in actions:
+        if isinstance(a, Assign):
+            out.append((a.task, a.machine))
+        elif isinstance(a, AssignGroup):
+            out.extend((t, a.machine) for t in a.tasks)
+    return out

@@ -26,9 +26,9 @@ from autoscaler.core.model import (
     Move,
     TaskState,
     TypeSpec,
-    assignments,
 )
 from autoscaler.core.state import RunState
+from autoscaler.core.step import assignments
 from autoscaler.deadline.controller import DeadlineController, DeadlineSettings
 from autoscaler.providers.base import Capabilities
 from autoscaler.providers.sim import SimProvider

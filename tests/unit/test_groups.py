@@ -21,10 +21,9 @@ from autoscaler.core.model import (
     TaskDone,
     TaskState,
     TypeSpec,
-    assignments,
 )
 from autoscaler.core.state import RunState
-from autoscaler.core.step import Step
+from autoscaler.core.step import Step, assignments
 from autoscaler.run.start import make_emulator
 
 # --- sizing ------------------------------------------------------------------------------

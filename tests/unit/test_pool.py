@@ -35,9 +35,9 @@ from autoscaler.core.model import (
     Stop,
     TaskSpec,
     TaskState,
-    assignments,
 )
 from autoscaler.core.state import RunState, StateError
+from autoscaler.core.step import assignments
 from autoscaler.deadline.controller import DeadlineController, DeadlineSettings
 from autoscaler.providers.base import Capabilities
 from autoscaler.run.build import added_job, new_state
