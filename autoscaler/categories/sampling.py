@@ -25,6 +25,14 @@ def to_sample(
 ) -> set[int]:
     """The large categories a machine of ``type_name`` should take tasks of first: those
     with fewer than ``per`` runs on the type, ended or under way."""
+    return set(shortfall(state, categories, type_name, per, share))
+
+
+def shortfall(
+    state: RunState, categories: Sequence[Category], type_name: str, per: int, share: float
+) -> dict[int, int]:
+    """How many more runs on ``type_name`` each large category needs to have ``per``
+    (those that need none left out)."""
     ran = {c: int(runs[0]) for (c, t), runs in state.category_runs.items() if t == type_name}
     cat = state.task_category
     busy = Counter(
@@ -34,4 +42,5 @@ def to_sample(
         for t in (*m.running, *m.queue)
         if t < len(cat)
     )
-    return {c for c in large(categories, share) if ran.get(c, 0) + busy[c] < per}
+    have = {c: ran.get(c, 0) + busy[c] for c in large(categories, share)}
+    return {c: per - n for c, n in have.items() if n < per}

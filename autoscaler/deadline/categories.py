@@ -30,7 +30,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
 from autoscaler.categories.metrics import fill, time_only
-from autoscaler.categories.sampling import to_sample
+from autoscaler.categories.sampling import shortfall
 from autoscaler.core.model import JobSpec
 from autoscaler.core.state import Machine, RunState
 from autoscaler.deadline.jobs import (
@@ -152,15 +152,26 @@ def planned_s(cfg: DeadlineSettings, state: RunState, key: str, type_name: str) 
 def sample_first(
     cfg: DeadlineSettings, state: RunState, type_name: str, pending: Sequence[int]
 ) -> list[int]:
-    """``pending`` with the tasks of the large categories ``type_name`` still samples
-    first (``categories.sampling``, as budget mode), else as it is."""
+    """``pending`` in the order ``type_name`` samples it: first what the large
+    categories still need there (``categories.sampling``, as budget mode), then one
+    task of each category in turn, the largest first (beyond the paper: samples beyond
+    the large categories' measure the others rather than repeat them), the bag's order
+    within a category."""
     if not keyed(cfg, state):
         return list(pending)
-    wanted = to_sample(state, cfg.categories, type_name, cfg.category_per, cfg.category_share)
+    need = shortfall(state, cfg.categories, type_name, cfg.category_per, cfg.category_share)
     cat = state.task_category
-    first = [t for t in pending if t < len(cat) and cat[t] in wanted]
-    chosen = set(first)
-    return first + [t for t in pending if t not in chosen]
+    per_cat: dict[int, list[int]] = {}
+    for t in pending:
+        per_cat.setdefault(cat[t] if t < len(cat) else -1, []).append(t)
+    first: list[int] = []
+    for c, n in need.items():
+        got, per_cat[c] = per_cat.get(c, [])[:n], per_cat.get(c, [])[n:]
+        first += got
+    lanes = sorted(per_cat.values(), key=len, reverse=True)
+    for i in range(max(map(len, lanes), default=0)):
+        first += [lane[i] for lane in lanes if i < len(lane)]
+    return first
 
 
 def _ratio_rule(
