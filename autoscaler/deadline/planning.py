@@ -13,7 +13,7 @@ from autoscaler.core.model import Assign, Launch
 from autoscaler.core.state import RunState
 from autoscaler.core.step import Step
 from autoscaler.deadline.assign import handle_multi, handle_single
-from autoscaler.deadline.categories import by_key, job_of_key, key_times, machine_key_s
+from autoscaler.deadline.categories import by_key, job_of_key, key_times, keyed, machine_key_s
 from autoscaler.deadline.forecast import forecast
 from autoscaler.deadline.instance import (
     DeadlineJob,
@@ -124,7 +124,10 @@ def plan_jobs(cfg: DeadlineSettings, s: PlanStep) -> bool:
     result: DeadlineResult | None = None
     for factor in (1.0, *RELAX):
         relaxed = [relax(j, s.now, factor, types) for j in jobs]
-        result = solve_plan(cfg, DeadlineProblem(relaxed, types, state.billing, s.now, machines))
+        problem = DeadlineProblem(
+            relaxed, types, state.billing, s.now, machines, fastest_first=keyed(cfg, state)
+        )
+        result = solve_plan(cfg, problem)
         if result.plan is not None:
             break
     if result is None or result.plan is None:
