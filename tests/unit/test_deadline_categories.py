@@ -18,9 +18,10 @@ import pytest
 
 from autoscaler.config.load import expand_bag, load_config
 from autoscaler.core.state import RunState
+from autoscaler.deadline.categories import category_times
 from autoscaler.deadline.controller import DeadlineController
 from autoscaler.report.build import build_report
-from autoscaler.run.build import deadline_settings
+from autoscaler.run.build import deadline_settings, new_state
 from autoscaler.run.start import DryRun, dry_run, make_emulator
 
 CONFIG = """
@@ -148,3 +149,34 @@ def test_without_categories_the_run_is_the_controller_s_without_them(tmp_path: P
     counted = run(tmp_path, "{by: label}", plain=True)
     assert counted.state.task_category != ()
     assert counted.state.segments == plain.state.segments
+
+
+def test_a_category_s_time_is_measured_else_the_ratio_rule_else_the_declared_time_scaled(
+    tmp_path: Path,
+) -> None:
+    """A job that declares 100 s per task on both types, its tasks estimated 60 s and
+    180 s (two categories): before any run, each category is planned at 100 s scaled
+    by its estimate over the job's mean (120 s); once the short category has run on
+    ``a``, it is what it showed there, and the long one on ``a`` scales from it by the
+    estimates (the paper's ratio rule); ``b`` keeps the declared, scaled times."""
+    rows = ["command,estimate_s", *(f"true {i},{60 if i % 2 else 180}" for i in range(20))]
+    (tmp_path / "bag.csv").write_text("\n".join(rows) + "\n")
+    path = tmp_path / "run.yaml"
+    path.write_text(
+        "jobs:\n  - {name: j, bag: {file: bag.csv}, constraint: {deadline_s: 1h},"
+        " task_s: {a: 100, b: 100}}\n"
+        "categories: {estimate_s: 60}\n"
+        "machine_types:\n  - {name: a, price: 1, max_count: 2, boot_s: 60}\n"
+        "  - {name: b, price: 1, max_count: 2, boot_s: 60}\n"
+    )
+    cfg = load_config(path)
+    settings = deadline_settings(cfg)
+    state = new_state(cfg, 20, seed=1)
+    job = state.job_named("j")
+    short, long_ = state.task_category[1], state.task_category[0]
+    assert short != long_
+    assert category_times(settings, state, job, short) == pytest.approx({"a": 50, "b": 50})
+    assert category_times(settings, state, job, long_) == pytest.approx({"a": 150, "b": 150})
+    state.category_runs[short, "a"] = [2.0, 80.0, 3200.0]  # two runs of 40 s
+    assert category_times(settings, state, job, short) == pytest.approx({"a": 40, "b": 50})
+    assert category_times(settings, state, job, long_) == pytest.approx({"a": 120, "b": 150})
