@@ -25,17 +25,19 @@ A type with none of these cannot run the part yet (a sampled job samples first:
 
 from __future__ import annotations
 
+import functools
 import math
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
 from autoscaler.categories.metrics import fill, time_only
 from autoscaler.categories.sampling import shortfall
+from autoscaler.categories.sort import Category
 from autoscaler.core.model import JobSpec
 from autoscaler.core.state import Machine, RunState
 from autoscaler.deadline.jobs import (
     CATEGORY_SEP,
     DeadlineSettings,
+    category_counts,
     job_categories,
     machine_task_s,
     mean_sd,
@@ -179,15 +181,23 @@ def _ratio_rule(
 ) -> dict[tuple[int, str], float]:
     """Each (category, type)'s mean time by the ratio rule, for the types in ``types``
     with some category measured."""
-    ids = {c.id for c in cfg.categories}
-    measured = {
-        (c, t): time_only(runs[1] / runs[0])
-        for (c, t), runs in state.category_runs.items()
-        if runs[0] > 0 and t in types and c in ids
-    }
+    runs = tuple((c, t, n, total) for (c, t), (n, total, _) in state.category_runs.items() if n > 0)
+    return _ratio_table(cfg.categories, runs, tuple(types))
+
+
+@functools.lru_cache(maxsize=256)
+def _ratio_table(
+    categories: tuple[Category, ...],
+    runs: tuple[tuple[int, str, float, float], ...],
+    types: tuple[str, ...],
+) -> dict[tuple[int, str], float]:
+    """``_ratio_rule`` of the runs (category, type, count, total seconds), kept: it is
+    asked for every machine and part at every step, and changes only as runs end."""
+    ids = {c.id for c in categories}
+    measured = {(c, t): time_only(total / n) for c, t, n, total in runs if t in types and c in ids}
     if not measured:
         return {}
-    return {key: m.turnaround_s for key, m in fill(measured, cfg.categories, types).items()}
+    return {key: m.turnaround_s for key, m in fill(measured, categories, types).items()}
 
 
 def _estimate_scale(cfg: DeadlineSettings, state: RunState, job: JobSpec, cat: int) -> float:
@@ -196,7 +206,7 @@ def _estimate_scale(cfg: DeadlineSettings, state: RunState, job: JobSpec, cat: i
     mine = by_id.get(cat)
     if mine is None or mine.avg_estimate_s is None:
         return 1.0
-    counts = Counter(state.task_category[job.first : job.first + job.count])
+    counts = category_counts(state, job)
     total = weight = 0.0
     for c, n in counts.items():
         est = by_id[c].avg_estimate_s if c in by_id else None

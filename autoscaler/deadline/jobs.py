@@ -5,6 +5,7 @@ queue as the reassignment sees it, and the deadlines plans aim for."""
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -88,8 +89,25 @@ def sample_want(cfg: DeadlineSettings, state: RunState, job: JobSpec) -> int:
 
 def job_categories(state: RunState, job: JobSpec) -> set[int]:
     """The categories ``job``'s tasks fall in (none without categories)."""
+    return {c for c in category_counts(state, job) if c >= 0}
+
+
+_COUNTS: dict[tuple[int, int, int], tuple[tuple[int, ...], Counter[int]]] = {}
+
+
+def category_counts(state: RunState, job: JobSpec) -> Counter[int]:
+    """How many of ``job``'s tasks fall in each category (-1: none). Kept per run's
+    categories (an immutable tuple), as it is asked for every machine at every step."""
     cat = state.task_category
-    return {c for c in cat[job.first : job.first + job.count] if c >= 0}
+    key = (id(cat), job.first, job.count)
+    hit = _COUNTS.get(key)
+    if hit is not None and hit[0] is cat:
+        return hit[1]
+    if len(_COUNTS) > 1024:
+        _COUNTS.clear()
+    counts = Counter(cat[job.first : job.first + job.count])
+    _COUNTS[key] = (cat, counts)
+    return counts
 
 
 def launchable(state: RunState, name: str) -> bool:
