@@ -103,6 +103,10 @@ def test_with_categories_each_type_runs_what_it_is_fast_at_and_the_run_costs_les
     assert where["cpu", "a"] >= 0.8 * 100
     assert where["io", "b"] >= 0.7 * 100
     assert placed(without)["cpu", "a"] < 0.7 * 100  # one time per type mixes them
+    # The plan's forecast, its queues seen task by task at their category's time,
+    # is what the run cost.
+    first = next(c for _, c in with_.state.configurations if "planned" in c.reason)
+    assert first.predicted_cost == pytest.approx(with_.report.cost, rel=0.1)
 
 
 def test_sampling_measures_each_category_on_each_type_before_the_plan(tmp_path: Path) -> None:
