@@ -25,6 +25,8 @@ esac
 """
 
 
+@pytest.mark.slow
+@pytest.mark.alone  # time-scaled: the samples' real sleeps decide the plan
 def test_a_job_of_two_categories_runs_each_where_it_is_fast_every_task_once(
     tmp_path: Path,
 ) -> None:
