@@ -1,6 +1,7 @@
 """What the deadline controller knows of its jobs and machines: the settings, each job's
-planned time per task (known, or sampled: mean + z·σ/√n), a machine's observed speed, its
-queue as the reassignment sees it, and the deadlines plans aim for."""
+planned time per task (known, or sampled: mean + z·σ/√n), a machine's observed speed, the
+samples it wants, the categories a job's tasks fall in, and the deadlines plans aim for
+(a machine's queue as the reassignment sees it: ``deadline.queues``)."""
 
 from __future__ import annotations
 
