@@ -27,8 +27,9 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from autoscaler.categories.metrics import Key, Metrics, fill
+from autoscaler.categories.metrics import Key, fill, time_only
 from autoscaler.categories.milp import plan_max_tasks
+from autoscaler.categories.sampling import large, to_sample
 from autoscaler.categories.sort import Category
 from autoscaler.core.state import RunState
 
@@ -45,9 +46,7 @@ class CategoryChoice:
 
     @property
     def large(self) -> set[int]:
-        count = max(1, round(self.share * len(self.categories)))
-        ranked = sorted(self.categories, key=lambda c: (-c.size, c.id))
-        return {c.id for c in ranked[:count]}
+        return large(self.categories, self.share)
 
     def pick(self, state: RunState, type_name: str, k: int, planned: bool) -> list[int]:
         """``k`` tasks of the bag for a machine of ``type_name``: the categories it
@@ -71,16 +70,7 @@ class CategoryChoice:
         return first
 
     def _sampling(self, state: RunState, type_name: str) -> set[int]:
-        ran = {c: int(runs[0]) for (c, t), runs in state.category_runs.items() if t == type_name}
-        cat = state.task_category
-        busy = Counter(
-            cat[t]
-            for m in state.alive_machines()
-            if m.type.name == type_name
-            for t in (*m.running, *m.queue)
-            if t < len(cat)
-        )
-        return {c for c in self.large if ran.get(c, 0) + busy[c] < self.per}
+        return to_sample(state, self.categories, type_name, self.per, self.share)
 
     def _planned(self, state: RunState, type_name: str) -> set[int]:
         key = (state.done, len(state.configurations))
@@ -98,7 +88,7 @@ class CategoryChoice:
                 lanes[m.type.name] += m.type.slots
         types = sorted(lanes)
         measured = {
-            (c, t): _metrics(runs[1] / runs[0])
+            (c, t): time_only(runs[1] / runs[0])
             for (c, t), runs in state.category_runs.items()
             if runs[0] > 0 and t in lanes
         }
@@ -120,7 +110,3 @@ class CategoryChoice:
             time_limit_s=1.0,
         )
         return plan.counts
-
-
-def _metrics(mean_s: float) -> Metrics:
-    return Metrics(cpu_s=mean_s, wall_s=mean_s, transfer_s=0.0, turnaround_s=mean_s, cost=0.0)
