@@ -62,14 +62,33 @@ class Outcome:
     wall_s: float
 
 
+def write_scenario(
+    tmp: Path,
+    labels: list[str],
+    *,
+    deadline: str,
+    count: int,
+    seed: int,
+    categories: str | None,
+    name: str = "run.yaml",
+) -> Path:
+    """The scenario's bag (one task per label) and config (``categories:`` as given,
+    None: none) in ``tmp``; the config's path."""
+    rows = ["command,category", *(f"true {i},{x}" for i, x in enumerate(labels))]
+    (tmp / "bag.csv").write_text("\n".join(rows) + "\n")
+    path = tmp / name
+    text = CONFIG.format(deadline=deadline, count=count, seed=seed)
+    path.write_text(text + (f"categories: {categories}\n" if categories else ""))
+    return path
+
+
 def one(tmp: Path, tasks: int, deadline: str, count: int, seed: int, by: bool) -> Outcome:
     labels = ["cpu"] * (tasks // 2) + ["io"] * (tasks - tasks // 2)
     random.Random(seed).shuffle(labels)
-    rows = ["command,category", *(f"true {i},{x}" for i, x in enumerate(labels))]
-    (tmp / "bag.csv").write_text("\n".join(rows) + "\n")
-    path = tmp / "run.yaml"
-    text = CONFIG.format(deadline=deadline, count=count, seed=seed)
-    path.write_text(text + ("categories: {by: label}\n" if by else ""))
+    by_label = "{by: label}" if by else None
+    path = write_scenario(
+        tmp, labels, deadline=deadline, count=count, seed=seed, categories=by_label
+    )
     cfg = load_config(path)
     started = time.perf_counter()
     done = dry_run(cfg, expand_bag(cfg), plots=False)

@@ -23,20 +23,7 @@ from autoscaler.deadline.controller import DeadlineController
 from autoscaler.report.build import build_report
 from autoscaler.run.build import deadline_settings, new_state
 from autoscaler.run.start import DryRun, dry_run, make_emulator
-
-CONFIG = """
-jobs:
-  - {{name: j, at: 0, bag: {{file: bag.csv}}, constraint: {{deadline_s: {deadline}}}}}
-billing: {{mode: fixed, atu_s: 1h}}
-machine_types:
-  - {{name: a, price: 1, max_count: {count}, boot_s: 60}}
-  - {{name: b, price: 1, max_count: {count}, boot_s: 60}}
-monitoring_interval_s: 60
-emulator:
-  seed: {seed}
-  runtime: {{dist: normal, mean_s: 10m, sd_s: 1m}}
-  category_speed: {{cpu: {{a: 4, b: 1}}, io: {{a: 1, b: 4}}}}
-"""
+from benchmarks.deadline_categories import write_scenario
 
 
 def labels_of(n: int = 100) -> list[str]:
@@ -57,11 +44,15 @@ def run(
 ) -> DryRun:
     """A dry run of the job; ``plain``: by a controller built without the config's
     categories (the deadline controller as it was before them)."""
-    rows = ["command,category", *(f"true {i},{x}" for i, x in enumerate(labels_of()))]
-    (tmp_path / "bag.csv").write_text("\n".join(rows) + "\n")
-    path = tmp_path / f"run-{categories}-{seed}-{deadline}.yaml"
-    text = CONFIG.format(deadline=deadline, count=count, seed=seed)
-    path.write_text(text + (f"categories: {categories}\n" if categories else ""))
+    path = write_scenario(
+        tmp_path,
+        labels_of(),
+        deadline=deadline,
+        count=count,
+        seed=seed,
+        categories=categories,
+        name=f"run-{categories}-{seed}-{deadline}.yaml",
+    )
     cfg = load_config(path)
     if not plain:
         return dry_run(cfg, expand_bag(cfg), plots=False, progress=progress)
