@@ -33,6 +33,7 @@ from tests.integration.daemon_helpers import (
     local_config,
     local_fields,
     outputs,
+    run_cli,
     run_id_of,
     run_in_process,
     start_daemon,
@@ -113,14 +114,7 @@ def test_kill_9_then_resume_loses_and_repeats_nothing(tmp_path: Path) -> None:
         assert status.returncode == 0, status.stderr
         assert "daemon not running" in status.stdout
         assert f"{before} done" in status.stdout
-        resumed = subprocess.run(
-            cli("run", "--resume", str(run_dir)),
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        resumed = run_cli("run", "--resume", str(run_dir), timeout=120)
         assert resumed.returncode == 0, resumed.stdout + resumed.stderr
         report = json.loads((run_dir / "report.json").read_text())
         assert report["stop_reason"] is None
