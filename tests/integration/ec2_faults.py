@@ -95,7 +95,8 @@ class Rule:
     status: int
     match: Callable[[Params], bool] | None
     times: int | None  # requests left to fail; None = no limit
-    until: float | None  # time.monotonic() after which the rule is spent; None = never
+    for_s: float | None  # seconds from the first request it fails; None = no limit
+    until: float | None = None  # time.monotonic() after which the rule is spent
 
     def applies(self, action: str, params: Params, now: float) -> bool:
         if self.times is not None and self.times <= 0:
@@ -104,7 +105,11 @@ class Rule:
             return False
         if self.action not in ("*", action):
             return False
-        return self.match is None or self.match(params)
+        if self.match is not None and not self.match(params):
+            return False
+        if self.for_s is not None and self.until is None:
+            self.until = now + self.for_s  # the window opens with the first failure
+        return True
 
 
 @dataclass(frozen=True)
@@ -188,12 +193,13 @@ class FaultProxy:
     ) -> None:
         """Answer ``action`` requests (those ``match`` accepts) with EC2 error ``code``.
 
-        For the next ``times`` such requests, or for ``for_s`` seconds, or (neither)
-        until ``clear``. Rules are tried in the order they were added.
+        For the next ``times`` such requests, or for ``for_s`` seconds from the first
+        such request (so a client slow to start on a loaded host meets the whole
+        window), or (neither) until ``clear``. Rules are tried in the order they were
+        added.
         """
-        until = None if for_s is None else time.monotonic() + for_s
         with self._lock:
-            self._rules.append(Rule(action, code, status, match, times, until))
+            self._rules.append(Rule(action, code, status, match, times, for_s))
 
     def throttle(self, for_s: float) -> None:
         """Answer every request with ``RequestLimitExceeded`` (HTTP 503) for ``for_s``."""

@@ -209,14 +209,20 @@ def test_update_and_cancel_reach_the_running_job(tmp_path: Path) -> None:
         assert not_budget.returncode == 2  # an ended job takes no update
 
         # Cancelled while running: its tasks stop, its machines go, its report says so.
+        # Two runs at once: "long" and "blocker" outlast the test until cancelled (and
+        # "due", if it still runs, only delays "blocker"), so "queued" waits whatever
+        # the timing.
         long = svc.submit(budget_job("long", 300, 200))
-        queued = svc.submit(budget_job("queued", 10, 20))  # two run: this one waits
+        blocker = svc.submit(budget_job("blocker", 300, 200))
+        queued = svc.submit(budget_job("queued", 10, 20))
         wait_for(lambda: svc.view(long)["done"] >= 3, 60, "tasks of the long job")
         assert svc.view(queued)["state"] == "queued"
         assert svc.cli("cancel", queued).returncode == 0
         assert svc.cli("cancel", long).returncode == 0
+        assert svc.cli("cancel", blocker).returncode == 0
         assert svc.cli("wait", long).returncode == 5
         assert svc.cli("wait", queued).returncode == 5
+        assert svc.cli("wait", blocker).returncode == 5
         assert svc.cli("wait", due).returncode in (0, 4)
         views = {v["id"]: v for v in svc.views()}
         assert views[queued]["started_at"] is None
