@@ -165,6 +165,8 @@ class Controller:
     ):
         self.settings = settings or ControllerSettings()
         self.categories = categories  # paper 004: which tasks a machine takes first
+        # ...and the means the mix is planned on (category_mix), unless asked not to
+        self._mix = categories.categories if categories is not None and categories.mix else None
 
     # --- the one entry point ----------------------------------------------------------
 
@@ -191,7 +193,7 @@ class Controller:
 
     def outlook(self, state: RunState, now: float) -> tuple[dict[str, TypeEstimate], float]:
         """T_i per sampled type and N_e at ``now``; changes nothing."""
-        return runtimes.outlook(self.settings, state, now)
+        return runtimes.outlook(self.settings, state, now, self._mix)
 
     def budget_problem(
         self, state: RunState, now: float, est: dict[str, TypeEstimate], n_e: float, money: float
@@ -249,25 +251,25 @@ class Controller:
         then move the machines towards the target if it (or the fleet) moved."""
         state = s.state
         settings = self.settings
-        replanned = monitor.check(settings, s, news.tick)
+        replanned = monitor.check(settings, s, news.tick, self._mix)
         told = news.budget_set is not None or news.resumed is not None
         if told and not replanned and planned(state):
-            est, n_e = runtimes.outlook(settings, state, s.now)
+            est, n_e = runtimes.outlook(settings, state, s.now, self._mix)
             if news.budget_set is not None:
                 why = f"budget set to {news.budget_set.budget:.2f}: {news.budget_set.reason}"
             else:
                 why = f"resumed: {news.resumed.reason}" if news.resumed else ""
-            replanned = monitor.replan(settings, s, est, n_e, why, force=True)
+            replanned = monitor.replan(settings, s, est, n_e, why, force=True, categories=self._mix)
         # A provider held by a limit: plan onto the others' types, if any can launch.
         others = any(state.launchable(n, s.now) for n in state.types)
         lacking = sorted(set(news.unavailable))
         held = sorted(set(news.held) - set(lacking)) if others else []
         if (lacking or held) and not replanned and planned(state):
-            est, n_e = runtimes.outlook(settings, state, s.now)
+            est, n_e = runtimes.outlook(settings, state, s.now, self._mix)
             said = [f"{', '.join(lacking)} unavailable"] if lacking else []
             said += [f"{', '.join(held)} held by their provider's limit"] if held else []
             why = "; ".join(said) + ": plan without them"
-            replanned = monitor.replan(settings, s, est, n_e, why, force=True)
+            replanned = monitor.replan(settings, s, est, n_e, why, force=True, categories=self._mix)
         if replanned or news.lost or (news.tick and state.deferred):
             meet_target(s)
 

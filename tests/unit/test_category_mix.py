@@ -1,0 +1,183 @@
+"""The budget planner's mix, category-aware (issue 21 §3, paper 004 §5).
+
+Two types at the prices 1 and 2, each four times faster at one kind of task
+(``emulator.category_speed``), a bag three quarters ``cpu`` (fast on ``a``) and a
+quarter ``io`` (fast on ``b``). Seen over every task it ran, ``b`` looks slow and dear
+and the category-blind planner buys little of it; seen as the ``io`` tasks it would be
+given, it is the type to buy next. The category-aware planner plans on the means of
+the tasks each type will be given (``category_means``, ``category_mix``).
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from autoscaler.budget.category_means import CategoryTimes, effective
+from autoscaler.budget.category_mix import plan_mix
+from autoscaler.budget.controller import Controller
+from autoscaler.budget.plans import plan
+from autoscaler.budget.problem import TypeEstimate
+from autoscaler.budget.runtimes import outlook
+from autoscaler.budget.settings import money_left
+from autoscaler.categories.share import share_makespan
+from autoscaler.config.load import expand_bag, load_config
+from autoscaler.config.schema import RunConfig
+from autoscaler.core.billing import BillingModel
+from autoscaler.core.model import Action, Configure, Event
+from autoscaler.core.state import RunState
+from autoscaler.report.build import build_report
+from autoscaler.report.records import Report
+from autoscaler.run.build import make_controller
+from autoscaler.run.start import make_emulator
+
+CONFIG = """
+bag: {file: bag.csv}
+constraint: {budget: 70}
+billing: {mode: fixed, atu_s: 1h}
+machine_types:
+  - {name: a, price: 1, max_count: 10, boot_s: 60}
+  - {name: b, price: 2, max_count: 10, boot_s: 60}
+emulator:
+  seed: 2
+  runtime: {dist: normal, mean_s: 10m, sd_s: 1m}
+  category_speed: {cpu: {a: 4, b: 1}, io: {a: 1, b: 4}}
+categories: {by: label}
+"""
+
+BILLING = BillingModel(mode="fixed", atu_s=3600.0)
+
+
+def config(tmp_path: Path, seed: int) -> RunConfig:
+    labels = ["cpu"] * 450 + ["io"] * 150
+    random.Random(seed).shuffle(labels)
+    rows = ["command,category", *(f"true {i},{label}" for i, label in enumerate(labels))]
+    (tmp_path / "bag.csv").write_text("\n".join(rows) + "\n")
+    path = tmp_path / "run.yaml"
+    path.write_text(CONFIG.replace("seed: 2", f"seed: {seed}"))
+    return load_config(path)
+
+
+def controller(cfg: RunConfig, mix: bool) -> Controller:
+    made = make_controller(cfg)
+    assert isinstance(made, Controller)
+    assert made.categories is not None
+    return Controller(made.settings, replace(made.categories, mix=mix))
+
+
+def run(cfg: RunConfig, mix: bool) -> tuple[RunState, Report]:
+    tasks = expand_bag(cfg)
+    state = make_emulator(cfg, len(tasks), controller=controller(cfg, mix)).run()
+    return state, build_report(cfg, state, tasks=tasks, run_id="t", seed=cfg.emulator.seed)
+
+
+def estimate(name: str, mean_s: float, price: float = 1.0) -> TypeEstimate:
+    return TypeEstimate(name=name, price=price, max_count=10, boot_s=60, mean_s=mean_s)
+
+
+# --- the share and the effective means -----------------------------------------------
+
+
+def test_the_share_gives_each_type_the_category_it_is_fast_at() -> None:
+    times = {(0, "a"): 150.0, (0, "b"): 600.0, (1, "a"): 600.0, (1, "b"): 150.0}
+    share = share_makespan({0: 300, 1: 100}, times, {"a": 3, "b": 1})
+    assert share.x[0, "a"] == pytest.approx(300)
+    assert share.x[1, "b"] == pytest.approx(100)
+    assert share.makespan_s == pytest.approx(15000)  # 300·150/3 = 100·150/1
+
+
+def test_a_type_alone_takes_every_category() -> None:
+    times = {(0, "a"): 150.0, (0, "b"): 600.0, (1, "a"): 600.0, (1, "b"): 150.0}
+    share = share_makespan({0: 300, 1: 100}, times, {"a": 3})
+    assert share.given("a") == pytest.approx({0: 300, 1: 100})
+    assert share.given("b") == {}
+    assert share.makespan_s == pytest.approx((300 * 150 + 100 * 600) / 3)
+
+
+def test_a_type_sees_the_mean_of_the_tasks_the_mix_gives_it() -> None:
+    times = CategoryTimes(
+        left={0: 300, 1: 100},
+        mean_s={(0, "a"): 150.0, (0, "b"): 600.0, (1, "a"): 600.0, (1, "b"): 150.0},
+        sd_s={(0, "a"): 10.0, (0, "b"): 40.0, (1, "a"): 40.0, (1, "b"): 10.0},
+    )
+    est = {"a": estimate("a", 262.5), "b": estimate("b", 487.5, price=2)}
+    both = effective(BILLING, est, times, {"a": 3, "b": 1})
+    assert both["a"].mean_s == pytest.approx(150)
+    assert both["b"].mean_s == pytest.approx(150)
+    assert both["a"].sd_s == pytest.approx(10)
+    assert both["a"].first_tasks == 23  # (3600 − 60 − margin) / 150, one slot
+    alone = effective(BILLING, est, times, {"a": 3})
+    assert alone["a"].mean_s == pytest.approx((300 * 150 + 100 * 600) / 400)
+    assert alone["a"].sd_s > 150  # the two categories' means apart
+    # b, given nothing, keeps the mean of the category it is best at
+    assert alone["b"].mean_s == pytest.approx(150)
+    assert alone["b"].price == 2
+    assert alone["b"].max_count == 10
+
+
+# --- the planner --------------------------------------------------------------------
+
+
+def first_plan_state(cfg: RunConfig) -> tuple[RunState, float]:
+    """The state of the step that made the first plan (sampling over)."""
+    seen: list[tuple[RunState, float]] = []
+
+    def hook(now: float, events: list[Event], actions: list[Action], state: RunState) -> None:
+        if not seen and any(isinstance(a, Configure) and a.predicted_makespan_s for a in actions):
+            seen.append((copy.deepcopy(state), now))
+
+    tasks = expand_bag(cfg)
+    make_emulator(cfg, len(tasks), on_step=hook, controller=controller(cfg, True)).run()
+    return seen[0]
+
+
+def test_without_categories_or_their_samples_the_plan_is_the_planners(tmp_path: Path) -> None:
+    """No categories (or none of their runs yet): the planner's plan on the same means,
+    and the means untouched."""
+    cfg = config(tmp_path, 2)
+    state, now = first_plan_state(cfg)
+    settings = controller(cfg, True).settings
+    est, n_e = outlook(settings, state, now)
+    money = money_left(state) + 40  # a budget where the mixes differ
+    expected = plan(settings, state, now, est, n_e, money, [])
+    found, means = plan_mix(settings, state, now, est, n_e, money, [], categories=None)
+    assert found == expected
+    assert means == est
+    unsampled = replace(state, category_runs={})
+    cats = controller(cfg, True).categories
+    assert cats is not None
+    found, means = plan_mix(settings, unsampled, now, est, n_e, money, [], 0.0, cats.categories)
+    assert found == expected
+    assert means == est
+    aware, _ = plan_mix(settings, state, now, est, n_e, money, [], 0.0, cats.categories)
+    assert aware is not None
+    assert expected is not None
+    assert aware.counts != expected.counts
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_category_aware_mix_finishes_sooner_within_budget_and_as_predicted(
+    tmp_path: Path, seed: int
+) -> None:
+    """Both runs do every task once within the budget; the category-aware one ends
+    sooner, and its first plan's makespan is within 15 % of the run's
+    (the category-blind plan's is not: it plans on means no type will show)."""
+    cfg = config(tmp_path, seed)
+    blind_state, blind = run(cfg, mix=False)
+    aware_state, aware = run(cfg, mix=True)
+    for state, report in ((blind_state, blind), (aware_state, aware)):
+        assert report.tasks_done == 600
+        done = Counter(s.task for s in state.segments if s.outcome == "done")
+        assert set(done) == set(range(600))
+        assert set(done.values()) == {1}
+        assert report.cost <= 70
+    assert aware.makespan_s < 0.97 * blind.makespan_s
+    assert aware.predicted is not None
+    assert blind.predicted is not None
+    assert abs(aware.predicted.makespan_s - aware.makespan_s) <= 0.15 * aware.makespan_s
+    assert abs(blind.predicted.makespan_s - blind.makespan_s) > 0.15 * blind.makespan_s
