@@ -149,6 +149,15 @@ def aware(
     return effective(state.billing, est, times, fleet(state) if counts is None else counts)
 
 
+def alone(
+    state: RunState, est: Mapping[str, TypeEstimate], categories: Sequence[Category] | None
+) -> dict[str, TypeEstimate]:
+    """Each type of ``est`` as it would be alone: its mean over every task left (for a
+    choice of one type, ``plans.best_effort``: as a type given nothing keeps its best
+    categories, the type left out of the fleet would otherwise always look best)."""
+    return {n: aware(state, est, categories, {n: 1}).get(n, e) for n, e in est.items()}
+
+
 def _best(times: CategoryTimes, name: str) -> dict[int, float]:
     """A type given no task: the categories it is best at, relative to the other
     types, weighted by their tasks left (every category when none is left)."""

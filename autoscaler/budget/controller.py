@@ -34,6 +34,7 @@ from autoscaler.budget import monitor, plans, runtimes
 from autoscaler.budget import sampling as sampling_
 from autoscaler.budget.boundaries import boundary, can_extend, standby
 from autoscaler.budget.categories import CategoryChoice
+from autoscaler.budget.category_means import aware
 from autoscaler.budget.fleet import meet_target
 from autoscaler.budget.problem import BudgetProblem, TypeEstimate
 from autoscaler.budget.settings import ControllerSettings, money_left, planned
@@ -211,9 +212,11 @@ class Controller:
         budget: float | None = None,
     ) -> Configure:
         """The configuration ``counts`` with its prediction, as a plan would issue it,
-        under ``budget`` (the run's whole budget; None: the state's)."""
+        under ``budget`` (the run's whole budget; None: the state's); with categories, at
+        the means ``counts`` would show (``category_means``)."""
+        seen = aware(state, est, self._mix, counts)
         return plans.configure(
-            self.settings, Step(state, now), counts, est, "a budget option", budget
+            self.settings, Step(state, now), counts, seen, "a budget option", budget
         )
 
     @staticmethod

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from autoscaler.budget import plans
+from autoscaler.budget.category_means import alone
 from autoscaler.budget.category_mix import plan_mix
 from autoscaler.budget.minimum import minimum_budget
 from autoscaler.budget.outlook import forecast, potential
@@ -178,7 +179,8 @@ def replan(
             return False
         if _shortfall(settings, s, est, n_e, optimistic=False):
             return True
-        chosen, used = best_effort(est), est
+        used = alone(state, est, categories)
+        chosen = best_effort(used)
         reason += "; budget tight: most profitable type only"
     elif not force and chosen.speed < speed_now * settings.improve_ratio:
         return False

@@ -1,6 +1,6 @@
 """The budget planner's mix, category-aware (issue 21 §3, paper 004 §5).
 
-Two types at the prices 1 and 2, each four times faster at one kind of task
+The runs are ``benchmarks/category_mix.py``'s scenario ``crossed``: two types at the prices 1 and 2, each four times faster at one kind of task
 (``emulator.category_speed``), a bag three quarters ``cpu`` (fast on ``a``) and a
 quarter ``io`` (fast on ``b``). Seen over every task it ran, ``b`` looks slow and dear
 and the category-blind planner buys little of it; seen as the ``io`` tasks it would be
@@ -11,7 +11,6 @@ the tasks each type will be given (``category_means``, ``category_mix``).
 from __future__ import annotations
 
 import copy
-import random
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -20,54 +19,22 @@ import pytest
 
 from autoscaler.budget.category_means import CategoryTimes, effective
 from autoscaler.budget.category_mix import plan_mix
-from autoscaler.budget.controller import Controller
 from autoscaler.budget.plans import plan
 from autoscaler.budget.problem import TypeEstimate
 from autoscaler.budget.runtimes import outlook
 from autoscaler.budget.settings import money_left
 from autoscaler.categories.share import share_makespan
-from autoscaler.config.load import expand_bag, load_config
+from autoscaler.config.load import expand_bag
 from autoscaler.config.schema import RunConfig
 from autoscaler.core.billing import BillingModel
 from autoscaler.core.model import Action, Configure, Event
 from autoscaler.core.state import RunState
 from autoscaler.report.build import build_report
 from autoscaler.report.records import Report
-from autoscaler.run.build import make_controller
 from autoscaler.run.start import make_emulator
-
-CONFIG = """
-bag: {file: bag.csv}
-constraint: {budget: 70}
-billing: {mode: fixed, atu_s: 1h}
-machine_types:
-  - {name: a, price: 1, max_count: 10, boot_s: 60}
-  - {name: b, price: 2, max_count: 10, boot_s: 60}
-emulator:
-  seed: 2
-  runtime: {dist: normal, mean_s: 10m, sd_s: 1m}
-  category_speed: {cpu: {a: 4, b: 1}, io: {a: 1, b: 4}}
-categories: {by: label}
-"""
+from benchmarks.category_mix import config, controller
 
 BILLING = BillingModel(mode="fixed", atu_s=3600.0)
-
-
-def config(tmp_path: Path, seed: int) -> RunConfig:
-    labels = ["cpu"] * 450 + ["io"] * 150
-    random.Random(seed).shuffle(labels)
-    rows = ["command,category", *(f"true {i},{label}" for i, label in enumerate(labels))]
-    (tmp_path / "bag.csv").write_text("\n".join(rows) + "\n")
-    path = tmp_path / "run.yaml"
-    path.write_text(CONFIG.replace("seed: 2", f"seed: {seed}"))
-    return load_config(path)
-
-
-def controller(cfg: RunConfig, mix: bool) -> Controller:
-    made = make_controller(cfg)
-    assert isinstance(made, Controller)
-    assert made.categories is not None
-    return Controller(made.settings, replace(made.categories, mix=mix))
 
 
 def run(cfg: RunConfig, mix: bool) -> tuple[RunState, Report]:
@@ -139,7 +106,7 @@ def first_plan_state(cfg: RunConfig) -> tuple[RunState, float]:
 def test_without_categories_or_their_samples_the_plan_is_the_planners(tmp_path: Path) -> None:
     """No categories (or none of their runs yet): the planner's plan on the same means,
     and the means untouched."""
-    cfg = config(tmp_path, 2)
+    cfg = config("crossed", 2, tmp_path)
     state, now = first_plan_state(cfg)
     settings = controller(cfg, True).settings
     est, n_e = outlook(settings, state, now)
@@ -167,7 +134,7 @@ def test_the_category_aware_mix_finishes_sooner_within_budget_and_as_predicted(
     """Both runs do every task once within the budget; the category-aware one ends
     sooner, and its first plan's makespan is within 15 % of the run's
     (the category-blind plan's is not: it plans on means no type will show)."""
-    cfg = config(tmp_path, seed)
+    cfg = config("crossed", seed, tmp_path)
     blind_state, blind = run(cfg, mix=False)
     aware_state, aware = run(cfg, mix=True)
     for state, report in ((blind_state, blind), (aware_state, aware)):
