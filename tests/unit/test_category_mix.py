@@ -1,11 +1,12 @@
 """The budget planner's mix, category-aware (issue 21 §3, paper 004 §5).
 
-The runs are ``benchmarks/category_mix.py``'s scenario ``crossed``: two types at the prices 1 and 2, each four times faster at one kind of task
-(``emulator.category_speed``), a bag three quarters ``cpu`` (fast on ``a``) and a
-quarter ``io`` (fast on ``b``). Seen over every task it ran, ``b`` looks slow and dear
-and the category-blind planner buys little of it; seen as the ``io`` tasks it would be
-given, it is the type to buy next. The category-aware planner plans on the means of
-the tasks each type will be given (``category_means``, ``category_mix``).
+The runs are ``benchmarks/category_mix.py``'s scenario ``crossed``: two types at the
+prices 1 and 2, each four times faster at one kind of task (``emulator.category_speed``),
+a bag three quarters ``cpu`` (fast on ``a``) and a quarter ``io`` (fast on ``b``). Seen
+over every task it ran, ``b`` looks slow and dear and the category-blind planner buys
+little of it; seen as the ``io`` tasks it would be given, it is the type to buy next.
+The category-aware planner plans on the means of the tasks each type will be given
+(``category_means``, ``category_mix``).
 """
 
 from __future__ import annotations
@@ -132,8 +133,9 @@ def test_the_category_aware_mix_finishes_sooner_within_budget_and_as_predicted(
     tmp_path: Path, seed: int
 ) -> None:
     """Both runs do every task once within the budget; the category-aware one ends
-    sooner, and its first plan's makespan is within 15 % of the run's
-    (the category-blind plan's is not: it plans on means no type will show)."""
+    sooner, its machines take the categories the mix was planned for, and its first
+    plan's makespan is within 15 % of the run's (the category-blind plan's is not: it
+    plans on means no type will show)."""
     cfg = config("crossed", seed, tmp_path)
     blind_state, blind = run(cfg, mix=False)
     aware_state, aware = run(cfg, mix=True)
@@ -144,6 +146,14 @@ def test_the_category_aware_mix_finishes_sooner_within_budget_and_as_predicted(
         assert set(done.values()) == {1}
         assert report.cost <= 70
     assert aware.makespan_s < 0.97 * blind.makespan_s
+    # the assignment follows the mix: after the plan, a (4x slower at io) runs next to none
+    planned_at = next(t for t, c in aware_state.configurations if c.predicted_makespan_s)
+    io_on = Counter(
+        aware_state.machines[s.machine].type.name
+        for s in aware_state.segments
+        if s.outcome == "done" and s.start >= planned_at and aware_state.task_category[s.task] == 1
+    )
+    assert io_on["a"] <= 0.05 * io_on.total()
     assert aware.predicted is not None
     assert blind.predicted is not None
     assert abs(aware.predicted.makespan_s - aware.makespan_s) <= 0.15 * aware.makespan_s
