@@ -155,7 +155,17 @@ def alone(
     """Each type of ``est`` as it would be alone: its mean over every task left (for a
     choice of one type, ``plans.best_effort``: as a type given nothing keeps its best
     categories, the type left out of the fleet would otherwise always look best)."""
-    return {n: aware(state, est, categories, {n: 1}).get(n, e) for n, e in est.items()}
+    if not categories or not est or not state.task_category:
+        return dict(est)
+    times = category_times(state, categories, sorted(est))
+    return dict(est) if times is None else alone_means(state.billing, est, times)
+
+
+def alone_means(
+    billing: BillingModel, est: Mapping[str, TypeEstimate], times: CategoryTimes
+) -> dict[str, TypeEstimate]:
+    """Each type's estimate as if it ran every task left alone."""
+    return {n: effective(billing, {n: e}, times, {n: 1})[n] for n, e in est.items()}
 
 
 def _best(times: CategoryTimes, name: str) -> dict[int, float]:
