@@ -15,6 +15,7 @@ import copy
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
+from unittest.mock import patch
 
 import pytest
 
@@ -33,7 +34,7 @@ from autoscaler.core.state import RunState
 from autoscaler.report.build import build_report
 from autoscaler.report.records import Report
 from autoscaler.run.start import make_emulator
-from benchmarks.category_mix import config, controller
+from benchmarks.category_mix import SCENARIOS, config, controller
 
 BILLING = BillingModel(mode="fixed", atu_s=3600.0)
 
@@ -158,3 +159,23 @@ def test_the_category_aware_mix_finishes_sooner_within_budget_and_as_predicted(
     assert blind.predicted is not None
     assert abs(aware.predicted.makespan_s - aware.makespan_s) <= 0.15 * aware.makespan_s
     assert abs(blind.predicted.makespan_s - blind.makespan_s) > 0.15 * blind.makespan_s
+
+
+def test_a_budget_too_small_keeps_to_one_most_profitable_type(tmp_path: Path) -> None:
+    """A budget too small for the bag: best effort picks its one type by the mean each
+    type would show alone. (Seen in the fleet, a type left out keeps the mean of its
+    best categories and looks most profitable at once: best effort flipped between
+    two types at every monitoring tick.)"""
+    text, sizes = SCENARIOS["three"]
+    tight = text.replace("budget: 80", "budget: 60").replace("min_charge_s: 60", "min_charge_s: 1h")
+    with patch.dict(SCENARIOS, {"three": (tight, sizes)}):
+        cfg = config("three", 1, tmp_path)
+    state, report = run(cfg, mix=True)
+    assert report.cost <= 60
+    picks = [
+        next(n for n, c in conf.counts.items() if c)
+        for _, conf in state.configurations
+        if "most profitable type only" in conf.reason
+    ]
+    assert picks
+    assert len(set(picks)) == 1, picks
