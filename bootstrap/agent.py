@@ -812,14 +812,20 @@ class Agent:
             self._conn = None
 
     def _failed(self, error: str) -> None:
+        """A poll failed: retry after the backoff, or sooner as the lease nears its end
+        (half the time left, so that a controller back in time renews it)."""
         self._failures += 1
-        self._retry_at = time.monotonic() + self._backoff_s
+        now = time.monotonic()
+        wait_s = self._backoff_s
+        if self._lease_deadline is not None:
+            wait_s = min(wait_s, max(BACKOFF_FIRST_S, (self._lease_deadline - now) / 2))
+        self._retry_at = now + wait_s
         log(
             logging.WARNING,
             "poll failed",
             error=error,
             failures=self._failures,
-            retry_in_s=self._backoff_s,
+            retry_in_s=round(wait_s, 3),
         )
         self._backoff_s = min(self._backoff_s * 2, BACKOFF_MAX_S)
 

@@ -108,3 +108,15 @@ def autoscaler_state(
     path = tmp_path_factory.mktemp("state")
     monkeypatch.setenv(STATE_DIR_ENV, str(path))
     return path
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked ``long`` (a minute or more of a real run; ``long(m)``: about m minutes)
+    are collected first, longest first, so that the parallel workers start on them and the
+    run ends on short ones."""
+
+    def minutes(item: pytest.Item) -> float:
+        mark = item.get_closest_marker("long")
+        return 0.0 if mark is None else float(mark.args[0] if mark.args else 1)
+
+    items.sort(key=lambda item: -minutes(item))

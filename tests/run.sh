@@ -76,7 +76,8 @@ run_pytest() {
   return "$rc"
 }
 
-run_pytest unit no tests/unit -q
+# The unit tests are CPU-bound: one pytest-xdist worker per core.
+run_pytest unit no tests/unit -q -n 2
 # The integration tests mostly wait (time-scaled runs, moto, sshd, Grid Engine, Slurm), so four
 # pytest-xdist workers run them side by side (on 2 cores: they wait more than they
 # compute); tests that share Grid Engine are one xdist group (tests/integration/sge.py),

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 from autoscaler.budget.category_means import category_times, tasks_left
 from autoscaler.categories.metrics import Key
+from autoscaler.categories.sampling import large, to_sample
 from autoscaler.categories.sort import Category
 from autoscaler.core.state import RunState
 
@@ -49,9 +50,7 @@ class CategoryChoice:
 
     @property
     def large(self) -> set[int]:
-        count = max(1, round(self.share * len(self.categories)))
-        ranked = sorted(self.categories, key=lambda c: (-c.size, c.id))
-        return {c.id for c in ranked[:count]}
+        return large(self.categories, self.share)
 
     def pick(self, state: RunState, type_name: str, k: int, planned: bool) -> list[int]:
         """``k`` tasks of the bag for a machine of ``type_name``: the categories it
@@ -75,16 +74,7 @@ class CategoryChoice:
         return first
 
     def _sampling(self, state: RunState, type_name: str) -> set[int]:
-        ran = {c: int(runs[0]) for (c, t), runs in state.category_runs.items() if t == type_name}
-        cat = state.task_category
-        busy = Counter(
-            cat[t]
-            for m in state.alive_machines()
-            if m.type.name == type_name
-            for t in (*m.running, *m.queue)
-            if t < len(cat)
-        )
-        return {c for c in self.large if ran.get(c, 0) + busy[c] < self.per}
+        return to_sample(state, self.categories, type_name, self.per, self.share)
 
     def _planned(self, state: RunState, type_name: str) -> set[int]:
         key = (state.done, len(state.configurations))

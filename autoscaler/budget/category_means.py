@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from autoscaler.budget.problem import TypeEstimate, first_tasks
-from autoscaler.categories.metrics import Key, Metrics, fill
+from autoscaler.categories.metrics import Key, Metrics, fill, time_only
 from autoscaler.categories.share import Share, share_makespan
 from autoscaler.categories.sort import Category
 from autoscaler.core.billing import BillingModel
@@ -73,7 +73,7 @@ def category_times(
     (``left``, or every task not ended); None unless each type has a category measured
     (the categories have not all been sampled yet)."""
     measured = {
-        (c, t): _metrics(runs[1] / runs[0])
+        (c, t): time_only(runs[1] / runs[0])
         for (c, t), runs in state.category_runs.items()
         if runs[0] > 0 and t in types
     }
@@ -193,7 +193,3 @@ def _sd(state: RunState, key: Key) -> float:
 
 def _means(measured: Mapping[Key, Metrics]) -> dict[Key, float]:
     return {key: m.turnaround_s for key, m in measured.items()}
-
-
-def _metrics(mean_s: float) -> Metrics:
-    return Metrics(cpu_s=mean_s, wall_s=mean_s, transfer_s=0.0, turnaround_s=mean_s, cost=0.0)

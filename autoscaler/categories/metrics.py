@@ -45,6 +45,11 @@ class Metrics:
     measured: bool = True  # False: scaled from other categories (the ratio rule)
 
 
+def time_only(mean_s: float) -> Metrics:
+    """The metrics of a (category, type) known only by its mean time per task."""
+    return Metrics(cpu_s=mean_s, wall_s=mean_s, transfer_s=0.0, turnaround_s=mean_s, cost=0.0)
+
+
 Key = tuple[int, str]
 """(category id, type name)."""
 

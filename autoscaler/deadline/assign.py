@@ -8,6 +8,7 @@ machines only (``autoscaler.deadline.milp``), never costing more than job by job
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -36,9 +37,11 @@ def assign(
     machines: Sequence[RunningMachine],
     now: float,
     left: Mapping[str, int] | None = None,
+    fastest_first: bool = False,
 ) -> Assignment:
     """Algorithm 1: give each job (EDF) as many tasks as each machine (in the order
-    given) can finish by min(deadline, paid_until), after its queue.
+    given, or ``fastest_first`` for the job) can finish by min(deadline, paid_until),
+    after its queue.
 
     A machine's work is never pushed past its paid time nor past the job's deadline;
     ``left`` (default: every job's n_j) is what is still to place.
@@ -47,7 +50,10 @@ def assign(
     free = {m.id: max(m.free_at, now) for m in machines}
     tasks: dict[str, dict[str, int]] = {m.id: {} for m in machines}
     for job in edf(jobs):
-        for m in machines:
+        order = machines
+        if fastest_first:
+            order = sorted(machines, key=lambda m: job.task_s.get(m.type, math.inf))
+        for m in order:
             if remaining[job.name] <= 0:
                 break
             e = job.task_s.get(m.type)
@@ -105,7 +111,7 @@ def handle_multi(
 ) -> DeadlineResult:
     """Algorithm 2: fill the running machines (Algorithm 1), then model (7) for every
     job's tasks left."""
-    done = assign(problem.jobs, problem.machines, problem.now)
+    done = assign(problem.jobs, problem.machines, problem.now, fastest_first=problem.fastest_first)
     result = solve_new(
         problem.jobs,
         problem.types,
@@ -135,7 +141,7 @@ def handle_single(
     notes: list[str] = []
     proven = True
     for job in edf(problem.jobs):
-        done = assign([job], running, problem.now)
+        done = assign([job], running, problem.now, fastest_first=problem.fastest_first)
         running = list(done.machines)
         for mid, tasks in done.tasks.items():
             target = new[mid][1] if mid in new else existing.setdefault(mid, {})

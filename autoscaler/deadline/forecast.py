@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from autoscaler.core.model import Configure, Forecast
 from autoscaler.core.step import Step
-from autoscaler.deadline.jobs import DeadlineSettings, job_deadlines, queue_of, task_times
+from autoscaler.deadline.categories import job_of_key, key_of, planned_s
+from autoscaler.deadline.jobs import DeadlineSettings, job_deadlines
+from autoscaler.deadline.queues import queue_of
 from autoscaler.deadline.reassign import Queue, finish_times
 from autoscaler.deadline.slots import cushion, on_slots
 
@@ -19,19 +21,15 @@ def forecast(cfg: DeadlineSettings, s: Step, jobs: set[str], why: str) -> None:
     # Each machine, alive or being launched: (queue, launched, paid until, type).
     queues: list[tuple[Queue, float, float, str]] = []
     for m in state.alive_machines():
-        queues.append((queue_of(state, m, s.now), m.launched_at, m.paid_until, m.type.name))
+        queues.append((queue_of(cfg, state, m, s.now), m.launched_at, m.paid_until, m.type.name))
     for token, planned in state.launch_queues.items():
         tname = state.pending_launches.get(token, ("", 0))[0]
         if not tname:
             continue
         t = state.types[tname]
         for tasks in planned:
-            named = [(tid, state.job_of(tid).name) for tid in tasks]
-            times = {
-                name: state.job_named(name).task_s.get(tname)
-                or task_times(cfg, state, state.job_named(name)).get(tname, 0.0)
-                for _, name in named
-            }
+            named = [(tid, key_of(cfg, state, tid)) for tid in tasks]
+            times = {name: planned_s(cfg, state, name, tname) for _, name in named}
             paid = s.now + state.billing.first_step_s
             margin = state.billing.boundary_margin_s()
             start = s.now + t.boot_s + cushion(t.slots, max(times.values(), default=0.0))
@@ -60,13 +58,15 @@ def forecast(cfg: DeadlineSettings, s: Step, jobs: set[str], why: str) -> None:
         machine_cost = state.billing.cost(state.types[tname].price, paid)
         total += machine_cost
         seconds: dict[str, float] = {}
-        for _, name in q.tasks:
-            seconds[name] = seconds.get(name, 0.0) + q.task_s.get(name, 0.0)
+        for _, key in q.tasks:
+            name = job_of_key(state, key).name
+            seconds[name] = seconds.get(name, 0.0) + q.task_s.get(key, 0.0)
         busy = sum(seconds.values())
         for name, sec in seconds.items():
             if busy > 0:
                 cost[name] = cost.get(name, 0.0) + machine_cost * sec / busy
-        for name, end_j in ends.items():
+        for key, end_j in ends.items():
+            name = job_of_key(state, key).name
             finish[name] = max(finish.get(name, 0.0), end_j)
     for name in sorted(jobs):
         if name in finish:

@@ -77,6 +77,9 @@ class DeadlineProblem:
     billing: BillingModel
     now: float = 0.0
     machines: Sequence[RunningMachine] = ()
+    # Algorithm 1 gives each job its running machines fastest first (with categories a
+    # job's part is fast on some types only); False: in the order given, as the paper.
+    fastest_first: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,19 +1,21 @@
 """What the deadline controller knows of its jobs and machines: the settings, each job's
-planned time per task (known, or sampled: mean + z·σ/√n), a machine's observed speed, its
-queue as the reassignment sees it, and the deadlines plans aim for."""
+planned time per task (known, or sampled: mean + z·σ/√n), a machine's observed speed, the
+samples it wants, the categories a job's tasks fall in, and the deadlines plans aim for
+(a machine's queue as the reassignment sees it: ``deadline.queues``)."""
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from autoscaler.core.model import JobSpec, MachineState
+from autoscaler.categories.sampling import large
+from autoscaler.categories.sort import Category
+from autoscaler.core.model import JobSpec
 from autoscaler.core.solve import Solver
 from autoscaler.core.state import Machine, RunState
-from autoscaler.deadline.reassign import Queue
-from autoscaler.deadline.slots import cushion, on_slots
 
 EPS = 1e-6
 
@@ -29,6 +31,11 @@ class DeadlineSettings:
     late_change: float = 0.1  # a lateness is said again when it changes by this share
     guard_z: float = 2.0  # plans and moves aim this many task-time sds before a deadline
     keep_open: bool = False  # a pool: no Stop when the work is done; jobs join (JobAdded)
+    # Categories (paper 004; ``deadline.categories``): the bag's, none without
+    # ``categories:``; sample runs of each large category per type, the share that is large.
+    categories: tuple[Category, ...] = ()
+    category_per: int = 2
+    category_share: float = 0.2
 
 
 def task_times(cfg: DeadlineSettings, state: RunState, job: JobSpec) -> dict[str, float]:
@@ -64,72 +71,84 @@ def is_sampling(cfg: DeadlineSettings, state: RunState, job: JobSpec) -> bool:
     """Whether ``job`` still waits for samples (no known times, some type short)."""
     if job.task_s:
         return False
+    want = sample_want(cfg, state, job)
     return any(
-        launchable(state, name)
-        and (state.job_runs.get((job.name, name)) or [0])[0] < min(cfg.sample, job.count)
+        launchable(state, name) and (state.job_runs.get((job.name, name)) or [0])[0] < want
         for name in state.types
     ) or not task_times(cfg, state, job)
+
+
+def sample_want(cfg: DeadlineSettings, state: RunState, job: JobSpec) -> int:
+    """Sample runs of ``job`` per type: ``sample``, or with categories enough to run
+    ``category_per`` of each large category the job has (``deadline.sampling``)."""
+    want = cfg.sample
+    if cfg.categories and state.task_category:
+        big = large(cfg.categories, cfg.category_share) & job_categories(state, job)
+        want = max(want, cfg.category_per * len(big))
+    return min(want, job.count)
+
+
+def job_categories(state: RunState, job: JobSpec) -> set[int]:
+    """The categories ``job``'s tasks fall in (none without categories)."""
+    return {c for c in category_counts(state, job) if c >= 0}
+
+
+_COUNTS: dict[tuple[int, int, int], tuple[tuple[int, ...], Counter[int]]] = {}
+
+
+def category_counts(state: RunState, job: JobSpec) -> Counter[int]:
+    """How many of ``job``'s tasks fall in each category (-1: none). Kept per run's
+    categories (an immutable tuple), as it is asked for every machine at every step."""
+    cat = state.task_category
+    key = (id(cat), job.first, job.count)
+    hit = _COUNTS.get(key)
+    if hit is not None and hit[0] is cat:
+        return hit[1]
+    if len(_COUNTS) > 1024:
+        _COUNTS.clear()
+    counts = Counter(cat[job.first : job.first + job.count])
+    _COUNTS[key] = (cat, counts)
+    return counts
 
 
 def launchable(state: RunState, name: str) -> bool:
     return state.types[name].max_count > 0 and state.available(name, state.now)
 
 
-def queue_of(state: RunState, m: Machine, now: float) -> Queue:
-    """``m`` as the reassignment sees it: when its current task ends (by its observed
-    speed), its queue, and its time per task of each job it can run. A machine of s > 1
-    slots is seen as one that runs a task at a time in e/s, busy until the rest of its
-    running tasks over s plus the cushion (``deadline.slots``)."""
-    times: dict[str, float] = {}
-    for job in state.jobs:
-        e = machine_task_s(state, m, job)
-        if e is not None:
-            times[job.name] = e
-    booting = m.state is MachineState.BOOTING
-    busy = max(now, m.launched_at + m.type.boot_s) if booting else now
-    ready = busy
-    for tid, start in m.running.items():
-        e = times.get(state.job_of(tid).name, 0.0)
-        busy = max(busy, start + e, now)
-    tasks = [(tid, state.job_of(tid).name) for tid in m.queue]
-    for _, name in tasks:
-        times.setdefault(name, state.job_named(name).task_s.get(m.type.name, 0.0))
-    if m.type.slots > 1:
-        busy, times = _slotted(state, m, ready, times)
-    return Queue(m.id, busy, m.paid_until - state.billing.boundary_margin_s(), tasks, times)
+class Deadlines(dict[str, float]):
+    """Deadlines by job name; a part of a job planned by category (``job#c3``,
+    ``deadline.categories``) has its job's."""
+
+    def __missing__(self, key: str) -> float:
+        job, sep, _ = key.partition(CATEGORY_SEP)
+        if not sep:
+            raise KeyError(key)
+        return self[job]
 
 
-def _slotted(
-    state: RunState, m: Machine, ready: float, times: dict[str, float]
-) -> tuple[float, dict[str, float]]:
-    """A slotted machine's start and times per task as a one-lane queue."""
-    s = m.type.slots
-    rest = 0.0
-    for tid, start in m.running.items():
-        rest += max(0.0, start + times.get(state.job_of(tid).name, 0.0) - ready)
-    e_max = max(times.values(), default=0.0)
-    return ready + rest / s + cushion(s, e_max), on_slots(times, s)
+CATEGORY_SEP = "#c"
+"""Between a job's name and a category id in the name of the job's part of that category
+(a job's name has no ``#``)."""
 
 
-def all_queues(state: RunState, now: float) -> list[Queue]:
-    return [queue_of(state, m, now) for m in state.alive_machines()]
-
-
-def job_deadlines(
-    cfg: DeadlineSettings, state: RunState, guarded: bool = False
-) -> dict[str, float]:
+def job_deadlines(cfg: DeadlineSettings, state: RunState, guarded: bool = False) -> Deadlines:
     """Each job's deadline; ``guarded``: less ``guard_z`` times the spread of one of
     its tasks (the largest sd seen on a type), what plans and moves aim for, so the
     last task's own noise does not carry it past the deadline."""
-    return {j.name: j.deadline - (guard(cfg, state, j) if guarded else 0.0) for j in state.jobs}
+    return Deadlines(
+        {j.name: j.deadline - (guard(cfg, state, j) if guarded else 0.0) for j in state.jobs}
+    )
 
 
 def guard(cfg: DeadlineSettings, state: RunState, job: JobSpec) -> float:
-    worst = 0.0
-    for name in state.types:
-        runs = state.job_runs.get((job.name, name))
-        if runs is not None and runs[0] >= 2:
-            worst = max(worst, mean_sd(runs)[1])
+    """With categories, the spread is that of a task of one of the job's categories on
+    a type (a job of several categories is not one spread of times)."""
+    if cfg.categories and state.task_category:
+        mine = job_categories(state, job)
+        seen = [r for (c, _), r in state.category_runs.items() if c in mine]
+    else:
+        seen = [r for name in state.types if (r := state.job_runs.get((job.name, name)))]
+    worst = max((mean_sd(r)[1] for r in seen if r[0] >= 2), default=0.0)
     return cfg.guard_z * worst
 
 

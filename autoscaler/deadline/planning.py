@@ -13,6 +13,7 @@ from autoscaler.core.model import Assign, Launch
 from autoscaler.core.state import RunState
 from autoscaler.core.step import Step
 from autoscaler.deadline.assign import handle_multi, handle_single
+from autoscaler.deadline.categories import by_key, job_of_key, key_times, keyed, machine_key_s
 from autoscaler.deadline.forecast import forecast
 from autoscaler.deadline.instance import (
     DeadlineJob,
@@ -27,10 +28,8 @@ from autoscaler.deadline.jobs import (
     DeadlineSettings,
     is_sampling,
     job_deadlines,
-    machine_task_s,
-    queue_of,
-    task_times,
 )
+from autoscaler.deadline.queues import queue_of
 from autoscaler.deadline.slots import slotted
 
 RELAX = (1.5, 2.0, 4.0, 8.0, 32.0)  # deadline windows tried when no plan meets them
@@ -59,13 +58,13 @@ def ready_jobs(cfg: DeadlineSettings, state: RunState) -> dict[str, list[int]]:
     return out
 
 
-def running_machines(state: RunState, now: float) -> list[RunningMachine]:
+def running_machines(cfg: DeadlineSettings, state: RunState, now: float) -> list[RunningMachine]:
     margin = state.billing.boundary_margin_s()
     out = []
     for m in state.alive_machines():
         if m.marked:
             continue
-        q = queue_of(state, m, now)
+        q = queue_of(cfg, state, m, now)
         free = q.busy_until + sum(q.task_s.get(j, 0.0) for _, j in q.tasks)
         out.append(RunningMachine(m.id, m.type.name, m.paid_until - margin, free))
     return out
@@ -103,34 +102,39 @@ def solve_plan(cfg: DeadlineSettings, problem: DeadlineProblem) -> DeadlineResul
 
 
 def plan_jobs(cfg: DeadlineSettings, s: PlanStep) -> bool:
-    """Plan every task of an arrived job in the bag; True if anything was planned."""
+    """Plan every task of an arrived job in the bag; True if anything was planned.
+    With categories, each job's part of each category is planned as a job of its own
+    (``deadline.categories``)."""
     state = s.state
-    tasks = ready_jobs(cfg, state)
-    if not tasks:
+    ready = ready_jobs(cfg, state)
+    if not ready:
         return False
+    tasks = by_key(cfg, state, ready)
     guarded = job_deadlines(cfg, state, guarded=True)
     jobs = []
     for name, tids in tasks.items():
-        job = state.job_named(name)
-        times = task_times(cfg, state, job)
+        times = key_times(cfg, state, name)
         if not times:
             continue
         jobs.append(DeadlineJob(name, len(tids), guarded[name], times))
     if not jobs:
         return False
-    machines = running_machines(state, s.now)
+    machines = running_machines(cfg, state, s.now)
     jobs, types = slotted(jobs, plan_types(state), type_slots(state))
     result: DeadlineResult | None = None
     for factor in (1.0, *RELAX):
         relaxed = [relax(j, s.now, factor, types) for j in jobs]
-        result = solve_plan(cfg, DeadlineProblem(relaxed, types, state.billing, s.now, machines))
+        problem = DeadlineProblem(
+            relaxed, types, state.billing, s.now, machines, fastest_first=keyed(cfg, state)
+        )
+        result = solve_plan(cfg, problem)
         if result.plan is not None:
             break
     if result is None or result.plan is None:
-        crowd(s, tasks, machines)
+        crowd(cfg, s, tasks, machines)
     else:
-        carry_out(s, result.plan, tasks)
-    forecast(cfg, s, set(tasks), "planned: " + ", ".join(sorted(tasks)))
+        carry_out(cfg, s, result.plan, tasks)
+    forecast(cfg, s, set(ready), "planned: " + ", ".join(sorted(ready)))
     return True
 
 
@@ -144,10 +148,12 @@ def relax(job: DeadlineJob, now: float, factor: float, types: Sequence[MachineTy
     return DeadlineJob(job.name, job.tasks, now + factor * window, job.task_s)
 
 
-def carry_out(s: PlanStep, plan: DeadlinePlan, tasks: dict[str, list[int]]) -> None:
-    """Queue the plan's tasks: on running machines (``Assign``), and on the new machines
-    the budget pays for (``Launch`` with their queues); what it cannot pay for is
-    queued where it finishes first."""
+def carry_out(
+    cfg: DeadlineSettings, s: PlanStep, plan: DeadlinePlan, tasks: dict[str, list[int]]
+) -> None:
+    """Queue the plan's tasks (by key: job, or job's part of a category): on running
+    machines (``Assign``), and on the new machines the budget pays for (``Launch`` with
+    their queues); what it cannot pay for is queued where it finishes first."""
     state = s.state
     left = {name: list(tids) for name, tids in tasks.items()}
 
@@ -165,7 +171,7 @@ def carry_out(s: PlanStep, plan: DeadlinePlan, tasks: dict[str, list[int]]) -> N
     for new in sorted(plan.new, key=lambda m: -sum(m.tasks.values()) / max(m.cost, EPS)):
         first = state.billing.cost(state.types[new.type].price, state.billing.first_step_s)
         if first > money + EPS:
-            s.unpaid.update(n for n, k in new.tasks.items() if k > 0)
+            s.unpaid.update(job_of_key(state, n).name for n, k in new.tasks.items() if k > 0)
             continue
         money -= max(first, min(new.cost, money))
         queue: list[int] = []
@@ -176,25 +182,29 @@ def carry_out(s: PlanStep, plan: DeadlinePlan, tasks: dict[str, list[int]]) -> N
         s.do(Launch(name, len(queues), f"L{state.launch_seq}", tuple(queues)))
     rest = {name: tids for name, tids in left.items() if tids}
     if rest:
-        crowd(s, rest, running_machines(state, s.now))
+        crowd(cfg, s, rest, running_machines(cfg, state, s.now))
 
 
 def edf_names(state: RunState, per_job: Mapping[str, int]) -> list[str]:
-    return sorted(per_job, key=lambda name: (state.job_named(name).deadline, name))
+    return sorted(per_job, key=lambda name: (job_of_key(state, name).deadline, name))
 
 
-def crowd(s: Step, tasks: Mapping[str, Sequence[int]], machines: Sequence[RunningMachine]) -> None:
-    """No machines can be bought for ``tasks``: queue each where it finishes first
-    (list scheduling over the machines alive); they will be late, and ``_watch`` says
-    so. Without a machine that can run a job, its tasks stay in the bag."""
+def crowd(
+    cfg: DeadlineSettings,
+    s: Step,
+    tasks: Mapping[str, Sequence[int]],
+    machines: Sequence[RunningMachine],
+) -> None:
+    """No machines can be bought for ``tasks`` (by key): queue each where it finishes
+    first (list scheduling over the machines alive); they will be late, and ``_watch``
+    says so. Without a machine that can run a job, its tasks stay in the bag."""
     state = s.state
     free = {m.id: m.free_at for m in machines}
-    for name in sorted(tasks, key=lambda n: state.job_named(n).deadline):
-        job = state.job_named(name)
+    for name in sorted(tasks, key=lambda n: job_of_key(state, n).deadline):
         for tid in tasks[name]:
             best: tuple[float, str] | None = None
             for m in machines:
-                e = machine_task_s(state, state.machines[m.id], job)
+                e = machine_key_s(cfg, state, state.machines[m.id], name)
                 if e is None:
                     continue
                 e /= state.machines[m.id].type.slots

@@ -1,5 +1,7 @@
 """Sampling a job without known task times: ``sample`` runs of it on each type that can
-be launched, side by side, before the job is planned."""
+be launched, side by side, before the job is planned. With categories, each type takes
+first the tasks of the large categories it has run fewer than ``category_per`` times
+(``categories.sampling``, as budget mode), and samples enough to cover them."""
 
 from __future__ import annotations
 
@@ -8,7 +10,8 @@ import math
 from autoscaler.core.limits import new_caps
 from autoscaler.core.model import Assign, Launch, MachineState
 from autoscaler.core.step import Step
-from autoscaler.deadline.jobs import EPS, DeadlineSettings, is_sampling, launchable
+from autoscaler.deadline.categories import sample_first
+from autoscaler.deadline.jobs import EPS, DeadlineSettings, is_sampling, launchable, sample_want
 
 
 def sample(cfg: DeadlineSettings, s: Step) -> None:
@@ -20,7 +23,7 @@ def sample(cfg: DeadlineSettings, s: Step) -> None:
         for name in state.types:
             if not pending or not launchable(state, name):
                 continue
-            want = min(cfg.sample, job.count)
+            want = sample_want(cfg, state, job)
             have = (state.job_runs.get((job.name, name)) or [0])[0]
             have += sum(
                 1
@@ -40,6 +43,7 @@ def sample(cfg: DeadlineSettings, s: Step) -> None:
             give = min(want - int(have), len(pending))
             if give <= 0:
                 continue
+            pending = sample_first(cfg, state, name, pending)
             chosen, pending = pending[:give], pending[give:]
             spread_sample(s, name, chosen)
 

@@ -9,17 +9,18 @@ import math
 from collections.abc import Mapping, Sequence
 
 from autoscaler.core.model import Cancel, Late
+from autoscaler.core.state import RunState
 from autoscaler.core.step import Step
 from autoscaler.deadline.assign import solve_new
+from autoscaler.deadline.categories import by_job, job_of_key, key_times
 from autoscaler.deadline.instance import DeadlineJob
 from autoscaler.deadline.jobs import (
     EPS,
     DeadlineSettings,
-    all_queues,
     job_deadlines,
-    task_times,
 )
 from autoscaler.deadline.planning import PlanStep, carry_out, plan_types, type_slots
+from autoscaler.deadline.queues import all_queues
 from autoscaler.deadline.reassign import (
     Lateness,
     late_tasks,
@@ -36,7 +37,7 @@ CAUSES = {
 
 def move_late(cfg: DeadlineSettings, s: Step) -> None:
     state = s.state
-    result = reassign(all_queues(state, s.now), job_deadlines(cfg, state, guarded=True))
+    result = reassign(all_queues(cfg, state, s.now), job_deadlines(cfg, state, guarded=True))
     for move in result.moves:
         s.do(move)
 
@@ -49,11 +50,10 @@ def watch(cfg: DeadlineSettings, s: PlanStep, buy: bool) -> None:
     cause: str | None = None
     if buy:
         guarded = job_deadlines(cfg, state, guarded=True)
-        at_risk = lateness(all_queues(state, s.now), guarded)
+        at_risk = lateness(all_queues(cfg, state, s.now), guarded)
         if at_risk:
             _, cause = buy_for_late(cfg, s, at_risk, guarded)
-    late = lateness(all_queues(state, s.now), deadlines)
-    late_by_job = {item.job: item for item in late}
+    late_by_job = per_job(s.state, lateness(all_queues(cfg, state, s.now), deadlines))
     for job in state.jobs:
         if job.name in state.withdrawn:
             continue  # nothing of it is left to be late
@@ -80,6 +80,17 @@ def watch(cfg: DeadlineSettings, s: PlanStep, buy: bool) -> None:
         )
 
 
+def per_job(state: RunState, late: Sequence[Lateness]) -> dict[str, Lateness]:
+    """What is late per key (job, or a job's part of a category) as what is late per
+    job: the tasks added up, the latest of the seconds."""
+    items = {item.job: item for item in late}
+    out = {}
+    for name, keys in by_job(state, items).items():
+        parts = [items[k] for k in keys]
+        out[name] = Lateness(name, sum(p.tasks for p in parts), max(p.seconds for p in parts))
+    return out
+
+
 def late_changed(cfg: DeadlineSettings, said: Late, now: Lateness) -> bool:
     share = cfg.late_change
     return abs(now.tasks - said.tasks) > share * max(said.tasks, 1) or abs(
@@ -97,7 +108,7 @@ def buy_for_late(
     late_jobs = {item.job for item in late}
     # The late tasks: from the end of each violating machine's queue of the job.
     taken: dict[str, list[tuple[int, str]]] = {}
-    for q in all_queues(state, s.now):
+    for q in all_queues(cfg, state, s.now):
         for name, (n, _) in late_tasks(q, deadlines).items():
             if name not in late_jobs or n <= 0:
                 continue
@@ -108,8 +119,7 @@ def buy_for_late(
         return False, "deadline"
     jobs = []
     for name, items in taken.items():
-        job = state.job_named(name)
-        times = task_times(cfg, state, job) or dict(job.task_s)
+        times = key_times(cfg, state, name) or dict(job_of_key(state, name).task_s)
         if times:
             jobs.append(DeadlineJob(name, len(items), deadlines[name], times))
     jobs, types = slotted(jobs, plan_types(state), type_slots(state))
@@ -123,5 +133,5 @@ def buy_for_late(
         for tid, mid in items:
             s.do(Cancel(tid, mid, "late here: moved to a new machine"))
     tasks = {name: [tid for tid, _ in items] for name, items in taken.items()}
-    carry_out(s, result.plan, tasks)
+    carry_out(cfg, s, result.plan, tasks)
     return True, "deadline"

@@ -120,7 +120,11 @@ def planning_settings(cfg: RunConfig) -> ControllerSettings:
 
 def deadline_settings(cfg: RunConfig) -> DeadlineSettings:
     d = cfg.deadline
+    found, c = categories_of(cfg), cfg.categories
     return DeadlineSettings(
+        categories=tuple(found or ()),
+        category_per=c.benchmark_tasks if c is not None else 2,
+        category_share=c.benchmark_share if c is not None else 0.2,
         planner=d.planner,
         reassign=d.reassign,
         buy_when_late=d.buy_when_late,
@@ -151,10 +155,10 @@ def make_controller(cfg: RunConfig, *, hold: bool = False) -> Controller | Deadl
 
 
 def categories_of(cfg: RunConfig) -> list[Category] | None:
-    """The bag's tasks sorted into categories (paper 004 §4.1), if the config asks;
-    budget mode only (a deadline run plans by job)."""
+    """The bag's tasks sorted into categories (paper 004 §4.1), if the config asks (in
+    deadline mode the jobs' bags, numbered as ``expand_bag``)."""
     c = cfg.categories
-    if c is None or cfg.deadline_mode:
+    if c is None:
         return None
     needs = requirements_of(expand_bag(cfg))
     if c.by == "label":

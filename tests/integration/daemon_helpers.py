@@ -6,13 +6,14 @@ import contextlib
 import itertools
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -84,10 +85,13 @@ def cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "autoscaler", *args]
 
 
-def run_cli(*args: str, cwd: Path = ROOT, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """``autoscaler ARGS`` as a user would run it from a script: no terminal."""
+def run_cli(
+    *args: str, cwd: Path = ROOT, timeout: float = 120, prefix: Sequence[str] = ()
+) -> subprocess.CompletedProcess[str]:
+    """``autoscaler ARGS`` as a user would run it from a script: no terminal (``prefix``:
+    a command it runs under, such as ``isolated()``)."""
     return subprocess.run(
-        cli(*args),
+        [*prefix, *cli(*args)],
         cwd=cwd,
         stdin=subprocess.DEVNULL,
         capture_output=True,
@@ -95,6 +99,18 @@ def run_cli(*args: str, cwd: Path = ROOT, timeout: float = 120) -> subprocess.Co
         timeout=timeout,
         check=False,
     )
+
+
+def isolated() -> list[str]:
+    """The command prefix of a new PID namespace with its own /proc, if allowed here."""
+    if shutil.which("unshare") is None:
+        return []
+    probe = subprocess.run(
+        ["unshare", "--pid", "--fork", "--mount-proc", "true"],
+        capture_output=True,
+        check=False,
+    )
+    return ["unshare", "--pid", "--fork", "--mount-proc"] if probe.returncode == 0 else []
 
 
 def run_cleanup(config: Path, *args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
@@ -151,13 +167,21 @@ def assigned_rows(run_dir: Path) -> list[Row]:
     return out
 
 
-def wait_for(what: Callable[[], bool], timeout: float, message: str) -> None:
+def wait_for(
+    what: Callable[[], bool],
+    timeout: float,
+    message: str,
+    explain: Callable[[], str] | None = None,
+) -> None:
+    """Wait until ``what()``; past ``timeout``, fail saying ``message`` (and what
+    ``explain()`` tells of the state then)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if what():
             return
         time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout:g}s waiting for {message}")
+    more = f"\n{explain()}" if explain is not None else ""
+    raise AssertionError(f"timed out after {timeout:g}s waiting for {message}{more}")
 
 
 def run_id_of(run_dir: Path) -> str:

@@ -108,6 +108,14 @@ class ServiceProcess:
             os.kill(self.proc.pid, signum)
         return self.proc.wait(timeout=timeout)
 
+    def events(self, last: int = 40) -> str:
+        """The service log's last events (for a failed test's message)."""
+        try:
+            lines = (self.state_dir / "service.log.jsonl").read_text().splitlines()[-last:]
+        except OSError as exc:
+            return f"no service log: {exc}"
+        return "service log:\n" + "\n".join(lines)
+
     def kill9(self) -> None:
         """SIGKILL the service process alone (its local agents live on, as after a crash)."""
         os.kill(self.proc.pid, signal.SIGKILL)

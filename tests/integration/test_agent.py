@@ -211,6 +211,29 @@ def test_lease_is_renewed_and_its_expiry_exits_3(
     assert "lease expired" in agent.log()
 
 
+def test_a_controller_back_before_the_lease_ends_renews_it(
+    controller: FakeController, start_agent: StartAgent
+) -> None:
+    """Polls that fail back off, but never past half the lease left: a controller that
+    answers again 0.38 s before the lease ends (a resumed daemon) reaches the agent in
+    time. (Doubling alone, the agent tries 2.55 s after its lease began, then 3.35 s:
+    past the 3 s lease, it exits 3.)"""
+    controller.heartbeat_s = 5.0
+    controller.replies.append(Reply(fields={"lease_s": 3.0, "renew_in_s": 1.0}))
+
+    def script(request: Request) -> Reply:
+        if request.at < controller.snapshot()[0].at + 2.62:
+            return Reply(status=503)
+        return Reply(fields={"release": True})
+
+    controller.script = script
+    agent = start_agent(controller.url)
+
+    assert agent.wait(timeout=10) == 0, agent.log()
+    assert "released" in agent.log()
+    assert "lease expired" not in agent.log()
+
+
 def test_wrong_token_exits_2(controller: FakeController, start_agent: StartAgent) -> None:
     """A 401 means the token is refused: exit 2, said on stderr, the token never printed."""
     controller.script = lambda request: Reply(status=401)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -41,6 +40,7 @@ from autoscaler.run.registry import RunEntry, read_entries, write_entry
 from autoscaler.run.rundir import run_lock
 from tests.integration.daemon_helpers import (
     ROOT,
+    isolated,
     journal_rows,
     local_config,
     run_cleanup,
@@ -287,18 +287,6 @@ finally:
             proc.wait()
 print(json.dumps(out))
 """
-
-
-def isolated() -> list[str]:
-    """The command prefix of a new PID namespace with its own /proc, if allowed here."""
-    if shutil.which("unshare") is None:
-        return []
-    probe = subprocess.run(
-        ["unshare", "--pid", "--fork", "--mount-proc", "true"],
-        capture_output=True,
-        check=False,
-    )
-    return ["unshare", "--pid", "--fork", "--mount-proc"] if probe.returncode == 0 else []
 
 
 def drive(config: Path, runs: Path | None, where: Path, live_out: Path | None) -> dict[str, Any]:

@@ -31,6 +31,7 @@ def example(tmp: Path, time_scale: float) -> tuple[Path, dict[str, Any]]:
     return path, data
 
 
+@pytest.mark.long
 def test_the_two_batch_example_runs_for_real_and_as_a_dry_run(tmp_path: Path) -> None:
     config, data = example(tmp_path, 60)
     n = sum(job["bag"]["synthetic"] for job in data["jobs"])

@@ -213,6 +213,7 @@ def done_count(run_dir: Path) -> int:
     return len(journal_rows(run_dir, "TaskDone"))
 
 
+@pytest.mark.long
 def test_kill9_after_the_token_is_journaled_before_run_instances_returns(world: Ec2World) -> None:
     """moto has started the instances but the daemon dies before it hears so: the
     resumed daemon finds them by their launch tag and adopts them, launching none again."""
@@ -281,11 +282,14 @@ def test_kill9_while_instances_run_tasks_then_resume(world: Ec2World) -> None:
     wait_for(lambda: not world.agent_pids(), AGENT_GONE_S, "every agent of the run to exit")
 
 
+@pytest.mark.long
 def test_plan_samples_on_ec2_and_the_run_takes_its_instances_over(world: Ec2World) -> None:
     """`plan --yes` samples on EC2 and holds; `run --plan DIR --option N` carries the run
     on from the samples with the instances that still have paid time (their agents
     reached through new tunnels), and no instance outlives it."""
-    n = 80
+    # Machines work on through the hold (their time is paid): the bag must outlast the
+    # sampling, the hold and the `run` starting, which takes seconds on a loaded host.
+    n = 160
     config = world.config(bag={"synthetic": n})
     plan_dir = world.tmp / "plan"
     plan = plan_in_background(config, plan_dir, world.tmp)
@@ -316,6 +320,7 @@ def test_plan_samples_on_ec2_and_the_run_takes_its_instances_over(world: Ec2Worl
 # --- faults moto cannot make -------------------------------------------------------------------
 
 
+@pytest.mark.long(2)
 def test_throttling_for_30s_slows_the_run_without_an_error_storm(world: Ec2World) -> None:
     run_dir = world.tmp / "run"
     world.proxy.throttle(30)
@@ -334,6 +339,7 @@ def test_throttling_for_30s_slows_the_run_without_an_error_storm(world: Ec2World
     assert not world.running(run_id_of(run_dir))
 
 
+@pytest.mark.long
 def test_a_capacity_error_on_one_type_leads_to_a_plan_without_it(world: Ec2World) -> None:
     n = 60
     run_dir = world.tmp / "run"
@@ -364,6 +370,7 @@ def test_a_capacity_error_on_one_type_leads_to_a_plan_without_it(world: Ec2World
     check_spend(run_dir)
 
 
+@pytest.mark.long
 def test_a_spot_instance_terminated_from_outside_has_its_tasks_requeued(world: Ec2World) -> None:
     n = 80
     run_dir = world.tmp / "run"
@@ -402,6 +409,7 @@ def test_a_spot_instance_terminated_from_outside_has_its_tasks_requeued(world: E
 # --- cleanup beside a live run ------------------------------------------------------------------
 
 
+@pytest.mark.long
 def test_cleanup_from_elsewhere_keeps_a_live_runs_instances(
     world: Ec2World, autoscaler_state: Path
 ) -> None:

@@ -48,6 +48,7 @@ def failover(run_dir: Path, refused: str) -> Failover:
     return found
 
 
+@pytest.mark.long
 def test_a_deadline_job_refused_its_spot_type_runs_on_demand_within_one_interval(
     world: Ec2World,
 ) -> None:
@@ -75,6 +76,7 @@ def test_a_deadline_job_refused_its_spot_type_runs_on_demand_within_one_interval
     assert outcome["tasks_late"] == 0
 
 
+@pytest.mark.long(2)
 def test_a_spot_type_refused_after_sampling_is_replanned_onto_on_demand_at_once(
     world: Ec2World,
 ) -> None:
@@ -114,6 +116,7 @@ def test_a_spot_type_refused_after_sampling_is_replanned_onto_on_demand_at_once(
     ("code", "kind"),
     [("InsufficientInstanceCapacity", "capacity"), ("VcpuLimitExceeded", "limit")],
 )
+@pytest.mark.long
 def test_one_region_refusing_capacity_or_quota_fails_over_to_the_other_region(
     world: Ec2World, code: str, kind: str
 ) -> None:

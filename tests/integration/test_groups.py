@@ -11,20 +11,18 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 from pathlib import Path
 
 from autoscaler.providers.local import run_processes
 from tests.integration.daemon_helpers import (
-    ROOT,
     agents_of,
     assert_clean_end,
     assigned_rows,
-    cli,
     done_counts,
     journal_rows,
     kill_agents,
     local_config,
+    run_cli,
     run_id_of,
     start_daemon,
     wait_for,
@@ -84,14 +82,7 @@ def test_kill_9_of_the_daemon_mid_group_then_resume_loses_and_repeats_nothing(
         os.kill(daemon.pid, signal.SIGKILL)
         daemon.wait(10)
         assert agents_of(run_id), "agents should outlive a killed daemon"
-        resumed = subprocess.run(
-            cli("run", "--resume", str(run_dir)),
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=180,
-            check=False,
-        )
+        resumed = run_cli("run", "--resume", str(run_dir), timeout=180)
         assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     finally:
         if daemon.poll() is None:

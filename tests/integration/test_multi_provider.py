@@ -14,6 +14,7 @@ import yaml
 
 from tests.integration.daemon_helpers import (
     assert_clean_end,
+    isolated,
     journal_rows,
     local_fields,
     run_cli,
@@ -21,6 +22,7 @@ from tests.integration.daemon_helpers import (
     wait_for,
 )
 from tests.integration.service_helpers import ServiceProcess, service_config_from
+from tests.integration.services import missing
 
 pytestmark = pytest.mark.integration
 
@@ -88,7 +90,13 @@ def test_cleanup_sweeps_every_provider_of_the_config(tmp_path: Path) -> None:
     """`autoscaler cleanup` on a config of several providers lists and ends the strays of
     each (here: none, the runs having ended their machines), naming the providers."""
     config = two_providers(tmp_path, bag={"synthetic": 4}, constraint={"budget": 10})
-    result = run_cli("cleanup", str(config), "--yes", cwd=tmp_path)
+    # Local agents are host-wide and every test has a registry of its own: on this host,
+    # the agents of other tests' live runs would look like strays, and --yes would end them.
+    # In a PID namespace of its own, cleanup sees only what it starts.
+    prefix = isolated()
+    if not prefix:
+        missing("no PID namespace here: cleanup would end other tests' agents")
+    result = run_cli("cleanup", str(config), "--yes", cwd=tmp_path, prefix=prefix)
     assert result.returncode == 0, result.stderr
     assert "no stray machines of ours in here (local), there (local)" in result.stdout
 

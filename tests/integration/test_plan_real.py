@@ -46,6 +46,7 @@ def planning_config(tmp: Path) -> Path:
     )
 
 
+@pytest.mark.long
 def test_run_takes_the_sampling_machines_over_from_plan(tmp_path: Path) -> None:
     config = planning_config(tmp_path)
     plan_dir = tmp_path / "plan"
@@ -78,6 +79,7 @@ def test_run_takes_the_sampling_machines_over_from_plan(tmp_path: Path) -> None:
     assert adopted(run_dir), "no sampling machine was taken over"
 
 
+@pytest.mark.long
 def test_a_held_run_whose_machines_are_gone_carries_on_with_a_budget(tmp_path: Path) -> None:
     """`plan` to its end (its machines' paid time over), then `run --resume DIR --budget B`:
     the samples are reused and new machines finish the bag within B."""

@@ -6,6 +6,8 @@ import json
 import threading
 from pathlib import Path
 
+import pytest
+
 from autoscaler.service.client import Client
 from tests.integration.daemon_helpers import agents_of, done_counts, run_id_of
 from tests.integration.service_helpers import ServiceProcess, budget_job, service_config
@@ -14,6 +16,7 @@ JOBS = 200
 CLIENTS = 8
 
 
+@pytest.mark.long(2.5)  # 200 daemons, 8 at a time
 def test_200_jobs_from_8_clients_none_lost_every_one_reported(tmp_path: Path) -> None:
     config = service_config(
         tmp_path,

@@ -145,6 +145,7 @@ def test_a_slurm_run_on_2_slots(tmp_path: Path) -> None:
     assert_no_job_left(run_id)
 
 
+@pytest.mark.long
 def test_ec2_slots_default_to_vcpus_on_moto(world: Ec2World) -> None:
     """ec2.lookup_slots: t3.micro and c5.large have 2 vCPUs (DescribeInstanceTypes on
     moto), so both types get 2 slots; validate says so, and a run uses them."""

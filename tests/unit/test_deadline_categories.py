@@ -1,0 +1,177 @@
+"""Categories in deadline mode (issue 21 §3): a job whose tasks fall into several
+categories is planned one part per category, each with its own time per type, so paper
+002's model (7) gives each type the categories it is fast at.
+
+Two types at the same price, each four times faster at one kind of task
+(``emulator.category_speed``); one sampled job of a labelled bag file. Without
+categories the planner sees one time per type, the mean of both kinds, and mixes them.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from autoscaler.config.load import expand_bag, load_config
+from autoscaler.core.state import RunState
+from autoscaler.deadline.categories import category_times
+from autoscaler.deadline.controller import DeadlineController
+from autoscaler.report.build import build_report
+from autoscaler.run.build import deadline_settings, new_state
+from autoscaler.run.start import DryRun, dry_run, make_emulator
+from benchmarks.deadline_categories import write_scenario
+
+
+def labels_of(n: int = 100) -> list[str]:
+    labels = ["cpu"] * n + ["io"] * n
+    random.Random(1).shuffle(labels)
+    return labels
+
+
+def run(
+    tmp_path: Path,
+    categories: str | None,
+    *,
+    seed: int = 2,
+    deadline: str = "2h",
+    count: int = 12,
+    plain: bool = False,
+    progress: Callable[[RunState], None] | None = None,
+) -> DryRun:
+    """A dry run of the job; ``plain``: by a controller built without the config's
+    categories (the deadline controller as it was before them)."""
+    path = write_scenario(
+        tmp_path,
+        labels_of(),
+        deadline=deadline,
+        count=count,
+        seed=seed,
+        categories=categories,
+        name=f"run-{categories}-{seed}-{deadline}.yaml",
+    )
+    cfg = load_config(path)
+    if not plain:
+        return dry_run(cfg, expand_bag(cfg), plots=False, progress=progress)
+    settings = deadline_settings(cfg)
+    controller = DeadlineController(type(settings)(sample=settings.sample, z=settings.z))
+    state = make_emulator(cfg, 200, controller=controller).run()
+    report = build_report(cfg, state, tasks=expand_bag(cfg), run_id="plain", seed=seed, wall_s=0)
+    return DryRun("plain", state, report, None, 0.0)
+
+
+def placed(done: DryRun) -> Counter[tuple[str, str]]:
+    labels = labels_of()
+    state = done.state
+    return Counter(
+        (labels[s.task], state.machines[s.machine].type.name)
+        for s in state.segments
+        if s.outcome == "done"
+    )
+
+
+def done_once(done: DryRun) -> None:
+    """Every task ended with a result exactly once."""
+    ended = Counter(s.task for s in done.state.segments if s.outcome == "done")
+    assert sorted(ended) == list(range(200))
+    assert set(ended.values()) == {1}
+
+
+@pytest.mark.parametrize("seed", [2, 3])
+def test_with_categories_each_type_runs_what_it_is_fast_at_and_the_run_costs_less(
+    tmp_path: Path, seed: int
+) -> None:
+    without = run(tmp_path, None, seed=seed)
+    with_ = run(tmp_path, "{by: label}", seed=seed)
+    for done in (without, with_):
+        done_once(done)
+        assert done.report.jobs_met_deadline == 1
+    assert with_.report.cost <= 0.6 * without.report.cost
+    where = placed(with_)
+    assert where["cpu", "a"] >= 0.8 * 100
+    assert where["io", "b"] >= 0.7 * 100
+    assert placed(without)["cpu", "a"] < 0.7 * 100  # one time per type mixes them
+    # The plan's forecast, its queues seen task by task at their category's time,
+    # is what the run cost.
+    first = next(c for _, c in with_.state.configurations if "planned" in c.reason)
+    assert first.predicted_cost == pytest.approx(with_.report.cost, rel=0.1)
+
+
+def test_sampling_measures_each_category_on_each_type_before_the_plan(tmp_path: Path) -> None:
+    """The samples take the large category (here one of two, the paper's 20 %) on each
+    type twice, and the rest of a type's samples the other category: when the job is
+    planned, each category has run on each type."""
+    seen: dict[tuple[int, str], float] = {}
+
+    def progress(state: RunState) -> None:
+        planned = any("planned" in c.reason for _, c in state.configurations)
+        if planned and not seen:
+            seen.update({key: runs[0] for key, runs in state.category_runs.items()})
+
+    done = run(tmp_path, "{by: label}", progress=progress)
+    assert set(done.state.task_category) == {0, 1}
+    assert seen, "the job was never planned"
+    for key in ((0, "a"), (0, "b"), (1, "a"), (1, "b")):
+        assert seen.get(key, 0) >= 1, key
+    assert max(seen.get((0, t), 0) for t in "ab") >= 2  # the large category: 2 per type
+
+
+def test_a_deadline_that_cannot_be_met_is_reported_late_and_no_task_is_lost(
+    tmp_path: Path,
+) -> None:
+    done = run(tmp_path, "{by: label}", deadline="30m", count=3)
+    done_once(done)
+    job = done.report.jobs[0]
+    assert job.tasks_late > 0
+    assert not job.met_deadline
+    said = [t for t, note in done.state.late_log if note.tasks > 0]
+    assert said
+    assert said[0] < 1800  # warned before the deadline
+
+
+def test_without_categories_the_run_is_the_controller_s_without_them(tmp_path: Path) -> None:
+    """No ``categories:``: the same run, action for action, as a controller that has
+    none (the deadline controller as it was)."""
+    built = run(tmp_path, None)
+    plain = run(tmp_path, None, plain=True)
+    assert built.state.task_category == ()
+    assert built.state.segments == plain.state.segments
+    assert built.report.cost == plain.report.cost
+    # With categories in the state but not in the controller: still the same run.
+    counted = run(tmp_path, "{by: label}", plain=True)
+    assert counted.state.task_category != ()
+    assert counted.state.segments == plain.state.segments
+
+
+def test_a_category_s_time_is_measured_else_the_ratio_rule_else_the_declared_time_scaled(
+    tmp_path: Path,
+) -> None:
+    """A job that declares 100 s per task on both types, its tasks estimated 60 s and
+    180 s (two categories): before any run, each category is planned at 100 s scaled
+    by its estimate over the job's mean (120 s); once the short category has run on
+    ``a``, it is what it showed there, and the long one on ``a`` scales from it by the
+    estimates (the paper's ratio rule); ``b`` keeps the declared, scaled times."""
+    rows = ["command,estimate_s", *(f"true {i},{60 if i % 2 else 180}" for i in range(20))]
+    (tmp_path / "bag.csv").write_text("\n".join(rows) + "\n")
+    path = tmp_path / "run.yaml"
+    path.write_text(
+        "jobs:\n  - {name: j, bag: {file: bag.csv}, constraint: {deadline_s: 1h},"
+        " task_s: {a: 100, b: 100}}\n"
+        "categories: {estimate_s: 60}\n"
+        "machine_types:\n  - {name: a, price: 1, max_count: 2, boot_s: 60}\n"
+        "  - {name: b, price: 1, max_count: 2, boot_s: 60}\n"
+    )
+    cfg = load_config(path)
+    settings = deadline_settings(cfg)
+    state = new_state(cfg, 20, seed=1)
+    job = state.job_named("j")
+    short, long_ = state.task_category[1], state.task_category[0]
+    assert short != long_
+    assert category_times(settings, state, job, short) == pytest.approx({"a": 50, "b": 50})
+    assert category_times(settings, state, job, long_) == pytest.approx({"a": 150, "b": 150})
+    state.category_runs[short, "a"] = [2.0, 80.0, 3200.0]  # two runs of 40 s
+    assert category_times(settings, state, job, short) == pytest.approx({"a": 40, "b": 50})
+    assert category_times(settings, state, job, long_) == pytest.approx({"a": 120, "b": 150})
