@@ -11,5 +11,8 @@ only those above it:
   ``plans`` (a mix for the money, and its prediction); ``monitor`` (N_e against N_p,
   re-planning, the shortfall); ``boundaries`` (money at the end of a paid unit);
   ``tail`` (tail replication); ``controller`` (``Controller.step`` calling them).
+* Categories (paper 004): ``categories`` (which tasks a machine takes);
+  ``category_means`` (a type's mean as the tasks a mix gives it); ``category_mix`` (the
+  planner's mix and those means found together).
 * ``frontier``: the budget options ``autoscaler plan`` offers.
 """

@@ -9,12 +9,15 @@ order). With them (``categories:`` in the config):
 * **Estimates** are per (category, type): the runs that ended with a result
   (``RunState.category_runs``); a category not yet seen on a type is scaled from the
   type's measured ones by the paper's ratio rule (``categories.metrics.fill``).
-* **Assignment**: once planned, the tasks left of each category are shared among the
-  types by a MILP over (category, type) counts (``categories.milp.plan_max_tasks``): the
-  most tasks the machines alive can do within the predicted time left, each type's
-  time scaled by its machines × slots. A machine of type j then takes tasks of the
-  categories planned for j first, the bag's order within them, and the bag's next
-  tasks when none is left.
+* **Assignment**: once planned, the tasks not yet handed out of each category are
+  shared among the types by the least-makespan LP (``category_means``, the one the
+  budget planner's mix is made with, ``category_mix``), each type's lanes its machines
+  alive × slots. A machine of type j then takes tasks of the categories planned for j
+  (half a task or more) first, the bag's order within them, and the bag's next tasks
+  when none is left.
+* **Mix** (``mix``): the budget planner, the monitor and the prediction see each type's
+  mean as that of the tasks the mix gives it (``category_means``, ``category_mix``);
+  off, as that of every task it ran (the category-blind mix, for comparison).
 
 The plan is cached until tasks end or the configuration changes; it decides which
 tasks go where, never how many machines or how much money (the budget planner's).
@@ -27,8 +30,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from autoscaler.categories.metrics import Key, fill, time_only
-from autoscaler.categories.milp import plan_max_tasks
+from autoscaler.budget.category_means import category_times, tasks_left
+from autoscaler.categories.metrics import Key
 from autoscaler.categories.sampling import large, to_sample
 from autoscaler.categories.sort import Category
 from autoscaler.core.state import RunState
@@ -41,7 +44,8 @@ class CategoryChoice:
     categories: Sequence[Category]
     per: int = 2  # sample runs of each large category on each type
     share: float = 0.2  # the largest share of categories sampled
-    _plan: dict[Key, int] = field(default_factory=dict)
+    mix: bool = True  # the budget planner's mix sees the types as the tasks they are given
+    _plan: dict[Key, float] = field(default_factory=dict)
     _plan_at: tuple[int, int] = (-1, -1)
 
     @property
@@ -77,36 +81,15 @@ class CategoryChoice:
         if key != self._plan_at:
             self._plan = self._solve(state)
             self._plan_at = key
-        return {c for (c, t), n in self._plan.items() if t == type_name and n > 0}
+        return {c for (c, t), n in self._plan.items() if t == type_name and n >= 0.5}
 
-    def _solve(self, state: RunState) -> dict[Key, int]:
-        cat = state.task_category
-        left = Counter(cat[t] for t in state.pending if t < len(cat))
+    def _solve(self, state: RunState) -> dict[Key, float]:
         lanes: Counter[str] = Counter()
         for m in state.alive_machines():
             if not m.marked:
                 lanes[m.type.name] += m.type.slots
-        types = sorted(lanes)
-        measured = {
-            (c, t): time_only(runs[1] / runs[0])
-            for (c, t), runs in state.category_runs.items()
-            if runs[0] > 0 and t in lanes
-        }
-        means = fill(measured, self.categories, types)
-        config = state.plan()
-        horizon = None
-        if config is not None and config.predicted_makespan_s is not None:
-            horizon = max(1.0, config.predicted_makespan_s - state.now)
-        turnaround = {key: m.turnaround_s for key, m in means.items() if key[0] in left}
-        if not turnaround or horizon is None:
+        left = tasks_left(state, pending_only=True)
+        times = category_times(state, self.categories, sorted(lanes), left)
+        if times is None or not left:
             return {}
-        plan = plan_max_tasks(
-            left,
-            turnaround,
-            dict.fromkeys(turnaround, 0.0),
-            budget=None,
-            deadline_s=horizon,
-            lanes=lanes,
-            time_limit_s=1.0,
-        )
-        return plan.counts
+        return times.share(lanes).x

@@ -34,6 +34,7 @@ from autoscaler.budget import monitor, plans, runtimes
 from autoscaler.budget import sampling as sampling_
 from autoscaler.budget.boundaries import boundary, can_extend, standby
 from autoscaler.budget.categories import CategoryChoice
+from autoscaler.budget.category_means import aware
 from autoscaler.budget.fleet import meet_target
 from autoscaler.budget.problem import BudgetProblem, TypeEstimate
 from autoscaler.budget.settings import ControllerSettings, money_left, planned
@@ -165,6 +166,8 @@ class Controller:
     ):
         self.settings = settings or ControllerSettings()
         self.categories = categories  # paper 004: which tasks a machine takes first
+        # ...and the means the mix is planned on (category_mix), unless asked not to
+        self._mix = categories.categories if categories is not None and categories.mix else None
 
     # --- the one entry point ----------------------------------------------------------
 
@@ -191,7 +194,7 @@ class Controller:
 
     def outlook(self, state: RunState, now: float) -> tuple[dict[str, TypeEstimate], float]:
         """T_i per sampled type and N_e at ``now``; changes nothing."""
-        return runtimes.outlook(self.settings, state, now)
+        return runtimes.outlook(self.settings, state, now, self._mix)
 
     def budget_problem(
         self, state: RunState, now: float, est: dict[str, TypeEstimate], n_e: float, money: float
@@ -209,9 +212,11 @@ class Controller:
         budget: float | None = None,
     ) -> Configure:
         """The configuration ``counts`` with its prediction, as a plan would issue it,
-        under ``budget`` (the run's whole budget; None: the state's)."""
+        under ``budget`` (the run's whole budget; None: the state's); with categories, at
+        the means ``counts`` would show (``category_means``)."""
+        seen = aware(state, est, self._mix, counts)
         return plans.configure(
-            self.settings, Step(state, now), counts, est, "a budget option", budget
+            self.settings, Step(state, now), counts, seen, "a budget option", budget
         )
 
     @staticmethod
@@ -249,25 +254,25 @@ class Controller:
         then move the machines towards the target if it (or the fleet) moved."""
         state = s.state
         settings = self.settings
-        replanned = monitor.check(settings, s, news.tick)
+        replanned = monitor.check(settings, s, news.tick, self._mix)
         told = news.budget_set is not None or news.resumed is not None
         if told and not replanned and planned(state):
-            est, n_e = runtimes.outlook(settings, state, s.now)
+            est, n_e = runtimes.outlook(settings, state, s.now, self._mix)
             if news.budget_set is not None:
                 why = f"budget set to {news.budget_set.budget:.2f}: {news.budget_set.reason}"
             else:
                 why = f"resumed: {news.resumed.reason}" if news.resumed else ""
-            replanned = monitor.replan(settings, s, est, n_e, why, force=True)
+            replanned = monitor.replan(settings, s, est, n_e, why, force=True, categories=self._mix)
         # A provider held by a limit: plan onto the others' types, if any can launch.
         others = any(state.launchable(n, s.now) for n in state.types)
         lacking = sorted(set(news.unavailable))
         held = sorted(set(news.held) - set(lacking)) if others else []
         if (lacking or held) and not replanned and planned(state):
-            est, n_e = runtimes.outlook(settings, state, s.now)
+            est, n_e = runtimes.outlook(settings, state, s.now, self._mix)
             said = [f"{', '.join(lacking)} unavailable"] if lacking else []
             said += [f"{', '.join(held)} held by their provider's limit"] if held else []
             why = "; ".join(said) + ": plan without them"
-            replanned = monitor.replan(settings, s, est, n_e, why, force=True)
+            replanned = monitor.replan(settings, s, est, n_e, why, force=True, categories=self._mix)
         if replanned or news.lost or (news.tick and state.deferred):
             meet_target(s)
 

@@ -5,16 +5,20 @@ warning (or stop) when the budget is unlikely to finish the bag."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import replace
 
 from autoscaler.budget import plans
+from autoscaler.budget.category_means import alone
+from autoscaler.budget.category_mix import plan_mix
 from autoscaler.budget.minimum import minimum_budget
 from autoscaler.budget.outlook import forecast, potential
-from autoscaler.budget.plans import best_effort, budget_problem, plan
+from autoscaler.budget.plans import best_effort, budget_problem
 from autoscaler.budget.problem import Plan, TypeEstimate
 from autoscaler.budget.runtimes import end_reserve, n_eff, outlook, running_ages
 from autoscaler.budget.sampling import compact_progress, is_compact, sampling_types, stats
 from autoscaler.budget.settings import EPS, ControllerSettings, money_left, planned
+from autoscaler.categories.sort import Category
 from autoscaler.core.model import Hold, Shortfall, Stop
 from autoscaler.core.state import RunState
 from autoscaler.core.step import Step
@@ -22,8 +26,15 @@ from autoscaler.core.step import Step
 _EARLY_CHECK = 5  # completions per type before an early "budget insufficient" is trusted
 
 
-def check(settings: ControllerSettings, s: Step, tick: bool) -> bool:
-    """Check the plan; re-plan when needed. Returns True when the target changed."""
+def check(
+    settings: ControllerSettings,
+    s: Step,
+    tick: bool,
+    categories: Sequence[Category] | None = None,
+) -> bool:
+    """Check the plan; re-plan when needed. Returns True when the target changed.
+    ``categories``: the means are those of the tasks each type is given
+    (``category_means``), and so is the mix (``category_mix``)."""
     state = s.state
     if state.awaiting_budget:
         return False
@@ -37,8 +48,10 @@ def check(settings: ControllerSettings, s: Step, tick: bool) -> bool:
             if settings.hold_after_sampling:
                 s.do(Hold("samples complete: the run waits for a budget"))
                 return False
-            est, n_e = outlook(settings, state, s.now)
-            return replan(settings, s, est, n_e, "plan after sampling", force=True)
+            est, n_e = outlook(settings, state, s.now, categories)
+            return replan(
+                settings, s, est, n_e, "plan after sampling", force=True, categories=categories
+            )
         if (
             tick
             and sampling
@@ -53,7 +66,7 @@ def check(settings: ControllerSettings, s: Step, tick: bool) -> bool:
         return False
     if not tick or state.finished:
         return False
-    est, n_e = outlook(settings, state, s.now)
+    est, n_e = outlook(settings, state, s.now, categories)
     if not est:
         return False
     n_p = potential(
@@ -65,11 +78,13 @@ def check(settings: ControllerSettings, s: Step, tick: bool) -> bool:
     )
     if n_p < n_e - _noise(settings, state, est, n_e):
         why = f"N_p={n_p:.0f} < N_e={n_e:.0f}"
-        return replan(settings, s, est, n_e, why, force=True, shrink=True)
+        return replan(settings, s, est, n_e, why, force=True, shrink=True, categories=categories)
     moved = _left_assumed(state, est)
     if moved is not None and state.pending:
-        return replan(settings, s, est, n_e, moved, force=True, refresh=True)
-    return replan(settings, s, est, n_e, "faster mix affordable", force=False)
+        return replan(settings, s, est, n_e, moved, force=True, refresh=True, categories=categories)
+    return replan(
+        settings, s, est, n_e, "faster mix affordable", force=False, categories=categories
+    )
 
 
 def _noise(
@@ -111,6 +126,7 @@ def replan(
     force: bool,
     refresh: bool = False,
     shrink: bool = False,
+    categories: Sequence[Category] | None = None,
 ) -> bool:
     """Solve the budget problem for what is left; adopt the result if it is needed.
 
@@ -124,7 +140,8 @@ def replan(
     first looks for a mix of the machines alive, launching none, and takes it if
     it finishes the bag within budget: a new machine pays a whole first step, and
     on types that differ by noise alone the planner would trade machines back and
-    forth on every small move of the estimates.
+    forth on every small move of the estimates. With ``categories`` each mix is
+    planned with, and predicted at, the means it will show (``category_mix``).
     """
     state = s.state
     if not est:
@@ -135,6 +152,13 @@ def replan(
     budget = money_left(state)
     chosen: Plan | None
     notes: list[str] = []
+    used = est  # the means the chosen mix is predicted at
+
+    def mix(types: dict[str, TypeEstimate], money: float, wanted: float = 0.0) -> Plan | None:
+        nonlocal used
+        found, used = plan_mix(settings, state, s.now, types, n_e, money, notes, wanted, categories)
+        return found
+
     if n_e <= 0:
         chosen = Plan(counts=current, units=0, speed=speed_now, cost=0.0)
         reason += "; time already paid covers the bag"
@@ -142,22 +166,21 @@ def replan(
         chosen = None
         if shrink:
             alive = {n: replace(e, max_count=min(e.max_count, e.live)) for n, e in est.items()}
-            chosen = plan(settings, state, s.now, alive, n_e, budget, notes)
+            chosen = mix(alive, budget)
         if chosen is None:
-            wanted = 0.0 if force else speed_now * settings.improve_ratio
-            chosen = plan(settings, state, s.now, est, n_e, budget, notes, wanted)
+            chosen = mix(est, budget, 0.0 if force else speed_now * settings.improve_ratio)
         if not force and chosen is not None and chosen.speed < speed_now * settings.improve_ratio:
             return False  # the full budget buys nothing clearly faster
         if not force and chosen is not None and chosen.speed < speed_now * settings.leap_ratio:
             # A small gain must hold with money to spare.
-            spare = budget * (1 - settings.improve_reserve)
-            chosen = plan(settings, state, s.now, est, n_e, spare, notes)
+            chosen = mix(est, budget * (1 - settings.improve_reserve))
     if chosen is None:
         if not force:
             return False
         if _shortfall(settings, s, est, n_e, optimistic=False):
             return True
-        chosen = best_effort(est)
+        used = alone(state, est, categories)
+        chosen = best_effort(used)
         reason += "; budget tight: most profitable type only"
     elif not force and chosen.speed < speed_now * settings.improve_ratio:
         return False
@@ -166,11 +189,11 @@ def replan(
         return False
     if notes:
         reason += "; solver: " + "; ".join(notes)
-    s.do(plans.configure(settings, s, counts, est, reason))
+    s.do(plans.configure(settings, s, counts, used, reason))
     if state.budget is not None and state.tasks_left > 0:
         # The plan fits the planner's model; if even its fluid cost at the estimated
         # means is more than the budget, the bag is unlikely to finish: say so now.
-        means = {n: e.mean_s for n, e in est.items()}
+        means = {n: e.mean_s for n, e in used.items()}
         over = forecast(state, s.now, counts, means).fluid_cost
         if over > state.budget + EPS:
             _shortfall(settings, s, est, n_e, optimistic=False, needed_at_least=over)

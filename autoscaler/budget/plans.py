@@ -5,6 +5,7 @@ with its cost and makespan and their intervals."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import replace
 
 from autoscaler.budget.outlook import forecast
@@ -70,14 +71,15 @@ def plan(
         else None
     )
     if bare is None or guarded is None:
-        return bare if guarded is None else _at_means(guarded, est)
-    bare, guarded = _at_means(bare, est), _at_means(guarded, est)
+        return bare if guarded is None else at_means(guarded, est)
+    bare, guarded = at_means(bare, est), at_means(guarded, est)
     if guarded.speed >= (1 - settings.reserve_cost) * bare.speed:
         return guarded
     return bare
 
 
-def _at_means(plan: Plan, est: dict[str, TypeEstimate]) -> Plan:
+def at_means(plan: Plan, est: Mapping[str, TypeEstimate]) -> Plan:
+    """``plan`` with its speed Σ a_i·s_i/T_i at the means of ``est``."""
     speed = sum(c * est[n].slots / est[n].mean_s for n, c in plan.counts.items() if n in est)
     return replace(plan, speed=speed)
 

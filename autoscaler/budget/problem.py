@@ -87,6 +87,13 @@ def capacity(t: TypeEstimate, horizon_s: float, problem: BudgetProblem) -> float
     return t.slots * lane
 
 
+def first_tasks(billing: BillingModel, boot_s: float, slots: int, mean_s: float) -> int:
+    """p_i: tasks a new machine does in its first step, after its boot, each of its
+    slots taking ``mean_s`` a task."""
+    usable = billing.first_step_s - billing.boundary_margin_s()
+    return slots * max(0, math.floor((usable - boot_s) / mean_s))
+
+
 def affordable(cost: float, budget: float) -> bool:
     """Whether ``cost`` is within ``budget``, to the solver's tolerance."""
     return cost <= budget + MONEY_REL * max(1.0, abs(budget))

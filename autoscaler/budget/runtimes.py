@@ -4,13 +4,15 @@ spread and interval, the reserved runtimes a plan is made on, and N_e (paper 000
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
+from autoscaler.budget.category_means import aware
 from autoscaler.budget.outlook import expected_left
-from autoscaler.budget.problem import TypeEstimate
+from autoscaler.budget.problem import TypeEstimate, first_tasks
 from autoscaler.budget.sampling import derived, reference, stats
 from autoscaler.budget.settings import ControllerSettings
+from autoscaler.categories.sort import Category
 from autoscaler.core.state import RunState
 from autoscaler.learn.stats import RuntimeEstimate, derived_estimate
 
@@ -75,7 +77,6 @@ def estimates(settings: ControllerSettings, state: RunState, now: float) -> dict
     """T_i per type with samples: ended runs, and running ones censored at their age."""
     ages = running_ages(state, now)
     billing = state.billing
-    usable = billing.first_step_s - billing.boundary_margin_s()
     out: dict[str, TypeEstimate] = {}
     for name in _sampled_types(state):
         t = state.types[name]
@@ -89,26 +90,40 @@ def estimates(settings: ControllerSettings, state: RunState, now: float) -> dict
             sd_s=e.sd_s,
             live=state.count_alive(name),
             first_cost=billing.cost(t.price, billing.first_step_s),
-            first_tasks=t.slots * max(0, math.floor((usable - t.boot_s) / e.mean_s)),
+            first_tasks=first_tasks(billing, t.boot_s, t.slots, e.mean_s),
             slots=t.slots,
         )
     return out
 
 
 def intervals(
-    settings: ControllerSettings, state: RunState, now: float, names: Iterable[str]
+    settings: ControllerSettings, state: RunState, now: float, est: Mapping[str, TypeEstimate]
 ) -> dict[str, RuntimeEstimate]:
-    """Each type's mean runtime with its bootstrap interval (only when a plan is made)."""
+    """Each type's mean runtime with its bootstrap interval (only when a plan is made).
+    A mean the categories moved (``category_means``) keeps its interval's relative
+    width about the moved mean, and the moved spread."""
     ages = running_ages(state, now)
     z = settings.confidence_z
-    return {n: estimate(settings, state, n, ages, z=z) for n in names}
+    out = {}
+    for name, e in est.items():
+        r = estimate(settings, state, name, ages, z=z)
+        if state.task_category and r.mean_s > 0 and e.mean_s != r.mean_s:
+            f = e.mean_s / r.mean_s
+            r = replace(r, mean_s=e.mean_s, sd_s=e.sd_s, lo_s=r.lo_s * f, hi_s=r.hi_s * f)
+        out[name] = r
+    return out
 
 
 def outlook(
-    settings: ControllerSettings, state: RunState, now: float
+    settings: ControllerSettings,
+    state: RunState,
+    now: float,
+    categories: Sequence[Category] | None = None,
 ) -> tuple[dict[str, TypeEstimate], float]:
-    """T_i per type and N_e, the tasks left once the time already paid is used."""
-    est = estimates(settings, state, now)
+    """T_i per type and N_e, the tasks left once the time already paid is used. With
+    ``categories`` (sampled), T_i is the mean of the tasks the fleet kept gives type i
+    (``category_means.aware``)."""
+    est = aware(state, estimates(settings, state, now), categories)
     n_e = expected_left(
         state,
         now,
@@ -139,10 +154,10 @@ def reserved(
     z = settings.reserve_z
     if z <= 0:
         return est
-    usable = state.billing.first_step_s - state.billing.boundary_margin_s()
     out = {}
     for name, e in est.items():
         mean = e.mean_s + z * e.sd_s / math.sqrt(n_eff(settings, state, name, e))
-        first = e.slots * max(0, math.floor((usable - e.boot_s) / mean))
-        out[name] = replace(e, mean_s=mean, first_tasks=first)
+        out[name] = replace(
+            e, mean_s=mean, first_tasks=first_tasks(state.billing, e.boot_s, e.slots, mean)
+        )
     return out

@@ -2,4 +2,5 @@
 (``sort``), deployment metrics per (category, type) (``metrics``), the batch-resizing
 policies that size a task group (``policies``), and two planners of (category, type)
 counts under a budget and a deadline: ours, a MILP (``milp``), and the paper's genetic
-algorithm as the baseline (``ga``). Pure: no clock, no I/O."""
+algorithm as the baseline (``ga``); the LP sharing each category's tasks among types for
+the least makespan (``share``). Pure: no clock, no I/O."""

@@ -1,0 +1,91 @@
+"""The budget planner's mix, category-aware (issue 21 §3, paper 004 §5).
+
+With categories the time a type takes per task depends on which tasks it is given,
+and that depends on the mix: a type fast at category 0 and slow at 1 takes category 0
+when the mix has a type that is fast at 1, and everything when it is alone. So the mix
+and the types' means are found together, by alternating (at most ``ROUNDS`` rounds):
+
+1. the budget plan (``plans.plan``: the fastest mix the money left pays for, its
+   reserve included) on the means T_j^(r) → the machine counts a^(r);
+2. the least-makespan share of each category's tasks left among the lanes
+   L_j = a_j^(r)·s_j, and each type's mean over the tasks it is given
+   (``category_means.effective``: T_j = Σ_k x[k][j]·T[k][j] / Σ_k x[k][j]; a type given
+   nothing, the mean of its best categories) → T_j^(r+1);
+3. again from 1 on T^(r+1), until a mix repeats.
+
+Two chains of rounds are run: from T^(0) the outlook's (``category_means.aware``: the
+means as the fleet kept would see them), and from T^(0) each type's mean over every
+task left as if it were alone (``category_means.alone_means``: pessimistic, as a type
+in company is given what it is best at). Each mix found is scored at its own
+T^(r+1), the means it would really show: its speed Σ_j a_j·s_j / T_j^(r+1), which is
+the planner's objective. The fastest mix whose forecast cost at those means
+(``outlook.forecast``, fluid) is within the budget is kept, with the means its
+prediction is to be made on; when none is (a budget too small for the bag), the one
+whose forecast cost is least.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+from autoscaler.budget.category_means import alone_means, category_times, effective
+from autoscaler.budget.outlook import forecast
+from autoscaler.budget.plans import at_means, plan
+from autoscaler.budget.problem import Plan, TypeEstimate
+from autoscaler.budget.settings import EPS, ControllerSettings
+from autoscaler.categories.sort import Category
+from autoscaler.core.state import RunState
+
+ROUNDS = 4
+
+
+def plan_mix(
+    settings: ControllerSettings,
+    state: RunState,
+    now: float,
+    est: Mapping[str, TypeEstimate],
+    n_e: float,
+    money: float,
+    notes: list[str],
+    wanted: float = 0.0,
+    categories: Sequence[Category] | None = None,
+) -> tuple[Plan | None, dict[str, TypeEstimate]]:
+    """``plans.plan`` with the means the mix will show (the module's rounds), and those
+    means; without categories, or before they are sampled, ``plans.plan`` on ``est``."""
+    base = dict(est)
+    times = category_times(state, categories, sorted(base)) if categories else None
+    if times is None:
+        return plan(settings, state, now, base, n_e, money, notes, wanted), base
+    seen: list[dict[str, int]] = []
+    found: list[tuple[Plan, dict[str, TypeEstimate]]] = []
+    for means in (base, alone_means(state.billing, base, times)):
+        for _ in range(ROUNDS):
+            said: list[str] = []
+            chosen = plan(settings, state, now, means, n_e, money, said, wanted)
+            notes.extend(n for n in said if n not in notes)
+            if chosen is None:
+                break
+            counts = {n: c for n, c in chosen.counts.items() if c > 0}
+            if counts in seen:
+                break
+            seen.append(counts)
+            means = effective(state.billing, base, times, counts)
+            found.append((at_means(chosen, means), means))
+    if not found:
+        return None, base
+    cost = [_cost(state, now, *f) for f in found]
+    fitting = [f for f, c in zip(found, cost, strict=True) if c <= _budget(state) + EPS]
+    if fitting:
+        return max(fitting, key=lambda f: f[0].speed)
+    return found[cost.index(min(cost))]
+
+
+def _budget(state: RunState) -> float:
+    return math.inf if state.budget is None else state.budget
+
+
+def _cost(state: RunState, now: float, chosen: Plan, means: Mapping[str, TypeEstimate]) -> float:
+    """The run's fluid cost if ``chosen`` works at ``means`` (``outlook.forecast``)."""
+    mean_s = {n: e.mean_s for n, e in means.items()}
+    return forecast(state, now, chosen.counts, mean_s).fluid_cost

@@ -1,0 +1,181 @@
+"""The budget planner's mix, category-aware (issue 21 §3, paper 004 §5).
+
+The runs are ``benchmarks/category_mix.py``'s scenario ``crossed``: two types at the
+prices 1 and 2, each four times faster at one kind of task (``emulator.category_speed``),
+a bag three quarters ``cpu`` (fast on ``a``) and a quarter ``io`` (fast on ``b``). Seen
+over every task it ran, ``b`` looks slow and dear and the category-blind planner buys
+little of it; seen as the ``io`` tasks it would be given, it is the type to buy next.
+The category-aware planner plans on the means of the tasks each type will be given
+(``category_means``, ``category_mix``).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+from unittest.mock import patch
+
+import pytest
+
+from autoscaler.budget.category_means import CategoryTimes, effective
+from autoscaler.budget.category_mix import plan_mix
+from autoscaler.budget.plans import plan
+from autoscaler.budget.problem import TypeEstimate
+from autoscaler.budget.runtimes import outlook
+from autoscaler.budget.settings import money_left
+from autoscaler.categories.share import share_makespan
+from autoscaler.config.load import expand_bag
+from autoscaler.config.schema import RunConfig
+from autoscaler.core.billing import BillingModel
+from autoscaler.core.model import Action, Configure, Event
+from autoscaler.core.state import RunState
+from autoscaler.report.build import build_report
+from autoscaler.report.records import Report
+from autoscaler.run.start import make_emulator
+from benchmarks.category_mix import SCENARIOS, config, controller
+
+BILLING = BillingModel(mode="fixed", atu_s=3600.0)
+
+
+def run(cfg: RunConfig, mix: bool) -> tuple[RunState, Report]:
+    tasks = expand_bag(cfg)
+    state = make_emulator(cfg, len(tasks), controller=controller(cfg, mix)).run()
+    return state, build_report(cfg, state, tasks=tasks, run_id="t", seed=cfg.emulator.seed)
+
+
+def estimate(name: str, mean_s: float, price: float = 1.0) -> TypeEstimate:
+    return TypeEstimate(name=name, price=price, max_count=10, boot_s=60, mean_s=mean_s)
+
+
+# --- the share and the effective means -----------------------------------------------
+
+
+def test_the_share_gives_each_type_the_category_it_is_fast_at() -> None:
+    times = {(0, "a"): 150.0, (0, "b"): 600.0, (1, "a"): 600.0, (1, "b"): 150.0}
+    share = share_makespan({0: 300, 1: 100}, times, {"a": 3, "b": 1})
+    assert share.x[0, "a"] == pytest.approx(300)
+    assert share.x[1, "b"] == pytest.approx(100)
+    assert share.makespan_s == pytest.approx(15000)  # 300·150/3 = 100·150/1
+
+
+def test_a_type_alone_takes_every_category() -> None:
+    times = {(0, "a"): 150.0, (0, "b"): 600.0, (1, "a"): 600.0, (1, "b"): 150.0}
+    share = share_makespan({0: 300, 1: 100}, times, {"a": 3})
+    assert share.given("a") == pytest.approx({0: 300, 1: 100})
+    assert share.given("b") == {}
+    assert share.makespan_s == pytest.approx((300 * 150 + 100 * 600) / 3)
+
+
+def test_a_type_sees_the_mean_of_the_tasks_the_mix_gives_it() -> None:
+    times = CategoryTimes(
+        left={0: 300, 1: 100},
+        mean_s={(0, "a"): 150.0, (0, "b"): 600.0, (1, "a"): 600.0, (1, "b"): 150.0},
+        sd_s={(0, "a"): 10.0, (0, "b"): 40.0, (1, "a"): 40.0, (1, "b"): 10.0},
+    )
+    est = {"a": estimate("a", 262.5), "b": estimate("b", 487.5, price=2)}
+    both = effective(BILLING, est, times, {"a": 3, "b": 1})
+    assert both["a"].mean_s == pytest.approx(150)
+    assert both["b"].mean_s == pytest.approx(150)
+    assert both["a"].sd_s == pytest.approx(10)
+    assert both["a"].first_tasks == 23  # (3600 − 60 − margin) / 150, one slot
+    alone = effective(BILLING, est, times, {"a": 3})
+    assert alone["a"].mean_s == pytest.approx((300 * 150 + 100 * 600) / 400)
+    assert alone["a"].sd_s > 150  # the two categories' means apart
+    # b, given nothing, keeps the mean of the category it is best at
+    assert alone["b"].mean_s == pytest.approx(150)
+    assert alone["b"].price == 2
+    assert alone["b"].max_count == 10
+
+
+# --- the planner --------------------------------------------------------------------
+
+
+def first_plan_state(cfg: RunConfig) -> tuple[RunState, float]:
+    """The state of the step that made the first plan (sampling over)."""
+    seen: list[tuple[RunState, float]] = []
+
+    def hook(now: float, events: list[Event], actions: list[Action], state: RunState) -> None:
+        if not seen and any(isinstance(a, Configure) and a.predicted_makespan_s for a in actions):
+            seen.append((copy.deepcopy(state), now))
+
+    tasks = expand_bag(cfg)
+    make_emulator(cfg, len(tasks), on_step=hook, controller=controller(cfg, True)).run()
+    return seen[0]
+
+
+def test_without_categories_or_their_samples_the_plan_is_the_planners(tmp_path: Path) -> None:
+    """No categories (or none of their runs yet): the planner's plan on the same means,
+    and the means untouched."""
+    cfg = config("crossed", 2, tmp_path)
+    state, now = first_plan_state(cfg)
+    settings = controller(cfg, True).settings
+    est, n_e = outlook(settings, state, now)
+    money = money_left(state) + 40  # a budget where the mixes differ
+    expected = plan(settings, state, now, est, n_e, money, [])
+    found, means = plan_mix(settings, state, now, est, n_e, money, [], categories=None)
+    assert found == expected
+    assert means == est
+    unsampled = replace(state, category_runs={})
+    cats = controller(cfg, True).categories
+    assert cats is not None
+    found, means = plan_mix(settings, unsampled, now, est, n_e, money, [], 0.0, cats.categories)
+    assert found == expected
+    assert means == est
+    aware, _ = plan_mix(settings, state, now, est, n_e, money, [], 0.0, cats.categories)
+    assert aware is not None
+    assert expected is not None
+    assert aware.counts != expected.counts
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_category_aware_mix_finishes_sooner_within_budget_and_as_predicted(
+    tmp_path: Path, seed: int
+) -> None:
+    """Both runs do every task once within the budget; the category-aware one ends
+    sooner, its machines take the categories the mix was planned for, and its first
+    plan's makespan is within 15 % of the run's (the category-blind plan's is not: it
+    plans on means no type will show)."""
+    cfg = config("crossed", seed, tmp_path)
+    blind_state, blind = run(cfg, mix=False)
+    aware_state, aware = run(cfg, mix=True)
+    for state, report in ((blind_state, blind), (aware_state, aware)):
+        assert report.tasks_done == 600
+        done = Counter(s.task for s in state.segments if s.outcome == "done")
+        assert set(done) == set(range(600))
+        assert set(done.values()) == {1}
+        assert report.cost <= 70
+    assert aware.makespan_s < 0.97 * blind.makespan_s
+    # the assignment follows the mix: after the plan, a (4x slower at io) runs next to none
+    planned_at = next(t for t, c in aware_state.configurations if c.predicted_makespan_s)
+    io_on = Counter(
+        aware_state.machines[s.machine].type.name
+        for s in aware_state.segments
+        if s.outcome == "done" and s.start >= planned_at and aware_state.task_category[s.task] == 1
+    )
+    assert io_on["a"] <= 0.05 * io_on.total()
+    assert aware.predicted is not None
+    assert blind.predicted is not None
+    assert abs(aware.predicted.makespan_s - aware.makespan_s) <= 0.15 * aware.makespan_s
+    assert abs(blind.predicted.makespan_s - blind.makespan_s) > 0.15 * blind.makespan_s
+
+
+def test_a_budget_too_small_keeps_to_one_most_profitable_type(tmp_path: Path) -> None:
+    """A budget too small for the bag: best effort picks its one type by the mean each
+    type would show alone. (Seen in the fleet, a type left out keeps the mean of its
+    best categories and looks most profitable at once: best effort flipped between
+    two types at every monitoring tick.)"""
+    text, sizes = SCENARIOS["three"]
+    tight = text.replace("budget: 80", "budget: 60").replace("min_charge_s: 60", "min_charge_s: 1h")
+    with patch.dict(SCENARIOS, {"three": (tight, sizes)}):
+        cfg = config("three", 1, tmp_path)
+    state, report = run(cfg, mix=True)
+    assert report.cost <= 60
+    picks = [
+        next(n for n, c in conf.counts.items() if c)
+        for _, conf in state.configurations
+        if "most profitable type only" in conf.reason
+    ]
+    assert picks
+    assert len(set(picks)) == 1, picks
