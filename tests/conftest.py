@@ -113,7 +113,8 @@ def autoscaler_state(
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests marked ``long`` (a minute or more of a real run; ``long(m)``: about m minutes)
     are collected first, longest first, so that the parallel workers start on them and the
-    run ends on short ones."""
+    run ends on short ones. The start is the most loaded time: a test whose outcome
+    depends on timing (a deadline, a prediction, a machine's paid time) is not marked."""
 
     def minutes(item: pytest.Item) -> float:
         mark = item.get_closest_marker("long")

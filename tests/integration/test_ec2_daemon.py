@@ -282,7 +282,6 @@ def test_kill9_while_instances_run_tasks_then_resume(world: Ec2World) -> None:
     wait_for(lambda: not world.agent_pids(), AGENT_GONE_S, "every agent of the run to exit")
 
 
-@pytest.mark.long
 def test_plan_samples_on_ec2_and_the_run_takes_its_instances_over(world: Ec2World) -> None:
     """`plan --yes` samples on EC2 and holds; `run --plan DIR --option N` carries the run
     on from the samples with the instances that still have paid time (their agents

@@ -48,7 +48,6 @@ def failover(run_dir: Path, refused: str) -> Failover:
     return found
 
 
-@pytest.mark.long
 def test_a_deadline_job_refused_its_spot_type_runs_on_demand_within_one_interval(
     world: Ec2World,
 ) -> None:

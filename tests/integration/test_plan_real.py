@@ -46,7 +46,6 @@ def planning_config(tmp: Path) -> Path:
     )
 
 
-@pytest.mark.long
 def test_run_takes_the_sampling_machines_over_from_plan(tmp_path: Path) -> None:
     config = planning_config(tmp_path)
     plan_dir = tmp_path / "plan"

@@ -300,7 +300,6 @@ def test_a_10000_task_job_is_accepted(tmp_path: Path) -> None:
         assert svc.stop() == 0
 
 
-@pytest.mark.long
 def test_run_with_a_service_config_runs_its_jobs_as_the_dry_run_predicts(tmp_path: Path) -> None:
     """`run SERVICE --job A --job B@AT`: serve, submit at their times, wait, stop, in one
     process; the dry run of the same command predicts each job's cost."""
@@ -378,7 +377,6 @@ def _pool_runs(state_dir: Path) -> dict[str, list[str]]:
     return out
 
 
-@pytest.mark.long
 def test_deadline_jobs_share_the_pool_s_machines_and_survive_restarts(tmp_path: Path) -> None:
     """Deadline jobs without a budget join one pool run: a job that arrives is planned
     onto the machines already running first (paper 002, Algorithm 1). The pool is
@@ -490,7 +488,6 @@ def test_a_deadline_job_after_a_sigterm_restart_runs(tmp_path: Path) -> None:
         assert svc.stop() == 0
 
 
-@pytest.mark.long
 def test_a_queued_deadline_job_keeps_the_deadline_it_was_submitted_with(tmp_path: Path) -> None:
     """With one job at a time, a deadline job queued behind another is due when the user
     said, counted from its submission, not from when it could start."""

@@ -258,7 +258,6 @@ def test_the_service_on_grid_engine_resumes_after_kill9_and_sigterm(
         _survives_kill9_and_sigterm(provider)
 
 
-@pytest.mark.long(2)
 def test_jobs_run_on_ec2_through_the_service(world: Ec2World) -> None:
     with ec2_service(world) as provider:
         _jobs_run_to_their_reports(provider)
