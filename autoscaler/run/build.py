@@ -50,14 +50,15 @@ from autoscaler.deadline.controller import DeadlineController, DeadlineSettings
 from autoscaler.learn.stats import sample_size
 from autoscaler.providers import registry
 
-REAL_SLACK_S = 2.0
+REAL_SLACK_S = 1.0
 """Real seconds a time-scaled run keeps between a release decision and the boundary.
 
 An agent's lease ends a quarter of the margin before the boundary and it asks again at
 half (``core.leases``): with 0.5 s at 360x (a margin of 3 emulated minutes) a daemon
 late by 0.13 s on a loaded host let leases lapse, and machines with a unit paid were
-lost. 2 s leave it half a second. At most a fifth of a unit (12 minutes of an hour):
-time-scaled runs are tests and demonstrations, and their dry runs use the same margin.
+lost. 1 s leaves it a quarter of a second. At most a tenth of a unit (6 minutes of an
+hour): a wider margin leaves each machine that much less of its paid time to take work
+(2 s, 12 minutes of an hour, sent the pool test's second job to new machines).
 """
 
 
@@ -67,7 +68,7 @@ def billing_model(cfg: RunConfig) -> BillingModel:
     model = BillingModel(b.mode, b.atu_s, b.min_charge_s, b.commit_s)
     if cfg.time_scale > 1:
         wide = max(model.boundary_margin_s(), REAL_SLACK_S * cfg.time_scale)
-        model = dataclasses.replace(model, margin_s=min(wide, 0.2 * model.step_s))
+        model = dataclasses.replace(model, margin_s=min(wide, 0.1 * model.step_s))
     return model
 
 
