@@ -277,11 +277,11 @@ class Controller:
             meet_target(s)
 
     def _group(self, s: Step, m: Machine, draining: bool, share: int) -> int:
-        """Tasks to hand ``m`` now (``core.groups``): one per free slot until the plan
+        """Tasks to hand ``m`` now (``core.groups``): one per free slot until BaTS's plan
         (sampling hands out tasks one by one, and ``plan`` holds after it with the bag
-        left); then a group whose expected time fits the horizon, the type's limits and,
-        when ``m`` is not to be extended, its paid time (a task likely, mean + one σ, to
-        finish within it)."""
+        left; round robin has no sampling); then a group whose expected time fits the
+        horizon, the type's limits and, when ``m`` is not to be extended, its paid time
+        (a task likely, mean + one σ, to finish within it)."""
         state = s.state
         stats = sampling_.stats(self.settings, state, m.type.name)
         known = stats.done > 0
@@ -290,7 +290,7 @@ class Controller:
             margin = state.billing.boundary_margin_s()
             window = m.paid_until - margin - s.now - stats.stddev()
         t = m.type
-        if not planned(state):
+        if self.settings.policy == "bats" and not planned(state):  # round robin: no sampling
             if window is not None and window < stats.mean():
                 return 0
             return min(len(state.pending), max(0, t.slots - len(m.running) - len(m.queue)))

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from autoscaler.config.load import load_config
 from autoscaler.core.billing import BillingModel
 from autoscaler.core.groups import GroupLimits, fair_share, group_size
@@ -151,15 +153,19 @@ emulator:
   runtime: {dist: normal, mean_s: 20, sd_s: 4}
   speed: {large: 2.0}
 daemon: {group_s: GROUP}
+policy: POLICY
 """
 
 
-def emulate(tmp_path: Path, group_s: float, slots: int = 1) -> tuple[RunState, list[Action]]:
-    path = tmp_path / f"run-{group_s}-{slots}.yaml"
-    path.write_text(CONFIG.replace("GROUP", str(group_s)).replace("SLOTS", str(slots)))
+def emulate(
+    tmp_path: Path, group_s: float, slots: int = 1, policy: str = "bats"
+) -> tuple[RunState, list[Action]]:
+    path = tmp_path / f"run-{group_s}-{slots}-{policy}.yaml"
+    text = CONFIG.replace("GROUP", str(group_s)).replace("SLOTS", str(slots))
+    path.write_text(text.replace("POLICY", policy))
     cfg = load_config(path)
     taken: list[Action] = []
-    journal = SqliteJournal(tmp_path / f"j-{group_s}-{slots}.db")
+    journal = SqliteJournal(tmp_path / f"j-{group_s}-{slots}-{policy}.db")
 
     def hook(now: float, events: list[Event], actions: list[Action], state: RunState) -> None:
         journal.step(now, events, actions)
@@ -176,11 +182,14 @@ def emulate(tmp_path: Path, group_s: float, slots: int = 1) -> tuple[RunState, l
     return state, taken
 
 
+@pytest.mark.parametrize("policy", ["bats", "round_robin"])
 def test_groups_hand_out_many_tasks_per_record_and_finish_every_task_once(
-    tmp_path: Path,
+    tmp_path: Path, policy: str
 ) -> None:
-    one, one_actions = emulate(tmp_path, 0.0)
-    grouped, actions = emulate(tmp_path, 120.0)
+    """Round robin, which has no sampling, hands out groups from the start (they once
+    waited for a plan it never makes: one task per request)."""
+    one, one_actions = emulate(tmp_path, 0.0, policy=policy)
+    grouped, actions = emulate(tmp_path, 120.0, policy=policy)
     for state in (one, grouped):
         assert state.done == 600
         assert state.committed <= 40.0 + 1e-9
