@@ -27,7 +27,10 @@ Experiments:
 
 1. One-by-one FCFS dispatch against groups sized by policies 1–4 and 7 (after the
    paper's benchmark phase: 2 tasks of each of the 3 largest categories per
-   resource), makespan for all 568 tasks.
+   resource), makespan for all 568 tasks; and ours: the categories walked longest
+   first, each group capped at a fair share of the tasks left. Then the same for other
+   splits of the overhead between deployment and packing that keep one-by-one near the
+   paper's 141.40 min (the paper does not give its overheads; the gain follows them).
 2. Table 6 and Table 7's budgets and deadlines, with policies 1–7 and: our MILP
    (``categories.milp``), the GA (``categories.ga``), or no plan. A plan is made when
    the first resource finishes its benchmark, again after every G x 2 group
@@ -187,6 +190,8 @@ class Grid:
     metrics: dict[tuple[int, str], Metrics] = field(default_factory=dict)
     left: dict[int, list[int]] = field(default_factory=dict)  # category -> tasks not sent
     committed: float = 0.0  # expected cost of the groups under way
+    dispatch_s: float = DISPATCH_S  # per deployment
+    pack_s: float = PACK_S  # per task, each way
     out: Outcome = field(default_factory=Outcome)
 
     def __post_init__(self) -> None:
@@ -202,7 +207,7 @@ class Grid:
         self.out.deployments += 1
         n = len(ids)
         sent = sum(self.tasks[t].req.input_bytes or 0.0 for t in ids)
-        t = now + DISPATCH_S + r.latency_s + sent / r.bandwidth
+        t = now + self.dispatch_s + r.latency_s + sent / r.bandwidth
         ran: list[tuple[int, float, float]] = []
         for task in ids:
             cpu = cpu_time(self.seed, self.tasks[task], r)
@@ -212,18 +217,18 @@ class Grid:
                     self.left[self.cat_of[rest]].append(rest)
                 break
             self.out.spent += cost
-            t += cpu + 2 * PACK_S
+            t += cpu + 2 * self.pack_s
             ran.append((task, cpu, cost))
         back = sum(self.tasks[task].req.output_bytes or 0.0 for task, _, _ in ran)
         end = t + r.latency_s + back / r.bandwidth
         if end <= self.deadline_s:
             self.out.done += len(ran)
             self.out.end_s = max(self.out.end_s, end)
-        share = (DISPATCH_S + 2 * r.latency_s) / max(1, len(ran))
+        share = (self.dispatch_s + 2 * r.latency_s) / max(1, len(ran))
         for task, cpu, cost in ran:
             req = self.tasks[task].req
             moved = ((req.input_bytes or 0) + (req.output_bytes or 0)) / r.bandwidth
-            wall = cpu + 2 * PACK_S
+            wall = cpu + 2 * self.pack_s
             self.observed.setdefault(r.name, []).append(
                 Observation(
                     self.cat_of[task],
@@ -266,10 +271,14 @@ def run(
     deadline_s: float = math.inf,
     planner: Planner | None = None,
     fair: bool = False,
+    largest: bool = False,
+    overhead: tuple[float, float] = (DISPATCH_S, PACK_S),
 ) -> Outcome:
     tasks = make_bag(seed)
     categories = categorise({t.id: t.req for t in tasks}, CI)
-    grid = Grid(seed, tasks, categories, budget, deadline_s)
+    grid = Grid(
+        seed, tasks, categories, budget, deadline_s, dispatch_s=overhead[0], pack_s=overhead[1]
+    )
     if not grouped:  # one by one, first come first served, the bag's order
         queue = sorted(t.id for t in tasks)
         heap = [(0.0, i) for i in range(len(RESOURCES))]
@@ -320,6 +329,7 @@ def run(
             allocation=allocation,
             policies=policies,
             share=math.ceil(sum(grid.counts().values()) / len(RESOURCES)) if fair else None,
+            largest_first=largest,
         )
         if not group.size:
             continue  # this resource is done
@@ -398,9 +408,9 @@ def groups_table(seeds: Sequence[int]) -> str:
     for seed in seeds:
         one = run(seed, grouped=False)
         grp = run(seed, grouped=True)
-        fair = run(seed, grouped=True, fair=True)
+        ours = run(seed, grouped=True, fair=True, largest=True)
         gain = 1 - grp.end_s / one.end_s
-        ours = 1 - fair.end_s / one.end_s
+        our_gain = 1 - ours.end_s / one.end_s
         rows.append(
             [
                 str(seed),
@@ -410,16 +420,53 @@ def groups_table(seeds: Sequence[int]) -> str:
                 str(grp.deployments),
                 f"{gain * 100:.2f} %",
                 mark(gain >= 0.227),
-                f"{fair.end_s / MIN:.2f}",
-                str(fair.deployments),
-                f"{ours * 100:.2f} %",
-                mark(ours >= 0.227),
+                f"{ours.end_s / MIN:.2f}",
+                str(ours.deployments),
+                f"{our_gain * 100:.2f} %",
+                mark(our_gain >= 0.227),
             ]
         )
     rows.append(["paper", "141.40", "568", "109.29", "", "22.71 %", "", "", "", "", ""])
     head = ["seed", "one-by-one min", "deploys", "groups (P1-4,7) min", "deploys", "less"]
-    head += [">= 22.7 %", "+ fair share min", "deploys", "less", ">= 22.7 %"]
+    head += [">= 22.7 %", "ours min", "deploys", "less", ">= 22.7 %"]
     return render_table(head, rows, left=1)
+
+
+OVERHEADS = [(20.0, 1.0), (21.0, 1.0), (22.0, 0.5), (23.0, 0.25), (24.0, 0.0)]
+"""(per deployment, per task each way) pairs that keep one-by-one near the paper's 141.40
+min: the paper measured its overheads but does not give them."""
+
+
+def overhead_table(seeds: Sequence[int]) -> str:
+    """How the gain of groups depends on the split of the overhead the paper leaves out."""
+    rows = []
+    for dispatch_s, pack_s in OVERHEADS:
+        ends: dict[str, list[float]] = {"one": [], "grp": [], "ours": []}
+        for seed in seeds:
+            o = (dispatch_s, pack_s)
+            ends["one"].append(run(seed, grouped=False, overhead=o).end_s)
+            ends["grp"].append(run(seed, grouped=True, overhead=o).end_s)
+            ends["ours"].append(run(seed, grouped=True, fair=True, largest=True, overhead=o).end_s)
+        one = statistics.fmean(ends["one"])
+        gains = {k: 1 - statistics.fmean(v) / one for k, v in ends.items() if k != "one"}
+        rows.append(
+            [
+                f"{dispatch_s:.0f} s",
+                f"{pack_s:.2f} s",
+                f"{one / MIN:.2f}",
+                f"{statistics.fmean(ends['grp']) / MIN:.2f}",
+                f"{gains['grp'] * 100:.2f} %",
+                f"{statistics.fmean(ends['ours']) / MIN:.2f}",
+                f"{gains['ours'] * 100:.2f} %",
+            ]
+        )
+    head = ["per deployment", "pack each way", "one-by-one min", "groups min", "less"]
+    head += ["ours min", "less"]
+    title = (
+        "Groups' gain against the overhead model (means over the seeds; paper: 141.40 ->"
+        " 109.29 min, 22.71 %)"
+    )
+    return f"{title}\n" + render_table(head, rows)
 
 
 def qos_table(
@@ -463,15 +510,19 @@ def qos_table(
                 f"{statistics.fmean(p for o in m for p in o.proven):.0%}",
                 f"{ga_ms:.0f}",
                 mark(ok),
-                mark(milp_ms < 50),
+                mark(milp_cpu < 50),
             ]
         )
     head = [
         "deadline", "budget", "MILP done", "MILP spent", "MILP min", "GA done", "no plan",
         "paper GA/none", "MILP ms med/max", "cpu max", "optimal", "GA ms med",
-        "MILP>=GA, within", "MILP<50ms",
+        "MILP>=GA, within", "MILP cpu<50ms",
     ]  # fmt: skip
-    return f"{title}\n" + render_table(head, rows)
+    note = (
+        "MILP cpu<50ms: the planner's CPU time (this process, HiGHS in it), the most over"
+        " every plan of every seed; wall time also counts the host's other work"
+    )
+    return f"{title}\n" + render_table(head, rows) + "\n" + note
 
 
 def _mean(values: Iterable[float], spec: str = ".0f") -> str:
@@ -481,7 +532,7 @@ def _mean(values: Iterable[float], spec: str = ".0f") -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     ap.add_argument("--seeds", type=int, default=2, help="seeds 0..N-1 (default 2)")
-    ap.add_argument("--tables", default="groups,6,7", help="which of groups,6,7")
+    ap.add_argument("--tables", default="groups,overhead,6,7", help="which of groups,overhead,6,7")
     args = ap.parse_args(argv)
     seeds = list(range(args.seeds))
     digest = library_digest()
@@ -503,6 +554,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parts = args.tables.split(",")
     if "groups" in parts:
         print(groups_table(seeds) + "\n")
+        print(
+            "ours: Algorithm 2 with the categories walked longest first (first fit"
+            " decreasing) and each group capped at a fair share of the tasks left\n"
+        )
+    if "overhead" in parts:
+        print(overhead_table(seeds) + "\n")
     if "6" in parts:
         t6 = [(d, b, f"{w}/{wo}") for d, b, w, wo in TABLE6]
         print(qos_table("Table 6", t6, seeds) + "\n")

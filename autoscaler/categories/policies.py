@@ -65,17 +65,24 @@ def group_size(
     allocation: Mapping[int, int] | None = None,
     policies: frozenset[int] = ALL,
     share: int | None = None,
+    largest_first: bool = False,
 ) -> Group:
     """Algorithm 2 for one resource: ``metrics`` per category on it, ``left`` tasks
     per category, the remaining ``deadline_s`` and ``budget``, and the plan's
     ``allocation`` per category (None: no plan, every task left may go). ``share``
     (ours, not the paper's) caps the whole group, e.g. at a fair share of the tasks
     left among the resources, so that the last groups end together; a group stopped
-    by it reports policy 7."""
+    by it reports policy 7. ``largest_first`` (ours too) walks the categories by CPU
+    time, longest first, and fills what the limits leave with shorter tasks (first fit
+    decreasing): in id order, short tasks fill every group until they run out, and the
+    long ones left then go one per group, each paying a deployment's overhead."""
     cpu = wall = transfer = space = turnaround = cost = 0.0
     counts: dict[int, int] = {}
     stopped: int | None = None
-    for k in sorted(left):
+    order = sorted(left)
+    if largest_first:
+        order.sort(key=lambda k: -metrics[k].cpu_s if k in metrics else 0.0)
+    for k in order:
         m = metrics.get(k)
         if m is None:
             continue

@@ -61,6 +61,18 @@ def test_categories_in_order_within_the_allocation() -> None:
     assert group.stopped_by == 1
 
 
+def test_largest_first_packs_a_long_task_with_short_ones() -> None:
+    """In id order short tasks fill the group and the long ones wait, to go one per group
+    at the end; longest first, a long task goes with short ones in what it leaves."""
+    big = Metrics(cpu_s=30, wall_s=30, transfer_s=0, turnaround_s=30, cost=1)
+    small = Metrics(cpu_s=5, wall_s=5, transfer_s=0, turnaround_s=5, cost=1)
+    metrics, limits, left = {0: small, 1: big}, Limits(max_cpu_s=40), {0: 20, 1: 4}
+    assert group_size(metrics, limits, left).counts == {0: 8}
+    group = group_size(metrics, limits, left, largest_first=True)
+    assert group.counts == {1: 1, 0: 2}
+    assert group.stopped_by == 1
+
+
 def test_a_share_caps_the_whole_group() -> None:
     group = group_size({0: M, 1: M}, Limits(), {0: 3, 1: 3}, share=4)
     assert group.counts == {0: 3, 1: 1}
