@@ -35,8 +35,9 @@ from autoscaler.budget import sampling as sampling_
 from autoscaler.budget.boundaries import boundary, can_extend, standby
 from autoscaler.budget.categories import CategoryChoice
 from autoscaler.budget.category_means import aware
+from autoscaler.budget.category_mix import plan_mix
 from autoscaler.budget.fleet import meet_target
-from autoscaler.budget.problem import BudgetProblem, TypeEstimate
+from autoscaler.budget.problem import BudgetProblem, Plan, TypeEstimate
 from autoscaler.budget.settings import ControllerSettings, money_left, planned
 from autoscaler.budget.tail import replicate, take_back
 from autoscaler.core.groups import GroupLimits, fair_share, group_size
@@ -202,6 +203,19 @@ class Controller:
         """The budget problem the planner would solve at ``now`` with ``money`` left, on
         the reserved runtimes (``runtimes.reserved``)."""
         return plans.budget_problem(self.settings, state, now, est, n_e, money)
+
+    @property
+    def mixes_categories(self) -> bool:
+        """Whether the mix is planned on the means its categories give each type."""
+        return self._mix is not None
+
+    def mix_plan(
+        self, state: RunState, now: float, est: dict[str, TypeEstimate], n_e: float, money: float
+    ) -> Plan | None:
+        """The mix a re-plan would choose with ``money`` left (its reserve included), on
+        the means that mix would show (``category_mix``); changes nothing."""
+        found, _ = plan_mix(self.settings, state, now, est, n_e, money, [], categories=self._mix)
+        return found
 
     def predict(
         self,

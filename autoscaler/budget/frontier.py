@@ -70,8 +70,10 @@ def frontier(controller: Controller, state: RunState, now: float, between: int =
     """The options at ``now``, once the samples are in: the minimum budget, +20 % over it,
     ``between`` budgets spaced evenly (geometrically) up to the fastest −20 %, and the
     fastest (every machine the types allow), less those another option dominates (a
-    higher budget may buy a mix predicted to cost less and end sooner). Pure: ``state``
-    is not changed."""
+    higher budget may buy a mix predicted to cost less and end sooner). With categories,
+    each option's mix is the one a re-plan with that budget would choose
+    (``category_mix``), predicted at the means it would show. Pure: ``state`` is not
+    changed."""
     est, n_e = controller.outlook(state, now)
     if not est:
         raise ValueError("no machine type has a runtime estimate yet")
@@ -104,7 +106,10 @@ def frontier(controller: Controller, state: RunState, now: float, between: int =
     options: list[Option] = []
     seen: set[tuple[tuple[str, int], ...]] = set()
     for label, budget in budgets:
-        plan = plan_budget(problem(budget - base - reserve), solver)
+        if controller.mixes_categories:  # which tasks each type gets shapes the mix
+            plan = controller.mix_plan(state, now, est, n_e, budget - base)
+        else:
+            plan = plan_budget(problem(budget - base - reserve), solver)
         if plan is None:
             continue
         counts = {n: plan.counts.get(n, 0) for n in state.types}

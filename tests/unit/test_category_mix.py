@@ -21,6 +21,7 @@ import pytest
 
 from autoscaler.budget.category_means import CategoryTimes, effective
 from autoscaler.budget.category_mix import plan_mix
+from autoscaler.budget.frontier import frontier
 from autoscaler.budget.plans import plan
 from autoscaler.budget.problem import TypeEstimate
 from autoscaler.budget.runtimes import outlook
@@ -179,3 +180,19 @@ def test_a_budget_too_small_keeps_to_one_most_profitable_type(tmp_path: Path) ->
     ]
     assert picks
     assert len(set(picks)) == 1, picks
+
+
+def test_a_plan_option_s_mix_is_the_one_a_run_with_its_budget_buys(tmp_path: Path) -> None:
+    """``autoscaler plan`` with categories: each budget it offers comes with the mix the
+    run then buys at that budget (the category-aware mix), not the one the fleet's
+    means would give. (On the fleet's means the least budget bought 5 machines of ``a``;
+    a run with that budget bought 9.)"""
+    cfg = config("crossed", 2, tmp_path)
+    state, now = first_plan_state(cfg)
+    options = frontier(controller(cfg, True), state, now).options
+    assert {o.label for o in options} >= {"minimum", "fastest"}
+    for option in options:
+        budget = cfg.constraint.model_copy(update={"budget": option.budget})
+        ran, _ = run(cfg.model_copy(update={"constraint": budget}), mix=True)
+        first = next(c for _, c in ran.configurations if c.predicted_makespan_s)
+        assert first.counts == option.counts, option.label
