@@ -26,7 +26,6 @@ whose forecast cost is least.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 
 from autoscaler.budget.category_means import alone_means, category_times, effective
@@ -75,17 +74,55 @@ def plan_mix(
     if not found:
         return None, base
     cost = [_cost(state, now, *f) for f in found]
-    fitting = [f for f, c in zip(found, cost, strict=True) if c <= _budget(state) + EPS]
+    total = state.committed + money  # the run's budget in a run; an option's in a plan
+    fitting = [f for f, c in zip(found, cost, strict=True) if c <= total + EPS]
     if fitting:
         return max(fitting, key=lambda f: f[0].speed)
     return found[cost.index(min(cost))]
-
-
-def _budget(state: RunState) -> float:
-    return math.inf if state.budget is None else state.budget
 
 
 def _cost(state: RunState, now: float, chosen: Plan, means: Mapping[str, TypeEstimate]) -> float:
     """The run's fluid cost if ``chosen`` works at ``means`` (``outlook.forecast``)."""
     mean_s = {n: e.mean_s for n, e in means.items()}
     return forecast(state, now, chosen.counts, mean_s).fluid_cost
+
+
+def least_money(
+    settings: ControllerSettings,
+    state: RunState,
+    now: float,
+    est: Mapping[str, TypeEstimate],
+    n_e: float,
+    categories: Sequence[Category],
+    start: float,
+    rel_tol: float = 0.005,
+) -> float | None:
+    """The least money left (within ``rel_tol``) with which ``plan_mix`` finds a mix
+    whose forecast at the means it would show is within the budget: the minimum budget
+    with categories, where the means depend on the mix. A search from ``start`` (the
+    minimum on the fleet's means) by doubling or halving, then bisection; None when 256
+    times ``start`` does not do."""
+
+    def fits(money: float) -> bool:
+        found, means = plan_mix(settings, state, now, est, n_e, money, [], 0.0, categories)
+        return (
+            found is not None and _cost(state, now, found, means) <= state.committed + money + EPS
+        )
+
+    if start <= 0:
+        return 0.0 if fits(0.0) else None
+    lo, hi = start, start
+    while not fits(hi):
+        lo, hi = hi, hi * 2
+        if hi > 256 * start:
+            return None
+    if lo == hi:  # start fits: look lower
+        lo = hi / 2
+        while fits(lo):
+            hi, lo = lo, lo / 2
+            if lo < start / 256:
+                return hi
+    while hi - lo > rel_tol * hi:
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
+    return hi

@@ -35,7 +35,7 @@ from autoscaler.budget import sampling as sampling_
 from autoscaler.budget.boundaries import boundary, can_extend, standby
 from autoscaler.budget.categories import CategoryChoice
 from autoscaler.budget.category_means import aware
-from autoscaler.budget.category_mix import plan_mix
+from autoscaler.budget.category_mix import least_money, plan_mix
 from autoscaler.budget.fleet import meet_target
 from autoscaler.budget.problem import BudgetProblem, Plan, TypeEstimate
 from autoscaler.budget.settings import ControllerSettings, money_left, planned
@@ -216,6 +216,20 @@ class Controller:
         the means that mix would show (``category_mix``); changes nothing."""
         found, _ = plan_mix(self.settings, state, now, est, n_e, money, [], categories=self._mix)
         return found
+
+    def least_money(
+        self,
+        state: RunState,
+        now: float,
+        est: dict[str, TypeEstimate],
+        n_e: float,
+        start: float,
+    ) -> float | None:
+        """With categories, the least money left (its reserve included) whose mix is
+        forecast to finish the bag at the means it would show (``category_mix``)."""
+        if self._mix is None:
+            raise ValueError("least_money is for a mix planned with categories")
+        return least_money(self.settings, state, now, est, n_e, self._mix, start)
 
     def predict(
         self,

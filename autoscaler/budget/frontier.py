@@ -88,6 +88,11 @@ def frontier(controller: Controller, state: RunState, now: float, between: int =
         return Frontier(now, base, state.tasks_left, None, (), _slots(state))
     reserve = controller.end_reserve(state, est)
     b_min = base + more + reserve
+    if controller.mixes_categories:  # the least money whose own mix finishes the bag
+        money = controller.least_money(state, now, est, n_e, more + reserve)
+        if money is None:
+            return Frontier(now, base, state.tasks_left, None, (), _slots(state))
+        b_min = base + money
     # Enough money for every machine over the fluid makespan of them all, twice over.
     everything = list(problem(0.0).types)
     speed = sum(t.max_count * t.slots / t.mean_s for t in everything)
