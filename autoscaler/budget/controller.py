@@ -343,10 +343,10 @@ class Controller:
             if m.state is not MachineState.READY or len(m.running) >= m.type.slots:
                 continue
             if (
-                m.idle
+                (m.idle or m.type.slots > 1)
                 and not planned(state)
                 and sampling_.is_compact(self.settings, state)
-                and sampling_.probe(self.settings, s, m)
+                and self._probe(s, m)
             ):
                 continue
             draining = state.stopped or m.marked or not can_extend(state, m)
@@ -363,13 +363,23 @@ class Controller:
                     s.do(AssignGroup(tuple(tids), m.id))
                 elif m.idle and draining:
                     s.do(Release(m.id, "idle: no task fits its paid time"))
-            elif (
-                m.idle
-                and not take_back(s, m)
-                and not replicate(self.settings, s, m)
-                and not standby(s, m)
-            ):
-                s.do(Release(m.id, "idle: bag empty"))
+            elif not (m.idle and take_back(s, m)):
+                # the bag is empty: each free slot copies a task expected to end late
+                free = m.type.slots - len(m.running) - len(m.queue)
+                copied = 0
+                while copied < free and replicate(self.settings, s, m):
+                    copied += 1
+                if m.idle and not copied and not standby(s, m):
+                    s.do(Release(m.id, "idle: bag empty"))
+
+    def _probe(self, s: Step, m: Machine) -> bool:
+        """Compact sampling: a replicated task on each free slot of ``m`` while there are
+        any (``sampling.probe``); whether ``m`` was given one."""
+        free = m.type.slots - len(m.running) - len(m.queue)
+        probed = 0
+        while probed < free and sampling_.probe(self.settings, s, m):
+            probed += 1
+        return probed > 0
 
     def _finish_or_stall(self, s: Step) -> None:
         state = s.state

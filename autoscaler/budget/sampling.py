@@ -161,7 +161,8 @@ def compact_progress(settings: ControllerSettings, s: Step) -> tuple[bool, list[
 
 
 def probe(settings: ControllerSettings, s: Step, m: Machine) -> bool:
-    """Compact sampling: give idle ``m`` a replicated task its type has not run yet
+    """Compact sampling: give ``m`` (idle, or a free slot of it) a replicated task its
+    type has not run yet
     (the first ``paired_target`` tasks assigned become them). A type other than the
     reference that has them all is sampled: its target drops to 0, so its machines
     go at the end of their paid time (draining meanwhile), unless a plan wants them."""
@@ -172,6 +173,8 @@ def probe(settings: ControllerSettings, s: Step, m: Machine) -> bool:
     for tid in state.paired:
         if tid in state.stats[name].sample or tid in queued:
             continue
+        if m.id in state.running_on.get(tid, {}):
+            continue  # another slot of ``m`` runs it already
         if state.task_state[tid] is TaskState.PENDING:
             s.do(Assign(tid, m.id))
             return True

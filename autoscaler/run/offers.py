@@ -114,8 +114,9 @@ def provider_offers(
         if not mine:
             continue
         limit = cfg.limits(name).max_machines
-        power = sum(t.max_count for t in types)
-        power = power if limit is None else min(power, limit)
+        power = sum(t.max_count * (t.slots or 1) for t in types)
+        if limit is not None:
+            power = min(power, limit * max(t.slots or 1 for t in types))
         maker = getattr(parts.get(name), "offers", None) if parts else None
         if maker is not None:  # the provider's own scheduler answers
             request = OfferRequest(tasks, min(job.task_s[t.name] for t in mine), deadline, job.at)
@@ -125,7 +126,9 @@ def provider_offers(
         best: dict[int, Offer] = {}
         for t in mine:
             count = t.max_count if limit is None else min(t.max_count, limit)
-            kind = CloudType(name, t.boot_s, count, t.price, billing, job.task_s[t.name])
+            kind = CloudType(
+                name, t.boot_s, count, t.price, billing, job.task_s[t.name], t.slots or 1
+            )
             request = OfferRequest(tasks, job.task_s[t.name], deadline, job.at)
             for offer in cloud_offers(kind, request, sizes):
                 if offer.tasks not in best or offer.finish < best[offer.tasks].finish:

@@ -4,6 +4,7 @@ against the emulator's affine types, plain mode left as it was, and the settings
 from __future__ import annotations
 
 import random
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -155,6 +156,34 @@ def test_compact_dry_run_finishes_within_budget_with_estimates_near_the_truth() 
     for name in PRICES:
         assert abs(est[name].mean_s / true_mean(name) - 1) < 0.15, name
         assert fp.plan.assumed_lo_s[name] < fp.plan.assumed_hi_s[name]
+
+
+def test_compact_sampling_fills_every_slot_with_replicated_tasks() -> None:
+    """Machines of 4 slots: a sampling machine of a type other than the reference runs
+    replicated tasks on all its slots at once (it took one at a time, while idle, and
+    its other slots took tasks of the bag); the bag still finishes within budget, each
+    task done (a replicated task once per type)."""
+    raw = config("compact", 400).model_dump(mode="json", exclude_none=True)
+    for t in raw["machine_types"]:
+        t["slots"] = 4
+    cfg = RunConfig.model_validate(raw)
+    most: dict[str, int] = {}
+
+    def hook(now: float, events: list[Event], actions: list[Action], state: RunState) -> None:
+        if state.configurations and state.configurations[-1][1].predicted_makespan_s:
+            return  # planned: sampling is over
+        for m in state.alive_machines():
+            held = len(set(state.paired) & {*m.running, *m.queue})
+            most[m.type.name] = max(most.get(m.type.name, 0), held)
+
+    state = make_emulator(cfg, 400, on_step=hook).run()
+    assert most["mid"] >= 2, most
+    assert most["fast"] >= 2, most
+    assert state.done == 400
+    assert state.committed <= cfg.constraint.budget + 1e-6
+    done = Counter(seg.task for seg in state.segments if seg.outcome == "done")
+    assert set(done) == set(range(400))
+    assert {t for t, n in done.items() if n > 1} <= set(state.paired)  # run on every type
 
 
 def test_derived_estimates_carry_the_fits_error() -> None:

@@ -246,6 +246,37 @@ def test_tail_replicas_run_once_the_bag_is_empty_and_each_task_counts_once() -> 
     assert any(s.outcome == "cancelled" for s in state.segments), "no losing replica cancelled"
 
 
+def test_tail_replicas_use_the_free_slots_of_busy_machines() -> None:
+    """Machines of 4 slots: once the bag is empty a machine still running a task copies
+    late tasks onto its other slots (before, only an idle machine took a replica), and
+    every task still counts once."""
+    cfg = make_config(
+        bag={"synthetic": 160},
+        constraint={"budget": 400.0},
+        machine_types=[
+            {"name": "slow", "price": 1.0, "max_count": 10, "boot_s": 60, "slots": 4},
+            {"name": "fast", "price": 4.0, "max_count": 10, "boot_s": 60, "slots": 4},
+        ],
+        emulator={
+            "seed": 5,
+            "runtime": {"dist": "lognormal", "mean_s": 600, "sd_s": 400},
+            "speed": {"fast": 3.0},
+        },
+    )
+    busy: list[tuple[int, str]] = []
+
+    def hook(now: float, events: list[Event], actions: list[Action], state: RunState) -> None:
+        for a in actions:
+            if isinstance(a, Replicate) and set(state.machines[a.machine].running) - {a.task}:
+                busy.append((a.task, a.machine))
+
+    state = make_emulator(cfg, 160, on_step=hook).run()
+    assert busy, "no replica went to a machine with a task running"
+    done = Counter(s.task for s in state.segments if s.outcome == "done")
+    assert state.done == 160
+    assert set(done.values()) == {1}
+
+
 def test_replication_can_be_switched_off() -> None:
     cfg = make_config(tail_replication=False)
     _, journal = run(cfg)

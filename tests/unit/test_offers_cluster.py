@@ -106,6 +106,19 @@ def test_a_clouds_offer_follows_from_boot_time_limit_and_billing() -> None:
     assert offer.cost == 4 * 3.6 * 700 / 3600
 
 
+def test_a_clouds_offer_counts_each_machines_slots() -> None:
+    """4 slots a machine: 100 tasks fill 10 machines' 40 lanes (3 waves, not 10), and
+    10 tasks need 3 machines, not 10."""
+    kind = CloudType("ec2", 100, 10, 2.0, BillingModel("fixed", 3600), 600, slots=4)
+    request = OfferRequest(tasks=100, task_s=600, deadline=10_000, now=1_000)
+    offers = {o.tasks: o for o in cloud_offers(kind, request, [100, 10])}
+    assert offers[100].finish == 1_000 + 100 + 3 * 600
+    assert offers[100].cost == 10 * 1 * 2.0
+    assert offers[10].finish == 1_000 + 100 + 600
+    assert offers[10].cost == 3 * 1 * 2.0
+    assert offers[100].power == 40
+
+
 @st.composite
 def arrivals(draw: st.DrawFn) -> list[Job]:
     jobs: list[Job] = []
