@@ -5,7 +5,8 @@ One file, Python 3.11+ standard library only, so it can be copied to any machine
     AUTOSCALER_TOKEN=... python3 agent.py --url http://127.0.0.1:PORT --machine ID \\
         [--workdir DIR] [--heartbeat-s 2] [--orphan-after-s 60] [--start-delay-s 0] \\
         [--ready-at UNIX_TIME] \\
-        [--tail-bytes 4096] [--slots 1] [--report-s 0.25] [--token-file PATH]
+        [--tail-bytes 4096] [--slots 1] [--report-s 0.25] [--token-file PATH] \\
+        [--notice-url URL] [--notice-every-s 5]
 
 The token comes from ``--token-file`` (its content, stripped) or else from the environment
 variable ``AUTOSCALER_TOKEN``; the agent removes that variable from its own environment, so
@@ -24,8 +25,11 @@ Every request is ``POST <url>/v1/poll`` over HTTP/1.1 on one keep-alive connecti
      "results": [Result],     # finished runs not yet acknowledged, oldest first
      "running": [int],        # the runs in progress (in the order they started), then
                               # the runs queued locally, in order
-     "wait_s": float}         # how long the controller may hold the request if it has
+     "wait_s": float,         # how long the controller may hold the request if it has
                               # nothing to say
+     "notice": Notice}        # only once the machine's provider said it takes it back
+
+    Notice = {"action": str, "time": str}   # as the provider wrote them
 
     Result = {"run": int, "task": int, "exit_code": int | null, "runtime_s": float,
               "stdout": str, "stderr": str, "error": str | null}
@@ -101,6 +105,15 @@ Missing keys read as empty or null. Semantics:
   its runs, logs "controller unreachable" and exits 4.
 * SIGTERM or SIGINT: the agent kills every run in progress and exits 0.
 
+* ``--notice-url`` (EC2 spot: ``http://169.254.169.254/latest/meta-data/spot/instance-action``;
+  ``{machine}`` in it is replaced by ``--machine``): read every ``--notice-every-s``
+  seconds on a thread of its own, with an IMDSv2 session token when the server gives one
+  (``PUT /latest/api/token``), else without. 404 (or no answer) means no notice; 200 is
+  the notice, ``{"action": ..., "time": ...}``. From then on the agent starts nothing
+  new, sends the notice with every request at once (the controller then counts the
+  machine gone, puts its tasks back in the bag and answers ``release``), and keeps
+  reporting runs that end meanwhile.
+
 Exit codes: 0 released, unknown to the controller or terminated; 2 bad token or usage;
 3 lease expired; 4 controller unreachable.
 """
@@ -120,8 +133,11 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.error
 import urllib.parse
+import urllib.request
 from collections import deque
 from dataclasses import dataclass
 from types import FrameType
@@ -134,6 +150,8 @@ BACKOFF_FIRST_S = 0.05
 BACKOFF_MAX_S = 2.0
 FIRST_LINE_MAX_CHARS = 200
 REPORT_S = 0.25
+NOTICE_EVERY_S = 5.0
+NOTICE_TIMEOUT_S = 2.0
 """How long a result may wait for others to share its request, while there is work."""
 
 EXIT_OK = 0
@@ -190,6 +208,68 @@ class Config:
     tail_bytes: int
     slots: int = 1
     report_s: float = REPORT_S
+    notice_url: str | None = None
+    notice_every_s: float = NOTICE_EVERY_S
+
+
+def read_notice(url: str, timeout: float = NOTICE_TIMEOUT_S) -> dict[str, str] | None:
+    """The interruption notice at ``url``, or None (404, no answer, any error). EC2's
+    instance metadata: an IMDSv2 token first (``PUT /latest/api/token``), and without
+    one if the server does not give it (IMDSv1). Proxies are never used."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    parts = urllib.parse.urlsplit(url)
+    headers: dict[str, str] = {}
+    ask = urllib.request.Request(
+        f"{parts.scheme}://{parts.netloc}/latest/api/token",
+        method="PUT",
+        headers={"X-aws-ec2-metadata-token-ttl-seconds": "300"},
+    )
+    try:
+        with opener.open(ask, timeout=timeout) as answer:
+            headers["X-aws-ec2-metadata-token"] = answer.read(4096).decode().strip()
+    except (OSError, ValueError, http.client.HTTPException):
+        pass  # no IMDSv2 here: ask without a token
+    try:
+        with opener.open(urllib.request.Request(url, headers=headers), timeout=timeout) as r:
+            text = r.read(4096).decode("utf-8", "replace")
+    except (OSError, ValueError, http.client.HTTPException):
+        return None  # 404: no notice; or no answer
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        data = {}
+    if not isinstance(data, dict):
+        data = {}
+    return {
+        "action": str(data.get("action", "terminate"))[:40],
+        "time": str(data.get("time", ""))[:40],
+    }
+
+
+class NoticeWatcher(threading.Thread):
+    """Reads the interruption notice every ``every_s`` seconds until there is one; then
+    keeps it and writes a byte to ``wake_fd`` (the poll loop's wake-up pipe)."""
+
+    def __init__(self, url: str, every_s: float, wake_fd: int) -> None:
+        super().__init__(name="notice", daemon=True)
+        self._url = url
+        self._every_s = every_s
+        self._wake_fd = wake_fd
+        self._stopped = threading.Event()
+        self.notice: dict[str, str] | None = None
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def run(self) -> None:
+        while not self._stopped.is_set():
+            found = read_notice(self._url)
+            if found is not None:
+                self.notice = found
+                with contextlib.suppress(OSError):
+                    os.write(self._wake_fd, b"\0")
+                return
+            self._stopped.wait(self._every_s)
 
 
 @dataclass(frozen=True)
@@ -499,6 +579,8 @@ class Agent:
         self._signalled: int | None = None
         self._deferring_signals = False
         self._wake_r = -1
+        self._watcher: NoticeWatcher | None = None
+        self._notice: dict[str, str] | None = None  # the provider takes the machine back
 
     def run(self) -> int:
         """Work until released, refused, orphaned, out of lease or signalled; the exit code."""
@@ -521,6 +603,10 @@ class Agent:
                 pid=os.getpid(),
                 slots=self._slots,
             )
+            if config.notice_url:
+                url = config.notice_url.replace("{machine}", config.machine)
+                self._watcher = NoticeWatcher(url, config.notice_every_s, wake_w)
+                self._watcher.start()
             if config.start_delay_s > 0:
                 time.sleep(config.start_delay_s)
             self._last_success = time.monotonic()
@@ -531,6 +617,8 @@ class Agent:
             log(stop.level, stop.message, machine=config.machine, **stop.fields)
             return stop.code
         finally:
+            if self._watcher is not None:
+                self._watcher.stop()
             self._close()
             signal.set_wakeup_fd(-1)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -553,6 +641,7 @@ class Agent:
         while True:
             now = time.monotonic()
             self._check_deadlines(now)
+            self._check_notice()
             self._advance(now)
             due = self._next_poll_at()
             if now >= due:
@@ -570,6 +659,16 @@ class Agent:
                 logging.ERROR,
                 silent_s=now - self._last_success,
             )
+
+    def _check_notice(self) -> None:
+        """The provider's notice, once: start nothing more and tell the controller now."""
+        watcher = self._watcher
+        if self._notice is not None or watcher is None or watcher.notice is None:
+            return
+        self._notice = watcher.notice
+        self._poll_now = True
+        self._retry_at = None
+        log(logging.WARNING, "interruption notice", **self._notice)
 
     def _must_act_by(self) -> float:
         """The earliest moment something must be done whatever the controller says."""
@@ -601,7 +700,8 @@ class Agent:
         timeout = limit - time.monotonic()
         if timeout <= 0:
             return
-        if processes:  # a child's exit writes to the wake-up pipe (SIGCHLD)
+        if processes or self._watcher is not None:
+            # a child's exit (SIGCHLD) and a notice write to the wake-up pipe
             select.select([self._wake_r], [], [], timeout)
             with contextlib.suppress(BlockingIOError, InterruptedError):
                 while os.read(self._wake_r, 4096):
@@ -619,7 +719,7 @@ class Agent:
                 self._time_out(current, now)
             elif now >= current.ends_at:
                 self._finish(current, 0, current.ends_at - current.started, None)
-        while len(self._running) < self._slots and self._queue:
+        while len(self._running) < self._slots and self._queue and self._notice is None:
             self._start(self._queue.popleft())
         if self._fresh and len(self._running) < self._slots and not self._queue:
             self._poll_now = True  # out of work to start: report now, ask for more
@@ -749,6 +849,8 @@ class Agent:
             "running": running,
             "wait_s": wait_s,
         }
+        if self._notice is not None:
+            body["notice"] = self._notice
         http_timeout = wait_s + HTTP_GRACE_S
         local_s = self._must_act_by() - now
         self._last_sent = now
@@ -890,6 +992,8 @@ def parse_args(argv: list[str] | None) -> tuple[Config, str | None]:
         "--report-s", type=float, default=REPORT_S, help="a result waits at most this long"
     )
     parser.add_argument("--token-file", default=None, help=f"file holding the token ({TOKEN_ENV})")
+    parser.add_argument("--notice-url", default=None, help="where to read an interruption notice")
+    parser.add_argument("--notice-every-s", type=float, default=NOTICE_EVERY_S)
     args = parser.parse_args(argv)
     url = urllib.parse.urlsplit(args.url)
     if url.scheme not in ("http", "https") or not url.hostname:
@@ -910,6 +1014,13 @@ def parse_args(argv: list[str] | None) -> tuple[Config, str | None]:
         parser.error(f"--tail-bytes must be non-negative, got {args.tail_bytes}")
     if args.slots < 1:
         parser.error(f"--slots must be positive, got {args.slots}")
+    if args.notice_url is not None and urllib.parse.urlsplit(args.notice_url).scheme not in (
+        "http",
+        "https",
+    ):
+        parser.error(f"--notice-url must be http://..., got {args.notice_url!r}")
+    if not math.isfinite(args.notice_every_s) or args.notice_every_s <= 0:
+        parser.error(f"--notice-every-s must be positive, got {args.notice_every_s}")
     if not math.isfinite(args.report_s) or args.report_s < 0:
         parser.error(f"--report-s must be non-negative, got {args.report_s}")
     config = Config(
@@ -925,6 +1036,8 @@ def parse_args(argv: list[str] | None) -> tuple[Config, str | None]:
         tail_bytes=args.tail_bytes,
         slots=args.slots,
         report_s=args.report_s,
+        notice_url=args.notice_url,
+        notice_every_s=args.notice_every_s,
     )
     token_file: str | None = args.token_file
     return config, token_file

@@ -264,6 +264,10 @@ class Ssh(ConfigModel):
     timeout_s: Seconds = Field(default=600.0, gt=0, description="launch to SSH answering, at most")
 
 
+SPOT_NOTICE_URL = "http://169.254.169.254/latest/meta-data/spot/instance-action"
+"""EC2's spot interruption notice: 404 until the instance is to be taken back."""
+
+
 class Ec2(ConfigModel):
     """``provider: ec2``: instances in one region. Credentials come from boto3's usual
     chain (environment, profile, instance role), or from the named ``profile``; never
@@ -313,6 +317,15 @@ class Ec2(ConfigModel):
         ge=0,
         description="after the avoidance of a refused type ends, it counts less in the plans "
         "and regains full weight over this long",
+    )
+    notice_url: str | None = Field(
+        default=SPOT_NOTICE_URL,
+        pattern=r"^https?://",
+        description="where agents read a spot interruption notice (the instance metadata; "
+        "{machine} is replaced by the instance id); null: not read",
+    )
+    notice_every_s: Seconds = Field(
+        default=5.0, gt=0, description="how often agents read the interruption notice"
     )
     max_attempts: int = Field(default=8, ge=1, le=20, description="botocore standard retries")
     profile: str | None = Field(

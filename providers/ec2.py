@@ -57,13 +57,12 @@ from autoscaler.providers.base import (
     ProviderState,
     check_launch,
 )
-from autoscaler.providers.ec2_ssh import ssh_bootstrap
+from autoscaler.providers.ec2_ssh import ec2_agent_args, ssh_bootstrap
 from autoscaler.providers.kind import (
     ProviderKind,
     RunContext,
     Sweeper,
     TaggedMachine,
-    agent_args,
 )
 
 if TYPE_CHECKING:
@@ -464,7 +463,7 @@ def build(cfg: Platform, ctx: RunContext) -> Provider:
             agent_source(),
             cfg.ec2.controller_url,
             ctx.token,
-            agent_args(cfg),
+            ec2_agent_args(cfg),
             poweroff_on_exit=True,
         )
     settings = ec2_settings(cfg, user_data)

@@ -13,6 +13,16 @@ if TYPE_CHECKING:
     from autoscaler.config.schema import Platform
 
 
+def ec2_agent_args(cfg: Platform) -> list[str]:
+    """Agent flags on EC2: every provider's, and where to read a spot interruption notice
+    (an on-demand instance never has one: the metadata answers 404)."""
+    args = agent_args(cfg)
+    if cfg.ec2 is not None and cfg.ec2.notice_url:
+        args += ["--notice-url", cfg.ec2.notice_url]
+        args += ["--notice-every-s", f"{cfg.ec2.notice_every_s:g}"]
+    return args
+
+
 def ssh_bootstrap(cfg: Platform, ctx: BootContext) -> SshBootstrap | None:
     """The SSH bootstrapper of a run with ``bootstrap: ssh``; None otherwise."""
     if cfg.ec2 is None or cfg.ec2.bootstrap != "ssh":
@@ -36,4 +46,4 @@ def ssh_bootstrap(cfg: Platform, ctx: BootContext) -> SshBootstrap | None:
         poweroff_on_exit=ssh.poweroff_on_exit,
         ready_timeout_s=ssh.timeout_s,
     )
-    return SshBootstrap(settings, ctx.local_port, ctx.token, agent_args(cfg), console=console)
+    return SshBootstrap(settings, ctx.local_port, ctx.token, ec2_agent_args(cfg), console=console)

@@ -138,6 +138,10 @@ class MachineReady:
     machine: str
 
 
+NOTICE_REASON = "interruption notice"
+"""How ``MachineLost`` names a machine its provider said it takes back (EC2 spot)."""
+
+
 @dataclass(frozen=True, slots=True)
 class MachineLost:
     """A machine vanished without being released (crash, spot interruption, qdel)."""

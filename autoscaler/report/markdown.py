@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from autoscaler.core.model import NOTICE_REASON
 from autoscaler.providers import registry
 from autoscaler.report.format import hms, money
 from autoscaler.report.records import (
@@ -215,6 +216,7 @@ def _tail(report: Report, lines: list[str]) -> str:
         for p in report.launch_problems[:_ROWS_SHOWN]:
             meaning = _LAUNCH_PROBLEM_MEANING.get(p.kind, p.kind)
             lines.append(f"| {hms(p.t_s)} | {p.type} | {meaning} | {p.reason} |")
+    lines += _notices_section(report)
     lines += [
         "",
         "## Machines",
@@ -228,6 +230,30 @@ def _tail(report: Report, lines: list[str]) -> str:
             f"{m.units_paid:g} | {m.tasks_run} | {m.end_reason or '-'} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _notices_section(report: Report) -> list[str]:
+    """Machines their provider took back after a notice (EC2 spot), and what they cost."""
+    taken = [m for m in report.machines if NOTICE_REASON in (m.end_reason or "")]
+    if not taken:
+        return []
+    lines = [
+        "",
+        "## Interruption notices",
+        "",
+        f"{len(taken)} machine(s) taken back by their provider; each one's tasks in progress "
+        "went back to the bag when its notice was read.",
+        "",
+        "| machine | type | notice at | units paid | cost | tasks it finished | notice |",
+        "| --- | --- | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for m in taken:
+        said = (m.end_reason or "").split(NOTICE_REASON, 1)[1].strip(" ()")
+        lines.append(
+            f"| {m.id} | {m.type} | {hms(m.end_s)} | {m.units_paid:g} | {m.cost:.2f} | "
+            f"{m.tasks_run} | {said} |"
+        )
+    return lines
 
 
 def _unfinished_sentence(tasks: Sequence[UnfinishedTask]) -> str:

@@ -19,6 +19,7 @@ from typing import IO, Any
 from autoscaler.config.schema import JobMeans, RunConfig
 from autoscaler.core.leases import Timeline, lease, renew_at
 from autoscaler.core.model import (
+    NOTICE_REASON,
     Event,
     MachineLost,
     MachineReady,
@@ -90,6 +91,13 @@ class Agents:
             else:
                 events.append(TaskFailed(r.task, m.id, runtime, str(r.error or "failed")[:500]))
                 self.log.info("task failed", task=r.task, machine=m.id, error=r.error)
+        if poll.notice is not None and (m.id, -1) not in seen:
+            # Taken back by its provider: the machine is gone for planning now, and its
+            # tasks go back to the bag, not minutes later when it stops answering.
+            seen.add((m.id, -1))
+            n = poll.notice
+            self.log.warning("interruption notice", machine=m.id, action=n.action, time=n.time)
+            events.append(MachineLost(m.id, f"{NOTICE_REASON} ({n.action} at {n.time})"))
         return events
 
     def _write_output(self, m: Machine, r: AgentResult) -> None:

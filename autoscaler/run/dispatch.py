@@ -103,6 +103,15 @@ class Poll:
     wait_s: float
     arrived: float  # monotonic
     reply: Reply = field(default_factory=Reply)
+    notice: Notice | None = None  # the machine's provider said it will take it back
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """An interruption notice an agent read (EC2 spot: ``spot/instance-action``)."""
+
+    action: str  # terminate, stop, hibernate
+    time: str  # when, as the provider wrote it (ISO 8601 on EC2)
 
 
 class BadRequest(ValueError):
@@ -132,7 +141,15 @@ def parse_poll(body: bytes, arrived: float) -> Poll:
     if not isinstance(wait, int | float) or wait < 0:
         raise BadRequest("wait_s: must be a number ≥ 0")
     parsed = [parse_result(r, i) for i, r in enumerate(results)]
-    return Poll(machine, parsed, running, min(float(wait), MAX_WAIT_S), arrived)
+    notice = data.get("notice")
+    said: Notice | None = None
+    if notice is not None:
+        if not isinstance(notice, dict) or not all(
+            isinstance(notice.get(k), str) for k in ("action", "time")
+        ):
+            raise BadRequest("notice: must be {action: str, time: str}")
+        said = Notice(notice["action"][:40], notice["time"][:40])
+    return Poll(machine, parsed, running, min(float(wait), MAX_WAIT_S), arrived, notice=said)
 
 
 def parse_result(r: object, index: int = 0) -> AgentResult:

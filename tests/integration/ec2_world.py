@@ -23,6 +23,7 @@ import yaml
 
 from autoscaler.providers.ec2 import RUN_TAG
 from tests.integration.ec2_faults import FaultProxy
+from tests.integration.notices import NoticeServer
 from tests.integration.services import FAKE_AWS_ENV, MotoServer
 from tests.integration.sshd import SshServer
 
@@ -40,6 +41,7 @@ class Ec2World:
     tmp: Path
     remote_dir: Path
     secret: str
+    notices: NoticeServer  # the instances' metadata: spot interruption notices
 
     def config(self, **overrides: Any) -> Path:
         images = self.ec2.describe_images(Owners=["amazon"])["Images"]
@@ -64,6 +66,8 @@ class Ec2World:
                     "fast": {"instance_type": "c5.large", "spot": True},
                 },
                 "max_attempts": 6,
+                "notice_url": self.notices.url,  # loopback, never the real metadata
+                "notice_every_s": 1,
                 "ssh": {
                     "user": self.sshd.user,
                     "key_file": str(self.sshd.client_key),
@@ -130,8 +134,8 @@ def world(
     ec2 = boto3.client("ec2", endpoint_url=moto.endpoint, region_name="us-east-1")
     remote = tmp_path / "remote"
     remote.mkdir(mode=0o700)
-    with FaultProxy(moto.endpoint) as proxy:
-        w = Ec2World(moto, proxy, sshd, ec2, tmp_path, remote, secret)
+    with FaultProxy(moto.endpoint) as proxy, NoticeServer() as notices:
+        w = Ec2World(moto, proxy, sshd, ec2, tmp_path, remote, secret, notices)
         try:
             yield w
         finally:

@@ -1,0 +1,97 @@
+"""Spot interruption notices on EC2 (moto): the agent reads its instance's notice from
+the metadata (here a loopback stand-in, ``tests/integration/notices.py``), and the
+daemon hands the machine's tasks back to the bag at once instead of finding them lost
+when the machine stops answering."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tests.integration.daemon_helpers import (
+    assigned_rows,
+    committed_over_time,
+    journal_rows,
+    run_id_of,
+    start_daemon,
+    wait_for,
+)
+from tests.integration.ec2_world import Ec2World
+from tests.integration.test_ec2_daemon import finish, kill9, report_of
+
+pytestmark = pytest.mark.integration
+
+N = 30
+
+
+def in_progress(run_dir: Path, machines: set[str]) -> dict[str, set[int]]:
+    """Tasks given to each of ``machines`` and not yet done by it."""
+    done = {(d["task"], d["machine"]) for _, _, d in journal_rows(run_dir, "TaskDone")}
+    out: dict[str, set[int]] = {}
+    for _, _, d in assigned_rows(run_dir):
+        if d["machine"] in machines and (d["task"], d["machine"]) not in done:
+            out.setdefault(d["machine"], set()).add(d["task"])
+    return out
+
+
+@pytest.mark.long
+def test_a_spot_notice_hands_the_machines_tasks_back_at_once(world: Ec2World) -> None:
+    run_dir = world.tmp / "run"
+    config = world.config(
+        bag={"synthetic": N},
+        constraint={"budget": 80},
+        emulator={"runtime": {"dist": "normal", "mean_s": 12, "sd_s": 1}},
+    )
+    proc = start_daemon(str(config), "--out", str(run_dir))
+    try:
+        wait_for(lambda: journal_rows(run_dir, "TaskDone"), 120, "a task done")
+        run_id = run_id_of(run_dir)
+        spot: set[str] = set()
+
+        def busy_spot() -> dict[str, set[int]]:
+            spot.update(
+                i["InstanceId"]
+                for i in world.instances(run_id)
+                if i["InstanceType"] == "c5.large" and i["State"]["Name"] == "running"
+            )
+            return in_progress(run_dir, spot)
+
+        wait_for(busy_spot, 60, "a spot instance with a task in progress")
+        victim, held = next(iter(busy_spot().items()))
+        noticed = time.monotonic()
+        world.notices.notice(victim, "terminate", "2026-11-26T12:00:00Z")
+        wait_for(
+            lambda: any(d["machine"] == victim for _, _, d in journal_rows(run_dir, "MachineLost")),
+            30,
+            "the noticed machine counted gone",
+        )
+        acted_s = time.monotonic() - noticed
+        out = finish(proc)
+    finally:
+        if proc.poll() is None:
+            kill9(proc)
+    assert proc.returncode == 0, out[-3000:]
+    (lost,) = [d for _, _, d in journal_rows(run_dir, "MachineLost") if d["machine"] == victim]
+    assert "interruption notice (terminate at 2026-11-26T12:00:00Z)" in lost["reason"]
+    assert world.notices.reads[victim] >= 1
+    assert world.notices.tokenless == 0  # IMDSv2: every read sent the session token
+    # Its task in progress ran again elsewhere, and every task counts once.
+    done = Counter(d["task"] for _, _, d in journal_rows(run_dir, "TaskDone"))
+    assert sorted(done) == list(range(N))
+    assert set(done.values()) == {1}
+    done_by = {d["task"]: d["machine"] for _, _, d in journal_rows(run_dir, "TaskDone")}
+    assert all(done_by[t] != victim for t in held)
+    # From the notice to its tasks queued elsewhere: seconds, against EC2's two minutes.
+    lost_t = next(t for t, _, d in journal_rows(run_dir, "MachineLost") if d["machine"] == victim)
+    again = [t for t, _, d in assigned_rows(run_dir) if d["task"] in held and t >= lost_t]
+    assert again
+    print(f"\nnotice: the machine counted gone {acted_s:.1f}s after it was posted (EC2: 120 s)")
+    assert max(committed_over_time(run_dir)) <= 80 + 1e-9
+    report = report_of(run_dir)
+    gone = next(m for m in report["machines"] if m["id"] == victim)
+    assert "interruption notice" in (gone["end_reason"] or "")
+    assert "interruption notice" in (run_dir / "report.md").read_text()
+    assert not world.running(run_id)
