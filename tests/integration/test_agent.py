@@ -188,15 +188,17 @@ def test_lease_is_renewed_and_its_expiry_exits_3(
     controller.heartbeat_s = 5.0
     lease = {"lease_s": 0.8, "renew_in_s": 0.3}
     controller.replies.append(Reply(fields={"tasks": [task(1, sleeper(pid_file))], **lease}))
-    renewing_until = time.monotonic() + 1.6
 
     def script(request: Request) -> Reply:
-        if request.at < renewing_until:
+        # Renewals for 1.6 s from the agent's first request (not from its start: a
+        # loaded host took longer than that to start Python), then none.
+        if request.at < controller.snapshot()[0].at + 1.6:
             return Reply(fields=lease)
         return Reply(fields=lease, hold_s=20)
 
     controller.script = script
     agent = start_agent(controller.url)
+    renewing_until = controller.wait_for(lambda r: True, timeout=30).at + 1.6
 
     child = read_pid(pid_file, task_pids)
     assert agent.wait(timeout=6) == 3
