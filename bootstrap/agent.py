@@ -27,7 +27,12 @@ Every request is ``POST <url>/v1/poll`` over HTTP/1.1 on one keep-alive connecti
                               # the runs queued locally, in order
      "wait_s": float,         # how long the controller may hold the request if it has
                               # nothing to say
-     "notice": Notice}        # only once the machine's provider said it takes it back
+     "notice": Notice,        # only once the machine's provider said it takes it back
+     "setup": SetupState}     # once the controller asked for a set-up
+
+    SetupState = {"state": "running"} | {"state": "done", "seconds": float}
+               | {"state": "failed", "command": str, "exit_code": int | null,
+                  "error": str, "stdout": str, "stderr": str, "seconds": float}
 
     Notice = {"action": str, "time": str}   # as the provider wrote them
 
@@ -51,12 +56,18 @@ Response 200 body::
 
     {"epoch": str, "ack": bool, "tasks": [Task], "cancel": [int], "release": bool,
      "lease_s": float | null, "renew_in_s": float | null, "heartbeat_s": float,
-     "slots": int | null, "report_s": float | null}
+     "slots": int | null, "report_s": float | null,
+     "setup": {"commands": [str], "timeout_s": float | null} | null}
 
     Task = {"run": int, "task": int, "command": str | null, "sleep_s": float | null,
             "env": {str: str}, "cwd": str | null, "timeout_s": float | null}
 
 Missing keys read as empty or null. Semantics:
+
+* ``setup`` (the first one only): the agent runs the commands in its working directory,
+  one after the other (``sh -c``), starts no task before they all exit 0, and says how
+  far it is in every request; a command that fails or passes ``timeout_s`` (for them
+  all) ends the set-up as failed, with its output's tail.
 
 * ``ack: true``: every result sent in that request is stored; the agent drops them.
   Otherwise (no ack, an error, a timeout, any status but 200) it keeps them and sends
@@ -324,6 +335,27 @@ class Reply:
     heartbeat_s: float | None
     slots: int | None
     report_s: float | None
+    setup: Setup | None = None
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Commands to run once, in order, before any task (``setup`` in a reply)."""
+
+    commands: tuple[str, ...]
+    timeout_s: float | None
+
+
+def parse_setup(obj: dict[str, Any]) -> Setup | None:
+    raw = obj.get("setup")
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ValueError(f"setup must be an object or null, got {raw!r}")
+    commands = _list(raw, "commands")
+    if not all(isinstance(c, str) for c in commands):
+        raise ValueError(f"setup.commands must list strings, got {commands!r}")
+    return Setup(tuple(commands), _opt_float(raw, "timeout_s"))
 
 
 @dataclass(frozen=True)
@@ -480,6 +512,7 @@ def parse_reply(data: bytes) -> Reply:
         heartbeat_s=heartbeat_s if heartbeat_s else None,
         slots=_opt_slots(obj),
         report_s=_opt_float(obj, "report_s"),
+        setup=parse_setup(obj),
     )
 
 
@@ -580,6 +613,12 @@ class Agent:
         self._deferring_signals = False
         self._wake_r = -1
         self._watcher: NoticeWatcher | None = None
+        self._setup: Setup | None = None  # asked for by the controller
+        self._setup_next = 0  # the command to run next
+        self._setup_proc: Process | None = None
+        self._setup_started = 0.0  # this command's start
+        self._setup_began = 0.0  # the first command's start
+        self._setup_said: dict[str, Any] | None = None  # what the requests say of it
         self._notice: dict[str, str] | None = None  # the provider takes the machine back
 
     def run(self) -> int:
@@ -693,7 +732,9 @@ class Agent:
 
     def _wait(self, until: float) -> None:
         limit = min(until, self._must_act_by())
-        processes = False
+        processes = self._setup_proc is not None
+        if processes and self._setup is not None and self._setup.timeout_s is not None:
+            limit = min(limit, self._setup_began + self._setup.timeout_s)
         for current in self._running.values():
             limit = min(limit, current.ends_at)
             processes = processes or current.process is not None
@@ -710,6 +751,7 @@ class Agent:
             time.sleep(timeout)
 
     def _advance(self, now: float) -> None:
+        self._advance_setup(now)
         for current in list(self._running.values()):
             process = current.process
             code = process.proc.poll() if process is not None else None
@@ -719,10 +761,78 @@ class Agent:
                 self._time_out(current, now)
             elif now >= current.ends_at:
                 self._finish(current, 0, current.ends_at - current.started, None)
-        while len(self._running) < self._slots and self._queue and self._notice is None:
+        while len(self._running) < self._slots and self._queue and self._ready():
             self._start(self._queue.popleft())
         if self._fresh and len(self._running) < self._slots and not self._queue:
             self._poll_now = True  # out of work to start: report now, ask for more
+
+    def _ready(self) -> bool:
+        """Whether runs may start: no notice, and the set-up (if asked for) done."""
+        said = self._setup_said
+        return self._notice is None and (said is None or said["state"] == "done")
+
+    def _advance_setup(self, now: float) -> None:
+        """Run the set-up's commands one after the other; say how it ended."""
+        setup = self._setup
+        if setup is None or self._setup_said is None or self._setup_said["state"] != "running":
+            return
+        proc = self._setup_proc
+        if proc is not None:
+            code = proc.proc.poll()
+            late = setup.timeout_s is not None and now - self._setup_began > setup.timeout_s
+            if code is None and not late:
+                return
+            proc.kill()
+            command = setup.commands[self._setup_next]
+            if code != 0:
+                stdout = read_tail(proc.outputs.out, self._config.tail_bytes)
+                stderr = read_tail(proc.outputs.err, self._config.tail_bytes)
+                error = (
+                    f"timed out after {seconds(setup.timeout_s or 0.0)}s"
+                    if code is None
+                    else describe_exit(code, read_first_line(proc.outputs.err))
+                )
+                self._recycle(proc.outputs)
+                self._setup_proc = None
+                self._setup_said = {
+                    "state": "failed",
+                    "command": command[:500],
+                    "exit_code": code,
+                    "error": error,
+                    "stdout": stdout,
+                    "stderr": stderr,
+                    "seconds": round(now - self._setup_began, 3),
+                }
+                self._poll_now = True
+                log(logging.ERROR, "set-up failed", command=command[:200], error=error)
+                return
+            self._recycle(proc.outputs)
+            self._setup_proc = None
+            self._setup_next += 1
+        if self._setup_next >= len(setup.commands):
+            self._setup_said = {"state": "done", "seconds": round(now - self._setup_began, 3)}
+            self._poll_now = True
+            log(logging.INFO, "set-up done", seconds=self._setup_said["seconds"])
+            return
+        outputs = self._spare.pop() if self._spare else Outputs.new()
+        try:
+            self._setup_proc = spawn(
+                setup.commands[self._setup_next], self._config.workdir, {}, outputs
+            )
+        except (OSError, ValueError) as exc:
+            self._recycle(outputs)
+            self._setup_said = {
+                "state": "failed",
+                "command": setup.commands[self._setup_next][:500],
+                "exit_code": None,
+                "error": f"cannot start: {exc}",
+                "stdout": "",
+                "stderr": "",
+                "seconds": round(now - self._setup_began, 3),
+            }
+            self._poll_now = True
+            return
+        self._setup_started = now
 
     def _start(self, task: Task) -> None:
         now = time.monotonic()
@@ -809,6 +919,9 @@ class Agent:
         log(logging.INFO, "run killed", run=current.task.run, task=current.task.task)
 
     def _kill_all(self) -> None:
+        if self._setup_proc is not None:
+            self._setup_proc.kill()
+            self._setup_proc = None
         for current in list(self._running.values()):
             self._kill(current)
 
@@ -836,7 +949,7 @@ class Agent:
 
     def _poll(self) -> None:
         now = time.monotonic()
-        idle = not self._running and not self._queue
+        idle = not self._running and not self._queue and self._setup_proc is None
         wait_s = self._long_poll_s(now) if idle else 0.0
         running = [*self._running, *(task.run for task in self._queue)]
         sent = len(self._results)
@@ -851,6 +964,8 @@ class Agent:
         }
         if self._notice is not None:
             body["notice"] = self._notice
+        if self._setup_said is not None:
+            body["setup"] = self._setup_said
         http_timeout = wait_s + HTTP_GRACE_S
         local_s = self._must_act_by() - now
         self._last_sent = now
@@ -952,6 +1067,12 @@ class Agent:
         self._renew_at = sent_at + reply.renew_in_s if reply.renew_in_s is not None else None
         if reply.release:
             raise AgentExit(EXIT_OK, "released by the controller", logging.INFO)
+        if reply.setup is not None and self._setup is None:
+            self._setup = reply.setup
+            self._setup_began = time.monotonic()
+            self._setup_said = {"state": "running"}
+            log(logging.INFO, "set-up", commands=len(reply.setup.commands))
+            self._advance_setup(self._setup_began)
         if reply.slots is not None:
             self._slots = reply.slots
         if reply.report_s is not None:

@@ -67,6 +67,11 @@ class MachineType(ConfigModel):
     group_max_tasks: PositiveInt | None = Field(
         default=None, description="at most this many tasks in one group on this type"
     )
+    setup: list[str] = Field(
+        default_factory=list,
+        description="commands each machine of this type runs once before its first task, "
+        "after the run's setup",
+    )
 
 
 # --- deadline mode ----------------------------------------------------------------------

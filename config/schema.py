@@ -146,6 +146,17 @@ class Platform(ConfigModel):
     tail_replication: bool = Field(
         default=True, description="once the bag is empty, idle paid machines replicate slow tasks"
     )
+    setup: list[str] = Field(
+        default_factory=list,
+        description="commands every machine runs once, in its agent's working directory, "
+        "before its first task (install, fetch, sync); their time counts as start-up",
+    )
+    setup_timeout_s: Seconds = Field(
+        default=1800.0, gt=0, description="a machine's set-up fails past this (real seconds)"
+    )
+    setup_failures_max: int = Field(
+        default=3, ge=1, description="after this many failed set-ups a type is not bought again"
+    )
 
     @field_validator("machine_types")
     @classmethod
@@ -256,6 +267,11 @@ class Platform(ConfigModel):
         if self.providers is None:
             return self.provider
         return ", ".join(f"{name} ({entry.kind})" for name, entry in self.providers.items())
+
+    def setup_for(self, type_name: str) -> tuple[str, ...]:
+        """The set-up commands of a machine of ``type_name``: the run's, then its type's."""
+        own = next((t.setup for t in self.machine_types if t.name == type_name), [])
+        return (*self.setup, *own)
 
     def for_provider(self, name: str) -> Platform:
         """This config as if provider ``name`` were its only one: ``provider`` its kind,

@@ -81,16 +81,17 @@ def estimates(settings: ControllerSettings, state: RunState, now: float) -> dict
     for name in _sampled_types(state):
         t = state.types[name]
         e = estimate(settings, state, name, ages, resamples=0)
+        boot = state.boot_s(name)  # measured once a machine of the type came up
         out[name] = TypeEstimate(
             name=name,
             price=t.price,
             max_count=t.max_count,
-            boot_s=t.boot_s,
+            boot_s=boot,
             mean_s=e.mean_s,
             sd_s=e.sd_s,
             live=state.count_alive(name),
             first_cost=billing.cost(t.price, billing.first_step_s),
-            first_tasks=first_tasks(billing, t.boot_s, t.slots, e.mean_s),
+            first_tasks=first_tasks(billing, boot, t.slots, e.mean_s),
             slots=t.slots,
         )
     return out

@@ -197,7 +197,7 @@ class Fold(Runs):
         ``error`` not understood, briefly), its provider's types (``limit``), every
         scale-up (``throttled``, or a limit that names no types); the types avoided for
         capacity or a limit then recover over ``recover_s``."""
-        if failed.kind == "capacity":
+        if failed.kind in ("capacity", "setup"):
             avoided: tuple[str, ...] = (failed.type,)
             table = self.unavailable
         elif failed.kind == "limit" and failed.types:

@@ -118,7 +118,8 @@ class LaunchFailed:
     again when the plan asks), ``capacity`` (the type is unavailable until ``until``:
     plan without it), ``limit`` (the provider's account or subnet is full: no scale-up
     of ``types``, the types of that provider, until ``until``; none given: of every
-    type) or ``throttled`` (no scale-up of any type until ``until``). After ``until``
+    type), ``throttled`` (no scale-up of any type until ``until``) or ``setup`` (the
+    type's machines failed their set-up too often: avoided as for ``capacity``). After ``until``
     the types avoided count less, regaining full weight over ``recover_s``
     (``RunRecords.weight``).
     """
@@ -140,6 +141,9 @@ class MachineReady:
 
 NOTICE_REASON = "interruption notice"
 """How ``MachineLost`` names a machine its provider said it takes back (EC2 spot)."""
+
+SETUP_REASON = "set-up failed"
+"""How ``MachineLost`` names a machine whose set-up commands failed."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -256,6 +256,16 @@ class RunRecords:
             and not self.any_alive()
         )
 
+    def boot_s(self, type_name: str) -> float:
+        """β of a type: launch to ready (its set-up included), the mean over its machines
+        that came up; the declared ``boot_s`` until one has."""
+        seen = [
+            m.ready_at - m.launched_at
+            for m in self.machines.values()
+            if m.type.name == type_name and m.ready_at is not None
+        ]
+        return sum(seen) / len(seen) if seen else self.types[type_name].boot_s
+
     def count_alive(self, type_name: str, *, include_marked: bool = True) -> int:
         return sum(
             1

@@ -87,7 +87,8 @@ def plan_types(state: RunState) -> list[MachineType]:
     for t in state.types.values():
         w = state.weight(t.name, state.now)
         room = caps[t.name] if w > 0 else 0
-        out.append(MachineType(t.name, t.price / w if w > 0 else t.price, t.boot_s, room))
+        price = t.price / w if w > 0 else t.price
+        out.append(MachineType(t.name, price, state.boot_s(t.name), room))  # β as measured
     return out
 
 

@@ -23,6 +23,7 @@ _LAUNCH_PROBLEM_MEANING = {
     "limit": "account limit: scale-up held for a while",
     "throttled": "throttled: scale-up paused briefly",
     "error": "launch failed",
+    "setup": "set-up failed on every try: not bought again",
 }
 _ROWS_SHOWN = 50
 _UNFINISHED_SHOWN = 20

@@ -20,7 +20,9 @@ from autoscaler.config.schema import JobMeans, RunConfig
 from autoscaler.core.leases import Timeline, lease, renew_at
 from autoscaler.core.model import (
     NOTICE_REASON,
+    SETUP_REASON,
     Event,
+    LaunchFailed,
     MachineLost,
     MachineReady,
     MachineState,
@@ -64,8 +66,7 @@ class Agents:
             return []
         events: list[Event] = []
         if m.state is MachineState.BOOTING and (m.id, 0) not in seen:
-            seen.add((m.id, 0))
-            events.append(MachineReady(m.id))
+            events += self._first_report(state, m, poll, seen)
         for r in poll.results:
             current = m.run_no.get(r.task) == r.run
             # A task taken back from this agent's group that it had already run: its
@@ -100,6 +101,38 @@ class Agents:
             events.append(MachineLost(m.id, f"{NOTICE_REASON} ({n.action} at {n.time})"))
         return events
 
+    def _first_report(
+        self, state: RunState, m: Machine, poll: Poll, seen: set[tuple[str, int]]
+    ) -> list[Event]:
+        """A booting machine's agent reports: ready, or (with a set-up) once its set-up is
+        done; a failed set-up loses the machine (not a task failure: it ran none)."""
+        said = poll.setup or {}
+        if self.cfg.setup_for(m.type.name) and said.get("state") != "done":
+            if said.get("state") != "failed":
+                return []  # still setting up: its agent is in touch
+            seen.add((m.id, 0))
+            why = f"{said.get('command', '')[:200]}: {said.get('error', 'failed')}"
+            tail = str(said.get("stderr") or said.get("stdout") or "")[-1000:]
+            last = next((ln.strip() for ln in reversed(tail.splitlines()) if ln.strip()), "")
+            if last:
+                why += f" ({last[-200:]})"  # the report's machine table shows it
+            self.log.error("set-up failed", machine=m.id, error=why, tail=tail)
+            lost: list[Event] = [MachineLost(m.id, f"{SETUP_REASON}: {why}")]
+            failed = 1 + sum(
+                1
+                for x in state.machines.values()
+                if x.type.name == m.type.name and SETUP_REASON in (x.end_reason or "")
+            )
+            if failed == self.cfg.setup_failures_max:  # that type is not bought again
+                said_why = f"set-up failed on {failed} machines of {m.type.name}; last: {why}"
+                self.log.error("type given up", machine_type=m.type.name, reason=said_why)
+                lost.append(LaunchFailed("", m.type.name, 0, said_why, "setup", until=NEVER))
+            return lost
+        seen.add((m.id, 0))
+        if said:
+            self.log.info("set-up done", machine=m.id, seconds=said.get("seconds"))
+        return [MachineReady(m.id)]
+
     def _write_output(self, m: Machine, r: AgentResult) -> None:
         line = {
             "task": r.task,
@@ -127,7 +160,8 @@ class Agents:
         cancel = [run for run in poll.running if run not in current]
         margin = state.billing.boundary_margin_s()
         base = self._base(m, poll, timeline, margin)
-        if tasks or cancel or poll.results or poll.running or poll.wait_s <= 0:
+        setting_up = poll.setup is None and "setup" in base  # told of its set-up at once
+        if tasks or cancel or poll.results or poll.running or poll.wait_s <= 0 or setting_up:
             poll.reply.send({**base, "tasks": tasks, "cancel": cancel})
             return
         parked = self.parked.get(m.id)
@@ -153,7 +187,15 @@ class Agents:
             "heartbeat_s": self.cfg.daemon.heartbeat_s,
             "slots": m.type.slots,
             "report_s": self.cfg.daemon.report_s,
+            **self._setup(m),
         }
+
+    def _setup(self, m: Machine) -> dict[str, Any]:
+        """The set-up a booting machine's agent is to run, if its type has one."""
+        commands = self.cfg.setup_for(m.type.name)
+        if m.state is not MachineState.BOOTING or not commands:
+            return {}
+        return {"setup": {"commands": list(commands), "timeout_s": self.cfg.setup_timeout_s}}
 
     def _payload(self, m: Machine, run: int, task: int) -> dict[str, Any]:
         spec = self.tasks[task]
@@ -184,6 +226,10 @@ class Agents:
         }
 
 
+NEVER = 1e12
+"""Run time far past any run's end: a type given up is avoided until then."""
+
+
 def lost_contact(
     alive: Sequence[Machine],
     since: Mapping[str, float],
@@ -202,7 +248,7 @@ def lost_contact(
         start = since.get(m.id)
         if start is None:
             continue
-        if m.state is MachineState.READY:
+        if m.state is MachineState.READY or m.id in last_seen:  # (a set-up in progress)
             silent = mono - max(start, last_seen.get(m.id, 0.0))
             if silent > d.lost_after_s:
                 events.append(MachineLost(m.id, f"no contact for {silent:.0f}s"))

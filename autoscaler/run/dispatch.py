@@ -104,6 +104,7 @@ class Poll:
     arrived: float  # monotonic
     reply: Reply = field(default_factory=Reply)
     notice: Notice | None = None  # the machine's provider said it will take it back
+    setup: dict[str, Any] | None = None  # how far the machine's set-up is (agent.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +150,13 @@ def parse_poll(body: bytes, arrived: float) -> Poll:
         ):
             raise BadRequest("notice: must be {action: str, time: str}")
         said = Notice(notice["action"][:40], notice["time"][:40])
-    return Poll(machine, parsed, running, min(float(wait), MAX_WAIT_S), arrived, notice=said)
+    setup = data.get("setup")
+    if setup is not None and (
+        not isinstance(setup, dict) or setup.get("state") not in ("running", "done", "failed")
+    ):
+        raise BadRequest("setup: must be {state: running|done|failed, ...}")
+    wait_s = min(float(wait), MAX_WAIT_S)
+    return Poll(machine, parsed, running, wait_s, arrived, notice=said, setup=setup)
 
 
 def parse_result(r: object, index: int = 0) -> AgentResult:
