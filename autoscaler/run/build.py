@@ -139,6 +139,7 @@ def deadline_settings(cfg: RunConfig) -> DeadlineSettings:
         solver=cfg.solver,
         sample=d.sample,
         z=cfg.sampling.z,
+        learn_task_times=d.learn_task_times,
         keep_open=d.keep_open,
     )
 
