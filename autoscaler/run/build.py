@@ -38,6 +38,7 @@ from autoscaler.core.model import (
     JobSpec,
     Late,
     Launch,
+    Learned,
     Move,
     ProviderLimit,
     Release,
@@ -314,6 +315,17 @@ def log_action(log: Any, now: float, action: Action) -> None:
                 seconds=round(late_s, 1),
                 cause=cause,
                 message=message,
+            )
+        case Learned(job=job, type=t, declared_s=declared, learned_s=learned, runs=n):
+            log.warning(
+                "task times learned",
+                t=now,
+                job=job,
+                machine_type=t,
+                declared_s=declared,
+                learned_s=round(learned, 1),
+                runs=n,
+                message=action.message,
             )
         case Move(tasks=tasks, source=src, target=dst):
             log.info("move", t=now, tasks=len(tasks), source=src, target=dst)

@@ -4,18 +4,28 @@ planning means of ``deadline.jobs.task_times``, and a deviation said once."""
 from __future__ import annotations
 
 import itertools
+import json
 import random
+from pathlib import Path
 
+import jsonschema
 import pytest
 
+from autoscaler.config.load import load_config
 from autoscaler.core.billing import BillingModel
 from autoscaler.core.model import JobSpec, Learned, TypeSpec
 from autoscaler.core.state import RunState
 from autoscaler.deadline.controller import DeadlineController, DeadlineSettings
 from autoscaler.deadline.prior import blend
+from autoscaler.report.build import build_report
+from autoscaler.report.files import write_report
+from autoscaler.report.records import REPORT_JSON, REPORT_MD, DeadlineReport, read_report
+from autoscaler.run.live import status_lines
+from tests.unit.deadline_runs import deadline_run, jobs
 from tests.unit.test_deadline_control import _jobs, _types, finish_and_late, run
 
 CV = 0.25
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"
 
 
 def runs_of(times: list[float]) -> list[float]:
@@ -145,3 +155,37 @@ def test_a_slow_type_is_said_once_per_job_and_planned_on() -> None:
         for a in acts:
             fresh.apply(now, a)
     assert set(fresh.learned) == seen
+
+
+def test_learned_times_are_in_status_and_report(tmp_path: Path) -> None:
+    """A run whose tasks take 1.3 × what its jobs declare says the learned times in
+    ``autoscaler status`` and in the report (a note per job and type in report.json,
+    valid against the report schema and read back, and a line each in report.md); a
+    run as declared says none."""
+    cfg = load_config(CONFIG_DIR / "examples" / "quickstart.yaml")
+    slow = deadline_run(jobs(3, 20), slow=1.3)
+    assert slow.learned
+    lines = status_lines("d", cfg, slow, None)
+    for job, tname in slow.learned:
+        line = next(x for x in lines if f"job {job}:" in x)
+        assert f"learned {tname} " in line
+    report = build_report(cfg, slow, tasks=[], run_id="d", seed=1)
+    assert isinstance(report, DeadlineReport)
+    write_report(report, None, tmp_path)
+    data = json.loads((tmp_path / REPORT_JSON).read_text(encoding="utf-8"))
+    schema = json.loads((CONFIG_DIR / "report.schema.json").read_text(encoding="utf-8"))
+    jsonschema.validate(data, schema)
+    assert read_report(tmp_path) == report
+    notes = {(j["name"], n["type"]): n for j in data["jobs"] for n in j["learned"]}
+    assert set(notes) == set(slow.learned)
+    for (job, tname), note in notes.items():
+        declared = next(s for s in slow.jobs if s.name == job).task_s[tname]
+        assert note["declared_s"] == declared
+        assert note["learned_s"] > 1.2 * declared
+    md = (tmp_path / REPORT_MD).read_text(encoding="utf-8")
+    assert md.count("**Task times learned at") == len(notes)
+    as_declared = deadline_run(jobs(3, 20), slow=1.0)
+    assert not as_declared.learned
+    report = build_report(cfg, as_declared, tasks=[], run_id="d", seed=1)
+    assert isinstance(report, DeadlineReport)
+    assert all(j.learned == () for j in report.jobs)
