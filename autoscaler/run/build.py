@@ -185,7 +185,14 @@ def job_specs(cfg: RunConfig) -> list[JobSpec]:
         c = job.constraint
         assert c.deadline_s is not None  # the schema requires it of a job
         whole = JobSpec(
-            job.name, ids.start, len(ids), job.at, job.at + c.deadline_s, c.budget, job.task_s
+            job.name,
+            ids.start,
+            len(ids),
+            job.at,
+            job.at + c.deadline_s,
+            c.budget,
+            job.task_s,
+            job.app or "",
         )
         out += split_job(cfg, whole, job.split) if job.split else [whole]
     return out
