@@ -191,6 +191,10 @@ def job_config(
         for f in ("app", "bag", "constraint", "task_s", "emulator_task_s"):
             if getattr(job, f) is not None:
                 raise ConfigError(source, [f"{f}: give it in each of jobs, not beside them"])
+    elif job.app and not job.task_s and "deadline_s" not in (constraint or {}):
+        raise ConfigError(
+            source, ["app: names a deadline job's application; give constraint.deadline_s"]
+        )
     elif job.task_s or job.emulator_task_s or job.app:
         # Known task times or an application: a deadline job of the jobs form.
         merged["jobs"] = [
