@@ -31,7 +31,7 @@ class DeadlineSettings:
     learn_task_times: bool = True
     prior_cv: float = 0.25  # how far a declared time may be off, as a share of it (τ/μ₀)
     note_share: float = 0.2  # a learned time this far off the declared one is said (once)
-    note_runs: int = 3  # ... once this many runs show it
+    note_runs: int = 5  # ... once this many runs show it
     sample: int = 5  # runs per type of a job without known times before it is planned
     z: float = 1.96  # a sampled job is planned on mean + z·σ/√n
     late_change: float = 0.1  # a lateness is said again when it changes by this share
@@ -49,7 +49,7 @@ def task_times(cfg: DeadlineSettings, state: RunState, job: JobSpec) -> dict[str
     with the runs seen, ``learned``), else sampled (mean + z·σ/√n, once ``sample`` runs
     ended there); types missing cannot run it (yet)."""
     if job.task_s:
-        return {t: learned(cfg, state, job, t).mean_s for t in job.task_s if t in state.types}
+        return {t: learned(cfg, state, job, t).planned_s for t in job.task_s if t in state.types}
     out: dict[str, float] = {}
     for name in state.types:
         runs = state.job_runs.get((job.name, name))
@@ -66,14 +66,14 @@ def learned(cfg: DeadlineSettings, state: RunState, job: JobSpec, type_name: str
     alone without ``learn_task_times``."""
     declared = job.task_s[type_name]
     if not cfg.learn_task_times:
-        return blend(declared, None, cfg.prior_cv)
+        return blend(declared, None, cfg.prior_cv, cfg.z)
     app = job.application
     runs = [
         r
         for j in state.jobs
         if j.application == app and (r := state.job_runs.get((j.name, type_name)))
     ]
-    return blend(declared, pooled(runs), cfg.prior_cv)
+    return blend(declared, pooled(runs), cfg.prior_cv, cfg.z)
 
 
 def machine_task_s(
@@ -87,7 +87,7 @@ def machine_task_s(
         if runs is not None and runs[0] > 0:
             return runs[1] / runs[0]
     if m.type.name in job.task_s:
-        return learned(cfg, state, job, m.type.name).mean_s
+        return learned(cfg, state, job, m.type.name).planned_s
     return None
 
 
