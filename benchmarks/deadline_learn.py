@@ -23,6 +23,7 @@ most 1.10 × ``truth``'s and below ``believed``'s (means over the seeds).
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -177,8 +178,10 @@ def learn_checks(results: Sequence[LearnResult]) -> list[tuple[bool, str]]:
 def learn_rows(seeds: int, noises: Sequence[float], jobs_n: int) -> None:
     """Run and print issue 22 §1's rows and checks."""
     results = []
+    started = time.perf_counter()
     with pooled(learn_one, learn_work(seeds, noises), jobs_n) as done:
         results.extend(done)
+    wall = time.perf_counter() - started
     print("Declared task times off the truth (issue 22 §1), multi.dyna, 'ecu' times")
     print(
         "Rows: true/declared "
@@ -194,3 +197,5 @@ def learn_rows(seeds: int, noises: Sequence[float], jobs_n: int) -> None:
     print("Checks against issue 22 §1's targets")
     for ok, text in learn_checks(results):
         print(f"  {'PASS' if ok else 'MISS'}  {text}")
+    print()
+    print(f"{len(results)} dry runs, seeds 0..{seeds - 1}, {wall:.1f} s wall, {jobs_n} job(s).")
