@@ -106,6 +106,11 @@ class Deadline(ConfigModel):
         "the providers by their offers (n tasks by time t), composed by this policy, when "
         "the run starts; none: the planner chooses among every type",
     )
+    learn_task_times: bool = Field(
+        default=True,
+        description="a job's task_s is a prior: plans blend it with the runs seen of the "
+        "job and of earlier jobs of its application (false: believe task_s forever)",
+    )
     keep_open: bool = Field(
         default=False,
         description="a pool that takes jobs while it runs (the service's deadline jobs): it "

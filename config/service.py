@@ -34,7 +34,7 @@ from autoscaler.core.model import TaskSpec
 WORK_FIELDS = tuple(f for f in Work.model_fields if f != "name")
 """What a run config has and a service config has not: the work, given by jobs."""
 
-JOB_FIELDS = ("name", "bag", "constraint", "task_s", "emulator_task_s", "jobs")
+JOB_FIELDS = ("name", "app", "bag", "constraint", "task_s", "emulator_task_s", "jobs")
 """What a job file may give."""
 
 
@@ -130,6 +130,7 @@ class JobFile(ConfigModel):
     """What a job file may hold (checked before it is laid over the service's config)."""
 
     name: Name | None = None
+    app: Name | None = None
     bag: dict[str, Any] | None = None
     constraint: dict[str, Any] | None = None
     task_s: dict[str, Any] | None = None
@@ -187,14 +188,19 @@ def job_config(
         raise ConfigError(source, [str(exc)]) from None
     if job.jobs is not None:
         merged["jobs"] = job.jobs
-        for f in ("bag", "constraint", "task_s", "emulator_task_s"):
+        for f in ("app", "bag", "constraint", "task_s", "emulator_task_s"):
             if getattr(job, f) is not None:
                 raise ConfigError(source, [f"{f}: give it in each of jobs, not beside them"])
-    elif job.task_s or job.emulator_task_s:
-        # Known task times: a deadline job of the jobs form, which carries them.
+    elif job.app and not job.task_s and "deadline_s" not in (constraint or {}):
+        raise ConfigError(
+            source, ["app: names a deadline job's application; give constraint.deadline_s"]
+        )
+    elif job.task_s or job.emulator_task_s or job.app:
+        # Known task times or an application: a deadline job of the jobs form.
         merged["jobs"] = [
             {
                 "name": name,
+                **({"app": job.app} if job.app else {}),
                 "bag": job.bag,
                 "constraint": constraint,
                 **({"task_s": job.task_s} if job.task_s else {}),
@@ -208,7 +214,7 @@ def job_config(
         cfg = RunConfig.model_validate(merged)
     except ValidationError as exc:
         problems = validation_problems(exc, merged)
-        if job.jobs is None and (job.task_s or job.emulator_task_s):
+        if job.jobs is None and (job.task_s or job.emulator_task_s or job.app):
             problems = [p.removeprefix("jobs[0].") for p in problems]
         raise ConfigError(source, problems) from None
     cfg = resolve_paths(cfg, base_dir)

@@ -195,10 +195,17 @@ class Job(ConfigModel):
     application): the job then runs only on the types it names. Empty, the means are
     unknown and the controller samples them. ``emulator_task_s`` is for dry runs and
     synthetic tasks only: the true mean per type the emulator runs the job's tasks at
-    (a type it leaves out takes ``task_s``'s).
+    (a type it leaves out takes ``task_s``'s). ``app`` names the job's application
+    (default: its name): ``task_s`` is a prior that runs of the application correct
+    (``deadline.learn_task_times``), and the service remembers what its tasks took.
     """
 
     name: Name
+    app: Name | None = Field(
+        default=None,
+        description="the job's application (default: its name): jobs of one application "
+        "learn each other's task times, and the service remembers them for later jobs",
+    )
     bag: Bag
     constraint: Constraint = Field(description="must give deadline_s; a budget is optional")
     at: Seconds = Field(default=0.0, ge=0, description="arrival, seconds from the run's start")

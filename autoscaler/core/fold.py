@@ -36,6 +36,7 @@ from autoscaler.core.model import (
     Late,
     Launch,
     LaunchFailed,
+    Learned,
     MachineLaunched,
     MachineLost,
     MachineReady,
@@ -351,6 +352,8 @@ class Fold(Runs):
             case Late(job=name):
                 self.late[name] = action
                 self.late_log.append((self.now, action))
+            case Learned(job=name, type=tname):
+                self.learned[name, tname] = (self.now, action)
             case Hold():
                 # Nothing more is committed: the budget becomes what is committed.
                 self.awaiting_budget = True

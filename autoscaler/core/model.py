@@ -51,7 +51,8 @@ class JobSpec:
     arriving at run time ``at``, due at run time ``deadline`` (absolute), optionally with
     a budget of its own, and the mean task time per type when it is known (a recurring
     application); without ``task_s`` the controller samples it. A type missing from a
-    non-empty ``task_s`` cannot run the job."""
+    non-empty ``task_s`` cannot run the job. ``app`` names its application (default: the
+    job's name): jobs of one application learn each other's task times."""
 
     name: str
     first: int
@@ -60,6 +61,11 @@ class JobSpec:
     deadline: float
     budget: float | None = None
     task_s: Mapping[str, float] = field(default_factory=dict)
+    app: str = ""
+
+    @property
+    def application(self) -> str:
+        return self.app or self.name
 
     def owns(self, task: int) -> bool:
         return self.first <= task < self.first + self.count
@@ -426,6 +432,20 @@ class Late:
 
 
 @dataclass(frozen=True, slots=True)
+class Learned:
+    """Deadline mode: job ``job``'s tasks take ``learned_s`` on type ``type`` by ``runs``
+    runs (of its application), far and surely off the ``declared_s`` its ``task_s``
+    gives; said once per job and type (``deadline.prior``)."""
+
+    job: str
+    type: str
+    declared_s: float
+    learned_s: float
+    runs: int
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
 class Hold:
     """The samples are complete and the run waits for a budget (``autoscaler plan``):
     nothing more is committed, the machines work on the bag until their paid time ends,
@@ -456,6 +476,7 @@ Action = (
     | Shortfall
     | Forecast
     | Late
+    | Learned
     | Hold
     | Stop
 )
@@ -493,6 +514,7 @@ ACTION_TYPES: tuple[type[Action], ...] = (
     Shortfall,
     Forecast,
     Late,
+    Learned,
     Hold,
     Stop,
 )

@@ -16,6 +16,7 @@ from autoscaler.core.model import (
     Forecast,
     JobSpec,
     Late,
+    Learned,
     MachineState,
     ProviderLimit,
     Shortfall,
@@ -138,6 +139,7 @@ class RunRecords:
     forecasts: dict[str, Forecast] = field(default_factory=dict)  # the last, per job
     late: dict[str, Late] = field(default_factory=dict)  # the last lateness said, per job
     late_log: list[tuple[float, Late]] = field(default_factory=list)
+    learned: dict[tuple[str, str], tuple[float, Learned]] = field(default_factory=dict)
     withdrawn: dict[str, float] = field(default_factory=dict)  # job -> when (JobWithdrawn)
     cancelled: int = 0  # tasks of withdrawn jobs that had not ended (TaskState.CANCELLED)
 

@@ -40,9 +40,9 @@ from autoscaler.deadline.jobs import (
     category_counts,
     job_categories,
     machine_task_s,
-    mean_sd,
     task_times,
 )
+from autoscaler.deadline.prior import mean_sd
 
 
 def keyed(cfg: DeadlineSettings, state: RunState) -> bool:
@@ -140,15 +140,14 @@ def machine_key_s(cfg: DeadlineSettings, state: RunState, m: Machine, key: str) 
         planned = category_times(cfg, state, job, cat).get(m.type.name)
         if planned is not None:
             return planned
-    return machine_task_s(state, m, job)
+    return machine_task_s(cfg, state, m, job)
 
 
 def planned_s(cfg: DeadlineSettings, state: RunState, key: str, type_name: str) -> float:
     """The time per task of ``key`` on a machine of ``type_name`` not yet up."""
     if category_of_key(key) is not None:
         return key_times(cfg, state, key).get(type_name, 0.0)
-    job = job_of_key(state, key)
-    return job.task_s.get(type_name) or task_times(cfg, state, job).get(type_name, 0.0)
+    return task_times(cfg, state, job_of_key(state, key)).get(type_name, 0.0)
 
 
 def sample_first(

@@ -16,7 +16,10 @@ paper: tasks still late after the moves are given to new machines when the deadl
 (and the budget, if one is set) allows; otherwise the controller says so at once
 (``Late``: the job, the tasks and seconds it expects to be late, and what gave way).
 
-A job without known task times is sampled first: each type runs ``sample`` of its
+A job's known task times (``task_s``) are a prior, not a fact: plans use them blended
+with the runs of the job and of earlier jobs of its application (``prior``: a conjugate
+normal update), and a large, confident deviation is said once (``Learned``,
+``learning``). A job without known task times is sampled first: each type runs ``sample`` of its
 tasks, and the plan uses mean + z·σ/√n of what they took (the estimate with its
 uncertainty). Machines are released at the end of a paid unit once they have no work
 and no job arriving within their next unit could use them. Money: nothing is launched
@@ -70,6 +73,7 @@ from autoscaler.core.state import RunState
 from autoscaler.deadline.ends import at_boundary, finish_run, release_idle
 from autoscaler.deadline.forecast import forecast
 from autoscaler.deadline.jobs import DeadlineSettings, task_times
+from autoscaler.deadline.learning import say_learned
 from autoscaler.deadline.planning import PlanStep, plan_jobs
 from autoscaler.deadline.sampling import sample
 from autoscaler.deadline.watch import move_late, watch
@@ -103,6 +107,8 @@ class DeadlineController:
         )
         cfg = self.settings
         if not state.stopped:
+            if seen.done:
+                say_learned(cfg, s)
             sample(cfg, s)
             planned = plan_jobs(cfg, s) if wake else False
             if seen.withdrawn:
@@ -116,8 +122,9 @@ class DeadlineController:
         return s.decided()
 
     def task_times(self, state: RunState, job: JobSpec) -> dict[str, float]:
-        """The planned time per task of ``job`` per type: known, else sampled (mean +
-        z·σ/√n, once ``sample`` runs ended there); types missing cannot run it (yet)."""
+        """The planned time per task of ``job`` per type: known (blended with the runs
+        seen: ``deadline.prior``), else sampled (mean + z·σ/√n, once ``sample`` runs
+        ended there); types missing cannot run it (yet)."""
         return task_times(self.settings, state, job)
 
 

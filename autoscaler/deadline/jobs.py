@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -16,6 +15,7 @@ from autoscaler.categories.sort import Category
 from autoscaler.core.model import JobSpec
 from autoscaler.core.solve import Solver
 from autoscaler.core.state import Machine, RunState
+from autoscaler.deadline.prior import Blend, blend, mean_sd, pooled
 
 EPS = 1e-6
 
@@ -26,6 +26,12 @@ class DeadlineSettings:
     reassign: bool = True  # Algorithm 4 every monitoring interval
     buy_when_late: bool = True  # beyond the paper: new machines for what is still late
     solver: Solver = "highs"
+    # Declared task times are a prior (``deadline.prior``): planning blends them with the
+    # runs of the job and of earlier jobs of its application; False: believed forever.
+    learn_task_times: bool = True
+    prior_cv: float = 0.25  # how far a declared time may be off, as a share of it (τ/μ₀)
+    note_share: float = 0.2  # a learned time this far off the declared one is said (once)
+    note_runs: int = 5  # ... once this many runs show it
     sample: int = 5  # runs per type of a job without known times before it is planned
     z: float = 1.96  # a sampled job is planned on mean + z·σ/√n
     late_change: float = 0.1  # a lateness is said again when it changes by this share
@@ -39,10 +45,11 @@ class DeadlineSettings:
 
 
 def task_times(cfg: DeadlineSettings, state: RunState, job: JobSpec) -> dict[str, float]:
-    """The planned time per task of ``job`` per type: known, else sampled (mean +
-    z·σ/√n, once ``sample`` runs ended there); types missing cannot run it (yet)."""
+    """The planned time per task of ``job`` per type: known (the declared time blended
+    with the runs seen, ``learned``), else sampled (mean + z·σ/√n, once ``sample`` runs
+    ended there); types missing cannot run it (yet)."""
     if job.task_s:
-        return {t: e for t, e in job.task_s.items() if t in state.types}
+        return {t: learned(cfg, state, job, t).planned_s for t in job.task_s if t in state.types}
     out: dict[str, float] = {}
     for name in state.types:
         runs = state.job_runs.get((job.name, name))
@@ -53,7 +60,25 @@ def task_times(cfg: DeadlineSettings, state: RunState, job: JobSpec) -> dict[str
     return out
 
 
-def machine_task_s(state: RunState, m: Machine, job: JobSpec) -> float | None:
+def learned(cfg: DeadlineSettings, state: RunState, job: JobSpec, type_name: str) -> Blend:
+    """``job``'s declared time on ``type_name`` blended with the runs that ended there of
+    its application's jobs (itself included; ``deadline.prior``); the declared time
+    alone without ``learn_task_times``."""
+    declared = job.task_s[type_name]
+    if not cfg.learn_task_times:
+        return blend(declared, None, cfg.prior_cv, cfg.z)
+    app = job.application
+    runs = [
+        r
+        for j in state.jobs
+        if j.application == app and (r := state.job_runs.get((j.name, type_name)))
+    ]
+    return blend(declared, pooled(runs), cfg.prior_cv, cfg.z)
+
+
+def machine_task_s(
+    cfg: DeadlineSettings, state: RunState, m: Machine, job: JobSpec
+) -> float | None:
     """``m``'s time per task of ``job``: what it showed, else its type's, else planned."""
     for runs in (
         state.machine_job_runs.get((m.id, job.name)),
@@ -61,9 +86,8 @@ def machine_task_s(state: RunState, m: Machine, job: JobSpec) -> float | None:
     ):
         if runs is not None and runs[0] > 0:
             return runs[1] / runs[0]
-    known = job.task_s.get(m.type.name)
-    if known is not None:
-        return known
+    if m.type.name in job.task_s:
+        return learned(cfg, state, job, m.type.name).planned_s
     return None
 
 
@@ -150,10 +174,3 @@ def guard(cfg: DeadlineSettings, state: RunState, job: JobSpec) -> float:
         seen = [r for name in state.types if (r := state.job_runs.get((job.name, name)))]
     worst = max((mean_sd(r)[1] for r in seen if r[0] >= 2), default=0.0)
     return cfg.guard_z * worst
-
-
-def mean_sd(runs: Sequence[float]) -> tuple[float, float]:
-    """Mean and sample sd of runs kept as (count, sum, sum of squares)."""
-    n, total, squares = runs
-    mean = total / n
-    return mean, math.sqrt(max(0.0, squares / n - mean * mean) * n / max(n - 1, 1))

@@ -8,7 +8,7 @@ import math
 from autoscaler.core.model import JobSpec, Late, TaskState
 from autoscaler.core.state import Machine, RunState
 from autoscaler.report.format import rounded
-from autoscaler.report.records import EPS, GaveWay, JobOutcome, LateNote
+from autoscaler.report.records import EPS, GaveWay, JobOutcome, LateNote, LearnedNote
 
 
 def machine_cost(state: RunState, machine: Machine) -> float:
@@ -109,6 +109,7 @@ def job_outcomes(state: RunState) -> tuple[tuple[JobOutcome, ...], float]:
                 ),
                 warnings=said.get(job.name, 0),
                 gave_way=_gave_way(job, late, costs[job.name]),
+                learned=learned_notes(state, job.name),
             )
         )
     return tuple(out), unattributed
@@ -123,3 +124,19 @@ def _gave_way(job: JobSpec, tasks_late: int, cost: float) -> GaveWay | None:
     if tasks_late:
         return "deadline"
     return "budget" if over else "none"
+
+
+def learned_notes(state: RunState, job: str) -> tuple[LearnedNote, ...]:
+    """What was said of ``job``'s declared task times (``Learned``), in the order said."""
+    said = sorted((t, n) for (name, _), (t, n) in state.learned.items() if name == job)
+    return tuple(
+        LearnedNote(
+            at_s=round(t, 3),
+            type=n.type,
+            declared_s=n.declared_s,
+            learned_s=round(n.learned_s, 3),
+            runs=n.runs,
+            message=n.message,
+        )
+        for t, n in said
+    )

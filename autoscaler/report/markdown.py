@@ -157,6 +157,9 @@ def _deadline_head(report: DeadlineReport) -> list[str]:
             + (f"({hms(ahead)} before its deadline)" if ahead > 0 else "(after its deadline)")
             + f": {w.message}.",
         ]
+    for j in report.jobs:
+        for n in j.learned:
+            lines += ["", f"**Task times learned at {hms(n.at_s)}**: {n.message}."]
     return lines
 
 

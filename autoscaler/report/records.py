@@ -245,6 +245,25 @@ class LateNote:
     """What was said (in the log, status, metrics and here)."""
 
 
+@_record
+class LearnedNote:
+    """A job's task time on a type that its runs showed far and surely off what the job
+    declared (deadline mode, ``Learned``; issue 22 §1)."""
+
+    at_s: float
+    """When it was said, in seconds from the run's start."""
+    type: str
+    """The machine type."""
+    declared_s: float
+    """The job's declared time per task there (``task_s``)."""
+    learned_s: float
+    """What plans used from then on: the declared time blended with the runs."""
+    runs: int
+    """The runs of the job's application there that showed it."""
+    message: str
+    """What was said (in the log, status and here)."""
+
+
 GaveWay = Literal["none", "deadline", "budget", "both"]
 
 
@@ -289,6 +308,8 @@ class JobOutcome:
     gave_way: GaveWay | None
     """A job with a budget: what gave way, the deadline (tasks late), the budget (its
     cost above it), both, or none (null: the job has no budget)."""
+    learned: tuple[LearnedNote, ...] = ()
+    """Its declared task times that its runs showed far off, one per type (issue 22 §1)."""
 
 
 @_record

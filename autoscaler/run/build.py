@@ -38,6 +38,7 @@ from autoscaler.core.model import (
     JobSpec,
     Late,
     Launch,
+    Learned,
     Move,
     ProviderLimit,
     Release,
@@ -139,6 +140,7 @@ def deadline_settings(cfg: RunConfig) -> DeadlineSettings:
         solver=cfg.solver,
         sample=d.sample,
         z=cfg.sampling.z,
+        learn_task_times=d.learn_task_times,
         keep_open=d.keep_open,
     )
 
@@ -183,7 +185,14 @@ def job_specs(cfg: RunConfig) -> list[JobSpec]:
         c = job.constraint
         assert c.deadline_s is not None  # the schema requires it of a job
         whole = JobSpec(
-            job.name, ids.start, len(ids), job.at, job.at + c.deadline_s, c.budget, job.task_s
+            job.name,
+            ids.start,
+            len(ids),
+            job.at,
+            job.at + c.deadline_s,
+            c.budget,
+            job.task_s,
+            job.app or "",
         )
         out += split_job(cfg, whole, job.split) if job.split else [whole]
     return out
@@ -313,6 +322,17 @@ def log_action(log: Any, now: float, action: Action) -> None:
                 seconds=round(late_s, 1),
                 cause=cause,
                 message=message,
+            )
+        case Learned(job=job, type=t, declared_s=declared, learned_s=learned, runs=n):
+            log.warning(
+                "task times learned",
+                t=now,
+                job=job,
+                machine_type=t,
+                declared_s=declared,
+                learned_s=round(learned, 1),
+                runs=n,
+                message=action.message,
             )
         case Move(tasks=tasks, source=src, target=dst):
             log.info("move", t=now, tasks=len(tasks), source=src, target=dst)

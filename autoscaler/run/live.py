@@ -95,6 +95,9 @@ def job_rows(state: RunState) -> list[tuple[str, str]]:
         late = state.late.get(job.name)
         if late is not None and late.tasks > 0:
             text += f"; expected late: {late.tasks} tasks, by {late.seconds:.0f} s ({late.cause})"
+        learned = [n for (name, _), (_, n) in sorted(state.learned.items()) if name == job.name]
+        for n in learned:
+            text += f"; learned {n.type} {n.learned_s:.1f} s (declared {n.declared_s:g} s)"
         rows.append((f"job {job.name}", text))
     return rows
 

@@ -23,7 +23,7 @@ class SubmitRequest(_Request):
     """A job file's content, and where its relative paths start."""
 
     job: dict[str, Any] = Field(
-        description="the job file as JSON: name, bag, constraint, task_s, emulator_task_s "
+        description="the job file as JSON: name, app, bag, constraint, task_s, emulator_task_s "
         "or jobs (checked field by field: 400 names each bad one)",
         examples=[{"name": "demo", "bag": {"synthetic": 4}, "constraint": {"budget": 5}}],
     )
@@ -89,6 +89,12 @@ class JobView(_Answer):
     history: list[list[float]] | None = Field(
         default=None,
         description="[time, done, spend] points, in the views that carry them (one job, status)",
+    )
+    task_times_from: dict[str, Any] | None = Field(
+        default=None,
+        description="a deadline job without task_s that started from the task times the "
+        "service remembers of its application (app, task_s, runs per type) instead of "
+        "sampling; absent otherwise",
     )
 
 

@@ -30,6 +30,7 @@ from autoscaler.config.schema import RunConfig
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.model import JobSpec, JobWithdrawn, TaskSpec, TaskState
 from autoscaler.core.state import RunState
+from autoscaler.service.memory import application, job_runs, said
 from autoscaler.service.store import DeadlinePassed, JobRow, deadline_at_of
 from autoscaler.service.view import Clock, HistoryPoint, Progress, progress
 
@@ -58,6 +59,7 @@ def pool_config(cfg: RunConfig, job_id: str) -> RunConfig:
     the jobs form, and the run kept open."""
     data = cfg.model_dump(mode="json")
     job = data["jobs"][0] if cfg.jobs else {"bag": data["bag"], "constraint": data["constraint"]}
+    job["app"] = application(cfg)
     job["name"] = job_id
     job["at"] = 0.0
     data.update(name="pool", jobs=[job], bag=None, constraint=None)
@@ -79,6 +81,7 @@ class Pool:
     thread: threading.Thread | None = None
     views: dict[str, Progress] = field(default_factory=dict)
     histories: dict[str, list[HistoryPoint]] = field(default_factory=dict)
+    remember: Callable[[str, dict[str, list[float]]], None] | None = None  # runs per app
     _last_point: float = 0.0
 
     @property
@@ -110,6 +113,7 @@ class Pool:
             deadline=self.run_time(deadline_at),
             budget=None,
             task_s=_task_s(cfg),
+            app=application(cfg) or "",
         )
         self.daemon.add_job(spec, tasks).result(timeout=120)
 
@@ -164,6 +168,8 @@ class Pool:
 
         outcomes, _ = job_outcomes(state)
         outcome = next(o for o in outcomes if o.name == job_id)
+        if self.remember is not None:
+            self.remember(*job_runs(state, job_id))
         view = replace(self.views[job_id], met_deadline=outcome.met_deadline)
         row = self.row(job_id)
         report = {
@@ -177,6 +183,8 @@ class Pool:
             "cost": outcome.cost,
             "outcome": _jsonable(outcome),
         }
+        if row.task_times is not None:
+            report["task_times_from"] = row.task_times
         if cancelled:
             job = state.job_named(job_id)
             ids = range(job.first, job.first + job.count)
@@ -185,6 +193,8 @@ class Pool:
         row.run_dir.mkdir(parents=True, exist_ok=True)
         (row.run_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
         text = _markdown(row.name, job_id, outcome, self.run_dir)
+        if row.task_times is not None:
+            text += f"\nIt started from the {said(row.task_times)}.\n"
         if cancelled:
             text = _cancelled_markdown(row.name, job_id, outcome, report, self.run_dir)
         (row.run_dir / "report.md").write_text(text)

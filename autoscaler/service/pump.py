@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from autoscaler.config.service import ServiceConfig
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.state import RunState
+from autoscaler.service.memory import application, job_runs, said, with_memory
 from autoscaler.service.pool import Pool, shares_the_pool
 from autoscaler.service.runners import (
     Runner,
@@ -126,6 +127,7 @@ class Pump:
         self._store.set_state(row.id, state, ended_at=self.clock(), final=final)
 
     def _start(self, row: JobRow) -> None:
+        row = self._from_memory(row)
         sharing = self.shared and self.config.settings.share_deadline_jobs
         if sharing and (row.in_pool or shares_the_pool(row.config)):
             self._start_in_pool(row)
@@ -162,6 +164,27 @@ class Pump:
             self._runners[row.id] = runner
             runner.thread.start()
 
+    def _from_memory(self, row: JobRow) -> JobRow:
+        """A deadline job without ``task_s``, starting: its application's remembered task
+        times instead of sampling, when the service has them (``service.memory``)."""
+        app = application(row.config)
+        if row.started_at is not None or row.task_times is not None or app is None:
+            return row
+        store = self._store
+        found = with_memory(row.config, store.remembered(app), row.config.deadline.sample)
+        if found is None:
+            return row
+        cfg, note = found
+        store.set_task_times(row.id, cfg, note)
+        store.log_update(row.id, self.clock(), "task_times", note)
+        if self.log is not None:
+            self.log.info("task times from memory", job=row.id, message=said(note), **note)
+        return store.row(row.id)
+
+    def _remember(self, app: str, runs: dict[str, list[float]]) -> None:
+        """What a job's tasks took, for later jobs of its application."""
+        self._store.remember(app, runs)
+
     def _run(self, runner: Runner, row: JobRow) -> None:
         """A job's thread: its daemon from start to end, then its outcome in the store."""
         ending = run_own(runner, queued(row))
@@ -170,6 +193,9 @@ class Pump:
             state = ending.outcome.state
             self._run_states.keep(runner.job_id, state, files)
             self.outcomes[runner.job_id] = ending.outcome
+            if ending.state is not JobState.INTERRUPTED:
+                for job in state.jobs:
+                    self._remember(*job_runs(state, job.name))
         view = ending.progress
         with self._cond:
             if self.log is not None:
@@ -212,6 +238,7 @@ class Pump:
                 row_of=self._store.row,
                 ended=self._pool_job_ended,
             )
+            pool.remember = self._remember
             pool.thread = threading.Thread(
                 target=self._run_pool, args=(pool,), name="deadline-pool", daemon=True
             )

@@ -97,6 +97,14 @@ CREATE TABLE IF NOT EXISTS job_tasks (
     env TEXT,
     PRIMARY KEY (job, idx)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS app_runs (
+    app TEXT NOT NULL,
+    type TEXT NOT NULL,
+    count REAL NOT NULL,
+    total REAL NOT NULL,
+    squares REAL NOT NULL,
+    PRIMARY KEY (app, type)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS updates (
     seq INTEGER PRIMARY KEY,
     job TEXT NOT NULL,
@@ -106,7 +114,7 @@ CREATE TABLE IF NOT EXISTS updates (
 );
 """
 
-_COLUMNS_ADDED = {"deadline_at": "REAL"}
+_COLUMNS_ADDED = {"deadline_at": "REAL", "task_times": "TEXT"}
 """Columns later than the first schema, added to a store that lacks them."""
 
 
@@ -128,6 +136,7 @@ class JobRow:
     seed: int | None  # likewise; None: the config's
     in_pool: bool
     deadline_at: float | None  # wall clock, fixed at submission; None: no single deadline
+    task_times: dict[str, Any] | None = None  # its task_s from the store's memory (app_runs)
 
 
 def deadline_s_of(cfg: RunConfig) -> float | None:
@@ -266,6 +275,32 @@ class Store:
                 (cfg.model_dump_json(), deadline_at, job_id),
             )
 
+    def set_task_times(self, job_id: str, cfg: RunConfig, note: dict[str, Any]) -> None:
+        """A queued job's config with task times from memory, and where they came from."""
+        with self._tx() as db:
+            db.execute(
+                "UPDATE jobs SET config = ?, task_times = ? WHERE id = ?",
+                (cfg.model_dump_json(), json.dumps(note), job_id),
+            )
+
+    def remember(self, app: str, runs: dict[str, list[float]]) -> None:
+        """Add runs of ``app``'s tasks per machine type (count, sum, sum of squares)."""
+        with self._tx() as db:
+            db.executemany(
+                "INSERT INTO app_runs (app, type, count, total, squares) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT (app, type) DO UPDATE SET count = count + excluded.count, "
+                "total = total + excluded.total, squares = squares + excluded.squares",
+                ((app, t, *r) for t, r in runs.items() if r[0] > 0),
+            )
+
+    def remembered(self, app: str) -> dict[str, list[float]]:
+        """What ``app``'s tasks took per machine type: (count, sum, sum of squares)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT type, count, total, squares FROM app_runs WHERE app = ?", (app,)
+            ).fetchall()
+        return {t: [n, total, squares] for t, n, total, squares in rows}
+
     def log_update(self, job_id: str, now: float, kind: str, data: dict[str, Any]) -> None:
         with self._tx() as db:
             db.execute(
@@ -277,7 +312,8 @@ class Store:
         with self._lock:
             cur = self._db.execute(
                 "SELECT id, name, submitted_at, state, config, n_tasks, run_dir, started_at, "
-                f"ended_at, final, run_id, seed, in_pool, {self._added['deadline_at']} "
+                f"ended_at, final, run_id, seed, in_pool, {self._added['deadline_at']}, "
+                f"{self._added['task_times']} "
                 f"FROM jobs {where} ORDER BY seq LIMIT ?",
                 (*args, limit),
             )
@@ -298,6 +334,7 @@ class Store:
                 r[11],
                 bool(r[12]),
                 r[13],
+                None if r[14] is None else json.loads(r[14]),
             )
             for r in raw
         ]

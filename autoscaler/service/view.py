@@ -207,6 +207,7 @@ class JobView:
     run_dir: str
     progress: Progress
     history: tuple[HistoryPoint, ...] | None  # None: not asked for
+    task_times: dict[str, Any] | None = None  # task_s from the service's memory (note)
 
     def to_json(self) -> dict[str, Any]:
         """The API's JSON for the job (``history`` only when it was asked for)."""
@@ -222,6 +223,8 @@ class JobView:
         }
         if self.history is not None:
             out["history"] = [list(p) for p in self.history]
+        if self.task_times is not None:
+            out["task_times_from"] = self.task_times
         return out
 
     @classmethod
@@ -238,6 +241,7 @@ class JobView:
             run_dir=data["run_dir"],
             progress=Progress.from_json(data),
             history=None if history is None else tuple(_point(p) for p in history),
+            task_times=data.get("task_times_from"),
         )
 
 
@@ -260,6 +264,7 @@ def job_view(
         run_dir=str(row.run_dir),
         progress=body,
         history=None if history is None else tuple(_point(p) for p in history),
+        task_times=row.task_times,
     )
 
 
