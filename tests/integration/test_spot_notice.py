@@ -88,7 +88,10 @@ def test_a_spot_notice_hands_the_machines_tasks_back_at_once(world: Ec2World) ->
     lost_t = next(t for t, _, d in journal_rows(run_dir, "MachineLost") if d["machine"] == victim)
     again = [t for t, _, d in assigned_rows(run_dir) if d["task"] in held and t >= lost_t]
     assert again
-    print(f"\nnotice: the machine counted gone {acted_s:.1f}s after it was posted (EC2: 120 s)")
+    print(
+        f"\nnotice: the machine counted gone {acted_s:.1f}s after it was posted, its task "
+        f"queued elsewhere {min(again) - lost_t:.1f}s later (EC2 gives 120 s)"
+    )
     assert max(committed_over_time(run_dir)) <= 80 + 1e-9
     report = report_of(run_dir)
     gone = next(m for m in report["machines"] if m["id"] == victim)
