@@ -61,7 +61,7 @@ def plan(
     one with the reserve, no faster, is not solved for."""
     if money <= 0:
         return None
-    bare = _solve(settings, _problem(settings, state, now, est, n_e, money), notes)
+    bare = _solve(settings, bare_problem(settings, state, now, est, n_e, money), notes)
     if bare is not None and bare.speed < wanted:
         return bare
     kept = money - end_reserve(state, est)
@@ -84,7 +84,7 @@ def at_means(plan: Plan, est: Mapping[str, TypeEstimate]) -> Plan:
     return replace(plan, speed=speed)
 
 
-def _problem(
+def bare_problem(
     settings: ControllerSettings,
     state: RunState,
     now: float,
@@ -158,7 +158,10 @@ def configure(
 ) -> Configure:
     """The configuration with its prediction: cost and makespan at the estimated
     means, and their interval at the ends of each mean's interval, widened for the
-    spread of the finite number of tasks left (``RuntimeEstimate.widened``)."""
+    spread of the finite number of tasks left (``RuntimeEstimate.widened``). The
+    cost's upper end is not capped at the budget (the point is: the run never spends
+    more): it is what this mix would need at the slow end, and where it is more than
+    the budget, the budget is at risk (``risk.check_risk``)."""
     state = s.state
     within = intervals(settings, state, s.now, est)
     z = settings.confidence_z
@@ -184,7 +187,7 @@ def configure(
     )
     point = forecast(state, s.now, counts, means, ragged.mean_s, budget)
     fast = forecast(state, s.now, counts, lo, ragged.lo_s * down, budget)
-    slow = forecast(state, s.now, counts, hi, ragged.hi_s * up, budget)
+    slow = forecast(state, s.now, counts, hi, ragged.hi_s * up, math.inf)
     return Configure(
         counts,
         point.cost,

@@ -368,7 +368,9 @@ class Configure:
 
     The prediction is a point and an interval (lo, hi) for the whole run's cost and
     makespan (run time from the start), and the interval of each type's mean runtime the
-    plan assumed: the monitor re-plans when an estimate leaves it.
+    plan assumed: the monitor re-plans when an estimate leaves it. ``best_effort``: the
+    planner found no mix that finishes the bag within the budget, and this keeps going
+    on the most profitable type (its prediction is for a budget it cannot meet).
     """
 
     counts: Mapping[str, int]
@@ -379,6 +381,7 @@ class Configure:
     makespan_interval_s: tuple[float, float] | None = None
     assumed_lo_s: Mapping[str, float] = field(default_factory=dict)
     assumed_hi_s: Mapping[str, float] = field(default_factory=dict)
+    best_effort: bool = False  # the planner found no mix the budget pays for: one type
 
 
 @dataclass(frozen=True, slots=True)
@@ -386,6 +389,18 @@ class Shortfall:
     """The budget left is unlikely to finish the bag: said once it is known, with the
     budget the estimates say the whole run needs (None: no affordable plan exists at any
     budget the planner could search)."""
+
+    tasks_left: int
+    needed_budget: float | None
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Risk:
+    """The budget may not finish the bag: it does at the estimated runtimes, but not at
+    the slow end of their intervals (a ``Shortfall`` says it does not even at the
+    estimates). ``needed_budget``: about what the whole run needs at that slow end
+    (None: more than the planner could search)."""
 
     tasks_left: int
     needed_budget: float | None
@@ -446,6 +461,7 @@ Action = (
     | Defer
     | Configure
     | Shortfall
+    | Risk
     | Forecast
     | Late
     | Hold
@@ -483,6 +499,7 @@ ACTION_TYPES: tuple[type[Action], ...] = (
     Defer,
     Configure,
     Shortfall,
+    Risk,
     Forecast,
     Late,
     Hold,

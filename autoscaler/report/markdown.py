@@ -76,7 +76,10 @@ def render_markdown(report: Report) -> str:
         f"{_spent(report)}.",
     ]
     if report.predicted is not None:
-        lines.append(f"Prediction made at {hms(predicted.at_s)}, the first plan after sampling.")
+        lines.append(_made_when(report.predicted))
+    if report.risk is not None:
+        r = report.risk
+        lines += ["", f"**Risk at {hms(r.at_s)}** ({r.tasks_left} tasks left): {r.message}."]
     if report.shortfall is not None:
         sf = report.shortfall
         lines += [
@@ -85,6 +88,23 @@ def render_markdown(report: Report) -> str:
         ]
     lines += ["", HEAD_END, *_types_table(report)]
     return _tail(report, lines)
+
+
+def _made_when(p: Prediction) -> str:
+    """When the prediction was made, and which plan it is."""
+    if p.replaced_best_effort_at_s is not None:
+        return (
+            f"Prediction made at {hms(p.at_s)}, by the plan the run followed: the first plan "
+            f"after sampling, at {hms(p.replaced_best_effort_at_s)}, was a best-effort plan "
+            "(the most profitable type only) for a budget the planner could not meet at the "
+            "first estimates."
+        )
+    if p.best_effort:
+        return (
+            f"Prediction made at {hms(p.at_s)}, the first plan after sampling: a best-effort "
+            "plan (the most profitable type only) for a budget the planner could not meet."
+        )
+    return f"Prediction made at {hms(p.at_s)}, the first plan after sampling."
 
 
 def _types_table(report: Report) -> list[str]:
