@@ -411,11 +411,14 @@ class Risk:
 class Forecast:
     """Deadline mode: what the plan just made expects of job ``job``: when its last task
     ends (``finish``, run time) and the money its machines' time costs (``cost``: each
-    machine's planned cost shared by the jobs in proportion to their planned seconds)."""
+    machine's planned cost shared by the jobs in proportion to their planned seconds),
+    each with an interval: task times at the ends of each type's runtime interval."""
 
     job: str
     finish: float
     cost: float
+    finish_interval: tuple[float, float] | None = None
+    cost_interval: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True, slots=True)

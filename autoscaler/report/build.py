@@ -12,7 +12,7 @@ from autoscaler.config.schema import RunConfig
 from autoscaler.core.model import Risk, Shortfall, TaskSpec, TaskState
 from autoscaler.core.state import RunState
 from autoscaler.report.attribution import job_outcomes
-from autoscaler.report.format import rounded, rounded_pair
+from autoscaler.report.format import inside, rounded, rounded_pair
 from autoscaler.report.records import (
     EPS,
     BillingTerms,
@@ -97,14 +97,6 @@ def _followed_plan(
         return first, None
     followed = next((c for c in made if not c.best_effort), None)
     return (first, None) if followed is None else (followed, first.t_s)
-
-
-def _inside(actual: float, interval: tuple[float, float] | None) -> bool | None:
-    """Whether ``actual`` fell in ``interval`` (rounding aside); None without one."""
-    if interval is None:
-        return None
-    lo, hi = interval
-    return lo - 0.01 <= actual <= hi + 0.01
 
 
 HELD = (
@@ -198,10 +190,10 @@ def build_report(
             at_s=first_plan.t_s,
             cost_interval=first_plan.cost_interval,
             makespan_interval_s=first_plan.makespan_interval_s,
-            cost_inside=_inside(cost, first_plan.cost_interval),
+            cost_inside=inside(cost, first_plan.cost_interval),
             makespan_inside=None
             if not state.finished
-            else _inside(makespan, first_plan.makespan_interval_s),
+            else inside(makespan, first_plan.makespan_interval_s),
             best_effort=first_plan.best_effort,
             replaced_best_effort_at_s=replaced_at,
         ),

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from autoscaler.providers import registry
 from autoscaler.report.format import hms, money
@@ -194,13 +194,26 @@ def _jobs_section(report: DeadlineReport) -> list[str]:
             "-" if w is None else f"{hms(w.at_s)}: {w.tasks} tasks, {w.seconds:.0f} s ({w.cause})"
         )
         late = f"**{j.tasks_late}**" if j.tasks_late else "0"
+        cost_in = _within(j.predicted_cost_interval, money, j.cost_inside)
+        finish_in = _within(j.predicted_finish_interval_s, hms, j.finish_inside)
         lines.append(
             f"| {j.name} | {hms(j.at_s)} | {hms(j.deadline_s)} | {j.tasks} | {j.done} | "
             f"{j.failed} | {hms(j.finish_s)} | {late} | {hms(j.seconds_late)} | "
-            f"{money(j.cost)} | {money(j.predicted_cost)} | {hms(j.predicted_finish_s)} | "
+            f"{money(j.cost)} | {money(j.predicted_cost)}{cost_in} | "
+            f"{hms(j.predicted_finish_s)}{finish_in} | "
             f"{warning} | {j.gave_way or '-'} |"
         )
     return lines
+
+
+def _within(
+    interval: tuple[float, float] | None, show: Callable[[float], str], held: bool | None
+) -> str:
+    """A forecast's interval after its point, and whether the outcome fell inside it."""
+    if interval is None:
+        return ""
+    mark = "" if held is None else (" ✓" if held else " ✗")
+    return f" ({show(interval[0])} – {show(interval[1])}{mark})"
 
 
 def _tail(report: Report, lines: list[str]) -> str:

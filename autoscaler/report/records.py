@@ -301,6 +301,15 @@ class JobOutcome:
     gave_way: GaveWay | None
     """A job with a budget: what gave way, the deadline (tasks late), the budget (its
     cost above it), both, or none (null: the job has no budget)."""
+    predicted_finish_interval_s: tuple[float, float] | None = None
+    """The interval of the last plan's forecast of its finish (task times at the ends of
+    each type's runtime interval; null without a forecast)."""
+    predicted_cost_interval: tuple[float, float] | None = None
+    """The interval of the last plan's forecast of its cost (null without a forecast)."""
+    finish_inside: bool | None = None
+    """Whether its finish fell inside the finish interval (null: not finished, or none)."""
+    cost_inside: bool | None = None
+    """Whether its cost fell inside the cost interval (null: no interval)."""
 
 
 @_record
