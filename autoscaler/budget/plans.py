@@ -158,10 +158,10 @@ def configure(
 ) -> Configure:
     """The configuration with its prediction: cost and makespan at the estimated
     means, and their interval at the ends of each mean's interval, widened for the
-    spread of the finite number of tasks left (``RuntimeEstimate.widened``). The
-    cost's upper end is not capped at the budget (the point is: the run never spends
-    more): it is what this mix would need at the slow end, and where it is more than
-    the budget, the budget is at risk (``risk.check_risk``)."""
+    spread of the finite number of tasks left (``RuntimeEstimate.widened``). Costs are
+    capped at the budget (the run never spends more); ``slow_cost`` is not: what this
+    mix would need at the slow end, and where that is more than the budget, the budget
+    is at risk (``risk.check_risk``)."""
     state = s.state
     within = intervals(settings, state, s.now, est)
     z = settings.confidence_z
@@ -187,7 +187,8 @@ def configure(
     )
     point = forecast(state, s.now, counts, means, ragged.mean_s, budget)
     fast = forecast(state, s.now, counts, lo, ragged.lo_s * down, budget)
-    slow = forecast(state, s.now, counts, hi, ragged.hi_s * up, math.inf)
+    slow = forecast(state, s.now, counts, hi, ragged.hi_s * up, budget)
+    needed = forecast(state, s.now, counts, hi, ragged.hi_s * up, math.inf).cost
     return Configure(
         counts,
         point.cost,
@@ -197,4 +198,5 @@ def configure(
         makespan_interval_s=(min(fast.end_s, point.end_s), max(slow.end_s, point.end_s)),
         assumed_lo_s={n: e.lo_s for n, e in within.items()},
         assumed_hi_s={n: e.hi_s for n, e in within.items()},
+        slow_cost=max(needed, point.cost),
     )

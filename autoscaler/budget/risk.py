@@ -1,10 +1,11 @@
 """The budget at risk: the plan in force finishes the bag within the budget at the
-estimated runtimes, but its cost interval reaches past the budget (pure).
+estimated runtimes, but its cost interval, uncapped, reaches past the budget (pure).
 
 A ``Shortfall`` says the budget will not suffice at the estimates; a ``Risk`` says,
 earlier and more often, that it may not: at the slow end of the runtimes' intervals
-(the upper end of the plan's cost interval, ``plans.configure``) the mix would need
-more money than the budget. Said once per budget (and not after a shortfall).
+the mix would need more money than the budget (``Configure.slow_cost``: the upper end
+of the plan's cost interval before it is capped at the budget, ``plans.configure``).
+Said once per budget (and not after a shortfall).
 """
 
 from __future__ import annotations
@@ -26,13 +27,13 @@ def said(state: RunState) -> bool:
 
 
 def check_risk(s: Step, plan: Configure) -> bool:
-    """Say the budget is at risk if ``plan``'s cost interval reaches past it and that
-    has not been said; True when said now."""
+    """Say the budget is at risk if ``plan``'s uncapped cost interval reaches past it
+    and that has not been said; True when said now."""
     state = s.state
     budget = state.budget
-    if budget is None or state.tasks_left <= 0 or plan.cost_interval is None or said(state):
+    if budget is None or state.tasks_left <= 0 or plan.slow_cost is None or said(state):
         return False
-    hi = plan.cost_interval[1]
+    hi = plan.slow_cost
     if hi <= budget + EPS:
         return False
     slow = ", ".join(f"{n} {t:.0f} s" for n, t in sorted(plan.assumed_hi_s.items()))

@@ -368,7 +368,9 @@ class Configure:
 
     The prediction is a point and an interval (lo, hi) for the whole run's cost and
     makespan (run time from the start), and the interval of each type's mean runtime the
-    plan assumed: the monitor re-plans when an estimate leaves it. ``best_effort``: the
+    plan assumed: the monitor re-plans when an estimate leaves it. Costs are capped at
+    the budget; ``slow_cost`` is what the mix would need at the slow end, uncapped (more
+    than the budget: the budget is at risk). ``best_effort``: the
     planner found no mix that finishes the bag within the budget, and this keeps going
     on the most profitable type (its prediction is for a budget it cannot meet).
     """
@@ -382,6 +384,7 @@ class Configure:
     assumed_lo_s: Mapping[str, float] = field(default_factory=dict)
     assumed_hi_s: Mapping[str, float] = field(default_factory=dict)
     best_effort: bool = False  # the planner found no mix the budget pays for: one type
+    slow_cost: float | None = None  # the cost at the interval's slow end, not capped
 
 
 @dataclass(frozen=True, slots=True)
