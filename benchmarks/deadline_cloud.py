@@ -53,7 +53,7 @@ import random
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,11 +62,23 @@ if __name__ == "__main__" and not __package__:  # ``python benchmarks/deadline_c
 
 from autoscaler.config.schema import Emulator as EmulatorModel
 from autoscaler.core.billing import BillingModel
-from autoscaler.core.model import Action, Event, JobArrived, JobSpec, Launch, Move, Tick, TypeSpec
+from autoscaler.core.model import (
+    Action,
+    Event,
+    Forecast,
+    JobArrived,
+    JobSpec,
+    Launch,
+    Move,
+    Tick,
+    TypeSpec,
+)
 from autoscaler.core.state import RunState
 from autoscaler.deadline.controller import DeadlineController, DeadlineSettings
 from autoscaler.providers.base import Capabilities
 from autoscaler.providers.sim import SimProvider
+from autoscaler.report.attribution import job_outcomes
+from autoscaler.report.format import inside
 from autoscaler.run.emulator import Emulator
 from benchmarks.bats_scenarios import library_digest, library_state, pooled, render_table
 
@@ -222,6 +234,7 @@ class RunResult:
     late_buys: int  # machines launched on a tick (for tasks still late)
     late_said: int  # Late warnings with tasks > 0
     wall_s: float
+    coverage: tuple[int, ...] = ()  # ``interval_coverage``: (inside, of) × 4
 
 
 @dataclass
@@ -229,6 +242,7 @@ class _Log:
     moves: int = 0
     late_buys: int = 0
     launches: list[tuple[float, str, int, bool]] = field(default_factory=list)
+    first_forecasts: dict[str, Forecast] = field(default_factory=dict)
 
 
 def _logger(log: _Log) -> StepHook:
@@ -237,6 +251,8 @@ def _logger(log: _Log) -> StepHook:
             isinstance(e, JobArrived) for e in events
         )
         for a in actions:
+            if isinstance(a, Forecast):
+                log.first_forecasts.setdefault(a.job, a)
             if isinstance(a, Move):
                 log.moves += len(a.tasks)
             elif isinstance(a, Launch):
@@ -310,7 +326,50 @@ def run_one(work: Work) -> RunResult:
         late_buys=log.late_buys,
         late_said=sum(1 for _, w in state.late_log if w.tasks > 0),
         wall_s=wall,
+        coverage=interval_coverage(state, log.first_forecasts),
     )
+
+
+def interval_coverage(state: RunState, first: Mapping[str, Forecast]) -> tuple[int, ...]:
+    """How often the jobs' finish and cost fell inside the forecasts' intervals: (inside,
+    of) for the last plan's finish and cost (what the report sets against the outcome),
+    then the same for each job's first forecast. Finish: finished jobs only."""
+    outcomes, _ = job_outcomes(state)
+    counts = [0] * 8
+    for j in outcomes:
+        f = first.get(j.name)
+        done = j.done == j.tasks and j.finish_s is not None
+        checks = (
+            j.finish_inside if done else None,
+            j.cost_inside,
+            inside(j.finish_s, f.finish_interval) if f and done and j.finish_s else None,
+            inside(j.cost, f.cost_interval) if f else None,
+        )
+        for i, held in enumerate(checks):
+            if held is not None:
+                counts[2 * i] += held
+                counts[2 * i + 1] += 1
+    return tuple(counts)
+
+
+def coverage_lines(results: Sequence[RunResult], noises: Sequence[float]) -> list[str]:
+    """Per ε, over every strategy and seed: the share of jobs inside each interval."""
+    names = ("last finish", "last cost", "first finish", "first cost")
+    out = []
+    for noise in noises:
+        sums = [0] * 8
+        for r in results:
+            if r.noise == noise and r.coverage:
+                sums = [a + b for a, b in zip(sums, r.coverage, strict=True)]
+        parts = [
+            f"{name} {100.0 * sums[2 * i] / sums[2 * i + 1]:.1f}% of {sums[2 * i + 1]}"
+            if sums[2 * i + 1]
+            else f"{name} -"
+            for i, name in enumerate(names)
+        ]
+        ok = all(sums[2 * i] >= 0.9 * sums[2 * i + 1] for i in range(2))
+        out.append(f"  {'PASS' if ok else 'MISS'}  ε {noise:g}: " + "; ".join(parts))
+    return out
 
 
 # --- tables ----------------------------------------------------------------------------
@@ -614,6 +673,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print("Late seconds with reassignment against without")
     print(reduction_table(results, noises))
+    print()
+    print("Forecast intervals against the outcome (issue 22: last plan's coverage >= 90 %)")
+    for line in coverage_lines(results, noises):
+        print(line)
     print()
     print("Checks against issue 12's targets")
     for ok, text in checks(results, noises):

@@ -86,10 +86,10 @@ def _run(cfg: Any, n: int, seed: int, freeze: bool = False) -> tuple[Any, Any, l
     seen, wrapped = _first_plan_capture()
     original_configure, original_check = plans.configure, monitor.check
 
-    def frozen(settings: Any, s: Any, tick: bool) -> bool:
+    def frozen(settings: Any, s: Any, tick: bool, categories: Any = None) -> bool:
         if planned(s.state):
             return False
-        return original_check(settings, s, tick)
+        return original_check(settings, s, tick, categories)
 
     plans.configure = wrapped
     if freeze:

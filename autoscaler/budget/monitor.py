@@ -15,6 +15,7 @@ from autoscaler.budget.minimum import minimum_budget
 from autoscaler.budget.outlook import forecast, potential
 from autoscaler.budget.plans import best_effort, budget_problem
 from autoscaler.budget.problem import Plan, TypeEstimate
+from autoscaler.budget.risk import check_risk
 from autoscaler.budget.runtimes import end_reserve, n_eff, outlook, running_ages
 from autoscaler.budget.sampling import compact_progress, is_compact, sampling_types, stats
 from autoscaler.budget.settings import EPS, ControllerSettings, money_left, planned
@@ -153,6 +154,7 @@ def replan(
     chosen: Plan | None
     notes: list[str] = []
     used = est  # the means the chosen mix is predicted at
+    tight = False  # the planner found no mix the budget pays for
 
     def mix(types: dict[str, TypeEstimate], money: float, wanted: float = 0.0) -> Plan | None:
         nonlocal used
@@ -181,6 +183,7 @@ def replan(
             return True
         used = alone(state, est, categories)
         chosen = best_effort(used)
+        tight = True
         reason += "; budget tight: most profitable type only"
     elif not force and chosen.speed < speed_now * settings.improve_ratio:
         return False
@@ -189,7 +192,10 @@ def replan(
         return False
     if notes:
         reason += "; solver: " + "; ".join(notes)
-    s.do(plans.configure(settings, s, counts, used, reason))
+    configured = plans.configure(settings, s, counts, used, reason)
+    if tight:
+        configured = replace(configured, best_effort=True)
+    s.do(configured)
     if state.budget is not None and state.tasks_left > 0:
         # The plan fits the planner's model; if even its fluid cost at the estimated
         # means is more than the budget, the bag is unlikely to finish: say so now.
@@ -197,6 +203,7 @@ def replan(
         over = forecast(state, s.now, counts, means).fluid_cost
         if over > state.budget + EPS:
             _shortfall(settings, s, est, n_e, optimistic=False, needed_at_least=over)
+        check_risk(s, configured)
     return True
 
 

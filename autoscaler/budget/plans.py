@@ -61,7 +61,7 @@ def plan(
     one with the reserve, no faster, is not solved for."""
     if money <= 0:
         return None
-    bare = _solve(settings, _problem(settings, state, now, est, n_e, money), notes)
+    bare = _solve(settings, bare_problem(settings, state, now, est, n_e, money), notes)
     if bare is not None and bare.speed < wanted:
         return bare
     kept = money - end_reserve(state, est)
@@ -84,7 +84,7 @@ def at_means(plan: Plan, est: Mapping[str, TypeEstimate]) -> Plan:
     return replace(plan, speed=speed)
 
 
-def _problem(
+def bare_problem(
     settings: ControllerSettings,
     state: RunState,
     now: float,
@@ -158,7 +158,10 @@ def configure(
 ) -> Configure:
     """The configuration with its prediction: cost and makespan at the estimated
     means, and their interval at the ends of each mean's interval, widened for the
-    spread of the finite number of tasks left (``RuntimeEstimate.widened``)."""
+    spread of the finite number of tasks left (``RuntimeEstimate.widened``). Costs are
+    capped at the budget (the run never spends more); ``slow_cost`` is not: what this
+    mix would need at the slow end, and where that is more than the budget, the budget
+    is at risk (``risk.check_risk``)."""
     state = s.state
     within = intervals(settings, state, s.now, est)
     z = settings.confidence_z
@@ -185,6 +188,7 @@ def configure(
     point = forecast(state, s.now, counts, means, ragged.mean_s, budget)
     fast = forecast(state, s.now, counts, lo, ragged.lo_s * down, budget)
     slow = forecast(state, s.now, counts, hi, ragged.hi_s * up, budget)
+    needed = forecast(state, s.now, counts, hi, ragged.hi_s * up, math.inf).cost
     return Configure(
         counts,
         point.cost,
@@ -194,4 +198,5 @@ def configure(
         makespan_interval_s=(min(fast.end_s, point.end_s), max(slow.end_s, point.end_s)),
         assumed_lo_s={n: e.lo_s for n, e in within.items()},
         assumed_hi_s={n: e.hi_s for n, e in within.items()},
+        slow_cost=max(needed, point.cost),
     )

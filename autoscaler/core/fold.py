@@ -46,6 +46,7 @@ from autoscaler.core.model import (
     Release,
     Replicate,
     Resumed,
+    Risk,
     Shortfall,
     Shutdown,
     Stop,
@@ -347,6 +348,8 @@ class Fold(Runs):
                 self.configurations.append((self.now, action))
             case Shortfall():
                 self.shortfalls.append((self.now, action))
+            case Risk():
+                self.risks.append((self.now, action))
             case Forecast(job=name):
                 self.forecasts[name] = action
             case Late(job=name):

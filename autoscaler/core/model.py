@@ -382,7 +382,11 @@ class Configure:
 
     The prediction is a point and an interval (lo, hi) for the whole run's cost and
     makespan (run time from the start), and the interval of each type's mean runtime the
-    plan assumed: the monitor re-plans when an estimate leaves it.
+    plan assumed: the monitor re-plans when an estimate leaves it. Costs are capped at
+    the budget; ``slow_cost`` is what the mix would need at the slow end, uncapped (more
+    than the budget: the budget is at risk). ``best_effort``: the
+    planner found no mix that finishes the bag within the budget, and this keeps going
+    on the most profitable type (its prediction is for a budget it cannot meet).
     """
 
     counts: Mapping[str, int]
@@ -393,6 +397,8 @@ class Configure:
     makespan_interval_s: tuple[float, float] | None = None
     assumed_lo_s: Mapping[str, float] = field(default_factory=dict)
     assumed_hi_s: Mapping[str, float] = field(default_factory=dict)
+    best_effort: bool = False  # the planner found no mix the budget pays for: one type
+    slow_cost: float | None = None  # the cost at the interval's slow end, not capped
 
 
 @dataclass(frozen=True, slots=True)
@@ -407,14 +413,29 @@ class Shortfall:
 
 
 @dataclass(frozen=True, slots=True)
+class Risk:
+    """The budget may not finish the bag: it does at the estimated runtimes, but not at
+    the slow end of their intervals (a ``Shortfall`` says it does not even at the
+    estimates). ``needed_budget``: about what the whole run needs at that slow end
+    (None: more than the planner could search)."""
+
+    tasks_left: int
+    needed_budget: float | None
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
 class Forecast:
     """Deadline mode: what the plan just made expects of job ``job``: when its last task
     ends (``finish``, run time) and the money its machines' time costs (``cost``: each
-    machine's planned cost shared by the jobs in proportion to their planned seconds)."""
+    machine's planned cost shared by the jobs in proportion to their planned seconds),
+    each with an interval: task times at the ends of each type's runtime interval."""
 
     job: str
     finish: float
     cost: float
+    finish_interval: tuple[float, float] | None = None
+    cost_interval: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -474,6 +495,7 @@ Action = (
     | Defer
     | Configure
     | Shortfall
+    | Risk
     | Forecast
     | Late
     | Learned
@@ -512,6 +534,7 @@ ACTION_TYPES: tuple[type[Action], ...] = (
     Defer,
     Configure,
     Shortfall,
+    Risk,
     Forecast,
     Late,
     Learned,

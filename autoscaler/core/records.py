@@ -19,6 +19,7 @@ from autoscaler.core.model import (
     Learned,
     MachineState,
     ProviderLimit,
+    Risk,
     Shortfall,
     TaskState,
     TypeSpec,
@@ -117,6 +118,7 @@ class RunRecords:
     )  # type -> (avoidance ended, full weight again): ``weight``
     deferred: tuple[str, ...] = ()  # types whose wanted launches wait for a tick (Defer)
     shortfalls: list[tuple[float, Shortfall]] = field(default_factory=list)  # warnings given
+    risks: list[tuple[float, Risk]] = field(default_factory=list)  # "budget at risk" said
     launch_problems: list[tuple[float, str, str, str]] = field(
         default_factory=list
     )  # (time, type, kind, reason) of refused launches, for the report

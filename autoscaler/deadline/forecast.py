@@ -4,7 +4,14 @@ last finish), from each machine's queue, alive or being launched."""
 
 from __future__ import annotations
 
+import math
+import statistics
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from statistics import NormalDist
+
 from autoscaler.core.model import Configure, Forecast
+from autoscaler.core.state import RunState
 from autoscaler.core.step import Step
 from autoscaler.deadline.categories import job_of_key, key_of, planned_s
 from autoscaler.deadline.jobs import DeadlineSettings, job_deadlines
@@ -36,9 +43,7 @@ def forecast(cfg: DeadlineSettings, s: Step, jobs: set[str], why: str) -> None:
             times = on_slots(times, t.slots)
             q = Queue(f"{token}?", start, paid - margin, named, times)
             queues.append((q, s.now, paid, tname))
-    finish: dict[str, float] = {}
-    cost: dict[str, float] = {}
-    total = (
+    base = (
         state.committed
         - sum(  # committed money of machines not counted below
             state.billing.cost(m.type.price, m.paid_until - m.launched_at)
@@ -50,26 +55,123 @@ def forecast(cfg: DeadlineSettings, s: Step, jobs: set[str], why: str) -> None:
         )
     )
     counts: dict[str, int] = {}
-    for q, launched, paid_until, tname in queues:
+    for _, _, _, tname in queues:
         counts[tname] = counts.get(tname, 0) + 1
+    finish, cost, total = _expect(state, queues, deadlines, base, lambda q, t: 1.0)
+    lo_of, hi_of = _spread(state, cfg.z, len(queues))
+    finish_lo, cost_lo, _ = _expect(state, queues, deadlines, base, lo_of, -1)
+    finish_hi, cost_hi, _ = _expect(state, queues, deadlines, base, hi_of, 1)
+    for name in sorted(jobs):
+        if name in finish:
+            c = cost.get(name, 0.0)
+            s.do(
+                Forecast(
+                    name,
+                    finish[name],
+                    c,
+                    finish_interval=(
+                        min(finish_lo[name], finish[name]),
+                        max(finish_hi[name], finish[name]),
+                    ),
+                    cost_interval=(min(cost_lo.get(name, c), c), max(cost_hi.get(name, c), c)),
+                )
+            )
+    last = max(finish.values(), default=s.now)
+    s.do(Configure(counts, total, last, f"deadline plan ({why})"))
+
+
+PRIOR_SPREAD = 0.2
+"""The relative spread of a job's task times (sd over mean) assumed until two of its
+runs have ended: a declared time is a mean, and runs scatter about it (paper 002's
+cloud experiment: ±10 % to ±30 % uniform, sd 6 % to 17 %)."""
+
+Scale = Callable[[Queue, str], float]
+"""The factor a queue's task times are taken at (its machine type given)."""
+
+
+def _expect(
+    state: RunState,
+    queues: list[tuple[Queue, float, float, str]],
+    deadlines: Mapping[str, float],
+    base: float,
+    scale: Scale,
+    side: int = 0,
+) -> tuple[dict[str, float], dict[str, float], float]:
+    """Per job its last finish and its share of the machines' cost, and the run's whole
+    cost (from ``base``, the money of machines not in ``queues``), each queue's task
+    times taken at ``scale`` times the plan's.
+
+    ``side`` −1 or 1: the low or high end. A job's last task on a machine may be moved
+    to another one, or one more moved in (reassignment), so its end there is known
+    within one task's time either way; and its cost lies between its tasks' own machine
+    time at the price per second (no idle time) and its share of the machine's cost with
+    all of that machine's idle money (the idle time is shared by the seconds run, which
+    are not known until the run ends)."""
+    finish: dict[str, float] = {}
+    cost: dict[str, float] = {}
+    total = base
+    for q0, launched, paid_until, tname in queues:
+        f = scale(q0, tname)
+        q = q0 if f == 1.0 else replace(q0, task_s={k: v * f for k, v in q0.task_s.items()})
         ends = finish_times(q, deadlines)
         end = max([q.busy_until, *ends.values()])
         paid = max(paid_until, end) - launched
-        machine_cost = state.billing.cost(state.types[tname].price, paid)
+        price = state.types[tname].price
+        machine_cost = state.billing.cost(price, paid)
         total += machine_cost
         seconds: dict[str, float] = {}
         for _, key in q.tasks:
             name = job_of_key(state, key).name
             seconds[name] = seconds.get(name, 0.0) + q.task_s.get(key, 0.0)
         busy = sum(seconds.values())
+        per_s = price / state.billing.atu_s
+        idle = max(0.0, machine_cost - per_s * busy)
         for name, sec in seconds.items():
             if busy > 0:
-                cost[name] = cost.get(name, 0.0) + machine_cost * sec / busy
+                share = machine_cost * sec / busy
+                c = share if side == 0 else per_s * sec if side < 0 else share + idle
+                cost[name] = cost.get(name, 0.0) + c
         for key, end_j in ends.items():
             name = job_of_key(state, key).name
+            end_j += side * q.task_s.get(key, 0.0)
             finish[name] = max(finish.get(name, 0.0), end_j)
-    for name in sorted(jobs):
-        if name in finish:
-            s.do(Forecast(name, finish[name], cost.get(name, 0.0)))
-    last = max(finish.values(), default=s.now)
-    s.do(Configure(counts, total, last, f"deadline plan ({why})"))
+    return finish, cost, total
+
+
+def _spread(state: RunState, z: float, queues: int) -> tuple[Scale, Scale]:
+    """The low and high factor of a queue's task times. Each job's runs seen to end, as a
+    share of the mean of its runs on the same type, give its relative spread r (n runs);
+    a queue of m tasks then takes 1 ± √((z·r/√n)² + (z·r/√m)²) times its planned time:
+    the mean's error and the spread of m more runs. Where the queue's jobs differ, the
+    widest of them. A job with fewer than two runs seen to end is planned on its
+    declared (or sampled) mean, and its runs are taken to spread by ``PRIOR_SPREAD``."""
+    runs: dict[tuple[str, str], list[float]] = {}
+    for seg in state.segments:
+        m = state.machines.get(seg.machine)
+        if seg.outcome == "done" and m is not None and seg.end > seg.start:
+            runs.setdefault((state.job_of(seg.task).name, m.type.name), []).append(
+                seg.end - seg.start
+            )
+    shares: dict[str, list[float]] = {}
+    for (job, _), times in runs.items():
+        mean = sum(times) / len(times)
+        shares.setdefault(job, []).extend(t / mean for t in times)
+    spread = {job: (statistics.stdev(v), len(v)) for job, v in shares.items() if len(v) >= 2}
+    # A job ends with the latest of its machines' queues: for that latest end to be
+    # below the high end as often as one queue's end is below z, each queue's own
+    # spread is taken at z_n, Φ(z_n)^n = Φ(z) (the means' error is shared by all).
+    z_n = NormalDist().inv_cdf(NormalDist().cdf(z) ** (1.0 / max(1, queues)))
+
+    def factor(sign: float, z_q: float) -> Scale:
+        def f(q: Queue, tname: str) -> float:
+            widest = 0.0
+            for job in {job_of_key(state, key).name for _, key in q.tasks}:
+                seen = spread.get(job)
+                mean_err = 0.0 if seen is None else z * seen[0] / math.sqrt(seen[1])
+                r = PRIOR_SPREAD if seen is None else seen[0]
+                widest = max(widest, math.hypot(mean_err, z_q * r / math.sqrt(len(q.tasks))))
+            return max(0.0, 1.0 + sign * widest)
+
+        return f
+
+    return factor(-1.0, z), factor(1.0, z_n)

@@ -147,7 +147,25 @@ def estimate_runtime(
     boot = boot[np.isfinite(boot)]
     p = NormalDist().cdf(-z)
     lo, hi = (float(np.quantile(boot, q)) for q in (p, 1 - p))
+    hi += skew_shift(times[events], sd, n, z)
     return RuntimeEstimate(m, sd, min(lo, m), max(hi, m), survival.n_events, n - survival.n_events)
+
+
+def skew_shift(ended: np.ndarray, sd: float, n: int, z: float) -> float:
+    """How far a right-skewed sample moves the upper end of its mean's interval out:
+    Johnson's (1978) correction, (2z² + 1)/6 · γ·σ/n, γ the skewness of the runtimes
+    seen to end (none when they are not right-skewed). A percentile bootstrap of a
+    small sample from a heavy tail rarely draws the rare long runs the sample lacks,
+    and its interval falls short of the true mean above far more often than below
+    (on benchmarks/estimates.py's Pareto, Weibull k 0.7 and lognormal σ 1 samples,
+    8 of 80 above against 1 below; with the correction, 4 to 6 above)."""
+    if len(ended) < 3 or sd <= 0:
+        return 0.0
+    spread = float(np.std(ended))
+    if spread <= 0:
+        return 0.0
+    gamma = float(np.mean((ended - ended.mean()) ** 3)) / spread**3
+    return max(0.0, gamma) * (2 * z * z + 1) / 6 * sd / n
 
 
 @dataclass(frozen=True, slots=True)

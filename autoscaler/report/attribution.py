@@ -7,7 +7,7 @@ import math
 
 from autoscaler.core.model import JobSpec, Late, TaskState
 from autoscaler.core.state import Machine, RunState
-from autoscaler.report.format import rounded
+from autoscaler.report.format import inside, rounded, rounded_pair
 from autoscaler.report.records import EPS, GaveWay, JobOutcome, LateNote, LearnedNote
 
 
@@ -110,6 +110,18 @@ def job_outcomes(state: RunState) -> tuple[tuple[JobOutcome, ...], float]:
                 warnings=said.get(job.name, 0),
                 gave_way=_gave_way(job, late, costs[job.name]),
                 learned=learned_notes(state, job.name),
+                predicted_finish_interval_s=None
+                if forecast is None
+                else rounded_pair(forecast.finish_interval, 3),
+                predicted_cost_interval=None
+                if forecast is None
+                else rounded_pair(forecast.cost_interval, 4),
+                finish_inside=None
+                if forecast is None or len(ends) < job.count or finish is None
+                else inside(finish, forecast.finish_interval),
+                cost_inside=None
+                if forecast is None
+                else inside(costs[job.name], forecast.cost_interval),
             )
         )
     return tuple(out), unattributed

@@ -9,10 +9,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from autoscaler.config.schema import RunConfig
-from autoscaler.core.model import TaskSpec, TaskState
+from autoscaler.core.model import Risk, Shortfall, TaskSpec, TaskState
 from autoscaler.core.state import RunState
 from autoscaler.report.attribution import job_outcomes
-from autoscaler.report.format import rounded, rounded_pair
+from autoscaler.report.format import inside, rounded, rounded_pair
 from autoscaler.report.records import (
     EPS,
     BillingTerms,
@@ -65,12 +65,38 @@ def unfinished_tasks(state: RunState, tasks: Sequence[TaskSpec]) -> tuple[Unfini
     return tuple(out)
 
 
-def _inside(actual: float, interval: tuple[float, float] | None) -> bool | None:
-    """Whether ``actual`` fell in ``interval`` (rounding aside); None without one."""
-    if interval is None:
+def _first_note(warnings: Sequence[tuple[float, Shortfall | Risk]]) -> ShortfallNote | None:
+    """The first of the run's shortfall (or risk) warnings, for the report."""
+    if not warnings:
         return None
-    lo, hi = interval
-    return lo - 0.01 <= actual <= hi + 0.01
+    at, w = warnings[0]
+    return ShortfallNote(
+        at_s=round(at, 3),
+        tasks_left=w.tasks_left,
+        needed_budget=rounded(w.needed_budget, 2),
+        message=w.message,
+    )
+
+
+def _followed_plan(
+    configurations: Sequence[ConfigurationChoice],
+) -> tuple[ConfigurationChoice | None, float | None]:
+    """The plan whose prediction the report holds the run to, and when a best-effort
+    plan it replaced was made (None: it replaced none).
+
+    Sampling and round robin configurations predict nothing; the first that does is the
+    first plan after sampling. On a knife-edge budget that plan can be a best-effort
+    one (the planner found no mix the budget pays for, at the first estimates), soon
+    replaced by a plan that meets the budget once the estimates firm up: the run
+    follows that one, and its prediction is the one to check."""
+    made = [c for c in configurations if c.predicted_cost is not None]
+    if not made:
+        return None, None
+    first = made[0]
+    if not first.best_effort:
+        return first, None
+    followed = next((c for c in made if not c.best_effort), None)
+    return (first, None) if followed is None else (followed, first.t_s)
 
 
 HELD = (
@@ -131,23 +157,12 @@ def build_report(
             predicted_makespan_s=rounded(c.predicted_makespan_s),
             cost_interval=rounded_pair(c.cost_interval, 2),
             makespan_interval_s=rounded_pair(c.makespan_interval_s, 3),
+            best_effort=c.best_effort,
         )
         for t, c in state.configurations
     )
     makespan = round(makespan_s(state), 3)
-    shortfall = (
-        None
-        if not state.shortfalls
-        else ShortfallNote(
-            at_s=round(state.shortfalls[0][0], 3),
-            tasks_left=state.shortfalls[0][1].tasks_left,
-            needed_budget=rounded(state.shortfalls[0][1].needed_budget, 2),
-            message=state.shortfalls[0][1].message,
-        )
-    )
-    # Sampling and round robin configurations predict nothing; the first that does is
-    # the first plan after sampling.
-    first_plan = next((c for c in configurations if c.predicted_cost is not None), None)
+    first_plan, replaced_at = _followed_plan(configurations)
     if state.deadline_mode:
         first_plan = None
     report = Report(
@@ -175,12 +190,15 @@ def build_report(
             at_s=first_plan.t_s,
             cost_interval=first_plan.cost_interval,
             makespan_interval_s=first_plan.makespan_interval_s,
-            cost_inside=_inside(cost, first_plan.cost_interval),
+            cost_inside=inside(cost, first_plan.cost_interval),
             makespan_inside=None
             if not state.finished
-            else _inside(makespan, first_plan.makespan_interval_s),
+            else inside(makespan, first_plan.makespan_interval_s),
+            best_effort=first_plan.best_effort,
+            replaced_best_effort_at_s=replaced_at,
         ),
-        shortfall=shortfall,
+        shortfall=_first_note(state.shortfalls),
+        risk=_first_note(state.risks),
         billing=BillingTerms(
             mode=billing.mode,
             atu_s=billing.atu_s,

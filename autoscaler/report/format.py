@@ -29,3 +29,11 @@ def rounded(value: float | None, digits: int = 3) -> float | None:
 def rounded_pair(pair: tuple[float, float] | None, digits: int) -> tuple[float, float] | None:
     """Both ends of an interval rounded to ``digits``; None for None."""
     return None if pair is None else (round(pair[0], digits), round(pair[1], digits))
+
+
+def inside(actual: float, interval: tuple[float, float] | None) -> bool | None:
+    """Whether ``actual`` fell in ``interval`` (rounding aside); None without one."""
+    if interval is None:
+        return None
+    lo, hi = interval
+    return lo - 0.01 <= actual <= hi + 0.01

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from autoscaler.core.model import NOTICE_REASON
 from autoscaler.providers import registry
@@ -78,7 +78,10 @@ def render_markdown(report: Report) -> str:
         f"{_spent(report)}.",
     ]
     if report.predicted is not None:
-        lines.append(f"Prediction made at {hms(predicted.at_s)}, the first plan after sampling.")
+        lines.append(_made_when(report.predicted))
+    if report.risk is not None:
+        r = report.risk
+        lines += ["", f"**Risk at {hms(r.at_s)}** ({r.tasks_left} tasks left): {r.message}."]
     if report.shortfall is not None:
         sf = report.shortfall
         lines += [
@@ -87,6 +90,23 @@ def render_markdown(report: Report) -> str:
         ]
     lines += ["", HEAD_END, *_types_table(report)]
     return _tail(report, lines)
+
+
+def _made_when(p: Prediction) -> str:
+    """When the prediction was made, and which plan it is."""
+    if p.replaced_best_effort_at_s is not None:
+        return (
+            f"Prediction made at {hms(p.at_s)}, by the plan the run followed: the first plan "
+            f"after sampling, at {hms(p.replaced_best_effort_at_s)}, was a best-effort plan "
+            "(the most profitable type only) for a budget the planner could not meet at the "
+            "first estimates."
+        )
+    if p.best_effort:
+        return (
+            f"Prediction made at {hms(p.at_s)}, the first plan after sampling: a best-effort "
+            "plan (the most profitable type only) for a budget the planner could not meet."
+        )
+    return f"Prediction made at {hms(p.at_s)}, the first plan after sampling."
 
 
 def _types_table(report: Report) -> list[str]:
@@ -179,13 +199,26 @@ def _jobs_section(report: DeadlineReport) -> list[str]:
             "-" if w is None else f"{hms(w.at_s)}: {w.tasks} tasks, {w.seconds:.0f} s ({w.cause})"
         )
         late = f"**{j.tasks_late}**" if j.tasks_late else "0"
+        cost_in = _within(j.predicted_cost_interval, money, j.cost_inside)
+        finish_in = _within(j.predicted_finish_interval_s, hms, j.finish_inside)
         lines.append(
             f"| {j.name} | {hms(j.at_s)} | {hms(j.deadline_s)} | {j.tasks} | {j.done} | "
             f"{j.failed} | {hms(j.finish_s)} | {late} | {hms(j.seconds_late)} | "
-            f"{money(j.cost)} | {money(j.predicted_cost)} | {hms(j.predicted_finish_s)} | "
+            f"{money(j.cost)} | {money(j.predicted_cost)}{cost_in} | "
+            f"{hms(j.predicted_finish_s)}{finish_in} | "
             f"{warning} | {j.gave_way or '-'} |"
         )
     return lines
+
+
+def _within(
+    interval: tuple[float, float] | None, show: Callable[[float], str], held: bool | None
+) -> str:
+    """A forecast's interval after its point, and whether the outcome fell inside it."""
+    if interval is None:
+        return ""
+    mark = "" if held is None else (" ✓" if held else " ✗")
+    return f" ({show(interval[0])} – {show(interval[1])}{mark})"
 
 
 def _tail(report: Report, lines: list[str]) -> str:

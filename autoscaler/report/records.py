@@ -46,7 +46,8 @@ def _record(cls: type[_T]) -> type[_T]:
 
 @_record
 class Prediction:
-    """What BaTS's first plan after sampling said the run would cost and take."""
+    """What BaTS's first plan after sampling said the run would cost and take (or, when
+    that plan was a best-effort one soon replaced, the plan that replaced it)."""
 
     cost: float | None
     """The plan's predicted cost."""
@@ -62,11 +63,19 @@ class Prediction:
     """Whether the actual cost fell inside the cost interval."""
     makespan_inside: bool | None = None
     """Whether the actual makespan fell inside its interval (null: the bag did not finish)."""
+    best_effort: bool = False
+    """This prediction is of a best-effort plan: the planner found no mix that finishes
+    the bag within the budget, and the run kept going on the most profitable type."""
+    replaced_best_effort_at_s: float | None = None
+    """When the first plan after sampling was such a best-effort plan and a plan that
+    meets the budget replaced it, when the best-effort one was made; the prediction is
+    then the plan that replaced it, the one the run followed (null: neither)."""
 
 
 @_record
 class ShortfallNote:
-    """The first time the run said its budget was unlikely to finish the bag."""
+    """The first time the run said its budget was unlikely to finish the bag (a
+    shortfall), or that it might not (a risk)."""
 
     at_s: float
     """When, in seconds from the run's start."""
@@ -108,6 +117,9 @@ class ConfigurationChoice:
     """The interval of the predicted cost (null without a prediction)."""
     makespan_interval_s: tuple[float, float] | None = None
     """The interval of the predicted makespan (null without a prediction)."""
+    best_effort: bool = False
+    """The planner found no mix that finishes the bag within the budget: the most
+    profitable type only, its prediction for a budget it cannot meet."""
 
 
 @_record
@@ -310,6 +322,15 @@ class JobOutcome:
     cost above it), both, or none (null: the job has no budget)."""
     learned: tuple[LearnedNote, ...] = ()
     """Its declared task times that its runs showed far off, one per type (issue 22 §1)."""
+    predicted_finish_interval_s: tuple[float, float] | None = None
+    """The interval of the last plan's forecast of its finish (task times at the ends of
+    each type's runtime interval; null without a forecast)."""
+    predicted_cost_interval: tuple[float, float] | None = None
+    """The interval of the last plan's forecast of its cost (null without a forecast)."""
+    finish_inside: bool | None = None
+    """Whether its finish fell inside the finish interval (null: not finished, or none)."""
+    cost_inside: bool | None = None
+    """Whether its cost fell inside the cost interval (null: no interval)."""
 
 
 @_record
@@ -369,6 +390,9 @@ class Report:
     providers: Mapping[str, ProviderSummary] = field(default_factory=dict)
     """Per provider of the run (by the name the config gives it; in a one-provider run,
     its kind): its machines and their cost."""
+    risk: ShortfallNote | None = None
+    """The first warning that the budget was at risk: enough at the estimated runtimes,
+    not at the slow end of their intervals (null: none)."""
     time_scale: float | None = None
     """A real run only: emulated seconds per real second (absent from a dry run's report)."""
     refused_agents: int | None = None

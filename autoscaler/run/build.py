@@ -42,6 +42,7 @@ from autoscaler.core.model import (
     Move,
     ProviderLimit,
     Release,
+    Risk,
     Shortfall,
     Stop,
     TypeSpec,
@@ -310,6 +311,8 @@ def log_action(log: Any, now: float, action: Action) -> None:
             log.info("configure", t=now, counts=dict(counts), reason=reason)
         case Shortfall(needed_budget=needed, message=message):
             log.warning("budget shortfall", t=now, needed_budget=needed, message=message)
+        case Risk(needed_budget=needed, message=message):
+            log.warning("budget at risk", t=now, needed_budget=needed, message=message)
         case Hold(reason=reason):
             log.info("hold", t=now, reason=reason)
         case Late(job=job, tasks=n, seconds=late_s, cause=cause, message=message):

@@ -56,6 +56,9 @@ def summary_rows(cfg: RunConfig, state: RunState, estimate: float | None) -> lis
         interval = None if plan is None else plan.makespan_interval_s
         if interval is not None:
             rows.append(("finish interval", f"{hms(interval[0])} – {hms(interval[1])}"))
+    if state.risks:
+        at, risk = state.risks[-1]
+        rows.append(("risk", f"at {hms(at)}: {risk.message}"))
     if state.shortfalls:
         at, warning = state.shortfalls[-1]
         rows.append(("warning", f"at {hms(at)}: {warning.message}"))

@@ -21,7 +21,7 @@ from autoscaler.core.state import RunState
 from autoscaler.report.build import build_report
 from autoscaler.report.files import write_report
 from autoscaler.report.format import hms
-from autoscaler.report.markdown import render_head
+from autoscaler.report.markdown import render_head, render_markdown
 from autoscaler.report.plots import gantt_figure
 from autoscaler.report.records import REPORT_JSON, REPORT_MD, DeadlineReport, read_report
 from autoscaler.run.live import status_lines
@@ -268,3 +268,22 @@ def test_only_a_dry_runs_report_says_emulated(cfg: RunConfig, on_time: RunState)
     dry = build_report(local, on_time, tasks=[], run_id="d", seed=1)
     assert "emulated" not in render_head(real)
     assert "emulated" in render_head(dry)
+
+
+def test_each_jobs_forecast_has_an_interval_set_against_the_outcome(
+    cfg: RunConfig, on_time: RunState
+) -> None:
+    """Issue 22: a job's forecast finish and cost carry intervals around the point; the
+    report says whether the outcome fell inside, and the markdown shows them."""
+    for f in on_time.forecasts.values():
+        assert f.finish_interval is not None
+        assert f.cost_interval is not None
+        assert f.finish_interval[0] <= f.finish <= f.finish_interval[1]
+        assert f.cost_interval[0] <= f.cost <= f.cost_interval[1]
+        assert f.finish_interval[1] > f.finish_interval[0]
+    report = report_of(cfg, on_time)
+    for j in report.jobs:
+        assert j.predicted_finish_interval_s is not None
+        assert j.finish_inside is not None
+        assert j.cost_inside is not None
+    assert " – " in render_markdown(report).split("## Jobs")[1]

@@ -64,6 +64,7 @@ KEYS = [
     "shortfall",
     "unfinished_tasks",
     "providers",
+    "risk",
 ]
 """report.json's keys, in order, as every release so far has written them (a dry run's);
 a new key comes after those already there."""
@@ -107,6 +108,8 @@ def test_report_json_has_the_same_keys_as_ever(quickstart: DryRun) -> None:
         "makespan_interval_s",
         "cost_inside",
         "makespan_inside",
+        "best_effort",
+        "replaced_best_effort_at_s",
     }
     assert set(data["billing"]) == {"mode", "atu_s", "min_charge_s"}  # type: ignore[arg-type]
 
