@@ -30,9 +30,11 @@ from autoscaler.learn.survival import (
     RuntimeEstimate,
     Survival,
     build_curve,
+    estimate_arrays,
     estimate_runtime,
     kaplan_meier,
     km_moments,
+    merged,
     threshold_curve,
     whole_estimate,
 )
@@ -103,6 +105,10 @@ class RuntimeStats:
     _curve: Curve | None = field(default=None, compare=False, repr=False)
     _whole: RuntimeEstimate | None = field(default=None, compare=False, repr=False)
     _built_version: int = field(default=0, compare=False, repr=False)  # of both
+    # (z, resamples) -> version and ended runs drawn on, the interval's ends less T_i
+    _interval: dict[tuple[float, int], tuple[int, int, float, float]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
     # Compact sampling: these runs mapped through a fit (``mapped_stats``), kept with
     # their own curves until a run ends here.
     _mapped: dict[AffineFit, RuntimeStats] = field(default_factory=dict, compare=False, repr=False)
@@ -200,8 +206,28 @@ class RuntimeStats:
     def estimate(
         self, running_elapsed: Iterable[float] = (), z: float = 1.96, resamples: int = RESAMPLES
     ) -> RuntimeEstimate:
-        """T_i, its spread and interval, running tasks counted as censored at their age."""
-        return estimate_runtime(self.survival(running_elapsed), z, resamples)
+        """T_i, its spread and interval, running tasks counted as censored at their age.
+
+        Past ``EXACT_UP_TO`` ended runs, the bootstrap interval's distances from T_i
+        are kept (T_i and its spread are not) until the runs ended since exceed
+        ``STALE_SHARE`` of those it was drawn on: a monitor asks at every tick, and the
+        resamples cost ``RESAMPLES`` times the estimate."""
+        ended = len(self._done) + len(self._censored)
+        if ended <= EXACT_UP_TO:
+            return estimate_runtime(self.survival(running_elapsed), z, resamples)
+        times, events = merged(self.done_times, [*self.censored_times, *running_elapsed])
+        e = estimate_arrays(times, events, z, 0)
+        if resamples <= 0:
+            return e
+        kept = self._interval.get((z, resamples))
+        if kept is None or self.version - kept[0] > kept[1] * STALE_SHARE:
+            full = estimate_arrays(times, events, z, resamples)
+            kept = (self.version, ended, full.lo_s - full.mean_s, full.hi_s - full.mean_s)
+            self._interval[z, resamples] = kept
+        lo, hi = e.mean_s + kept[2], e.mean_s + kept[3]
+        return RuntimeEstimate(
+            e.mean_s, e.sd_s, min(lo, e.mean_s), max(hi, e.mean_s), e.done, e.censored
+        )
 
     def mean(self, running_elapsed: Iterable[float] = ()) -> float:
         """T_i: the survival-curve mean over ended runs and the running ones' ages."""

@@ -164,3 +164,45 @@ def test_equal_stats_compare_equal_whatever_was_read() -> None:
     assert a == b
     b.record(1.0)
     assert a != b
+
+
+def test_bootstrap_in_chunks_draws_the_same_interval(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bootstrap drawn a few rows at a time (bounded memory) gives the interval
+    drawn all at once, to the bit."""
+    from autoscaler.learn import survival
+
+    seen = observations(5, 300)
+    surv = Survival.of([t for t, e in seen if e], [t for t, e in seen if not e])
+    whole = estimate_runtime(surv)
+    monkeypatch.setattr(survival, "BOOT_CELLS", 7 * 300)
+    assert estimate_runtime(surv) == whole
+
+
+def test_past_exact_up_to_the_monitors_estimate_is_exact_but_its_interval_kept() -> None:
+    """Past EXACT_UP_TO, T_i and its spread with running tasks are those from scratch;
+    the interval's distances from T_i are those of the last bootstrap, drawn again once
+    STALE_SHARE more runs ended."""
+    stats = RuntimeStats(sample_target=30)
+    seen = observations(11, EXACT_UP_TO + 200)
+    for t, ended in seen:
+        stats.record(t) if ended else stats.censor(t)
+    running = [50.0, 400.0, 2000.0]
+
+    def scratch(upto: int) -> RuntimeEstimate:
+        done = [t for t, e in seen[:upto] if e]
+        cens = [t for t, e in seen[:upto] if not e]
+        return estimate_runtime(Survival.of(done, [*cens, *running]))
+
+    first = stats.estimate(running)
+    assert first == scratch(len(seen))
+    stats.record(700.0)
+    seen.append((700.0, True))
+    second = stats.estimate(running)
+    want = scratch(len(seen))
+    assert (second.mean_s, second.sd_s) == (want.mean_s, want.sd_s)
+    assert second.hi_s - second.mean_s == first.hi_s - first.mean_s
+    assert stats.mean(running) == want.mean_s
+    for _ in range(math.ceil(len(seen) * STALE_SHARE)):
+        stats.record(700.0)
+        seen.append((700.0, True))
+    assert stats.estimate(running) == scratch(len(seen))
