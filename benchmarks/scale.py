@@ -452,7 +452,7 @@ def in_child(policy: str, budget: float | None, out_dir: Path) -> Million:
 
 def million_table(rows: Sequence[Million]) -> str:
     header = ["policy", "budget", "cost", "done", "makespan", "machines", "wall s", "emul. s"]
-    header += ["CPU s", "peak MB", "written MB", "target"]
+    header += ["CPU s", "CPU µs/task", "journal B/task", "peak MB", "written MB", "target"]
     out = []
     for r in rows:
         ok = r.wall_s < MILLION_TARGET_S and r.peak_mb < MILLION_TARGET_MB
@@ -467,6 +467,8 @@ def million_table(rows: Sequence[Million]) -> str:
                 f"{r.wall_s:.1f}",
                 f"{r.emul_s:.1f}",
                 f"{r.cpu_s:.1f}",
+                f"{r.cpu_s / MILLION * 1e6:,.0f}",
+                f"{r.files.get('journal.jsonl', 0) / MILLION:,.0f}",
                 f"{r.peak_mb:,.0f}",
                 f"{sum(r.files.values()) / 1e6:,.1f}",
                 f"<{MILLION_TARGET_S:g} s, <{MILLION_TARGET_MB:,.0f} MB {'PASS' if ok else 'FAIL'}",
