@@ -336,7 +336,7 @@ class Controller:
         """Give each machine of ``machines`` with a free slot a task group, or release it
         when it is idle and has nothing to do."""
         state = s.state
-        slots = sum(m.type.slots for m in state.alive_machines())
+        slots = state.alive_slots
         share = fair_share(len(state.pending), 1, slots)
         for mid in sorted(machines):
             m = state.machines[mid]

@@ -103,6 +103,8 @@ class Fold(Runs):
                     launched_at=start,
                     paid_until=start + self.billing.first_step_s,
                 )
+                self.alive[mid] = self.machines[mid]
+                self.alive_slots += self.types[tname].slots
                 queues = self.launch_queues.get(token)
                 if queues:
                     self._queue_on(self.machines[mid], queues.popleft())
@@ -293,6 +295,8 @@ class Fold(Runs):
             self._drop_run(tid, mid)
         m.queue.clear()
         m.state = MachineState.GONE
+        if self.alive.pop(mid, None) is not None:
+            self.alive_slots -= m.type.slots
         m.ended_at = end
         m.end_reason = reason
         # The money committed beyond the machine's real end is not spent.

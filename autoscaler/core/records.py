@@ -89,6 +89,10 @@ class RunRecords:
     max_retries: int = 2
     now: float = 0.0  # run time of the last record applied
     machines: dict[str, Machine] = field(default_factory=dict)
+    # Of them, those not gone (in launch order) and their slots: the per-event work of
+    # a dispatch does not grow with the machines a long run has had.
+    alive: dict[str, Machine] = field(default_factory=dict, compare=False, repr=False)
+    alive_slots: int = field(default=0, compare=False)
     task_state: list[TaskState] = field(default_factory=list)
     attempts: list[int] = field(default_factory=list)
     pending: deque[int] = field(default_factory=deque)
@@ -240,10 +244,10 @@ class RunRecords:
             queue.insert(i, tid)
 
     def alive_machines(self) -> Iterator[Machine]:
-        return (m for m in self.machines.values() if m.alive)
+        return (m for m in list(self.alive.values()) if m.alive)
 
     def any_alive(self) -> bool:
-        return any(m.alive for m in self.machines.values())
+        return bool(self.alive)
 
     def budget_of(self, configured: float | None) -> float | None:
         """The run's budget: the last one set during the run (``BudgetSet``), else the

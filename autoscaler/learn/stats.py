@@ -29,11 +29,14 @@ from autoscaler.learn.survival import (
     Curve,
     RuntimeEstimate,
     Survival,
+    build_curve,
+    estimate_arrays,
     estimate_runtime,
     kaplan_meier,
     km_moments,
-    tail_moments,
+    merged,
     threshold_curve,
+    whole_estimate,
 )
 
 __all__ = [
@@ -65,6 +68,17 @@ def initial_workers(n_tasks: int, n_sample: int) -> int:
 SAMPLE_OPEN_SHARE = 0.1
 """A type is sampled once all but this share of its sample set have ended."""
 
+EXACT_UP_TO = 1024
+"""Up to this many runs ended on a type, its survival curve is rebuilt after every one
+(T_i, its spread and τ_e are those of every run seen, bit for bit)."""
+
+STALE_SHARE = 1 / 64
+"""Past ``EXACT_UP_TO``, the curve is rebuilt once the runs ended since it was built
+exceed this share of those it was built on: a controller asks for T_i on every
+dispatch, and a rebuild costs O(n log n), so the work per event would otherwise grow
+with the tasks done. The curve then lags at most 1.6 % of the runs behind, and the
+rebuilds of a run of N tasks cost O(N log N) in all."""
+
 
 @dataclass
 class RuntimeStats:
@@ -79,15 +93,67 @@ class RuntimeStats:
     """
 
     sample_target: int
-    done_times: list[float] = field(default_factory=list)  # sorted
-    censored_times: list[float] = field(default_factory=list)  # sorted
+    # Runtimes seen to end, and ended without a result: appended, sorted when read
+    # (``done_times``, ``censored_times``); an insertion in order would move O(n).
+    _done: list[float] = field(default_factory=list, repr=False)
+    _censored: list[float] = field(default_factory=list, repr=False)
+    _unsorted: bool = field(default=False, compare=False, repr=False)
     sample: list[int] = field(default_factory=list)  # the sample set, in start order
     sample_open: set[int] = field(default_factory=set)  # of it, still without an end
     done: int = 0
+    version: int = 0  # bumped by every run that ends (``record``, ``censor``)
     _curve: Curve | None = field(default=None, compare=False, repr=False)
+    _whole: RuntimeEstimate | None = field(default=None, compare=False, repr=False)
+    _built_version: int = field(default=0, compare=False, repr=False)  # of both
+    # (z, resamples) -> version and ended runs drawn on, the interval's ends less T_i
+    _interval: dict[tuple[float, int], tuple[int, int, float, float]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
     # Compact sampling: these runs mapped through a fit (``mapped_stats``), kept with
     # their own curves until a run ends here.
     _mapped: dict[AffineFit, RuntimeStats] = field(default_factory=dict, compare=False, repr=False)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RuntimeStats):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def _key(self) -> tuple[object, ...]:
+        return (
+            self.sample_target,
+            self.done_times,
+            self.censored_times,
+            self.sample,
+            self.sample_open,
+            self.done,
+            self.version,
+        )
+
+    @property
+    def done_times(self) -> list[float]:
+        """Runtimes of the counted runs seen to end, sorted."""
+        self._sort()
+        return self._done
+
+    @done_times.setter
+    def done_times(self, times: list[float]) -> None:
+        self._done = sorted(times)
+
+    @property
+    def censored_times(self) -> list[float]:
+        """Ages of the counted runs that ended without a result, sorted."""
+        self._sort()
+        return self._censored
+
+    @censored_times.setter
+    def censored_times(self, times: list[float]) -> None:
+        self._censored = sorted(times)
+
+    def _sort(self) -> None:
+        if self._unsorted:  # a long sorted run and a few more: timsort merges in O(n)
+            self._done.sort()
+            self._censored.sort()
+            self._unsorted = False
 
     def start(self, task: int) -> None:
         """A run of ``task`` starts on this type (replicas are not counted)."""
@@ -98,18 +164,31 @@ class RuntimeStats:
     def record(self, runtime_s: float, task: int | None = None) -> None:
         """A counted run ended with a result after ``runtime_s``."""
         self.done += 1
-        bisect.insort(self.done_times, runtime_s)
+        self._unsorted |= bool(self._done) and runtime_s < self._done[-1]
+        self._done.append(runtime_s)
         if task is not None:
             self.sample_open.discard(task)
-        self._curve = None
-        self._mapped.clear()
+        self._changed()
 
     def censor(self, elapsed_s: float, task: int | None = None) -> None:
         """A counted run ended without a result after ``elapsed_s`` (it needed longer)."""
-        bisect.insort(self.censored_times, elapsed_s)
+        self._unsorted |= bool(self._censored) and elapsed_s < self._censored[-1]
+        self._censored.append(elapsed_s)
         if task is not None:
             self.sample_open.discard(task)
+        self._changed()
+
+    def _changed(self) -> None:
+        """A run ended: drop the curve (and the runs mapped from this type), unless past
+        ``EXACT_UP_TO`` it lags fewer runs than ``STALE_SHARE`` allows."""
+        self.version += 1
+        if self._whole is not None:
+            lag = self.version - self._built_version
+            built_on = len(self._done) + len(self._censored) - lag
+            if built_on > EXACT_UP_TO and lag <= built_on * STALE_SHARE:
+                return
         self._curve = None
+        self._whole = None
         self._mapped.clear()
 
     @property
@@ -127,14 +206,34 @@ class RuntimeStats:
     def estimate(
         self, running_elapsed: Iterable[float] = (), z: float = 1.96, resamples: int = RESAMPLES
     ) -> RuntimeEstimate:
-        """T_i, its spread and interval, running tasks counted as censored at their age."""
-        return estimate_runtime(self.survival(running_elapsed), z, resamples)
+        """T_i, its spread and interval, running tasks counted as censored at their age.
+
+        Past ``EXACT_UP_TO`` ended runs, the bootstrap interval's distances from T_i
+        are kept (T_i and its spread are not) until the runs ended since exceed
+        ``STALE_SHARE`` of those it was drawn on: a monitor asks at every tick, and the
+        resamples cost ``RESAMPLES`` times the estimate."""
+        ended = len(self._done) + len(self._censored)
+        if ended <= EXACT_UP_TO:
+            return estimate_runtime(self.survival(running_elapsed), z, resamples)
+        times, events = merged(self.done_times, [*self.censored_times, *running_elapsed])
+        e = estimate_arrays(times, events, z, 0)
+        if resamples <= 0:
+            return e
+        kept = self._interval.get((z, resamples))
+        if kept is None or self.version - kept[0] > kept[1] * STALE_SHARE:
+            full = estimate_arrays(times, events, z, resamples)
+            kept = (self.version, ended, full.lo_s - full.mean_s, full.hi_s - full.mean_s)
+            self._interval[z, resamples] = kept
+        lo, hi = e.mean_s + kept[2], e.mean_s + kept[3]
+        return RuntimeEstimate(
+            e.mean_s, e.sd_s, min(lo, e.mean_s), max(hi, e.mean_s), e.done, e.censored
+        )
 
     def mean(self, running_elapsed: Iterable[float] = ()) -> float:
         """T_i: the survival-curve mean over ended runs and the running ones' ages."""
         running = list(running_elapsed)
         if not running:
-            return self._survival_curve().mean_s
+            return self._moments().mean_s
         return self.estimate(running, resamples=0).mean_s
 
     def stddev(self, running_elapsed: Iterable[float] = ()) -> float:
@@ -143,8 +242,17 @@ class RuntimeStats:
             return 0.0
         running = list(running_elapsed)
         if not running:
-            return self._survival_curve().sd_s
+            return self._moments().sd_s
         return self.estimate(running, resamples=0).sd_s
+
+    def _moments(self) -> RuntimeEstimate:
+        """T_i and its spread over the ended runs (the curve's, without building it)."""
+        if self._whole is None:
+            if self.done == 0:
+                raise ValueError("no runtime has been seen to end yet")
+            self._whole = whole_estimate(self.done_times, self.censored_times)
+            self._built_version = self.version
+        return self._whole
 
     def _survival_curve(self) -> Curve:
         """Kaplan–Meier over the ended runs: times, S after each, ∫S from each time to the
@@ -152,23 +260,11 @@ class RuntimeStats:
         if self._curve is None:
             if self.done == 0:
                 raise ValueError("no runtime has been seen to end yet")
-            surv = self.survival()
-            whole = estimate_runtime(surv, resamples=0)
-            t_arr = np.asarray(surv.times, dtype=float)
-            e_arr = np.asarray(surv.events, dtype=bool)
-            ones = np.ones(len(t_arr))
-            after, before = kaplan_meier(t_arr, e_arr, ones)
-            prev = np.concatenate([[0.0], t_arr[:-1]])
-            restricted = (before * (t_arr - prev)).sum(axis=1)
-            mrls, index, _ = tail_moments(t_arr, e_arr, ones, restricted)
-            mrl, alpha = float(mrls[0]), float(index[0])
-            times, s_after = list(surv.times), [float(v) for v in after[0]]
-            # ∫ S from times[j] to times[-1]: S is s_after[i] on [times[i], times[i+1]).
-            area = [0.0] * len(times)
-            for j in range(len(times) - 2, -1, -1):
-                area[j] = area[j + 1] + s_after[j] * (times[j + 1] - times[j])
-            extreme = threshold_curve(t_arr, e_arr, times, s_after, whole)
-            self._curve = Curve(times, s_after, area, mrl, alpha, whole.mean_s, whole.sd_s, extreme)
+            c = build_curve(self.done_times, self.censored_times)
+            # T_i as the curve has it (a lagging one is rebuilt with the curve).
+            n_cens = len(self._censored)
+            self._whole = RuntimeEstimate(c.mean_s, c.sd_s, c.mean_s, c.mean_s, self.done, n_cens)
+            self._curve, self._built_version = c, self.version
         return self._curve
 
     def extreme_curve(self, running_elapsed: Sequence[float] = ()) -> Curve:

@@ -30,12 +30,29 @@ class Survival:
 
     @classmethod
     def of(cls, done: Iterable[float], censored: Iterable[float]) -> Survival:
-        pairs = sorted([(t, False) for t in done] + [(t, True) for t in censored])
-        return cls(tuple(t for t, _ in pairs), tuple(not c for _, c in pairs))
+        times, events = merged(done, censored)
+        return cls(tuple(times.tolist()), tuple(events.tolist()))
 
     @property
     def n_events(self) -> int:
         return sum(self.events)
+
+
+def merged(done: Iterable[float], censored: Iterable[float]) -> tuple[np.ndarray, np.ndarray]:
+    """Times and events as arrays, sorted by time, an end before a censoring at the
+    same time (the order of ``Survival``)."""
+    d = np.sort(np.asarray(done if isinstance(done, list) else list(done), dtype=float))
+    c = np.sort(np.asarray(censored if isinstance(censored, list) else list(censored), dtype=float))
+    if not len(c):
+        return d, np.ones(len(d), dtype=bool)
+    # Each censoring after the ends at its time and before the later ones.
+    at = np.searchsorted(d, c, side="right") + np.arange(len(c))
+    times = np.empty(len(d) + len(c))
+    events = np.ones(len(times), dtype=bool)
+    events[at] = False
+    times[at] = c
+    times[events] = d
+    return times, events
 
 
 def upper_quarter(times: np.ndarray, events: np.ndarray) -> tuple[np.ndarray, int]:
@@ -132,23 +149,45 @@ def estimate_runtime(
     scale with); observations are resampled whole, censored ones included. Seeded, so
     the same data always gives the same interval (a replayed run decides the same).
     """
-    if survival.n_events == 0:
-        raise ValueError("no runtime has been seen to end yet")
     times = np.asarray(survival.times, dtype=float)
     events = np.asarray(survival.events, dtype=bool)
+    return estimate_arrays(times, events, z, resamples, seed)
+
+
+BOOT_CELLS = 2_000_000
+"""Bootstrap weights drawn and used at once (rows of a resample at a time): the same
+draws in the same order, in bounded memory (a row per resample of 500,000 runs would
+take 800 MB per array)."""
+
+
+def estimate_arrays(
+    times: np.ndarray,
+    events: np.ndarray,
+    z: float = 1.96,
+    resamples: int = RESAMPLES,
+    seed: int = 0,
+) -> RuntimeEstimate:
+    """``estimate_runtime`` on runs sorted as ``Survival`` sorts them."""
+    n_events = int(events.sum())
+    if n_events == 0:
+        raise ValueError("no runtime has been seen to end yet")
     n = len(times)
     mean, second = km_moments(times, events, np.ones(n))
     m, sd = float(mean[0]), math.sqrt(max(0.0, float(second[0]) - float(mean[0]) ** 2))
     if resamples <= 0 or n < 2:
-        return RuntimeEstimate(m, sd, m, m, survival.n_events, n - survival.n_events)
+        return RuntimeEstimate(m, sd, m, m, n_events, n - n_events)
     rng = np.random.default_rng(seed)
-    weights = rng.multinomial(n, np.full(n, 1.0 / n), size=resamples)
-    boot, _ = km_moments(times, events, weights)
+    rows = max(1, BOOT_CELLS // n)
+    boots = []
+    for first in range(0, resamples, rows):
+        weights = rng.multinomial(n, np.full(n, 1.0 / n), size=min(rows, resamples - first))
+        boots.append(km_moments(times, events, weights)[0])
+    boot = np.concatenate(boots)
     boot = boot[np.isfinite(boot)]
     p = NormalDist().cdf(-z)
     lo, hi = (float(np.quantile(boot, q)) for q in (p, 1 - p))
     hi += skew_shift(times[events], sd, n, z)
-    return RuntimeEstimate(m, sd, min(lo, m), max(hi, m), survival.n_events, n - survival.n_events)
+    return RuntimeEstimate(m, sd, min(lo, m), max(hi, m), n_events, n - n_events)
 
 
 def skew_shift(ended: np.ndarray, sd: float, n: int, z: float) -> float:
@@ -229,3 +268,50 @@ def threshold_curve(
     if not cut_t or cut_t[-1] < u:
         cut_t, cut_s = [*cut_t, u], [*cut_s, cut_s[-1] if cut_s else 1.0]
     return Curve(cut_t, cut_s, [], mrl, math.inf, whole.mean_s, whole.sd_s)
+
+
+def _km_whole(
+    t_arr: np.ndarray, e_arr: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, RuntimeEstimate]:
+    """Kaplan–Meier on sorted runs (S after each), the tail's mean residual life and
+    Pareto index, and T_i with its spread: ``km_moments`` and the curve in one pass
+    (the same arithmetic, the same numbers)."""
+    n_events = int(e_arr.sum())
+    if n_events == 0:
+        raise ValueError("no runtime has been seen to end yet")
+    ones = np.ones(len(t_arr))
+    after, before = kaplan_meier(t_arr, e_arr, ones)
+    prev = np.concatenate([[0.0], t_arr[:-1]])
+    restricted = (before * (t_arr - prev)).sum(axis=1)
+    second = (before * (t_arr**2 - prev**2)).sum(axis=1)
+    mrls, index, tail_second = tail_moments(t_arr, e_arr, ones, restricted)
+    left = after[:, -1]
+    m = float((restricted + left * mrls)[0])
+    second_m = float((second + left * tail_second)[0])
+    whole = RuntimeEstimate(
+        m, math.sqrt(max(0.0, second_m - m**2)), m, m, n_events, len(t_arr) - n_events
+    )
+    return after[0], mrls, index, whole
+
+
+def whole_estimate(done: Iterable[float], censored: Iterable[float]) -> RuntimeEstimate:
+    """T_i and its spread over ended runs (``estimate_runtime`` without resamples)."""
+    return _km_whole(*merged(done, censored))[3]
+
+
+def build_curve(done: Iterable[float], censored: Iterable[float]) -> Curve:
+    """The survival curve of ended runs (``done`` seen to end, ``censored`` ended without
+    a result): times, S after each, ∫S from each time to the last, the tail past the
+    last time, T_i and its spread (``whole_estimate``), and the curve for the longest
+    of many runs (``threshold_curve``). Raises ValueError when nothing was seen to end."""
+    t_arr, e_arr = merged(done, censored)
+    after, mrls, index, whole = _km_whole(t_arr, e_arr)
+    times, s_after = t_arr.tolist(), after.tolist()
+    # ∫ S from times[j] to times[-1]: S is s_after[j] on [times[j], times[j+1]); summed
+    # from the end, one term at a time (as a loop would).
+    pieces = after[:-1] * np.diff(t_arr)
+    area = np.concatenate([np.cumsum(pieces[::-1])[::-1], [0.0]]).tolist()
+    extreme = threshold_curve(t_arr, e_arr, times, s_after, whole)
+    return Curve(
+        times, s_after, area, float(mrls[0]), float(index[0]), whole.mean_s, whole.sd_s, extreme
+    )

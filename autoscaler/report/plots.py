@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from autoscaler.core.model import JobSpec
 from autoscaler.core.state import RunState
+from autoscaler.report.activity import activity
 from autoscaler.report.format import hms
 from autoscaler.report.labels import Place, ladder, place_apart
 
@@ -27,6 +28,13 @@ if TYPE_CHECKING:
 _OUTCOME_COLOURS = (("done", None), ("failed", "red"), ("cancelled", "grey"), ("lost", "black"))
 _HOUR = 3600.0
 
+BIG_MACHINES = 200
+BIG_RUNS = 20_000
+"""A run with more machines or runs than these has its Gantt chart drawn as an image of
+time buckets per machine (``activity``), not a bar per task: at 100,000 tasks a bar
+each takes tens of seconds to draw and shows nothing a bucket would not."""
+_BUCKETS = 1000
+
 
 def gantt_figure(state: RunState) -> Figure:
     """Machines over time (one row each, coloured by type) with their tasks on them.
@@ -41,6 +49,8 @@ def gantt_figure(state: RunState) -> Figure:
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
+    if len(state.machines) > BIG_MACHINES or len(state.segments) > BIG_RUNS:
+        return _bucket_gantt(state)
     machines = sorted(state.machines.values(), key=lambda m: (m.type.name, m.launched_at))
     colours = colormaps["tab10"]
     type_colour = {name: colours(i % 10) for i, name in enumerate(sorted(state.types))}
@@ -130,6 +140,66 @@ def gantt_figure(state: RunState) -> Figure:
             frameon=False,
         )
     ax.grid(axis="x", alpha=0.3)
+    return fig
+
+
+def _bucket_gantt(state: RunState) -> Figure:
+    """The Gantt chart of a big run: one pixel row per machine (by type, then launch),
+    one column per time bucket, coloured by how much of the bucket its slots spent on
+    runs (its type's colour for done runs; red failed, grey cancelled, black lost) on
+    the pale colour of its life. Drawn as one rasterised image."""
+    import numpy as np
+    from matplotlib import colormaps
+    from matplotlib.colors import to_rgb
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
+    act = activity(state, _BUCKETS)
+    colours = colormaps["tab10"]
+    type_colour = {name: colours(i % 10)[:3] for i, name in enumerate(sorted(state.types))}
+    row_colour = np.array([type_colour[t] for t in act.types]).reshape(-1, 1, 3)
+    used = sum(act.busy.values())
+    life = np.clip(act.alive - used, 0.0, 1.0) * 0.25
+    image = np.ones((*act.alive.shape, 3)) * (1.0 - life - np.clip(used, 0.0, 1.0))[..., None]
+    image += life[..., None] * row_colour
+    for outcome, colour in _OUTCOME_COLOURS:
+        share = np.clip(act.busy[outcome], 0.0, 1.0)[..., None]
+        image += share * (row_colour if colour is None else np.array(to_rgb(colour)))
+    n = len(act.machines)
+    fig = Figure(figsize=(12, 8), layout="constrained")
+    ax = fig.subplots()
+    hours = state.now / _HOUR if state.now > 0 else 1.0
+    ax.imshow(
+        np.clip(image, 0.0, 1.0),
+        aspect="auto",
+        interpolation="antialiased",
+        origin="lower",
+        extent=(0.0, hours, -0.5, n - 0.5),
+        rasterized=True,
+    )
+    firsts = [i for i, t in enumerate(act.types) if i == 0 or act.types[i - 1] != t]
+    ax.set_yticks(firsts)
+    ax.set_yticklabels(
+        [f"{act.types[i]} ({act.types.count(act.types[i])})" for i in firsts], fontsize=8
+    )
+    ax.set_ylabel(f"{n:,} machines, by type then launch")
+    ax.set_xlabel("hours since start")
+    ax.set_title(
+        f"Machines over time, {len(state.segments):,} runs in buckets of {hms(act.bucket_s)}:\n"
+        "share of slot time busy (type colour; red failed, grey cancelled, black lost), "
+        "life pale"
+    )
+    for spec in state.jobs:
+        ax.axvline(spec.deadline / _HOUR, color="black", linewidth=0.8)
+    ran = sorted(set(act.types))
+    fig.legend(
+        [Patch(color=type_colour[name]) for name in ran],
+        ran,
+        loc="outside lower center",
+        ncol=min(len(ran), 8),
+        fontsize=8,
+        frameon=False,
+    )
     return fig
 
 
