@@ -70,9 +70,16 @@ class Lease:
     renew_in_s: float  # ask again after at most this
 
 
-def lease(timeline: Timeline, paid_until: float, margin_s: float, arrived: float) -> Lease:
+def lease(
+    timeline: Timeline, paid_until: float, margin_s: float, arrived: float, floor_s: float = 0.0
+) -> Lease:
     """The lease of a machine paid until ``paid_until``, for a request that arrived at
-    monotonic time ``arrived``; a machine past its lease gets zero, never less."""
+    monotonic time ``arrived``; a machine past its lease gets zero, never less.
+    ``floor_s``: the lease ends at least this many real seconds after the agent's next
+    ask (time-scaled runs, where a margin of minutes is a second or less of real time,
+    and no money is real)."""
     hard = timeline.mono_at(hard_end(paid_until, margin_s)) - arrived
     renew = timeline.mono_at(renew_at(paid_until, margin_s)) - arrived
+    if floor_s > 0:
+        hard = max(hard, max(0.0, renew) + floor_s)
     return Lease(round(max(0.0, hard), 4), round(max(0.0, renew), 4))

@@ -176,7 +176,8 @@ class Agents:
         return self.parked.pop(machine, None)
 
     def _base(self, m: Machine, poll: Poll, timeline: Timeline, margin: float) -> dict[str, Any]:
-        held = lease(timeline, m.paid_until, margin, poll.arrived)
+        floor = SCALED_LEASE_FLOOR_S if self.cfg.time_scale > 1 else 0.0
+        held = lease(timeline, m.paid_until, margin, poll.arrived, floor)
         return {
             "ack": True,
             "tasks": [],
@@ -225,6 +226,13 @@ class Agents:
             else (self.cfg.bag.timeout_s if self.cfg.bag is not None else None),
         }
 
+
+SCALED_LEASE_FLOOR_S = 2.0
+"""A time-scaled run's leases end at least this many real seconds after the agent asks
+again: at 360x a release margin of a tenth of an hour is one real second, and a daemon
+stalled longer than that on a loaded host let agents of machines it kept lose their
+lease (local agents only: no money is real there, and the daemon, not the agent, decides
+when a machine's paid time ends)."""
 
 NEVER = 1e12
 """Run time far past any run's end: a type given up is avoided until then."""

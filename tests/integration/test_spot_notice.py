@@ -43,24 +43,30 @@ def test_a_spot_notice_hands_the_machines_tasks_back_at_once(world: Ec2World) ->
     config = world.config(
         bag={"synthetic": N},
         constraint={"budget": 80},
-        emulator={"runtime": {"dist": "normal", "mean_s": 12, "sd_s": 1}},
+        emulator={"runtime": {"dist": "normal", "mean_s": 20, "sd_s": 1}},  # 10 s on fast
+        ec2={"notice_every_s": 0.2},
     )
     proc = start_daemon(str(config), "--out", str(run_dir))
     try:
         wait_for(lambda: journal_rows(run_dir, "TaskDone"), 120, "a task done")
         run_id = run_id_of(run_dir)
-        spot: set[str] = set()
+        seen: dict[str, set[int]] = {}
+        fresh: list[str] = []
 
-        def busy_spot() -> dict[str, set[int]]:
-            spot.update(
+        def fresh_task() -> bool:
+            """A spot instance given a task since the last look (so it has ~10 s to go)."""
+            spot = {
                 i["InstanceId"]
                 for i in world.instances(run_id)
                 if i["InstanceType"] == "c5.large" and i["State"]["Name"] == "running"
-            )
-            return in_progress(run_dir, spot)
+            }
+            now = in_progress(run_dir, spot)
+            fresh.extend(m for m in spot if m in seen and now.get(m, set()) - seen[m])
+            seen.update({m: now.get(m, set()) for m in spot})
+            return bool(fresh)
 
-        wait_for(busy_spot, 60, "a spot instance with a task in progress")
-        victim, held = next(iter(busy_spot().items()))
+        wait_for(fresh_task, 90, "a spot instance given a task")
+        victim = fresh[0]
         noticed = time.monotonic()
         world.notices.notice(victim, "terminate", "2026-11-26T12:00:00Z")
         wait_for(
@@ -82,10 +88,18 @@ def test_a_spot_notice_hands_the_machines_tasks_back_at_once(world: Ec2World) ->
     done = Counter(d["task"] for _, _, d in journal_rows(run_dir, "TaskDone"))
     assert sorted(done) == list(range(N))
     assert set(done.values()) == {1}
+    # What it had in progress when it was counted gone ran again elsewhere.
+    lost_t = next(t for t, _, d in journal_rows(run_dir, "MachineLost") if d["machine"] == victim)
+    ended = {d["task"] for t, _, d in journal_rows(run_dir, "TaskDone") if t <= lost_t}
+    held = {
+        d["task"]
+        for t, _, d in assigned_rows(run_dir)
+        if d["machine"] == victim and t <= lost_t and d["task"] not in ended
+    }
+    assert held, "the noticed machine had no task in progress"
     done_by = {d["task"]: d["machine"] for _, _, d in journal_rows(run_dir, "TaskDone")}
     assert all(done_by[t] != victim for t in held)
     # From the notice to its tasks queued elsewhere: seconds, against EC2's two minutes.
-    lost_t = next(t for t, _, d in journal_rows(run_dir, "MachineLost") if d["machine"] == victim)
     again = [t for t, _, d in assigned_rows(run_dir) if d["task"] in held and t >= lost_t]
     assert again
     print(

@@ -83,3 +83,15 @@ def test_a_delay_to_a_passed_time_is_zero() -> None:
     assert delay_s(REAL, t=50.0, mono=1100.0) == 0.0
     assert delay_s(REAL, t=150.0, mono=1100.0) == 50.0
     assert delay_s(FAST, t=620.0, mono=1000.0) == pytest.approx(2.0)
+
+
+def test_a_time_scaled_lease_ends_no_sooner_than_its_floor_after_the_next_ask() -> None:
+    """At 360x a margin of 6 minutes is a real second: the lease's quarter of it (0.25 s
+    after the next ask) is raised to the floor."""
+    scaled = Timeline(0.0, 0.0, 360.0)
+    tight = lease(scaled, paid_until=3600.0, margin_s=360.0, arrived=9.0)
+    floored = lease(scaled, paid_until=3600.0, margin_s=360.0, arrived=9.0, floor_s=2.0)
+    assert tight.lease_s == pytest.approx(tight.renew_in_s + 0.25)
+    assert floored.renew_in_s == tight.renew_in_s
+    assert floored.lease_s == pytest.approx(floored.renew_in_s + 2.0)
+    assert lease(REAL, 3600.0, 600.0, 1100.0, floor_s=2.0) == lease(REAL, 3600.0, 600.0, 1100.0)
