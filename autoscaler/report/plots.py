@@ -8,7 +8,7 @@ written from any thread leaves nothing behind.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from autoscaler.core.model import JobSpec
 from autoscaler.core.state import RunState
@@ -47,7 +47,6 @@ def gantt_figure(state: RunState) -> Figure:
     from matplotlib import colormaps
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
 
     if len(state.machines) > BIG_MACHINES or len(state.segments) > BIG_RUNS:
         return _bucket_gantt(state)
@@ -131,14 +130,7 @@ def gantt_figure(state: RunState) -> Figure:
             places += [(3.0, below, "left", "top"), (-3.0, below, "right", "top")]
         place_apart(fig, names, places)
     elif ran:
-        fig.legend(
-            [Patch(color=type_colour[name]) for name in ran],
-            ran,
-            loc="outside lower center",
-            ncol=min(len(ran), 8),
-            fontsize=8,
-            frameon=False,
-        )
+        _type_legend(fig, ran, type_colour)
     ax.grid(axis="x", alpha=0.3)
     return fig
 
@@ -152,7 +144,6 @@ def _bucket_gantt(state: RunState) -> Figure:
     from matplotlib import colormaps
     from matplotlib.colors import to_rgb
     from matplotlib.figure import Figure
-    from matplotlib.patches import Patch
 
     act = activity(state, _BUCKETS)
     colours = colormaps["tab10"]
@@ -192,14 +183,7 @@ def _bucket_gantt(state: RunState) -> Figure:
     for spec in state.jobs:
         ax.axvline(spec.deadline / _HOUR, color="black", linewidth=0.8)
     ran = sorted(set(act.types))
-    fig.legend(
-        [Patch(color=type_colour[name]) for name in ran],
-        ran,
-        loc="outside lower center",
-        ncol=min(len(ran), 8),
-        fontsize=8,
-        frameon=False,
-    )
+    _type_legend(fig, ran, type_colour)
     return fig
 
 
@@ -381,3 +365,17 @@ _FRONTIER_FONT = 9.0
 
 def frontier_plot(frontier: Frontier, path: Path) -> None:
     frontier_figure(frontier).savefig(path, dpi=100)
+
+
+def _type_legend(fig: Figure, ran: list[str], type_colour: Mapping[str, Any]) -> None:
+    """One patch per machine type that ran, below the axes."""
+    from matplotlib.patches import Patch
+
+    fig.legend(
+        [Patch(color=type_colour[name]) for name in ran],
+        ran,
+        loc="outside lower center",
+        ncol=min(len(ran), 8),
+        fontsize=8,
+        frameon=False,
+    )
