@@ -330,7 +330,8 @@ def test_throttling_for_30s_slows_the_run_without_an_error_storm(world: Ec2World
     run_dir = world.tmp / "run"
     world.proxy.throttle(30)
     started = time.monotonic()
-    proc = start_daemon(str(world.config()), "--out", str(run_dir))
+    config = world.config(ec2={"throttle_hold_s": 15})  # scale-up waits 15 s after a refusal
+    proc = start_daemon(str(config), "--out", str(run_dir))
     out = finish(proc, timeout=300)
     wall = time.monotonic() - started
     assert proc.returncode == 0, out[-3000:]
