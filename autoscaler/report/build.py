@@ -12,6 +12,7 @@ from autoscaler.config.schema import RunConfig
 from autoscaler.core.model import Risk, Shortfall, TaskSpec, TaskState
 from autoscaler.core.state import RunState
 from autoscaler.report.attribution import job_outcomes
+from autoscaler.report.category_lines import category_lines
 from autoscaler.report.format import inside, rounded, rounded_pair
 from autoscaler.report.records import (
     EPS,
@@ -199,6 +200,7 @@ def build_report(
         ),
         shortfall=_first_note(state.shortfalls),
         risk=_first_note(state.risks),
+        categories=category_lines(cfg, state, tasks),
         billing=BillingTerms(
             mode=billing.mode,
             atu_s=billing.atu_s,

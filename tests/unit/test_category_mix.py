@@ -225,3 +225,28 @@ def test_the_least_budget_plan_offers_does_the_whole_bag(tmp_path: Path) -> None
         and ran.machines[s.machine].type.name == "b"
     )
     assert on_b[1] > 4 * on_b[0], on_b  # category 1 is io
+
+
+def test_the_report_gives_each_categorys_time_on_each_type(tmp_path: Path) -> None:
+    """report.json and report.md list each category with what its tasks took on each
+    type: ``a`` is 4x faster at cpu, ``b`` at io, and the report's means say so."""
+    from autoscaler.report.files import write_report
+    from autoscaler.report.records import read_report
+
+    cfg = config("crossed", 3, tmp_path)
+    state, report = run(cfg, mix=True)
+    lines = {c.name: c for c in report.categories}
+    assert set(lines) == {"cpu", "io"}
+    assert (lines["cpu"].tasks, lines["io"].tasks) == (450, 150)
+    assert lines["cpu"].done + lines["io"].done == report.tasks_done == 600
+    mean = {(n, t.type): t.mean_s for n, c in lines.items() for t in c.on_types}
+    assert mean["cpu", "a"] * 3 < mean["cpu", "b"]
+    assert mean["io", "b"] * 3 < mean["io", "a"]
+    runs = sum(t.runs for c in lines.values() for t in c.on_types)
+    # every run that ended with a result, but the replicas that lost their race
+    assert 0.95 * 600 <= runs <= sum(1 for s in state.segments if s.outcome == "done")
+    write_report(report, None, tmp_path)
+    assert read_report(tmp_path) == report
+    text = (tmp_path / "report.md").read_text()
+    assert "## Categories" in text
+    assert "| io | 150 | 150 | a |" in text
