@@ -200,7 +200,7 @@ def build_report(
         ),
         shortfall=_first_note(state.shortfalls),
         risk=_first_note(state.risks),
-        categories=category_lines(cfg, state, tasks),
+        categories=category_lines(cfg, state),
         billing=BillingTerms(
             mode=billing.mode,
             atu_s=billing.atu_s,

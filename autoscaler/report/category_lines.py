@@ -6,17 +6,11 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
 
-from autoscaler.categories.sort import (
-    Category,
-    ClassIntervals,
-    by_label,
-    categorise,
-    requirements_of,
-)
+from autoscaler.categories.of_config import categories_of
+from autoscaler.categories.sort import Category
 from autoscaler.config.schema import RunConfig
-from autoscaler.core.model import TaskSpec, TaskState
+from autoscaler.core.model import TaskState
 from autoscaler.core.state import RunState
 from autoscaler.report.record import record as _record
 
@@ -46,19 +40,12 @@ class CategoryLine:
     on_types: tuple[CategoryOnType, ...]
 
 
-def category_lines(
-    cfg: RunConfig, state: RunState, tasks: Sequence[TaskSpec]
-) -> tuple[CategoryLine, ...]:
-    """The report's categories of a run of ``cfg`` on ``tasks`` (none without them)."""
-    c = cfg.categories
-    if c is None or not state.task_category:
+def category_lines(cfg: RunConfig, state: RunState) -> tuple[CategoryLine, ...]:
+    """The report's categories of a run of ``cfg``, sorted as its state's were (none
+    without them)."""
+    found = categories_of(cfg) if state.task_category else None
+    if not found:
         return ()
-    needs = requirements_of(tasks)
-    found = (
-        by_label(needs)
-        if c.by == "label"
-        else categorise(needs, ClassIntervals(c.input_bytes, c.estimate_s, c.output_bytes))
-    )
     done = Counter(
         state.task_category[t]
         for t, st in enumerate(state.task_state)

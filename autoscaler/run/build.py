@@ -17,15 +17,9 @@ import yaml
 from autoscaler.budget.categories import CategoryChoice
 from autoscaler.budget.controller import Controller
 from autoscaler.budget.settings import ControllerSettings
-from autoscaler.categories.sort import (
-    Category,
-    ClassIntervals,
-    by_label,
-    categorise,
-    category_of,
-    requirements_of,
-)
-from autoscaler.config.load import expand_bag, expand_jobs
+from autoscaler.categories.of_config import categories_of
+from autoscaler.categories.sort import Category, category_of
+from autoscaler.config.load import expand_jobs
 from autoscaler.config.schema import RunConfig
 from autoscaler.config.service import ServiceConfig
 from autoscaler.core.billing import BillingModel
@@ -163,18 +157,6 @@ def make_controller(cfg: RunConfig, *, hold: bool = False) -> Controller | Deadl
     c = cfg.categories
     assert c is not None
     return Controller(settings, CategoryChoice(found, c.benchmark_tasks, c.benchmark_share))
-
-
-def categories_of(cfg: RunConfig) -> list[Category] | None:
-    """The bag's tasks sorted into categories (paper 004 §4.1), if the config asks (in
-    deadline mode the jobs' bags, numbered as ``expand_bag``)."""
-    c = cfg.categories
-    if c is None:
-        return None
-    needs = requirements_of(expand_bag(cfg))
-    if c.by == "label":
-        return by_label(needs)
-    return categorise(needs, ClassIntervals(c.input_bytes, c.estimate_s, c.output_bytes))
 
 
 def job_specs(cfg: RunConfig) -> list[JobSpec]:

@@ -82,7 +82,13 @@ class RunFiles:
                 # A line being appended (an added job) counts once it is whole.
                 lines = [json.loads(line) for line in f if line.endswith("\n")]
             tasks = [
-                TaskSpec(int(d["id"]), d["command"], d.get("env") or {}, d.get("timeout_s"))
+                TaskSpec(
+                    int(d["id"]),
+                    d["command"],
+                    d.get("env") or {},
+                    d.get("timeout_s"),
+                    **{k: d[k] for k in _NEEDS if k in d},
+                )
                 for d in lines
             ]
             token = (run_dir / TOKEN_FILE).read_text(encoding="utf-8").strip()
@@ -147,11 +153,17 @@ class RunFiles:
         del self.tasks[n_tasks:]
 
 
+_NEEDS = ("input_bytes", "estimate_s", "output_bytes", "category")
+"""What a task says it needs, kept in the tasks file where given: a resumed run's tasks
+(and its report's categories) are the ones it started with."""
+
+
 def _task_lines(tasks: Sequence[TaskSpec], job: str | None = None) -> str:
     """Tasks as lines of the tasks file; those of an added job name it."""
     out = []
     for t in tasks:
         line: dict[str, object] = {"id": t.id, "command": t.command, "env": dict(t.env)}
+        line.update({k: v for k in _NEEDS if (v := getattr(t, k)) is not None})
         if job is not None:
             line.update(job=job, timeout_s=t.timeout_s)
         out.append(json.dumps(line) + "\n")

@@ -347,3 +347,29 @@ def setup_ran(run_dir: Path, marker: Path) -> None:
     assert ready, "no machine became ready"
     assert ready <= launched
     assert len(lines) == len(ready), (lines, sorted(ready))
+
+
+def with_categories(config: Path, tasks: int) -> Path:
+    """``config`` on a bag file of ``tasks`` real commands in two labelled categories
+    (``short``: 1 s, ``long``: 3 s, alternating), sorted by label (paper 004)."""
+    rows = ["command,category"]
+    rows += [("sleep 1,short" if i % 2 == 0 else "sleep 3,long") for i in range(tasks)]
+    (config.parent / "labelled.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    data: dict[str, Any] = yaml.safe_load(config.read_text(encoding="utf-8"))
+    data["bag"] = {"file": "labelled.csv"}
+    data["categories"] = {"by": "label"}
+    config.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return config
+
+
+def categories_measured(report: dict[str, Any]) -> None:
+    """The report's categories are the two labels, every task done, and on each type
+    that ran both, the long ones took longer."""
+    lines = {c["name"]: c for c in report["categories"]}
+    assert set(lines) == {"short", "long"}, report["categories"]
+    assert sum(c["done"] for c in lines.values()) == sum(c["tasks"] for c in lines.values())
+    mean = {(n, t["type"]): t["mean_s"] for n, c in lines.items() for t in c["on_types"]}
+    both = {t for _, t in mean if ("short", t) in mean and ("long", t) in mean}
+    assert both, f"no type ran both categories: {mean}"
+    for t in both:
+        assert mean["long", t] > mean["short", t] + 1.0, mean

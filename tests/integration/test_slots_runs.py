@@ -20,12 +20,14 @@ import yaml
 
 from tests.integration import sge, slurm
 from tests.integration.daemon_helpers import (
+    categories_measured,
     journal_rows,
     local_config,
     run_cli,
     run_in_process,
     start_daemon,
     successful_runs,
+    with_categories,
 )
 from tests.integration.ec2_world import N_TASKS, Ec2World
 from tests.integration.test_ec2_daemon import check_spend, finish, report_of
@@ -117,22 +119,24 @@ def test_a_local_run_on_4_slots(tmp_path: Path) -> None:
 @sge.XDIST_GROUP
 @pytest.mark.usefixtures("sge")
 def test_a_grid_engine_run_on_2_slots(tmp_path: Path) -> None:
-    """Grid Engine jobs of 2 slots (no parallel environment here: no slot request)."""
-    config = sge.sge_config(tmp_path, 16)
+    """Grid Engine jobs of 2 slots (no parallel environment here: no slot request), on a
+    bag of two labelled categories."""
+    config = with_categories(sge.sge_config(tmp_path, 16), 16)
     with_slots(config, 2)
     run_dir = tmp_path / "run"
     run_id, _ = sge_run(config, run_dir)
     report = assert_clean_end(run_dir, run_id, 16)
     slotted(report, {"small": 2, "large": 2})
     check_in_hand(run_dir, report["machines"])
+    categories_measured(report)
 
 
 @slurm.XDIST_GROUP
 @pytest.mark.usefixtures("slurm")
 def test_a_slurm_run_on_2_slots(tmp_path: Path) -> None:
     """Slurm jobs of 2 slots: small asks --cpus-per-task=2 (slots x cpus), large keeps
-    its own cpus: 2."""
-    config = slurm.slurm_config(tmp_path, 16)
+    its own cpus: 2. A bag of two labelled categories."""
+    config = with_categories(slurm.slurm_config(tmp_path, 16), 16)
     with_slots(config, 2)
     run_dir = tmp_path / "run"
     run_id, _ = slurm_run(config, run_dir)
@@ -142,14 +146,16 @@ def test_a_slurm_run_on_2_slots(tmp_path: Path) -> None:
     every_task_once(run_dir, 16)
     slotted(report, {"small": 2, "large": 2})
     check_in_hand(run_dir, report["machines"])
+    categories_measured(report)
     assert_no_job_left(run_id)
 
 
 @pytest.mark.long
 def test_ec2_slots_default_to_vcpus_on_moto(world: Ec2World) -> None:
     """ec2.lookup_slots: t3.micro and c5.large have 2 vCPUs (DescribeInstanceTypes on
-    moto), so both types get 2 slots; validate says so, and a run uses them."""
-    config = world.config(ec2={"lookup_slots": True})
+    moto), so both types get 2 slots; validate says so, and a run uses them, on a bag
+    of two labelled categories."""
+    config = with_categories(world.config(ec2={"lookup_slots": True}), N_TASKS)
     checked = run_cli("validate", str(config))
     assert checked.returncode == 0, checked.stderr
     assert "small (1/ATU, max 3, 2 slots)" in checked.stdout
@@ -165,6 +171,7 @@ def test_ec2_slots_default_to_vcpus_on_moto(world: Ec2World) -> None:
     resolved = yaml.safe_load((run_dir / "config.yaml").read_text())
     assert {t["name"]: t["slots"] for t in resolved["machine_types"]} == {"small": 2, "fast": 2}
     check_in_hand(run_dir, report["machines"])
+    categories_measured(report)
 
 
 def test_an_unknown_instance_type_for_lookup_slots_names_the_field(world: Ec2World) -> None:
