@@ -85,6 +85,8 @@ def with_slots(config: Path, slots: int) -> None:
 
 
 def check_in_hand(run_dir: Path, machines: list[dict[str, Any]]) -> None:
+    """A machine held two tasks at once; some were handed out as a group (issue 21 §2)."""
+    assert journal_rows(run_dir, "AssignGroup"), "no task group was handed out"
     most = in_hand(run_dir)
     assert most, "no task was assigned"
     assert set(most) <= {m["id"] for m in machines}
