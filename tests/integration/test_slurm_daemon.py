@@ -29,6 +29,7 @@ from tests.integration.daemon_helpers import (
     setup_ran,
     start_daemon,
     wait_for,
+    with_categories,
     with_setup,
 )
 from tests.integration.slurm import XDIST_GROUP, Slurm, jobs_of, slurm_config
@@ -114,23 +115,29 @@ def test_a_budget_run_on_two_partitions(slurm: Slurm, tmp_path: Path) -> None:
 
 
 def test_a_deadline_job_runs_on_slurm(slurm: Slurm, tmp_path: Path) -> None:
-    """Deadline mode: one job with known task times, planned on the two partitions,
-    every task done once; no job of the run left."""
-    config = slurm_config(tmp_path, 1)
+    """Deadline mode: one job with known task times, of two labelled categories (planned
+    per category, paper 004), on the two partitions; every task done once, the report's
+    categories measured; no job of the run left."""
+    config = with_categories(slurm_config(tmp_path, 1), 16)
     data = yaml.safe_load(config.read_text())
-    del data["bag"], data["constraint"]
     data["jobs"] = [
         {
             "name": "sweep",
-            "bag": {"synthetic": 16},
+            "bag": data.pop("bag"),
             "constraint": {"deadline_s": 30},
-            "task_s": {"small": 4, "large": 2},
+            "task_s": {"small": 3, "large": 3},
         }
     ]
+    del data["constraint"]
     config.write_text(yaml.safe_dump(data), encoding="utf-8")
     run_dir = tmp_path / "run"
     run_id, seen = run_to_its_end(config, run_dir)
     report = assert_deadline_end(run_dir, 16)
+    lines = {c["name"]: c for c in report["categories"]}
+    assert {n: (c["tasks"], c["done"]) for n, c in lines.items()} == {
+        "short": (8, 8),
+        "long": (8, 8),
+    }
     (job,) = report["jobs"]
     print(
         f"\nslurm deadline job: finish {job['finish_s']:.0f}s of {job['deadline_s']:.0f}s, "
