@@ -41,7 +41,6 @@ from autoscaler.run.build import (
     make_controller,
     new_run_id,
     new_state,
-    planning_settings,
     write_config,
 )
 from autoscaler.run.emulator import Emulator, StepHook
@@ -186,7 +185,8 @@ def plan_dry(cfg: RunConfig, tasks: Sequence[TaskSpec], *, seed: int | None = No
     from autoscaler.budget.frontier import frontier
 
     seed = cfg.emulator.seed if seed is None else seed
-    controller = Controller(planning_settings(cfg))
+    controller = make_controller(cfg, hold=True)  # with categories: sampled, priced by them
+    assert isinstance(controller, Controller)  # make_controller refuses a deadline config
 
     def on_step(now: float, events: list[Event], actions: list[Action], state: RunState) -> None:
         if any(isinstance(a, Hold) for a in actions):

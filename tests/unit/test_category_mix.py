@@ -250,3 +250,31 @@ def test_the_report_gives_each_categorys_time_on_each_type(tmp_path: Path) -> No
     text = (tmp_path / "report.md").read_text()
     assert "## Categories" in text
     assert "| io | 150 | 150 | a |" in text
+
+
+def test_a_dry_plan_with_categories_samples_and_prices_by_them(tmp_path: Path) -> None:
+    """``autoscaler plan --dry-run`` (a subprocess, as a user runs it) offers what a run
+    with categories would buy: the options of the category-aware frontier at the end of
+    sampling. (Its controller had no categories: it sampled in bag order and offered
+    72.06 for 3 machines of ``a``, where a run buys 5 with 55.01.)"""
+    import json
+    import subprocess
+    import sys
+
+    cfg = config("crossed", 2, tmp_path)
+    plan_cmd = ["plan", str(tmp_path / "run.yaml"), "--dry-run", "--out", str(tmp_path / "plan")]
+    done = subprocess.run(
+        [sys.executable, "-m", "autoscaler", *plan_cmd],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    offered = json.loads((tmp_path / "plan" / "plan.json").read_text())["options"]
+    state, now = first_plan_state(cfg)
+    aware = frontier(controller(cfg, True), state, now).options
+    assert [round(o["budget"], 2) for o in offered] == [round(o.budget, 2) for o in aware]
+    assert [{k: v for k, v in o["counts"].items() if v} for o in offered] == [
+        {k: v for k, v in o.counts.items() if v} for o in aware
+    ]
