@@ -85,6 +85,15 @@ def ec2_client(
     return client
 
 
+def s3_client(region: str | None, endpoint_url: str | None) -> Any:
+    """An S3 client on a new session of its own (task outputs: ``providers.s3``)."""
+    with _CREATE_LOCK:
+        session = boto3.session.Session()
+        return session.client(
+            "s3", region_name=region, endpoint_url=endpoint_url, config=_config(5)
+        )
+
+
 def pricing_client(endpoint_url: str | None = None) -> PricingClient:
     """A Pricing API client on a new session of its own (for ``ec2_prices``).
 

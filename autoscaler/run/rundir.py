@@ -27,6 +27,7 @@ import yaml
 from autoscaler.config.schema import RunConfig
 from autoscaler.core.atomic import write_atomic
 from autoscaler.core.errors import AutoscalerError
+from autoscaler.core.files import spec_from_json, spec_json
 from autoscaler.core.journal import JOURNAL_DB, SqliteJournal, replay
 from autoscaler.core.model import TaskSpec
 from autoscaler.core.state import RunState
@@ -82,7 +83,13 @@ class RunFiles:
                 # A line being appended (an added job) counts once it is whole.
                 lines = [json.loads(line) for line in f if line.endswith("\n")]
             tasks = [
-                TaskSpec(int(d["id"]), d["command"], d.get("env") or {}, d.get("timeout_s"))
+                TaskSpec(
+                    int(d["id"]),
+                    d["command"],
+                    d.get("env") or {},
+                    d.get("timeout_s"),
+                    files=spec_from_json(d.get("files")),
+                )
                 for d in lines
             ]
             token = (run_dir / TOKEN_FILE).read_text(encoding="utf-8").strip()
@@ -154,6 +161,8 @@ def _task_lines(tasks: Sequence[TaskSpec], job: str | None = None) -> str:
         line: dict[str, object] = {"id": t.id, "command": t.command, "env": dict(t.env)}
         if job is not None:
             line.update(job=job, timeout_s=t.timeout_s)
+        if t.files is not None:
+            line["files"] = spec_json(t.files)
         out.append(json.dumps(line) + "\n")
     return "".join(out)
 
