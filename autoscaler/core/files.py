@@ -81,6 +81,11 @@ def attempt_name(task: int, machine: str, run: int) -> str:
     return f"{task}.{_UNSAFE.sub('_', machine)}-{run}"
 
 
+def task_location(spec: FileSpec, task: int) -> str:
+    """Where a committed task's outputs are: a folder of the run directory, or a URL."""
+    return f"{spec.to.rstrip('/')}/{task}/" if spec.to else f"outputs/{task}/"
+
+
 def safe_relative(path: str) -> bool:
     """Whether ``path`` stays inside the directory it is relative to."""
     parts = path.replace("\\", "/").split("/")

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar, dataclass_transform
+from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Discriminator, Tag, TypeAdapter, ValidationError
+from pydantic import Discriminator, Tag, TypeAdapter, ValidationError
 
 from autoscaler.core.errors import AutoscalerError
+from autoscaler.report.outputs import OutputsSummary
+from autoscaler.report.record import record as _record
 
 REPORT_JSON = "report.json"
 REPORT_MD = "report.md"
@@ -29,19 +31,7 @@ UNFINISHED_TXT = "unfinished.txt"
 EPS = 1e-6
 """How far apart two amounts of money (or seconds) may be and still count as equal."""
 
-_T = TypeVar("_T")
 _WRONG_KEYS_SHOWN = 3
-
-
-@dataclass_transform(frozen_default=True)
-def _record(cls: type[_T]) -> type[_T]:
-    """A frozen dataclass that is part of report.json: its attribute docstrings become
-    the schema's descriptions, and a key it does not name is an error when read back,
-    so report.json and its schema cannot drift apart unnoticed."""
-    cls.__pydantic_config__ = ConfigDict(  # type: ignore[attr-defined]
-        extra="forbid", use_attribute_docstrings=True
-    )
-    return dataclass(frozen=True)(cls)
 
 
 @_record
@@ -397,6 +387,8 @@ class Report:
     """A real run only: emulated seconds per real second (absent from a dry run's report)."""
     refused_agents: int | None = None
     """A real run only: agent requests refused (wrong token or run; absent from a dry run's)."""
+    outputs: OutputsSummary | None = None
+    """A real run with task files only: where their outputs are and how much came back."""
 
     @property
     def emulated(self) -> bool:
@@ -428,7 +420,7 @@ class DeadlineReport(Report):
     """The cost of machines that ran no task, which no job is charged."""
 
 
-_REAL_RUN_ONLY = ("time_scale", "refused_agents")
+_REAL_RUN_ONLY = ("time_scale", "refused_agents", "outputs")
 
 
 def _mode(report: Any) -> str:

@@ -194,14 +194,6 @@ class Staging:
         for store in self._stores.values():
             store.delete(store.attempt_key("")[:-1])
 
-    def where(self, task: int) -> str:
-        """Where a committed task's outputs are: a path in the run directory, or a URL."""
-        spec = self.tasks[task].files
-        store = self.store(spec) if spec is not None else None
-        if store is not None:
-            return f"s3://{store.bucket}/{store.prefix}{task}/"
-        return f"{OUTPUTS_DIR}/{task}/"
-
     def store(self, spec: FileSpec) -> S3Store | None:
         if spec.to is None:
             return None
