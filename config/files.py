@@ -9,6 +9,7 @@ before it runs and ``outputs`` collected after it ends, templated like the comma
         outputs: ["result.txt", "plots/*.png"]
         max_bytes: 100MB          # per task, all its outputs together
         to: s3://bucket/prefix    # default: the run directory, outputs/<task>/
+        endpoint_url: http://...  # with to: an S3-compatible store, not AWS's
 
 An input is a path (relative to the config file), put in the work directory under its
 own file name, or ``{path, as}``. Outputs are glob patterns relative to the task's work
@@ -58,6 +59,12 @@ class BagFiles(ConfigModel):
         default=None,
         description="s3://bucket/prefix: outputs go to that bucket (default: the run "
         "directory's outputs/<task>/)",
+    )
+
+    endpoint_url: str | None = Field(
+        default=None,
+        description="with to: an S3-compatible endpoint (default: AWS's; else the ec2 "
+        "section's endpoint_url)",
     )
 
     @field_validator("outputs")
@@ -119,7 +126,9 @@ def fill_files(
         key = (*inputs, *outputs)
         spec = specs.get(key)
         if spec is None:  # tasks alike share one record
-            spec = specs[key] = FileSpec(tuple(inputs), outputs, max_bytes, files.to)
+            spec = specs[key] = FileSpec(
+                tuple(inputs), outputs, max_bytes, files.to, files.endpoint_url
+            )
         out.append(spec)
         if len(problems) > 10:
             break

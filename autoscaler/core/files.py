@@ -38,6 +38,7 @@ class FileSpec:
     outputs: tuple[str, ...] = ()  # glob patterns, relative to the task's work directory
     max_bytes: int = OUTPUTS_MAX_BYTES  # the outputs' sum, at most
     to: str | None = None  # s3://bucket/prefix; None: the run directory's outputs/
+    endpoint_url: str | None = None  # an S3-compatible endpoint; None: AWS's
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +57,7 @@ def spec_json(spec: FileSpec) -> dict[str, object]:
         "outputs": list(spec.outputs),
         "max_bytes": spec.max_bytes,
         "to": spec.to,
+        "endpoint_url": spec.endpoint_url,
     }
 
 
@@ -73,6 +75,7 @@ def spec_from_json(data: dict[str, object] | None) -> FileSpec | None:
         tuple(str(o) for o in outputs),
         int(str(data.get("max_bytes", OUTPUTS_MAX_BYTES))),
         str(to) if to else None,
+        str(data["endpoint_url"]) if data.get("endpoint_url") else None,
     )
 
 

@@ -197,15 +197,14 @@ class Staging:
     def store(self, spec: FileSpec) -> S3Store | None:
         if spec.to is None:
             return None
-        store = self._stores.get(spec.to)
+        key = f"{spec.to} {spec.endpoint_url}"
+        store = self._stores.get(key)
         if store is None:
             ec2 = self.cfg.ec2 or next(
                 (p for p in (self.cfg.providers or {}).values() if p.kind == "ec2"), None
             )
-            region = getattr(ec2, "region", None)
-            store = self._stores[spec.to] = S3Store(
-                spec.to, region, getattr(ec2, "endpoint_url", None)
-            )
+            endpoint = spec.endpoint_url or getattr(ec2, "endpoint_url", None)
+            store = self._stores[key] = S3Store(spec.to, getattr(ec2, "region", None), endpoint)
         return store
 
     def _commit(self, task: int, attempt: str) -> None:
