@@ -20,6 +20,7 @@ import yaml
 from autoscaler.providers.local import MACHINE_TAG, run_processes
 from autoscaler.run.rundir import read_run
 from tests.integration.daemon_helpers import (
+    ROOT,
     journal_rows,
     local_fields,
     run_cli,
@@ -108,6 +109,18 @@ def test_outputs_come_back_to_the_run_directory(tmp_path: Path) -> None:
     assert {t: s.attempt for t, s in state.stored.items()} == {
         r["task"]: r["stored"]["attempt"] for r in rows
     }
+
+
+def test_the_files_example_runs_for_real_on_local_agents(tmp_path: Path) -> None:
+    """config/examples/files.yaml, as the README shows it: every task read its inputs and
+    its outputs came back."""
+    run_dir = tmp_path / "run"
+    report = run(ROOT / "config" / "examples" / "files.yaml", run_dir)
+    assert report["tasks_done"] == 8, report["_stdout"]
+    assert report["outputs"]["files"] == 16
+    task = run_dir / "outputs" / "3"
+    assert (task / "result.txt").read_text() == "alpha 0.4\nbeta 10\ngamma 28\n"
+    assert (task / "plots" / "cumulative.csv").read_text().splitlines()[-1] == "5,30"
 
 
 def test_a_task_past_the_size_limit_fails_with_a_clear_line(tmp_path: Path) -> None:
