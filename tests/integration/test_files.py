@@ -22,9 +22,11 @@ from autoscaler.run.rundir import read_run
 from tests.integration.daemon_helpers import (
     ROOT,
     journal_rows,
+    kill_agents,
     local_fields,
     run_cli,
     run_id_of,
+    start_daemon,
     wait_for,
 )
 
@@ -221,3 +223,46 @@ def test_a_replica_that_loses_the_race_leaves_nothing(tmp_path: Path) -> None:
         assert (outputs / str(task) / "who.txt").read_text().split()[-1] == str(task)
         first = next(d for d in done if d["task"] == task)
         assert first["machine"] == winner  # the first result counted, its copy was kept
+
+
+def test_a_daemon_killed_mid_run_keeps_committed_outputs(tmp_path: Path) -> None:
+    """kill -9 of the daemon mid-run, then --resume: outputs committed before stay as they
+    were, an attempt staged but never committed is dropped, every task ends with one
+    copy."""
+    n = 30
+    config = files_config(
+        tmp_path,
+        {
+            "command": "sleep 0.2; echo {i} > r.txt",
+            "sweep": {"i": list(range(n))},
+            "files": {"outputs": ["r.txt"]},
+        },
+        constraint={"budget": 80},
+    )
+    run_dir = tmp_path / "run"
+    daemon = start_daemon(str(config), "--out", str(run_dir))
+    try:
+        wait_for(lambda: len(stored_rows(run_dir)) >= 5, 120, "5 tasks' outputs committed")
+        os.kill(daemon.pid, signal.SIGKILL)
+        daemon.wait(10)
+        committed = {r["task"] for r in stored_rows(run_dir)}
+        kept = {t: (run_dir / "outputs" / str(t) / "r.txt").stat().st_ino for t in committed}
+        # An attempt a machine had staged when the daemon died, which nothing committed:
+        stray = run_dir / "outputs" / ".attempts" / f"{n - 1}.small-L9-0-7"
+        stray.mkdir(parents=True, exist_ok=True)
+        (stray / "r.txt").write_text("half\n")
+        resumed = run_cli("run", "--resume", str(run_dir), timeout=180)
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+        kill_agents(run_id_of(run_dir))
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["tasks_done"] == n
+    outputs = run_dir / "outputs"
+    assert sorted(p.name for p in outputs.iterdir()) == sorted(str(i) for i in range(n))
+    for i in range(n):
+        assert (outputs / str(i) / "r.txt").read_text() == f"{i}\n"
+    for task, inode in kept.items():
+        assert (outputs / str(task) / "r.txt").stat().st_ino == inode
+    assert report["outputs"]["tasks"] == n
