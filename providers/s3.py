@@ -13,11 +13,20 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from autoscaler.config.schema import Platform
 from autoscaler.core.files import ATTEMPTS_DIR
 from autoscaler.providers.aws import aws_errors, s3_client
 
 PRESIGN_S = 3600
 """How long a presigned PUT URL stays valid."""
+
+
+def s3_store(cfg: Platform, url: str, endpoint_url: str | None) -> S3Store:
+    """The store of ``url``: in the region of the run's EC2 section if it has one, at
+    ``endpoint_url`` or else that section's (moto in tests), else AWS's."""
+    ec2 = cfg.ec2 or next((p for p in (cfg.providers or {}).values() if p.kind == "ec2"), None)
+    endpoint = endpoint_url or getattr(ec2, "endpoint_url", None)
+    return S3Store(url, getattr(ec2, "region", None), endpoint)
 
 
 @dataclass

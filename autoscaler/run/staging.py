@@ -37,7 +37,7 @@ from autoscaler.core.files import (
 )
 from autoscaler.core.model import Event, TaskDone, TaskSpec
 from autoscaler.core.state import RunState
-from autoscaler.providers.s3 import S3Store
+from autoscaler.providers.s3 import S3Store, s3_store
 
 OUTPUTS_DIR = "outputs"
 PUT_PATH = "/v1/put/"
@@ -200,11 +200,7 @@ class Staging:
         key = f"{spec.to} {spec.endpoint_url}"
         store = self._stores.get(key)
         if store is None:
-            ec2 = self.cfg.ec2 or next(
-                (p for p in (self.cfg.providers or {}).values() if p.kind == "ec2"), None
-            )
-            endpoint = spec.endpoint_url or getattr(ec2, "endpoint_url", None)
-            store = self._stores[key] = S3Store(spec.to, getattr(ec2, "region", None), endpoint)
+            store = self._stores[key] = s3_store(self.cfg, spec.to, spec.endpoint_url)
         return store
 
     def _commit(self, task: int, attempt: str) -> None:
