@@ -175,8 +175,8 @@ from typing import IO, Any, NoReturn
 TOKEN_ENV = "AUTOSCALER_TOKEN"
 POLL_PATH = "/v1/poll"
 FILES_PATH = "/v1/files"
-FILES_TIMEOUT_S = 60.0
 BLOCK = 1 << 20
+FILE_ERRORS = (OSError, http.client.HTTPException, ValueError, LookupError, TypeError)
 HTTP_GRACE_S = 10.0
 BACKOFF_FIRST_S = 0.05
 BACKOFF_MAX_S = 2.0
@@ -332,17 +332,9 @@ class Result:
     stored: list[list[Any]] | None = None
 
     def to_json(self) -> dict[str, object]:
-        out: dict[str, object] = {
-            "run": self.run,
-            "task": self.task,
-            "exit_code": self.exit_code,
-            "runtime_s": self.runtime_s,
-            "stdout": self.stdout,
-            "stderr": self.stderr,
-            "error": self.error,
-        }
-        if self.stored is not None:
-            out["stored"] = self.stored
+        out = dict(self.__dict__)
+        if self.stored is None:
+            del out["stored"]
         return out
 
 
@@ -510,31 +502,16 @@ def parse_task(raw: object) -> Task | Result:
 
 
 def _files(raw: object) -> dict[str, Any] | None:
-    if raw is None:
-        return None
-    if not isinstance(raw, dict):
-        raise ValueError("files must be an object")
-    ok = _is_int(raw.get("max_bytes")) and all(isinstance(g, str) for g in _list(raw, "outputs"))
-    ok = ok and all(
-        isinstance(i, list) and len(i) == 3 and all(isinstance(x, str) for x in i)
-        for i in _list(raw, "inputs")
-    )
-    if not ok:
-        raise ValueError("files must be {inputs: [[name, how, where]], outputs, max_bytes}")
+    if raw is not None and not isinstance(raw, dict):
+        raise ValueError("files must be an object or null")
     return raw
 
 
 def collect(cwd: str, patterns: list[str]) -> list[list[Any]]:
     """The regular files under ``cwd`` that ``patterns`` match: [[path, bytes]], sorted."""
-    found: set[str] = set()
-    for pattern in patterns:
-        found.update(glob.glob(pattern, root_dir=cwd, recursive=True))
-    paths = [p for p in sorted(found) if os.path.isfile(os.path.join(cwd, p))]
-    return [[p, os.path.getsize(os.path.join(cwd, p))] for p in paths]
-
-
-def megabytes(n: float) -> str:
-    return f"{n / 1e6:.0f} MB" if n >= 1e6 else f"{n / 1e3:.0f} KB" if n >= 1e3 else f"{n:.0f} B"
+    found = {p for g in patterns for p in glob.glob(g, root_dir=cwd, recursive=True)}
+    paths = [os.path.join(cwd, p) for p in sorted(found)]
+    return [[p[len(cwd) + 1 :], os.path.getsize(p)] for p in paths if os.path.isfile(p)]
 
 
 def parse_reply(data: bytes) -> Reply:
@@ -631,21 +608,6 @@ def spawn(command: str, cwd: str, env: dict[str, str], outputs: Outputs) -> Proc
         start_new_session=True,
     )
     return Process(proc, outputs)
-
-
-def put_url(url: str, stream: IO[bytes], size: int) -> http.client.HTTPResponse:
-    """PUT ``stream`` to a full URL (a presigned one) on a connection of its own."""
-    parts = urllib.parse.urlsplit(url)
-    kind = http.client.HTTPSConnection if parts.scheme == "https" else None
-    conn = (kind or http.client.HTTPConnection)(
-        parts.hostname or "", parts.port, timeout=FILES_TIMEOUT_S, blocksize=BLOCK
-    )
-    target = parts.path + ("?" + parts.query if parts.query else "")
-    conn.request("PUT", target, body=stream, headers={"Content-Length": str(size)})
-    response = conn.getresponse()
-    response.read()
-    conn.close()
-    return response
 
 
 def _on_child(signum: int, frame: FrameType | None) -> None:
@@ -916,11 +878,11 @@ class Agent:
         if task.files is not None:
             try:
                 self._inputs(cwd, task.files)
-            except (OSError, http.client.HTTPException, ValueError) as exc:
+            except FILE_ERRORS as exc:
                 self._close()
                 result = Result(task.run, task.task, None, 0.0, "", "", f"inputs: {exc}")
                 self._add_result(result, now)
-                shutil.rmtree(cwd, ignore_errors=True)
+                shutil.rmtree(cwd, True)
                 return
         outputs = self._spare.pop() if self._spare else Outputs.new()
         self._deferring_signals = True
@@ -964,10 +926,9 @@ class Agent:
         runtime_s = round(runtime_s, 6)
         stored = None
         if task.files is not None:
-            cwd = os.path.join(self._config.workdir, task.cwd or "")
             if error is None:
-                stored, error = self._outputs(task, cwd)
-            shutil.rmtree(cwd, ignore_errors=True)
+                stored, error = self._outputs(task, self._cwd(task))
+            shutil.rmtree(self._cwd(task), True)
         result = Result(task.run, task.task, code, runtime_s, stdout, stderr, error, stored)
         self._add_result(result, time.monotonic())
         if error is not None:
@@ -996,13 +957,15 @@ class Agent:
         else:
             self._spare.append(outputs)
 
+    def _cwd(self, task: Task) -> str:
+        return os.path.join(self._config.workdir, task.cwd or "")
+
     def _kill(self, current: Current) -> None:
         if current.process is not None:
             current.process.kill()
             self._recycle(current.process.outputs)
         if current.task.files is not None:
-            cwd = os.path.join(self._config.workdir, current.task.cwd or "")
-            shutil.rmtree(cwd, ignore_errors=True)
+            shutil.rmtree(self._cwd(current.task), True)
         del self._running[current.task.run]
         log(logging.INFO, "run killed", run=current.task.run, task=current.task.task)
 
@@ -1089,29 +1052,32 @@ class Agent:
         self._apply(reply, now, sent)
 
     def _post(self, payload: bytes, timeout: float) -> tuple[int, bytes]:
-        response = self._call("POST", self._config.path, payload, timeout)
+        response = self._call("POST", self._config.path, payload, None, timeout)
         return response.status, response.read()
 
     def _call(
-        self, method: str, path: str, body: Any, timeout: float, size: int | None = None
+        self, method: str, path: str, body: Any, size: int | None = None, timeout: float = 60.0
     ) -> http.client.HTTPResponse:
-        """One request on the controller's connection, authorised."""
+        """One request on the controller's connection, authorised; to a full URL (a
+        presigned one) on a connection of its own, not."""
         config = self._config
-        if self._conn is None:
-            kind = http.client.HTTPSConnection if config.scheme == "https" else None
-            self._conn = (kind or http.client.HTTPConnection)(
-                config.host, config.port, timeout=timeout, blocksize=BLOCK
-            )
+        parts = urllib.parse.urlsplit(path)
+        own = parts.scheme != ""
         conn = self._conn
+        if conn is None or own:
+            secure = (parts.scheme or config.scheme) == "https"
+            kind = http.client.HTTPSConnection if secure else http.client.HTTPConnection
+            conn = kind(parts.hostname or config.host, parts.port or config.port, blocksize=BLOCK)
+            if not own:
+                self._conn = conn
         conn.timeout = timeout
         if conn.sock is not None:
             conn.sock.settimeout(timeout)
         headers = {"Authorization": f"Bearer {self._token}", "Content-Type": "application/json"}
+        headers = {} if own else headers
         if size is not None:
-            headers.update(
-                {"Content-Type": "application/octet-stream", "Content-Length": str(size)}
-            )
-        conn.request(method, path, body=body, headers=headers)
+            headers["Content-Length"] = str(size)
+        conn.request(method, path if not own else parts.path + "?" + parts.query, body, headers)
         return conn.getresponse()
 
     def _inputs(self, cwd: str, files: dict[str, Any]) -> None:
@@ -1124,7 +1090,7 @@ class Agent:
             if how == "link":
                 os.symlink(where, path)
                 continue
-            response = self._call("GET", base + where, None, FILES_TIMEOUT_S)
+            response = self._call("GET", base + where, None)
             if response.status != 200:
                 raise ValueError(f"{name}: HTTP {response.status} {response.read(200)!r}")
             with open(path, "wb") as stream:
@@ -1138,11 +1104,11 @@ class Agent:
             found = collect(cwd, files.get("outputs") or [])
             total = sum(size for _, size in found)
             if total > files["max_bytes"]:
-                limit = megabytes(files["max_bytes"])
-                return None, f"outputs {megabytes(total)} exceed limit {limit}"
+                limit = files["max_bytes"] / 1e6
+                return None, f"outputs {total / 1e6:.3g} MB exceed limit {limit:.3g} MB"
             if found:
                 self._store(task, cwd, found)
-        except (OSError, http.client.HTTPException, ValueError) as exc:
+        except FILE_ERRORS as exc:
             self._close()
             return None, f"outputs: {exc}"
         return found, None
@@ -1150,7 +1116,7 @@ class Agent:
     def _store(self, task: Task, cwd: str, found: list[list[Any]]) -> None:
         base = self._config.path[: -len(POLL_PATH)]
         ask = {"machine": self._config.machine, "run": task.run, "task": task.task, "files": found}
-        response = self._call("POST", base + FILES_PATH, json.dumps(ask), FILES_TIMEOUT_S)
+        response = self._call("POST", base + FILES_PATH, json.dumps(ask))
         data = response.read()
         if response.status != 200:
             raise ValueError(f"HTTP {response.status} {data[:300]!r}")
@@ -1163,11 +1129,8 @@ class Agent:
                 os.replace(target + ".part", target)
             return
         for (rel, size), url in zip(found, answer["put"], strict=True):
-            with open(os.path.join(cwd, rel), "rb") as stream:
-                if url.startswith("/"):
-                    response = self._call("PUT", base + url, stream, FILES_TIMEOUT_S, size)
-                else:
-                    response = put_url(url, stream, size)
+            with open(os.path.join(cwd, rel), "rb") as stream:  # a full URL: presigned
+                response = self._call("PUT", url if url[0] != "/" else base + url, stream, size)
                 data = response.read()
             if response.status not in (200, 201, 204):
                 raise ValueError(f"{rel}: HTTP {response.status} {data[:300]!r}")

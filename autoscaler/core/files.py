@@ -96,5 +96,5 @@ def safe_relative(path: str) -> bool:
 
 
 def megabytes(n: float) -> str:
-    """``123456789`` as ``123 MB``: a size for messages."""
-    return f"{n / 1e6:.0f} MB" if n >= 1e6 else f"{n / 1e3:.0f} KB" if n >= 1e3 else f"{n:.0f} B"
+    """``123456789`` as ``123 MB``: a size for messages (the agent's words too)."""
+    return f"{n / 1e6:.3g} MB"

@@ -201,7 +201,7 @@ def test_the_limit_and_unknown_attempts_are_refused(tmp_path: Path) -> None:
     staging.payload(staging.tasks[0].files, 0, "m", 1, False)  # type: ignore[arg-type]
     assert staging.plan(json.dumps(ask).encode()) == (
         413,
-        {"error": "outputs 120 B exceed limit 100 B"},
+        {"error": "outputs 0.00012 MB exceed limit 0.0001 MB"},
     )
 
 
