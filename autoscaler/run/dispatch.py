@@ -289,7 +289,10 @@ class _Handler(BaseHTTPRequestHandler):
         files = self._files()
         if files is not None:
             length = int(self.headers.get("Content-Length") or 0)
-            status, body = files.receive(self.path, self.rfile, length)
+            seen = self.dispatcher.last_seen
+            status, body = files.receive(
+                self.path, self.rfile, length, lambda m: seen.__setitem__(m, time.monotonic())
+            )
             self.close_connection = status != HTTPStatus.OK  # the body may be unread
             self._send(status, body)
 

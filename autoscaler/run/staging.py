@@ -21,7 +21,7 @@ import json
 import os
 import shutil
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -56,7 +56,7 @@ class Staging:
         self.root = run_dir / OUTPUTS_DIR
         self.tasks = tasks
         self.log = log
-        self._issued: dict[str, bool] = {}  # attempt -> on a shared file system
+        self._issued: dict[str, tuple[str, bool]] = {}  # attempt -> machine, shared file system
         self._expect: dict[str, dict[str, int]] = {}  # attempt -> path -> bytes
         self._stores: dict[str, S3Store] = {}
 
@@ -65,7 +65,7 @@ class Staging:
     def payload(self, spec: FileSpec, task: int, machine: str, run: int, shared: bool) -> Any:
         """The ``cwd`` and ``files`` of a run's task record (``bootstrap/agent.py``)."""
         attempt = attempt_name(task, machine, run)
-        self._issued[attempt] = shared
+        self._issued[attempt] = (machine, shared)
         inputs = [
             [f.name, "link", f.source] if shared else [f.name, "get", f"{INPUT_PATH}{task}/{i}"]
             for i, f in enumerate(spec.inputs)
@@ -86,8 +86,8 @@ class Staging:
         except (ValueError, KeyError, TypeError, IndexError) as exc:
             return 400, {"error": f"files: bad request ({exc!r})"}
         attempt = attempt_name(task, machine, run)
-        shared = self._issued.get(attempt)
-        if spec is None or shared is None:
+        machine_shared = self._issued.get(attempt)
+        if spec is None or machine_shared is None:
             return 410, {"error": f"attempt {attempt} is not one the daemon handed out"}
         total = sum(n for _, n in files)
         if total > spec.max_bytes:
@@ -99,15 +99,18 @@ class Staging:
         store = self.store(spec)
         if store is not None:
             return 200, {"put": [store.presign_put(attempt, p) for p, _ in files]}
-        if shared:
+        if machine_shared[1]:
             folder = self.root / ATTEMPTS_DIR / attempt
             folder.mkdir(parents=True, exist_ok=True)
             return 200, {"dir": str(folder)}
         return 200, {"put": [f"{PUT_PATH}{attempt}/{urllib.parse.quote(p)}" for p, _ in files]}
 
-    def receive(self, path: str, stream: IO[bytes], length: int) -> Answer:
+    def receive(
+        self, path: str, stream: IO[bytes], length: int, seen: Callable[[str], None]
+    ) -> Answer:
         """One file of an attempt, ``length`` bytes read from ``stream``: whole, or not at
-        all under its name."""
+        all under its name. ``seen(machine)`` as each block arrives: an agent uploading
+        is in touch, however long it takes (it sends no poll meanwhile)."""
         attempt, _, quoted = path[len(PUT_PATH) :].partition("/")
         rel = urllib.parse.unquote(quoted)
         if self._expect.get(attempt, {}).get(rel) != length:
@@ -116,6 +119,7 @@ class Staging:
         target.parent.mkdir(parents=True, exist_ok=True)
         part = target.with_name(target.name + ".part")
         left = length
+        machine = self._issued.get(attempt, ("", False))[0]
         with part.open("wb") as out:
             while left > 0:
                 chunk = stream.read(min(BLOCK, left))
@@ -123,6 +127,7 @@ class Staging:
                     break
                 out.write(chunk)
                 left -= len(chunk)
+                seen(machine)
         if left > 0:
             part.unlink(missing_ok=True)
             return 400, {"error": f"{rel!r}: the body ended {left} bytes short"}
@@ -186,7 +191,8 @@ class Staging:
         for m in state.alive_machines():
             for task, run in m.run_no.items():
                 if self.tasks[task].files is not None:
-                    self._issued[attempt_name(task, m.id, run)] = self.cfg.shared_fs(m.type.name)
+                    attempt = attempt_name(task, m.id, run)
+                    self._issued[attempt] = (m.id, self.cfg.shared_fs(m.type.name))
 
     def sweep(self) -> None:
         """Drop every attempt not committed (the run's end)."""
