@@ -173,14 +173,17 @@ class Staging:
     def settle(self, state: RunState, events: Sequence[Event]) -> None:
         """After a step is journaled: commit the attempts whose results counted, drop the
         others."""
-        for e in events:
-            if isinstance(e, TaskDone) and e.stored is not None:
-                if state.stored.get(e.task) == e.stored:
-                    self._commit(e.task, e.stored.attempt)
-                else:
-                    self._drop(e.task, e.stored.attempt)
-        if state.over:
-            self.sweep()
+        try:
+            for e in events:
+                if isinstance(e, TaskDone) and e.stored is not None:
+                    if state.stored.get(e.task) == e.stored:
+                        self._commit(e.task, e.stored.attempt)
+                    else:
+                        self._drop(e.task, e.stored.attempt)
+            if state.over:
+                self.sweep()
+        except (AutoscalerError, OSError) as exc:  # journaled: a resumed run commits it
+            self.log.error("outputs not committed: resume the run to retry", error=str(exc))
 
     def recover(self, state: RunState) -> None:
         """A resumed run: finish the commits the journal holds, drop every other attempt,
