@@ -333,6 +333,12 @@ class Ec2(ConfigModel):
         description="after the avoidance of a refused type ends, it counts less in the plans "
         "and regains full weight over this long",
     )
+    throttle_hold_s: Seconds = Field(
+        default=60.0,
+        gt=0,
+        description="after EC2 throttles a launch past botocore's retries, no scale-up this "
+        "long (wall-clock seconds)",
+    )
     notice_url: str | None = Field(
         default=SPOT_NOTICE_URL,
         pattern=r"^https?://",

@@ -15,8 +15,10 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import boto3
+import botocore.session
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, ProfileNotFound
+from botocore.loaders import Loader
 
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.providers.base import CAPACITY_CODES, LIMIT_CODES
@@ -57,21 +59,37 @@ def _config(max_attempts: int) -> Config:
 # Making sessions and clients reads botocore's data files into shared caches; done
 # concurrently it has failed (boto/boto3#1592): one at a time.
 _CREATE_LOCK = threading.Lock()
+# botocore's data files (the EC2 model alone takes about 0.3 s of CPU to parse) are
+# read once per process: every new session is given the same loader, which caches
+# what it has read. A session itself stays new per client (its credentials and
+# profile are resolved afresh), and is never boto3's default session.
+_LOADER: list[Loader] = []
+
+
+def _session(profile: str | None) -> boto3.session.Session:
+    """A new session of ``profile`` on the process's loader (call under ``_CREATE_LOCK``)."""
+    core = botocore.session.get_session()
+    if not _LOADER:
+        _LOADER.append(core.get_component("data_loader"))
+    core.register_component("data_loader", _LOADER[0])
+    session = boto3.session.Session(botocore_session=core, profile_name=profile)
+    try:  # a profile named is looked up now, not at the first call
+        session.get_credentials()
+    except ProfileNotFound:
+        raise AutoscalerError(
+            f"ec2.profile: no AWS profile named {profile!r} in the AWS config files"
+        ) from None
+    return session
 
 
 def ec2_client(
     region: str, endpoint_url: str | None, max_attempts: int, profile: str | None = None
 ) -> EC2Client:
-    """An EC2 client on a new session of its own: never boto3's default session, which
-    threads must not share. ``max_attempts``: requests per call, the first included;
-    ``profile``: a named profile of the AWS config files (None: boto3's usual chain)."""
+    """A new EC2 client, made from the process's session of ``profile`` under a lock.
+    ``max_attempts``: requests per call, the first included; ``profile``: a named
+    profile of the AWS config files (None: boto3's usual chain)."""
     with _CREATE_LOCK:
-        try:
-            session = boto3.session.Session(profile_name=profile)
-        except ProfileNotFound:
-            raise AutoscalerError(
-                f"ec2.profile: no AWS profile named {profile!r} in the AWS config files"
-            ) from None
+        session = _session(profile)
         client: EC2Client = session.client(
             "ec2",
             region_name=region,
@@ -86,10 +104,9 @@ def ec2_client(
 
 
 def s3_client(region: str | None, endpoint_url: str | None) -> Any:
-    """An S3 client on a new session of its own (task outputs: ``providers.s3``)."""
+    """A new S3 client on the process's loader (task outputs: ``providers.s3``)."""
     with _CREATE_LOCK:
-        session = boto3.session.Session()
-        return session.client(
+        return _session(None).client(
             "s3", region_name=region, endpoint_url=endpoint_url, config=_config(5)
         )
 
@@ -100,7 +117,7 @@ def pricing_client(endpoint_url: str | None = None) -> PricingClient:
     The API lives in us-east-1 whatever region it prices.
     """
     with _CREATE_LOCK:
-        client: PricingClient = boto3.session.Session().client(
+        client: PricingClient = _session(None).client(
             "pricing", region_name="us-east-1", endpoint_url=endpoint_url, config=_config(8)
         )
     return client

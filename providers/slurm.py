@@ -223,7 +223,8 @@ class SlurmProvider(BatchProvider[SlurmType]):
     def offers(self, request: OfferRequest, sizes: Sequence[int]) -> list[Offer]:
         """For each size, the earliest finish over the types: when Slurm would start a job
         of that many machines of the type (``sbatch --test-only``), plus the waves of
-        ``task_s`` the tasks take on them. A type Slurm cannot run at all is left out."""
+        ``task_s`` the tasks take on them, each machine running its type's slots at once.
+        A type Slurm cannot run at all is left out."""
         out = []
         for n in sizes:
             finishes = [f for t in self.types if (f := self._finish(t, n, request)) is not None]
@@ -236,9 +237,11 @@ class SlurmProvider(BatchProvider[SlurmType]):
         """(type, finish on the driver's clock) of ``n`` tasks on jobs of ``type``; the
         job is narrowed (halved) until Slurm would run it at all."""
         spec = self.types[type]
-        width = min(n, self.capabilities.max_counts.get(type, n))
+        slots = max(1, self.settings.slots.get(type, 1))
+        width = min(math.ceil(n / slots), self.capabilities.max_counts.get(type, n))
         while width >= 1:
-            minutes = max(1, math.ceil(slurm_output.finish_after(n, width, request.task_s) / 60))
+            seconds = slurm_output.finish_after(n, width * slots, request.task_s)
+            minutes = max(1, math.ceil(seconds / 60))
             argv = [
                 "sbatch",
                 "--test-only",
@@ -253,8 +256,11 @@ class SlurmProvider(BatchProvider[SlurmType]):
             answer = slurm_output.parse_test_only(result.stderr + "\n" + result.stdout)
             if answer is not None:
                 got = max(1, answer.processors // max(1, spec.cpus))
+                lanes = got * slots
                 wait = max(0.0, answer.start - self._wall())
-                return type, request.now + wait + slurm_output.finish_after(n, got, request.task_s)
+                return type, request.now + wait + slurm_output.finish_after(
+                    n, lanes, request.task_s
+                )
             if _failure(argv, result).retryable:
                 raise _failure(argv, result)
             width //= 2

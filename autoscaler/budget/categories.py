@@ -14,7 +14,11 @@ order). With them (``categories:`` in the config):
   budget planner's mix is made with, ``category_mix``), each type's lanes its machines
   alive × slots. A machine of type j then takes tasks of the categories planned for j
   (half a task or more) first, the bag's order within them, and the bag's next tasks
-  when none is left.
+  when none is left. A machine marked to go has no share in the LP, yet works until its
+  paid time ends: it takes the categories it is relatively fastest at, those where its
+  type is at least as fast as every type kept (or, where there is none, the one where
+  its time over the kept types' best is least), so that it spares the fleet kept the
+  tasks that fleet is slowest at.
 * **Mix** (``mix``): the budget planner, the monitor and the prediction see each type's
   mean as that of the tasks the mix gives it (``category_means``, ``category_mix``);
   off, as that of every task it ran (the category-blind mix, for comparison).
@@ -47,19 +51,27 @@ class CategoryChoice:
     mix: bool = True  # the budget planner's mix sees the types as the tasks they are given
     _plan: dict[Key, float] = field(default_factory=dict)
     _plan_at: tuple[int, int] = (-1, -1)
+    _leaving_for: dict[str, set[int]] = field(default_factory=dict)
+    _leaving_at: tuple[int, int] = (-1, -1)
 
     @property
     def large(self) -> set[int]:
         return large(self.categories, self.share)
 
-    def pick(self, state: RunState, type_name: str, k: int, planned: bool) -> list[int]:
-        """``k`` tasks of the bag for a machine of ``type_name``: the categories it
-        samples or is planned for first, then the bag's order."""
+    def pick(
+        self, state: RunState, type_name: str, k: int, planned: bool, leaving: bool = False
+    ) -> list[int]:
+        """``k`` tasks of the bag for a machine of ``type_name`` (``leaving``: marked to
+        go): the categories it samples, is planned for, or is relatively fastest at
+        first, then the bag's order."""
         if k <= 0:
             return []
-        wanted = (
-            self._sampling(state, type_name) if not planned else self._planned(state, type_name)
-        )
+        if not planned:
+            wanted = self._sampling(state, type_name)
+        elif leaving:
+            wanted = self._leaving(state, type_name)
+        else:
+            wanted = self._planned(state, type_name)
         if not wanted:
             return list(itertools.islice(state.pending, k))
         cat = state.task_category
@@ -83,11 +95,41 @@ class CategoryChoice:
             self._plan_at = key
         return {c for (c, t), n in self._plan.items() if t == type_name and n >= 0.5}
 
-    def _solve(self, state: RunState) -> dict[Key, float]:
+    def _leaving(self, state: RunState, type_name: str) -> set[int]:
+        key = (state.done, len(state.configurations))
+        if key != self._leaving_at:
+            self._leaving_for, self._leaving_at = {}, key
+        if type_name not in self._leaving_for:
+            self._leaving_for[type_name] = self._relatively_fastest(state, type_name)
+        return self._leaving_for[type_name]
+
+    def _relatively_fastest(self, state: RunState, type_name: str) -> set[int]:
+        kept = sorted(self._lanes(state))
+        left = tasks_left(state, pending_only=True)
+        times = category_times(state, self.categories, sorted({type_name, *kept}), left)
+        if times is None or not kept:
+            return set()
+        t = times.mean_s
+        ratio = {
+            c: t[(c, type_name)] / min(t[(c, k)] for k in kept)
+            for c, n in left.items()
+            if n > 0 and (c, type_name) in t and all((c, k) in t for k in kept)
+        }
+        if not ratio:
+            return set()
+        return {c for c, r in ratio.items() if r <= 1.0} or {min(ratio, key=lambda c: ratio[c])}
+
+    @staticmethod
+    def _lanes(state: RunState) -> Counter[str]:
+        """Slots per type of the machines alive and kept."""
         lanes: Counter[str] = Counter()
         for m in state.alive_machines():
             if not m.marked:
                 lanes[m.type.name] += m.type.slots
+        return lanes
+
+    def _solve(self, state: RunState) -> dict[Key, float]:
+        lanes = self._lanes(state)
         left = tasks_left(state, pending_only=True)
         times = category_times(state, self.categories, sorted(lanes), left)
         if times is None or not left:

@@ -353,7 +353,7 @@ class Controller:
             if state.pending:
                 k = self._group(s, m, draining, share * m.type.slots)
                 tids = (
-                    self.categories.pick(state, m.type.name, k, planned(state))
+                    self.categories.pick(state, m.type.name, k, planned(state), m.marked)
                     if self.categories is not None
                     else list(itertools.islice(state.pending, k))
                 )

@@ -13,6 +13,7 @@ from autoscaler.core.files import task_location
 from autoscaler.core.model import Risk, Shortfall, TaskSpec, TaskState
 from autoscaler.core.state import RunState
 from autoscaler.report.attribution import job_outcomes
+from autoscaler.report.category_lines import category_lines
 from autoscaler.report.format import inside, rounded, rounded_pair
 from autoscaler.report.outputs import OutputsSummary, TaskOutputs
 from autoscaler.report.records import (
@@ -201,6 +202,7 @@ def build_report(
         ),
         shortfall=_first_note(state.shortfalls),
         risk=_first_note(state.risks),
+        categories=category_lines(cfg, state, tasks),
         billing=BillingTerms(
             mode=billing.mode,
             atu_s=billing.atu_s,

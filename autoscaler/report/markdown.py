@@ -258,6 +258,7 @@ def _tail(report: Report, lines: list[str]) -> str:
             lines.append(f"| {hms(p.t_s)} | {p.type} | {meaning} | {p.reason} |")
     lines += _notices_section(report)
     lines += _outputs_section(report)
+    lines += _categories_section(report)
     lines += [
         "",
         "## Machines",
@@ -303,6 +304,39 @@ def _outputs_section(report: Report) -> list[str]:
     if len(o.stored) > _ROWS_SHOWN:
         lines.append(f"| ... | {len(o.stored) - _ROWS_SHOWN} more in {REPORT_JSON} | | |")
     return lines
+
+
+def _categories_section(report: Report) -> list[str]:
+    """Each category's tasks and what they took on each type (paper 004)."""
+    if not report.categories:
+        return []
+    lines = [
+        "",
+        "## Categories",
+        "",
+        "What each category's tasks took on each machine type (the runs that ended there "
+        "with a result).",
+        "",
+        "| category | tasks | done | type | runs | mean | sd |",
+        "| --- | ---: | ---: | --- | ---: | ---: | ---: |",
+    ]
+    for c in report.categories[:_ROWS_SHOWN]:
+        head = f"| {c.name} | {c.tasks} | {c.done} |"
+        if not c.on_types:
+            lines.append(f"{head} - | 0 | - | - |")
+        for i, t in enumerate(c.on_types):
+            sd = "-" if t.sd_s is None else _short(t.sd_s)
+            lines.append(
+                f"{head if i == 0 else '| | | |'} {t.type} | {t.runs} | {_short(t.mean_s)} | {sd} |"
+            )
+    if len(report.categories) > _ROWS_SHOWN:
+        lines.append(f"| ... {len(report.categories) - _ROWS_SHOWN} more in {REPORT_JSON} | |")
+    return lines
+
+
+def _short(seconds: float) -> str:
+    """A task's time: ``2.35 s`` under a minute, else as ``hms``."""
+    return f"{seconds:.3g} s" if seconds < 60 else hms(seconds)
 
 
 def _notices_section(report: Report) -> list[str]:

@@ -1,4 +1,4 @@
-"""The decorator every record of ``report.json`` is made with."""
+"""The decorator of the records ``report.json`` is made of (``records``, ``category_lines``)."""
 
 from __future__ import annotations
 

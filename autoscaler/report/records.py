@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Discriminator, Tag, TypeAdapter, ValidationError
 
 from autoscaler.core.errors import AutoscalerError
+from autoscaler.report.category_lines import CategoryLine
 from autoscaler.report.outputs import OutputsSummary
 from autoscaler.report.record import record as _record
 
@@ -383,6 +384,9 @@ class Report:
     risk: ShortfallNote | None = None
     """The first warning that the budget was at risk: enough at the estimated runtimes,
     not at the slow end of their intervals (null: none)."""
+    categories: tuple[CategoryLine, ...] = ()
+    """With ``categories:`` in the config (paper 004): each category's tasks and the time
+    they took on each machine type (empty: the run had none)."""
     time_scale: float | None = None
     """A real run only: emulated seconds per real second (absent from a dry run's report)."""
     refused_agents: int | None = None

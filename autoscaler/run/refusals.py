@@ -43,13 +43,13 @@ class Holds:
 def holds(cfg: RunConfig, type_name: str | None = None) -> Holds:
     """The holds of the provider of ``type_name`` (of ``cfg``'s one provider): its
     ``ec2`` section's, else the defaults; the wait after throttling in the run's own
-    seconds (``time_scale``)."""
-    retry_s = RETRY_HOLD_S * cfg.time_scale
+    seconds (``time_scale``; EC2's ``throttle_hold_s``, else ``RETRY_HOLD_S``)."""
     view = cfg if type_name is None else cfg.for_provider(cfg.provider_of(type_name))
     if view.ec2 is not None:
         e = view.ec2
+        retry_s = e.throttle_hold_s * cfg.time_scale
         return Holds(e.unavailable_s, e.limit_hold_s, e.recover_s, retry_s)
-    return Holds(retry_s=retry_s)
+    return Holds(retry_s=RETRY_HOLD_S * cfg.time_scale)
 
 
 def refusal(

@@ -328,3 +328,22 @@ def adopted(run_dir: Path) -> set[str]:
     set_at = first_t(run_dir, "BudgetSet")
     before = {d["machine"] for t, _, d in journal_rows(run_dir, "MachineLaunched") if t < set_at}
     return before & {d["machine"] for t, _, d in journal_rows(run_dir, "TaskDone") if t > set_at}
+
+
+def with_setup(config: Path, marker: Path) -> Path:
+    """``config`` with a run-wide ``setup:`` command that appends a line to ``marker``
+    on each machine (issue 23 §1); ``setup_ran`` checks it."""
+    data: dict[str, Any] = yaml.safe_load(config.read_text(encoding="utf-8"))
+    data["setup"] = [f"echo set-up $$ >> {marker}"]
+    config.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return config
+
+
+def setup_ran(run_dir: Path, marker: Path) -> None:
+    """Each machine the run launched ran the set-up once, and became ready after it."""
+    launched = {d["machine"] for _, _, d in journal_rows(run_dir, "MachineLaunched")}
+    ready = {d["machine"] for _, _, d in journal_rows(run_dir, "MachineReady")}
+    lines = marker.read_text(encoding="utf-8").splitlines() if marker.exists() else []
+    assert ready, "no machine became ready"
+    assert ready <= launched
+    assert len(lines) == len(ready), (lines, sorted(ready))

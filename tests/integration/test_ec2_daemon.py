@@ -35,9 +35,11 @@ from tests.integration.daemon_helpers import (
     run_cleanup,
     run_cli,
     run_id_of,
+    setup_ran,
     start_daemon,
     successful_runs,
     wait_for,
+    with_setup,
 )
 from tests.integration.ec2_world import ATU, BUDGET, N_TASKS, Ec2World
 
@@ -113,8 +115,9 @@ def check_no_secrets(w: Ec2World, run_dir: Path) -> None:
 
 def test_a_bag_runs_on_two_instance_types_tunnelled_tagged_and_billed(world: Ec2World) -> None:
     run_dir = world.tmp / "run"
+    marker = world.tmp / "setup.log"
     started = time.monotonic()
-    proc = start_daemon(str(world.config()), "--out", str(run_dir))
+    proc = start_daemon(str(with_setup(world.config(), marker)), "--out", str(run_dir))
     out = finish(proc)
     wall = time.monotonic() - started
     assert proc.returncode == 0, out[-3000:]
@@ -124,6 +127,7 @@ def test_a_bag_runs_on_two_instance_types_tunnelled_tagged_and_billed(world: Ec2
     assert report["tasks_done"] == N_TASKS
     check_every_task_once(run_dir)
     check_spend(run_dir)
+    setup_ran(run_dir, marker)  # each instance ran the run's set-up once (issue 23 §1)
 
     instances = world.instances(run_id)
     assert {i["InstanceId"] for i in instances} == {m["id"] for m in report["machines"]}
@@ -326,7 +330,8 @@ def test_throttling_for_30s_slows_the_run_without_an_error_storm(world: Ec2World
     run_dir = world.tmp / "run"
     world.proxy.throttle(30)
     started = time.monotonic()
-    proc = start_daemon(str(world.config()), "--out", str(run_dir))
+    config = world.config(ec2={"throttle_hold_s": 15})  # scale-up waits 15 s after a refusal
+    proc = start_daemon(str(config), "--out", str(run_dir))
     out = finish(proc, timeout=300)
     wall = time.monotonic() - started
     assert proc.returncode == 0, out[-3000:]

@@ -29,9 +29,11 @@ from tests.integration.daemon_helpers import (
     assigned_rows,
     committed_over_time,
     journal_rows,
+    setup_ran,
     start_daemon,
     successful_runs,
     wait_for,
+    with_setup,
 )
 from tests.integration.sge import XDIST_GROUP, GridEngine, jobs_of, sge_config
 
@@ -175,12 +177,14 @@ def run_to_its_end(config: Path, run_dir: Path) -> tuple[str, dict[str, str]]:
 
 def test_a_bag_runs_on_two_queues_within_budget(sge: GridEngine, tmp_path: Path) -> None:
     """A synthetic bag on two queue-backed types: all done once, within budget, no job left."""
-    config = sge_config(tmp_path, 30)
+    marker = tmp_path / "setup.log"
+    config = with_setup(sge_config(tmp_path, 30), marker)
     run_dir = tmp_path / "run"
     started = time.monotonic()
     run_id, seen = run_to_its_end(config, run_dir)
     wall = time.monotonic() - started
     report = assert_clean_end(run_dir, run_id, 30)
+    setup_ran(run_dir, marker)  # each job ran the run's set-up once (issue 23 §1)
     print(f"\nsge, 30 tasks: wall {wall:.1f}s, cost {report['cost']:.2f} of {report['budget']:g}")
     used = {m["type"] for m in report["machines"] if m["tasks_run"] > 0}
     assert used == {"small", "large"}

@@ -26,8 +26,10 @@ from tests.integration.daemon_helpers import (
     assert_deadline_end,
     cli,
     journal_rows,
+    setup_ran,
     start_daemon,
     wait_for,
+    with_setup,
 )
 from tests.integration.slurm import XDIST_GROUP, Slurm, jobs_of, slurm_config
 from tests.integration.test_sge_daemon import output_of, wait_run_id
@@ -88,7 +90,8 @@ def assert_no_job_left(run_id: str) -> None:
 def test_a_budget_run_on_two_partitions(slurm: Slurm, tmp_path: Path) -> None:
     """A synthetic bag on two partition-backed types: all done once, within budget, the
     report's machines the run's jobs, none left in squeue."""
-    config = slurm_config(tmp_path, 30)
+    marker = tmp_path / "setup.log"
+    config = with_setup(slurm_config(tmp_path, 30), marker)
     run_dir = tmp_path / "run"
     started = time.monotonic()
     run_id, seen = run_to_its_end(config, run_dir)
@@ -96,6 +99,7 @@ def test_a_budget_run_on_two_partitions(slurm: Slurm, tmp_path: Path) -> None:
     report = report_of(run_dir)
     assert report["stop_reason"] is None
     assert_clean_end(run_dir, report, 30)
+    setup_ran(run_dir, marker)  # each job ran the run's set-up once (issue 23 §1)
     print(f"\nslurm, 30 tasks: wall {wall:.1f}s, cost {report['cost']:.2f} of {report['budget']:g}")
     used = {m["type"] for m in report["machines"] if m["tasks_run"] > 0}
     assert used == {"small", "large"}

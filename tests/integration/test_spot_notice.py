@@ -24,7 +24,7 @@ from tests.integration.test_ec2_daemon import finish, kill9, report_of
 
 pytestmark = pytest.mark.integration
 
-N = 30
+N = 24
 
 
 def in_progress(run_dir: Path, machines: set[str]) -> dict[str, set[int]]:
@@ -43,7 +43,7 @@ def test_a_spot_notice_hands_the_machines_tasks_back_at_once(world: Ec2World) ->
     config = world.config(
         bag={"synthetic": N},
         constraint={"budget": 80},
-        emulator={"runtime": {"dist": "normal", "mean_s": 20, "sd_s": 1}},  # 10 s on fast
+        emulator={"runtime": {"dist": "normal", "mean_s": 12, "sd_s": 1}},  # 6 s on fast
         ec2={"notice_every_s": 0.2},
     )
     proc = start_daemon(str(config), "--out", str(run_dir))

@@ -137,7 +137,8 @@ def test_the_category_aware_mix_finishes_sooner_within_budget_and_as_predicted(
     """Both runs do every task once within the budget; the category-aware one ends
     sooner, its machines take the categories the mix was planned for, and its first
     plan's makespan is within 15 % of the run's (the category-blind plan's is not: it
-    plans on means no type will show)."""
+    plans on means no type will show). Both runs' machines marked to go take the tasks
+    they are relatively fastest at, which narrowed the gap (seed 1: 0.98x)."""
     cfg = config("crossed", seed, tmp_path)
     blind_state, blind = run(cfg, mix=False)
     aware_state, aware = run(cfg, mix=True)
@@ -147,7 +148,7 @@ def test_the_category_aware_mix_finishes_sooner_within_budget_and_as_predicted(
         assert set(done) == set(range(600))
         assert set(done.values()) == {1}
         assert report.cost <= 70
-    assert aware.makespan_s < 0.97 * blind.makespan_s
+    assert aware.makespan_s < blind.makespan_s, (aware.makespan_s, blind.makespan_s)
     # the assignment follows the mix: after the plan, a (4x slower at io) runs next to none
     planned_at = next(t for t, c in aware_state.configurations if c.predicted_makespan_s)
     io_on = Counter(
@@ -196,3 +197,56 @@ def test_a_plan_option_s_mix_is_the_one_a_run_with_its_budget_buys(tmp_path: Pat
         ran, _ = run(cfg.model_copy(update={"constraint": budget}), mix=True)
         first = next(c for _, c in ran.configurations if c.predicted_makespan_s)
         assert first.counts == option.counts, option.label
+
+
+def test_the_least_budget_plan_offers_does_the_whole_bag(tmp_path: Path) -> None:
+    """The minimum ``autoscaler plan`` offers with categories finishes the bag within it.
+    The plan keeps only ``a``; the ``b`` machines sampled are paid to the end of their
+    hour and work till then, on the tasks the fleet kept is slowest at (``io``: ``b``
+    is 4x faster there). Taking the bag's next tasks instead (mostly ``cpu``, where
+    ``b`` is 4x slower), they did 3 io tasks after the plan and the run did 515 of 600."""
+    cfg = config("crossed", 2, tmp_path)
+    state, now = first_plan_state(cfg)
+    least = next(o for o in frontier(controller(cfg, True), state, now).options)
+    assert least.label == "minimum"
+    assert least.counts.get("b", 0) == 0
+    budget = cfg.constraint.model_copy(update={"budget": least.budget})
+    ran, report = run(cfg.model_copy(update={"constraint": budget}), mix=True)
+    done = Counter(s.task for s in ran.segments if s.outcome == "done")
+    assert len(done) == ran.n_tasks
+    assert set(done.values()) == {1}
+    assert report.cost <= least.budget + 1e-9
+    planned_at = next(t for t, c in ran.configurations if c.predicted_makespan_s)
+    on_b = Counter(
+        ran.task_category[s.task]
+        for s in ran.segments
+        if s.outcome == "done"
+        and s.start >= planned_at
+        and ran.machines[s.machine].type.name == "b"
+    )
+    assert on_b[1] > 4 * on_b[0], on_b  # category 1 is io
+
+
+def test_the_report_gives_each_categorys_time_on_each_type(tmp_path: Path) -> None:
+    """report.json and report.md list each category with what its tasks took on each
+    type: ``a`` is 4x faster at cpu, ``b`` at io, and the report's means say so."""
+    from autoscaler.report.files import write_report
+    from autoscaler.report.records import read_report
+
+    cfg = config("crossed", 3, tmp_path)
+    state, report = run(cfg, mix=True)
+    lines = {c.name: c for c in report.categories}
+    assert set(lines) == {"cpu", "io"}
+    assert (lines["cpu"].tasks, lines["io"].tasks) == (450, 150)
+    assert lines["cpu"].done + lines["io"].done == report.tasks_done == 600
+    mean = {(n, t.type): t.mean_s for n, c in lines.items() for t in c.on_types}
+    assert mean["cpu", "a"] * 3 < mean["cpu", "b"]
+    assert mean["io", "b"] * 3 < mean["io", "a"]
+    runs = sum(t.runs for c in lines.values() for t in c.on_types)
+    # every run that ended with a result, but the replicas that lost their race
+    assert 0.95 * 600 <= runs <= sum(1 for s in state.segments if s.outcome == "done")
+    write_report(report, None, tmp_path)
+    assert read_report(tmp_path) == report
+    text = (tmp_path / "report.md").read_text()
+    assert "## Categories" in text
+    assert "| io | 150 | 150 | a |" in text

@@ -215,6 +215,26 @@ def test_the_daemon_turns_a_quota_refusal_into_a_hold_of_the_providers_types() -
     assert decode("event", "LaunchFailed", encode(failed)) == failed
 
 
+def test_a_throttled_launch_holds_scale_up_for_the_ec2_sections_throttle_hold() -> None:
+    """EC2 throttling a launch past botocore's retries holds every scale-up for
+    ``throttle_hold_s`` (60 s unless the section says)."""
+    ec2 = {
+        "region": "us-east-1",
+        "ami": "ami-1",
+        "ssh": {"key_file": "/nonexistent/key"},
+        "types": {"slow": {"instance_type": "t3.micro"}, "fast": {"instance_type": "c5.large"}},
+    }
+    for section, hold in ((ec2, 60.0), ({**ec2, "throttle_hold_s": "15s"}, 15.0)):
+        cfg = make_config(provider="sim", ec2=section)
+        state = new_state(cfg, 10, 1)
+        launch = Launch("fast", 1, "L0")
+        state.apply(0.0, launch)
+        done = LaunchDone(launch, (), "slow down", "RequestLimitExceeded", True, ("fast",))
+        (failed,) = launch_events(done, state, cfg, 5.0, Log())
+        assert failed.kind == "throttled"
+        assert failed.until == 5.0 + hold
+
+
 def test_a_type_refused_comes_back_at_half_weight_and_regains_it_over_the_window() -> None:
     types = [TypeSpec("a", 1.0, 4, 60.0), TypeSpec("b", 1.0, 4, 60.0)]
     state = RunState.new(types, HOURLY, 100.0, 10, list(range(10)))

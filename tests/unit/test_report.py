@@ -65,6 +65,7 @@ KEYS = [
     "unfinished_tasks",
     "providers",
     "risk",
+    "categories",
 ]
 """report.json's keys, in order, as every release so far has written them (a dry run's);
 a new key comes after those already there."""

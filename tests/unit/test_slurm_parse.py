@@ -179,7 +179,9 @@ def test_slurmctld_down_is_a_retryable_error() -> None:
 # --- the provider, on replays -------------------------------------------------------------
 
 
-def make_provider(tmp_path: Path, replay: Replay, wall: float = 0.0) -> SlurmProvider:
+def make_provider(
+    tmp_path: Path, replay: Replay, wall: float = 0.0, small_slots: int = 1
+) -> SlurmProvider:
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN)
     caps = Capabilities(
@@ -187,9 +189,14 @@ def make_provider(tmp_path: Path, replay: Replay, wall: float = 0.0) -> SlurmPro
         max_counts={"small": 4, "large": 3},
         boot_estimate_s={"small": 10.0, "large": 10.0},
     )
-    agents = AgentSettings(url="http://127.0.0.1:8123", token=TOKEN, python="/usr/bin/python3")
+    agents = AgentSettings(
+        url="http://127.0.0.1:8123",
+        token=TOKEN,
+        python="/usr/bin/python3",
+        slots={"small": small_slots},
+    )
     types = {
-        "small": SlurmType(partition="as_small"),
+        "small": SlurmType(partition="as_small", cpus=small_slots),
         "large": SlurmType("as_large", "fast", 4, "2G", ("--qos=normal",)),
     }
     return SlurmProvider(
@@ -322,6 +329,25 @@ def test_offers_start_when_slurm_says_and_take_whole_waves(tmp_path: Path) -> No
     assert "--partition=as_small" in small
     assert "--ntasks=3" in large  # as many as the type's max_count, then halved
     assert "--ntasks=1" in narrower
+
+
+def test_an_offer_counts_each_machines_slots(tmp_path: Path) -> None:
+    """A small machine runs 2 tasks at once (2 CPUs): 10 tasks need 5 machines, the
+    type's limit is 4, and Slurm would start the 4-wide job with 4 processors, which is
+    2 machines: 4 lanes, 3 waves of 60 s after Slurm's start (180 s after asking)."""
+    replay = Replay().on(
+        "sbatch --test-only",
+        CommandResult(1, "", data("test_only_busy.txt")),  # 4 processors
+        failed("test_only_too_wide"),
+        failed("test_only_too_wide"),
+    )
+    provider = make_provider(tmp_path, replay, wall=epoch("2026-11-25T15:24:20"), small_slots=2)
+    (offer,) = provider.offers(OfferRequest(10, 60.0, 5000.0, 1000.0), [10])
+    assert offer.finish == 1000.0 + 180.0 + 3 * 60.0
+    small = replay.called("sbatch --test-only")[0]
+    assert "--ntasks=4" in small
+    assert "--cpus-per-task=2" in small
+    assert "--time=2" in small  # 10 tasks on 4 machines of 2 lanes: 2 waves of 60 s
 
 
 def test_an_offer_on_an_idle_cluster_starts_now(tmp_path: Path) -> None:
