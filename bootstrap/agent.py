@@ -37,7 +37,8 @@ Every request is ``POST <url>/v1/poll`` over HTTP/1.1 on one keep-alive connecti
     Notice = {"action": str, "time": str}   # as the provider wrote them
 
     Result = {"run": int, "task": int, "exit_code": int | null, "runtime_s": float,
-              "stdout": str, "stderr": str, "error": str | null}
+              "stdout": str, "stderr": str, "error": str | null,
+              "stored": [[str, int]]}  # a task with files: the outputs stored
 
 ``runtime_s`` is real (monotonic) seconds. ``stdout`` and ``stderr`` are the last
 ``--tail-bytes`` bytes of each stream, decoded as UTF-8 with replacement (a character cut
@@ -60,7 +61,11 @@ Response 200 body::
      "setup": {"commands": [str], "timeout_s": float | null} | null}
 
     Task = {"run": int, "task": int, "command": str | null, "sleep_s": float | null,
-            "env": {str: str}, "cwd": str | null, "timeout_s": float | null}
+            "env": {str: str}, "cwd": str | null, "timeout_s": float | null,
+            "files": Files}       # only for a task with files
+
+    Files = {"inputs": [[name, "get" | "link", where]], "outputs": [glob],
+             "max_bytes": int}
 
 Missing keys read as empty or null. Semantics:
 
@@ -88,6 +93,17 @@ Missing keys read as empty or null. Semantics:
 * ``cancel``: a run in progress is killed (its process group), a queued one dropped
   before it starts; neither gives a result. Tasks of the same response are queued before
   cancels are applied.
+* ``files``: the run's ``cwd`` is made first (and removed when the run ends), each input
+  put there under its ``name``: ``get`` fetches ``GET <url>where`` (authorised like a
+  poll), ``link`` links the path ``where`` (a shared file system). After an exit 0, the
+  regular files the ``outputs`` globs match (``**`` too) are stored, unless they sum to
+  more than ``max_bytes`` (``error``: ``"outputs 123 MB exceed limit 100 MB"``): the
+  agent posts ``{"machine", "run", "task", "files": [[path, bytes]]}`` to
+  ``<url>/v1/files``, and the answer says where they go: ``{"put": [url]}`` (one per
+  file, in order: a path on the controller, authorised, or a full URL such as a
+  presigned S3 one, not), or ``{"dir": path}`` (a shared file system: moved there). The
+  result then carries ``"stored": [[path, bytes]]``. Any failure is the run's
+  ``error``: ``"inputs: ..."`` or ``"outputs: ..."``.
 * ``release: true``: the agent kills every run in progress and exits 0 at once.
 * ``lease_s``: the agent must not be alive later than ``lease_s`` seconds after it sent
   that request, unless a later response renews the lease. Each response replaces the
@@ -133,12 +149,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import glob
 import http.client
 import json
 import logging
 import math
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -156,6 +174,9 @@ from typing import IO, Any, NoReturn
 
 TOKEN_ENV = "AUTOSCALER_TOKEN"
 POLL_PATH = "/v1/poll"
+FILES_PATH = "/v1/files"
+BLOCK = 1 << 20
+FILE_ERRORS = (OSError, http.client.HTTPException, ValueError, LookupError, TypeError)
 HTTP_GRACE_S = 10.0
 BACKOFF_FIRST_S = 0.05
 BACKOFF_MAX_S = 2.0
@@ -294,6 +315,7 @@ class Task:
     env: dict[str, str]
     cwd: str | None
     timeout_s: float | None
+    files: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -307,17 +329,13 @@ class Result:
     stdout: str
     stderr: str
     error: str | None
+    stored: list[list[Any]] | None = None
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "run": self.run,
-            "task": self.task,
-            "exit_code": self.exit_code,
-            "runtime_s": self.runtime_s,
-            "stdout": self.stdout,
-            "stderr": self.stderr,
-            "error": self.error,
-        }
+        out = dict(self.__dict__)
+        if self.stored is None:
+            del out["stored"]
+        return out
 
 
 @dataclass(frozen=True)
@@ -477,9 +495,23 @@ def parse_task(raw: object) -> Task | Result:
             env=dict(env),
             cwd=_opt_str(raw, "cwd"),
             timeout_s=_opt_float(raw, "timeout_s"),
+            files=_files(raw.get("files")),
         )
     except ValueError as exc:
         return Result(run, task, None, 0.0, "", "", f"bad task: {exc}")
+
+
+def _files(raw: object) -> dict[str, Any] | None:
+    if raw is not None and not isinstance(raw, dict):
+        raise ValueError("files must be an object or null")
+    return raw
+
+
+def collect(cwd: str, patterns: list[str]) -> list[list[Any]]:
+    """The regular files under ``cwd`` that ``patterns`` match: [[path, bytes]], sorted."""
+    found = {p for g in patterns for p in glob.glob(g, root_dir=cwd, recursive=True)}
+    paths = [os.path.join(cwd, p) for p in sorted(found)]
+    return [[p[len(cwd) + 1 :], os.path.getsize(p)] for p in paths if os.path.isfile(p)]
 
 
 def parse_reply(data: bytes) -> Reply:
@@ -843,6 +875,15 @@ class Agent:
             return
         workdir = self._config.workdir
         cwd = os.path.join(workdir, task.cwd) if task.cwd else workdir
+        if task.files is not None:
+            try:
+                self._inputs(cwd, task.files)
+            except FILE_ERRORS as exc:
+                self._close()
+                result = Result(task.run, task.task, None, 0.0, "", "", f"inputs: {exc}")
+                self._add_result(result, now)
+                shutil.rmtree(cwd, True)
+                return
         outputs = self._spare.pop() if self._spare else Outputs.new()
         self._deferring_signals = True
         try:
@@ -883,7 +924,12 @@ class Agent:
         task = current.task
         del self._running[task.run]
         runtime_s = round(runtime_s, 6)
-        result = Result(task.run, task.task, code, runtime_s, stdout, stderr, error)
+        stored = None
+        if task.files is not None:
+            if error is None:
+                stored, error = self._outputs(task, self._cwd(task))
+            shutil.rmtree(self._cwd(task), True)
+        result = Result(task.run, task.task, code, runtime_s, stdout, stderr, error, stored)
         self._add_result(result, time.monotonic())
         if error is not None:
             log(
@@ -911,10 +957,15 @@ class Agent:
         else:
             self._spare.append(outputs)
 
+    def _cwd(self, task: Task) -> str:
+        return os.path.join(self._config.workdir, task.cwd or "")
+
     def _kill(self, current: Current) -> None:
         if current.process is not None:
             current.process.kill()
             self._recycle(current.process.outputs)
+        if current.task.files is not None:
+            shutil.rmtree(self._cwd(current.task), True)
         del self._running[current.task.run]
         log(logging.INFO, "run killed", run=current.task.run, task=current.task.task)
 
@@ -1001,27 +1052,88 @@ class Agent:
         self._apply(reply, now, sent)
 
     def _post(self, payload: bytes, timeout: float) -> tuple[int, bytes]:
+        response = self._call("POST", self._config.path, payload, None, timeout)
+        return response.status, response.read()
+
+    def _call(
+        self, method: str, path: str, body: Any, size: int | None = None, timeout: float = 60.0
+    ) -> http.client.HTTPResponse:
+        """One request on the controller's connection, authorised; to a full URL (a
+        presigned one) on a connection of its own, not."""
         config = self._config
-        if self._conn is None:
-            if config.scheme == "https":
-                self._conn = http.client.HTTPSConnection(config.host, config.port, timeout=timeout)
-            else:
-                self._conn = http.client.HTTPConnection(config.host, config.port, timeout=timeout)
+        parts = urllib.parse.urlsplit(path)
+        own = parts.scheme != ""
         conn = self._conn
+        if conn is None or own:
+            secure = (parts.scheme or config.scheme) == "https"
+            kind = http.client.HTTPSConnection if secure else http.client.HTTPConnection
+            conn = kind(parts.hostname or config.host, parts.port or config.port, blocksize=BLOCK)
+            if not own:
+                self._conn = conn
         conn.timeout = timeout
         if conn.sock is not None:
             conn.sock.settimeout(timeout)
-        conn.request(
-            "POST",
-            config.path,
-            body=payload,
-            headers={
-                "Authorization": f"Bearer {self._token}",
-                "Content-Type": "application/json",
-            },
-        )
-        response = conn.getresponse()
-        return response.status, response.read()
+        headers = {"Authorization": f"Bearer {self._token}", "Content-Type": "application/json"}
+        headers = {} if own else headers
+        if size is not None:
+            headers["Content-Length"] = str(size)
+        conn.request(method, path if not own else parts.path + "?" + parts.query, body, headers)
+        return conn.getresponse()
+
+    def _inputs(self, cwd: str, files: dict[str, Any]) -> None:
+        """Make the run's work directory and put its inputs there."""
+        os.makedirs(cwd, exist_ok=True)
+        base = self._config.path[: -len(POLL_PATH)]
+        for name, how, where in files.get("inputs") or []:
+            path = os.path.join(cwd, name)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            if how == "link":
+                os.symlink(where, path)
+                continue
+            response = self._call("GET", base + where, None)
+            if response.status != 200:
+                raise ValueError(f"{name}: HTTP {response.status} {response.read(200)!r}")
+            with open(path, "wb") as stream:
+                while chunk := response.read(BLOCK):
+                    stream.write(chunk)
+
+    def _outputs(self, task: Task, cwd: str) -> tuple[list[list[Any]] | None, str | None]:
+        """Store the run's outputs where the controller says: what was stored, or why not."""
+        files = task.files or {}
+        try:
+            found = collect(cwd, files.get("outputs") or [])
+            total = sum(size for _, size in found)
+            if total > files["max_bytes"]:
+                limit = files["max_bytes"] / 1e6
+                return None, f"outputs {total / 1e6:.3g} MB exceed limit {limit:.3g} MB"
+            if found:
+                self._store(task, cwd, found)
+        except FILE_ERRORS as exc:
+            self._close()
+            return None, f"outputs: {exc}"
+        return found, None
+
+    def _store(self, task: Task, cwd: str, found: list[list[Any]]) -> None:
+        base = self._config.path[: -len(POLL_PATH)]
+        ask = {"machine": self._config.machine, "run": task.run, "task": task.task, "files": found}
+        response = self._call("POST", base + FILES_PATH, json.dumps(ask))
+        data = response.read()
+        if response.status != 200:
+            raise ValueError(f"HTTP {response.status} {data[:300]!r}")
+        answer = json.loads(data)
+        if "dir" in answer:  # a shared file system: moved, whole files only under their name
+            for rel, _ in found:
+                target = os.path.join(answer["dir"], rel)
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                shutil.move(os.path.join(cwd, rel), target + ".part")
+                os.replace(target + ".part", target)
+            return
+        for (rel, size), url in zip(found, answer["put"], strict=True):
+            with open(os.path.join(cwd, rel), "rb") as stream:  # a full URL: presigned
+                response = self._call("PUT", url if url[0] != "/" else base + url, stream, size)
+                data = response.read()
+            if response.status not in (200, 201, 204):
+                raise ValueError(f"{rel}: HTTP {response.status} {data[:300]!r}")
 
     def _close(self) -> None:
         if self._conn is not None:

@@ -36,8 +36,10 @@ from __future__ import annotations
 import ast
 import base64
 import gzip
+import io
 import re
 import shlex
+import tokenize
 from collections.abc import Sequence
 
 from autoscaler.bootstrap.agent_start import BootstrapError, agent_command
@@ -106,7 +108,10 @@ def shipped_agent(agent_source: str) -> str:
             lines[doc.lineno - 1] = f'{indent}""\n'
             for i in range(doc.lineno, doc.end_lineno):
                 lines[i] = "\n"
-    lines = ["\n" if ln.lstrip().startswith("#") else ln for ln in lines]
+    for token in tokenize.generate_tokens(io.StringIO(agent_source).readline):
+        if token.type == tokenize.COMMENT:  # a comment, whole line or after code: cut
+            row, col = token.start
+            lines[row - 1] = lines[row - 1][:col].rstrip() + "\n"
     pointer = '"""The autoscaler\'s worker agent; its protocol: bootstrap/agent.py."""\n'
     return "".join([*lines[: first.lineno - 1], pointer, *lines[first.end_lineno :]])
 

@@ -17,6 +17,7 @@ import yaml
 from pydantic import ValidationError
 
 from autoscaler.config.durations import seconds_in
+from autoscaler.config.files import fill_files, resolve_inputs, sweep_combos
 from autoscaler.config.needs import Needs, Row, fill_needs, is_table, read_table
 from autoscaler.config.problems import validation_problems, yaml_problem
 from autoscaler.config.schema import (
@@ -32,6 +33,7 @@ from autoscaler.config.schema import (
 )
 from autoscaler.config.slots import VcpuLookup, fill_slots
 from autoscaler.core.errors import AutoscalerError, ConfigError
+from autoscaler.core.files import FileSpec
 from autoscaler.core.model import TaskSpec
 
 __all__ = [
@@ -163,6 +165,8 @@ def resolve_paths(cfg: C, base_dir: str | Path) -> C:
         return p if p.is_absolute() else base / p
 
     def resolve_bag(bag: Bag) -> Bag:
+        if bag.files is not None:
+            bag = bag.model_copy(update={"files": resolve_inputs(bag.files, base)})
         return bag if bag.file is None else bag.model_copy(update={"file": resolve(bag.file)})
 
     if isinstance(cfg, Work) and cfg.bag is not None:
@@ -330,19 +334,40 @@ def _expand(cfg: RunConfig, source: str) -> tuple[list[TaskSpec], list[range]]:
         elif bag.file is not None:
             commands = _file_commands(bag.file, source, field)
         elif bag.command is not None and bag.sweep:
-            commands = _sweep_commands(bag.command, bag.sweep, source, field)
+            also = bag.files.templates() if bag.files is not None else []
+            commands = _sweep_commands(bag.command, bag.sweep, source, field, also)
         elif bag.command is not None:
             commands = [bag.command]
         else:  # the schema guarantees one source; keep the error typed if that ever changes
             raise ConfigError(source, [f"{field}: give exactly one of command, file or synthetic"])
         if bag.needs is not None:
             needs = _sweep_needs(bag, source, field)
+        files = _bag_files(bag, source, field, len(commands))
         tasks.extend(
-            TaskSpec(id=first + i, command=c, env=env, timeout_s=timeout, **_fields(needs, i))
+            TaskSpec(
+                id=first + i,
+                command=c,
+                env=env,
+                timeout_s=timeout,
+                files=files[i],
+                **_fields(needs, i),
+            )
             for i, c in enumerate(commands)
         )
         owned.append(range(first, len(tasks)))
     return tasks, owned
+
+
+def _bag_files(bag: Bag, source: str, field: str, n: int) -> Sequence[FileSpec | None]:
+    """Each task's files (``config.files``; inputs already made absolute by
+    ``resolve_paths``, else relative to the working directory)."""
+    if bag.files is None:
+        return [None] * n
+    combos = _combos(bag) if bag.command is not None and bag.sweep else None
+    specs, problems = fill_files(bag.files, combos, Path.cwd(), field)
+    if problems:
+        raise ConfigError(source, problems)
+    return specs if combos is not None else specs * n
 
 
 def _fields(needs: Sequence[Needs] | None, i: int) -> dict[str, Any]:
@@ -370,15 +395,19 @@ def _table_rows(path: Path, source: str, field: str) -> list[Row]:
 def _sweep_needs(bag: Bag, source: str, field: str) -> list[Needs]:
     """``bag.needs`` filled for each combination of the sweep, in the commands' order."""
     assert bag.needs is not None
-    values = [
-        range(v.start, v.stop, v.step) if isinstance(v, IntRange) else v for v in bag.sweep.values()
-    ]
-    names = list(bag.sweep)
-    combos = (dict(zip(names, c, strict=True)) for c in itertools.product(*values))
-    needs, problems = fill_needs(bag.needs.model_dump(), combos, f"{field}.needs")
+    needs, problems = fill_needs(bag.needs.model_dump(), _combos(bag), f"{field}.needs")
     if problems:
         raise ConfigError(source, problems)
     return needs
+
+
+def _combos(bag: Bag) -> list[dict[str, object]]:
+    """Every combination of the bag's sweep values, in the order of its commands."""
+    values = {
+        name: range(v.start, v.stop, v.step) if isinstance(v, IntRange) else v
+        for name, v in bag.sweep.items()
+    }
+    return sweep_combos(values)
 
 
 def _file_commands(path: Path, source: str, field: str = "bag") -> list[str]:
@@ -393,14 +422,20 @@ def _file_commands(path: Path, source: str, field: str = "bag") -> list[str]:
 
 
 def _sweep_commands(
-    template: str, sweep: Mapping[str, SweepValues], source: str, bag: str = "bag"
+    template: str,
+    sweep: Mapping[str, SweepValues],
+    source: str,
+    bag: str = "bag",
+    also: Sequence[str] = (),
 ) -> list[str]:
+    """The commands; ``also``: more templates of the bag (its files') that use the sweep."""
     problems: list[str] = []
     try:
         fields = [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
+        more = [n for t in also for _, n, _, _ in string.Formatter().parse(t) if n is not None]
     except ValueError as exc:
         raise ConfigError(source, [f"{bag}.command: not a valid template: {exc}"]) from None
-    used: set[str] = set()
+    used: set[str] = {n.split(".", 1)[0].split("[", 1)[0] for n in more}
     for field in fields:
         name = field.split(".", 1)[0].split("[", 1)[0]
         if not name or name.isdigit():

@@ -186,6 +186,11 @@ class Local(ConfigModel):
     workdir: Path | None = Field(
         default=None, description="working directory of tasks (default: <run dir>/work)"
     )
+    shared_fs: bool = Field(
+        default=False,
+        description="agents see the daemon's file system: task inputs are linked and "
+        "outputs moved in place, not sent over HTTP",
+    )
 
 
 class Daemon(ConfigModel):
@@ -386,6 +391,11 @@ class Sge(ConfigModel):
         default=None, description="interpreter of the agents (default: the daemon's)"
     )
     workdir: Path | None = Field(default=None, description="working directory of tasks")
+    shared_fs: bool = Field(
+        default=False,
+        description="agents see the daemon's file system: task inputs are linked and "
+        "outputs moved in place, not sent over HTTP",
+    )
 
 
 class SlurmType(ConfigModel):
@@ -411,3 +421,8 @@ class Slurm(ConfigModel):
         default=None, description="interpreter of the agents (default: the daemon's)"
     )
     workdir: Path | None = Field(default=None, description="working directory of tasks")
+    shared_fs: bool = Field(
+        default=False,
+        description="agents see the daemon's file system: task inputs are linked and "
+        "outputs moved in place, not sent over HTTP",
+    )

@@ -273,6 +273,13 @@ class Platform(ConfigModel):
         own = next((t.setup for t in self.machine_types if t.name == type_name), [])
         return (*self.setup, *own)
 
+    def shared_fs(self, type_name: str) -> bool:
+        """Whether the agents of ``type_name`` see the daemon's file system."""
+        entry = next((t.provider for t in self.machine_types if t.name == type_name), None)
+        kind = self.providers[entry] if self.providers is not None and entry else None
+        section = kind if kind is not None else getattr(self, self.provider, None)
+        return bool(getattr(section, "shared_fs", False))
+
     def for_provider(self, name: str) -> Platform:
         """This config as if provider ``name`` were its only one: ``provider`` its kind,
         its section in the kind's field, only its machine types. The one-provider form

@@ -21,6 +21,7 @@ from pydantic import (
 from autoscaler.config.base import ConfigModel, Name, known_types
 from autoscaler.config.budgets import budget_problem
 from autoscaler.config.durations import Seconds
+from autoscaler.config.files import BagFiles
 from autoscaler.config.needs import Bytes
 from autoscaler.core.errors import AutoscalerError
 
@@ -98,6 +99,10 @@ class Bag(ConfigModel):
     needs: TaskNeeds | None = Field(
         default=None, description="what each task of a command bag needs (templates allowed)"
     )
+    files: BagFiles | None = Field(
+        default=None,
+        description="inputs put in each task's work directory, outputs kept (config.files)",
+    )
 
     @model_validator(mode="after")
     def _exactly_one_source(self) -> Bag:
@@ -117,6 +122,8 @@ class Bag(ConfigModel):
             )
         if self.sweep and self.command is None:
             raise ValueError("sweep needs a command template")
+        if self.files is not None and self.synthetic is not None:
+            raise ValueError("files: only with a command or a file (synthetic tasks have none)")
         if self.needs is not None and self.command is None:
             raise ValueError(
                 "needs: only with a command (a .csv or .tsv file gives them in its columns)"

@@ -103,6 +103,14 @@ def ec2_client(
     return client
 
 
+def s3_client(region: str | None, endpoint_url: str | None) -> Any:
+    """A new S3 client on the process's loader (task outputs: ``providers.s3``)."""
+    with _CREATE_LOCK:
+        return _session(None).client(
+            "s3", region_name=region, endpoint_url=endpoint_url, config=_config(5)
+        )
+
+
 def pricing_client(endpoint_url: str | None = None) -> PricingClient:
     """A Pricing API client on a new session of its own (for ``ec2_prices``).
 

@@ -12,6 +12,7 @@ import dataclasses
 from collections import deque
 from collections.abc import Sequence
 
+from autoscaler.core.files import Stored
 from autoscaler.core.model import (
     ACTION_TYPES,
     EVENT_TYPES,
@@ -138,7 +139,10 @@ class Fold(Runs):
                     self._start_queued(m)
             case MachineLost(machine=mid, reason=reason):
                 self._end_machine(mid, f"lost: {reason}", outcome="lost")
-            case TaskDone(task=tid, machine=mid, runtime_s=runtime):
+            case TaskDone(task=tid, machine=mid, runtime_s=runtime, stored=stored):
+                if stored is not None:
+                    self._store(event, stored)
+                    return
                 m = self.machines[mid]
                 if not self._finish_run(tid, mid, "done", runtime):
                     self._done_after_all(m, tid, runtime)
@@ -195,6 +199,13 @@ class Fold(Runs):
                 self.shutdown = self.awaiting_budget = self.interrupted = False
             case Tick() | BoundaryNear():
                 pass
+
+    def _store(self, done: TaskDone, stored: Stored) -> None:
+        """``done`` folded; its outputs are the task's if it is the result that counted."""
+        before = self.task_state[done.task]
+        self._event(dataclasses.replace(done, stored=None))
+        if before is not TaskState.DONE and self.task_state[done.task] is TaskState.DONE:
+            self.stored[done.task] = stored
 
     def _avoid(self, failed: LaunchFailed, until: float) -> None:
         """What a refused launch avoids until ``until``: its type (``capacity``; an

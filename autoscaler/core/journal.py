@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import IO, Any, Literal, Protocol
 
 from autoscaler.core.errors import AutoscalerError
+from autoscaler.core.files import Stored
 from autoscaler.core.model import ACTION_TYPES, EVENT_TYPES, Action, Event, JobSpec
 from autoscaler.core.state import RunState
 
@@ -35,7 +36,7 @@ _TYPES: dict[str, dict[str, type[Any]]] = {
     "event": {c.__name__: c for c in EVENT_TYPES},
     "action": {c.__name__: c for c in ACTION_TYPES},
 }
-_NESTED: dict[str, type[Any]] = {"JobSpec": JobSpec}
+_NESTED: dict[str, type[Any]] = {"JobSpec": JobSpec, "Stored | None": Stored}
 """Records a field may hold, by the field's annotation: written as JSON objects."""
 
 _SCHEMA = """

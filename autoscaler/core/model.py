@@ -33,6 +33,7 @@ from autoscaler.core.actions import (
     Shortfall,
     Stop,
 )
+from autoscaler.core.files import FileSpec, Stored
 
 __all__ = [
     "ACTION_TYPES",
@@ -101,6 +102,7 @@ class TaskSpec:
     estimate_s: float | None = None
     output_bytes: float | None = None
     category: str | None = None
+    files: FileSpec | None = None  # inputs to put in its work directory, outputs to keep
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,6 +240,7 @@ class TaskDone:
     task: int
     machine: str
     runtime_s: float
+    stored: Stored | None = None  # a task with outputs: the attempt that stored them
 
 
 @dataclass(frozen=True, slots=True)

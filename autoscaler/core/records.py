@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from autoscaler.core.billing import BillingModel
 from autoscaler.core.errors import AutoscalerError
+from autoscaler.core.files import Stored
 from autoscaler.core.model import (
     Configure,
     Forecast,
@@ -112,6 +113,7 @@ class RunRecords:
     segments: list[Segment] = field(default_factory=list)
     spend_log: list[tuple[float, float]] = field(default_factory=list)  # (time, committed)
     task_errors: dict[int, str] = field(default_factory=dict)
+    stored: dict[int, Stored] = field(default_factory=dict)  # task -> its outputs committed
     stats: dict[str, RuntimeStats] = field(default_factory=dict)
     launch_seq: int = 0  # launches decided so far; names the next launch token
     unavailable: dict[str, float] = field(default_factory=dict)  # type -> avoided until

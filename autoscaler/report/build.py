@@ -9,11 +9,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from autoscaler.config.schema import RunConfig
+from autoscaler.core.files import task_location
 from autoscaler.core.model import Risk, Shortfall, TaskSpec, TaskState
 from autoscaler.core.state import RunState
 from autoscaler.report.attribution import job_outcomes
 from autoscaler.report.category_lines import category_lines
 from autoscaler.report.format import inside, rounded, rounded_pair
+from autoscaler.report.outputs import OutputsSummary, TaskOutputs
 from autoscaler.report.records import (
     EPS,
     BillingTerms,
@@ -223,6 +225,7 @@ def build_report(
         time_scale=time_scale,
         refused_agents=refused_agents,
         providers=provider_summaries(cfg, totals),
+        outputs=None if time_scale is None else outputs_summary(state, tasks),
     )
     if not state.deadline_mode:
         return report
@@ -234,6 +237,24 @@ def build_report(
         jobs=jobs,
         jobs_met_deadline=sum(j.met_deadline for j in jobs),
         unattributed_cost=round(unattributed, 4),
+    )
+
+
+def outputs_summary(state: RunState, tasks: Sequence[TaskSpec]) -> OutputsSummary | None:
+    """Where the task files that came back are (None: the run's tasks have none)."""
+    stored = []
+    for tid, st in sorted(state.stored.items()):
+        spec = tasks[tid].files if tid < len(tasks) else None
+        where = task_location(spec, tid) if spec is not None else f"outputs/{tid}/"
+        stored.append(TaskOutputs(tid, where, st.files, st.bytes))
+    if not stored and not any(t.files is not None for t in tasks):
+        return None
+    return OutputsSummary(
+        tasks=len(stored),
+        files=sum(s.files for s in stored),
+        bytes=sum(s.bytes for s in stored),
+        empty=tuple(s.task for s in stored if s.files == 0),
+        stored=tuple(stored),
     )
 
 

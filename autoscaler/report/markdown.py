@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from autoscaler.core.model import NOTICE_REASON
 from autoscaler.providers import registry
 from autoscaler.report.format import hms, money
+from autoscaler.report.outputs import OutputsSummary
 from autoscaler.report.records import (
     REPORT_JSON,
     REPORT_MD,
@@ -58,6 +59,8 @@ def render_markdown(report: Report) -> str:
         )
     if report.unfinished_tasks:
         lines += ["", _unfinished_sentence(report.unfinished_tasks)]
+    if report.outputs is not None:
+        lines += ["", _outputs_sentence(report.outputs)]
     if isinstance(report, DeadlineReport):
         lines += ["", *_deadline_head(report)]
         lines += ["", HEAD_END, *_types_table(report), *_jobs_section(report)]
@@ -254,6 +257,7 @@ def _tail(report: Report, lines: list[str]) -> str:
             meaning = _LAUNCH_PROBLEM_MEANING.get(p.kind, p.kind)
             lines.append(f"| {hms(p.t_s)} | {p.type} | {meaning} | {p.reason} |")
     lines += _notices_section(report)
+    lines += _outputs_section(report)
     lines += _categories_section(report)
     lines += [
         "",
@@ -268,6 +272,38 @@ def _tail(report: Report, lines: list[str]) -> str:
             f"{m.units_paid:g} | {m.tasks_run} | {m.end_reason or '-'} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _outputs_sentence(o: OutputsSummary) -> str:
+    """How many bytes came back, and where."""
+    where = {s.where.rsplit("/", 2)[0] for s in o.stored} or {"outputs"}
+    text = (
+        f"Outputs: {o.bytes:,} bytes in {o.files} files of {o.tasks} tasks, stored in "
+        + ", ".join(f"`{w}/<task>/`" for w in sorted(where))
+    )
+    if o.empty:
+        shown = ", ".join(str(t) for t in o.empty[:_ROWS_SHOWN])
+        more = f" and {len(o.empty) - _ROWS_SHOWN} more" if len(o.empty) > _ROWS_SHOWN else ""
+        text += f"; the output patterns of {len(o.empty)} matched no file (tasks {shown}{more})"
+    return text + "."
+
+
+def _outputs_section(report: Report) -> list[str]:
+    """Each task's outputs: where, how many files and bytes."""
+    o = report.outputs
+    if o is None or not o.stored:
+        return []
+    lines = [
+        "",
+        "## Task outputs",
+        "",
+        "| task | where | files | bytes |",
+        "| ---: | --- | ---: | ---: |",
+    ]
+    lines += [f"| {s.task} | {s.where} | {s.files} | {s.bytes:,} |" for s in o.stored[:_ROWS_SHOWN]]
+    if len(o.stored) > _ROWS_SHOWN:
+        lines.append(f"| ... | {len(o.stored) - _ROWS_SHOWN} more in {REPORT_JSON} | | |")
+    return lines
 
 
 def _categories_section(report: Report) -> list[str]:

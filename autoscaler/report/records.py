@@ -20,6 +20,7 @@ from pydantic import Discriminator, Tag, TypeAdapter, ValidationError
 
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.report.category_lines import CategoryLine
+from autoscaler.report.outputs import OutputsSummary
 from autoscaler.report.record import record as _record
 
 REPORT_JSON = "report.json"
@@ -390,6 +391,8 @@ class Report:
     """A real run only: emulated seconds per real second (absent from a dry run's report)."""
     refused_agents: int | None = None
     """A real run only: agent requests refused (wrong token or run; absent from a dry run's)."""
+    outputs: OutputsSummary | None = None
+    """A real run with task files only: where their outputs are and how much came back."""
 
     @property
     def emulated(self) -> bool:
@@ -421,7 +424,7 @@ class DeadlineReport(Report):
     """The cost of machines that ran no task, which no job is charged."""
 
 
-_REAL_RUN_ONLY = ("time_scale", "refused_agents")
+_REAL_RUN_ONLY = ("time_scale", "refused_agents", "outputs")
 
 
 def _mode(report: Any) -> str:

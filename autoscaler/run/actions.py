@@ -57,6 +57,8 @@ class Executor:
     def apply(self, state: RunState, events: list[Event], actions: list[Action]) -> set[str]:
         """Carry out a journaled step; the machines whose agents have news."""
         touched: set[str] = set()
+        if self.dispatcher.files is not None:  # outputs of results that counted: committed
+            self.dispatcher.files.settle(state, events)
         for event in events:
             match event:
                 case MachineLaunched(machine=mid):
@@ -134,6 +136,8 @@ class Executor:
         still running, relaunch (idempotently) the launches without a result, lose the
         machines that ended meanwhile, and terminate strays."""
         lifecycle, provider = self.lifecycle, self.lifecycle.provider
+        if self.dispatcher.files is not None:  # the journal's commits done, the rest dropped
+            self.dispatcher.files.recover(state)
         events: list[Event] = []
         adopted: set[str] = set()
         for token, (tname, count) in list(state.pending_launches.items()):

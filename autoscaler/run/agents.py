@@ -10,6 +10,7 @@ poll is parked until there is something to tell it, or until it must renew its l
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from autoscaler.config.schema import JobMeans, RunConfig
+from autoscaler.core.files import Stored
 from autoscaler.core.leases import Timeline, lease, renew_at
 from autoscaler.core.model import (
     NOTICE_REASON,
@@ -34,6 +36,7 @@ from autoscaler.core.model import (
 from autoscaler.core.state import Machine, RunState
 from autoscaler.providers.sim import share_factor, type_runtime
 from autoscaler.run.dispatch import AgentResult, Poll
+from autoscaler.run.staging import Staging
 
 
 @dataclass
@@ -48,6 +51,7 @@ class Agents:
     log: Any
     task_means: Sequence[JobMeans | None] = ()  # per task id, its job's (config.load.task_means)
     parked: dict[str, Poll] = field(default_factory=dict)  # an idle agent's poll, by machine
+    staging: Staging | None = None  # task files, when the run's tasks have any
 
     def add_means(self, means: Sequence[JobMeans | None]) -> None:
         """Tasks added to the run (a job for a pool): their jobs' mean task times."""
@@ -86,9 +90,12 @@ class Agents:
             if once:
                 seen.add(("", r.task))
             runtime = float(r.runtime_s) * self.cfg.time_scale
+            stored = self._stored(m, r)
+            if isinstance(stored, str):  # it ran, but its outputs are not safely stored
+                r, stored = dataclasses.replace(r, error=stored), None
             self._write_output(m, r)
             if r.ok:
-                events.append(TaskDone(r.task, m.id, runtime))
+                events.append(TaskDone(r.task, m.id, runtime, stored=stored))
             else:
                 events.append(TaskFailed(r.task, m.id, runtime, str(r.error or "failed")[:500]))
                 self.log.info("task failed", task=r.task, machine=m.id, error=r.error)
@@ -132,6 +139,12 @@ class Agents:
         if said:
             self.log.info("set-up done", machine=m.id, seconds=said.get("seconds"))
         return [MachineReady(m.id)]
+
+    def _stored(self, m: Machine, r: AgentResult) -> Stored | str | None:
+        """A task with files that ran well: what it stored, or why that does not count."""
+        if self.staging is None or not r.ok or self.tasks[r.task].files is None:
+            return None
+        return self.staging.check(r.task, m.id, r.run, r.stored)
 
     def _write_output(self, m: Machine, r: AgentResult) -> None:
         line = {
@@ -214,7 +227,7 @@ class Agents:
                 "cwd": None,
                 "timeout_s": None,
             }
-        return {
+        payload = {
             "run": run,
             "task": task,
             "command": spec.command,
@@ -225,6 +238,11 @@ class Agents:
             if spec.timeout_s is not None
             else (self.cfg.bag.timeout_s if self.cfg.bag is not None else None),
         }
+        if spec.files is not None and self.staging is not None:
+            shared = self.cfg.shared_fs(m.type.name)
+            cwd, files = self.staging.payload(spec.files, task, m.id, run, shared)
+            payload.update(cwd=str(self.workdir / cwd) if shared else cwd, files=files)
+        return payload
 
 
 SCALED_LEASE_FLOOR_S = 2.0

@@ -102,6 +102,7 @@ from autoscaler.run.metrics import Metrics
 from autoscaler.run.owner import admit, all_gone, job_means, pool_job
 from autoscaler.run.registry import register
 from autoscaler.run.rundir import OUTPUTS_FILE, RunFiles, rebuild_state, run_lock
+from autoscaler.run.staging import Staging
 from autoscaler.run.timers import Timers
 from autoscaler.run.wiring import make_bootstrap, make_provider
 
@@ -202,8 +203,9 @@ class Daemon:
         for job in self.state.jobs:
             if job.first >= files.config_tasks:
                 means[job.first : job.first + job.count] = [job_means(job)] * job.count
+        staging = Staging(cfg, files.run_dir, self.tasks, self.log)  # task files
         self.agents = Agents(
-            cfg, self.tasks, self.runtimes, self._workdir, outputs, self.log, task_means=means
+            cfg, self.tasks, self.runtimes, self._workdir, outputs, self.log, means, staging=staging
         )
         self.timeline = Timeline.resume(files.start_wall, time.time(), time.monotonic(), self.ts)
         host, port = files.address if files.address else (cfg.daemon.host, cfg.daemon.port)
@@ -211,7 +213,7 @@ class Daemon:
             self.dispatcher = Dispatcher(files.token, self._inbox, host, port, log=self.log)
         except OSError as exc:
             raise AutoscalerError(f"dispatcher cannot listen on {host}:{port}: {exc}") from None
-        files.address = self.dispatcher.address
+        files.address, self.dispatcher.files = self.dispatcher.address, staging
         if self.resume:
             self.dispatcher.gone.update(gone)
         self.journal.set_meta(**files.journal_meta())

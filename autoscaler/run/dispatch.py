@@ -12,8 +12,10 @@ may hold an idle agent's poll until there is work for it (a long poll).
 from __future__ import annotations
 
 import json
+import os
 import queue
 import secrets
+import shutil
 import threading
 import time
 from dataclasses import dataclass, field
@@ -24,6 +26,7 @@ from typing import Any
 from autoscaler.run.auth import bearer_token, token_matches
 
 POLL_PATH = "/v1/poll"
+FILES_PATH = "/v1/files"
 MAX_BODY = 8 << 20
 MAX_WAIT_S = 60.0
 _ENCODER = json.JSONEncoder(separators=(",", ":"))  # json.dumps would build one per call
@@ -87,6 +90,7 @@ class AgentResult:
     error: str | None  # why it failed, if the agent knows
     stdout: str = ""  # the tail of the output
     stderr: str = ""
+    stored: Any = None  # a task with files: [[path, bytes]] the agent stored
 
     @property
     def ok(self) -> bool:
@@ -179,7 +183,7 @@ def parse_result(r: object, index: int = 0) -> AgentResult:
     stdout, stderr = r.get("stdout", ""), r.get("stderr", "")
     if not isinstance(stdout, str) or not isinstance(stderr, str):
         raise BadRequest(f"{where}: stdout and stderr must be strings")
-    return AgentResult(r["run"], r["task"], code, runtime, error, stdout, stderr)
+    return AgentResult(r["run"], r["task"], code, runtime, error, stdout, stderr, r.get("stored"))
 
 
 class _Server(ThreadingHTTPServer):
@@ -215,6 +219,7 @@ class Dispatcher:
         self.last_seen: dict[str, float] = {}
         self.refused = 0
         self.polls = 0  # polls taken to the daemon (a statistic: counted without a lock)
+        self.files: Any = None  # task files (``run.staging.Staging``), if the run has any
         handler = type("Handler", (_Handler,), {"dispatcher": self})
         self._server = _Server((host, port), handler)
         self._thread: threading.Thread | None = None
@@ -264,7 +269,45 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True  # the agent went (released, or killed) meanwhile
 
     def do_GET(self) -> None:
-        self._send(HTTPStatus.NOT_FOUND, {"error": "agents POST to " + POLL_PATH})
+        files = self._files()
+        path = files.input_file(self.path) if files is not None else None
+        if path is None:
+            self._send(HTTPStatus.NOT_FOUND, {"error": "agents POST to " + POLL_PATH})
+            return
+        try:
+            stream = path.open("rb")
+        except OSError as exc:
+            self._send(HTTPStatus.NOT_FOUND, {"error": f"input: {exc.strerror}"})
+            return
+        with stream:
+            self.send_response(HTTPStatus.OK)
+            self.send_header("Content-Length", str(os.fstat(stream.fileno()).st_size))
+            self.end_headers()
+            shutil.copyfileobj(stream, self.wfile, 1 << 20)
+
+    def do_PUT(self) -> None:
+        files = self._files()
+        if files is not None:
+            length = int(self.headers.get("Content-Length") or 0)
+            seen = self.dispatcher.last_seen
+            status, body = files.receive(
+                self.path, self.rfile, length, lambda m: seen.__setitem__(m, time.monotonic())
+            )
+            self.close_connection = status != HTTPStatus.OK  # the body may be unread
+            self._send(status, body)
+
+    def _files(self) -> Any:
+        """The task files' handler if this authorised request is for it; else answered."""
+        d = self.dispatcher
+        if d.files is None:
+            self.close_connection = True
+            self._send(HTTPStatus.NOT_FOUND, {"error": "this run has no task files"})
+            return None
+        if not d.authorised(self.headers.get("Authorization")):
+            self.close_connection = True
+            self._send(HTTPStatus.UNAUTHORIZED, {"error": "wrong or missing token"})
+            return None
+        return d.files
 
     def do_POST(self) -> None:
         d = self.dispatcher
@@ -275,6 +318,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"error": "body too large"})
             return
         body = self.rfile.read(length)
+        if self.path == FILES_PATH:
+            files = self._files()
+            if files is not None:
+                self._send(*files.plan(body))
+            return
         if self.path != POLL_PATH:
             self._send(HTTPStatus.NOT_FOUND, {"error": f"no such endpoint {self.path}"})
             return

@@ -27,6 +27,7 @@ import yaml
 from autoscaler.config.schema import RunConfig
 from autoscaler.core.atomic import write_atomic
 from autoscaler.core.errors import AutoscalerError
+from autoscaler.core.files import spec_from_json, spec_json
 from autoscaler.core.journal import JOURNAL_DB, SqliteJournal, replay
 from autoscaler.core.model import TaskSpec
 from autoscaler.core.state import RunState
@@ -87,6 +88,7 @@ class RunFiles:
                     d["command"],
                     d.get("env") or {},
                     d.get("timeout_s"),
+                    files=spec_from_json(d.get("files")),
                     **{k: d[k] for k in _NEEDS if k in d},
                 )
                 for d in lines
@@ -166,6 +168,8 @@ def _task_lines(tasks: Sequence[TaskSpec], job: str | None = None) -> str:
         line.update({k: v for k in _NEEDS if (v := getattr(t, k)) is not None})
         if job is not None:
             line.update(job=job, timeout_s=t.timeout_s)
+        if t.files is not None:
+            line["files"] = spec_json(t.files)
         out.append(json.dumps(line) + "\n")
     return "".join(out)
 

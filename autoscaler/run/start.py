@@ -10,6 +10,7 @@ done, ``unfinished.txt`` (their commands: a bag file for a new run).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -338,6 +339,18 @@ def start_run(
     )
 
 
+def with_files(cfg: RunConfig, tasks: Sequence[TaskSpec]) -> list[TaskSpec]:
+    """``tasks`` with their bags' files (``config.files``), which a job's tasks lose in
+    the service's store (it keeps commands and environments): its config gives them."""
+    bags = [cfg.bag] if cfg.bag is not None else [j.bag for j in cfg.jobs]
+    if all(b.files is None for b in bags) or any(t.files is not None for t in tasks):
+        return list(tasks)
+    given = expand_bag(cfg)
+    if len(given) != len(tasks):
+        raise AutoscalerError(f"the config gives {len(given)} tasks, the job {len(tasks)}")
+    return [dataclasses.replace(t, files=g.files) for t, g in zip(tasks, given, strict=True)]
+
+
 def _daemon(
     mode: Mode,
     run_dir: Path,
@@ -361,7 +374,7 @@ def _daemon(
     else:
         assert run_id is not None
         assert seed is not None
-        files = RunFiles.create(cfg, list(tasks), run_dir, run_id, seed)
+        files = RunFiles.create(cfg, with_files(cfg, tasks), run_dir, run_id, seed)
     return Daemon(
         files,
         resume=mode == "resume",

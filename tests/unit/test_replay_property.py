@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from autoscaler.budget.controller import Controller
 from autoscaler.budget.settings import ControllerSettings
 from autoscaler.core.billing import BillingModel
+from autoscaler.core.files import Stored
 from autoscaler.core.journal import Journal, SqliteJournal, replay
 from autoscaler.core.model import (
     BoundaryNear,
@@ -72,14 +73,16 @@ def _machine_events(data: st.DataObject, state: RunState, now: float) -> list[Ev
         for tid, start in sorted(m.running.items()):
             outcome = data.draw(st.sampled_from(["runs", "done", "done", "failed"]))
             if outcome == "done":
-                events.append(TaskDone(tid, m.id, now - start))
+                # A task with files names the attempt that stored its outputs.
+                stored = data.draw(st.none() | st.just(Stored(f"{tid}.{m.id}-1", 2, 10)))
+                events.append(TaskDone(tid, m.id, now - start, stored=stored))
             elif outcome == "failed":
                 events.append(TaskFailed(tid, m.id, now - start, "exit 1"))
         # An agent runs ahead of what it reported: a queued task of its group ends, or
         # one taken back from it had ended there before it heard.
         for tid in sorted(m.queue)[:2] + sorted(m.taken)[:2]:
             if data.draw(st.integers(0, 5)) == 0:
-                events.append(TaskDone(tid, m.id, 1.0))
+                events.append(TaskDone(tid, m.id, 1.0, stored=Stored(f"{tid}.{m.id}-2", 1, 1)))
         if data.draw(st.integers(0, 40)) == 0:
             events.append(MachineLost(m.id, "gone"))
         if now >= m.paid_until - margin:
@@ -158,6 +161,7 @@ def test_the_state_replayed_from_the_journal_is_the_live_state_after_every_step(
         seen += len(new)
         assert replayed == live
         assert_every_task_somewhere(live)
+        assert all(live.task_state[t] is TaskState.DONE for t in live.stored)  # outputs kept
         if live.budget is not None:
             assert live.committed <= live.budget + 1e-9
         if live.over:
