@@ -393,7 +393,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         for tag, a in plan:
             row = measure(tag, spec(a, tag))
             rows.append(row)
-            print(f"  {tag} {a:,} agents: {row.done:,} done, {row.rate:,.0f} tasks/s", flush=True)
+            print(
+                f"{tag} {a:,} agents: {row.done:,} done, {row.rate:,.0f} tasks/s", file=sys.stderr
+            )
         print()
         print(
             f"The real daemon on simulated agents: {args.task_s:g} s tasks, "
