@@ -177,6 +177,7 @@ def steady_figures(samples: Sequence[Sequence[float]], n: int) -> dict[str, floa
         "gen_cores": (b[5] - a[5]) / dt,
         "host_busy": (b[6] - a[6]) / ticks if ticks > 0 else float("nan"),
         "rss_mb": max(s[4] for s in inside),
+        "sys_share": (b[8] - a[8]) / (b[2] - a[2]) if b[2] > a[2] else float("nan"),
     }
 
 
@@ -249,7 +250,7 @@ def ms(seconds: float) -> str:
 
 def main_table(rows: Sequence[Row]) -> str:
     header = ["row", "agents (gens)", "tasks", "done once", "lost", "tasks/s", "ideal"]
-    header += ["steady/s", "daemon µs/task", "steady", "main thr.", "gens µs/task"]
+    header += ["steady/s", "daemon µs/task", "steady", "main thr.", "kernel", "gens µs/task"]
     header += ["daemon cores", "host busy", "journal B/task", "outputs B/task", "polls/task"]
     header += ["rtt p50 ms", "p99", "gap p50 ms", "p99", "peak RSS MB", "steady RSS"]
     out = []
@@ -269,6 +270,7 @@ def main_table(rows: Sequence[Row]) -> str:
                 f"{1e6 * f['cpu_s'] / r.tasks:,.0f}",
                 f"{s['cpu_us']:,.0f}" if s else "-",
                 f"{s['main_us']:,.0f}" if s else "-",
+                f"{100 * s['sys_share']:.0f} %" if s else "-",
                 f"{s['gen_us']:,.0f}" if s else "-",
                 f"{s['daemon_cores']:.2f}" if s else "-",
                 f"{100 * s['host_busy']:.0f} %" if s else "-",
@@ -362,6 +364,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--ramp-s", type=float, default=RAMP_S, help="agents come up over S s (0: at once)"
     )
+    p.add_argument(
+        "--switch-interval", type=float, default=0.0, help="the daemon's GIL switch interval"
+    )
     p.add_argument("--baseline-agents", type=int, default=16, help="0: no such row")
     p.add_argument("--no-emulator", action="store_true", help="skip the emulator's rows")
     p.add_argument("--profile", type=float, default=0.0, metavar="S", help="py-spy for S s")
@@ -385,7 +390,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             n = a * args.tasks_per_agent
             out = str(tmp / f"{tag}-{a}")
             return Spec(
-                a, n, args.task_s, args.per_process, out, profile_s=profile_s, ramp_s=args.ramp_s
+                a,
+                n,
+                args.task_s,
+                args.per_process,
+                out,
+                profile_s=profile_s,
+                ramp_s=args.ramp_s,
+                switch_s=args.switch_interval,
             )
 
         plan = [("baseline", args.baseline_agents)] if args.baseline_agents else []

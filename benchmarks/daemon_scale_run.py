@@ -61,6 +61,7 @@ class Spec:
     slots: int = 1
     profile_s: float = 0.0  # py-spy for this long (0: not)
     ramp_s: float = 0.0  # the agents come up over this long (0: all at once)
+    switch_s: float = 0.0  # sys.setswitchinterval of the daemon's process (0: Python's)
 
 
 def time_scale(task_s: float) -> float:
@@ -119,7 +120,7 @@ def run(spec: Spec) -> dict[str, Any]:
     tasks = expand_bag(cfg)
     run_id = f"daemon-scale-{spec.agents}-{os.getpid()}"
     files = RunFiles.create(cfg, tasks, out / "run", run_id, seed=0)
-    samples: list[list[float]] = []  # mono, done, cpu, main cpu, rss, generators' cpu, busy, total
+    samples: list[list[float]] = []  # mono, done, cpu, main cpu, rss, gens' cpu, busy, total, sys
     profiler: list[subprocess.Popen[bytes]] = []
     daemon: Daemon | None = None
 
@@ -137,12 +138,16 @@ def run(spec: Spec) -> dict[str, Any]:
                 proc_cpu_s(pids),
                 busy,
                 total,
+                resource.getrusage(resource.RUSAGE_SELF).ru_stime,
             ]
         )
         if spec.profile_s > 0 and not profiler and state.done >= PROFILE_FROM * spec.tasks:
             profiler.append(start_profile(out, spec.profile_s))
 
+    if spec.switch_s > 0:
+        sys.setswitchinterval(spec.switch_s)
     cpu0, main0, wall0 = self_cpu_s(), time.thread_time(), time.time()
+    sys0 = resource.getrusage(resource.RUSAGE_SELF).ru_stime
     figures: dict[str, Any] = {"spec": asdict(spec), "run_dir": str(files.run_dir)}
     daemon = Daemon(
         files, progress=hook, provider_build=builder(spec.per_process, out, spec.ramp_s)
@@ -153,6 +158,7 @@ def run(spec: Spec) -> dict[str, Any]:
     finally:
         figures["cpu_s"] = self_cpu_s() - cpu0
         figures["main_cpu_s"] = time.thread_time() - main0
+        figures["sys_cpu_s"] = resource.getrusage(resource.RUSAGE_SELF).ru_stime - sys0
         figures["wall_s"] = time.time() - wall0
         figures["start_wall"] = files.start_wall
         figures["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3
