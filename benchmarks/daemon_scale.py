@@ -56,6 +56,7 @@ import contextlib
 import json
 import multiprocessing
 import os
+import pstats
 import shutil
 import signal
 import sqlite3
@@ -345,6 +346,25 @@ def profile_lines(path: Path, top: int) -> str:
     return "\n".join(lines)
 
 
+def main_thread_lines(path: Path, tasks: int, top: int) -> str:
+    """The main thread's cProfile (its CPU time): the top functions by own time."""
+    if not path.exists():
+        return f"No main-thread profile ({path} missing)."
+    stats = pstats.Stats(str(path))
+    rows = sorted(stats.stats.items(), key=lambda kv: -kv[1][2])  # type: ignore[attr-defined]
+    total = sum(v[2] for _, v in rows)
+    lines = [
+        f"Main thread under cProfile: {1e6 * total / tasks:,.0f} µs/task; top {top} by own time:"
+    ]
+    for (file, line, name), (_, calls, own, _, _) in rows[:top]:
+        where = "/".join(file.split("/")[-2:])
+        lines.append(
+            f"  {own / total:6.1%}  {1e6 * own / tasks:6.1f} µs/task  "
+            f"{calls / tasks:5.2f} calls/task  {name} ({where}:{line})"
+        )
+    return "\n".join(lines)
+
+
 def _frame(text: str) -> str:
     """``func (path/to/file.py:123)`` as ``func (file.py)``: lines of one function merged."""
     name, _, where = text.partition(" (")
@@ -387,6 +407,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
 
         def spec(a: int, tag: str, profile_s: float = 0.0) -> Spec:
+            """Row ``tag`` of ``a`` agents; profiled (py-spy, and cProfile on the main
+            thread) if ``profile_s``."""
             n = a * args.tasks_per_agent
             out = str(tmp / f"{tag}-{a}")
             return Spec(
@@ -398,6 +420,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 profile_s=profile_s,
                 ramp_s=args.ramp_s,
                 switch_s=args.switch_interval,
+                main_profile=profile_s > 0,
             )
 
         plan = [("baseline", args.baseline_agents)] if args.baseline_agents else []
@@ -433,11 +456,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             profiled = Path(row.spec.out) / "profile.txt"
             print()
             print(
-                f"Profile: one more run of the {agents[-1]:,}-agent row under py-spy "
+                f"Profile: one more run of the {agents[-1]:,}-agent row under py-spy and "
+                "cProfile (main thread) "
                 f"({args.profile:g} s from 10 % done; {row.rate:,.0f} tasks/s, "
                 f"{1e6 * row.figures['cpu_s'] / row.tasks:,.0f} daemon µs/task under it)"
             )
             print(profile_lines(profiled, args.top))
+            print(main_thread_lines(Path(row.spec.out) / "main.prof", row.tasks, args.top))
         left = [(r.label, r.spec.agents, r.leftovers) for r in rows if r.leftovers]
         print()
         for label, a, pids in left:

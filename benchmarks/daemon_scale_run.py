@@ -23,6 +23,7 @@ seen).
 from __future__ import annotations
 
 import contextlib
+import cProfile
 import json
 import os
 import resource
@@ -62,6 +63,7 @@ class Spec:
     profile_s: float = 0.0  # py-spy for this long (0: not)
     ramp_s: float = 0.0  # the agents come up over this long (0: all at once)
     switch_s: float = 0.0  # sys.setswitchinterval of the daemon's process (0: Python's)
+    main_profile: bool = False  # cProfile the main thread (its CPU time) into main.prof
 
 
 def time_scale(task_s: float) -> float:
@@ -152,8 +154,16 @@ def run(spec: Spec) -> dict[str, Any]:
     daemon = Daemon(
         files, progress=hook, provider_build=builder(spec.per_process, out, spec.ramp_s)
     )
+    main_profiler = cProfile.Profile(time.thread_time) if spec.main_profile else None
     try:
-        outcome = daemon.run()
+        if main_profiler is not None:
+            main_profiler.enable()
+        try:
+            outcome = daemon.run()
+        finally:
+            if main_profiler is not None:
+                main_profiler.disable()
+                main_profiler.dump_stats(str(out / "main.prof"))
         figures["stop_reason"] = outcome.report.stop_reason
     finally:
         figures["cpu_s"] = self_cpu_s() - cpu0
