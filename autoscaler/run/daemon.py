@@ -339,7 +339,7 @@ class Daemon:
         polls: list[Poll] = []
         seen: set[tuple[str, int]] = set()
         gone: set[str] = set()
-        hard = False
+        hard = health_checked = False  # health: once a step (checks queue up when busy)
         adding: list[tuple[Future[JobSpec], JobSpec]] = []
         for item in items:
             match item:
@@ -355,7 +355,8 @@ class Daemon:
                     )
                 case LaunchDone():
                     events.extend(launch_events(item, self.state, self.cfg, self.now(), self.log))
-                case HealthDue():
+                case HealthDue() if not health_checked:
+                    health_checked = True
                     events.extend(self.executor.health(self.state, self.cfg, gone))
                 case Ended(machines=ended):
                     for mid in sorted(ended):
