@@ -95,7 +95,8 @@ class Row:
     spec: Spec
     figures: dict[str, Any]
     done: int  # TaskDone records
-    distinct: int  # tasks done, each counted once
+    distinct: int  # tasks with a TaskDone record
+    counted: int  # tasks done as the run's state counted them (report.json)
     lost: int  # MachineLost records
     span_s: float
     journal_b: int
@@ -207,6 +208,7 @@ def measure(label: str, spec: Spec) -> Row:
         figures,
         int(done),
         int(distinct),
+        int(json.loads((run_dir / "report.json").read_text(encoding="utf-8"))["tasks_done"]),
         int(lost),
         (last - first) if first is not None and last is not None else 0.0,
         journal_b,
@@ -257,13 +259,15 @@ def main_table(rows: Sequence[Row]) -> str:
     out = []
     for r in rows:
         s, f = r.steady, r.figures
-        once = r.done == r.distinct == r.tasks
+        once = r.counted == r.distinct == r.tasks
+        late = r.done - r.distinct  # results journaled in the step that lost their machine
         out.append(
             [
                 r.label,
                 f"{r.spec.agents:,} ({r.generators})",
                 f"{r.tasks:,}",
-                "yes" if once else f"NO ({r.done:,}/{r.distinct:,})",
+                ("yes" if once else f"NO ({r.counted:,}/{r.distinct:,})")
+                + (f" (+{late:,} late)" if late else ""),
                 str(r.lost),
                 f"{r.rate:,.0f}",
                 f"{r.spec.agents / r.spec.task_s:,.0f}",

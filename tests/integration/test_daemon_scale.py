@@ -23,7 +23,7 @@ AGENTS, TASKS, PER_PROCESS = 20, 200, 8
 def test_a_tiny_row_does_every_task_once_and_leaves_nothing_behind(tmp_path: Path) -> None:
     spec = Spec(AGENTS, TASKS, task_s=0.5, per_process=PER_PROCESS, out=str(tmp_path / "row"))
     row = measure("row", spec)
-    assert row.done == row.distinct == TASKS
+    assert row.done == row.distinct == row.counted == TASKS
     assert row.lost == 0
     assert row.figures["stop_reason"] is None
     assert row.generators == 3  # 20 agents, 8 a process
