@@ -107,9 +107,12 @@ class Executor:
         self.dispatcher.allowed.discard(mid)
         self.timers.cancel_boundary(mid)
 
-    def health(self, state: RunState, cfg: RunConfig) -> list[Event]:
-        """Machines that went silent, or that never came up; dropped tunnels reopened."""
-        alive = list(state.alive_machines())
+    def health(self, state: RunState, cfg: RunConfig, gone: set[str]) -> list[MachineLost]:
+        """Machines that went silent, or that never came up; dropped tunnels reopened.
+
+        ``gone``: machines already found gone in this step, left out, and those found
+        here added: checks that queued up while the loop was busy make one event each."""
+        alive = [m for m in state.alive_machines() if m.id not in gone]
         mono = time.monotonic()
         for m in alive:
             if m.id not in self.since:
@@ -120,7 +123,9 @@ class Executor:
                 self.since[m.id] = mono
             else:
                 self.lifecycle.keep_tunnel(m.id)
-        return lost_contact(alive, self.since, self.dispatcher.last_seen, mono, cfg)
+        lost = lost_contact(alive, self.since, self.dispatcher.last_seen, mono, cfg)
+        gone.update(e.machine for e in lost)
+        return lost
 
     def kill_all(self) -> None:
         """The second signal: every machine the run knows ends now, without grace."""

@@ -262,14 +262,14 @@ def lost_contact(
     last_seen: Mapping[str, float],
     mono: float,
     cfg: RunConfig,
-) -> list[Event]:
+) -> list[MachineLost]:
     """Machines whose agents went silent, or never reported in, by monotonic time ``mono``.
 
     ``since``: when each machine the daemon tracks was launched or adopted; ``last_seen``:
     each agent's last request. A machine booting may take its type's boot time first.
     """
     d = cfg.daemon
-    events: list[Event] = []
+    events: list[MachineLost] = []
     for m in alive:
         start = since.get(m.id)
         if start is None:

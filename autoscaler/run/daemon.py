@@ -104,7 +104,7 @@ from autoscaler.run.registry import register
 from autoscaler.run.rundir import OUTPUTS_FILE, RunFiles, rebuild_state, run_lock
 from autoscaler.run.staging import Staging
 from autoscaler.run.timers import Timers
-from autoscaler.run.wiring import make_bootstrap, make_provider
+from autoscaler.run.wiring import ProviderBuild, make_bootstrap, make_provider
 
 # --- the daemon ------------------------------------------------------------------------
 
@@ -136,6 +136,7 @@ class Daemon:
     budget: BudgetSet | None = None  # a new budget, set in the first step
     resumed: str | None = None  # an interrupted run carries on: why (Resumed, first step)
     plots: bool = True  # the report's plots (a service may leave them out)
+    provider_build: ProviderBuild | None = None  # None: the config's kind (wiring)
     handed_over: bool = field(init=False, default=False)
     state: RunState = field(init=False)
     _inbox: queue.SimpleQueue[object] = field(init=False, default_factory=queue.SimpleQueue)
@@ -226,6 +227,7 @@ class Daemon:
             url=self.dispatcher.url,
             workdir=self._workdir,
             clock=self.now,
+            build=self.provider_build,
         )
         if not self.resume and offers.wanted(cfg):  # the jobs split by the offers
             cfg = offers.split_run(cfg, self.state.billing, self.provider, self.log, files.run_dir)
@@ -339,7 +341,7 @@ class Daemon:
         polls: list[Poll] = []
         seen: set[tuple[str, int]] = set()
         gone: set[str] = set()
-        hard = False
+        hard = health_checked = False  # health: once a step (checks queue up when busy)
         adding: list[tuple[Future[JobSpec], JobSpec]] = []
         for item in items:
             match item:
@@ -355,8 +357,9 @@ class Daemon:
                     )
                 case LaunchDone():
                     events.extend(launch_events(item, self.state, self.cfg, self.now(), self.log))
-                case HealthDue():
-                    events.extend(self.executor.health(self.state, self.cfg))
+                case HealthDue() if not health_checked:
+                    health_checked = True
+                    events.extend(self.executor.health(self.state, self.cfg, gone))
                 case Ended(machines=ended):
                     for mid in sorted(ended):
                         m = self.state.machines.get(mid)

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from socket import SOMAXCONN
 from typing import Any
 
 from autoscaler.run.auth import bearer_token, token_matches
@@ -188,6 +189,10 @@ def parse_result(r: object, index: int = 0) -> AgentResult:
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = SOMAXCONN
+    """Connections waiting to be accepted (the kernel caps it at ``net.core.somaxconn``).
+    The standard library's 5 dropped the connections of a big launch's agents, which
+    retried for seconds: at 5,000 agents most were lost as never reported in."""
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """An agent that goes mid-request (released, killed) is normal; anything else is not."""

@@ -18,7 +18,11 @@ from autoscaler.providers.base import Provider
 from autoscaler.providers.kind import BootContext, RunContext
 
 if TYPE_CHECKING:
+    from autoscaler.config.schema import Platform
     from autoscaler.providers.kind import Bootstrapper
+
+ProviderBuild = Callable[["Platform", RunContext], Provider]
+"""How a provider is built from a config and a run's context (``ProviderKind.build``)."""
 
 
 def make_provider(
@@ -31,9 +35,16 @@ def make_provider(
     url: str,
     workdir: Path,
     clock: Callable[[], float],
+    build: ProviderBuild | None = None,
 ) -> Provider:
-    """The provider a real run of ``cfg`` uses; a clear error for one that cannot run."""
+    """The provider a real run of ``cfg`` uses; a clear error for one that cannot run.
+
+    ``build``: the caller's own instead of the config's kind (a benchmark's simulated
+    machines, ``benchmarks/sim_provider.py``); the config still says how time and
+    billing run."""
     ctx = RunContext(billing, run_id, run_dir, token, url, workdir, clock)
+    if build is not None:
+        return build(cfg, ctx)
     if cfg.providers is not None:
         return multi.build(cfg, ctx)
     build = registry.kind(cfg.provider).build

@@ -14,6 +14,7 @@ from structlog.testing import capture_logs
 from autoscaler.budget.controller import Controller
 from autoscaler.core.billing import BillingModel
 from autoscaler.core.errors import AutoscalerError
+from autoscaler.core.leases import Timeline
 from autoscaler.core.model import (
     Launch,
     LaunchFailed,
@@ -24,9 +25,12 @@ from autoscaler.core.model import (
 )
 from autoscaler.core.state import Machine, RunState
 from autoscaler.providers.base import Capabilities, MachineRecord, MachineStatus, ProviderState
+from autoscaler.run.actions import Executor
 from autoscaler.run.agents import lost_contact
 from autoscaler.run.build import controller_settings, new_state
+from autoscaler.run.dispatch import Dispatcher
 from autoscaler.run.machines import LaunchDone, MachineLifecycle, launch_events
+from autoscaler.run.timers import Timers
 from tests.conftest import make_config
 
 CFG = make_config(daemon={"heartbeat_s": 2.0, "lost_after_s": 10.0})
@@ -190,3 +194,29 @@ def test_machines_left_at_the_end_are_terminated_after_a_refused_describe() -> N
         ("end-of-run terminate failed", 1),
         ("terminating machines left at the end", None),
     ]
+
+
+# --- health checks that queued up ------------------------------------------------------------
+
+
+def test_health_checks_queued_up_in_one_step_lose_each_silent_machine_once() -> None:
+    """A busy loop takes several queued health checks in one step: each silent machine is
+    lost once, and one already found gone in the step (its provider said so) not again."""
+    state, launch = first_launch()
+    for i in range(2):
+        state.apply(1.0, MachineLaunched(f"m{i}", launch.type, launch.token, at=1.0))
+    dispatcher = Dispatcher("token", queue.SimpleQueue())
+    dispatcher.start()  # (its close waits for it to have served)
+    try:
+        since = {"m0": 0.0, "m1": 0.0}  # launched at monotonic 0: long silent by now
+        scheduler = BackgroundScheduler()
+        timers = Timers(scheduler, lambda item: None, Timeline(0.0, 0.0, 1.0), 0.0)
+        executor = Executor(lifecycle(Refusing(0)), dispatcher, timers, Log(), since)
+        gone = {"m1"}
+        first = executor.health(state, CFG, gone)
+        again = executor.health(state, CFG, gone)
+    finally:
+        dispatcher.close()
+    assert [e.machine for e in first] == ["m0"]
+    assert again == []
+    assert gone == {"m0", "m1"}

@@ -1,0 +1,59 @@
+"""``benchmarks/daemon_scale.py`` at a tiny size: the real daemon on simulated agents.
+
+The benchmark's figures are not checked (no timing here), only what must hold whatever
+the host's load: every task done once, no machine lost, the journal written, the agents'
+latencies recorded, and no process of the run left behind.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from benchmarks.daemon_scale import alive_pids, main, measure
+from benchmarks.daemon_scale_run import Spec
+from benchmarks.sim_agents import quantile
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+AGENTS, TASKS, PER_PROCESS = 20, 200, 8
+
+
+def test_a_tiny_row_does_every_task_once_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    spec = Spec(AGENTS, TASKS, task_s=0.5, per_process=PER_PROCESS, out=str(tmp_path / "row"))
+    row = measure("row", spec)
+    assert row.done == row.distinct == row.counted == TASKS
+    assert row.lost == 0
+    assert row.figures["stop_reason"] is None
+    assert row.generators == 3  # 20 agents, 8 a process
+    gens = row.figures["generators"]
+    assert sum(g["agents"] for g in gens) == AGENTS
+    assert sum(g["tasks"] for g in gens) == TASKS  # none sent twice: nothing was lost
+    assert row.journal_b > 0
+    assert row.outputs_b > 0
+    assert row.figures["polls"] >= TASKS // 2
+    assert sum(row.rtt) > 0
+    assert sum(row.gap) > 0
+    assert quantile(row.rtt, 0.5) <= quantile(row.rtt, 0.99)
+    assert row.leftovers == []
+    assert alive_pids(tmp_path / "row" / "generators.pids", ("benchmarks.sim_agents",)) == []
+
+
+def test_the_benchmark_prints_its_rows_baselines_and_extrapolation(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = ["--agents", str(AGENTS), "--tasks-per-agent", "5", "--task-s", "0.5"]
+    args += ["--per-process", str(PER_PROCESS), "--baseline-agents", "4", "--ramp-s", "1"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    rows = [
+        line
+        for line in out.splitlines()
+        if line.startswith(("baseline ", "row ")) and "agents (gens)" not in line
+    ]
+    assert len(rows) == 2
+    assert all(" yes " in line for line in rows)  # every task done once
+    assert "Emulator baseline" in out
+    assert "1,000,000 tasks on 20 agents" in out
+    assert "No process of any row was left behind." in out
