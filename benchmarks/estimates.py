@@ -421,6 +421,13 @@ TARGETS = (
         "median |cost err| <= 5%", lambda r: True, lambda r: r.abs_err("cost_err", 0.5), 0.05, False
     ),
     Target(
+        "median makespan err within ±10%",
+        lambda r: True,
+        lambda r: abs(_median(x.makespan_err for x in r.runs)),
+        0.10,
+        False,
+    ),
+    Target(
         "median |makespan err| <= 10%",
         lambda r: True,
         lambda r: r.abs_err("makespan_err", 0.5),

@@ -6,7 +6,7 @@ actual makespan A (all figures as a share of A; P − A = the sum of the parts):
 
 * ``T_i``: the fluid end at the estimated means less the fluid end at the true means
   of the tasks not yet started (the realised bag, per type's speed);
-* ``ragged``: ``ragged_end`` on each type's fitted curve less the same on the true
+* ``ragged``: ``ragged_end``'s median on each type's fitted curve less the same on the true
   runtimes of the tasks left (a curve with every one of them seen to end);
 * ``model``: the prediction with both true (fluid + true ragged end) less the makespan
   of the same run with the first plan's mix frozen (no re-plan after it); this is
@@ -30,7 +30,7 @@ import multiprocessing
 import statistics
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from autoscaler.budget import monitor, plans
@@ -146,7 +146,7 @@ def one(job: tuple[str, str, float, int, int]) -> Parts | None:
             span,
             ((stats[name], to_start * rate[name] / total) for name in names),
             ((stats[name], age) for name, a in ages.items() if name in stats for age in a),
-        ).mean_s
+        ).median_s
 
     oracle: dict[str, RuntimeStats] = {}
     for name in names:
@@ -154,7 +154,7 @@ def one(job: tuple[str, str, float, int, int]) -> Parts | None:
         for r in true_runs[name]:
             st.record(r)
         # every task left is known: the empirical curve, no tail model past its longest
-        st._curve = replace(st._survival_curve(), extreme=None)
+        st._extreme = st._survival_curve()
         oracle[name] = st
     fluid_est = forecast(s0, now, counts, est_mean).end_s
     fluid_true = forecast(s0, now, counts, true_mean).end_s

@@ -157,8 +157,10 @@ def configure(
     budget: float | None = None,
 ) -> Configure:
     """The configuration with its prediction: cost and makespan at the estimated
-    means, and their interval at the ends of each mean's interval, widened for the
-    spread of the finite number of tasks left (``RuntimeEstimate.widened``). Costs are
+    means with the median ragged end (``ragged.RaggedEnd``: on heavy tails most runs
+    end well before the expected end), and their interval at the ends of each mean's
+    interval and of the end's, widened for the spread of the finite number of tasks
+    left (``RuntimeEstimate.widened``). Costs are
     capped at the budget (the run never spends more); ``slow_cost`` is not: what this
     mix would need at the slow end, and where that is more than the budget, the budget
     is at risk (``risk.check_risk``)."""
@@ -185,7 +187,7 @@ def configure(
         ((stats(settings, state, n), age) for n, a in ages.items() if n in est for age in a),
         settings.confidence_z,
     )
-    point = forecast(state, s.now, counts, means, ragged.mean_s, budget)
+    point = forecast(state, s.now, counts, means, ragged.median_s, budget)
     fast = forecast(state, s.now, counts, lo, ragged.lo_s * down, budget)
     slow = forecast(state, s.now, counts, hi, ragged.hi_s * up, budget)
     needed = forecast(state, s.now, counts, hi, ragged.hi_s * up, math.inf).cost

@@ -10,19 +10,43 @@ from statistics import NormalDist
 
 import numpy as np
 
+from autoscaler.learn.gpd import Gpd
 from autoscaler.learn.stats import RuntimeStats
 from autoscaler.learn.survival import Curve
 
 
 @dataclass(frozen=True, slots=True)
 class RaggedEnd:
-    """How far past the fluid end the last task ends: expected, and a low and high
-    quantile, in seconds (the fluid end shares all work evenly; really each task ends
-    when its own runtime is over, and the run ends with the latest of them)."""
+    """How far past the fluid end the last task ends: expected, the median, and a low
+    and high quantile, in seconds (the fluid end shares all work evenly; really each
+    task ends when its own runtime is over, and the run ends with the latest of them).
+
+    On heavy-tailed runtimes the expected end lies well past the median (the longest of
+    a thousand Pareto α 2.5 runs has a mean 1.29 times its median): it counts the rare
+    bag whose longest task runs very long, and most runs end before it."""
 
     mean_s: float
+    median_s: float
     lo_s: float
     hi_s: float
+
+
+def _tail(c: Curve) -> Gpd:
+    """The generalized Pareto tail of ``c`` past its last time (alpha inf)."""
+    return Gpd(c.xi, max(c.mrl, 1e-9) * (1.0 - c.xi))
+
+
+def _horizon(c: Curve, tasks: float) -> float:
+    """How far past 0 the last of ``tasks`` runs on ``c`` may still end: where the
+    chance that any of them runs longer falls below 1e-6."""
+    t_max, s_end = c.times[-1], c.s_after[-1]
+    if s_end <= 0:
+        return t_max
+    p = min(1.0, 1e-6 / (max(tasks, 1.0) * s_end))
+    if math.isfinite(c.alpha):
+        return float(t_max * p ** (-1.0 / c.alpha))
+    g = _tail(c)
+    return t_max + min(g.endpoint(), g.quantile_excess(p))
 
 
 def _survival_and_area(c: Curve, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -41,9 +65,10 @@ def _survival_and_area(c: Curve, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]
         ratio = np.maximum(t, t_max) / max(t_max, 1e-9)
         s_tail = s_end * ratio ** (-c.alpha)
         a_tail = cum[-1] + s_end * mrl * (1 - ratio ** (1 - c.alpha))
-    else:
-        s_tail = s_end * np.exp(-beyond / mrl)
-        a_tail = cum[-1] + s_end * mrl * -np.expm1(-beyond / mrl)
+    else:  # S(t_max)·P(Y > t − t_max), Y generalized Pareto (exponential at ξ = 0)
+        g = _tail(c)
+        s_tail = s_end * g.survival(beyond)
+        a_tail = cum[-1] + s_end * g.area(beyond)
     survival = np.where(past, s_tail, s_on[j])
     area = np.where(past, a_tail, cum[j] + s_on[j] * (t - knots[j]))
     return survival, area
@@ -68,43 +93,50 @@ def ragged_end(
     tasks, wherever in the run they start (on skewed runtimes the very longest of a
     bag decides the end), and the ragged finish. Tail replication can only shorten it.
 
-    S is each type's curve for the longest of many runs, and there are two of it that
-    the first plan's data cannot choose between (benchmarks/estimates.py, issue 11):
-    on the ended runs alone (``extreme_curve()``), which is short where the hazard
-    falls (lognormal, Weibull k < 1, Pareto: the long runs are the ones still going),
-    and with the running tasks censored at their ages (``extreme_curve(ages)``), whose
-    exponential tail is long where the hazard rises (bimodal: the runs still going are
-    about to end). The expected end is the first's, the interval spans both.
+    S is each type's curve for the longest of many runs (``extreme_curve``, with that
+    type's running tasks censored at their ages): Kaplan–Meier up to a threshold and a
+    generalized Pareto tail past it, so a heavy tail (lognormal, Weibull k < 1,
+    Pareto) reaches as far as the bag's longest task does, and a bounded one (normal,
+    a bimodal bag's long mode) stops near where its runs do. The interval is the end's
+    own spread, its quantiles at ±``z``.
     """
     started = [(s, n) for s, n in starting if n > 0 and s.done > 0]
     going = [(s, age) for s, age in running if s.done > 0]
     if not started and not going:
-        return RaggedEnd(0.0, 0.0, 0.0)
+        return RaggedEnd(0.0, 0.0, 0.0, 0.0)
     ages: dict[int, tuple[RuntimeStats, list[float]]] = {}
     for s, _ in started:
         ages.setdefault(id(s), (s, []))
     for s, age in going:
         ages.setdefault(id(s), (s, []))[1].append(age)
-    span = max(span_s, 0.0)
-    ended = {key: s.extreme_curve() for key, (s, _) in ages.items()}
-    end = _end_of(
-        span,
-        [(ended[id(s)], n) for s, n in started],
-        [(ended[id(s)], a) for s, a in going],
+    curves = {key: s.extreme_curve(a) for key, (s, a) in ages.items()}
+    return _end_of(
+        max(span_s, 0.0),
+        [(curves[id(s)], n) for s, n in started],
+        [(curves[id(s)], a) for s, a in going],
         z,
         points,
     )
-    if not going:
-        return end
-    censored = {key: s.extreme_curve(a) for key, (s, a) in ages.items()}
-    wide = _end_of(
-        span,
-        [(censored[id(s)], n) for s, n in started],
-        [(censored[id(s)], a) for s, a in going],
-        z,
-        points,
-    )
-    return RaggedEnd(end.mean_s, min(end.lo_s, wide.lo_s), max(end.hi_s, wide.hi_s))
+
+
+def _grid(
+    span: float, starts: list[tuple[Curve, float]], runs: list[tuple[Curve, float]], points: int
+) -> np.ndarray:
+    """x, the end less the fluid end: even steps up to the longest run seen, then
+    geometric ones out to where no task is left running (a heavy tail's far end is
+    tens of times the longest run seen, and even steps there would be coarse where the
+    end is likely)."""
+    tasks: dict[int, tuple[Curve, float]] = {}
+    for c, n in [*starts, *((c, 1.0) for c, _ in runs)]:
+        tasks[id(c)] = (c, tasks.get(id(c), (c, 0.0))[1] + n)
+    seen = max(max(c.times[-1] for c, _ in tasks.values()), 1.0)
+    far = max(_horizon(c, n) for c, n in tasks.values())
+    far += max((age for _, age in runs), default=0.0)
+    if far <= 2 * seen:
+        return np.linspace(-span, max(far, seen), points)
+    even = np.linspace(-span, seen, points // 2)
+    step = even[1] - even[0]
+    return np.concatenate([even, seen + np.geomspace(step, far - seen, points - points // 2)])
 
 
 def _end_of(
@@ -116,11 +148,8 @@ def _end_of(
 ) -> RaggedEnd:
     """The distribution of the end on given curves (``ragged_end``): its mean and the
     quantiles at ±``z``."""
-    curves = [c for c, _ in starts] + [c for c, _ in runs]
-    horizon = max(c.times[-1] + (40 if math.isfinite(c.alpha) else 8) * c.mrl for c in curves)
-    horizon = max(horizon, 1.0)
-    grid = np.linspace(-span, horizon, points)  # x: the end less F
-    log_cdf = np.zeros(points)
+    grid = _grid(span, starts, runs, points)
+    log_cdf = np.zeros(len(grid))
     for c, n in starts:
         e_eq = (c.sd_s**2 + c.mean_s**2) / (2 * c.mean_s)
         width = span - e_eq
@@ -141,11 +170,11 @@ def _end_of(
         later = _survival_and_area(c, np.maximum(age + span + grid, 0.0))[0]
         log_cdf += np.log(np.clip(1.0 - later / s_age, 1e-300, 1.0))
     cdf_max = np.exp(log_cdf)
-    step = grid[1] - grid[0]
-    expected = float(grid[0] + np.sum(1.0 - cdf_max) * step)
+    above = 1.0 - cdf_max
+    expected = float(grid[0] + np.sum((above[1:] + above[:-1]) / 2 * np.diff(grid)))
     p = NormalDist().cdf(-z)
 
     def quantile(q: float) -> float:
-        return float(grid[min(int(np.searchsorted(cdf_max, q)), points - 1)])
+        return float(grid[min(int(np.searchsorted(cdf_max, q)), len(grid) - 1)])
 
-    return RaggedEnd(expected, quantile(p), quantile(1 - p))
+    return RaggedEnd(expected, quantile(0.5), quantile(p), quantile(1 - p))

@@ -103,6 +103,7 @@ class RuntimeStats:
     done: int = 0
     version: int = 0  # bumped by every run that ends (``record``, ``censor``)
     _curve: Curve | None = field(default=None, compare=False, repr=False)
+    _extreme: Curve | None = field(default=None, compare=False, repr=False)  # of _curve's runs
     _whole: RuntimeEstimate | None = field(default=None, compare=False, repr=False)
     _built_version: int = field(default=0, compare=False, repr=False)  # of both
     # (z, resamples) -> version and ended runs drawn on, the interval's ends less T_i
@@ -188,6 +189,7 @@ class RuntimeStats:
             if built_on > EXACT_UP_TO and lag <= built_on * STALE_SHARE:
                 return
         self._curve = None
+        self._extreme = None
         self._whole = None
         self._mapped.clear()
 
@@ -271,12 +273,18 @@ class RuntimeStats:
         """The curve for the longest of many runs (``threshold_curve``; the plain curve
         when too few runs ended), runs still going counted as censored at their ages, as
         in T_i (``estimate``): on skewed runtimes those are the long ones, and a tail
-        fitted on ended runs alone leaves them out (their exposure above the threshold,
-        without an end, lengthens it). Its mean and spread are T_i's, with the same runs
-        censored. Raises ValueError before any run has ended."""
+        fitted on ended runs alone leaves them out. Its mean and spread are T_i's, with
+        the same runs censored. Kept with the curve when no run is going. Raises
+        ValueError before any run has ended."""
         ended = self._survival_curve()
         if not running_elapsed:
-            return ended.extreme or ended
+            if self._extreme is None:
+                t_arr, e_arr = merged(self.done_times, self.censored_times)
+                whole = RuntimeEstimate(ended.mean_s, ended.sd_s, ended.mean_s, ended.mean_s, 0, 0)
+                self._extreme = (
+                    threshold_curve(t_arr, e_arr, ended.times, ended.s_after, whole) or ended
+                )
+            return self._extreme
         n_done = len(self.done_times)
         t_arr = np.concatenate(
             [self.done_times, self.censored_times, np.asarray(running_elapsed, dtype=float)]

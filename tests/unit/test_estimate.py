@@ -204,41 +204,39 @@ def test_the_last_end_of_constant_tasks_is_the_latest_start_plus_the_runtime() -
 
 
 def test_runs_still_going_lengthen_the_extreme_tail_as_censored_runs() -> None:
-    """Ended runs 1..8 s: k = 3 above the threshold u = 5 s (the 4th longest), exposure
-    above it 1 + 2 + 3 = 6 s, so the tail's mean residual life is 6/3 = 2 s. A run still
-    going at 11 s adds 6 s of exposure and no end: 12/3 = 4 s. One at 3 s, below u,
-    adds nothing to the tail. The mean and spread are T_i's with both runs censored."""
+    """Ended runs 1..8 s: the tail is fitted on the 4 longest above u = 4 s (half of
+    them). A run still going at 11 s is an exceedance without an end: the tail's mean
+    residual life grows. One at 3 s, below u, leaves the tail as it is. The mean and
+    spread are T_i's with both runs censored."""
     stats = RuntimeStats(sample_target=8)
     for runtime in range(1, 9):
         stats.record(float(runtime))
-    assert stats.extreme_curve().mrl == pytest.approx(2.0)
+    ended = stats.extreme_curve()
+    assert ended.times[-1] == pytest.approx(4.0)
     going = stats.extreme_curve([11.0, 3.0])
-    assert going.mrl == pytest.approx(4.0)
-    assert going.times[-1] == pytest.approx(5.0)
+    assert going.times[-1] == pytest.approx(4.0)
+    assert going.mrl > ended.mrl
+    assert stats.extreme_curve([3.0]).mrl == pytest.approx(ended.mrl)
     assert going.mean_s == pytest.approx(stats.mean([11.0, 3.0]))
     assert going.sd_s == pytest.approx(stats.stddev([11.0, 3.0]))
     assert going.mean_s > stats.mean()
 
 
-def test_a_long_running_task_widens_the_end_to_the_tail_with_it_censored() -> None:
-    """Nothing left to start, one task running for 5000 s on an exponential-tailed type
-    (200 runs ended, mean 600 s), at the fluid end (span 0). Past the threshold each
-    curve is exponential, so what is left of the task is exponential with the tail's
-    mean residual life: m0 on the ended runs, m1 > m0 with the 5000 s counted as exposure
-    without an end. The expected end is m0 later; the 95 % interval spans both,
-    m0·ln(1/0.975) to m1·ln 40."""
+def test_a_long_running_task_ends_after_the_tails_residual_life_at_its_age() -> None:
+    """Nothing left to start, one task running for 5000 s (200 exponential runs ended,
+    mean 600 s), at the fluid end (span 0): its expected end is the generalized Pareto
+    tail's mean residual life at that age, (σ + ξ·(5000 − u))/(1 − ξ), and its median
+    lies between the interval's ends, below the mean (the residual is right-skewed)."""
     stats = RuntimeStats(sample_target=5)
     rng = random.Random(3)
     for _ in range(200):
         stats.record(rng.expovariate(1 / 600))
-    ended, censored = stats.extreme_curve(), stats.extreme_curve([5000.0])
-    m0, m1 = ended.mrl, censored.mrl
-    assert m1 > m0  # the long run lengthened the tail
+    curve = stats.extreme_curve([5000.0])
+    xi, u = curve.xi, curve.times[-1]
+    sigma = curve.mrl * (1 - xi)
     end = ragged_end(0.0, [], [(stats, 5000.0)])
-    step = (censored.times[-1] + 8 * m1) / 2047  # the wider grid's spacing: 0 to u + 8·m1
-    assert end.mean_s == pytest.approx(m0, rel=0.01)
-    assert end.lo_s == pytest.approx(m0 * math.log(1 / 0.975), abs=2 * step)
-    assert end.hi_s == pytest.approx(m1 * math.log(40), abs=2 * step)
+    assert end.mean_s == pytest.approx((sigma + xi * (5000.0 - u)) / (1 - xi), rel=0.01)
+    assert end.lo_s < end.median_s < end.mean_s < end.hi_s
 
 
 def test_without_running_tasks_the_end_is_the_ended_runs_alone() -> None:
