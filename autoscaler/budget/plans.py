@@ -190,7 +190,10 @@ def configure(
     point = forecast(state, s.now, counts, means, ragged.median_s, budget)
     fast = forecast(state, s.now, counts, lo, ragged.lo_s * down, budget)
     slow = forecast(state, s.now, counts, hi, ragged.hi_s * up, budget)
-    needed = forecast(state, s.now, counts, hi, ragged.hi_s * up, math.inf).cost
+    # What the mix needs at the slow end of the runtime estimates (the risk warning's
+    # reading): the longest task as expected there, not at its own high quantile, which
+    # on heavy tails lies far past most runs' ends and warned runs that then finished.
+    needed = forecast(state, s.now, counts, hi, ragged.mean_s * up, math.inf).cost
     return Configure(
         counts,
         point.cost,
