@@ -46,7 +46,11 @@ view, history, and whether it was cancelled."""
 
 
 def shares_the_pool(cfg: RunConfig) -> bool:
-    """A deadline job with no budget of its own, one job: it joins the pool."""
+    """A deadline job with no budget of its own, one job: it joins the pool. Not one
+    with task files (``files:``): the pool's added tasks carry only their commands, so
+    its inputs and outputs would be lost there; it keeps a run of its own."""
+    if any(job.bag.files is not None for job in cfg.deadline_jobs()):
+        return False
     return cfg.deadline_mode and cfg.constraint.budget is None and len(cfg.jobs) <= 1
 
 

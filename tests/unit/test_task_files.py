@@ -225,3 +225,18 @@ def test_a_restart_finishes_the_journaled_commit_and_drops_the_rest(tmp_path: Pa
     assert (tmp_path / "outputs" / "2" / "r.txt").read_bytes() == b"kept"
     assert not (tmp_path / "outputs" / ".attempts").exists()
     assert not (tmp_path / "outputs" / "0").exists()
+
+
+def test_a_deadline_job_with_files_keeps_a_run_of_its_own(tmp_path: Path) -> None:
+    """The service's deadline pool keeps only each added task's command: a job with task
+    files would lose them there, so it gets its own run (one without joins the pool)."""
+    from autoscaler.service.pool import shares_the_pool
+
+    path = _config(tmp_path, {"outputs": ["out-{i}.txt"]})
+    data = yaml.safe_load(path.read_text())
+    data["constraint"] = {"deadline_s": 600}
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    assert not shares_the_pool(load_config(path))
+    del data["bag"]["files"]
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    assert shares_the_pool(load_config(path))
