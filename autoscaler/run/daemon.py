@@ -50,7 +50,6 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from autoscaler.budget.controller import Controller
 from autoscaler.config.budgets import check_budget
-from autoscaler.config.load import task_means
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.journal import JOURNAL_DB, SqliteJournal
 from autoscaler.core.leases import Timeline
@@ -99,7 +98,7 @@ from autoscaler.run.machines import (
     launch_events,
 )
 from autoscaler.run.metrics import Metrics
-from autoscaler.run.owner import admit, all_gone, job_means, pool_job
+from autoscaler.run.owner import admit, all_gone, all_task_means, job_means, pool_job
 from autoscaler.run.registry import register
 from autoscaler.run.rundir import OUTPUTS_FILE, RunFiles, rebuild_state, run_lock
 from autoscaler.run.staging import Staging
@@ -200,10 +199,7 @@ class Daemon:
             gone = {m.id for m in self.state.machines.values() if not m.alive}
         else:
             self.state = new_state(cfg, len(self.tasks), files.seed)
-        means = task_means(cfg, len(self.tasks))
-        for job in self.state.jobs:
-            if job.first >= files.config_tasks:
-                means[job.first : job.first + job.count] = [job_means(job)] * job.count
+        means = all_task_means(cfg, self.state, len(self.tasks), files.config_tasks)
         staging = Staging(cfg, files.run_dir, self.tasks, self.log)  # task files
         self.agents = Agents(
             cfg, self.tasks, self.runtimes, self._workdir, outputs, self.log, means, staging=staging

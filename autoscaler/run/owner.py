@@ -7,7 +7,8 @@ import dataclasses
 from typing import Any
 
 from autoscaler.budget.controller import Controller
-from autoscaler.config.schema import JobMeans
+from autoscaler.config.load import task_means
+from autoscaler.config.schema import JobMeans, RunConfig
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.model import (
     BudgetSet,
@@ -104,3 +105,16 @@ def all_gone(state: RunState, why: str, *, launches: bool = False) -> list[Event
 def job_means(job: JobSpec) -> JobMeans | None:
     """An added job's mean task times, as synthetic tasks run them (its known ``task_s``)."""
     return JobMeans(job.name, dict(job.task_s)) if job.task_s else None
+
+
+def all_task_means(
+    cfg: RunConfig, state: RunState, n_tasks: int, config_tasks: int
+) -> list[JobMeans | None]:
+    """Per task, its job's mean task times as synthetic tasks run them: the config's
+    (``task_means``), and for the jobs added since (numbered from ``config_tasks``), each
+    one's own."""
+    means = task_means(cfg, n_tasks)
+    for job in state.jobs:
+        if job.first >= config_tasks:
+            means[job.first : job.first + job.count] = [job_means(job)] * job.count
+    return means
