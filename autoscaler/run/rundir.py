@@ -27,10 +27,10 @@ import yaml
 from autoscaler.config.schema import RunConfig
 from autoscaler.core.atomic import write_atomic
 from autoscaler.core.errors import AutoscalerError
-from autoscaler.core.files import spec_from_json, spec_json
 from autoscaler.core.journal import JOURNAL_DB, SqliteJournal, replay
 from autoscaler.core.model import TaskSpec
 from autoscaler.core.state import RunState
+from autoscaler.core.task_json import task_extra, task_of
 from autoscaler.run.build import CONFIG_FILE, new_state, write_config
 
 TOKEN_FILE = "token"
@@ -82,17 +82,7 @@ class RunFiles:
             with (run_dir / TASKS_FILE).open(encoding="utf-8") as f:
                 # A line being appended (an added job) counts once it is whole.
                 lines = [json.loads(line) for line in f if line.endswith("\n")]
-            tasks = [
-                TaskSpec(
-                    int(d["id"]),
-                    d["command"],
-                    d.get("env") or {},
-                    d.get("timeout_s"),
-                    files=spec_from_json(d.get("files")),
-                    **{k: d[k] for k in _NEEDS if k in d},
-                )
-                for d in lines
-            ]
+            tasks = [task_of(int(d["id"]), d["command"], d.get("env") or {}, d) for d in lines]
             token = (run_dir / TOKEN_FILE).read_text(encoding="utf-8").strip()
         except (OSError, ValueError, KeyError) as exc:
             raise AutoscalerError(f"{run_dir}: cannot read the run ({exc})") from None
@@ -155,21 +145,16 @@ class RunFiles:
         del self.tasks[n_tasks:]
 
 
-_NEEDS = ("input_bytes", "estimate_s", "output_bytes", "category")
-"""What a task says it needs, kept in the tasks file where given: a resumed run's tasks
-(and its report's categories) are the ones it started with."""
-
-
 def _task_lines(tasks: Sequence[TaskSpec], job: str | None = None) -> str:
-    """Tasks as lines of the tasks file; those of an added job name it."""
+    """Tasks as lines of the tasks file; those of an added job name it. Each keeps its
+    timeout, what it needs and its files (``task_extra``): a resumed run's tasks (and its
+    report's categories) are the ones it started with."""
     out = []
     for t in tasks:
         line: dict[str, object] = {"id": t.id, "command": t.command, "env": dict(t.env)}
-        line.update({k: v for k in _NEEDS if (v := getattr(t, k)) is not None})
+        line.update(task_extra(t))
         if job is not None:
-            line.update(job=job, timeout_s=t.timeout_s)
-        if t.files is not None:
-            line["files"] = spec_json(t.files)
+            line["job"] = job
         out.append(json.dumps(line) + "\n")
     return "".join(out)
 

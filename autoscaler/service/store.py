@@ -24,6 +24,7 @@ from typing import Any
 from autoscaler.config.schema import RunConfig
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.model import TaskSpec
+from autoscaler.core.task_json import task_extra, task_of
 
 DB_FILE = "service.db"
 
@@ -95,6 +96,7 @@ CREATE TABLE IF NOT EXISTS job_tasks (
     idx INTEGER NOT NULL,
     command TEXT,
     env TEXT,
+    extra TEXT,
     PRIMARY KEY (job, idx)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS app_runs (
@@ -197,6 +199,8 @@ class Store:
             for column, kind in _COLUMNS_ADDED.items():
                 if column not in have:
                     self._db.execute(f"ALTER TABLE jobs ADD COLUMN {column} {kind}")
+            if "extra" not in {r[1] for r in self._db.execute("PRAGMA table_info(job_tasks)")}:
+                self._db.execute("ALTER TABLE job_tasks ADD COLUMN extra TEXT")
         self._added = {c: c for c in _COLUMNS_ADDED}
 
     def close(self) -> None:
@@ -250,9 +254,15 @@ class Store:
             )
             # One row a task, streamed: the bag is never held a second time as one text.
             db.executemany(
-                "INSERT INTO job_tasks (job, idx, command, env) VALUES (?, ?, ?, ?)",
+                "INSERT INTO job_tasks (job, idx, command, env, extra) VALUES (?, ?, ?, ?, ?)",
                 (
-                    (job_id, i, t.command, json.dumps(dict(t.env)) if t.env else None)
+                    (
+                        job_id,
+                        i,
+                        t.command,
+                        json.dumps(dict(t.env)) if t.env else None,
+                        json.dumps(extra) if (extra := task_extra(t)) else None,
+                    )
                     for i, t in enumerate(tasks)
                 ),
             )
@@ -354,10 +364,13 @@ class Store:
                     for item in json.loads(text)
                 ]
                 return [TaskSpec(i, command, env) for i, (command, env) in enumerate(items)]
+            have = {r[1] for r in self._db.execute("PRAGMA table_info(job_tasks)")}
+            extra = "extra" if "extra" in have else "NULL"  # a store read as it was left
             rows = self._db.execute(
-                "SELECT command, env FROM job_tasks WHERE job = ? ORDER BY idx", (job_id,)
+                f"SELECT command, env, {extra} FROM job_tasks WHERE job = ? ORDER BY idx",
+                (job_id,),
             )
             return [
-                TaskSpec(i, command, json.loads(env) if env else {})
-                for i, (command, env) in enumerate(rows)
+                task_of(i, command, json.loads(env) if env else {}, json.loads(more or "{}"))
+                for i, (command, env, more) in enumerate(rows)
             ]

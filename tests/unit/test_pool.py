@@ -428,3 +428,28 @@ def test_added_tasks_must_follow_on_from_the_last(tmp_path: Path) -> None:
     with pytest.raises(AutoscalerError):
         files.add_tasks("b", [TaskSpec(5, "echo", {})])
     assert len(files.tasks) == 4
+
+
+def test_a_resumed_run_of_jobs_keeps_each_bag_s_timeout(tmp_path: Path) -> None:
+    """A run of ``jobs:`` has no run-wide bag to fall back on: each task carries its own
+    bag's ``timeout_s``. The tasks file kept it only for added jobs, so a resumed run
+    of jobs (and every service pool) ran its config's tasks with no timeout."""
+    cfg = make_config(
+        bag=None,
+        constraint=None,
+        jobs=[
+            {
+                "name": "a",
+                "bag": {"command": "sleep {i}", "sweep": {"i": [1, 2]}, "timeout_s": 7},
+                "constraint": {"deadline_s": 1200},
+                "task_s": {"slow": 60, "fast": 20},
+            }
+        ],
+    )
+    tasks = expand_bag(cfg)
+    assert [t.timeout_s for t in tasks] == [7.0, 7.0]
+    files = RunFiles.create(cfg, tasks, tmp_path / "run", "jobs-1", seed=3)
+    journal = SqliteJournal(tmp_path / "run" / JOURNAL_DB)
+    journal.set_meta(**files.journal_meta())
+    journal.close()
+    assert RunFiles.open(tmp_path / "run").tasks == tasks
