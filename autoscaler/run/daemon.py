@@ -59,9 +59,7 @@ from autoscaler.core.model import (
     Hold,
     JobAdded,
     JobSpec,
-    MachineLaunched,
     MachineLost,
-    MachineReady,
     Resumed,
     Shutdown,
     Stop,
@@ -98,7 +96,14 @@ from autoscaler.run.machines import (
     launch_events,
 )
 from autoscaler.run.metrics import Metrics
-from autoscaler.run.owner import admit, all_gone, all_task_means, job_means, pool_job
+from autoscaler.run.owner import (
+    admit,
+    all_gone,
+    all_task_means,
+    job_means,
+    pool_job,
+    step_order,
+)
 from autoscaler.run.registry import register
 from autoscaler.run.rundir import OUTPUTS_FILE, RunFiles, rebuild_state, run_lock
 from autoscaler.run.staging import Staging
@@ -392,10 +397,8 @@ class Daemon:
                         adding.append((item.answer, added.job))
                 case Wake():
                     pass
-        # MachineReady before the results of the same machine, as they happened.
-        events.sort(key=lambda e: not isinstance(e, MachineLaunched | MachineReady))
         self._answers.extend(adding)
-        self._step(events, polls)
+        self._step(step_order(events), polls)
         for answer, job in self._answers:
             answer.set_result(job)
         self._answers.clear()

@@ -19,7 +19,9 @@ from autoscaler.core.model import (
     JobSpec,
     JobWithdrawn,
     LaunchFailed,
+    MachineLaunched,
     MachineLost,
+    MachineReady,
     Shutdown,
 )
 from autoscaler.core.state import RunState
@@ -118,3 +120,20 @@ def all_task_means(
         if job.first >= config_tasks:
             means[job.first : job.first + job.count] = [job_means(job)] * job.count
     return means
+
+
+def step_order(events: list[Event]) -> list[Event]:
+    """A step's events in the order the state takes them: machines launched or ready
+    first (before their results, as they happened), machines lost last, the rest as
+    they came. A loss found in the step (a health check, the provider's word) does not
+    undo a result its machine sent in the same step: the task was done, and taken
+    after the loss the result was journaled but ignored, and the task ran again."""
+
+    def rank(e: Event) -> int:
+        return (
+            0
+            if isinstance(e, MachineLaunched | MachineReady)
+            else int(isinstance(e, MachineLost)) + 1
+        )
+
+    return sorted(events, key=rank)

@@ -12,6 +12,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from structlog.testing import capture_logs
 
 from autoscaler.budget.controller import Controller
+from autoscaler.core.actions import Assign
 from autoscaler.core.billing import BillingModel
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.leases import Timeline
@@ -20,7 +21,10 @@ from autoscaler.core.model import (
     LaunchFailed,
     MachineLaunched,
     MachineLost,
+    MachineReady,
     MachineState,
+    TaskDone,
+    TaskState,
     TypeSpec,
 )
 from autoscaler.core.state import Machine, RunState
@@ -30,6 +34,7 @@ from autoscaler.run.agents import lost_contact
 from autoscaler.run.build import controller_settings, new_state
 from autoscaler.run.dispatch import Dispatcher
 from autoscaler.run.machines import LaunchDone, MachineLifecycle, launch_events
+from autoscaler.run.owner import step_order
 from autoscaler.run.timers import Timers
 from tests.conftest import make_config
 
@@ -220,3 +225,27 @@ def test_health_checks_queued_up_in_one_step_lose_each_silent_machine_once() -> 
     assert [e.machine for e in first] == ["m0"]
     assert again == []
     assert gone == {"m0", "m1"}
+
+
+# --- a result and its machine's loss in one step ---------------------------------------------
+
+
+def test_a_result_heard_in_the_step_that_loses_its_machine_counts_and_is_not_run_again() -> None:
+    """The step's events came in the order the daemon's queue held them: a health check
+    (or the provider's word) before a poll carrying the machine's last result. The loss,
+    taken first, put the task back in the bag, and the result was journaled but ignored:
+    the task ran twice. In ``step_order`` the result counts, then the machine goes."""
+    came = [MachineLost("m0", "no contact for 12s"), TaskDone(0, "m0", 30.0)]
+    outcomes = {}
+    for name, events in (("as queued", came), ("step_order", step_order(came))):
+        state, launch = first_launch()
+        state.apply(1.0, MachineLaunched("m0", launch.type, launch.token, at=1.0))
+        state.apply(2.0, MachineReady("m0"))
+        state.apply(2.0, Assign(0, "m0"))
+        for e in events:
+            state.apply(40.0, e)
+        outcomes[name] = (state.task_state[0], 0 in state.pending)
+    assert outcomes["as queued"] == (TaskState.PENDING, True)  # what happened before
+    assert outcomes["step_order"] == (TaskState.DONE, False)
+    ready = [MachineLost("m1", "x"), TaskDone(1, "m2", 3.0), MachineReady("m2")]
+    assert step_order(ready) == [ready[2], ready[1], ready[0]]
