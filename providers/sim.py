@@ -225,12 +225,17 @@ class SimProvider:
     def boot_time(self, machine: str) -> float:
         return self._capabilities.boot_estimate_s.get(self.machines[machine].type, 0.0)
 
-    def add_tasks(self, means: Sequence[JobMeans | None]) -> None:
+    def add_tasks(
+        self, means: Sequence[JobMeans | None], labels: Sequence[str | None] | None = None
+    ) -> None:
         """Tasks numbered on from the last (a job added to a running pool), with their
-        job's mean task times; their runtimes are drawn as if they had been there from
-        the start (the same seed gives the same runtimes)."""
+        job's mean task times and their category labels (``emulator.category_speed``);
+        their runtimes are drawn as if they had been there from the start (the same seed
+        gives the same runtimes)."""
         n = len(self.runtimes) + len(means)
         self.runtimes = draw_runtimes(self._model, n, random.Random(self.seed))
+        self._labels.extend([None] * (len(self._means) - len(self._labels)))
+        self._labels.extend(labels if labels is not None else [None] * len(means))
         self._means.extend(means)
 
     def run_time(self, task: int, machine: str) -> float:

@@ -184,8 +184,8 @@ class Fold(Runs):
                 self.awaiting_budget = False
             case JobArrived(job=name):
                 self.arrived.add(self.job_named(name).name)
-            case JobAdded(job=job, order=order):
-                self._add_job(job, order)
+            case JobAdded(job=job, order=order, categories=cats):
+                self._add_job(job, order, cats)
             case JobWithdrawn(job=name):
                 self._withdraw(name)
             case DeadlineSet(job=name, deadline=deadline):
@@ -228,8 +228,9 @@ class Fold(Runs):
             table[name] = end
             self.recovering[name] = (end, end + failed.recover_s)
 
-    def _add_job(self, job: JobSpec, order: Sequence[int]) -> None:
-        """A new job's tasks join the run, arrived, at the end of the bag in ``order``.
+    def _add_job(self, job: JobSpec, order: Sequence[int], cats: Sequence[int] = ()) -> None:
+        """A new job's tasks join the run, arrived, at the end of the bag in ``order``,
+        in their categories ``cats`` where the run has categories (else none: -1).
         The run's budget stays the sum of the jobs' budgets while every job has one."""
         if job.first != self.n_tasks or job.count <= 0:
             raise StateError(
@@ -240,6 +241,10 @@ class Fold(Runs):
             raise StateError(f"job {job.name!r}: the order must be a permutation of its tasks")
         if any(j.name == job.name for j in self.jobs):
             raise StateError(f"job {job.name!r} is in the run already")
+        if cats and len(cats) != job.count:
+            raise StateError(f"job {job.name!r}: {len(cats)} categories for {job.count} tasks")
+        if self.task_category:
+            self.task_category = (*self.task_category, *(cats or [-1] * job.count))
         self.n_tasks += job.count
         self.task_state.extend([TaskState.PENDING] * job.count)
         self.attempts.extend([0] * job.count)

@@ -318,10 +318,13 @@ class JobAdded:
     owns ``job.count`` new tasks numbered from the run's task count (``job.first``), and
     has arrived. ``order``: the order its tasks join the bag in, a permutation of its ids
     (shuffled, as ``runs.new_state`` shuffles a job's tasks, by whoever makes the event:
-    the state decides nothing). The tasks' commands are the driver's business."""
+    the state decides nothing). The tasks' commands are the driver's business.
+    ``categories``: in a run with categories, each of its tasks' category id in id
+    order (-1: none of the run's), as whoever makes the event sorted them; empty: none."""
 
     job: JobSpec
     order: tuple[int, ...]
+    categories: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,10 +51,11 @@ def category_lines(cfg: RunConfig, state: RunState) -> tuple[CategoryLine, ...]:
         for t, st in enumerate(state.task_state)
         if st is TaskState.DONE and t < len(state.task_category)
     )
-    return tuple(_line(state, cat, done[cat.id]) for cat in found)
+    tasks = Counter(state.task_category)  # a pool's: its jobs added since too
+    return tuple(_line(state, cat, tasks[cat.id], done[cat.id]) for cat in found)
 
 
-def _line(state: RunState, cat: Category, done: int) -> CategoryLine:
+def _line(state: RunState, cat: Category, tasks: int, done: int) -> CategoryLine:
     on_types = []
     for t in sorted(state.types):
         runs = state.category_runs.get((cat.id, t))
@@ -71,7 +72,7 @@ def _line(state: RunState, cat: Category, done: int) -> CategoryLine:
             )
         )
     return CategoryLine(
-        id=cat.id, name=_name(cat), tasks=cat.size, done=done, on_types=tuple(on_types)
+        id=cat.id, name=_name(cat), tasks=tasks, done=done, on_types=tuple(on_types)
     )
 
 

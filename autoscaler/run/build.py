@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
@@ -244,14 +244,17 @@ def _category_ids(found: list[Category] | None, n_tasks: int) -> tuple[int, ...]
     return tuple(of.get(t, -1) for t in range(n_tasks))
 
 
-def added_job(job: JobSpec, first: int, at: float, seed: int) -> JobAdded:
+def added_job(
+    job: JobSpec, first: int, at: float, seed: int, categories: Sequence[int] = ()
+) -> JobAdded:
     """``job`` joining a live pool at run time ``at`` with ``job.count`` tasks numbered
-    from ``first``; they leave the bag in an order shuffled by ``seed`` and the job's name,
-    as ``new_state`` shuffles a job's tasks."""
+    from ``first``, of ``categories`` (per task, in id order; -1 for none); they leave the
+    bag in an order shuffled by ``seed`` and the job's name, as ``new_state`` shuffles a
+    job's tasks."""
     spec = dataclasses.replace(job, first=first, at=at)
     order = list(range(first, first + job.count))
     random.Random(f"{seed}:{job.name}").shuffle(order)
-    return JobAdded(spec, tuple(order))
+    return JobAdded(spec, tuple(order), tuple(categories))
 
 
 def new_run_id(cfg: RunConfig | ServiceConfig) -> str:

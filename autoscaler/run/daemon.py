@@ -434,7 +434,7 @@ class Daemon:
         it. ``batch``: jobs added in this step already (their tasks come first)."""
         job = item.job
         event = pool_job(
-            self.state, self.controller, item, batch, events, self.now(), self.files.seed
+            self.cfg, self.state, self.controller, item, batch, events, self.now(), self.files.seed
         )
         if event is None:
             return None

@@ -13,7 +13,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from autoscaler.budget.controller import Controller
@@ -115,6 +115,7 @@ class Emulator:
         self._boxes: dict[str, _Box] = {}
         self._attempts: dict[int, int] = {}
         self._launch_seen: dict[str, int] = {}
+        self._labels: dict[str, Sequence[str | None]] = {}  # an added job's, for the world
 
     def clock(self) -> float:
         return self.now
@@ -145,9 +146,12 @@ class Emulator:
                 self._step(events)
         return self.state
 
-    def tell(self, when: float, event: Told) -> None:
+    def tell(self, when: float, event: Told, labels: Sequence[str | None] | None = None) -> None:
         """An owner's event at virtual time ``when`` (a job added to a pool, a user's
-        update, a shutdown), stepped like the world's."""
+        update, a shutdown), stepped like the world's; an added job's tasks' category
+        ``labels`` (in id order) for the world's ``emulator.category_speed``."""
+        if isinstance(event, JobAdded) and labels is not None:
+            self._labels[event.job.name] = labels
         self._at(when, event)
 
     def _step(self, events: list[Event]) -> None:
@@ -203,7 +207,11 @@ class Emulator:
                 return item
             case JobAdded(job=job):
                 means = JobMeans(job.name, dict(job.task_s)) if job.task_s else None
-                self.sim.add_tasks([means] * job.count)
+                labels = self._labels.pop(job.name, None)
+                if labels is None:
+                    self.sim.add_tasks([means] * job.count)
+                else:
+                    self.sim.add_tasks([means] * job.count, labels)
                 return item
             case (
                 JobArrived()

@@ -7,6 +7,7 @@ import dataclasses
 from typing import Any
 
 from autoscaler.budget.controller import Controller
+from autoscaler.categories.of_config import categories_of_tasks
 from autoscaler.config.load import task_means
 from autoscaler.config.schema import JobMeans, RunConfig
 from autoscaler.core.errors import AutoscalerError
@@ -76,6 +77,7 @@ def refusal(
 
 
 def pool_job(
+    cfg: RunConfig,
     state: RunState,
     controller: Controller | DeadlineController,
     item: AddJob,
@@ -85,13 +87,18 @@ def pool_job(
     seed: int,
 ) -> JobAdded | None:
     """The event of the job of ``item`` joining the pool, its tasks numbered after the
-    run's and ``batch``'s; None, and ``item`` answered why, if the run cannot take it."""
+    run's and ``batch``'s and sorted into the run's categories (``categories_of_tasks``)
+    where it has them; None, and ``item`` answered why, if the run cannot take it."""
     why = refusal(state, controller, item, batch, events)
     if why is not None:
         item.answer.set_exception(AutoscalerError(f"job {item.job.name!r} refused: {why}"))
         return None
     first = state.n_tasks + sum(j.count for j in batch)
-    return added_job(dataclasses.replace(item.job, count=len(item.tasks)), first, now, seed)
+    cats: tuple[int, ...] = ()
+    if state.task_category and isinstance(controller, DeadlineController):
+        cats = categories_of_tasks(cfg, controller.settings.categories, item.tasks)
+    job = dataclasses.replace(item.job, count=len(item.tasks))
+    return added_job(job, first, now, seed, cats)
 
 
 def all_gone(state: RunState, why: str, *, launches: bool = False) -> list[Event]:

@@ -12,16 +12,22 @@ from __future__ import annotations
 import random
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
 
+from autoscaler.categories.of_config import categories_of_tasks
 from autoscaler.config.load import expand_bag, load_config
+from autoscaler.core.model import JobSpec, Shutdown, TaskSpec
+from autoscaler.core.records import StateError
 from autoscaler.core.state import RunState
 from autoscaler.deadline.categories import category_times
 from autoscaler.deadline.controller import DeadlineController
 from autoscaler.report.build import build_report
-from autoscaler.run.build import deadline_settings, new_state
+from autoscaler.run.build import added_job, deadline_settings, new_state
+from autoscaler.run.inbox import AddJob
+from autoscaler.run.owner import pool_job
 from autoscaler.run.start import DryRun, dry_run, make_emulator
 from benchmarks.deadline_categories import write_scenario
 
@@ -175,3 +181,80 @@ def test_a_category_s_time_is_measured_else_the_ratio_rule_else_the_declared_tim
     state.category_runs[short, "a"] = [2.0, 80.0, 3200.0]  # two runs of 40 s
     assert category_times(settings, state, job, short) == pytest.approx({"a": 40, "b": 50})
     assert category_times(settings, state, job, long_) == pytest.approx({"a": 120, "b": 150})
+
+
+# --- a job joining a pool (the service's deadline pool) ------------------------------------
+
+
+def pool_run(tmp_path: Path, carry: bool, seed: int) -> tuple[RunState, Counter[tuple[str, str]]]:
+    """The scenario's job as a keep-open pool; at 30 min a second job of 60 labelled
+    tasks joins it (as ``Daemon.add_job`` makes the event), its tasks sorted into the
+    pool's categories (``carry``) or not (as every pool job was before).
+    Returns the pool's state and where the second job's tasks ran (label, type)."""
+    path = write_scenario(
+        tmp_path, labels_of(), deadline="2h", count=12, seed=seed, categories="{by: label}"
+    )
+    path.write_text(path.read_text() + "deadline: {keep_open: true}\n")
+    cfg = load_config(path)
+    em = make_emulator(cfg, 200)
+    later = ["cpu"] * 30 + ["io"] * 30
+    random.Random(seed).shuffle(later)
+    specs = [TaskSpec(i, f"true {i}", category=x) for i, x in enumerate(later)]
+    found = deadline_settings(cfg).categories
+    cats = categories_of_tasks(cfg, found, specs) if carry else ()
+    job = JobSpec("second", 0, 60, 0.0, 1800.0 + 7200.0, None, {})
+    em.tell(1800.0, added_job(job, 200, 1800.0, seed, cats), later)
+    em.tell(30000.0, Shutdown("the service stops"))
+    state = em.run()
+    second = state.job_named("second")
+    ended = [s for s in state.segments if s.outcome == "done" and second.owns(s.task)]
+    assert sorted(s.task for s in ended) == list(range(200, 260))  # each once
+    assert max(s.end for s in ended) <= second.deadline
+    where = Counter((later[s.task - 200], state.machines[s.machine].type.name) for s in ended)
+    return state, where
+
+
+@pytest.mark.parametrize("seed", [2, 3])
+def test_a_job_joining_a_pool_is_planned_by_the_pool_s_categories(
+    tmp_path: Path, seed: int
+) -> None:
+    """A pool's added job carried no categories (the service's store kept only each
+    task's command): its tasks were planned as one job, at one time per type, and ran
+    wherever (13–24 of 30 of each kind on the type four times faster at it). Sorted by
+    the pool's labels, each kind runs where it is fast, in far less machine time."""
+    state, where = pool_run(tmp_path, True, seed)
+    labels = {c.key: c.id for c in deadline_settings(load_config(tmp_path / "run.yaml")).categories}
+    assert set(state.task_category[200:]) == {labels["cpu"], labels["io"]}
+    assert where["cpu", "a"] >= 27
+    assert where["io", "b"] >= 27
+    blind_state, blind = pool_run(tmp_path, False, seed)
+    assert blind_state.task_category[200:] == (-1,) * 60
+    assert blind["cpu", "a"] + blind["io", "b"] < where["cpu", "a"] + where["io", "b"]
+    assert busy_s(state) < 0.75 * busy_s(blind_state)
+
+
+def busy_s(state: RunState) -> float:
+    """Machine time the second job's tasks took (each kind 4x faster where it fits)."""
+    second = state.job_named("second")
+    return sum(s.end - s.start for s in state.segments if second.owns(s.task))
+
+
+def test_an_added_task_whose_label_the_pool_lacks_is_planned_with_its_job(tmp_path: Path) -> None:
+    path = write_scenario(
+        tmp_path, labels_of(), deadline="2h", count=12, seed=2, categories="{by: label}"
+    )
+    cfg = load_config(path)
+    found = deadline_settings(cfg).categories
+    ids = {c.key: c.id for c in found}
+    specs = [TaskSpec(0, "x", category="io"), TaskSpec(1, "y", category="gpu"), TaskSpec(2, "z")]
+    assert categories_of_tasks(cfg, found, specs) == (ids["io"], -1, -1)
+    state = new_state(cfg, 200, 2)
+    # The daemon's path (``Daemon.add_job``): the event carries them, and the state too.
+    item = AddJob(JobSpec("b", 0, 3, 0.0, 9000.0), tuple(specs), Future())
+    event = pool_job(cfg, state, DeadlineController(deadline_settings(cfg)), item, [], [], 0.0, 2)
+    assert event is not None
+    assert event.categories == (ids["io"], -1, -1)
+    state.apply(0.0, event)
+    assert state.task_category[200:] == (ids["io"], -1, -1)
+    with pytest.raises(StateError):  # one category per task, or none
+        state.apply(0.0, added_job(JobSpec("c", 0, 3, 0.0, 900.0), 203, 0.0, 2, (0, 1)))
