@@ -13,15 +13,26 @@ and the types' means are found together, by alternating (at most ``ROUNDS`` roun
    nothing, the mean of its best categories) → T_j^(r+1);
 3. again from 1 on T^(r+1), until a mix repeats.
 
-Two chains of rounds are run: from T^(0) the outlook's (``category_means.aware``: the
-means as the fleet kept would see them), and from T^(0) each type's mean over every
-task left as if it were alone (``category_means.alone_means``: pessimistic, as a type
-in company is given what it is best at). Each mix found is scored at its own
-T^(r+1), the means it would really show: its speed Σ_j a_j·s_j / T_j^(r+1), which is
-the planner's objective. The fastest mix whose forecast cost at those means
-(``outlook.forecast``, fluid) is within the budget is kept, with the means its
-prediction is to be made on; when none is (a budget too small for the bag), the one
-whose forecast cost is least.
+Three chains of rounds are run: from T^(0) the outlook's (``category_means.aware``: the
+means as the fleet kept would see them); from T^(0) each type's mean over every task
+left as if it were alone (``category_means.alone_means``: pessimistic, as a type in
+company is given what it is best at); and from each type's mean over only what it is
+best at (optimistic: as if each type had partners for the rest). Without the third, a
+mix that pays only as a whole was never proposed near the least budget: on blended
+means the cheapest type per task is one type alone, and alone its means stay blended,
+so the search stopped at a few machines of one type for many hours (the crossed
+scenario's least budget: 5 machines of ``a`` for 5.7 h, 2 for 13.3 h) where both
+types, each at what it is fast at, end in 2 h for the same money.
+
+Each mix found is scored at its own T^(r+1), the means it would really show: its speed
+Σ_j a_j·s_j / T_j^(r+1), which is the planner's objective. The fastest mix whose
+forecast cost at those means (``outlook.forecast``, fluid) leaves the end reserve
+(``runtimes.end_reserve``: one more step for one machine of each type) within the
+budget is kept, with the means its prediction is to be made on; else the fastest whose
+cost alone is within it (a budget with no room for the reserve), else the one whose
+forecast cost is least. A mix that spends the whole budget to end just before a
+billing boundary left its last tasks to a machine that could not pay for the next
+step: at the least budget, 510–597 of 600 tasks were done.
 """
 
 from __future__ import annotations
@@ -32,6 +43,7 @@ from autoscaler.budget.category_means import alone_means, category_times, effect
 from autoscaler.budget.outlook import forecast
 from autoscaler.budget.plans import at_means, plan
 from autoscaler.budget.problem import Plan, TypeEstimate
+from autoscaler.budget.runtimes import end_reserve
 from autoscaler.budget.settings import EPS, ControllerSettings
 from autoscaler.categories.sort import Category
 from autoscaler.core.state import RunState
@@ -58,7 +70,8 @@ def plan_mix(
         return plan(settings, state, now, base, n_e, money, notes, wanted), base
     seen: list[dict[str, int]] = []
     found: list[tuple[Plan, dict[str, TypeEstimate]]] = []
-    for means in (base, alone_means(state.billing, base, times)):
+    partnered = effective(state.billing, base, times, {})  # each type at what it is best at
+    for means in (base, alone_means(state.billing, base, times), partnered):
         for _ in range(ROUNDS):
             said: list[str] = []
             chosen = plan(settings, state, now, means, n_e, money, said, wanted)
@@ -76,8 +89,10 @@ def plan_mix(
     cost = [_cost(state, now, *f) for f in found]
     total = state.committed + money  # the run's budget in a run; an option's in a plan
     fitting = [f for f, c in zip(found, cost, strict=True) if c <= total + EPS]
-    if fitting:
-        return max(fitting, key=lambda f: f[0].speed)
+    reserve = end_reserve(state, base)
+    safe = [f for f, c in zip(found, cost, strict=True) if c + reserve <= total + EPS]
+    if safe or fitting:
+        return max(safe or fitting, key=lambda f: f[0].speed)
     return found[cost.index(min(cost))]
 
 
@@ -98,16 +113,17 @@ def least_money(
     rel_tol: float = 0.005,
 ) -> float | None:
     """The least money left (within ``rel_tol``) with which ``plan_mix`` finds a mix
-    whose forecast at the means it would show is within the budget: the minimum budget
-    with categories, where the means depend on the mix. A search from ``start`` (the
-    minimum on the fleet's means) by doubling or halving, then bisection; None when 256
-    times ``start`` does not do."""
+    whose forecast at the means it would show, and the end reserve, are within the
+    budget: the minimum budget with categories, where the means depend on the mix. A
+    search from ``start`` (the minimum on the fleet's means) by doubling or halving, then
+    bisection; None when 256 times ``start`` does not do."""
 
     def fits(money: float) -> bool:
         found, means = plan_mix(settings, state, now, est, n_e, money, [], 0.0, categories)
-        return (
-            found is not None and _cost(state, now, found, means) <= state.committed + money + EPS
-        )
+        if found is None:
+            return False
+        spent = _cost(state, now, found, means) + end_reserve(state, dict(est))
+        return spent <= state.committed + money + EPS
 
     if start <= 0:
         return 0.0 if fits(0.0) else None
