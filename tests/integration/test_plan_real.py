@@ -29,7 +29,7 @@ pytestmark = pytest.mark.integration
 N_TASKS = 400
 
 
-def planning_config(tmp: Path) -> Path:
+def planning_config(tmp: Path, atu: str = "4h") -> Path:
     """Sampling ends well inside the first paid unit (4 emulated hours, 24 real s), so
     the sampling machines still have paid time to hand over."""
     return local_config(
@@ -40,14 +40,16 @@ def planning_config(tmp: Path) -> Path:
             {"name": "small", "price": 1, "max_count": 3, "boot_s": "2m"},
             {"name": "fast", "price": 2, "max_count": 3, "boot_s": "2m"},
         ],
-        billing={"mode": "fixed", "atu_s": "4h"},
+        billing={"mode": "fixed", "atu_s": atu},
         local={"time_scale": 600},
         emulator={"speed": {"small": 1, "fast": 2}},
     )
 
 
 def test_run_takes_the_sampling_machines_over_from_plan(tmp_path: Path) -> None:
-    config = planning_config(tmp_path)
+    # 8 h units (48 real s): `run` has time to ask for the hand-over on a loaded host (at
+    # a load average of 10, the plan had released its machines by then with 4 h units).
+    config = planning_config(tmp_path, "8h")
     plan_dir = tmp_path / "plan"
     plan = plan_in_background(config, plan_dir, tmp_path)
     try:
