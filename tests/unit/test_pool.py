@@ -3,6 +3,7 @@ open (``DeadlineSettings.keep_open``) until it is shut down."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -66,8 +67,10 @@ def _added(state: RunState, name: str, count: int, at: float, window: float) -> 
 
 
 def test_job_added_survives_both_journals_whole(tmp_path: Path) -> None:
-    """The nested job, its mapping of task times and the order come back as they were."""
-    event = JobAdded(JobSpec("b", 40, 3, 600.0, 2100.0, 5.0, {"m": 60.0, "x": 15.0}), (41, 40, 42))
+    """The nested job, its mapping of task times, the order and its tasks' categories
+    come back as they were; a record from before categories reads as none."""
+    job = JobSpec("b", 40, 3, 600.0, 2100.0, 5.0, {"m": 60.0, "x": 15.0})
+    event = JobAdded(job, (41, 40, 42), (1, -1, 0))
     assert decode("event", "JobAdded", encode(event)) == event
     for journal in (SqliteJournal(tmp_path / "j.sqlite"), JsonlJournal(tmp_path / "j.jsonl")):
         journal.step(600.0, [event], [])
@@ -76,6 +79,9 @@ def test_job_added_survives_both_journals_whole(tmp_path: Path) -> None:
         assert record.item == event
         assert isinstance(record.item, JobAdded)
         assert isinstance(record.item.job, JobSpec)
+    old = json.loads(encode(event))
+    del old["categories"]
+    assert decode("event", "JobAdded", json.dumps(old)) == JobAdded(job, (41, 40, 42))
 
 
 def test_a_job_added_grows_the_bag_in_its_order_and_has_arrived() -> None:
