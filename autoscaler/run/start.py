@@ -340,8 +340,9 @@ def start_run(
 
 
 def with_files(cfg: RunConfig, tasks: Sequence[TaskSpec]) -> list[TaskSpec]:
-    """``tasks`` with their bags' files (``config.files``), which a job's tasks lose in
-    the service's store (it keeps commands and environments): its config gives them."""
+    """``tasks`` with their bags' files (``config.files``) where none has any: the tasks
+    of a job a service's store kept before it kept files (``core.task_json``) have lost
+    them; its config gives them."""
     bags = [cfg.bag] if cfg.bag is not None else [j.bag for j in cfg.jobs]
     if all(b.files is None for b in bags) or any(t.files is not None for t in tasks):
         return list(tasks)
