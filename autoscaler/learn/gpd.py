@@ -94,7 +94,9 @@ def fit_gpd_heavy(
     likelihood weights put ``p`` of their mass (ξ(θ) falls as θ grows, so that is the
     heavy end of the tails the exceedances allow). A handful of exceedances says little
     of the shape: the first plan's tail is a guess, and the high end of a bag's end
-    must allow for a heavier one (``ragged.ragged_end``)."""
+    must allow for a heavier one (``ragged.ragged_end``). Where the shapes are no
+    heavier there (both at ``XI_MAX``, or the likelihood all on one), the fitted tail
+    is given twice."""
     ended = np.asarray(excess, dtype=float)
     going = np.zeros(0) if censored is None else np.asarray(censored, dtype=float)
     d = len(ended)
@@ -123,7 +125,8 @@ def fit_gpd_heavy(
     at = min(int(np.searchsorted(np.cumsum(w[order]), p)), len(order) - 1)
     t_heavy = min(float(theta[ok][order][at]), t_hat)
     point = _at_theta(t_hat, every, d, star) or flat
-    return point, _at_theta(t_heavy, every, d, star) or point
+    heavy = _at_theta(t_heavy, every, d, star)
+    return point, heavy if heavy is not None and heavy.xi > point.xi else point
 
 
 def _at_theta(t: float, every: np.ndarray, d: int, star: float) -> Gpd | None:
