@@ -603,9 +603,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "/ the run's cost. mk/clv: median makespan / the clairvoyant bound (plan_clairvoyant,\n"
         "true means 600 s/speed, the row's budget, fluid, no sampling or boot) over finished\n"
         "runs. warned early: among unfinished runs, the share whose first shortfall warning\n"
-        "came while committed ≤ 50 % of the budget; risk early: the same for the first risk\n"
-        "or shortfall warning, whichever came first; risk said: share of all runs with a\n"
-        "risk warning (on finished runs, a warning the run did not need)."
+        "came while committed ≤ 50 % of the budget (what was committed when it was said,\n"
+        "as the warning keeps it); risk early: the same for the first risk or shortfall\n"
+        "warning, whichever came first (a risk said at the start, before the sampling\n"
+        "machines' launches, when their first commitment alone is more than half the\n"
+        "budget, counts at 0); risk said: share of all runs with a risk warning (on finished\n"
+        "runs, a warning the run did not need)."
     )
     print()
     print(f"Targets (rows passing / failing of {len(rows)})")
