@@ -260,7 +260,7 @@ weights leave this share (one standard deviation) on the heavier side
 (``gpd.fit_gpd_heavy``), for the high end of a bag's end (``ragged.ragged_end``). On
 benchmarks/estimates.py's first plans (seeds 0-19) it brought the makespan coverage of
 Pareto per-second from 85 % to 95 % and of bimodal per-second 1.3 x B_min from 89 % to
-94 %; at 0.025 the high ends reached five times the point on bimodal bags, whose long
+94 %; at 0.025 the high ends reached 4.5 times the point on bimodal bags, whose long
 mode is bounded."""
 
 SMALL_TAIL_PENALTY = 5.0
