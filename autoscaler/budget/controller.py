@@ -38,6 +38,7 @@ from autoscaler.budget.category_means import aware
 from autoscaler.budget.category_mix import least_money, plan_mix
 from autoscaler.budget.fleet import meet_target
 from autoscaler.budget.problem import BudgetProblem, Plan, TypeEstimate
+from autoscaler.budget.risk import check_start
 from autoscaler.budget.settings import ControllerSettings, money_left, planned
 from autoscaler.budget.tail import replicate, take_back
 from autoscaler.core.groups import GroupLimits, fair_share, group_size
@@ -273,7 +274,9 @@ class Controller:
             s.do(Configure(counts, None, None, "round robin: every machine"))
             meet_target(s)
             return
-        s.do(self.sampling(state))
+        sampling = self.sampling(state)
+        s.do(sampling)
+        check_start(s, sampling)  # before its launches commit the money
         meet_target(s)
 
     def _monitor(self, s: Step, news: _News) -> None:

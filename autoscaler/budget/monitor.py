@@ -264,7 +264,7 @@ def _shortfall(
         f"budget unlikely to finish the bag: {said}; the budget is "
         f"{state.budget if state.budget is not None else math.inf:.2f}"
     )
-    s.do(Shortfall(state.tasks_left, needed, message))
+    s.do(Shortfall(state.tasks_left, needed, message, committed=state.committed))
     return settings.on_shortfall == "stop" and _stop(s, message)
 
 

@@ -131,11 +131,13 @@ class Configure:
 class Shortfall:
     """The budget left is unlikely to finish the bag: said once it is known, with the
     budget the estimates say the whole run needs (None: no affordable plan exists at any
-    budget the planner could search)."""
+    budget the planner could search). ``committed``: the money committed when it was said
+    (None in journals written before it was kept)."""
 
     tasks_left: int
     needed_budget: float | None
     message: str
+    committed: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,11 +145,16 @@ class Risk:
     """The budget may not finish the bag: it does at the estimated runtimes, but not at
     the slow end of their intervals (a ``Shortfall`` says it does not even at the
     estimates). ``needed_budget``: about what the whole run needs at that slow end
-    (None: more than the planner could search)."""
+    (None: more than the planner could search, or said at the start). ``at_start``: said
+    before any runtime was known, because sampling alone commits more than half the
+    budget (``risk.check_start``); the slow end's warning may still follow it.
+    ``committed``: the money committed when it was said (None in older journals)."""
 
     tasks_left: int
     needed_budget: float | None
     message: str
+    committed: float | None = None
+    at_start: bool = False
 
 
 @dataclass(frozen=True, slots=True)

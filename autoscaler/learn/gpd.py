@@ -84,6 +84,19 @@ def fit_gpd(excess: np.ndarray, censored: np.ndarray | None = None) -> Gpd:
     ξ = ξ(θ̂), σ = −ξ/θ̂. Without censoring this is their estimator exactly. ξ is kept
     within [``XI_MIN``, ``XI_MAX``].
     """
+    return fit_gpd_heavy(excess, censored)[0]
+
+
+def fit_gpd_heavy(
+    excess: np.ndarray, censored: np.ndarray | None = None, p: float = 0.025
+) -> tuple[Gpd, Gpd]:
+    """``fit_gpd``'s tail, and a heavier one: at the θ below which the grid's
+    likelihood weights put ``p`` of their mass (ξ(θ) falls as θ grows, so that is the
+    heavy end of the tails the exceedances allow). A handful of exceedances says little
+    of the shape: the first plan's tail is a guess, and the high end of a bag's end
+    must allow for a heavier one (``ragged.ragged_end``). Where the shapes are no
+    heavier there (both at ``XI_MAX``, or the likelihood all on one), the fitted tail
+    is given twice."""
     ended = np.asarray(excess, dtype=float)
     going = np.zeros(0) if censored is None else np.asarray(censored, dtype=float)
     d = len(ended)
@@ -102,16 +115,29 @@ def fit_gpd(excess: np.ndarray, censored: np.ndarray | None = None) -> Gpd:
     with np.errstate(divide="ignore", invalid="ignore"):
         loglik = d * (np.log(-theta / xi) - 1.0) - ended_logs
     ok = np.isfinite(loglik)
-    if not ok.any():  # no spread to speak of: an exponential with the mean excess
-        return Gpd(0.0, float(every.sum()) / d)
+    flat = Gpd(0.0, float(every.sum()) / d)  # no spread to speak of: the mean excess
+    if not ok.any():
+        return flat, flat
     w = np.exp(loglik[ok] - loglik[ok].max())
-    t_hat = float(np.sum(theta[ok] * w) / w.sum())
-    if abs(t_hat) < 1e-12 / star:
+    w /= w.sum()
+    t_hat = float(np.sum(theta[ok] * w))
+    order = np.argsort(theta[ok])
+    at = min(int(np.searchsorted(np.cumsum(w[order]), p)), len(order) - 1)
+    t_heavy = min(float(theta[ok][order][at]), t_hat)
+    point = _at_theta(t_hat, every, d, star) or flat
+    heavy = _at_theta(t_heavy, every, d, star)
+    return point, heavy if heavy is not None and heavy.xi > point.xi else point
+
+
+def _at_theta(t: float, every: np.ndarray, d: int, star: float) -> Gpd | None:
+    """The profile fit at θ = ``t``: ξ(θ), σ = −ξ/θ (exponential with the mean excess
+    at θ = 0), ξ kept within its bounds; None where σ is not positive."""
+    if abs(t) < 1e-12 / star:
         return Gpd(0.0, float(every.sum()) / d)
-    xi_hat = float(np.log1p(-t_hat * every).sum()) / d
-    sigma = -xi_hat / t_hat
+    xi_hat = float(np.log1p(-t * every).sum()) / d
+    sigma = -xi_hat / t
     if not math.isfinite(sigma) or sigma <= 0:
-        return Gpd(0.0, float(every.sum()) / d)
+        return None
     if xi_hat > XI_MAX or xi_hat < XI_MIN:  # σ kept, so the body of the tail stays
         xi_hat = min(XI_MAX, max(XI_MIN, xi_hat))
     return Gpd(xi_hat, sigma)

@@ -78,6 +78,7 @@ def _first_note(warnings: Sequence[tuple[float, Shortfall | Risk]]) -> Shortfall
         tasks_left=w.tasks_left,
         needed_budget=rounded(w.needed_budget, 2),
         message=w.message,
+        committed=rounded(w.committed, 2),
     )
 
 

@@ -16,6 +16,7 @@ from autoscaler.report.records import (
     DeadlineReport,
     Prediction,
     Report,
+    ShortfallNote,
     UnfinishedTask,
 )
 
@@ -84,15 +85,18 @@ def render_markdown(report: Report) -> str:
         lines.append(_made_when(report.predicted))
     if report.risk is not None:
         r = report.risk
-        lines += ["", f"**Risk at {hms(r.at_s)}** ({r.tasks_left} tasks left): {r.message}."]
+        lines += ["", f"**Risk at {hms(r.at_s)}** ({_when_said(r)}): {r.message}."]
     if report.shortfall is not None:
         sf = report.shortfall
-        lines += [
-            "",
-            f"**Warning at {hms(sf.at_s)}** ({sf.tasks_left} tasks left): {sf.message}.",
-        ]
+        lines += ["", f"**Warning at {hms(sf.at_s)}** ({_when_said(sf)}): {sf.message}."]
     lines += ["", HEAD_END, *_types_table(report)]
     return _tail(report, lines)
+
+
+def _when_said(note: ShortfallNote) -> str:
+    """Tasks left when a warning was said, and the money committed then if known."""
+    said = f"{note.tasks_left} tasks left"
+    return said if note.committed is None else f"{said}, {money(note.committed)} committed"
 
 
 def _made_when(p: Prediction) -> str:

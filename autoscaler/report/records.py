@@ -76,6 +76,8 @@ class ShortfallNote:
     """The budget the estimates said the whole run needed (null: none the planner found)."""
     message: str
     """What was said (in the log, status, metrics and here)."""
+    committed: float | None = None
+    """The money committed when it was said (null: a journal written before it was kept)."""
 
 
 @_record

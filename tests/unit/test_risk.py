@@ -17,6 +17,7 @@ from autoscaler.config.schema import RunConfig
 from autoscaler.core.model import Configure, Risk
 from autoscaler.report.build import build_report
 from autoscaler.report.markdown import render_markdown
+from autoscaler.report.records import ShortfallNote
 from autoscaler.run.live import summary_rows
 from autoscaler.run.start import DryRun, dry_run
 
@@ -44,9 +45,16 @@ def _lognormal_bag(budget: float) -> RunConfig:
     return RunConfig.model_validate(data)
 
 
-def _run(budget: float) -> tuple[RunConfig, DryRun]:
-    cfg = _lognormal_bag(budget)
+def _run(budget: float, fixed: bool = False) -> tuple[RunConfig, DryRun]:
+    cfg = _fixed(_lognormal_bag(budget)) if fixed else _lognormal_bag(budget)
     return cfg, dry_run(cfg, expand_bag(cfg), seed=0, plots=False)
+
+
+def _first_risk(d: DryRun) -> ShortfallNote:
+    """The report's risk of a run that did not finish."""
+    assert d.report.tasks_done < d.report.tasks_total
+    assert d.report.risk is not None
+    return d.report.risk
 
 
 def _committed_at(d: DryRun, t: float) -> float:
@@ -64,9 +72,7 @@ def test_a_budget_that_then_does_not_finish_was_said_at_risk_before_half_was_com
     knife_edge: tuple[RunConfig, DryRun],
 ) -> None:
     _cfg, d = knife_edge
-    assert d.report.tasks_done < d.report.tasks_total
-    risk = d.report.risk
-    assert risk is not None
+    risk = _first_risk(d)
     assert _committed_at(d, risk.at_s) <= 0.5 * 139.02
     assert risk.needed_budget is not None
     assert risk.needed_budget > 139.02
@@ -146,3 +152,76 @@ def test_a_best_effort_plan_never_replaced_is_said_plainly(
     assert "a best-effort plan (the most profitable type only) for a budget" in render_markdown(
         report
     )
+
+
+# --- the risk said at the start: sampling alone commits more than half the budget ------
+
+
+def _fixed(cfg: RunConfig) -> RunConfig:
+    """``cfg`` under fixed hourly billing: sampling's 20 + 20 machines commit 80.00 at
+    the start (a whole hour each), more than half of a budget under 160."""
+    return cfg.model_copy(
+        update={"billing": cfg.billing.model_copy(update={"mode": "fixed", "min_charge_s": None})}
+    )
+
+
+@pytest.fixture(scope="module")
+def fixed_knife_edge() -> tuple[RunConfig, DryRun]:
+    """1.1 x the minimum budget seed 0's samples give under fixed billing (128.11): the
+    bag does not finish, and every runtime is measured after 80.00 is committed."""
+    return _run(140.92, fixed=True)
+
+
+def test_sampling_past_half_the_budget_is_said_at_risk_before_it_is_committed(
+    fixed_knife_edge: tuple[RunConfig, DryRun],
+) -> None:
+    _cfg, d = fixed_knife_edge
+    risk = _first_risk(d)
+    assert risk.at_s == 0.0
+    assert risk.committed == 0.0  # said before the sampling machines' launches
+    assert _committed_at(d, 0.0) == pytest.approx(80.0)  # which commit 80.00 at once
+    assert risk.needed_budget is None
+    assert "sampling alone (fast 20, small 20) commits 80.00 of the budget of 140.92" in (
+        risk.message
+    )
+    first = d.state.risks[0][1]
+    assert first.at_start
+    assert d.report.cost <= 140.92 + 1e-9
+
+
+def test_the_slow_end_risk_still_follows_the_one_said_at_the_start(
+    fixed_knife_edge: tuple[RunConfig, DryRun],
+) -> None:
+    cfg, d = fixed_knife_edge
+    later = [(t, r) for t, r in d.state.risks if not r.at_start]
+    assert len(later) == 1
+    t, r = later[0]
+    assert t > 0.0
+    assert r.needed_budget is not None
+    assert r.needed_budget > 140.92
+    assert r.committed is not None
+    assert r.committed >= 80.0
+    rows = dict(summary_rows(cfg, d.state, None))  # status: the latest
+    assert "at the slow end" in rows["risk"]
+    text = render_markdown(d.report)  # the report: the first, with what was committed
+    assert "**Risk at 0h00m00s** (1000 tasks left, 0.00 committed): budget at risk: sampling" in (
+        text
+    )
+
+
+def test_sampling_within_half_the_budget_says_nothing_at_the_start() -> None:
+    _, d = _run(170.0, fixed=True)  # 80.00 <= 85.00
+    assert not any(r.at_start for _, r in d.state.risks)
+    assert d.report.risk is None or d.report.risk.at_s > 0.0
+
+
+def test_a_shortfall_keeps_the_money_committed_when_it_was_said(
+    fixed_knife_edge: tuple[RunConfig, DryRun],
+) -> None:
+    _cfg, d = fixed_knife_edge
+    sf = d.report.shortfall
+    assert sf is not None
+    assert sf.committed is not None
+    before = max((v for t, v in d.state.spend_log if t < sf.at_s), default=0.0)
+    assert before - 0.01 <= sf.committed <= _committed_at(d, sf.at_s) + 0.01
+    assert f"{sf.committed:,.2f} committed): budget unlikely" in render_markdown(d.report)

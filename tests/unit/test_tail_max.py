@@ -11,7 +11,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from autoscaler.learn.gpd import Gpd, anderson_darling, fit_gpd
+from autoscaler.learn.gpd import Gpd, anderson_darling, fit_gpd, fit_gpd_heavy
 from autoscaler.learn.ragged import ragged_end
 from autoscaler.learn.stats import RuntimeStats
 
@@ -140,3 +140,45 @@ def test_the_tail_area_is_the_integral_of_its_survival() -> None:
         s = g.survival(y)
         numeric = float(np.sum((s[1:] + s[:-1]) / 2 * np.diff(y)))
         assert float(g.area(np.asarray([1500.0]))[0]) == pytest.approx(numeric, rel=1e-6)
+
+
+def high_end(sample: np.ndarray, tasks: int) -> float:
+    """The high end of the ragged end's interval for the longest of ``tasks`` runs all
+    starting now, from ``sample``."""
+    stats = RuntimeStats(sample_target=SAMPLE)
+    for t in sample:
+        stats.record(float(t))
+    return ragged_end(0.0, [(stats, float(tasks))]).hi_s
+
+
+@pytest.mark.parametrize("name", ["lognormal σ 1", "pareto α 2.5", "weibull k 0.7"])
+def test_the_high_end_of_the_longest_of_a_thousand_allows_for_a_heavier_tail(name: str) -> None:
+    """Over 200 samples of 30 runs, the high end of the longest of 1,000 runs holds the
+    longest of a fresh bag of 1,000 in at least 75 % of them: the tail fitted on a
+    handful of exceedances is often light, and the high end is also read on the heavy
+    end of the shapes they allow (``Curve.heavy``). On the fitted tail alone it held
+    65 %, 64 % and 70 % (now 78 %, 82 %, 84 %)."""
+    draw = DRAWS[name]
+    held = 0
+    for seed in range(SEEDS):
+        rng = np.random.default_rng(seed)
+        sample = draw(rng, SAMPLE)
+        held += float(draw(rng, 1000).max()) <= high_end(sample, 1000)
+    assert held >= 0.75 * SEEDS, f"{name}: {held} of {SEEDS}"
+
+
+def test_the_heavy_tail_is_the_fitted_one_or_heavier_and_the_fit_is_unchanged() -> None:
+    """``fit_gpd_heavy``'s first tail is ``fit_gpd``'s; its second has a heavier shape
+    or is the first, and on twelve exceedances of shape 0.25 (whose fitted shape
+    spreads widely) it is mostly heavier (not where the fit is at ``XI_MAX`` already)."""
+    rng = np.random.default_rng(11)
+    heavier = 0
+    for xi in (-0.3, 0.0, 0.25, 0.4):
+        for _ in range(5):
+            u = rng.random(12)
+            y = 100 * np.log(1 / u) if xi == 0 else 100 / xi * (u ** (-xi) - 1)
+            point, heavy = fit_gpd_heavy(y, p=0.16)
+            assert point == fit_gpd(y)
+            assert heavy == point or heavy.xi > point.xi
+            heavier += xi == 0.25 and heavy.xi > point.xi
+    assert heavier >= 3
