@@ -61,17 +61,20 @@ def take_back(s: Step, m: Machine) -> bool:
     margin = state.billing.boundary_margin_s()
     if not can_extend(state, m) and s.now + mine.mean() + mine.stddev() > m.paid_until - margin:
         return False
-    best: tuple[float, Machine] | None = None
-    for host in state.alive_machines():
-        if host is m or not host.queue:
+    # The longest wait; among equal ones the machine launched first (the order of
+    # ``alive_machines``). Only machines with a queue can be it (``state.queued``).
+    best: tuple[float, int, Machine] | None = None
+    for host in state.queued.values():
+        if host is m:
             continue
         theirs = state.stats[host.type.name]
         wait = len(host.queue) * (theirs.mean() if theirs.done else mine.mean()) / host.type.slots
-        if best is None or wait > best[0]:
-            best = (wait, host)
+        place = state.launch_index[host.id]
+        if best is None or wait > best[0] or (wait == best[0] and place < best[1]):
+            best = (wait, place, host)
     if best is None or best[0] <= mine.mean():
         return False
-    host = best[1]
+    host = best[2]
     n = max(1, len(host.queue) // 2)
     s.do(Move(tuple(list(host.queue)[-n:]), host.id, m.id))
     return True
