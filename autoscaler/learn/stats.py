@@ -106,6 +106,10 @@ class RuntimeStats:
     _extreme: Curve | None = field(default=None, compare=False, repr=False)  # of _curve's runs
     _whole: RuntimeEstimate | None = field(default=None, compare=False, repr=False)
     _built_version: int = field(default=0, compare=False, repr=False)  # of both
+    # The curve's times, S after each and ∫S as arrays, for ``tail_estimates``
+    _curve_arrays: tuple[Curve, np.ndarray, np.ndarray, np.ndarray] | None = field(
+        default=None, compare=False, repr=False
+    )
     # (z, resamples) -> version and ended runs drawn on, the interval's ends less T_i
     _interval: dict[tuple[float, int], tuple[int, int, float, float]] = field(
         default_factory=dict, compare=False, repr=False
@@ -331,6 +335,36 @@ class RuntimeStats:
         s_end = s_after[-1]
         integral += s_end * mrl
         return elapsed_s + integral / s_tau
+
+
+def tail_estimates(stats: RuntimeStats, ages: np.ndarray) -> np.ndarray:
+    """``stats.tail_estimate`` of every age in ``ages`` at once, with the same arithmetic
+    in the same order, so the same floats (tests/unit/test_tail_estimates.py): the tail
+    phase asks it of every task running on every idle machine."""
+    if stats.done == 0:
+        return ages.astype(float, copy=True)
+    c = stats._survival_curve()
+    kept = stats._curve_arrays
+    if kept is None or kept[0] is not c:
+        kept = (c, np.asarray(c.times), np.asarray(c.s_after), np.asarray(c.area))
+        stats._curve_arrays = kept
+    _, times, s_after, area = kept
+    n = len(times)
+    i = np.searchsorted(times, ages, side="right") - 1
+    first = i < 0
+    has_next = i + 1 < n
+    s_tau = np.where(first, 1.0, s_after[np.maximum(i, 0)])
+    nxt = np.where(has_next, times[np.minimum(i + 1, n - 1)], ages)
+    later = np.where(has_next, area[np.minimum(i + 1, n - 1)], 0.0)
+    integral = np.where(
+        first, times[0] - ages + area[0], s_tau * np.maximum(0.0, nxt - ages) + later
+    )
+    integral = integral + s_after[-1] * c.mrl
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where(s_tau <= 0.0, ages, ages + integral / s_tau)
+        if math.isfinite(c.alpha) and s_after[-1] > 0:
+            out = np.where(ages > times[-1], ages * c.alpha / (c.alpha - 1), out)
+    return out
 
 
 def tasks_within(
