@@ -113,7 +113,7 @@ class Timing:
     inner_s: list[float]  # DryRun.wall_s: emulation only
     out_mb: float | None
     cpu_s: list[float]  # process CPU time around dry_run
-    plot_s: float | None  # drawing and saving both plots again, after the timed runs
+    plot_s: tuple[float, float] | None  # wall, CPU: both plots drawn again after the runs
 
 
 def count_events(cfg: RunConfig, n_tasks: int) -> tuple[int, int, int, RunState]:
@@ -186,14 +186,15 @@ def time_policy(setup: Setup, cfg: RunConfig, repeats: int, tmp: Path) -> list[T
     return out
 
 
-def plot_seconds(state: RunState, report: Report, tmp: Path) -> float:
-    """Wall time to draw and save both plots of a finished run (as ``write_report``)."""
+def plot_seconds(state: RunState, report: Report, tmp: Path) -> tuple[float, float]:
+    """Wall and CPU time to draw and save both plots of a finished run (as
+    ``write_report``; matplotlib is imported already, by the written run before)."""
     from autoscaler.report.plots import gantt_figure, spend_figure
 
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     gantt_figure(state).savefig(tmp / "plot-gantt.png", dpi=100)
     spend_figure(state, report.budget).savefig(tmp / "plot-spend.png", dpi=100)
-    return time.perf_counter() - started
+    return time.perf_counter() - started, time.process_time() - cpu
 
 
 def _makespan(state: RunState) -> float:
@@ -432,7 +433,7 @@ class Million:
     cpu_s: float
     peak_mb: float
     files: dict[str, int]  # name -> bytes written
-    plot_s: float  # both plots drawn and saved again after the run (not in wall_s)
+    plot_s: tuple[float, float]  # wall, CPU: both plots drawn again after the run (not in wall_s)
 
 
 def million_row(policy: str, budget: float | None, out_dir: str) -> Million:
@@ -530,11 +531,12 @@ def targets_table(timings: Sequence[Timing], millions: Sequence[Million]) -> str
             )
     for t in timings:
         if t.key == "100k" and t.write and t.plot_s is not None:
-            per = t.plot_s / (t.tasks / 100_000)
+            per, per_cpu = (v / (t.tasks / 100_000) for v in t.plot_s)
             rows.append(
                 [
-                    f"plots per 100k tasks, 100k {'RR' if t.policy == 'round_robin' else 'BaTS'}",
-                    f"{per:.2f} s",
+                    "plots per 100k tasks, 100k "
+                    f"{'RR' if t.policy == 'round_robin' else 'BaTS'}: wall (CPU)",
+                    f"{per:.2f} s ({per_cpu:.2f} s)",
                     f"< {PLOT_TARGET_S:g} s",
                     _verdict(per < PLOT_TARGET_S),
                 ]
@@ -557,11 +559,11 @@ def targets_table(timings: Sequence[Timing], millions: Sequence[Million]) -> str
                 _verdict(r.peak_mb < MILLION_TARGET_MB),
             ]
         )
-        per = r.plot_s / (MILLION / 100_000)
+        per, per_cpu = (v / (MILLION / 100_000) for v in r.plot_s)
         rows.append(
             [
-                f"plots per 100k tasks, 1M {name}",
-                f"{per:.2f} s ({r.plot_s:.1f} s)",
+                f"plots per 100k tasks, 1M {name}: wall (CPU)",
+                f"{per:.2f} s ({per_cpu:.2f} s)",
                 f"< {PLOT_TARGET_S:g} s",
                 _verdict(per < PLOT_TARGET_S),
             ]
@@ -700,7 +702,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(files_table(millions))
         print(
             "plots: both drawn and saved again after the run in the same process, "
-            f"{millions[-1].plot_s:.1f} s for the BaTS row (not in its wall s)."
+            f"{millions[-1].plot_s[0]:.1f} s wall for the BaTS row (not in its wall s)."
         )
         print(
             f"S4-3's types, {MILLION:,} tasks N(15 min, (√5 min)²); BaTS's budget = "
