@@ -4,13 +4,17 @@ machine copies the running task expected to finish last, if it would finish firs
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+
+import numpy as np
 
 from autoscaler.budget.boundaries import can_extend
 from autoscaler.budget.sampling import stats
 from autoscaler.budget.settings import ControllerSettings
-from autoscaler.core.model import Move, Replicate, TaskState
+from autoscaler.core.model import Move, Release, Replicate, TaskState
 from autoscaler.core.state import Machine
 from autoscaler.core.step import Step
+from autoscaler.learn.stats import tail_estimates
 
 
 def replicate(settings: ControllerSettings, s: Step, m: Machine) -> bool:
@@ -29,24 +33,85 @@ def replicate(settings: ControllerSettings, s: Step, m: Machine) -> bool:
         paid_end = min(paid_end, state.billing.next_boundary(m.launched_at, s.now))
     if my_finish > paid_end - margin:
         return False
-    best: tuple[float, int] | None = None
-    for tid, runs in state.running_on.items():
-        if len(runs) != 1 or state.task_state[tid] is not TaskState.RUNNING:
-            continue
-        ((other, start),) = runs.items()
-        if other == m.id:
-            continue  # a copy on its own machine (another of its slots) beats nothing
-        host = state.machines[other]
-        host_stats = stats(settings, state, host.type.name)
-        finish = start + host_stats.tail_estimate(s.now - start)
-        if finish > host.paid_until - margin and not can_extend(state, host):
-            finish = math.inf  # its machine goes before it is done: it will be cut off
-        if best is None or finish > best[0]:
-            best = (finish, tid)
+    best = _last_to_finish(settings, s, m)
     if best is None or my_finish >= best[0]:
         return False
     s.do(Replicate(best[1], m.id))
     return True
+
+
+@dataclass(slots=True)
+class _Candidates:
+    """The tasks running once, when each is expected to finish (start + τ_e at its age on
+    its machine's type), worked out once per step: at a tick every idle machine asks."""
+
+    actions: int  # len(s.actions) when worked out, or last seen to hold since
+    tids: list[int]
+    hosts: list[Machine]
+    finish: np.ndarray
+    paid: np.ndarray  # each host's paid_until
+
+
+def _candidates(settings: ControllerSettings, s: Step) -> _Candidates | None:
+    state = s.state
+    tids: list[int] = []
+    starts: list[float] = []
+    hosts: list[Machine] = []
+    task_state, machines = state.task_state, state.machines
+    for tid, runs in state.running_on.items():
+        if len(runs) != 1 or task_state[tid] is not TaskState.RUNNING:
+            continue
+        ((other, start),) = runs.items()
+        tids.append(tid)
+        starts.append(start)
+        hosts.append(machines[other])
+    if not tids:
+        return None
+    start_arr = np.array(starts)
+    names = [h.type.name for h in hosts]
+    kinds = sorted(set(names))
+    code = np.array([kinds.index(n) for n in names]) if len(kinds) > 1 else None
+    finish = np.empty(len(tids))
+    for k, name in enumerate(kinds):
+        at = slice(None) if code is None else code == k
+        own = start_arr[at]
+        finish[at] = own + tail_estimates(stats(settings, state, name), s.now - own)
+    paid = np.array([h.paid_until for h in hosts])
+    return _Candidates(len(s.actions), tids, hosts, finish, paid)
+
+
+def _last_to_finish(settings: ControllerSettings, s: Step, m: Machine) -> tuple[float, int] | None:
+    """The running task (one run, not on ``m``) expected to finish last, and when: its
+    start plus τ_e at its age on its machine's type (``tail_estimates``), never if its
+    machine goes before then; the first in ``running_on`` order among equals.
+
+    The candidates are kept on the step while its actions since are replicas and
+    releases (of idle machines: no run starts or ends); a task replicated since, or
+    running on ``m``, is passed over when it comes first."""
+    state = s.state
+    kept = s.memo.get("tail")
+    if not isinstance(kept, _Candidates) or not all(
+        isinstance(a, Replicate | Release) for a in s.actions[kept.actions :]
+    ):
+        kept = _candidates(settings, s)
+        s.memo["tail"] = kept
+    if kept is None:
+        return None
+    kept.actions = len(s.actions)
+    finish = kept.finish.copy()
+    margin = state.billing.boundary_margin_s()
+    for i in np.flatnonzero(finish > kept.paid - margin).tolist():
+        if not can_extend(state, kept.hosts[i]):
+            finish[i] = math.inf  # its machine goes before it is done: it will be cut off
+    while True:
+        best = int(np.argmax(finish))  # the first of the latest
+        if finish[best] == -math.inf:
+            return None
+        tid, host = kept.tids[best], kept.hosts[best]
+        runs = state.running_on.get(tid, {})
+        if host is not m and len(runs) == 1 and state.task_state[tid] is TaskState.RUNNING:
+            return float(finish[best]), tid
+        finish[best] = -math.inf
 
 
 def take_back(s: Step, m: Machine) -> bool:
@@ -61,17 +126,20 @@ def take_back(s: Step, m: Machine) -> bool:
     margin = state.billing.boundary_margin_s()
     if not can_extend(state, m) and s.now + mine.mean() + mine.stddev() > m.paid_until - margin:
         return False
-    best: tuple[float, Machine] | None = None
-    for host in state.alive_machines():
-        if host is m or not host.queue:
+    # The longest wait; among equal ones the machine launched first (the order of
+    # ``alive_machines``). Only machines with a queue can be it (``state.queued``).
+    best: tuple[float, int, Machine] | None = None
+    for host in state.queued.values():
+        if host is m:
             continue
         theirs = state.stats[host.type.name]
         wait = len(host.queue) * (theirs.mean() if theirs.done else mine.mean()) / host.type.slots
-        if best is None or wait > best[0]:
-            best = (wait, host)
+        place = state.launch_index[host.id]
+        if best is None or wait > best[0] or (wait == best[0] and place < best[1]):
+            best = (wait, place, host)
     if best is None or best[0] <= mine.mean():
         return False
-    host = best[1]
+    host = best[2]
     n = max(1, len(host.queue) // 2)
     s.do(Move(tuple(list(host.queue)[-n:]), host.id, m.id))
     return True

@@ -14,6 +14,8 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
+
 _EPS = 1e-9
 
 
@@ -46,6 +48,15 @@ class BillingModel:
         if self.mode == "fixed":
             return self.units(duration_s) * price
         return price * max(duration_s, self.min_charge_s) / self.atu_s
+
+    def costs(self, prices: np.ndarray, durations_s: np.ndarray) -> np.ndarray:
+        """``cost`` of many machines at once (a report's spend over time)."""
+        out: np.ndarray
+        if self.mode == "fixed":
+            out = np.maximum(1.0, np.ceil(durations_s / self.atu_s - _EPS)) * prices
+        else:
+            out = prices * np.maximum(durations_s, self.min_charge_s) / self.atu_s
+        return out
 
     def paid_units(self, duration_s: float) -> float:
         """ATUs paid for ``duration_s``: whole units, or a fraction under per-second."""

@@ -105,6 +105,7 @@ class Fold(Runs):
                     paid_until=start + self.billing.first_step_s,
                 )
                 self.alive[mid] = self.machines[mid]
+                self.launch_index[mid] = len(self.launch_index)
                 self.alive_slots += self.types[tname].slots
                 queues = self.launch_queues.get(token)
                 if queues:
@@ -310,6 +311,7 @@ class Fold(Runs):
         for tid in m.queue:
             self._drop_run(tid, mid)
         m.queue.clear()
+        self.queued.pop(mid, None)
         m.state = MachineState.GONE
         if self.alive.pop(mid, None) is not None:
             self.alive_slots -= m.type.slots

@@ -94,6 +94,10 @@ class RunRecords:
     # a dispatch does not grow with the machines a long run has had.
     alive: dict[str, Machine] = field(default_factory=dict, compare=False, repr=False)
     alive_slots: int = field(default=0, compare=False)
+    # Of the alive ones, those with tasks queued (in no order; ``launch_index`` orders
+    # them): the tail's take-back looks at these, not at every machine, per idle one.
+    queued: dict[str, Machine] = field(default_factory=dict, compare=False, repr=False)
+    launch_index: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
     task_state: list[TaskState] = field(default_factory=list)
     attempts: list[int] = field(default_factory=list)
     pending: deque[int] = field(default_factory=deque)

@@ -49,6 +49,7 @@ class Runs(RunRecords):
             # The agent ran it before the state expected (its local queue's order, or
             # slots freed earlier than results said): it started ``runtime_s`` ago.
             m.queue.remove(tid)
+            self._track_queue(m)
             self._begin(m, tid, max(m.ready_at or self.now, self.now - runtime_s))
         start = m.running.pop(tid, None)
         if start is None:
@@ -93,10 +94,17 @@ class Runs(RunRecords):
             stats.censor(max(0.0, runtime_s), tid)
 
     def _start_queued(self, m: Machine) -> None:
-        if m.state is not MachineState.READY:
-            return  # a booting machine starts its queue when it is ready
-        while m.queue and len(m.running) < m.type.slots:
-            self._begin(m, m.queue.popleft(), self.now)
+        if m.state is MachineState.READY:  # a booting one starts its queue when ready
+            while m.queue and len(m.running) < m.type.slots:
+                self._begin(m, m.queue.popleft(), self.now)
+        self._track_queue(m)
+
+    def _track_queue(self, m: Machine) -> None:
+        """Keep ``queued`` (the alive machines with a queue) after ``m``'s queue changed."""
+        if m.queue and m.alive:
+            self.queued[m.id] = m
+        else:
+            self.queued.pop(m.id, None)
 
     def _begin(self, m: Machine, tid: int, at: float) -> None:
         """``tid``, queued on ``m`` (its run number given), starts at ``at``."""
@@ -116,6 +124,7 @@ class Runs(RunRecords):
             m.starts += 1
             m.run_no[tid] = m.starts
         self.enqueue(m.queue, tids)
+        self._track_queue(m)
 
     def _drop_run(self, tid: int, mid: str) -> None:
         """A run of ``tid`` on ``mid`` ended without a result: re-queue if it was the last."""
@@ -136,6 +145,7 @@ class Runs(RunRecords):
             m.queue.remove(tid)
             m.run_no.pop(tid, None)
             m.taken.add(tid)
+            self._track_queue(m)
             self._drop_run(tid, mid)
         start = m.running.pop(tid, None)
         if start is not None:
@@ -174,5 +184,6 @@ class Runs(RunRecords):
             s.queue.remove(tid)
             s.run_no.pop(tid, None)
             s.taken.add(tid)
+        self._track_queue(s)
         self._queue_on(d, tids)
         self._start_queued(d)

@@ -38,6 +38,7 @@ from autoscaler.learn.survival import (
     threshold_curve,
     whole_estimate,
 )
+from autoscaler.learn.times import SortedTimes
 
 __all__ = [
     "SAMPLE_OPEN_SHARE",
@@ -94,10 +95,9 @@ class RuntimeStats:
 
     sample_target: int
     # Runtimes seen to end, and ended without a result: appended, sorted when read
-    # (``done_times``, ``censored_times``); an insertion in order would move O(n).
-    _done: list[float] = field(default_factory=list, repr=False)
-    _censored: list[float] = field(default_factory=list, repr=False)
-    _unsorted: bool = field(default=False, compare=False, repr=False)
+    # (``done_times``, ``censored_times``, or as arrays for the survival curve).
+    _done: SortedTimes = field(default_factory=SortedTimes, repr=False)
+    _censored: SortedTimes = field(default_factory=SortedTimes, repr=False)
     sample: list[int] = field(default_factory=list)  # the sample set, in start order
     sample_open: set[int] = field(default_factory=set)  # of it, still without an end
     done: int = 0
@@ -106,6 +106,10 @@ class RuntimeStats:
     _extreme: Curve | None = field(default=None, compare=False, repr=False)  # of _curve's runs
     _whole: RuntimeEstimate | None = field(default=None, compare=False, repr=False)
     _built_version: int = field(default=0, compare=False, repr=False)  # of both
+    # The curve's times, S after each and ∫S as arrays, for ``tail_estimates``
+    _curve_arrays: tuple[Curve, np.ndarray, np.ndarray, np.ndarray] | None = field(
+        default=None, compare=False, repr=False
+    )
     # (z, resamples) -> version and ended runs drawn on, the interval's ends less T_i
     _interval: dict[tuple[float, int], tuple[int, int, float, float]] = field(
         default_factory=dict, compare=False, repr=False
@@ -133,28 +137,20 @@ class RuntimeStats:
     @property
     def done_times(self) -> list[float]:
         """Runtimes of the counted runs seen to end, sorted."""
-        self._sort()
-        return self._done
+        return self._done.as_list()
 
     @done_times.setter
     def done_times(self, times: list[float]) -> None:
-        self._done = sorted(times)
+        self._done = SortedTimes(times)
 
     @property
     def censored_times(self) -> list[float]:
         """Ages of the counted runs that ended without a result, sorted."""
-        self._sort()
-        return self._censored
+        return self._censored.as_list()
 
     @censored_times.setter
     def censored_times(self, times: list[float]) -> None:
-        self._censored = sorted(times)
-
-    def _sort(self) -> None:
-        if self._unsorted:  # a long sorted run and a few more: timsort merges in O(n)
-            self._done.sort()
-            self._censored.sort()
-            self._unsorted = False
+        self._censored = SortedTimes(times)
 
     def start(self, task: int) -> None:
         """A run of ``task`` starts on this type (replicas are not counted)."""
@@ -165,16 +161,14 @@ class RuntimeStats:
     def record(self, runtime_s: float, task: int | None = None) -> None:
         """A counted run ended with a result after ``runtime_s``."""
         self.done += 1
-        self._unsorted |= bool(self._done) and runtime_s < self._done[-1]
-        self._done.append(runtime_s)
+        self._done.add(runtime_s)
         if task is not None:
             self.sample_open.discard(task)
         self._changed()
 
     def censor(self, elapsed_s: float, task: int | None = None) -> None:
         """A counted run ended without a result after ``elapsed_s`` (it needed longer)."""
-        self._unsorted |= bool(self._censored) and elapsed_s < self._censored[-1]
-        self._censored.append(elapsed_s)
+        self._censored.add(elapsed_s)
         if task is not None:
             self.sample_open.discard(task)
         self._changed()
@@ -217,7 +211,7 @@ class RuntimeStats:
         ended = len(self._done) + len(self._censored)
         if ended <= EXACT_UP_TO:
             return estimate_runtime(self.survival(running_elapsed), z, resamples)
-        times, events = merged(self.done_times, [*self.censored_times, *running_elapsed])
+        times, events = self._with_running(running_elapsed)
         e = estimate_arrays(times, events, z, 0)
         if resamples <= 0:
             return e
@@ -230,6 +224,17 @@ class RuntimeStats:
         return RuntimeEstimate(
             e.mean_s, e.sd_s, min(lo, e.mean_s), max(hi, e.mean_s), e.done, e.censored
         )
+
+    def _with_running(self, running_elapsed: Iterable[float]) -> tuple[np.ndarray, np.ndarray]:
+        """The ended runs and the running ones (censored at their ages), merged."""
+        running = np.asarray(
+            running_elapsed if isinstance(running_elapsed, list) else list(running_elapsed),
+            dtype=float,
+        )
+        censored = self._censored.as_array()
+        if len(running):
+            censored = np.concatenate([censored, running])
+        return merged(self._done.as_array(), censored)
 
     def mean(self, running_elapsed: Iterable[float] = ()) -> float:
         """T_i: the survival-curve mean over ended runs and the running ones' ages."""
@@ -252,7 +257,7 @@ class RuntimeStats:
         if self._whole is None:
             if self.done == 0:
                 raise ValueError("no runtime has been seen to end yet")
-            self._whole = whole_estimate(self.done_times, self.censored_times)
+            self._whole = whole_estimate(self._done.as_array(), self._censored.as_array())
             self._built_version = self.version
         return self._whole
 
@@ -262,7 +267,7 @@ class RuntimeStats:
         if self._curve is None:
             if self.done == 0:
                 raise ValueError("no runtime has been seen to end yet")
-            c = build_curve(self.done_times, self.censored_times)
+            c = build_curve(self._done.as_array(), self._censored.as_array())
             # T_i as the curve has it (a lagging one is rebuilt with the curve).
             n_cens = len(self._censored)
             self._whole = RuntimeEstimate(c.mean_s, c.sd_s, c.mean_s, c.mean_s, self.done, n_cens)
@@ -279,15 +284,19 @@ class RuntimeStats:
         ended = self._survival_curve()
         if not running_elapsed:
             if self._extreme is None:
-                t_arr, e_arr = merged(self.done_times, self.censored_times)
+                t_arr, e_arr = merged(self._done.as_array(), self._censored.as_array())
                 whole = RuntimeEstimate(ended.mean_s, ended.sd_s, ended.mean_s, ended.mean_s, 0, 0)
                 self._extreme = (
                     threshold_curve(t_arr, e_arr, ended.times, ended.s_after, whole) or ended
                 )
             return self._extreme
-        n_done = len(self.done_times)
+        n_done = len(self._done)
         t_arr = np.concatenate(
-            [self.done_times, self.censored_times, np.asarray(running_elapsed, dtype=float)]
+            [
+                self._done.as_array(),
+                self._censored.as_array(),
+                np.asarray(running_elapsed, dtype=float),
+            ]
         )
         e_arr = np.arange(len(t_arr)) < n_done
         order = np.lexsort((~e_arr, t_arr))  # by time, an end before a censoring
@@ -326,6 +335,36 @@ class RuntimeStats:
         s_end = s_after[-1]
         integral += s_end * mrl
         return elapsed_s + integral / s_tau
+
+
+def tail_estimates(stats: RuntimeStats, ages: np.ndarray) -> np.ndarray:
+    """``stats.tail_estimate`` of every age in ``ages`` at once, with the same arithmetic
+    in the same order, so the same floats (tests/unit/test_tail_estimates.py): the tail
+    phase asks it of every task running on every idle machine."""
+    if stats.done == 0:
+        return ages.astype(float, copy=True)
+    c = stats._survival_curve()
+    kept = stats._curve_arrays
+    if kept is None or kept[0] is not c:
+        kept = (c, np.asarray(c.times), np.asarray(c.s_after), np.asarray(c.area))
+        stats._curve_arrays = kept
+    _, times, s_after, area = kept
+    n = len(times)
+    i = np.searchsorted(times, ages, side="right") - 1
+    first = i < 0
+    has_next = i + 1 < n
+    s_tau = np.where(first, 1.0, s_after[np.maximum(i, 0)])
+    nxt = np.where(has_next, times[np.minimum(i + 1, n - 1)], ages)
+    later = np.where(has_next, area[np.minimum(i + 1, n - 1)], 0.0)
+    integral = np.where(
+        first, times[0] - ages + area[0], s_tau * np.maximum(0.0, nxt - ages) + later
+    )
+    integral = integral + s_after[-1] * c.mrl
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where(s_tau <= 0.0, ages, ages + integral / s_tau)
+        if math.isfinite(c.alpha) and s_after[-1] > 0:
+            out = np.where(ages > times[-1], ages * c.alpha / (c.alpha - 1), out)
+    return out
 
 
 def tasks_within(

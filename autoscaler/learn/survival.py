@@ -43,8 +43,7 @@ class Survival:
 def merged(done: Iterable[float], censored: Iterable[float]) -> tuple[np.ndarray, np.ndarray]:
     """Times and events as arrays, sorted by time, an end before a censoring at the
     same time (the order of ``Survival``)."""
-    d = np.sort(np.asarray(done if isinstance(done, list) else list(done), dtype=float))
-    c = np.sort(np.asarray(censored if isinstance(censored, list) else list(censored), dtype=float))
+    d, c = _sorted(done), _sorted(censored)
     if not len(c):
         return d, np.ones(len(d), dtype=bool)
     # Each censoring after the ends at its time and before the later ones.
@@ -57,10 +56,26 @@ def merged(done: Iterable[float], censored: Iterable[float]) -> tuple[np.ndarray
     return times, events
 
 
+def _sorted(values: Iterable[float]) -> np.ndarray:
+    """``values`` as a sorted float array; an array already sorted is taken as it is
+    (a kept one: ``learn.times.SortedTimes``), without a copy or a sort."""
+    if isinstance(values, np.ndarray):
+        a = values.astype(float, copy=False)
+    else:
+        a = np.asarray(values if isinstance(values, list) else list(values), dtype=float)
+    return a if _ascending(a) else np.sort(a)
+
+
+def _ascending(a: np.ndarray) -> bool:
+    return len(a) < 2 or bool(np.all(a[1:] >= a[:-1]))
+
+
 def upper_quarter(times: np.ndarray, events: np.ndarray) -> tuple[np.ndarray, int]:
     """The runtimes seen to end, sorted, and k: a quarter of them, at least three. The
     tail models are fitted on the k longest (the piece the survival curve knows least)."""
-    ended = np.sort(times[events])
+    ended = times[events]
+    if not _ascending(ended):
+        ended = np.sort(ended)
     return ended, max(3, math.ceil(len(ended) / 4))
 
 

@@ -34,14 +34,17 @@ def covered(
     over those ended before x: a slope and an intercept that change at each interval's
     first bucket edge after its start and after its end, summed along the row."""
     width = n_buckets + 2
-    slope = np.zeros((n_rows, width))
-    icpt = np.zeros((n_rows, width))
     s_edge = np.clip(np.ceil(starts).astype(np.int64), 0, width - 1)
     e_edge = np.clip(np.ceil(ends).astype(np.int64), 0, width - 1)
-    np.add.at(slope, (rows, s_edge), 1.0)
-    np.add.at(icpt, (rows, s_edge), -starts)
-    np.add.at(slope, (rows, e_edge), -1.0)
-    np.add.at(icpt, (rows, e_edge), ends)
+    # Summed per cell with bincount over flat cell numbers (np.add.at is many times slower
+    # on a million runs).
+    cells = n_rows * width
+    at_start, at_end = rows * width + s_edge, rows * width + e_edge
+    slope = np.bincount(at_start, minlength=cells).astype(float)
+    slope -= np.bincount(at_end, minlength=cells)
+    icpt = np.bincount(at_end, weights=ends, minlength=cells)
+    icpt -= np.bincount(at_start, weights=starts, minlength=cells)
+    slope, icpt = slope.reshape(n_rows, width), icpt.reshape(n_rows, width)
     edges = np.arange(width, dtype=float)
     upto = np.cumsum(slope, axis=1) * edges + np.cumsum(icpt, axis=1)
     return np.diff(upto[:, : n_buckets + 1], axis=1)

@@ -237,18 +237,23 @@ _TAB20_FOR_JOBS = (0, 1, 2, 3, 4, 5, 8, 9, 10, 11, 12, 13, 16, 17, 18, 19)
 
 
 def spend_curve(state: RunState, points: int = 400) -> tuple[list[float], list[float]]:
-    """Actual spend over time: every machine billed for its life up to each instant."""
+    """Actual spend over time: every machine billed for its life up to each instant
+    (``BillingModel.costs`` over all machines at once, per instant)."""
+    import numpy as np
+
     end = max(state.now, 1.0)
     times = [end * i / points for i in range(points + 1)]
+    machines = list(state.machines.values())
+    launched = np.array([m.launched_at for m in machines], dtype=float)
+    ended = np.array(
+        [m.ended_at if m.ended_at is not None else state.now for m in machines], dtype=float
+    )
+    prices = np.array([m.type.price for m in machines], dtype=float)
     spent = []
     for t in times:
-        total = 0.0
-        for m in state.machines.values():
-            if m.launched_at > t:
-                continue
-            stop = min(t, m.ended_at if m.ended_at is not None else state.now)
-            total += state.billing.cost(m.type.price, stop - m.launched_at)
-        spent.append(total)
+        on = launched <= t
+        lives = np.minimum(t, ended[on]) - launched[on]
+        spent.append(float(state.billing.costs(prices[on], lives).sum()))
     return times, spent
 
 

@@ -47,3 +47,14 @@ def test_extension_cost_is_one_more_unit_or_step() -> None:
 def test_next_boundary_is_the_end_of_the_current_unit() -> None:
     assert HOURLY.next_boundary(launched_at=100.0, now=200.0) == 3700.0
     assert HOURLY.next_boundary(launched_at=100.0, now=3800.0) == 7300.0
+
+
+@pytest.mark.parametrize("billing", [HOURLY, PER_SECOND])
+def test_costs_of_many_machines_are_each_ones_cost(billing: BillingModel) -> None:
+    """``costs`` (the spend plot's, all machines at once) is ``cost`` of each."""
+    import numpy as np
+
+    prices = [3.0, 12.0, 0.5, 7.25, 1.0, 3.0]
+    lives = [0.0, 1.0, 59.9, 3600.0, 3600.0 + 1e-12, 7300.5]
+    got = billing.costs(np.array(prices), np.array(lives)).tolist()
+    assert got == [billing.cost(p, d) for p, d in zip(prices, lives, strict=True)]

@@ -92,6 +92,15 @@ def _machine_events(data: st.DataObject, state: RunState, now: float) -> list[Ev
     return data.draw(st.permutations(events))
 
 
+def assert_indexes_kept(state: RunState) -> None:
+    """The state's indexes are what a scan of its machines finds: ``queued`` the alive
+    machines with a queue, ``launch_index`` the order machines were launched in."""
+    want = {m.id for m in state.alive_machines() if m.queue}
+    assert set(state.queued) == want
+    assert list(state.launch_index) == list(state.machines)
+    assert sorted(state.launch_index.values()) == list(range(len(state.machines)))
+
+
 def assert_every_task_somewhere(state: RunState) -> None:
     """No task lost: each is ended, in the bag, or held by a machine or a launch."""
     held = set(state.pending)
@@ -160,6 +169,8 @@ def test_the_state_replayed_from_the_journal_is_the_live_state_after_every_step(
         replay(replayed, new)
         seen += len(new)
         assert replayed == live
+        assert_indexes_kept(live)
+        assert_indexes_kept(replayed)
         assert_every_task_somewhere(live)
         assert all(live.task_state[t] is TaskState.DONE for t in live.stored)  # outputs kept
         if live.budget is not None:
