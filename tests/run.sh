@@ -78,12 +78,12 @@ run_pytest() {
 
 # The unit tests are CPU-bound: one pytest-xdist worker per core.
 run_pytest unit no tests/unit -q -n 2
-# The integration tests mostly wait (time-scaled runs, moto, sshd, Grid Engine, Slurm), so five
+# The integration tests mostly wait (time-scaled runs, moto, sshd, Grid Engine, Slurm), so four
 # pytest-xdist workers run them side by side (on 2 cores: they wait more than they
 # compute); tests that share Grid Engine are one xdist group (tests/integration/sge.py),
 # tests that share Slurm another (tests/integration/slurm.py).
 # Tests marked `alone` compare a real run's timing or spend with what the host's load
 # would shift: they run after, two at a time (one per core; they passed so beside three
 # helpers' work at a load average of 8).
-run_pytest integration no tests/integration -q --durations=25 -n 5 --dist loadgroup -m "not alone"
+run_pytest integration no tests/integration -q --durations=25 -n 4 --dist loadgroup -m "not alone"
 run_pytest "integration (alone)" yes tests/integration -q --durations=8 -n 2 -m alone
