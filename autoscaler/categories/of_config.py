@@ -42,8 +42,8 @@ def categories_of_tasks(
     ids = {cat.key: cat.id for cat in found}
     needs = requirements_of(tasks)
     if c.by == "label":
-        keys: list[object] = [needs[t.id].label or "" for t in tasks]
+        keys: list[tuple[int, int, int] | str] = [needs[t.id].label or "" for t in tasks]
     else:
         ci = ClassIntervals(c.input_bytes, c.estimate_s, c.output_bytes)
         keys = [key_of(needs[t.id], ci) for t in tasks]
-    return tuple(ids.get(k, -1) for k in keys)  # type: ignore[call-overload]
+    return tuple(ids.get(k, -1) for k in keys)
