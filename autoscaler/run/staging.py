@@ -58,6 +58,11 @@ class Staging:
         self.log = log
         self._issued: dict[str, tuple[str, bool]] = {}  # attempt -> machine, shared file system
         self._expect: dict[str, dict[str, int]] = {}  # attempt -> path -> bytes
+        # Set by the daemon thread before it removes an attempt's files, read by the
+        # dispatcher's: an upload that ends after the mark removes its own.
+        self._committed: set[int] = set()  # tasks
+        self._dropped: set[str] = set()  # attempts
+        self._over = False  # the run's end swept them all
         self._stores: dict[str, S3Store] = {}
 
     # --- what agents are told (daemon thread) ---------------------------------------------
@@ -115,24 +120,39 @@ class Staging:
         rel = urllib.parse.unquote(quoted)
         if self._expect.get(attempt, {}).get(rel) != length:
             return 400, {"error": f"{rel!r} of {length} bytes was not announced for {attempt}"}
-        target = self.root / ATTEMPTS_DIR / attempt / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
+        machine = self._issued.get(attempt, ("", False))[0]
+        folder = self.root / ATTEMPTS_DIR / attempt
+        target = folder / rel
         part = target.with_name(target.name + ".part")
         left = length
-        machine = self._issued.get(attempt, ("", False))[0]
-        with part.open("wb") as out:
-            while left > 0:
-                chunk = stream.read(min(BLOCK, left))
-                if not chunk:
-                    break
-                out.write(chunk)
-                left -= len(chunk)
-                seen(machine)
+        if not self._gone(attempt):
+            try:  # the daemon may remove the attempt meanwhile (a replica lost the race)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with part.open("wb") as out:
+                    left = _copy(stream, out.write, left, lambda: seen(machine))
+                if left == 0:
+                    os.replace(part, target)
+            except FileNotFoundError:
+                part.unlink(missing_ok=True)
+        # A loser's files, the task's outputs already kept: taken in and let go, so that
+        # its result still counts as a run (a sample of its type), its files never.
+        left = _copy(stream, lambda _: 0, left, lambda: seen(machine))
         if left > 0:
             part.unlink(missing_ok=True)
             return 400, {"error": f"{rel!r}: the body ended {left} bytes short"}
-        os.replace(part, target)
+        if self._gone(attempt):
+            shutil.rmtree(folder, ignore_errors=True)
+        elif not target.is_file():
+            return 409, {"error": f"{rel!r} of {attempt} was removed as it arrived"}
         return 200, {}
+
+    def _gone(self, attempt: str) -> bool:
+        """Whether the attempt's files are let go: dropped, its task's outputs kept from
+        another attempt, or the run's end swept them."""
+        task = attempt.partition(".")[0]
+        if self._over or attempt in self._dropped:
+            return True
+        return task.isdigit() and int(task) in self._committed
 
     def input_file(self, path: str) -> Path | None:
         """The file ``GET /v1/input/<task>/<i>`` asks for, or None."""
@@ -155,6 +175,8 @@ class Staging:
             files = {str(p): int(n) for p, n in said or []}
         except (TypeError, ValueError):
             return f"outputs: the agent said {said!r}"
+        if self._gone(attempt):  # its files were let go (receive): the run still counts
+            return Stored(attempt, len(files), sum(files.values()))
         store = self.store(spec)
         try:
             if store is not None:
@@ -181,6 +203,7 @@ class Staging:
                     else:
                         self._drop(e.task, e.stored.attempt)
             if state.over:
+                self._over = True
                 self.sweep()
         except (AutoscalerError, OSError) as exc:  # journaled: a resumed run commits it
             self.log.error("outputs not committed: resume the run to retry", error=str(exc))
@@ -219,6 +242,7 @@ class Staging:
             store.commit(attempt, task)
             store.delete(store.attempt_key(f"{task}.")[:-1])
             return
+        self._committed.add(task)
         final = self.root / str(task)
         staged = self.root / ATTEMPTS_DIR / attempt
         if not final.exists():
@@ -236,7 +260,22 @@ class Staging:
         if store is not None:
             store.delete(store.attempt_key(attempt))
         else:
+            self._dropped.add(attempt)
             shutil.rmtree(self.root / ATTEMPTS_DIR / attempt, ignore_errors=True)
+
+
+def _copy(
+    stream: IO[bytes], write: Callable[[bytes], Any], left: int, seen: Callable[[], None]
+) -> int:
+    """Up to ``left`` bytes from ``stream`` to ``write``, block by block: what was short."""
+    while left > 0:
+        chunk = stream.read(min(BLOCK, left))
+        if not chunk:
+            break
+        write(chunk)
+        left -= len(chunk)
+        seen()
+    return left
 
 
 def _sizes(folder: Path) -> dict[str, int]:

@@ -181,6 +181,52 @@ def test_an_attempt_is_committed_whole_and_the_losing_one_is_dropped(tmp_path: P
     assert list((root / ".attempts").iterdir()) == []
 
 
+class _CommitMidway(io.BytesIO):
+    """A loser's body whose first block arrives just as the daemon commits the winner
+    (the dispatcher thread reads while the daemon thread settles)."""
+
+    def __init__(self, body: bytes, commit: Any) -> None:
+        super().__init__(body)
+        self.commit = commit
+
+    def read(self, n: int | None = -1) -> bytes:
+        if self.commit is not None:
+            self.commit()
+            self.commit = None
+        return super().read(n)
+
+
+@pytest.mark.parametrize("when", ["during", "before"])
+def test_a_loser_s_upload_racing_the_commit_leaves_nothing(tmp_path: Path, when: str) -> None:
+    """The winner is committed while (or before) a replica's file arrives: the file is
+    taken in and let go, the replica's run still counts as one (a sample of its type),
+    and no attempt folder is left behind."""
+    staging = _staging(tmp_path)
+    said_a = _upload(staging, 2, "m-a", 1, {"r.txt": b"from a"})
+    stored_a = staging.check(2, "m-a", 1, said_a)
+    assert isinstance(stored_a, Stored)
+    state = new_state(load_config(_config(tmp_path, {"outputs": ["*.txt"]})), 3, 1)
+    state.stored[2] = stored_a
+
+    def commit() -> None:
+        staging.settle(state, [TaskDone(2, "m-a", 1.0, stored_a)])
+
+    staging.payload(staging.tasks[2].files, 2, "m-b", 3, False)  # type: ignore[arg-type]
+    ask = {"machine": "m-b", "run": 3, "task": 2, "files": [["r.txt", 6]]}
+    status, answer = staging.plan(json.dumps(ask).encode())
+    assert status == 200
+    body: io.BytesIO = _CommitMidway(b"from b", commit)
+    if when == "before":
+        commit()
+        body = io.BytesIO(b"from b")
+    status, said = staging.receive(answer["put"][0], body, 6, SEEN.append)
+    assert (status, said) == (200, {})
+    assert staging.check(2, "m-b", 3, ask["files"]) == Stored("2.m-b-3", 1, 6)
+    root = tmp_path / "outputs"
+    assert (root / "2" / "r.txt").read_bytes() == b"from a"
+    assert list((root / ".attempts").iterdir()) == []
+
+
 def test_a_file_cut_short_is_never_stored_under_its_name(tmp_path: Path) -> None:
     """A body that ends early (an agent killed mid-upload) leaves no file; the result
     that claims it is refused."""
