@@ -189,7 +189,11 @@ def configure(
     )
     point = forecast(state, s.now, counts, means, ragged.median_s, budget)
     fast = forecast(state, s.now, counts, lo, ragged.lo_s * down, budget)
-    slow = forecast(state, s.now, counts, hi, ragged.hi_s * up, budget)
+    # The cost and makespan interval's slow end also lets runs still going past every
+    # end last as long again (``open_end``); the interval the monitor holds the
+    # estimates to (assumed_hi_s) does not, so no decision moves with it.
+    hi_open = {n: h + within[n].open_s for n, h in hi.items()}
+    slow = forecast(state, s.now, counts, hi_open, ragged.hi_s * up, budget)
     # What the mix needs at the slow end of the runtime estimates (the risk warning's
     # reading): the longest task as expected there, not at its own high quantile, which
     # on heavy tails lies far past most runs' ends and warned runs that then finished.

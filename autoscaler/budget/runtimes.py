@@ -110,7 +110,14 @@ def intervals(
         r = estimate(settings, state, name, ages, z=z)
         if state.task_category and r.mean_s > 0 and e.mean_s != r.mean_s:
             f = e.mean_s / r.mean_s
-            r = replace(r, mean_s=e.mean_s, sd_s=e.sd_s, lo_s=r.lo_s * f, hi_s=r.hi_s * f)
+            r = replace(
+                r,
+                mean_s=e.mean_s,
+                sd_s=e.sd_s,
+                lo_s=r.lo_s * f,
+                hi_s=r.hi_s * f,
+                open_s=r.open_s * f,
+            )
         out[name] = r
     return out
 

@@ -35,6 +35,7 @@ from autoscaler.learn.survival import (
     kaplan_meier,
     km_moments,
     merged,
+    open_end,
     threshold_curve,
     whole_estimate,
 )
@@ -222,7 +223,13 @@ class RuntimeStats:
             self._interval[z, resamples] = kept
         lo, hi = e.mean_s + kept[2], e.mean_s + kept[3]
         return RuntimeEstimate(
-            e.mean_s, e.sd_s, min(lo, e.mean_s), max(hi, e.mean_s), e.done, e.censored
+            e.mean_s,
+            e.sd_s,
+            min(lo, e.mean_s),
+            max(hi, e.mean_s),
+            e.done,
+            e.censored,
+            open_end(times, events, e.mean_s),
         )
 
     def _with_running(self, running_elapsed: Iterable[float]) -> tuple[np.ndarray, np.ndarray]:

@@ -204,7 +204,27 @@ def estimate_arrays(
     p = NormalDist().cdf(-z)
     lo, hi = (float(np.quantile(boot, q)) for q in (p, 1 - p))
     hi += skew_shift(times[events], sd, n, z)
-    return RuntimeEstimate(m, sd, min(lo, m), max(hi, m), n_events, n - n_events)
+    return RuntimeEstimate(
+        m, sd, min(lo, m), max(hi, m), n_events, n - n_events, open_end(times, events, m)
+    )
+
+
+def open_end(times: np.ndarray, events: np.ndarray, mean: float) -> float:
+    """How much higher the mean may be than its interval says, for runs still going
+    past every run seen to end (the survival left there, ``left``).
+
+    Past the longest end the data say nothing of the tail, which ``tail_moments`` takes
+    from the hazard of the longest ended runs: on a bimodal bag sampled before its long
+    mode ends, the short mode's. The high end lets each such run last as long again as
+    it has (the residual life of a tail whose hazard falls as 1/t, Pareto α = 2):
+    ``left`` · (t_max − the tail's mean residual life), where that is more."""
+    if events[-1] or not events.any():
+        return 0.0
+    ones = np.ones(len(times))
+    s_after, _ = kaplan_meier(times, events, ones)
+    left = float(s_after[0, -1])
+    mrl = float(tail_moments(times, events, ones, np.array([mean]))[0][0])
+    return left * max(0.0, float(times[-1]) - mrl)
 
 
 def skew_shift(ended: np.ndarray, sd: float, n: int, z: float) -> float:
@@ -234,6 +254,7 @@ class RuntimeEstimate:
     hi_s: float
     done: int
     censored: int
+    open_s: float = 0.0  # how far the runs still going past every end may lift hi_s
 
     def widened(self, tasks: float, z: float) -> tuple[float, float]:
         """The interval for the mean of ``tasks`` more runs: the mean's own uncertainty

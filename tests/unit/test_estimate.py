@@ -269,3 +269,23 @@ def test_a_right_skewed_sample_moves_the_upper_end_of_the_mean_out() -> None:
     assert e.hi_s - e.mean_s > e.mean_s - e.lo_s
     even = np.asarray([100.0, 200.0, 300.0, 400.0, 500.0])
     assert skew_shift(even, float(np.std(even)), len(even), 1.96) == 0.0
+
+
+def test_runs_still_going_past_every_end_open_the_interval_s_slow_end() -> None:
+    """A bimodal bag sampled before its long mode ends: 24 short runs (about 300 s)
+    ended, 6 long ones still going at 740 s. The tail past the longest end is read
+    from the hazard of the longest runs, ended and going; the slow end lets each run
+    still going last up to as long again as it has: the share left (6 of 30) times
+    740 s less that tail's residual life. Once a run past the others ends, nothing is
+    added."""
+    rng = random.Random(3)
+    stats = RuntimeStats(30)
+    for _ in range(24):
+        stats.record(rng.gauss(300.0, 30.0))
+    going = [740.0] * 6
+    e = stats.estimate(going)
+    left = 6 / 30
+    assert 0.0 < e.open_s <= left * 740.0
+    assert stats.estimate(going, resamples=0).open_s == 0.0  # no interval asked for
+    stats.record(1800.0)  # a long one ended: the tail past it is no longer unseen
+    assert stats.estimate(going[1:]).open_s == 0.0
