@@ -76,14 +76,31 @@ run_pytest() {
   return "$rc"
 }
 
-# The unit tests are CPU-bound: one pytest-xdist worker per core.
-run_pytest unit no tests/unit -q -n 2
-# The integration tests mostly wait (time-scaled runs, moto, sshd, Grid Engine, Slurm), so four
-# pytest-xdist workers run them side by side (on 2 cores: they wait more than they
-# compute); tests that share Grid Engine are one xdist group (tests/integration/sge.py),
-# tests that share Slurm another (tests/integration/slurm.py).
+# The integration tests mostly wait (time-scaled runs, moto, sshd, Grid Engine, Slurm):
+# four pytest-xdist workers run them side by side, and they use about 1.2 of 2 cores. The
+# unit tests are CPU-bound: one process runs them beside the integration tests, on the
+# core those leave (the suite passes with a CPU-bound process beside it). Their output
+# is printed when both are done. Tests that share Grid Engine are one xdist group
+# (tests/integration/sge.py), tests that share Slurm another (tests/integration/slurm.py).
+unit_log=$(mktemp)
+unit_pid=""
+stop_unit() { if [ -n "$unit_pid" ]; then kill "$unit_pid" 2>/dev/null || true; fi; }
+trap stop_unit EXIT  # only the process started here, by its id
+.venv/bin/python -m pytest tests/unit -q >"$unit_log" 2>&1 &
+unit_pid=$!
+integration_rc=0
+run_pytest integration no tests/integration -q --durations=25 -n 4 --dist loadgroup -m "not alone" ||
+  integration_rc=$?
+unit_rc=0
+wait "$unit_pid" || unit_rc=$?
+unit_pid=""
+echo "== pytest: unit (ran beside the integration tests)"
+cat "$unit_log"
+rm -f "$unit_log"
+if [ "$unit_rc" -eq 5 ]; then echo "error: no unit tests were collected" >&2; exit 1; fi
+[ "$unit_rc" -eq 0 ] || { echo "error: the unit tests failed (exit $unit_rc)" >&2; exit "$unit_rc"; }
+[ "$integration_rc" -eq 0 ] || exit "$integration_rc"
 # Tests marked `alone` compare a real run's timing or spend with what the host's load
 # would shift: they run after, two at a time (one per core; they passed so beside three
 # helpers' work at a load average of 8).
-run_pytest integration no tests/integration -q --durations=25 -n 4 --dist loadgroup -m "not alone"
 run_pytest "integration (alone)" yes tests/integration -q --durations=8 -n 2 -m alone
