@@ -407,7 +407,7 @@ class Outputs:
 class Process:
     """A command's shell, leader of its own process group, and its output files."""
 
-    proc: subprocess.Popen[bytes]
+    proc: Child | subprocess.Popen[bytes]
     outputs: Outputs
 
     def kill(self) -> None:
@@ -595,19 +595,84 @@ def describe_exit(code: int, stderr_first_line: str) -> str | None:
     return f"exit {code}"
 
 
-def spawn(command: str, cwd: str, env: dict[str, str], outputs: Outputs) -> Process:
-    """Start ``sh -c command`` in a new session with its output in ``outputs``."""
-    proc = subprocess.Popen(
-        command,
-        shell=True,
-        cwd=cwd,
-        env={**os.environ, **env} if env else None,  # inherit: no per-variable work
-        stdin=subprocess.DEVNULL,
-        stdout=outputs.out,
-        stderr=outputs.err,
-        start_new_session=True,
-    )
-    return Process(proc, outputs)
+SHELL = "/bin/sh"
+RESET_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ)
+"""Python ignores them; a task's shell gets them back at their default, as with Popen."""
+
+
+class Child:
+    """A shell started with ``os.posix_spawn``: the ``Popen`` calls the agent uses."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self, flags: int = os.WNOHANG) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, flags)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self) -> int | None:
+        return self.poll(0)
+
+
+class Spawner:
+    """Starts ``sh -c command`` in a new session, stdin from /dev/null, output in
+    ``outputs``. With ``os.posix_spawn`` (a vfork and an exec, no Python in between,
+    tenfold cheaper than ``Popen`` for the agent) once the agent has moved to the run's
+    ``cwd``; where it cannot (no ``posix_spawn`` with ``setsid``, no /proc to stop fds
+    the agent inherited from reaching tasks), with ``Popen``."""
+
+    def __init__(self) -> None:
+        self.devnull = os.open(os.devnull, os.O_RDONLY)  # not inherited, as every fd of ours
+        self.environ = dict(os.environb)  # encoded once: the agent's, the token left out
+        self.fast = hasattr(os, "posix_spawn")
+        try:  # what Popen's close_fds did: fds the agent was started with stay here
+            for fd in map(int, os.listdir("/proc/self/fd")):
+                if fd > 2:
+                    with contextlib.suppress(OSError):  # the listing's own fd, closed
+                        os.set_inheritable(fd, False)
+        except OSError:
+            self.fast = False
+
+    def __call__(self, command: str, cwd: str, env: dict[str, str], outputs: Outputs) -> Process:
+        if self.fast:
+            os.chdir(cwd)  # the run's directory, as Popen's cwd (the same error if missing)
+            try:
+                pid = os.posix_spawn(
+                    SHELL,
+                    [SHELL, "-c", command],
+                    {**self.environ, **{os.fsencode(k): os.fsencode(v) for k, v in env.items()}}
+                    if env
+                    else self.environ,
+                    file_actions=[
+                        (os.POSIX_SPAWN_DUP2, self.devnull, 0),
+                        (os.POSIX_SPAWN_DUP2, outputs.out.fileno(), 1),
+                        (os.POSIX_SPAWN_DUP2, outputs.err.fileno(), 2),
+                    ],
+                    setsid=True,
+                    setsigmask=(),
+                    setsigdef=RESET_SIGNALS,
+                )
+                return Process(Child(pid), outputs)
+            except NotImplementedError:  # no POSIX_SPAWN_SETSID here
+                self.fast = False
+        proc = subprocess.Popen(
+            command,
+            shell=True,
+            cwd=cwd,
+            env={**os.environ, **env} if env else None,  # inherit: no per-variable work
+            stdin=self.devnull,
+            stdout=outputs.out,
+            stderr=outputs.err,
+            start_new_session=True,
+        )
+        return Process(proc, outputs)
+
+    def close(self) -> None:
+        os.close(self.devnull)
 
 
 def _on_child(signum: int, frame: FrameType | None) -> None:
@@ -627,6 +692,7 @@ class Agent:
         self._slots = config.slots
         self._report_s = config.report_s
         self._spare: list[Outputs] = []  # output files of ended runs, for the next ones
+        self._spawn = Spawner()
         self._results: list[Result] = []
         self._fresh = False  # a result not yet sent in any request
         self._report_by: float | None = None  # when the oldest fresh result must go
@@ -697,6 +763,7 @@ class Agent:
             os.close(wake_w)
             for outputs in self._spare:
                 outputs.close()
+            self._spawn.close()
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._signalled = signum
@@ -848,7 +915,7 @@ class Agent:
             return
         outputs = self._spare.pop() if self._spare else Outputs.new()
         try:
-            self._setup_proc = spawn(
+            self._setup_proc = self._spawn(
                 setup.commands[self._setup_next], self._config.workdir, {}, outputs
             )
         except (OSError, ValueError) as exc:
@@ -887,7 +954,7 @@ class Agent:
         outputs = self._spare.pop() if self._spare else Outputs.new()
         self._deferring_signals = True
         try:
-            process = spawn(task.command, cwd, task.env, outputs)
+            process = self._spawn(task.command, cwd, task.env, outputs)
         except (OSError, ValueError) as exc:
             self._spare.append(outputs)
             error = f"cannot start: {exc}"
