@@ -5,7 +5,7 @@ agents (``providers/local.py``: worker-agent processes on this host, long-pollin
 stdlib HTTP dispatcher, each running its type's slots at once), against ``xargs -P 16``
 running the very
 same command lines from the same file, one ``/bin/sh -c <line>`` each, as the agent
-runs them (``Popen(command, shell=True)``). Daemon and xargs runs alternate,
+runs them (``os.posix_spawn`` of ``/bin/sh -c command``). Daemon and xargs runs alternate,
 ``--repeats`` times each; medians and spreads are shown.
 
 * daemon tasks/s = tasks done / (time of the last ``TaskDone`` − time of the first
@@ -772,7 +772,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         "tasks/s: tasks done / (last TaskDone − first MachineReady), journal run time; xargs:\n"
         f"  tasks / wall around `xargs -P {args.agents} -d '\\n' -n 1 /bin/sh -c` fed the same\n"
-        "  bag file (the agent runs `/bin/sh -c <line>` too, via Popen(shell=True)).\n"
+        "  bag file (the agent runs `/bin/sh -c <line>` too, with posix_spawn).\n"
         "daemon CPU: RUSAGE_SELF of this process over Daemon.run / tasks (controller,\n"
         "  dispatcher threads, journal, start-up, shutdown, report and plots); steady: the\n"
         f"  same between {STEADY[0]:.0%} and {STEADY[1]:.0%} of the bag done (what a task "

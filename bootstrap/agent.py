@@ -1075,7 +1075,7 @@ class Agent:
         now = time.monotonic()
         idle = not self._running and not self._queue and self._setup_proc is None
         wait_s = self._long_poll_s(now) if idle else 0.0
-        running = [*self._running, *(task.run for task in self._queue)]
+        running = [*self._running, *[task.run for task in self._queue]]
         sent = len(self._results)
         body = {
             "machine": self._config.machine,
