@@ -855,11 +855,32 @@ class Agent:
         else:
             time.sleep(timeout)
 
+    def _reap(self) -> None:
+        """Take the exit codes of the shells that ended: one wait each, none for those
+        still running (the agent's children are its runs' and its set-up's shells)."""
+        procs: dict[int, Child | subprocess.Popen[bytes]] | None = None
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if not pid:
+                return
+            if procs is None:
+                procs = {
+                    c.process.proc.pid: c.process.proc for c in self._running.values() if c.process
+                }
+                if self._setup_proc is not None:
+                    procs[self._setup_proc.proc.pid] = self._setup_proc.proc
+            if pid in procs:
+                procs[pid].returncode = os.waitstatus_to_exitcode(status)
+
     def _advance(self, now: float) -> None:
+        self._reap()
         self._advance_setup(now)
         for current in list(self._running.values()):
             process = current.process
-            code = process.proc.poll() if process is not None else None
+            code = process.proc.returncode if process is not None else None
             if code is not None:
                 self._exited(current, code, now)
             elif now >= current.deadline and current.deadline < current.ends_at:
@@ -883,7 +904,7 @@ class Agent:
             return
         proc = self._setup_proc
         if proc is not None:
-            code = proc.proc.poll()
+            code = proc.proc.returncode
             late = setup.timeout_s is not None and now - self._setup_began > setup.timeout_s
             if code is None and not late:
                 return
