@@ -604,32 +604,23 @@ RESET_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ)
 
 
 class Child:
-    """A shell started with ``os.posix_spawn``: the ``Popen`` calls the agent uses."""
+    """A shell started with ``os.posix_spawn``: what the agent uses of ``Popen``."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
-        self.returncode: int | None = None
+        self.returncode: int | None = None  # set by Agent._reap, or:
 
-    def poll(self, flags: int = os.WNOHANG) -> int | None:
+    def wait(self) -> None:
         if self.returncode is None:
-            pid, status = os.waitpid(self.pid, flags)
-            if pid:
-                self.returncode = os.waitstatus_to_exitcode(status)
-        return self.returncode
-
-    def wait(self) -> int | None:
-        return self.poll(0)
+            self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
 
 
 class Spawner:
     """Starts ``sh -c command`` in a new session, stdin from /dev/null, output in
-    ``outputs``, in ``cwd`` with ``env`` added. With ``os.posix_spawn``: a vfork and an
-    exec with no Python between them, which costs the agent about half as much CPU per
-    task as ``Popen``; the agent first moves to ``cwd`` itself (it uses no relative
-    path). glibc leaves its two internal signals (32 and 33, which its threads library
-    sets up as it needs them) ignored in the shell, as in every program posix_spawn
-    starts. With ``Popen`` where posix_spawn cannot do what Popen does: no ``setsid``,
-    or no /proc to keep fds the agent inherited from reaching tasks (``close_fds``)."""
+    ``outputs``, in ``cwd`` (the agent moves there: it uses no relative path) with ``env``
+    added. With ``os.posix_spawn`` (half the agent's CPU per task of ``Popen``; glibc
+    leaves its internal signals 32 and 33 ignored in the shell, as in all it starts so),
+    else (no ``setsid``, no /proc to keep the agent's inherited fds from tasks) ``Popen``."""
 
     def __init__(self) -> None:
         self.devnull = os.open(os.devnull, os.O_RDONLY)  # not inherited, as every fd of ours
@@ -720,7 +711,6 @@ class Agent:
         self._setup: Setup | None = None  # asked for by the controller
         self._setup_next = 0  # the command to run next
         self._setup_proc: Process | None = None
-        self._setup_started = 0.0  # this command's start
         self._setup_began = 0.0  # the first command's start
         self._setup_said: dict[str, Any] | None = None  # what the requests say of it
         self._notice: dict[str, str] | None = None  # the provider takes the machine back
@@ -858,22 +848,13 @@ class Agent:
     def _reap(self) -> None:
         """Take the exit codes of the shells that ended: one wait each, none for those
         still running (the agent's children are its runs' and its set-up's shells)."""
-        procs: dict[int, Child | subprocess.Popen[bytes]] | None = None
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if not pid:
-                return
-            if procs is None:
-                procs = {
-                    c.process.proc.pid: c.process.proc for c in self._running.values() if c.process
-                }
-                if self._setup_proc is not None:
-                    procs[self._setup_proc.proc.pid] = self._setup_proc.proc
-            if pid in procs:
-                procs[pid].returncode = os.waitstatus_to_exitcode(status)
+        procs = [c.process.proc for c in self._running.values() if c.process is not None]
+        procs += [self._setup_proc.proc] if self._setup_proc is not None else []
+        with contextlib.suppress(ChildProcessError):  # no child at all
+            while (ended := os.waitpid(-1, os.WNOHANG))[0]:
+                for proc in procs:
+                    if proc.pid == ended[0]:
+                        proc.returncode = os.waitstatus_to_exitcode(ended[1])
 
     def _advance(self, now: float) -> None:
         self._reap()
@@ -920,17 +901,7 @@ class Agent:
                 )
                 self._recycle(proc.outputs)
                 self._setup_proc = None
-                self._setup_said = {
-                    "state": "failed",
-                    "command": command[:500],
-                    "exit_code": code,
-                    "error": error,
-                    "stdout": stdout,
-                    "stderr": stderr,
-                    "seconds": round(now - self._setup_began, 3),
-                }
-                self._poll_now = True
-                log(logging.ERROR, "set-up failed", command=command[:200], error=error)
+                self._setup_failed(now, command, code, error, stdout, stderr)
                 return
             self._recycle(proc.outputs)
             self._setup_proc = None
@@ -947,18 +918,29 @@ class Agent:
             )
         except (OSError, ValueError) as exc:
             self._recycle(outputs)
-            self._setup_said = {
-                "state": "failed",
-                "command": setup.commands[self._setup_next][:500],
-                "exit_code": None,
-                "error": f"cannot start: {exc}",
-                "stdout": "",
-                "stderr": "",
-                "seconds": round(now - self._setup_began, 3),
-            }
-            self._poll_now = True
-            return
-        self._setup_started = now
+            self._setup_failed(now, setup.commands[self._setup_next], None, f"cannot start: {exc}")
+
+    def _setup_failed(
+        self,
+        now: float,
+        command: str,
+        code: int | None,
+        error: str | None,
+        out: str = "",
+        err: str = "",
+    ) -> None:
+        """The set-up ends as failed: say so in every request from now on."""
+        self._setup_said = {
+            "state": "failed",
+            "command": command[:500],
+            "exit_code": code,
+            "error": error,
+            "stdout": out,
+            "stderr": err,
+            "seconds": round(now - self._setup_began, 3),
+        }
+        self._poll_now = True
+        log(logging.ERROR, "set-up failed", command=command[:200], error=error)
 
     def _start(self, task: Task) -> None:
         now = time.monotonic()

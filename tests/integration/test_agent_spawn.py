@@ -23,7 +23,8 @@ spawner = agent.Spawner()
 spawner.fast = spawner.fast and sys.argv[1] == "fast"
 outputs = agent.Outputs.new()
 process = spawner(sys.argv[2], sys.argv[3], {"GREETING": "hello world"}, outputs)
-code = process.proc.wait()
+process.proc.wait()
+code = process.proc.returncode
 print(json.dumps({
     "fast": spawner.fast,
     "pid": process.proc.pid,
@@ -88,7 +89,7 @@ def test_a_task_shell_gets_the_same_world_either_way(how: str, tmp_path: Path) -
 def test_a_missing_cwd_is_an_oserror_naming_it(how: str, tmp_path: Path) -> None:
     """The agent reports it as ``cannot start: <the error>``."""
     missing = tmp_path / "no-such-dir"
-    script = SPAWN.replace("code = process.proc.wait()", "raise SystemExit(0)")
+    script = SPAWN.replace("process.proc.wait()", "raise SystemExit(0)")
     out = subprocess.run(
         [sys.executable, "-c", script, how, "true", str(missing)],
         capture_output=True,
