@@ -33,7 +33,10 @@ cProfile (its CPU time).
 Run from the repository root::
 
     .venv/bin/python -m benchmarks.dispatch [--tasks 3000] [--repeats 2] [--profile] \
-        [--command 'sleep 0.01' ...] [--layout 16x1 --layout 2x8g ...]
+        [--command 'sleep 0.01' ...] [--layout 16x1 --layout 2x8g ...] [--agent FILE ...]
+
+``--agent FILE`` (e.g. ``git show main:bootstrap/agent.py > FILE``) runs the rows with
+groups with that agent too, alternating with ours: before and after under the same load.
 """
 
 from __future__ import annotations
