@@ -2,15 +2,17 @@
 
 One agent process (``bootstrap/agent.py``, or another copy given with ``--agent``, e.g.
 an older version from ``git show REV:bootstrap/agent.py``) against a minimal stdlib
-controller in this process that hands it N tasks ``true``: one by one (a task in each
-answer to a poll that shows the agent idle: one round trip per task) or as one group
-(all N in the first answer, ``slots`` given). When every result is in, the agent's CPU
-is read from ``/proc/<pid>/stat``: its own (utime + stime) and its reaped shells'
-(cutime + cstime). The controller decides nothing and costs the agent nothing.
+controller in this process that hands it N tasks ``true`` (or ``--command``): one by one
+(a task in each answer to a poll that shows the agent idle: one round trip per task) or
+as one group (all N in the first answer, ``slots`` given), each agent in turn. When
+every result is in, the agent's CPU is read from ``/proc/<pid>/stat``: its own (utime +
+stime) and its reaped shells' (cutime + cstime). The controller decides nothing and costs
+the agent nothing.
 
 Run from the repository root::
 
     .venv/bin/python -m benchmarks.agent_cpu [--tasks 2000] [--repeats 2] [--agent PATH]
+        [--command 'sleep 0.01']
 """
 
 from __future__ import annotations
@@ -40,8 +42,8 @@ TOKEN = "agent-cpu-bench"
 class Controller:
     """Hands out ``n`` tasks ``true``, one by one or as one group, and counts results."""
 
-    def __init__(self, n: int, mode: str, slots: int) -> None:
-        self.n, self.mode, self.slots = n, mode, slots
+    def __init__(self, n: int, mode: str, slots: int, command: str = "true") -> None:
+        self.n, self.mode, self.slots, self.command = n, mode, slots, command
         self.next_run = 1
         self.polls = 0
         self.done: set[int] = set()
@@ -54,18 +56,18 @@ class Controller:
             self.done.update(r["run"] for r in body["results"])
             tasks: list[dict[str, Any]] = []
             if self.mode == "group" and self.next_run == 1:
-                tasks = [task(run) for run in range(1, self.n + 1)]
+                tasks = [task(run, self.command) for run in range(1, self.n + 1)]
                 self.next_run = self.n + 1
             elif self.mode == "one" and not body["running"] and self.next_run <= self.n:
-                tasks = [task(self.next_run)]
+                tasks = [task(self.next_run, self.command)]
                 self.next_run += 1
             if len(self.done) >= self.n:
                 self.finished.set()
         return {"epoch": "e", "ack": True, "tasks": tasks, "slots": self.slots, "heartbeat_s": 5}
 
 
-def task(run: int) -> dict[str, Any]:
-    return {"run": run, "task": run, "command": "true"}
+def task(run: int, command: str) -> dict[str, Any]:
+    return {"run": run, "task": run, "command": command}
 
 
 class _Server(ThreadingHTTPServer):
@@ -97,9 +99,9 @@ def serve(controller: Controller) -> ThreadingHTTPServer:
     return server
 
 
-def measure(agent: Path, n: int, mode: str, slots: int) -> dict[str, float]:
+def measure(agent: Path, n: int, mode: str, slots: int, command: str = "true") -> dict[str, float]:
     """One agent run of ``n`` tasks: its CPU and its shells' per task (ms), polls, rate."""
-    controller = Controller(n, mode, slots)
+    controller = Controller(n, mode, slots, command)
     server = serve(controller)
     env = {**os.environ, "AUTOSCALER_TOKEN": TOKEN}
     url = f"http://127.0.0.1:{server.server_address[1]}"
@@ -131,18 +133,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.agent_cpu", description=__doc__)
     parser.add_argument("--tasks", type=int, default=2000, help="tasks a run (2000)")
     parser.add_argument("--repeats", type=int, default=2, help="runs of each row (2)")
+    parser.add_argument("--command", default="true", help="every task's command (true)")
     parser.add_argument(
         "--agent", type=Path, action="append", help="an agent to compare (repeat)", default=[]
     )
     args = parser.parse_args(argv)
     agents: list[Path] = [*args.agent, AGENT]
-    rows_spec = [(agent, "one", 1) for agent in agents] + [(AGENT, "group", 1), (AGENT, "group", 8)]
+    modes = [("one", 1), ("group", 1), ("group", 8)]
+    rows_spec = [(agent, mode, slots) for mode, slots in modes for agent in agents]
     results: dict[int, list[dict[str, float]]] = {i: [] for i in range(len(rows_spec))}
     load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
-    print(f"{args.tasks:,} tasks `true` a run, {args.repeats} runs a row; load average {load}")
+    print(
+        f"{args.tasks:,} tasks `{args.command}` a run, {args.repeats} runs a row; "
+        f"load average {load}"
+    )
     for _ in range(args.repeats):
         for i, (agent, mode, slots) in enumerate(rows_spec):
-            results[i].append(measure(agent, args.tasks, mode, slots))
+            results[i].append(measure(agent, args.tasks, mode, slots, args.command))
     rows = []
     for i, (agent, mode, slots) in enumerate(rows_spec):
         rs = results[i]

@@ -5,7 +5,7 @@ agents (``providers/local.py``: worker-agent processes on this host, long-pollin
 stdlib HTTP dispatcher, each running its type's slots at once), against ``xargs -P 16``
 running the very
 same command lines from the same file, one ``/bin/sh -c <line>`` each, as the agent
-runs them (``Popen(command, shell=True)``). Daemon and xargs runs alternate,
+runs them (``os.posix_spawn`` of ``/bin/sh -c command``). Daemon and xargs runs alternate,
 ``--repeats`` times each; medians and spreads are shown.
 
 * daemon tasks/s = tasks done / (time of the last ``TaskDone`` − time of the first
@@ -33,7 +33,10 @@ cProfile (its CPU time).
 Run from the repository root::
 
     .venv/bin/python -m benchmarks.dispatch [--tasks 3000] [--repeats 2] [--profile] \
-        [--command 'sleep 0.01' ...] [--layout 16x1 --layout 2x8g ...]
+        [--command 'sleep 0.01' ...] [--layout 16x1 --layout 2x8g ...] [--agent FILE ...]
+
+``--agent FILE`` (e.g. ``git show main:bootstrap/agent.py > FILE``) runs the rows with
+groups with that agent too, alternating with ours: before and after under the same load.
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -181,11 +184,13 @@ class Layout:
     agents: int
     slots: int
     groups: bool  # task groups (the controller sizes them) or one task per free slot
+    agent: Path | None = None  # another agent.py than ours (``--agent``)
 
     @property
     def label(self) -> str:
         how = "groups" if self.groups else "one by one"
-        return f"{self.agents} agents x {self.slots} slot{'s' * (self.slots > 1)}, {how}"
+        other = f", agent {self.agent}" if self.agent else ""
+        return f"{self.agents} agents x {self.slots} slot{'s' * (self.slots > 1)}, {how}{other}"
 
 
 GROUPS_OFF = {"group_s": 0}
@@ -200,12 +205,14 @@ def bench_config(
     slots: int = 1,
     groups: bool = True,
     report_s: float = 0.25,
+    python: Path | None = None,
 ) -> RunConfig:
     machine_type = {"name": "w", "price": 1, "max_count": agents, "boot_s": 0, "slots": slots}
     return RunConfig.model_validate(
         {
             "name": "dispatch-bench",
             "provider": "local",
+            **({"local": {"python": str(python)}} if python else {}),
             "policy": "round_robin",
             "machine_types": [machine_type],
             "billing": {"mode": "fixed", "atu_s": "1h"},
@@ -223,6 +230,19 @@ def bench_config(
 
 def write_bag(path: Path, n: int, command: str) -> None:
     path.write_text(f"{command}\n" * n, encoding="utf-8")
+
+
+def agent_wrapper(agent: Path, tmp: Path) -> Path:
+    """An "interpreter" for ``local.python`` that runs ``agent`` (copied as ``agent.py``,
+    the name the benchmark finds agents by) in place of ours: before and after a change
+    to the agent, in one run of the benchmark."""
+    where = tmp / f"agent-{hashlib.sha256(agent.read_bytes()).hexdigest()[:12]}"
+    where.mkdir(exist_ok=True)
+    (where / AGENT.name).write_bytes(agent.read_bytes())
+    wrapper = where / "python"
+    wrapper.write_text(f'#!/bin/sh\nshift\nexec {sys.executable} {where / AGENT.name} "$@"\n')
+    wrapper.chmod(0o755)
+    return wrapper
 
 
 def run_pids(run_id: str) -> list[int]:
@@ -311,13 +331,15 @@ def run_daemon(
     slots: int = 1,
     groups: bool = True,
     report_s: float = 0.25,
+    agent: Path | None = None,
 ) -> DaemonRun:
     run_id = f"dispatch-bench-{os.getpid()}-{label}-{secrets.token_hex(2)}"
     base = tmp / run_id
     base.mkdir(parents=True)
     bag = base / "bag.txt"
     write_bag(bag, n, command)
-    cfg = bench_config(bag, agents, heartbeat_s, slots, groups, report_s)
+    python = agent_wrapper(agent, tmp) if agent else None
+    cfg = bench_config(bag, agents, heartbeat_s, slots, groups, report_s, python)
     tasks = expand_bag(cfg, source=str(bag))
     result = DaemonRun(label, run_id, n)
     samples: list[Sample] = []
@@ -464,7 +486,7 @@ def main_table(
             is_base = layout == baseline
             rate_ok = ratio >= TARGET_RATIO
             cpu_ok = is_base or cpu <= TARGET_CPU_RATIO * base_cpu
-            if layout.groups:
+            if layout.groups and layout.agent is None:  # ours, not a --agent row
                 met = met and rate_ok and cpu_ok
             rows.append(
                 [
@@ -671,6 +693,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="AGENTSxSLOTS, g for groups; repeat (default: the baseline AGENTSx1, AGENTSx1g, 2x8g)",
     )
+    parser.add_argument(
+        "--agent",
+        dest="agents_other",
+        type=Path,
+        action="append",
+        default=[],
+        help="another agent.py (e.g. git show REV:bootstrap/agent.py > FILE): the rows "
+        "with groups run with it too, alternating with ours; repeat",
+    )
     parser.add_argument("--heartbeat-s", type=float, default=2.0, help="daemon.heartbeat_s (2)")
     parser.add_argument("--report-s", type=float, default=0.25, help="daemon.report_s (0.25)")
     parser.add_argument(
@@ -693,6 +724,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ]
     if baseline not in layouts:
         layouts.insert(0, baseline)
+    layouts += [
+        replace(x, agent=a.resolve()) for a in args.agents_other for x in layouts if x.groups
+    ]
     started = time.perf_counter()
     state_before = library_state()
     cores = n_cores()
@@ -724,6 +758,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             slots=layout.slots,
             groups=layout.groups,
             report_s=args.report_s,
+            agent=layout.agent,
         )
         if d.leftovers:
             leftovers.append((d.run_id, d.leftovers))
@@ -772,7 +807,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         "tasks/s: tasks done / (last TaskDone − first MachineReady), journal run time; xargs:\n"
         f"  tasks / wall around `xargs -P {args.agents} -d '\\n' -n 1 /bin/sh -c` fed the same\n"
-        "  bag file (the agent runs `/bin/sh -c <line>` too, via Popen(shell=True)).\n"
+        "  bag file (the agent runs `/bin/sh -c <line>` too, with posix_spawn).\n"
         "daemon CPU: RUSAGE_SELF of this process over Daemon.run / tasks (controller,\n"
         "  dispatcher threads, journal, start-up, shutdown, report and plots); steady: the\n"
         f"  same between {STEADY[0]:.0%} and {STEADY[1]:.0%} of the bag done (what a task "

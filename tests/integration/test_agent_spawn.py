@@ -1,0 +1,102 @@
+"""How the worker agent starts a task's shell (``Spawner`` in bootstrap/agent.py): with
+``os.posix_spawn``, and with ``subprocess.Popen`` where that cannot be used. Both must
+give the shell the same world: a session of its own, stdin from /dev/null, SIGPIPE and
+SIGXFSZ at their default (Python ignores them), the task's env and cwd, and no fd but
+0, 1 and 2, not even one the agent was started with."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+SPAWN = """
+import json, os, sys
+from autoscaler.bootstrap import agent
+spawner = agent.Spawner()
+spawner.fast = spawner.fast and sys.argv[1] == "fast"
+outputs = agent.Outputs.new()
+process = spawner(sys.argv[2], sys.argv[3], {"GREETING": "hello world"}, outputs)
+process.proc.wait()
+code = process.proc.returncode
+print(json.dumps({
+    "fast": spawner.fast,
+    "pid": process.proc.pid,
+    "code": code,
+    "stdout": agent.read_tail(outputs.out, 4096),
+    "stderr": agent.read_tail(outputs.err, 4096),
+}))
+"""
+
+COMMAND = (
+    'set -- $(cat /proc/$$/stat); echo "pid=$1 pgrp=$5 sid=$6"; '
+    "grep SigIgn /proc/$$/status; ls -m /proc/$$/fd; "
+    'echo "stdin=$(readlink /proc/$$/fd/0)"; echo "greeting=$GREETING"; pwd; '
+    "echo to-stderr >&2; exit 3"
+)
+
+STANDARD = (1 << 31) - 1
+"""Signals 1 to 31 in /proc's SigIgn mask. glibc's posix_spawn leaves its own two (32
+and 33, which no program uses: glibc's threads library sets them up as it needs them)
+ignored in the program it starts, as for every program started with posix_spawn."""
+
+
+def spawn(how: str, cwd: Path) -> tuple[dict[str, object], int]:
+    """Spawner in a Python process started with an extra inheritable fd; its report."""
+    extra_r, extra_w = os.pipe()
+    os.set_inheritable(extra_w, True)
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", SPAWN, how, COMMAND, str(cwd)],
+            pass_fds=(extra_w,),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+    finally:
+        os.close(extra_r)
+        os.close(extra_w)
+    report: dict[str, object] = json.loads(out.stdout)
+    return report, extra_w
+
+
+@pytest.mark.parametrize("how", ["fast", "popen"])
+def test_a_task_shell_gets_the_same_world_either_way(how: str, tmp_path: Path) -> None:
+    report, extra = spawn(how, tmp_path)
+
+    assert report["fast"] is (how == "fast")
+    assert report["code"] == 3
+    pid = report["pid"]
+    stdout = str(report["stdout"]).splitlines()
+    assert stdout[0] == f"pid={pid} pgrp={pid} sid={pid}"  # leads its group and session
+    ignored = int(stdout[1].split()[1], 16)
+    assert ignored & STANDARD == 0, f"SigIgn {ignored:#x}: SIGPIPE or another still ignored"
+    assert stdout[2] == "0, 1, 2", f"fd {extra} the agent inherited reached the task"
+    assert stdout[3] == "stdin=/dev/null"
+    assert stdout[4] == "greeting=hello world"
+    assert stdout[5] == os.path.realpath(tmp_path)
+    assert report["stderr"] == "to-stderr\n"
+
+
+@pytest.mark.parametrize("how", ["fast", "popen"])
+def test_a_missing_cwd_is_an_oserror_naming_it(how: str, tmp_path: Path) -> None:
+    """The agent reports it as ``cannot start: <the error>``."""
+    missing = tmp_path / "no-such-dir"
+    script = SPAWN.replace("process.proc.wait()", "raise SystemExit(0)")
+    out = subprocess.run(
+        [sys.executable, "-c", script, how, "true", str(missing)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 1
+    assert "FileNotFoundError" in out.stderr
+    assert f"No such file or directory: '{missing}'" in out.stderr
