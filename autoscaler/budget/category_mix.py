@@ -43,7 +43,7 @@ from autoscaler.budget.category_means import alone_means, category_times, effect
 from autoscaler.budget.outlook import forecast
 from autoscaler.budget.plans import at_means, plan
 from autoscaler.budget.problem import Plan, TypeEstimate
-from autoscaler.budget.runtimes import end_reserve
+from autoscaler.budget.runtimes import end_reserve, intervals
 from autoscaler.budget.settings import EPS, ControllerSettings
 from autoscaler.categories.sort import Category
 from autoscaler.core.state import RunState
@@ -61,9 +61,12 @@ def plan_mix(
     notes: list[str],
     wanted: float = 0.0,
     categories: Sequence[Category] | None = None,
+    strict: bool = False,
 ) -> tuple[Plan | None, dict[str, TypeEstimate]]:
     """``plans.plan`` with the means the mix will show (the module's rounds), and those
-    means; without categories, or before they are sampled, ``plans.plan`` on ``est``."""
+    means; without categories, or before they are sampled, ``plans.plan`` on ``est``.
+    ``strict`` (a re-plan that need not happen): only a mix paid for with its reserve
+    at the slow side of its means, else None."""
     base = dict(est)
     times = category_times(state, categories, sorted(base)) if categories else None
     if times is None:
@@ -90,15 +93,33 @@ def plan_mix(
     total = state.committed + money  # the run's budget in a run; an option's in a plan
     fitting = [f for f, c in zip(found, cost, strict=True) if c <= total + EPS]
     reserve = end_reserve(state, base)
-    safe = [f for f, c in zip(found, cost, strict=True) if c + reserve <= total + EPS]
-    if safe or fitting:
+    up = slow_side(settings, state, now, base)
+    safe = [f for f in found if _cost(state, now, *f, up) + reserve <= total + EPS]
+    if safe or (fitting and not strict):
         return max(safe or fitting, key=lambda f: f[0].speed)
-    return found[cost.index(min(cost))]
+    return (None, base) if strict else found[cost.index(min(cost))]
 
 
-def _cost(state: RunState, now: float, chosen: Plan, means: Mapping[str, TypeEstimate]) -> float:
-    """The run's fluid cost if ``chosen`` works at ``means`` (``outlook.forecast``)."""
-    mean_s = {n: e.mean_s for n, e in means.items()}
+def slow_side(
+    settings: ControllerSettings, state: RunState, now: float, est: Mapping[str, TypeEstimate]
+) -> dict[str, float]:
+    """Each type's mean at the slow end of its interval, as a factor of the mean: the
+    upper bound of the plan's interval (``runtimes.intervals``, at ``confidence_z``)
+    over its point. A mix is kept only if it is paid for at these means."""
+    within = intervals(settings, state, now, dict(est))
+    return {n: max(1.0, r.hi_s / r.mean_s) if r.mean_s > 0 else 1.0 for n, r in within.items()}
+
+
+def _cost(
+    state: RunState,
+    now: float,
+    chosen: Plan,
+    means: Mapping[str, TypeEstimate],
+    up: Mapping[str, float] | None = None,
+) -> float:
+    """The run's fluid cost if ``chosen`` works at ``means`` (``outlook.forecast``), each
+    raised by its factor in ``up`` (the slow side of the interval) where given."""
+    mean_s = {n: e.mean_s * (up or {}).get(n, 1.0) for n, e in means.items()}
     return forecast(state, now, chosen.counts, mean_s).fluid_cost
 
 
@@ -118,11 +139,13 @@ def least_money(
     search from ``start`` (the minimum on the fleet's means) by doubling or halving, then
     bisection; None when 256 times ``start`` does not do."""
 
+    up = slow_side(settings, state, now, est)
+
     def fits(money: float) -> bool:
         found, means = plan_mix(settings, state, now, est, n_e, money, [], 0.0, categories)
         if found is None:
             return False
-        spent = _cost(state, now, found, means) + end_reserve(state, dict(est))
+        spent = _cost(state, now, found, means, up) + end_reserve(state, dict(est))
         return spent <= state.committed + money + EPS
 
     if start <= 0:

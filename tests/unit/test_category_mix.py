@@ -11,7 +11,6 @@ The category-aware planner plans on the means of the tasks each type will be giv
 
 from __future__ import annotations
 
-import copy
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -30,12 +29,11 @@ from autoscaler.categories.share import share_makespan
 from autoscaler.config.load import expand_bag
 from autoscaler.config.schema import RunConfig
 from autoscaler.core.billing import BillingModel
-from autoscaler.core.model import Action, Configure, Event
 from autoscaler.core.state import RunState
 from autoscaler.report.build import build_report
 from autoscaler.report.records import Report
 from autoscaler.run.start import make_emulator
-from benchmarks.category_mix import SCENARIOS, config, controller
+from benchmarks.category_mix import SCENARIOS, config, controller, first_plan_state
 
 BILLING = BillingModel(mode="fixed", atu_s=3600.0)
 
@@ -91,19 +89,6 @@ def test_a_type_sees_the_mean_of_the_tasks_the_mix_gives_it() -> None:
 
 
 # --- the planner --------------------------------------------------------------------
-
-
-def first_plan_state(cfg: RunConfig) -> tuple[RunState, float]:
-    """The state of the step that made the first plan (sampling over)."""
-    seen: list[tuple[RunState, float]] = []
-
-    def hook(now: float, events: list[Event], actions: list[Action], state: RunState) -> None:
-        if not seen and any(isinstance(a, Configure) and a.predicted_makespan_s for a in actions):
-            seen.append((copy.deepcopy(state), now))
-
-    tasks = expand_bag(cfg)
-    make_emulator(cfg, len(tasks), on_step=hook, controller=controller(cfg, True)).run()
-    return seen[0]
 
 
 def test_without_categories_or_their_samples_the_plan_is_the_planners(tmp_path: Path) -> None:
