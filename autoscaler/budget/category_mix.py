@@ -38,17 +38,19 @@ step: at the least budget, 510–597 of 600 tasks were done.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from autoscaler.budget.category_means import alone_means, category_times, effective
 from autoscaler.budget.outlook import forecast
 from autoscaler.budget.plans import at_means, plan
-from autoscaler.budget.problem import Plan, TypeEstimate
+from autoscaler.budget.problem import Plan, TypeEstimate, first_tasks
 from autoscaler.budget.runtimes import end_reserve, intervals
 from autoscaler.budget.settings import EPS, ControllerSettings
 from autoscaler.categories.sort import Category
 from autoscaler.core.state import RunState
 
 ROUNDS = 4
+_SCAN = 1.5  # least_money scans up to this many times its start, then doubles
 
 
 def plan_mix(
@@ -71,13 +73,14 @@ def plan_mix(
     times = category_times(state, categories, sorted(base)) if categories else None
     if times is None:
         return plan(settings, state, now, base, n_e, money, notes, wanted), base
+    up = slow_side(settings, state, now, base)
     seen: list[dict[str, int]] = []
     found: list[tuple[Plan, dict[str, TypeEstimate]]] = []
     partnered = effective(state.billing, base, times, {})  # each type at what it is best at
     for means in (base, alone_means(state.billing, base, times), partnered):
         for _ in range(ROUNDS):
             said: list[str] = []
-            chosen = plan(settings, state, now, means, n_e, money, said, wanted)
+            chosen = plan(settings, state, now, _raised(state, means, up), n_e, money, said, wanted)
             notes.extend(n for n in said if n not in notes)
             if chosen is None:
                 break
@@ -93,11 +96,23 @@ def plan_mix(
     total = state.committed + money  # the run's budget in a run; an option's in a plan
     fitting = [f for f, c in zip(found, cost, strict=True) if c <= total + EPS]
     reserve = end_reserve(state, base)
-    up = slow_side(settings, state, now, base)
     safe = [f for f in found if _cost(state, now, *f, up) + reserve <= total + EPS]
     if safe or (fitting and not strict):
         return max(safe or fitting, key=lambda f: f[0].speed)
     return (None, base) if strict else found[cost.index(min(cost))]
+
+
+def _raised(
+    state: RunState, means: Mapping[str, TypeEstimate], up: Mapping[str, float]
+) -> dict[str, TypeEstimate]:
+    """``means`` at the slow side of their intervals: what the planner proposes mixes on."""
+    out = {}
+    for n, e in means.items():
+        mean = e.mean_s * up.get(n, 1.0)
+        out[n] = replace(
+            e, mean_s=mean, first_tasks=first_tasks(state.billing, e.boot_s, e.slots, mean)
+        )
+    return out
 
 
 def slow_side(
@@ -117,10 +132,22 @@ def _cost(
     means: Mapping[str, TypeEstimate],
     up: Mapping[str, float] | None = None,
 ) -> float:
-    """The run's fluid cost if ``chosen`` works at ``means`` (``outlook.forecast``), each
-    raised by its factor in ``up`` (the slow side of the interval) where given."""
-    mean_s = {n: e.mean_s * (up or {}).get(n, 1.0) for n, e in means.items()}
-    return forecast(state, now, chosen.counts, mean_s).fluid_cost
+    """The run's fluid cost if ``chosen`` works at ``means`` (``outlook.forecast``).
+
+    With ``up`` (the slow side of the interval), each mean raised by its factor, and
+    each lane of the mix paid for one more task at that mean: the fluid end shares the
+    work evenly, but a lane's last task is whole, and with categories it is often one
+    the lane is slow at (its own categories ran out)."""
+    if up is None:
+        mean_s = {n: e.mean_s for n, e in means.items()}
+        return forecast(state, now, chosen.counts, mean_s).fluid_cost
+    mean_s = {n: e.mean_s * up.get(n, 1.0) for n, e in means.items()}
+    last = sum(
+        c * means[n].slots * means[n].price * mean_s[n] / state.billing.atu_s
+        for n, c in chosen.counts.items()
+        if c > 0 and n in means
+    )
+    return forecast(state, now, chosen.counts, mean_s).fluid_cost + last
 
 
 def least_money(
@@ -134,10 +161,11 @@ def least_money(
     rel_tol: float = 0.005,
 ) -> float | None:
     """The least money left (within ``rel_tol``) with which ``plan_mix`` finds a mix
-    whose forecast at the means it would show, and the end reserve, are within the
-    budget: the minimum budget with categories, where the means depend on the mix. A
-    search from ``start`` (the minimum on the fleet's means) by doubling or halving, then
-    bisection; None when 256 times ``start`` does not do."""
+    whose forecast at the slow side of the means it would show, and the end reserve,
+    are within the budget: the minimum budget with categories, where the means depend
+    on the mix. A scan from ``start`` (the minimum on the fleet's means) in steps of
+    ``rel_tol``, down while it fits or up until it does (to ``_SCAN`` times ``start``,
+    then doubling and bisection); None when 256 times ``start`` does not do."""
 
     up = slow_side(settings, state, now, est)
 
@@ -150,17 +178,28 @@ def least_money(
 
     if start <= 0:
         return 0.0 if fits(0.0) else None
-    lo, hi = start, start
+    # Not bisection alone: the mixes plan_mix weighs are those the planner proposes for
+    # the money, so a little more money may propose only a faster mix that does not
+    # fit at the slow side; a scan in steps of ``rel_tol`` finds the first that does.
+    step = 1 + rel_tol
+    money = start
+    if fits(money):
+        while money / step >= start / 256 and fits(money / step):
+            money /= step
+        return money
+    while money < _SCAN * start:
+        money *= step
+        if fits(money):
+            return money
+    lo, hi = money, money
     while not fits(hi):
         lo, hi = hi, hi * 2
         if hi > 256 * start:
             return None
-    if lo == hi:  # start fits: look lower
-        lo = hi / 2
-        while fits(lo):
-            hi, lo = lo, lo / 2
-            if lo < start / 256:
-                return hi
+    while hi - lo > rel_tol * hi:
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
+    return hi
     while hi - lo > rel_tol * hi:
         mid = (lo + hi) / 2
         lo, hi = (lo, mid) if fits(mid) else (mid, hi)
