@@ -103,9 +103,11 @@ def plan_mix(
 
 
 def _raised(
-    state: RunState, means: Mapping[str, TypeEstimate], up: Mapping[str, float]
+    state: RunState, means: Mapping[str, TypeEstimate], up: Mapping[str, float] | None
 ) -> dict[str, TypeEstimate]:
     """``means`` at the slow side of their intervals: what the planner proposes mixes on."""
+    if up is None:
+        return dict(means)
     out = {}
     for n, e in means.items():
         mean = e.mean_s * up.get(n, 1.0)
@@ -117,10 +119,16 @@ def _raised(
 
 def slow_side(
     settings: ControllerSettings, state: RunState, now: float, est: Mapping[str, TypeEstimate]
-) -> dict[str, float]:
-    """Each type's mean at the slow end of its interval, as a factor of the mean: the
-    upper bound of the plan's interval (``runtimes.intervals``, at ``confidence_z``)
-    over its point. A mix is kept only if it is paid for at these means."""
+) -> dict[str, float] | None:
+    """Under per-second billing, each type's mean at the slow end of its interval, as a
+    factor of the mean: the upper bound of the plan's interval (``runtimes.intervals``,
+    at ``confidence_z``) over its point. A mix is proposed, and kept, only if it is paid
+    for at these means (``_cost``). None under fixed ATUs: there the end reserve is a
+    whole unit of each type, and a lane's last task falls in a unit paid whole; under
+    per-second billing the reserve is one commitment step, and the least budget ran
+    short at the end (issue 21 §3)."""
+    if state.billing.mode == "fixed":
+        return None
     within = intervals(settings, state, now, dict(est))
     return {n: max(1.0, r.hi_s / r.mean_s) if r.mean_s > 0 else 1.0 for n, r in within.items()}
 
