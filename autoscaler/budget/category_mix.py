@@ -181,9 +181,10 @@ def least_money(
     """The least money left (within ``rel_tol``) with which ``plan_mix`` finds a mix
     whose forecast at the slow side of the means it would show, and the end reserve,
     are within the budget: the minimum budget with categories, where the means depend
-    on the mix. A scan from ``start`` (the minimum on the fleet's means) in steps of
-    ``rel_tol``, down while it fits or up until it does (to ``_SCAN`` times ``start``,
-    then doubling and bisection); None when 256 times ``start`` does not do."""
+    on the mix. From ``start`` (the minimum on the fleet's means): under per-second
+    billing a scan in steps of ``rel_tol``, down while it fits or up until it does (to
+    ``_SCAN`` times ``start``); else, or beyond, doubling or halving, then bisection;
+    None when 256 times ``start`` does not do."""
 
     up = slow_side(settings, state, now, est)
 
@@ -196,28 +197,33 @@ def least_money(
 
     if start <= 0:
         return 0.0 if fits(0.0) else None
-    # Not bisection alone: the mixes plan_mix weighs are those the planner proposes for
-    # the money, so a little more money may propose only a faster mix that does not
-    # fit at the slow side; a scan in steps of ``rel_tol`` finds the first that does.
-    step = 1 + rel_tol
-    money = start
-    if fits(money):
-        while money / step >= start / 256 and fits(money / step):
-            money /= step
-        return money
-    while money < _SCAN * start:
-        money *= step
+    if up is not None:
+        # Under per-second billing, not bisection alone: plan_mix weighs the mixes the
+        # planner proposes for the money, and a little more money may propose only a
+        # faster mix that does not fit at the slow side; a scan in steps of ``rel_tol``
+        # finds the first that does.
+        step = 1 + rel_tol
+        money = start
         if fits(money):
+            while money / step >= start / 256 and fits(money / step):
+                money /= step
             return money
-    lo, hi = money, money
+        while money < _SCAN * start:
+            money *= step
+            if fits(money):
+                return money
+        start = money
+    lo, hi = start, start
     while not fits(hi):
         lo, hi = hi, hi * 2
         if hi > 256 * start:
             return None
-    while hi - lo > rel_tol * hi:
-        mid = (lo + hi) / 2
-        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
-    return hi
+    if lo == hi:  # start fits: look lower
+        lo = hi / 2
+        while fits(lo):
+            hi, lo = lo, lo / 2
+            if lo < start / 256:
+                return hi
     while hi - lo > rel_tol * hi:
         mid = (lo + hi) / 2
         lo, hi = (lo, mid) if fits(mid) else (mid, hi)
