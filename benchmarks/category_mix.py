@@ -34,6 +34,7 @@ within 15 % of the actual in every run. Run from the repository root::
 from __future__ import annotations
 
 import argparse
+import copy
 import random
 import statistics
 import sys
@@ -49,6 +50,8 @@ if __name__ == "__main__" and not __package__:  # ``python benchmarks/category_m
 from autoscaler.budget.controller import Controller
 from autoscaler.config.load import expand_bag, load_config
 from autoscaler.config.schema import RunConfig
+from autoscaler.core.model import Action, Configure, Event
+from autoscaler.core.state import RunState
 from autoscaler.report.build import build_report
 from autoscaler.run.build import make_controller
 from autoscaler.run.start import make_emulator
@@ -125,6 +128,19 @@ def controller(cfg: RunConfig, mix: bool) -> Controller:
     assert isinstance(made, Controller)
     assert made.categories is not None
     return Controller(made.settings, replace(made.categories, mix=mix))
+
+
+def first_plan_state(cfg: RunConfig) -> tuple[RunState, float]:
+    """The state of the step that made the first plan (sampling over)."""
+    seen: list[tuple[RunState, float]] = []
+
+    def hook(now: float, events: list[Event], actions: list[Action], state: RunState) -> None:
+        if not seen and any(isinstance(a, Configure) and a.predicted_makespan_s for a in actions):
+            seen.append((copy.deepcopy(state), now))
+
+    tasks = expand_bag(cfg)
+    make_emulator(cfg, len(tasks), on_step=hook, controller=controller(cfg, True)).run()
+    return seen[0]
 
 
 def run_one(work: tuple[str, int]) -> list[Outcome]:

@@ -158,7 +158,9 @@ def replan(
 
     def mix(types: dict[str, TypeEstimate], money: float, wanted: float = 0.0) -> Plan | None:
         nonlocal used
-        found, used = plan_mix(settings, state, s.now, types, n_e, money, notes, wanted, categories)
+        found, used = plan_mix(
+            settings, state, s.now, types, n_e, money, notes, wanted, categories, not force
+        )
         return found
 
     if n_e <= 0:
