@@ -580,10 +580,10 @@ def capacity_lines(daemon: Sequence[DaemonRun], xargs: Sequence[XargsRun], cores
         [
             f"Steady window, CPU per task (medians, ms): daemon {d_ms:.2f} (main thread "
             f"{main_ms:.2f}, other threads {d_ms - main_ms:.2f});",
-            f"  agents with their shells {agents_ms:.2f}, of which the shell itself (xargs's "
-            f"children) about {shell_ms:.2f},",
-            f"  so the agent's own overhead is about {agents_ms - shell_ms:.2f}. All processes: "
-            f"{total_ms:.2f} ms per task.",
+            f"  agents with their tasks' processes {agents_ms:.2f}; xargs's children (sh -c "
+            f"and what it runs) {shell_ms:.2f},",
+            f"  a difference of {agents_ms - shell_ms:.2f} (below 0 where the agent runs a "
+            f"plain line with no sh). All processes: {total_ms:.2f} ms per task.",
             f"  {cores} cores at that cost allow at most {1e3 * cores / total_ms:,.0f} tasks/s; "
             f"the steady rate was {rate:,.0f}/s,",
             f"  with the host {100 * busy:.0f} % busy (all its processes, /proc/stat) and "
@@ -807,7 +807,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         "tasks/s: tasks done / (last TaskDone − first MachineReady), journal run time; xargs:\n"
         f"  tasks / wall around `xargs -P {args.agents} -d '\\n' -n 1 /bin/sh -c` fed the same\n"
-        "  bag file (the agent runs `/bin/sh -c <line>` too, with posix_spawn).\n"
+        "  bag file. The agent runs a plain line (words only: `true`, `sleep 0.01`) as its\n"
+        "  program with no shell between, as make does, other lines with `/bin/sh -c`; an\n"
+        "  `--agent` given older than that runs every line with `/bin/sh -c`, as xargs.\n"
         "daemon CPU: RUSAGE_SELF of this process over Daemon.run / tasks (controller,\n"
         "  dispatcher threads, journal, start-up, shutdown, report and plots); steady: the\n"
         f"  same between {STEADY[0]:.0%} and {STEADY[1]:.0%} of the bag done (what a task "

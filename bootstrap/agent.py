@@ -155,6 +155,7 @@ import json
 import logging
 import math
 import os
+import re
 import select
 import shutil
 import signal
@@ -599,6 +600,19 @@ def describe_exit(code: int, stderr_first_line: str) -> str | None:
 
 
 SHELL = "/bin/sh"
+FOUND_MAX = 1024  # programs whose place on the PATH is kept
+PLAIN = re.compile(r"[A-Za-z0-9_./:,+@%-]+(?: +[A-Za-z0-9_./:,+@%=-]+)*")
+"""A command line the shell would only split into words: no quoting, expansion,
+redirection, operator, assignment or comment. Such a line runs without ``sh``."""
+SHELL_ONLY = frozenset(
+    {".", ":", "[", "alias", "bg", "break", "cd", "command", "continue", "echo", "eval"}
+    | {"exec", "exit", "export", "fc", "fg", "getopts", "hash", "jobs", "kill", "local"}
+    | {"printf", "pwd", "read", "readonly", "return", "set", "shift", "source", "test"}
+    | {"times", "trap", "type", "ulimit", "umask", "unalias", "unset", "wait"}
+)
+"""Builtins whose program namesake differs (``echo -e``, ``pwd``, ``kill %1``) or that
+exist only in the shell: a line starting with one runs in ``sh``. ``true`` and
+``false`` are the same either way."""
 RESET_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ)
 """Python ignores them; a task's shell gets them back at their default, as with Popen."""
 
@@ -620,12 +634,20 @@ class Spawner:
     ``outputs``, in ``cwd`` (the agent moves there: it uses no relative path) with ``env``
     added. With ``os.posix_spawn`` (half the agent's CPU per task of ``Popen``; glibc
     leaves its internal signals 32 and 33 ignored in the shell, as in all it starts so),
-    else (no ``setsid``, no /proc to keep the agent's inherited fds from tasks) ``Popen``."""
+    else (no ``setsid``, no /proc to keep the agent's inherited fds from tasks) ``Popen``.
+
+    A plain command line (``PLAIN``: words only) is started as its program, found on
+    the ``PATH``, with no shell between, as make does: ``sh -c 'sleep 1'`` forks and
+    runs sleep as a second program, which doubles the CPU a short task costs (2.8 ms
+    against 1.5 ms for ``sleep 0.01`` here). Where the program cannot be started so (not
+    found, not executable, a script without ``#!``), ``sh`` runs the line, and says
+    what it says."""
 
     def __init__(self) -> None:
         self.devnull = os.open(os.devnull, os.O_RDONLY)  # not inherited, as every fd of ours
         self.environ = dict(os.environb)  # encoded once: the agent's, the token left out
         self.fast = hasattr(os, "posix_spawn")
+        self._found: dict[tuple[str, str | None], str | None] = {}  # program -> its path
         try:  # what Popen's close_fds did: fds the agent was started with stay here
             for fd in map(int, os.listdir("/proc/self/fd")):
                 if fd > 2:
@@ -638,21 +660,23 @@ class Spawner:
         if self.fast:
             os.chdir(cwd)  # the run's directory, as Popen's cwd (the same error if missing)
             try:
-                pid = os.posix_spawn(
-                    SHELL,
-                    [SHELL, "-c", command],
+                environ = (
                     {**self.environ, **{os.fsencode(k): os.fsencode(v) for k, v in env.items()}}
                     if env
-                    else self.environ,
-                    file_actions=[
-                        (os.POSIX_SPAWN_DUP2, self.devnull, 0),
-                        (os.POSIX_SPAWN_DUP2, outputs.out.fileno(), 1),
-                        (os.POSIX_SPAWN_DUP2, outputs.err.fileno(), 2),
-                    ],
-                    setsid=True,
-                    setsigmask=(),
-                    setsigdef=RESET_SIGNALS,
+                    else self.environ
                 )
+                files = [
+                    (os.POSIX_SPAWN_DUP2, self.devnull, 0),
+                    (os.POSIX_SPAWN_DUP2, outputs.out.fileno(), 1),
+                    (os.POSIX_SPAWN_DUP2, outputs.err.fileno(), 2),
+                ]
+                argv = self.plain(command, env)
+                if argv is not None:
+                    try:
+                        return Process(Child(self._start(argv, environ, files)), outputs)
+                    except OSError:  # sh runs it and says why it cannot
+                        pass
+                pid = self._start([SHELL, "-c", command], environ, files)
                 return Process(Child(pid), outputs)
             except NotImplementedError:  # no POSIX_SPAWN_SETSID here
                 self.fast = False
@@ -667,6 +691,40 @@ class Spawner:
             start_new_session=True,
         )
         return Process(proc, outputs)
+
+    @staticmethod
+    def _start(argv: list[str], environ: Any, files: list[Any]) -> int:
+        return os.posix_spawn(
+            argv[0],
+            argv,
+            environ,
+            file_actions=files,
+            setsid=True,
+            setsigmask=(),
+            setsigdef=RESET_SIGNALS,
+        )
+
+    def plain(self, command: str, env: dict[str, str]) -> list[str] | None:
+        """The argv a plain command line runs as, its program found on the ``PATH`` (the
+        task's, if it sets one); None where it needs ``sh``."""
+        if not PLAIN.fullmatch(command):
+            return None
+        argv = command.split()
+        if argv[0] in SHELL_ONLY:
+            return None
+        path = env.get("PATH") if env else None
+        key = (argv[0], path)
+        if key in self._found:
+            found = self._found[key]
+        else:
+            found = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=path)
+            if found is not None and "/" not in argv[0] and not os.path.isabs(found):
+                found = None  # a relative PATH entry: it depends on the task's cwd
+            if len(self._found) < FOUND_MAX:
+                self._found[key] = found
+        if found is None:
+            return None
+        return [found, *argv[1:]]
 
     def close(self) -> None:
         os.close(self.devnull)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -100,3 +101,83 @@ def test_a_missing_cwd_is_an_oserror_naming_it(how: str, tmp_path: Path) -> None
     assert out.returncode == 1
     assert "FileNotFoundError" in out.stderr
     assert f"No such file or directory: '{missing}'" in out.stderr
+
+
+# --- plain command lines run as their program, with no shell between ---------------------------
+
+RUN_LINE = """
+import json, sys
+from autoscaler.bootstrap import agent
+spawner = agent.Spawner()
+outputs = agent.Outputs.new()
+process = spawner(sys.argv[1], sys.argv[2], {"GREETING": "hello"}, outputs)
+process.proc.wait()
+print(json.dumps({
+    "argv": spawner.plain(sys.argv[1], {}),
+    "pid": process.proc.pid,
+    "code": process.proc.returncode,
+    "stdout": agent.read_tail(outputs.out, 8192),
+    "stderr": agent.read_tail(outputs.err, 4096),
+}))
+"""
+
+
+def run_line(line: str, cwd: Path) -> dict[str, object]:
+    out = subprocess.run(
+        [sys.executable, "-c", RUN_LINE, line, str(cwd)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    report: dict[str, object] = json.loads(out.stdout)
+    return report
+
+
+def test_a_plain_line_runs_as_its_program_in_the_same_world(tmp_path: Path) -> None:
+    """``cat /proc/self/stat`` is words only: cat itself is the process spawned (its
+    pid is the one the agent waits on), leads its session, has no signal ignored, and
+    sees the task's env."""
+    report = run_line("cat /proc/self/stat /proc/self/status /proc/self/environ", tmp_path)
+    assert report["argv"] == [
+        shutil.which("cat"),
+        "/proc/self/stat",
+        "/proc/self/status",
+        "/proc/self/environ",
+    ]
+    assert report["code"] == 0
+    stdout = str(report["stdout"])
+    fields = stdout.split(")", 1)[1].split()
+    pid = report["pid"]
+    assert stdout.split()[0] == str(pid)
+    assert "(cat)" in stdout.splitlines()[0]  # no shell in between
+    assert (fields[2], fields[3]) == (str(pid), str(pid))  # its group's and session's leader
+    ignored = next(ln for ln in stdout.splitlines() if ln.startswith("SigIgn:"))
+    assert int(ignored.split()[1], 16) & STANDARD == 0
+    assert "GREETING=hello" in stdout
+
+
+@pytest.mark.parametrize(
+    ("line", "stdout", "code"),
+    [
+        ("FOO=1 env", "FOO=1", 0),  # an assignment
+        ("echo -e x", "-e x\n", 0),  # sh's echo, not /bin/echo's options
+        ("ls *.txt", "a.txt\n", 0),  # a glob
+        ("./script", "from a script with no #!\n", 0),  # ENOEXEC: sh runs it as a script
+        ("no-such-program-here", "", 127),  # not on the PATH: sh says so
+        ("cd sub", "", 0),  # a builtin with no program
+    ],
+)
+def test_a_line_that_needs_the_shell_runs_in_it(
+    tmp_path: Path, line: str, stdout: str, code: int
+) -> None:
+    (tmp_path / "a.txt").write_text("")
+    (tmp_path / "sub").mkdir()
+    script = tmp_path / "script"
+    script.write_text("echo from a script with no '#!'\n")
+    script.chmod(0o755)
+    report = run_line(line, tmp_path)
+    assert report["code"] == code, report
+    assert stdout in str(report["stdout"])
+    if code == 127:
+        assert "not found" in str(report["stderr"])
