@@ -8,8 +8,9 @@ at the end of the first boot. It needs nothing but ``sh`` and ``python3`` on the
    (``X-aws-ec2-metadata-token``), for the instance id; python3's urllib does the HTTP,
    so the image needs no curl. IMDS may not answer in the first seconds of a boot: it
    retries for a minute;
-2. writes the agent (embedded as base64, gzip-compressed when it would not fit
-   otherwise; its module docstring, the protocol spec, left out: :func:`shipped_agent`)
+2. writes the agent (embedded as base64; gzip- or else xz-compressed in base85 when it
+   would not fit otherwise; its docstrings, the protocol spec among them, left out:
+   :func:`shipped_agent`)
    and the run token into ``remote_dir`` with umask 077;
 3. runs the agent in the foreground with ``--machine <instance id>``, its log in
    ``remote_dir/agent.log``; cloud-init's final stage stays busy while it runs, which
@@ -37,6 +38,7 @@ import ast
 import base64
 import gzip
 import io
+import lzma
 import re
 import shlex
 import tokenize
@@ -73,9 +75,16 @@ _UNPACK = {
     "base64": "import base64,sys; sys.stdout.buffer.write(base64.b64decode(sys.stdin.read()))",
     "gzip": (
         "import base64,gzip,sys; "
-        "sys.stdout.buffer.write(gzip.decompress(base64.b64decode(sys.stdin.read())))"
+        "sys.stdout.buffer.write(gzip.decompress(base64.b85decode(sys.stdin.read().strip())))"
+    ),
+    "xz": (
+        "import base64,lzma,sys; "
+        "sys.stdout.buffer.write(lzma.decompress(base64.b85decode(sys.stdin.read().strip())))"
     ),
 }
+"""How the script unpacks the agent, tried in this order until the script fits: as it
+is in base64; gzip-compressed in base85 (a quarter smaller than base64); xz-compressed
+(python3's lzma, in every distribution's python3 package) in base85."""
 
 
 def shipped_agent(agent_source: str) -> str:
@@ -93,13 +102,12 @@ def shipped_agent(agent_source: str) -> str:
     lines = agent_source.splitlines(keepends=True)
     # Every other docstring and comment line blanked, line for line (a traceback's line
     # numbers still match bootstrap/agent.py): the agent fits EC2's 16 KB compressed.
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if node is tree or not isinstance(body, list) or not body:
-            continue
-        doc = body[0]
+    # Attribute docs (a string after an assignment) too: every string that is a
+    # statement of its own.
+    for doc in ast.walk(tree):
         if (
-            isinstance(doc, ast.Expr)
+            doc is not first
+            and isinstance(doc, ast.Expr)
             and isinstance(doc.value, ast.Constant)
             and isinstance(doc.value.value, str)
             and doc.end_lineno is not None
@@ -137,29 +145,26 @@ def render_user_data(
     if not remote_dir.startswith("/"):
         raise BootstrapError(f"remote_dir {remote_dir!r} must be an absolute path")
     agent_bytes = shipped_agent(agent_source).encode()
-    plain = _script(
-        agent_bytes,
-        "base64",
-        url,
-        token,
-        agent_args,
-        poweroff_on_exit,
-        remote_dir,
-        python,
-        imds_url,
-    )
-    if len(plain.encode()) <= USER_DATA_LIMIT:
-        return plain
-    packed = _script(
-        agent_bytes, "gzip", url, token, agent_args, poweroff_on_exit, remote_dir, python, imds_url
-    )
-    size = len(packed.encode())
-    if size > USER_DATA_LIMIT:
-        raise BootstrapError(
-            f"user data is {size} bytes even with the agent ({len(agent_bytes)} bytes) "
-            f"gzip-compressed; EC2 allows {USER_DATA_LIMIT}: use the SSH bootstrap"
+    size = 0
+    for encoding in _UNPACK:  # in order: as it is, then smaller and smaller
+        script = _script(
+            agent_bytes,
+            encoding,
+            url,
+            token,
+            agent_args,
+            poweroff_on_exit,
+            remote_dir,
+            python,
+            imds_url,
         )
-    return packed
+        size = len(script.encode())
+        if size <= USER_DATA_LIMIT:
+            return script
+    raise BootstrapError(
+        f"user data is {size} bytes even with the agent ({len(agent_bytes)} bytes) "
+        f"xz-compressed; EC2 allows {USER_DATA_LIMIT}: use the SSH bootstrap"
+    )
 
 
 def _script(
@@ -174,8 +179,13 @@ def _script(
     imds_url: str,
 ) -> str:
     q = shlex.quote
-    payload = gzip.compress(agent, compresslevel=9, mtime=0) if encoding == "gzip" else agent
-    blob = base64.encodebytes(payload).decode()
+    if encoding == "gzip":
+        blob = base64.b85encode(gzip.compress(agent, compresslevel=9, mtime=0)).decode() + "\n"
+    elif encoding == "xz":
+        blob = base64.b85encode(lzma.compress(agent, preset=9 | lzma.PRESET_EXTREME)).decode()
+        blob += "\n"
+    else:
+        blob = base64.encodebytes(agent).decode()
     command = _agent_command_line(python, remote_dir, url, agent_args)
     poweroff = (
         'echo "autoscaler: agent exited with status $rc; powering off"\n'

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import base64
 import os
+import shlex
 import signal
 import stat
 import subprocess
@@ -172,7 +173,8 @@ def test_script_exits_with_the_agents_status(
 
 
 def test_script_is_valid_sh_and_fits_the_user_data_limit(tmp_path: Path) -> None:
-    """Both variants pass ``sh -n``; the real agent needs compression to fit 16 KB."""
+    """Both variants pass ``sh -n``; the real agent needs compression to fit 16 KB, and
+    the script's unpacking gives back the agent as shipped, byte for byte."""
     source = agent_source()
     assert len(source.encode()) > USER_DATA_LIMIT  # else the gzip path would go untested
     for poweroff in (True, False):
@@ -185,7 +187,13 @@ def test_script_is_valid_sh_and_fits_the_user_data_limit(tmp_path: Path) -> None
         )
         assert script.startswith("#!/bin/sh\n")
         assert len(script.encode()) <= USER_DATA_LIMIT
-        assert "gzip" in script
+        assert "gzip" in script or "lzma" in script
+        body = script.split("<<'AUTOSCALER_AGENT'\n", 1)[1].split("AUTOSCALER_AGENT\n", 1)[0]
+        unpack = shlex.split(script.split('"$PY" -c ', 1)[1].split(" > ", 1)[0])[0]
+        unpacked = subprocess.run(
+            [sys.executable, "-c", unpack], input=body.encode(), capture_output=True, check=True
+        )
+        assert unpacked.stdout == shipped_agent(source).encode()
         assert ("poweroff" in script) == poweroff
         path = tmp_path / f"ud-{poweroff}.sh"
         path.write_text(script)
@@ -209,12 +217,12 @@ def test_a_token_with_spaces_is_refused() -> None:
 
 
 def _code(source: str) -> str:
-    """The module's code with every docstring emptied, as an AST dump."""
+    """The module's code with every string statement (docstrings, attribute docs)
+    emptied, as an AST dump."""
     tree = ast.parse(source)
     for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
-            value = body[0].value
+        if isinstance(node, ast.Expr):
+            value = node.value
             if isinstance(value, ast.Constant) and isinstance(value.value, str):
                 value.value = ""
     return ast.dump(tree)
