@@ -14,7 +14,6 @@ forecast makespan is within 20 % of the actual. Run from the repository root::
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 from collections import Counter
@@ -32,7 +31,7 @@ from autoscaler.config.schema import RunConfig
 from autoscaler.report.build import build_report
 from autoscaler.run.start import make_emulator
 from benchmarks.bats_scenarios import library_digest, library_state, pooled, render_table
-from benchmarks.category_mix import SCENARIOS, config, controller, first_plan_state
+from benchmarks.category_mix import config, controller, first_plan_state, scenario_args
 
 FORECAST = 0.20  # the option's makespan within this share of the run's
 
@@ -136,18 +135,9 @@ def estimates(r: Least) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
-    ap.add_argument("--seeds", type=int, default=6, help="seeds 1..N (default 6)")
-    ap.add_argument("--scenarios", default="three", help="which of them (default three)")
-    ap.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
-    args = ap.parse_args(argv)
-    names = [n for n in args.scenarios.split(",") if n]
-    unknown = sorted(set(names) - set(SCENARIOS))
-    if unknown:
-        ap.error(f"unknown scenarios: {', '.join(unknown)}")
+    args, names, work = scenario_args(__doc__, argv, 6, "three", 1)
     digest = library_digest()
     print(f"Library: {library_state()}")
-    work = [(name, seed) for name in names for seed in range(1, args.seeds + 1)]
     results: list[Least] = []
     with pooled(run_least, work, args.jobs) as done:
         for i, r in enumerate(done, start=1):

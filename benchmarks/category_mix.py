@@ -220,19 +220,27 @@ def _ok(ok: bool) -> str:
     return "ok" if ok else "FAILED"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
-    ap.add_argument("--seeds", type=int, default=10, help="seeds 1..N (default 10)")
-    ap.add_argument("--scenarios", default=",".join(SCENARIOS), help="which of them")
-    ap.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
+def scenario_args(
+    doc: str | None, argv: Sequence[str] | None, seeds: int, scenarios: str, jobs: int
+) -> tuple[argparse.Namespace, list[str], list[tuple[str, int]]]:
+    """The command line of a benchmark over SCENARIOS and seeds 1..N: its arguments,
+    the scenarios named, and the (scenario, seed) pairs to run."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0] if doc else None)
+    ap.add_argument("--seeds", type=int, default=seeds, help=f"seeds 1..N (default {seeds})")
+    ap.add_argument("--scenarios", default=scenarios, help=f"which of them (default {scenarios})")
+    ap.add_argument("--jobs", type=int, default=jobs, help=f"worker processes (default {jobs})")
     args = ap.parse_args(argv)
     names = [n for n in args.scenarios.split(",") if n]
     unknown = sorted(set(names) - set(SCENARIOS))
     if unknown:
         ap.error(f"unknown scenarios: {', '.join(unknown)}")
+    return args, names, [(name, seed) for name in names for seed in range(1, args.seeds + 1)]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args, names, work = scenario_args(__doc__, argv, 10, ",".join(SCENARIOS), 2)
     digest = library_digest()
     print(f"Library: {library_state()}")
-    work = [(name, seed) for name in names for seed in range(1, args.seeds + 1)]
     results: list[Outcome] = []
     with pooled(run_one, work, args.jobs) as chunks:
         for i, chunk in enumerate(chunks, start=1):
