@@ -9,6 +9,11 @@ every result is in, the agent's CPU is read from ``/proc/<pid>/stat``: its own (
 stime) and its reaped shells' (cutime + cstime). The controller decides nothing and costs
 the agent nothing.
 
+Start-up: the CPU an agent has used when its first poll arrives (``/proc/<pid>/stat``,
+read before the answer), started as our providers start it (``python -S agent.py``,
+``agent_start.agent_command``) and without ``-S``; many agents start at once on a
+host of local agents, so this is paid once per agent per core.
+
 Run from the repository root::
 
     .venv/bin/python -m benchmarks.agent_cpu [--tasks 2000] [--repeats 2] [--agent PATH]
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -33,7 +39,7 @@ from typing import Any
 if __name__ == "__main__" and not __package__:  # ``python benchmarks/agent_cpu.py``
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from autoscaler.bootstrap.agent_start import AGENT
+from autoscaler.bootstrap.agent_start import AGENT, agent_command
 from benchmarks.bats_scenarios import render_table
 
 TOKEN = "agent-cpu-bench"
@@ -49,9 +55,14 @@ class Controller:
         self.done: set[int] = set()
         self.finished = threading.Event()
         self.lock = threading.Lock()
+        self.pid = 0  # the agent's, set once started
+        self.started = threading.Event()
+        self.first_poll_cpu_s: float | None = None
 
     def answer(self, body: dict[str, Any]) -> dict[str, Any]:
         with self.lock:
+            if self.polls == 0 and self.started.wait(60):
+                self.first_poll_cpu_s = cpu_s(self.pid)[0]
             self.polls += 1
             self.done.update(r["run"] for r in body["results"])
             tasks: list[dict[str, Any]] = []
@@ -99,34 +110,67 @@ def serve(controller: Controller) -> ThreadingHTTPServer:
     return server
 
 
-def measure(agent: Path, n: int, mode: str, slots: int, command: str = "true") -> dict[str, float]:
-    """One agent run of ``n`` tasks: its CPU and its shells' per task (ms), polls, rate."""
+def cpu_s(pid: int) -> tuple[float, float]:
+    """A process's own CPU seconds (utime + stime) and its reaped children's."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / tick, (int(fields[13]) + int(fields[14])) / tick
+
+
+def measure(
+    agent: Path, n: int, mode: str, slots: int, command: str = "true", site: bool = False
+) -> dict[str, float]:
+    """One agent run of ``n`` tasks: its CPU and its shells' per task (ms), polls, rate,
+    and its CPU when its first poll came (ms). ``site``: start python without -S."""
     controller = Controller(n, mode, slots, command)
     server = serve(controller)
-    env = {**os.environ, "AUTOSCALER_TOKEN": TOKEN}
     url = f"http://127.0.0.1:{server.server_address[1]}"
-    args = [sys.executable, str(agent), "--url", url, "--machine", "m", "--heartbeat-s", "5"]
+    start = agent_command(
+        sys.executable, agent, url=url, machine="m", flags=["--heartbeat-s", "5"], token=TOKEN
+    )
+    args = [a for a in start.argv if not (site and a == "-S")]
+    env = {**os.environ, **start.env}
     proc = subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    controller.pid = proc.pid
+    controller.started.set()
     try:
         started = time.perf_counter()
         if not controller.finished.wait(600):
             raise RuntimeError(f"{agent}: {len(controller.done)} of {n} results in 600 s")
         wall = time.perf_counter() - started
-        fields = Path(f"/proc/{proc.pid}/stat").read_text().rpartition(")")[2].split()
+        own, shells = cpu_s(proc.pid)
     finally:
         proc.terminate()
         proc.wait()
         server.shutdown()
         server.server_close()
-    tick = os.sysconf("SC_CLK_TCK")
-    own = (int(fields[11]) + int(fields[12])) / tick
-    shells = (int(fields[13]) + int(fields[14])) / tick
     return {
         "agent_ms": 1e3 * own / n,
         "shells_ms": 1e3 * shells / n,
         "polls": controller.polls,
         "rate": n / wall,
+        "startup_ms": 1e3 * (controller.first_poll_cpu_s or math.nan),
     }
+
+
+def startup_table(agents: Sequence[Path], repeats: int) -> str:
+    """Each agent's CPU until its first poll, with -S and without (a 1-task run each)."""
+    rows_spec = [(agent, site) for agent in agents for site in (False, True)]
+    got: dict[int, list[float]] = {i: [] for i in range(len(rows_spec))}
+    for _ in range(max(repeats, 1) * 10):  # a few ms each: many runs for a steady median
+        for i, (agent, site) in enumerate(rows_spec):
+            got[i].append(measure(agent, 1, "one", 1, "true", site)["startup_ms"])
+    rows = [
+        [
+            str(agent),
+            "python agent.py" if site else "python -S agent.py (as providers start it)",
+            f"{statistics.median(got[i]):.0f}",
+            f"{min(got[i]):.0f}-{max(got[i]):.0f}",
+        ]
+        for i, (agent, site) in enumerate(rows_spec)
+    ]
+    header = ["agent", "started as", "CPU ms to first poll (median)", "spread"]
+    return render_table(header, rows)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -172,6 +216,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         "agent CPU: the agent process's utime + stime over the run / tasks; shells: its\n"
         "  reaped children's (cutime + cstime); medians over the runs."
+    )
+    print()
+    print(startup_table(agents, args.repeats))
+    print(
+        "CPU to first poll: the agent's utime + stime (clock ticks) when its first poll\n"
+        "  arrives, before it is answered; 10 runs per repeat."
     )
     return 0
 

@@ -240,7 +240,11 @@ def agent_wrapper(agent: Path, tmp: Path) -> Path:
     where.mkdir(exist_ok=True)
     (where / AGENT.name).write_bytes(agent.read_bytes())
     wrapper = where / "python"
-    wrapper.write_text(f'#!/bin/sh\nshift\nexec {sys.executable} {where / AGENT.name} "$@"\n')
+    python, ours = sys.executable, where / AGENT.name
+    wrapper.write_text(  # $@: [one option of python's, as -S] our agent.py, its flags
+        f'#!/bin/sh\ncase $1 in -*) o=$1; shift 2; exec {python} "$o" {ours} "$@";; esac\n'
+        f'shift\nexec {python} {ours} "$@"\n'
+    )
     wrapper.chmod(0o755)
     return wrapper
 

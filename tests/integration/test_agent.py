@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import calendar
 import itertools
 import os
+import re
 import signal
 import socket
 import threading
@@ -244,6 +246,31 @@ def test_wrong_token_exits_2(controller: FakeController, start_agent: StartAgent
     assert agent.wait(timeout=5) == 2
     assert "token refused by the controller" in agent.log()
     assert "wrong-token-4b1c" not in agent.log()
+
+
+def test_log_lines_carry_utc_time_level_message_and_fields(
+    controller: FakeController, start_agent: StartAgent
+) -> None:
+    """Every stderr line is ``<UTC time to the ms>Z LEVEL message key=value``, its time
+    within the run's."""
+    controller.script = lambda request: Reply(status=401)
+    before = time.time()
+    agent = start_agent(controller.url, token="wrong-token-4b1c")
+
+    assert agent.wait(timeout=5) == 2
+    after = time.time()
+    lines = agent.log().splitlines()
+    assert lines, "the agent said nothing"
+    for line in lines:
+        match = re.fullmatch(
+            r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3})Z (INFO|WARNING|ERROR) (.+)", line
+        )
+        assert match, line
+        when = calendar.timegm(time.strptime(match[1][:19], "%Y-%m-%dT%H:%M:%S"))
+        assert before - 1 <= when + int(match[1][20:]) / 1000 <= after + 1, line
+    refused = [line for line in lines if "token refused by the controller" in line]
+    assert refused
+    assert refused[0].endswith("Z ERROR token refused by the controller machine=m-1 status=401")
 
 
 def test_missing_token_exits_2(controller: FakeController, start_agent: StartAgent) -> None:
