@@ -14,7 +14,7 @@ from autoscaler.budget.sampling import derived, reference, stats
 from autoscaler.budget.settings import ControllerSettings
 from autoscaler.categories.sort import Category
 from autoscaler.core.state import RunState
-from autoscaler.learn.stats import RuntimeEstimate, derived_estimate
+from autoscaler.learn.stats import RuntimeEstimate, derived_estimate, tail_estimates
 
 
 def estimate(
@@ -136,7 +136,7 @@ def outlook(
         state,
         now,
         {n: e.mean_s for n, e in est.items()},
-        lambda name, age: stats(settings, state, name).tail_estimate(age),
+        lambda name, ages: tail_estimates(stats(settings, state, name), ages),
     )
     return est, n_e
 
