@@ -119,12 +119,11 @@ def potential(
     if state.billing.mode == "fixed":
         units = math.floor(units + _EPS)
     horizon = units * state.billing.atu_s
-    return float(
-        sum(
-            state.types[t].slots * tasks_within(horizon, means[t], sds.get(t, 0.0), z, loss)
-            for t in keep
-        )
-    )
+    each = {
+        t: state.types[t].slots * tasks_within(horizon, means[t], sds.get(t, 0.0), z, loss)
+        for t in set(keep)
+    }
+    return float(sum(each[t] for t in keep))  # machine by machine, in their order
 
 
 @dataclass(frozen=True, slots=True)
