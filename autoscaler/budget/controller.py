@@ -295,8 +295,8 @@ class Controller:
                 why = f"resumed: {news.resumed.reason}" if news.resumed else ""
             replanned = monitor.replan(settings, s, est, n_e, why, force=True, categories=self._mix)
         # A provider held by a limit: plan onto the others' types, if any can launch.
-        others = any(state.launchable(n, s.now) for n in state.types)
         lacking = sorted(set(news.unavailable))
+        others = bool(news.held) and any(state.launchable(n, s.now) for n in state.types)
         held = sorted(set(news.held) - set(lacking)) if others else []
         if (lacking or held) and not replanned and planned(state):
             est, n_e = runtimes.outlook(settings, state, s.now, self._mix)

@@ -148,7 +148,8 @@ def replan(
     if not est:
         return False
     first = not planned(state)
-    current = {name: state.count_alive(name, include_marked=False) for name in state.types}
+    kept = state.alive_counts(include_marked=False)
+    current = {name: kept[name] for name in state.types}
     speed_now = sum(current[n] * e.slots / e.mean_s for n, e in est.items())
     budget = money_left(state)
     chosen: Plan | None

@@ -15,18 +15,21 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+import numpy as np
+
 from autoscaler.core.model import MachineState
-from autoscaler.core.state import RunState
+from autoscaler.core.state import Machine, RunState
 from autoscaler.learn.stats import tasks_within
 
 _EPS = 1e-6
 
-Residual = Callable[[str, float], float]
-"""Expected total runtime on a type of a task already running for the given seconds."""
+Residuals = Callable[[str, np.ndarray], np.ndarray]
+"""Expected total runtimes on a type of tasks already running for the given seconds,
+all at once (``learn.stats.tail_estimates``)."""
 
 
 def paid_completions(
-    state: RunState, now: float, means: Mapping[str, float], residual: Residual
+    state: RunState, now: float, means: Mapping[str, float], residual: Residuals
 ) -> float:
     """Σ ft_m: tasks the machines paid for are expected to finish in their paid time.
 
@@ -34,11 +37,15 @@ def paid_completions(
     in its lane; the time left after it is filled with whole tasks of the type's mean,
     as is every free lane's. A booting machine loses the rest of its boot; a launch in
     flight does its first step less the whole boot. Types without an estimate count
-    for nothing (they cannot be planned with yet).
+    for nothing (they cannot be planned with yet). ``residual`` is asked once per type,
+    of the running tasks on machines with paid time left, and only of types that have
+    such a task (a type's curve is built where a task-by-task reading would build it).
     """
     billing = state.billing
     margin = billing.boundary_margin_s()
     total = 0.0
+    machines: list[tuple[Machine, float, float, int]] = []  # machine, left, mean, first age
+    ages: dict[str, list[float]] = {}
     for m in state.alive_machines():
         mean = means.get(m.type.name)
         if mean is None:
@@ -46,17 +53,26 @@ def paid_completions(
         left = m.paid_until - margin - now
         if m.state is MachineState.BOOTING:
             left -= max(0.0, m.launched_at + m.type.boot_s - now)
+        seen = ages.setdefault(m.type.name, [])
+        machines.append((m, left, mean, len(seen)))
+        if left >= 0:  # else every lane is spent before its first task
+            seen.extend(now - start for start in m.running.values())
+    totals = {n: residual(n, np.array(a)).tolist() for n, a in ages.items() if a}
+    for m, left, mean, first in machines:
         lanes = [left] * max(1, m.type.slots)
-        for i, start in enumerate(m.running.values()):
-            lane = i % len(lanes)
-            if lanes[lane] < 0:
-                continue
-            rest = max(0.0, residual(m.type.name, now - start) - (now - start))
-            if rest > lanes[lane]:
-                lanes[lane] = -1.0
-                continue
-            total += 1
-            lanes[lane] -= rest
+        if left >= 0:
+            name = m.type.name
+            done_at, age_of = totals.get(name, []), ages[name]
+            for i in range(len(m.running)):
+                lane = i % len(lanes)
+                if lanes[lane] < 0:
+                    continue
+                rest = max(0.0, done_at[first + i] - age_of[first + i])
+                if rest > lanes[lane]:
+                    lanes[lane] = -1.0
+                    continue
+                total += 1
+                lanes[lane] -= rest
         total += sum(math.floor(lane / mean + _EPS) for lane in lanes if lane > 0)
     for tname, count in state.pending_launches.values():
         mean = means.get(tname)
@@ -69,7 +85,7 @@ def paid_completions(
 
 
 def expected_left(
-    state: RunState, now: float, means: Mapping[str, float], residual: Residual
+    state: RunState, now: float, means: Mapping[str, float], residual: Residuals
 ) -> float:
     """N_e: tasks left beyond what paid time will do (never below zero)."""
     return max(0.0, state.tasks_left - paid_completions(state, now, means, residual))
@@ -103,12 +119,11 @@ def potential(
     if state.billing.mode == "fixed":
         units = math.floor(units + _EPS)
     horizon = units * state.billing.atu_s
-    return float(
-        sum(
-            state.types[t].slots * tasks_within(horizon, means[t], sds.get(t, 0.0), z, loss)
-            for t in keep
-        )
-    )
+    each = {
+        t: state.types[t].slots * tasks_within(horizon, means[t], sds.get(t, 0.0), z, loss)
+        for t in set(keep)
+    }
+    return float(sum(each[t] for t in keep))  # machine by machine, in their order
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ from autoscaler.budget.sampling import derived, reference, stats
 from autoscaler.budget.settings import ControllerSettings
 from autoscaler.categories.sort import Category
 from autoscaler.core.state import RunState
-from autoscaler.learn.stats import RuntimeEstimate, derived_estimate
+from autoscaler.learn.stats import RuntimeEstimate, derived_estimate, tail_estimates
 
 
 def estimate(
@@ -78,6 +78,7 @@ def estimates(settings: ControllerSettings, state: RunState, now: float) -> dict
     ages = running_ages(state, now)
     billing = state.billing
     out: dict[str, TypeEstimate] = {}
+    live = state.alive_counts()
     for name in _sampled_types(state):
         t = state.types[name]
         e = estimate(settings, state, name, ages, resamples=0)
@@ -89,7 +90,7 @@ def estimates(settings: ControllerSettings, state: RunState, now: float) -> dict
             boot_s=boot,
             mean_s=e.mean_s,
             sd_s=e.sd_s,
-            live=state.count_alive(name),
+            live=live[name],
             first_cost=billing.cost(t.price, billing.first_step_s),
             first_tasks=first_tasks(billing, boot, t.slots, e.mean_s),
             slots=t.slots,
@@ -136,7 +137,7 @@ def outlook(
         state,
         now,
         {n: e.mean_s for n, e in est.items()},
-        lambda name, age: stats(settings, state, name).tail_estimate(age),
+        lambda name, ages: tail_estimates(stats(settings, state, name), ages),
     )
     return est, n_e
 

@@ -280,6 +280,16 @@ class RunRecords:
         ]
         return sum(seen) / len(seen) if seen else self.types[type_name].boot_s
 
+    def alive_counts(self, *, include_marked: bool = True) -> dict[str, int]:
+        """``count_alive`` of every type, in one pass over the machines alive."""
+        counts = dict.fromkeys(self.types, 0)
+        for m in self.alive_machines():
+            if include_marked or not m.marked:
+                counts[m.type.name] = counts.get(m.type.name, 0) + 1
+        for t, c in self.pending_launches.values():
+            counts[t] = counts.get(t, 0) + c
+        return counts
+
     def count_alive(self, type_name: str, *, include_marked: bool = True) -> int:
         return sum(
             1

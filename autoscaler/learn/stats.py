@@ -27,17 +27,18 @@ from autoscaler.learn.affine import AffineFit
 from autoscaler.learn.survival import (
     RESAMPLES,
     Curve,
+    KmPass,
     RuntimeEstimate,
     Survival,
-    build_curve,
+    curve_arrays,
     estimate_arrays,
     estimate_runtime,
     kaplan_meier,
     km_moments,
+    km_pass,
     merged,
     open_end,
     threshold_curve,
-    whole_estimate,
 )
 from autoscaler.learn.times import SortedTimes
 
@@ -107,6 +108,7 @@ class RuntimeStats:
     _extreme: Curve | None = field(default=None, compare=False, repr=False)  # of _curve's runs
     _whole: RuntimeEstimate | None = field(default=None, compare=False, repr=False)
     _built_version: int = field(default=0, compare=False, repr=False)  # of both
+    _km: KmPass | None = field(default=None, compare=False, repr=False)  # of _whole, for _curve
     # The curve's times, S after each and ∫S as arrays, for ``tail_estimates``
     _curve_arrays: tuple[Curve, np.ndarray, np.ndarray, np.ndarray] | None = field(
         default=None, compare=False, repr=False
@@ -264,8 +266,8 @@ class RuntimeStats:
         if self._whole is None:
             if self.done == 0:
                 raise ValueError("no runtime has been seen to end yet")
-            self._whole = whole_estimate(self._done.as_array(), self._censored.as_array())
-            self._built_version = self.version
+            km = km_pass(self._done.as_array(), self._censored.as_array())
+            self._whole, self._km, self._built_version = km[4], km, self.version
         return self._whole
 
     def _survival_curve(self) -> Curve:
@@ -274,7 +276,15 @@ class RuntimeStats:
         if self._curve is None:
             if self.done == 0:
                 raise ValueError("no runtime has been seen to end yet")
-            c = build_curve(self._done.as_array(), self._censored.as_array())
+            # The pass ``_moments`` made, if no run has ended since: the same runs.
+            km = (
+                self._km
+                if self._whole is not None and self._built_version == self.version
+                else None
+            )
+            c, *arrays = curve_arrays(self._done.as_array(), self._censored.as_array(), km)
+            self._curve_arrays = (c, arrays[0], arrays[1], arrays[2])
+            self._km = None
             # T_i as the curve has it (a lagging one is rebuilt with the curve).
             n_cens = len(self._censored)
             self._whole = RuntimeEstimate(c.mean_s, c.sd_s, c.mean_s, c.mean_s, self.done, n_cens)
@@ -308,9 +318,8 @@ class RuntimeStats:
         e_arr = np.arange(len(t_arr)) < n_done
         order = np.lexsort((~e_arr, t_arr))  # by time, an end before a censoring
         t_arr, e_arr = t_arr[order], e_arr[order]
-        ones = np.ones(len(t_arr))
-        after, _ = kaplan_meier(t_arr, e_arr, ones)
-        mean, second = (float(v[0]) for v in km_moments(t_arr, e_arr, ones))
+        after, _ = kaplan_meier(t_arr, e_arr)
+        mean, second = (float(v[0]) for v in km_moments(t_arr, e_arr))
         sd = math.sqrt(max(0.0, second - mean**2))
         whole = RuntimeEstimate(mean, sd, mean, mean, n_done, len(t_arr) - n_done)
         curve = threshold_curve(t_arr, e_arr, t_arr.tolist(), after[0].tolist(), whole)

@@ -95,10 +95,19 @@ def hill_alpha(times: np.ndarray, events: np.ndarray) -> float:
 
 
 def kaplan_meier(
-    times: np.ndarray, events: np.ndarray, weights: np.ndarray
+    times: np.ndarray, events: np.ndarray, weights: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """S just after and just before each observation, one row per row of ``weights``
-    (observations taken one by one: ties give the usual product)."""
+    (observations taken one by one: ties give the usual product); ``weights`` None:
+    every observation once (one row, the same numbers as a row of ones, in a third of
+    the time: the at-risk counts are n, n − 1, …, 1 without a cumulative sum)."""
+    if weights is None:
+        n = len(times)
+        s_one = np.cumprod(1.0 - events / np.arange(n, 0, -1, dtype=float))
+        before = np.empty(n)
+        before[:1] = 1.0
+        before[1:] = s_one[:-1]
+        return s_one[None, :], before[None, :]
     w = np.atleast_2d(weights).astype(float)
     at_risk = np.cumsum(w[:, ::-1], axis=1)[:, ::-1]
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -109,7 +118,7 @@ def kaplan_meier(
 
 
 def tail_moments(
-    times: np.ndarray, events: np.ndarray, weights: np.ndarray, restricted: np.ndarray
+    times: np.ndarray, events: np.ndarray, weights: np.ndarray | None, restricted: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The tail past the longest observation, per row of ``weights``: its mean residual
     life, its Pareto index (inf where the tail is exponential), and E[T²] given T
@@ -122,13 +131,18 @@ def tail_moments(
     Hill's Pareto tail has the longer mean residual life t_max/(α−1), as on
     heavy-tailed runtimes (lognormal, Weibull k < 1, Pareto) whose hazard falls, that
     tail is used instead: an exponential one would cut their longest tasks short.
+    ``weights`` None: every observation once (one row).
     """
-    w = np.atleast_2d(weights).astype(float)
     t_max = float(times[-1])
     ended, k = upper_quarter(times, events)
     u = float(ended[-k]) if len(ended) > k else 0.0
-    exposure = (w * np.maximum(0.0, times - u)).sum(axis=1)
-    tail_events = (w * events * (times > u)).sum(axis=1)
+    if weights is None:  # a row of ones: the same sums, without the products
+        exposure = np.maximum(0.0, times - u)[None, :].sum(axis=1)
+        tail_events = np.array([float(np.count_nonzero(events & (times > u)))])
+    else:
+        w = np.atleast_2d(weights).astype(float)
+        exposure = (w * np.maximum(0.0, times - u)).sum(axis=1)
+        tail_events = (w * events * (times > u)).sum(axis=1)
     with np.errstate(divide="ignore", invalid="ignore"):
         mrl = np.where(tail_events > 0, exposure / tail_events, np.maximum(t_max, restricted))
     alpha = hill_alpha(times, events)
@@ -143,9 +157,10 @@ def tail_moments(
 
 
 def km_moments(
-    times: np.ndarray, events: np.ndarray, weights: np.ndarray
+    times: np.ndarray, events: np.ndarray, weights: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Mean and second moment of runtime, one per row of ``weights`` (a bootstrap):
+    """Mean and second moment of runtime, one per row of ``weights`` (a bootstrap; None:
+    every observation once):
     Kaplan–Meier up to the longest observation, then the survival left (runs still
     going, or cut off, longer than anything seen to end) on the tail of ``tail_moments``."""
     s_after, s_before = kaplan_meier(times, events, weights)
@@ -189,7 +204,7 @@ def estimate_arrays(
     if n_events == 0:
         raise ValueError("no runtime has been seen to end yet")
     n = len(times)
-    mean, second = km_moments(times, events, np.ones(n))
+    mean, second = km_moments(times, events)
     m, sd = float(mean[0]), math.sqrt(max(0.0, float(second[0]) - float(mean[0]) ** 2))
     if resamples <= 0 or n < 2:
         return RuntimeEstimate(m, sd, m, m, n_events, n - n_events)
@@ -220,10 +235,9 @@ def open_end(times: np.ndarray, events: np.ndarray, mean: float) -> float:
     ``left`` · (t_max − the tail's mean residual life), where that is more."""
     if events[-1] or not events.any():
         return 0.0
-    ones = np.ones(len(times))
-    s_after, _ = kaplan_meier(times, events, ones)
+    s_after, _ = kaplan_meier(times, events)
     left = float(s_after[0, -1])
-    mrl = float(tail_moments(times, events, ones, np.array([mean]))[0][0])
+    mrl = float(tail_moments(times, events, None, np.array([mean]))[0][0])
     return left * max(0.0, float(times[-1]) - mrl)
 
 
@@ -362,12 +376,11 @@ def _km_whole(
     n_events = int(e_arr.sum())
     if n_events == 0:
         raise ValueError("no runtime has been seen to end yet")
-    ones = np.ones(len(t_arr))
-    after, before = kaplan_meier(t_arr, e_arr, ones)
+    after, before = kaplan_meier(t_arr, e_arr)
     prev = np.concatenate([[0.0], t_arr[:-1]])
     restricted = (before * (t_arr - prev)).sum(axis=1)
     second = (before * (t_arr**2 - prev**2)).sum(axis=1)
-    mrls, index, tail_second = tail_moments(t_arr, e_arr, ones, restricted)
+    mrls, index, tail_second = tail_moments(t_arr, e_arr, None, restricted)
     left = after[:, -1]
     m = float((restricted + left * mrls)[0])
     second_m = float((second + left * tail_second)[0])
@@ -377,22 +390,42 @@ def _km_whole(
     return after[0], mrls, index, whole
 
 
-def whole_estimate(done: Iterable[float], censored: Iterable[float]) -> RuntimeEstimate:
-    """T_i and its spread over ended runs (``estimate_runtime`` without resamples)."""
-    return _km_whole(*merged(done, censored))[3]
+KmPass = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, RuntimeEstimate]
+"""Sorted times, S after each, the tail's mean residual life and Pareto index, and T_i
+with its spread: one Kaplan–Meier pass over ended runs (``km_pass``)."""
 
 
-def build_curve(done: Iterable[float], censored: Iterable[float]) -> Curve:
+def km_pass(done: Iterable[float], censored: Iterable[float]) -> KmPass:
+    """Kaplan–Meier over ended runs (``done`` seen to end, ``censored`` ended without a
+    result); its last item is T_i and its spread (``estimate_runtime`` without
+    resamples). A caller may keep it to build the curve from (``curve_arrays``)."""
+    t_arr, e_arr = merged(done, censored)
+    return (t_arr, *_km_whole(t_arr, e_arr))
+
+
+def curve_arrays(
+    done: Iterable[float], censored: Iterable[float], km: KmPass | None = None
+) -> tuple[Curve, np.ndarray, np.ndarray, np.ndarray]:
     """The survival curve of ended runs (``done`` seen to end, ``censored`` ended without
     a result): times, S after each, ∫S from each time to the last, the tail past the
-    last time, and T_i and its spread (``whole_estimate``). The curve for the longest of
+    last time, and T_i and its spread (``km_pass``); with the times, S after each
+    and ∫S also as the arrays they were computed as (``learn.stats.tail_estimates``
+    reads those rather than converting the lists back). ``km``: the Kaplan–Meier pass
+    over the same runs, if one was made (``km_pass``). The curve for the longest of
     many runs (``threshold_curve``) is fitted when a plan asks for it, not on every
     end. Raises ValueError when nothing was seen to end."""
-    t_arr, e_arr = merged(done, censored)
-    after, mrls, index, whole = _km_whole(t_arr, e_arr)
-    times, s_after = t_arr.tolist(), after.tolist()
+    t_arr, after, mrls, index, whole = km_pass(done, censored) if km is None else km
     # ∫ S from times[j] to times[-1]: S is s_after[j] on [times[j], times[j+1]); summed
     # from the end, one term at a time (as a loop would).
     pieces = after[:-1] * np.diff(t_arr)
-    area = np.concatenate([np.cumsum(pieces[::-1])[::-1], [0.0]]).tolist()
-    return Curve(times, s_after, area, float(mrls[0]), float(index[0]), whole.mean_s, whole.sd_s)
+    area = np.concatenate([np.cumsum(pieces[::-1])[::-1], [0.0]])
+    curve = Curve(
+        t_arr.tolist(),
+        after.tolist(),
+        area.tolist(),
+        float(mrls[0]),
+        float(index[0]),
+        whole.mean_s,
+        whole.sd_s,
+    )
+    return curve, t_arr, after, area

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from autoscaler.budget.outlook import expected_left, forecast, paid_completions, potential
@@ -34,9 +35,9 @@ def up(state: RunState, name: str, mid: str, at: float) -> None:
     state.apply(at + state.types[name].boot_s, MachineReady(mid))
 
 
-def no_rest(_: str, age: float) -> float:
+def no_rest(_: str, ages: np.ndarray) -> np.ndarray:
     """Every running task is expected to end just now."""
-    return age
+    return ages
 
 
 def test_paid_completions_count_running_tasks_free_time_and_launches_in_flight() -> None:
@@ -57,8 +58,8 @@ def test_paid_completions_count_running_tasks_free_time_and_launches_in_flight()
     state.apply(1000.0, Launch("fast", 2, "L2"))
     means = {"slow": 600.0, "fast": 200.0}
 
-    def rest(name: str, age: float) -> float:
-        return 900.0 if name == "slow" else age
+    def rest(name: str, ages: np.ndarray) -> np.ndarray:
+        return np.full(len(ages), 900.0) if name == "slow" else ages
 
     assert paid_completions(state, 1000.0, means, rest) == 4 + 17 + 34
     assert expected_left(state, 1000.0, means, rest) == 100 - 55
@@ -69,7 +70,11 @@ def test_a_running_task_that_outlasts_the_paid_time_counts_for_nothing() -> None
     state = fresh()
     up(state, "slow", "a", 0.0)
     state.apply(200.0, Assign(0, "a"))
-    assert paid_completions(state, 1000.0, {"slow": 600.0}, lambda _n, _a: 5000.0) == 0
+
+    def long_rest(_: str, ages: np.ndarray) -> np.ndarray:
+        return np.full(len(ages), 5000.0)
+
+    assert paid_completions(state, 1000.0, {"slow": 600.0}, long_rest) == 0
 
 
 def test_types_without_an_estimate_count_for_nothing() -> None:
