@@ -101,6 +101,7 @@ if [ "$unit_rc" -eq 5 ]; then echo "error: no unit tests were collected" >&2; ex
 [ "$unit_rc" -eq 0 ] || { echo "error: the unit tests failed (exit $unit_rc)" >&2; exit "$unit_rc"; }
 [ "$integration_rc" -eq 0 ] || exit "$integration_rc"
 # Tests marked `alone` compare a real run's timing or spend with what the host's load
-# would shift: they run after, two at a time (one per core; they passed so beside three
-# helpers' work at a load average of 8).
-run_pytest "integration (alone)" yes tests/integration -q --durations=8 -n 2 -m alone
+# would shift: they run after, with nothing else of the suite beside them, four at a time
+# (they mostly wait on their runs; two at a time they passed beside three helpers' work
+# at a load average of 8, and four of them load the host less than that).
+run_pytest "integration (alone)" yes tests/integration -q --durations=8 -n 4 -m alone
