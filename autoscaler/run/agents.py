@@ -38,6 +38,9 @@ from autoscaler.providers.sim import share_factor, type_runtime
 from autoscaler.run.dispatch import AgentResult, Poll
 from autoscaler.run.staging import Staging
 
+_SETUP_LOST = -2
+"""The run number that marks, in a step's ``seen``, a machine lost to its set-up."""
+
 
 @dataclass
 class Agents:
@@ -125,10 +128,15 @@ class Agents:
                 why += f" ({last[-200:]})"  # the report's machine table shows it
             self.log.error("set-up failed", machine=m.id, error=why, tail=tail)
             lost: list[Event] = [MachineLost(m.id, f"{SETUP_REASON}: {why}")]
-            failed = 1 + sum(
+            # Failures so far: machines already ended by it, and those this step lost to
+            # it before this one (their MachineLost not folded yet: two set-ups failing
+            # in one step would otherwise count one each and step past the limit).
+            seen.add((m.id, _SETUP_LOST))
+            failed = sum(
                 1
                 for x in state.machines.values()
-                if x.type.name == m.type.name and SETUP_REASON in (x.end_reason or "")
+                if x.type.name == m.type.name
+                and (SETUP_REASON in (x.end_reason or "") or (x.id, _SETUP_LOST) in seen)
             )
             if failed == self.cfg.setup_failures_max:  # that type is not bought again
                 said_why = f"set-up failed on {failed} machines of {m.type.name}; last: {why}"

@@ -13,8 +13,11 @@ from autoscaler.config.load import expand_bag
 from autoscaler.core.leases import Timeline
 from autoscaler.core.model import (
     Assign,
+    Event,
     Launch,
+    LaunchFailed,
     MachineLaunched,
+    MachineLost,
     MachineReady,
     Move,
     TaskDone,
@@ -123,3 +126,40 @@ def test_two_results_of_one_task_in_one_step_make_one_done() -> None:
     events = agents.poll_events(state, poll(mid, [AgentResult(run, 5, 0, 0.5, None)], []), seen)
     events += agents.poll_events(state, poll("m2", [AgentResult(moved, 5, 0, 0.4, None)], []), seen)
     assert events == [TaskDone(5, mid, 0.5 * CFG.time_scale)]
+
+
+def test_set_ups_failing_in_one_step_give_the_type_up_once_at_the_limit() -> None:
+    """``setup_failures_max`` 2: two machines whose set-ups fail in the same step (their
+    losses not folded yet) give the type up in that step, once; a third failure later
+    does not say it again. (Each used to count one failure and the type was never given
+    up: CI ci16.)"""
+    cfg = make_config(
+        machine_types=[
+            {"name": "w", "price": 1.0, "max_count": 4, "boot_s": 0, "setup": ["exit 3"]}
+        ],
+        setup_failures_max=2,
+        emulator={"seed": 1, "runtime": {"dist": "normal", "mean_s": 600, "sd_s": 60}},
+    )
+    state = new_state(cfg, 10, 1)
+    state.apply(0.0, Launch("w", 3, "tok"))
+    for mid in ("m1", "m2", "m3"):
+        state.apply(0.0, MachineLaunched(mid, "w", "tok"))
+    agents = Agents(
+        cfg, expand_bag(cfg), [60.0] * 10, Path("/tmp"), io.StringIO(), structlog.get_logger()
+    )
+    failed = {"state": "failed", "command": "exit 3", "error": "exit 3"}
+
+    def report(mid: str, seen: set[tuple[str, int]]) -> list[Event]:
+        asked = Poll(mid, [], [], wait_s=0.0, arrived=0.0, setup=failed)
+        return agents.poll_events(state, asked, seen)
+
+    seen: set[tuple[str, int]] = set()
+    step = report("m1", seen) + report("m2", seen)
+    assert [type(e) for e in step] == [MachineLost, MachineLost, LaunchFailed]
+    given_up = step[-1]
+    assert isinstance(given_up, LaunchFailed)
+    assert (given_up.type, given_up.kind) == ("w", "setup")
+    for event in step:
+        state.apply(1.0, event)
+    later = report("m3", set())
+    assert [type(e) for e in later] == [MachineLost]
