@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import shlex
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -191,6 +192,10 @@ class BatchProvider(Generic[SpecT]):
         self._runner: CommandRunner = runner if runner is not None else self._run_real
         self._wall = wall  # epoch seconds, what schedulers' times are in
         self._machines: dict[str, _Machine] = {}
+        # The daemon calls a provider from several threads (a launch beside a describe):
+        # the machines' table is read and changed under this lock, and a launch's count
+        # check and its submissions are one step (two launches cannot both pass the maximum).
+        self._lock = threading.RLock()
 
     @property
     def capabilities(self) -> Capabilities:
@@ -227,58 +232,61 @@ class BatchProvider(Generic[SpecT]):
         self, type: str, count: int, token: str, tags: Mapping[str, str]
     ) -> list[MachineRecord]:
         """Submit the token's jobs that are not queued or running; all of them as records."""
-        ids = machine_ids(type, token, count)
-        live = self._refresh()
-        missing = [mid for mid in ids if mid not in live]
-        alive = sum(1 for mid in live if self._machines[mid].type == type)
-        check_launch(self._capabilities, type, alive, len(missing))
-        if missing:
-            spec = self.types.get(type)
-            if spec is None:
-                raise AutoscalerError(
-                    f"{self.section}.types has no entry for machine type {type!r}",
-                    code="UnknownType",
-                )
-            if not self.token_file.is_file():
-                raise AutoscalerError(
-                    f"the agents' token file {self.token_file} does not exist",
-                    code=self.error_code,
-                )
-            self.log_dir.mkdir(parents=True, exist_ok=True)
-            for mid in missing:
-                job_id = self._submit_job(mid, type, spec)
-                self._machines[mid] = _Machine(
-                    mid, type, token, job_id, self._clock(), ProviderState.PENDING
-                )
-        return [
-            MachineRecord(mid, type, token, self._machines[mid].launched_at)
-            for mid in ids
-            if mid in self._machines
-        ]
+        with self._lock:
+            ids = machine_ids(type, token, count)
+            live = self._refresh()
+            missing = [mid for mid in ids if mid not in live]
+            alive = sum(1 for mid in live if self._machines[mid].type == type)
+            check_launch(self._capabilities, type, alive, len(missing))
+            if missing:
+                spec = self.types.get(type)
+                if spec is None:
+                    raise AutoscalerError(
+                        f"{self.section}.types has no entry for machine type {type!r}",
+                        code="UnknownType",
+                    )
+                if not self.token_file.is_file():
+                    raise AutoscalerError(
+                        f"the agents' token file {self.token_file} does not exist",
+                        code=self.error_code,
+                    )
+                self.log_dir.mkdir(parents=True, exist_ok=True)
+                for mid in missing:
+                    job_id = self._submit_job(mid, type, spec)
+                    self._machines[mid] = _Machine(
+                        mid, type, token, job_id, self._clock(), ProviderState.PENDING
+                    )
+            return [
+                MachineRecord(mid, type, token, self._machines[mid].launched_at)
+                for mid in ids
+                if mid in self._machines
+            ]
 
     def describe(self, ids: Sequence[str] | None = None) -> list[MachineStatus]:
         """Machines of this run (all of them, or ``ids``) as the scheduler shows their jobs;
         jobs of the run an earlier daemon submitted are adopted (found by name)."""
-        self._refresh()
-        chosen = list(self._machines) if ids is None else list(ids)
-        return [
-            MachineStatus(mid, m.type, m.state)
-            for mid in chosen
-            if (m := self._machines.get(mid)) is not None
-        ]
+        with self._lock:
+            self._refresh()
+            chosen = list(self._machines) if ids is None else list(ids)
+            return [
+                MachineStatus(mid, m.type, m.state)
+                for mid in chosen
+                if (m := self._machines.get(mid)) is not None
+            ]
 
     def terminate(self, ids: Sequence[str], *, now: bool = False) -> list[str]:
         """End the jobs of those machines (only this run's); the ids terminated. The
         scheduler never waits for a job's end: ``now`` changes nothing."""
-        if any(mid not in self._machines for mid in ids):
-            self._refresh()  # adopt first: after a restart the ids may be new to us
-        targets = [self._machines[mid] for mid in ids if mid in self._machines]
-        alive = [m for m in targets if m.state is not ProviderState.TERMINATED]
-        ended = set(self._cancel([m.job_id for m in alive])) if alive else set()
-        for machine in alive:
-            if machine.job_id in ended:
-                machine.state = ProviderState.TERMINATED
-        return [m.id for m in targets if m.state is ProviderState.TERMINATED]
+        with self._lock:
+            if any(mid not in self._machines for mid in ids):
+                self._refresh()  # adopt first: after a restart the ids may be new to us
+            targets = [self._machines[mid] for mid in ids if mid in self._machines]
+            alive = [m for m in targets if m.state is not ProviderState.TERMINATED]
+            ended = set(self._cancel([m.job_id for m in alive])) if alive else set()
+            for machine in alive:
+                if machine.job_id in ended:
+                    machine.state = ProviderState.TERMINATED
+            return [m.id for m in targets if m.state is ProviderState.TERMINATED]
 
     # --- jobs ---------------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -133,6 +134,10 @@ class LocalProvider:
         self._clock = clock
         self.time_scale = time_scale
         self._agents: dict[str, _Agent] = {}
+        # The daemon calls a provider from several threads (a launch beside a describe):
+        # the agents' table is read and changed under this lock, and a launch's count
+        # check and its spawns are one step (two launches cannot both pass the maximum).
+        self._lock = threading.RLock()
 
     @property
     def capabilities(self) -> Capabilities:
@@ -147,17 +152,18 @@ class LocalProvider:
         self, type: str, count: int, token: str, tags: Mapping[str, str]
     ) -> list[MachineRecord]:
         ids = machine_ids(type, token, count)
-        self._adopt()
-        missing = [mid for mid in ids if not self._running(mid)]
-        alive = sum(1 for a in self._agents.values() if a.type == type and self._running(a.id))
-        check_launch(self._capabilities, type, alive, len(missing))
-        for mid in missing:
-            self._spawn(mid, type, token)
-        return [
-            MachineRecord(mid, type, token, self._agents[mid].launched_at)
-            for mid in ids
-            if mid in self._agents
-        ]
+        with self._lock:
+            self._adopt()
+            missing = [mid for mid in ids if not self._running(mid)]
+            alive = sum(1 for a in self._agents.values() if a.type == type and self._running(a.id))
+            check_launch(self._capabilities, type, alive, len(missing))
+            for mid in missing:
+                self._spawn(mid, type, token)
+            return [
+                MachineRecord(mid, type, token, self._agents[mid].launched_at)
+                for mid in ids
+                if mid in self._agents
+            ]
 
     def describe(self, ids: Sequence[str] | None = None) -> list[MachineStatus]:
         """Machines of this run (all of them, or ``ids``) as their processes stand.
@@ -165,22 +171,25 @@ class LocalProvider:
         Asked for all, it also looks for agents of the run that an earlier daemon
         started (by their tags), as a cloud provider lists instances by tag.
         """
-        if ids is None:
-            self._adopt()
-        chosen = list(self._agents) if ids is None else list(ids)
-        out = []
-        for mid in chosen:
-            agent = self._agents.get(mid)
-            if agent is None:
-                continue
-            state = ProviderState.RUNNING if self._running(mid) else ProviderState.TERMINATED
-            out.append(MachineStatus(mid, agent.type, state))
-        return out
+        with self._lock:
+            if ids is None:
+                self._adopt()
+            chosen = list(self._agents) if ids is None else list(ids)
+            out = []
+            for mid in chosen:
+                agent = self._agents.get(mid)
+                if agent is None:
+                    continue
+                running = self._running(mid)
+                state = ProviderState.RUNNING if running else ProviderState.TERMINATED
+                out.append(MachineStatus(mid, agent.type, state))
+            return out
 
     def terminate(self, ids: Sequence[str], *, now: bool = False) -> list[str]:
         """SIGTERM each agent, SIGKILL what is left after ``GRACE_S`` (at once if ``now``);
         wait for the ends."""
-        targets = [self._agents[mid] for mid in ids if mid in self._agents]
+        with self._lock:
+            targets = [self._agents[mid] for mid in ids if mid in self._agents]
         for agent in targets:
             if self._running(agent.id):
                 self._signal(agent, signal.SIGTERM)
