@@ -29,6 +29,7 @@ Errors come out as ``AutoscalerError`` carrying the AWS error code.
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -177,6 +178,10 @@ class Ec2Provider:
         self._clock = clock
         self._clients = ThreadClients(lambda: _client(settings))
         self._types: dict[str, str] = {}  # instance id -> our type, for ids EC2 forgot
+        # The daemon calls a provider from several threads: two launches of one type at
+        # once would both count the instances alive and both pass its maximum. A type's
+        # launches (count, then RunInstances) take turns; other types' do not wait.
+        self._launching: dict[str, threading.Lock] = {}
 
     @property
     def capabilities(self) -> Capabilities:
@@ -198,6 +203,12 @@ class Ec2Provider:
         """
         if count <= 0:
             return []
+        with self._launching.setdefault(type, threading.Lock()):
+            return self._launch(type, count, token, tags)
+
+    def _launch(
+        self, type: str, count: int, token: str, tags: Mapping[str, str]
+    ) -> list[MachineRecord]:
         live = list(self._run_instances_live())
         adopted = [i for i in live if _tags(i).get(LAUNCH_TAG) == token]
         if adopted:

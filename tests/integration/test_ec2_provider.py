@@ -535,3 +535,27 @@ def test_the_proxy_reads_chunked_bodies_and_keeps_connections_alive(proxy: Fault
         conn.close()
     assert proxy.counts["DescribeRegions"] == 1
     assert [s.injected for s in proxy.requests()] == ["Unsupported", None]
+
+
+def test_launches_of_one_type_at_once_never_pass_its_maximum(aws: Aws) -> None:
+    """Six launches of one ``big`` each (maximum 2), released together on six threads as
+    the daemon's provider threads may send them: two instances start, four launches are
+    refused for the maximum."""
+    provider = aws.provider()
+    gate = threading.Barrier(6)
+
+    def launch(i: int) -> int | str:
+        gate.wait()
+        try:
+            return len(provider.launch("big", 1, f"tok-{i}", {}))
+        except AutoscalerError as error:
+            return str(error)
+
+    with ThreadPoolExecutor(6) as pool:
+        results = list(pool.map(launch, range(6)))
+
+    assert sorted(r for r in results if isinstance(r, int)) == [1, 1]
+    refused = [r for r in results if isinstance(r, str)]
+    assert len(refused) == 4
+    assert all("exceeds the limit 2" in r for r in refused)
+    assert len([i for i in aws.tagged(RUN) if tags(i).get(TYPE_TAG) == "big"]) == 2
