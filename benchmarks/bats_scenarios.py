@@ -563,7 +563,8 @@ def plans_table(results: Sequence[RunResult], names: Sequence[str]) -> str:
             rs = [r for r in results if r.scenario == name and r.row == row]
             if not rs:
                 continue
-            common = Counter(r.first_plan or "none" for r in rs).most_common(3)
+            by_seed = sorted(rs, key=lambda r: r.seed)  # ties: the lower seed's plan first
+            common = Counter(r.first_plan or "none" for r in by_seed).most_common(3)
             ours = ", ".join(f"{plan} ({n})" for plan, n in common)
             paper = PAPER[name][row]
             rows.append([name, row, ours, paper.plan or paper.note or "-"])
