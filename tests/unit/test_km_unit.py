@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from autoscaler.learn.survival import kaplan_meier, km_moments, merged, tail_moments
+from tests.unit.draws import draw_runtime
 
 
 def _runs(draw: str, seed: int, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -17,12 +18,7 @@ def _runs(draw: str, seed: int, n: int) -> tuple[np.ndarray, np.ndarray]:
     done: list[float] = []
     censored: list[float] = []
     for _ in range(n):
-        if draw == "normal":
-            t = max(1.0, rng.gauss(900.0, 134.0))
-        elif draw == "pareto":
-            t = 60.0 * rng.paretovariate(2.5)
-        else:
-            t = round(rng.lognormvariate(6.0, 1.0), 0)  # ties, ends and censorings alike
+        t = draw_runtime(rng, draw)
         (censored if rng.random() < 0.2 else done).append(t)
     if not done:
         done.append(1.0)

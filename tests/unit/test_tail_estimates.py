@@ -9,18 +9,14 @@ import numpy as np
 import pytest
 
 from autoscaler.learn.stats import RuntimeStats, tail_estimates
+from tests.unit.draws import draw_runtime
 
 
 def _stats(draw: str, seed: int, n: int) -> RuntimeStats:
     rng = random.Random(seed)
     stats = RuntimeStats(sample_target=30)
     for _ in range(n):
-        if draw == "normal":
-            t = max(1.0, rng.gauss(900.0, 134.0))
-        elif draw == "pareto":
-            t = 60.0 * rng.paretovariate(2.5)
-        else:
-            t = round(rng.lognormvariate(6.0, 1.0), 0)  # ties
+        t = draw_runtime(rng, draw)
         if rng.random() < 0.1:
             stats.censor(t)
         else:
