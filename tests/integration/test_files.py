@@ -246,7 +246,12 @@ def test_a_daemon_killed_mid_run_keeps_committed_outputs(tmp_path: Path) -> None
         os.kill(daemon.pid, signal.SIGKILL)
         daemon.wait(10)
         committed = {r["task"] for r in stored_rows(run_dir)}
-        kept = {t: (run_dir / "outputs" / str(t) / "r.txt").stat().st_ino for t in committed}
+        # A commit is journaled, then its attempt renamed into place (staging.py): a kill
+        # between the two leaves a journaled commit the resume renames (checked below,
+        # with every task's file); those already in place must stay the very same files.
+        placed = [t for t in committed if (run_dir / "outputs" / str(t) / "r.txt").exists()]
+        assert placed
+        kept = {t: (run_dir / "outputs" / str(t) / "r.txt").stat().st_ino for t in placed}
         # An attempt a machine had staged when the daemon died, which nothing committed:
         stray = run_dir / "outputs" / ".attempts" / f"{n - 1}.small-L9-0-7"
         stray.mkdir(parents=True, exist_ok=True)
