@@ -47,10 +47,15 @@ paying one more whole task at it; the least budget rose 8–10 % and did every t
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 
-from autoscaler.budget.category_means import alone_means, category_times, effective
+from autoscaler.budget.category_means import (
+    CategoryTimes,
+    alone_means,
+    category_times,
+    effective,
+)
 from autoscaler.budget.outlook import forecast
 from autoscaler.budget.plans import at_means, plan
 from autoscaler.budget.problem import Plan, TypeEstimate, first_tasks
@@ -84,8 +89,33 @@ def plan_mix(
     if times is None:
         return plan(settings, state, now, base, n_e, money, notes, wanted), base
     up = slow_side(settings, state, now, base)
+    found = list(_mixes(settings, state, now, base, n_e, money, notes, wanted, times, up))
+    if not found:
+        return None, base
+    cost = [_cost(state, now, *f) for f in found]
+    total = state.committed + money  # the run's budget in a run; an option's in a plan
+    fitting = [f for f, c in zip(found, cost, strict=True) if c <= total + EPS]
+    reserve = end_reserve(state, base)
+    safe = [f for f in found if _safe(state, now, f, up, reserve, total)]
+    if safe or (fitting and not strict):
+        return max(safe or fitting, key=lambda f: f[0].speed)
+    return (None, base) if strict else found[cost.index(min(cost))]
+
+
+def _mixes(
+    settings: ControllerSettings,
+    state: RunState,
+    now: float,
+    base: dict[str, TypeEstimate],
+    n_e: float,
+    money: float,
+    notes: list[str],
+    wanted: float,
+    times: CategoryTimes,
+    up: Mapping[str, float] | None,
+) -> Iterator[tuple[Plan, dict[str, TypeEstimate]]]:
+    """The mixes the rounds find, in order, each with the means it would show."""
     seen: list[dict[str, int]] = []
-    found: list[tuple[Plan, dict[str, TypeEstimate]]] = []
     partnered = effective(state.billing, base, times, {})  # each type at what it is best at
     for means in (base, alone_means(state.billing, base, times), partnered):
         for _ in range(ROUNDS):
@@ -99,17 +129,19 @@ def plan_mix(
                 break
             seen.append(counts)
             means = effective(state.billing, base, times, counts)
-            found.append((at_means(chosen, means), means))
-    if not found:
-        return None, base
-    cost = [_cost(state, now, *f) for f in found]
-    total = state.committed + money  # the run's budget in a run; an option's in a plan
-    fitting = [f for f, c in zip(found, cost, strict=True) if c <= total + EPS]
-    reserve = end_reserve(state, base)
-    safe = [f for f in found if _cost(state, now, *f, up) + reserve <= total + EPS]
-    if safe or (fitting and not strict):
-        return max(safe or fitting, key=lambda f: f[0].speed)
-    return (None, base) if strict else found[cost.index(min(cost))]
+            yield at_means(chosen, means), means
+
+
+def _safe(
+    state: RunState,
+    now: float,
+    found: tuple[Plan, dict[str, TypeEstimate]],
+    up: Mapping[str, float] | None,
+    reserve: float,
+    total: float,
+) -> bool:
+    """A mix paid for at the slow side of its means, with the end reserve, within ``total``."""
+    return _cost(state, now, *found, up) + reserve <= total + EPS
 
 
 def _raised(
@@ -186,14 +218,21 @@ def least_money(
     ``_SCAN`` times ``start``); else, or beyond, doubling or halving, then bisection;
     None when 256 times ``start`` does not do."""
 
-    up = slow_side(settings, state, now, est)
+    base = dict(est)
+    up = slow_side(settings, state, now, base)
+    reserve = end_reserve(state, base)
+    times = category_times(state, categories, sorted(base)) if categories else None
 
     def fits(money: float) -> bool:
-        found, means = plan_mix(settings, state, now, est, n_e, money, [], 0.0, categories)
-        if found is None:
-            return False
-        spent = _cost(state, now, found, means, up) + end_reserve(state, dict(est))
-        return spent <= state.committed + money + EPS
+        """Whether ``plan_mix`` would give a mix paid for at the slow side of its means
+        with the reserve: it gives one exactly when the rounds find one (its first
+        choice), so the rounds stop at the first they find."""
+        total = state.committed + money
+        if times is None:
+            found = plan(settings, state, now, base, n_e, money, [], 0.0)
+            return found is not None and _safe(state, now, (found, base), up, reserve, total)
+        mixes = _mixes(settings, state, now, base, n_e, money, [], 0.0, times, up)
+        return any(_safe(state, now, f, up, reserve, total) for f in mixes)
 
     if start <= 0:
         return 0.0 if fits(0.0) else None
