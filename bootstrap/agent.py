@@ -738,9 +738,9 @@ def _on_child(signum: int, frame: FrameType | None) -> None:
 
 class Agent:
     """The poll loop: one thread, up to ``slots`` runs at once, every wait bounded by what
-    is due. A child's exit (SIGCHLD, blocked) ends the wait: ``signal.sigtimedwait``,
-    one system call, where the handler, wake-up pipe and ``select`` it replaces took five
-    and a third of the agent's CPU per quiet task (elsewhere, as on macOS, those)."""
+    is due. A child's exit (SIGCHLD, kept blocked) ends the wait: ``signal.sigtimedwait``
+    takes it in one system call, where a Python handler, a wake-up pipe written from it,
+    ``select`` and a read took five (without ``sigtimedwait``, as on macOS: those)."""
 
     def __init__(self, config: Config, token: str) -> None:
         self._config = config
