@@ -285,13 +285,12 @@ def read_notice(url: str, timeout: float = NOTICE_TIMEOUT_S) -> dict[str, str] |
 
 class NoticeWatcher(threading.Thread):
     """Reads the interruption notice every ``every_s`` seconds until there is one; then
-    keeps it and writes a byte to ``wake_fd`` (the poll loop's wake-up pipe)."""
+    keeps it and wakes the poll loop as a child's end does (SIGCHLD)."""
 
-    def __init__(self, url: str, every_s: float, wake_fd: int) -> None:
+    def __init__(self, url: str, every_s: float) -> None:
         super().__init__(name="notice", daemon=True)
         self._url = url
         self._every_s = every_s
-        self._wake_fd = wake_fd
         self._stopped = threading.Event()
         self.notice: dict[str, str] | None = None
 
@@ -303,8 +302,7 @@ class NoticeWatcher(threading.Thread):
             found = read_notice(self._url)
             if found is not None:
                 self.notice = found
-                with contextlib.suppress(OSError):
-                    os.write(self._wake_fd, b"\0")
+                os.kill(os.getpid(), signal.SIGCHLD)
                 return
             self._stopped.wait(self._every_s)
 
@@ -610,6 +608,7 @@ SHELL_ONLY = frozenset(
 """Builtins whose program namesake differs (``echo -e``, ``pwd``, ``kill %1``) or that
 exist only in the shell: a line starting with one runs in ``sh``. ``true`` and
 ``false`` are the same either way."""
+WAKE = (signal.SIGCHLD,)
 RESET_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ)
 """Python ignores them; a task's shell gets them back at their default, as with Popen."""
 
@@ -677,16 +676,22 @@ class Spawner:
                 return Process(Child(pid), outputs)
             except NotImplementedError:  # no POSIX_SPAWN_SETSID here
                 self.fast = False
-        proc = subprocess.Popen(
-            command,
-            shell=True,
-            cwd=cwd,
-            env={**os.environ, **env} if env else None,  # inherit: no per-variable work
-            stdin=self.devnull,
-            stdout=outputs.out,
-            stderr=outputs.err,
-            start_new_session=True,
-        )
+        mask = signal.pthread_sigmask(signal.SIG_SETMASK, ())  # the shell's, as setsigmask
+        try:
+            proc = subprocess.Popen(
+                command,
+                shell=True,
+                cwd=cwd,
+                env={**os.environ, **env} if env else None,  # inherit: no per-variable work
+                stdin=self.devnull,
+                stdout=outputs.out,
+                stderr=outputs.err,
+                start_new_session=True,
+            )
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        if mask:  # a child's end while SIGCHLD was unblocked was lost: wake the wait anyway
+            os.kill(os.getpid(), signal.SIGCHLD)
         return Process(proc, outputs)
 
     @staticmethod
@@ -728,12 +733,14 @@ class Spawner:
 
 
 def _on_child(signum: int, frame: FrameType | None) -> None:
-    """SIGCHLD: nothing to do here; the wake-up pipe has woken the wait."""
+    """SIGCHLD without ``sigtimedwait``: the wake-up pipe has woken the wait."""
 
 
 class Agent:
     """The poll loop: one thread, up to ``slots`` runs at once, every wait bounded by what
-    is due. A child's exit wakes the wait through SIGCHLD and a wake-up pipe."""
+    is due. A child's exit (SIGCHLD, kept blocked) ends the wait: ``signal.sigtimedwait``
+    takes it in one system call, where a Python handler, a wake-up pipe written from it,
+    ``select`` and a read took five (without ``sigtimedwait``, as on macOS: those)."""
 
     def __init__(self, config: Config, token: str) -> None:
         self._config = config
@@ -774,12 +781,13 @@ class Agent:
         """Work until released, refused, orphaned, out of lease or signalled; the exit code."""
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
-        wake_r, wake_w = os.pipe()
-        os.set_blocking(wake_r, False)
-        os.set_blocking(wake_w, False)
-        self._wake_r = wake_r
-        signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
-        signal.signal(signal.SIGCHLD, _on_child)
+        if hasattr(signal, "sigtimedwait"):
+            signal.pthread_sigmask(signal.SIG_BLOCK, WAKE)  # pending until _wait takes it
+        else:
+            self._wake_r, wake_w = os.pipe()
+            os.set_blocking(wake_w, False)
+            signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+            signal.signal(signal.SIGCHLD, _on_child)
         config = self._config
         try:
             log(
@@ -793,7 +801,7 @@ class Agent:
             )
             if config.notice_url:
                 url = config.notice_url.replace("{machine}", config.machine)
-                self._watcher = NoticeWatcher(url, config.notice_every_s, wake_w)
+                self._watcher = NoticeWatcher(url, config.notice_every_s)
                 self._watcher.start()
             if config.start_delay_s > 0:
                 time.sleep(config.start_delay_s)
@@ -808,10 +816,9 @@ class Agent:
             if self._watcher is not None:
                 self._watcher.stop()
             self._close()
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, WAKE)
             signal.set_wakeup_fd(-1)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            os.close(wake_r)
-            os.close(wake_w)
             for outputs in self._spare:
                 outputs.close()
             self._spawn.close()
@@ -882,34 +889,33 @@ class Agent:
 
     def _wait(self, until: float) -> None:
         limit = min(until, self._must_act_by())
-        processes = self._setup_proc is not None
-        if processes and self._setup is not None and self._setup.timeout_s is not None:
-            limit = min(limit, self._setup_began + self._setup.timeout_s)
+        setup = self._setup
+        if self._setup_proc is not None and setup is not None and setup.timeout_s is not None:
+            limit = min(limit, self._setup_began + setup.timeout_s)
         for current in self._running.values():
             limit = min(limit, current.ends_at)
-            processes = processes or current.process is not None
         timeout = limit - time.monotonic()
         if timeout <= 0:
             return
-        if processes or self._watcher is not None:
-            # a child's exit (SIGCHLD) and a notice write to the wake-up pipe
-            if select.select([self._wake_r], [], [], timeout)[0]:
-                with contextlib.suppress(BlockingIOError, InterruptedError):
-                    while len(os.read(self._wake_r, 4096)) == 4096:
-                        pass
-        else:
-            time.sleep(timeout)
+        if self._wake_r < 0:  # until a child ends or the notice comes (SIGCHLD both)
+            signal.sigtimedwait(WAKE, timeout)
+        elif select.select([self._wake_r], [], [], timeout)[0]:
+            os.read(self._wake_r, 4096)
 
     def _reap(self) -> None:
-        """Take the exit codes of the shells that ended: one wait each, none for those
-        still running (the agent's children are its runs' and its set-up's shells)."""
-        procs = [c.process.proc for c in self._running.values() if c.process is not None]
-        procs += [self._setup_proc.proc] if self._setup_proc is not None else []
-        with contextlib.suppress(ChildProcessError):  # no child at all
-            while (ended := os.waitpid(-1, os.WNOHANG))[0]:
-                for proc in procs:
+        """Take the exit codes of the shells that ended: one wait each, and one more only
+        while some still run (the agent's children are its runs' and its set-up's shells)."""
+        live = [c.process.proc for c in self._running.values() if c.process is not None]
+        live += [self._setup_proc.proc] if self._setup_proc is not None else []
+        try:
+            while live and (ended := os.waitpid(-1, os.WNOHANG))[0]:
+                for proc in live:
                     if proc.pid == ended[0]:
                         proc.returncode = os.waitstatus_to_exitcode(ended[1])
+                        live.remove(proc)
+                        break
+        except ChildProcessError:  # no child at all
+            pass
 
     def _advance(self, now: float) -> None:
         self._reap()

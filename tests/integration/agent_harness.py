@@ -27,6 +27,11 @@ import pytest
 from autoscaler.bootstrap.agent_start import AGENT
 
 TOKEN = "s3cret-test-token-0f9a"
+NO_SIGWAIT = (
+    "import runpy, signal; del signal.sigtimedwait; "
+    f"runpy.run_path({str(AGENT)!r}, run_name='__main__')"
+)
+"""The agent where Python has no ``signal.sigtimedwait`` (macOS): ``python -c`` this."""
 
 
 @dataclass(frozen=True)
@@ -198,15 +203,17 @@ def start_agent(tmp_path: Path) -> Iterator[StartAgent]:
         token: str | None = TOKEN,
         heartbeat_s: float = 0.2,
         orphan_after_s: float = 10.0,
+        sigtimedwait: bool = True,
     ) -> Agent:
         env = dict(os.environ)
         env.pop("AUTOSCALER_TOKEN", None)
         if token is not None:
             env["AUTOSCALER_TOKEN"] = token
         log_path = tmp_path / f"agent-{len(agents)}.log"
+        # without signal.sigtimedwait (as on macOS) the agent waits on a wake-up pipe
+        run = [sys.executable, str(AGENT)] if sigtimedwait else [sys.executable, "-c", NO_SIGWAIT]
         command = [
-            sys.executable,
-            str(AGENT),
+            *run,
             "--url",
             url,
             "--machine",

@@ -401,10 +401,12 @@ def test_queued_tasks_run_one_at_a_time_in_order(
     assert reported == [1, 2, 3]
 
 
+@pytest.mark.parametrize("sigtimedwait", [True, False], ids=["sigtimedwait", "wake-up-pipe"])
 def test_one_round_trip_per_task_without_sleeping(
-    controller: FakeController, start_agent: StartAgent
+    controller: FakeController, start_agent: StartAgent, sigtimedwait: bool
 ) -> None:
-    """Each result is sent at once and the next task comes back in its answer: no waiting."""
+    """Each result is sent at once and the next task comes back in its answer: no waiting.
+    A task's end wakes the agent (SIGCHLD), with ``signal.sigtimedwait`` or without."""
     count = 20
     next_run = iter(range(2, count + 1))
 
@@ -416,7 +418,7 @@ def test_one_round_trip_per_task_without_sleeping(
 
     controller.replies.append(give(task(1, "true")))
     controller.script = script
-    start_agent(controller.url, heartbeat_s=5.0)
+    start_agent(controller.url, heartbeat_s=5.0, sigtimedwait=sigtimedwait)
 
     first = controller.wait_for(lambda r: True)
     last = controller.wait_for(lambda r: r.carries(count))

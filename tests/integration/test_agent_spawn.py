@@ -19,8 +19,9 @@ import pytest
 pytestmark = pytest.mark.integration
 
 SPAWN = """
-import json, os, sys
+import json, os, signal, sys
 from autoscaler.bootstrap import agent
+signal.pthread_sigmask(signal.SIG_BLOCK, agent.WAKE)  # as the agent runs: SIGCHLD blocked
 spawner = agent.Spawner()
 spawner.fast = spawner.fast and sys.argv[1] == "fast"
 outputs = agent.Outputs.new()
@@ -40,7 +41,7 @@ COMMAND = (
     'set -- $(cat /proc/$$/stat); echo "pid=$1 pgrp=$5 sid=$6"; '
     "grep SigIgn /proc/$$/status; ls -m /proc/$$/fd; "
     'echo "stdin=$(readlink /proc/$$/fd/0)"; echo "greeting=$GREETING"; pwd; '
-    "echo to-stderr >&2; exit 3"
+    "grep SigBlk /proc/$$/status; echo to-stderr >&2; exit 3"
 )
 
 STANDARD = (1 << 31) - 1
@@ -95,6 +96,7 @@ def test_a_task_shell_gets_the_same_world_either_way(how: str, tmp_path: Path) -
     assert stdout[3] == "stdin=/dev/null"
     assert stdout[4] == "greeting=hello world"
     assert stdout[5] == os.path.realpath(tmp_path)
+    assert stdout[6].split() == ["SigBlk:", "0" * 16], "the agent's blocked SIGCHLD reached it"
     assert report["stderr"] == "to-stderr\n"
 
 
