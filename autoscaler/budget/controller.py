@@ -62,10 +62,14 @@ from autoscaler.core.model import (
     Stop,
     TaskDone,
     Tick,
+    TypeSpec,
 )
 from autoscaler.core.state import Machine, RunState
 from autoscaler.core.step import Step
 from autoscaler.learn.affine import AffineFit
+
+# Enum members looked up once: reading ``MachineState.READY`` calls a descriptor.
+_READY = MachineState.READY
 
 __all__ = ["Controller"]
 
@@ -98,7 +102,15 @@ def _read(s: Step, events: Iterable[Event]) -> _News:
     resumed: Resumed | None = None
     first: list[Action] = []  # decided while reading the events, applied after them
     for event in events:
-        others: list[str] = []
+        if type(event) is TaskDone:  # the most common by far: as the match below has it
+            tid, mid = event.task, event.machine
+            runs = None if tid in state.paired_runs else state.running_on.get(tid)
+            others = [m for m in runs if m != mid] if runs else []
+            s.feed(event)
+            touched.add(mid)
+            first.extend(Cancel(tid, m, "another run finished first") for m in others)
+            continue
+        others = []
         if isinstance(event, TaskDone) and event.task not in state.paired_runs:
             others = [m for m in state.running_on.get(event.task, {}) if m != event.machine]
         s.feed(event)
@@ -170,6 +182,7 @@ class Controller:
         self.categories = categories  # paper 004: which tasks a machine takes first
         # ...and the means the mix is planned on (category_mix), unless asked not to
         self._mix = categories.categories if categories is not None and categories.mix else None
+        self._group_limits: dict[str, tuple[TypeSpec, GroupLimits]] = {}
 
     # --- the one entry point ----------------------------------------------------------
 
@@ -332,8 +345,17 @@ class Controller:
             share=share,
             mean_s=stats.mean() if known else None,
             window_s=window,
-            limits=GroupLimits(self.settings.group_s, t.group_max_s, t.group_max_tasks),
+            limits=self._limits(t),
         )
+
+    def _limits(self, t: TypeSpec) -> GroupLimits:
+        """The group limits of type ``t`` (made once per type: a dispatch asks for them
+        for every group)."""
+        kept = self._group_limits.get(t.name)
+        if kept is None or kept[0] is not t:
+            kept = (t, GroupLimits(self.settings.group_s, t.group_max_s, t.group_max_tasks))
+            self._group_limits[t.name] = kept
+        return kept[1]
 
     def _dispatch(self, s: Step, machines: Iterable[str]) -> None:
         """Give each machine of ``machines`` with a free slot a task group, or release it
@@ -343,7 +365,7 @@ class Controller:
         share = fair_share(len(state.pending), 1, slots)
         for mid in sorted(machines):
             m = state.machines[mid]
-            if m.state is not MachineState.READY or len(m.running) >= m.type.slots:
+            if m.state is not _READY or len(m.running) >= m.type.slots:
                 continue
             if (
                 (m.idle or m.type.slots > 1)

@@ -21,6 +21,9 @@ from autoscaler.core.model import MachineState
 from autoscaler.core.state import Machine, RunState
 from autoscaler.learn.stats import tasks_within
 
+# Enum members looked up once: reading ``MachineState.READY`` calls a descriptor.
+_BOOTING = MachineState.BOOTING
+
 _EPS = 1e-6
 
 Residuals = Callable[[str, np.ndarray], np.ndarray]
@@ -51,7 +54,7 @@ def paid_completions(
         if mean is None:
             continue
         left = m.paid_until - margin - now
-        if m.state is MachineState.BOOTING:
+        if m.state is _BOOTING:
             left -= max(0.0, m.launched_at + m.type.boot_s - now)
         seen = ages.setdefault(m.type.name, [])
         machines.append((m, left, mean, len(seen)))

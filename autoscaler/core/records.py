@@ -27,6 +27,11 @@ from autoscaler.core.model import (
 )
 from autoscaler.learn.stats import RuntimeStats
 
+# Enum members looked up once: reading ``MachineState.READY`` calls a descriptor.
+_GONE = MachineState.GONE
+_READY = MachineState.READY
+_CANCELLED = TaskState.CANCELLED
+
 RECOVERING_WEIGHT = 0.5
 """What a type counts in a plan the moment its avoidance after a refused launch ends."""
 
@@ -37,7 +42,7 @@ class StateError(AutoscalerError):
     code = "StateError"
 
 
-@dataclass
+@dataclass(slots=True)
 class Machine:
     id: str
     type: TypeSpec
@@ -60,14 +65,14 @@ class Machine:
 
     @property
     def alive(self) -> bool:
-        return self.state is not MachineState.GONE
+        return self.state is not _GONE
 
     @property
     def idle(self) -> bool:
-        return self.state is MachineState.READY and not self.running and not self.queue
+        return self.state is _READY and not self.running and not self.queue
 
 
-@dataclass
+@dataclass(slots=True)
 class Segment:
     """A run of one task on one machine, for the report's Gantt chart."""
 
@@ -250,7 +255,7 @@ class RunRecords:
             queue.insert(i, tid)
 
     def alive_machines(self) -> Iterator[Machine]:
-        return (m for m in list(self.alive.values()) if m.alive)
+        return iter([m for m in self.alive.values() if m.state is not _GONE])
 
     def any_alive(self) -> bool:
         return bool(self.alive)
