@@ -59,9 +59,23 @@ def paid_completions(
         seen = ages.setdefault(m.type.name, [])
         machines.append((m, left, mean, len(seen)))
         if left >= 0:  # else every lane is spent before its first task
-            seen.extend(now - start for start in m.running.values())
+            for start in m.running.values():
+                seen.append(now - start)
     totals = {n: residual(n, np.array(a)).tolist() for n, a in ages.items() if a}
+    # ``total`` adds whole numbers only: exact in any order.
     for m, left, mean, first in machines:
+        if m.type.slots <= 1 and len(m.running) <= 1:  # one lane: as below, unrolled
+            lane = left
+            if left >= 0 and m.running:
+                name = m.type.name
+                rest = max(0.0, totals[name][first] - ages[name][first])
+                if rest > lane:
+                    continue  # the lane is spent on its running task
+                total += 1
+                lane -= rest
+            if lane > 0:
+                total += math.floor(lane / mean + _EPS)
+            continue
         lanes = [left] * max(1, m.type.slots)
         if left >= 0:
             name = m.type.name
