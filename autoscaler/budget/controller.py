@@ -74,9 +74,10 @@ _READY = MachineState.READY
 __all__ = ["Controller"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _News:
-    """What a step's events tell the controller."""
+    """What a step's events tell the controller (not frozen: made every step, and a
+    frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``)."""
 
     touched: frozenset[str]  # machines whose work changed
     boundaries: tuple[str, ...]  # machines near the end of their paid time
@@ -108,7 +109,8 @@ def _read(s: Step, events: Iterable[Event]) -> _News:
             others = [m for m in runs if m != mid] if runs else []
             s.feed(event)
             touched.add(mid)
-            first.extend(Cancel(tid, m, "another run finished first") for m in others)
+            if others:
+                first.extend(Cancel(tid, m, "another run finished first") for m in others)
             continue
         others = []
         if isinstance(event, TaskDone) and event.task not in state.paired_runs:
@@ -161,15 +163,22 @@ def _to_serve(s: Step, news: _News) -> set[str]:
     loss, a release that re-queued tasks or a new configuration or launch; else those
     the events touched and those the step cancelled a run on or extended."""
     state = s.state
-    requeued = bool(state.pending) and any(isinstance(a, Release) for a in s.actions)
+    actions = s.actions  # most steps decided nothing yet: a task's result, read
+    requeued = bool(actions and state.pending) and any(isinstance(a, Release) for a in actions)
     if (
         news.tick
         or news.lost
         or requeued
-        or any(isinstance(a, Configure | Launch) for a in s.actions)
+        or (actions and any(isinstance(a, _PLANS) for a in actions))
     ):
         return {m.id for m in state.alive_machines()}
-    return {*news.touched, *(a.machine for a in s.actions if isinstance(a, Cancel | Extend))}
+    if not actions:
+        return set(news.touched)
+    return {*news.touched, *(a.machine for a in actions if isinstance(a, _CARRIED))}
+
+
+_PLANS = (Configure, Launch)  # a tuple: ``Configure | Launch`` would be built every call
+_CARRIED = (Cancel, Extend)
 
 
 class Controller:
@@ -363,14 +372,15 @@ class Controller:
         state = s.state
         slots = state.alive_slots
         share = fair_share(len(state.pending), 1, slots)
+        compact = sampling_.is_compact(self.settings, state)  # fixed for the run
         for mid in sorted(machines):
             m = state.machines[mid]
             if m.state is not _READY or len(m.running) >= m.type.slots:
                 continue
             if (
-                (m.idle or m.type.slots > 1)
+                compact
+                and (m.idle or m.type.slots > 1)
                 and not planned(state)
-                and sampling_.is_compact(self.settings, state)
                 and self._probe(s, m)
             ):
                 continue
