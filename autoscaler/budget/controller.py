@@ -307,6 +307,13 @@ class Controller:
         then move the machines towards the target if it (or the fleet) moved."""
         state = s.state
         settings = self.settings
+        if (
+            not (news.tick or news.lost or news.unavailable or news.held)
+            and news.budget_set is None
+            and news.resumed is None
+            and (state.awaiting_budget or planned(state))
+        ):
+            return  # most steps (a task's result under a plan): nothing below would act
         replanned = monitor.check(settings, s, news.tick, self._mix)
         told = news.budget_set is not None or news.resumed is not None
         if told and not replanned and planned(state):

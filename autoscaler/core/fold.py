@@ -150,6 +150,7 @@ class Fold(Runs):
                 if m.alive:
                     m.state = _READY
                     m.ready_at = self.now
+                    self.readies += 1
                     self._start_queued(m)
             case MachineLost(machine=mid, reason=reason):
                 self._end_machine(mid, f"lost: {reason}", outcome="lost")
