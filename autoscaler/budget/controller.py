@@ -62,17 +62,22 @@ from autoscaler.core.model import (
     Stop,
     TaskDone,
     Tick,
+    TypeSpec,
 )
 from autoscaler.core.state import Machine, RunState
 from autoscaler.core.step import Step
 from autoscaler.learn.affine import AffineFit
 
+# Enum members looked up once: reading ``MachineState.READY`` calls a descriptor.
+_READY = MachineState.READY
+
 __all__ = ["Controller"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _News:
-    """What a step's events tell the controller."""
+    """What a step's events tell the controller (not frozen: made every step, and a
+    frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``)."""
 
     touched: frozenset[str]  # machines whose work changed
     boundaries: tuple[str, ...]  # machines near the end of their paid time
@@ -98,7 +103,16 @@ def _read(s: Step, events: Iterable[Event]) -> _News:
     resumed: Resumed | None = None
     first: list[Action] = []  # decided while reading the events, applied after them
     for event in events:
-        others: list[str] = []
+        if type(event) is TaskDone:  # the most common by far: as the match below has it
+            tid, mid = event.task, event.machine
+            runs = None if tid in state.paired_runs else state.running_on.get(tid)
+            others = [m for m in runs if m != mid] if runs else []
+            s.feed(event)
+            touched.add(mid)
+            if others:
+                first.extend(Cancel(tid, m, "another run finished first") for m in others)
+            continue
+        others = []
         if isinstance(event, TaskDone) and event.task not in state.paired_runs:
             others = [m for m in state.running_on.get(event.task, {}) if m != event.machine]
         s.feed(event)
@@ -149,15 +163,22 @@ def _to_serve(s: Step, news: _News) -> set[str]:
     loss, a release that re-queued tasks or a new configuration or launch; else those
     the events touched and those the step cancelled a run on or extended."""
     state = s.state
-    requeued = bool(state.pending) and any(isinstance(a, Release) for a in s.actions)
+    actions = s.actions  # most steps decided nothing yet: a task's result, read
+    requeued = bool(actions and state.pending) and any(isinstance(a, Release) for a in actions)
     if (
         news.tick
         or news.lost
         or requeued
-        or any(isinstance(a, Configure | Launch) for a in s.actions)
+        or (actions and any(isinstance(a, _PLANS) for a in actions))
     ):
         return {m.id for m in state.alive_machines()}
-    return {*news.touched, *(a.machine for a in s.actions if isinstance(a, Cancel | Extend))}
+    if not actions:
+        return set(news.touched)
+    return {*news.touched, *(a.machine for a in actions if isinstance(a, _CARRIED))}
+
+
+_PLANS = (Configure, Launch)  # a tuple: ``Configure | Launch`` would be built every call
+_CARRIED = (Cancel, Extend)
 
 
 class Controller:
@@ -170,6 +191,7 @@ class Controller:
         self.categories = categories  # paper 004: which tasks a machine takes first
         # ...and the means the mix is planned on (category_mix), unless asked not to
         self._mix = categories.categories if categories is not None and categories.mix else None
+        self._group_limits: dict[str, tuple[TypeSpec, GroupLimits]] = {}
 
     # --- the one entry point ----------------------------------------------------------
 
@@ -285,6 +307,13 @@ class Controller:
         then move the machines towards the target if it (or the fleet) moved."""
         state = s.state
         settings = self.settings
+        if (
+            not (news.tick or news.lost or news.unavailable or news.held)
+            and news.budget_set is None
+            and news.resumed is None
+            and (state.awaiting_budget or planned(state))
+        ):
+            return  # most steps (a task's result under a plan): nothing below would act
         replanned = monitor.check(settings, s, news.tick, self._mix)
         told = news.budget_set is not None or news.resumed is not None
         if told and not replanned and planned(state):
@@ -332,8 +361,17 @@ class Controller:
             share=share,
             mean_s=stats.mean() if known else None,
             window_s=window,
-            limits=GroupLimits(self.settings.group_s, t.group_max_s, t.group_max_tasks),
+            limits=self._limits(t),
         )
+
+    def _limits(self, t: TypeSpec) -> GroupLimits:
+        """The group limits of type ``t`` (made once per type: a dispatch asks for them
+        for every group)."""
+        kept = self._group_limits.get(t.name)
+        if kept is None or kept[0] is not t:
+            kept = (t, GroupLimits(self.settings.group_s, t.group_max_s, t.group_max_tasks))
+            self._group_limits[t.name] = kept
+        return kept[1]
 
     def _dispatch(self, s: Step, machines: Iterable[str]) -> None:
         """Give each machine of ``machines`` with a free slot a task group, or release it
@@ -341,14 +379,15 @@ class Controller:
         state = s.state
         slots = state.alive_slots
         share = fair_share(len(state.pending), 1, slots)
+        compact = sampling_.is_compact(self.settings, state)  # fixed for the run
         for mid in sorted(machines):
             m = state.machines[mid]
-            if m.state is not MachineState.READY or len(m.running) >= m.type.slots:
+            if m.state is not _READY or len(m.running) >= m.type.slots:
                 continue
             if (
-                (m.idle or m.type.slots > 1)
+                compact
+                and (m.idle or m.type.slots > 1)
                 and not planned(state)
-                and sampling_.is_compact(self.settings, state)
                 and self._probe(s, m)
             ):
                 continue

@@ -21,6 +21,9 @@ from autoscaler.core.model import MachineState
 from autoscaler.core.state import Machine, RunState
 from autoscaler.learn.stats import tasks_within
 
+# Enum members looked up once: reading ``MachineState.READY`` calls a descriptor.
+_BOOTING = MachineState.BOOTING
+
 _EPS = 1e-6
 
 Residuals = Callable[[str, np.ndarray], np.ndarray]
@@ -51,14 +54,28 @@ def paid_completions(
         if mean is None:
             continue
         left = m.paid_until - margin - now
-        if m.state is MachineState.BOOTING:
+        if m.state is _BOOTING:
             left -= max(0.0, m.launched_at + m.type.boot_s - now)
         seen = ages.setdefault(m.type.name, [])
         machines.append((m, left, mean, len(seen)))
         if left >= 0:  # else every lane is spent before its first task
-            seen.extend(now - start for start in m.running.values())
+            for start in m.running.values():
+                seen.append(now - start)
     totals = {n: residual(n, np.array(a)).tolist() for n, a in ages.items() if a}
+    # ``total`` adds whole numbers only: exact in any order.
     for m, left, mean, first in machines:
+        if m.type.slots <= 1 and len(m.running) <= 1:  # one lane: as below, unrolled
+            lane = left
+            if left >= 0 and m.running:
+                name = m.type.name
+                rest = max(0.0, totals[name][first] - ages[name][first])
+                if rest > lane:
+                    continue  # the lane is spent on its running task
+                total += 1
+                lane -= rest
+            if lane > 0:
+                total += math.floor(lane / mean + _EPS)
+            continue
         lanes = [left] * max(1, m.type.slots)
         if left >= 0:
             name = m.type.name

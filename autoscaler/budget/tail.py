@@ -16,6 +16,8 @@ from autoscaler.core.state import Machine
 from autoscaler.core.step import Step
 from autoscaler.learn.stats import tail_estimates
 
+_RUNNING = TaskState.RUNNING  # an enum member read once: it is asked of every running task
+
 
 def replicate(settings: ControllerSettings, s: Step, m: Machine) -> bool:
     """Copy the running task expected to finish last onto ``m``, if ``m`` beats it."""
@@ -57,20 +59,23 @@ def _candidates(settings: ControllerSettings, s: Step) -> _Candidates | None:
     tids: list[int] = []
     starts: list[float] = []
     hosts: list[Machine] = []
-    task_state, machines = state.task_state, state.machines
-    for tid, runs in state.running_on.items():
-        if len(runs) != 1 or task_state[tid] is not TaskState.RUNNING:
-            continue
-        ((other, start),) = runs.items()
-        tids.append(tid)
-        starts.append(start)
-        hosts.append(machines[other])
+    task_state, machines, running = state.task_state, state.machines, _RUNNING
+    for tid, runs in state.running_on.items():  # every step of the tail: kept lean
+        if len(runs) == 1 and task_state[tid] is running:
+            for other, start in runs.items():
+                tids.append(tid)
+                starts.append(start)
+                hosts.append(machines[other])
     if not tids:
         return None
     start_arr = np.array(starts)
     names = [h.type.name for h in hosts]
     kinds = sorted(set(names))
-    code = np.array([kinds.index(n) for n in names]) if len(kinds) > 1 else None
+    if len(kinds) > 1:
+        index = {n: k for k, n in enumerate(kinds)}
+        code = np.array([index[n] for n in names])
+    else:
+        code = None
     finish = np.empty(len(tids))
     for k, name in enumerate(kinds):
         at = slice(None) if code is None else code == k

@@ -59,6 +59,15 @@ from autoscaler.core.model import (
 from autoscaler.core.records import Machine, Segment, StateError
 from autoscaler.core.runs import Runs
 
+# Enum members looked up once: reading ``MachineState.READY`` calls a descriptor.
+_GONE = MachineState.GONE
+_READY = MachineState.READY
+_CANCELLED = TaskState.CANCELLED
+_DONE = TaskState.DONE
+_FAILED = TaskState.FAILED
+_PENDING = TaskState.PENDING
+_RUNNING = TaskState.RUNNING
+
 
 class Fold(Runs):
     """``RunRecords`` and the one way they change (runs on machines: ``core.runs``)."""
@@ -76,7 +85,11 @@ class Fold(Runs):
         ``now`` exactly as the live run did.
         """
         self.now = t
-        if isinstance(item, EVENT_TYPES):
+        if type(item) is TaskDone and item.stored is None:  # the most common, as Assign
+            self._task_done(item)
+        elif type(item) is Assign:
+            self._assign(self.machines[item.machine], (item.task,))
+        elif isinstance(item, EVENT_TYPES):
             self._event(item)
         elif isinstance(item, ACTION_TYPES):
             self._action(item)
@@ -135,45 +148,29 @@ class Fold(Runs):
             case MachineReady(machine=mid):
                 m = self.machines[mid]
                 if m.alive:
-                    m.state = MachineState.READY
+                    m.state = _READY
                     m.ready_at = self.now
+                    self.readies += 1
                     self._start_queued(m)
             case MachineLost(machine=mid, reason=reason):
                 self._end_machine(mid, f"lost: {reason}", outcome="lost")
-            case TaskDone(task=tid, machine=mid, runtime_s=runtime, stored=stored):
+            case TaskDone(stored=stored):
                 if stored is not None:
                     self._store(event, stored)
                     return
-                m = self.machines[mid]
-                if not self._finish_run(tid, mid, "done", runtime):
-                    self._done_after_all(m, tid, runtime)
-                    return
-                if self.task_state[tid] is TaskState.RUNNING:
-                    self.task_state[tid] = TaskState.DONE
-                    self.done += 1
-                    m.tasks_done += 1
-                    # The first result wins: the other runs end now (the controller
-                    # sends each a Cancel, which then finds nothing left to stop).
-                    # A paired task's runs on other types go on: they are the pairs.
-                    if tid not in self.paired_runs:
-                        for other in list(self.running_on.get(tid, {})):
-                            self._cancel(tid, other)
-                    if not self.running_on.get(tid):
-                        self.running_on.pop(tid, None)
-                elif tid in self.paired_runs and not self.running_on.get(tid):
-                    self.running_on.pop(tid, None)
+                self._task_done(event)
             case TaskFailed(task=tid, machine=mid, error=error, runtime_s=runtime):
                 if not self._finish_run(tid, mid, "failed", runtime):
                     return
-                if self.task_state[tid] is TaskState.RUNNING and not self.running_on.get(tid):
+                if self.task_state[tid] is _RUNNING and not self.running_on.get(tid):
                     self.attempts[tid] += 1
                     self.task_errors[tid] = error
                     self.running_on.pop(tid, None)
                     if self.attempts[tid] > self.max_retries:
-                        self.task_state[tid] = TaskState.FAILED
+                        self.task_state[tid] = _FAILED
                         self.failed += 1
                     else:
-                        self.task_state[tid] = TaskState.PENDING
+                        self.task_state[tid] = _PENDING
                         self.pending.appendleft(tid)
                 elif tid in self.paired_runs and not self.running_on.get(tid):
                     self.running_on.pop(tid, None)
@@ -201,11 +198,33 @@ class Fold(Runs):
             case Tick() | BoundaryNear():
                 pass
 
+    def _task_done(self, event: TaskDone) -> None:
+        """A run ended with a result (its outputs, if any, folded by the caller)."""
+        tid, mid, runtime = event.task, event.machine, event.runtime_s
+        m = self.machines[mid]
+        if not self._finish_run(tid, mid, "done", runtime):
+            self._done_after_all(m, tid, runtime)
+            return
+        if self.task_state[tid] is _RUNNING:
+            self.task_state[tid] = _DONE
+            self.done += 1
+            m.tasks_done += 1
+            # The first result wins: the other runs end now (the controller
+            # sends each a Cancel, which then finds nothing left to stop).
+            # A paired task's runs on other types go on: they are the pairs.
+            if tid not in self.paired_runs:
+                for other in list(self.running_on.get(tid, {})):
+                    self._cancel(tid, other)
+            if not self.running_on.get(tid):
+                self.running_on.pop(tid, None)
+        elif tid in self.paired_runs and not self.running_on.get(tid):
+            self.running_on.pop(tid, None)
+
     def _store(self, done: TaskDone, stored: Stored) -> None:
         """``done`` folded; its outputs are the task's if it is the result that counted."""
         before = self.task_state[done.task]
         self._event(dataclasses.replace(done, stored=None))
-        if before is not TaskState.DONE and self.task_state[done.task] is TaskState.DONE:
+        if before is not _DONE and self.task_state[done.task] is _DONE:
             self.stored[done.task] = stored
 
     def _avoid(self, failed: LaunchFailed, until: float) -> None:
@@ -247,7 +266,7 @@ class Fold(Runs):
         if self.task_category:
             self.task_category = (*self.task_category, *(cats or [-1] * job.count))
         self.n_tasks += job.count
-        self.task_state.extend([TaskState.PENDING] * job.count)
+        self.task_state.extend([_PENDING] * job.count)
         self.attempts.extend([0] * job.count)
         self.pending.extend(order)
         self.jobs = (*self.jobs, job)
@@ -264,9 +283,9 @@ class Fold(Runs):
             return
         self.withdrawn[name] = self.now
         ids = range(job.first, job.first + job.count)
-        gone = {t for t in ids if self.task_state[t] in (TaskState.PENDING, TaskState.RUNNING)}
+        gone = {t for t in ids if self.task_state[t] in (_PENDING, _RUNNING)}
         for tid in gone:
-            self.task_state[tid] = TaskState.CANCELLED
+            self.task_state[tid] = _CANCELLED
         self.cancelled += len(gone)
         self.pending = deque(t for t in self.pending if t not in gone)
         for token, queues in self.launch_queues.items():
@@ -286,8 +305,8 @@ class Fold(Runs):
 
     def _back_to_bag(self, tasks: Sequence[int]) -> None:
         for tid in reversed(tasks):
-            if self.task_state[tid] is TaskState.RUNNING and not self.running_on.get(tid):
-                self.task_state[tid] = TaskState.PENDING
+            if self.task_state[tid] is _RUNNING and not self.running_on.get(tid):
+                self.task_state[tid] = _PENDING
                 self.pending.appendleft(tid)
 
     def _first_cost(self, type_name: str) -> float:
@@ -312,7 +331,7 @@ class Fold(Runs):
             self._drop_run(tid, mid)
         m.queue.clear()
         self.queued.pop(mid, None)
-        m.state = MachineState.GONE
+        m.state = _GONE
         if self.alive.pop(mid, None) is not None:
             self.alive_slots -= m.type.slots
         m.ended_at = end
@@ -334,9 +353,9 @@ class Fold(Runs):
                 if queues:
                     taken = {tid for q in queues for tid in q}
                     for tid in taken:
-                        if self.task_state[tid] is not TaskState.PENDING:
+                        if self.task_state[tid] is not _PENDING:
                             raise StateError(f"launch {token}: task {tid} is not in the bag")
-                        self.task_state[tid] = TaskState.RUNNING
+                        self.task_state[tid] = _RUNNING
                     self.pending = deque(t for t in self.pending if t not in taken)
                     self.launch_queues[token] = deque(tuple(q) for q in queues)
             case Extend(machine=mid, until=until):

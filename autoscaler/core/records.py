@@ -27,6 +27,11 @@ from autoscaler.core.model import (
 )
 from autoscaler.learn.stats import RuntimeStats
 
+# Enum members looked up once: reading ``MachineState.READY`` calls a descriptor.
+_GONE = MachineState.GONE
+_READY = MachineState.READY
+_CANCELLED = TaskState.CANCELLED
+
 RECOVERING_WEIGHT = 0.5
 """What a type counts in a plan the moment its avoidance after a refused launch ends."""
 
@@ -37,7 +42,7 @@ class StateError(AutoscalerError):
     code = "StateError"
 
 
-@dataclass
+@dataclass(slots=True)
 class Machine:
     id: str
     type: TypeSpec
@@ -60,14 +65,14 @@ class Machine:
 
     @property
     def alive(self) -> bool:
-        return self.state is not MachineState.GONE
+        return self.state is not _GONE
 
     @property
     def idle(self) -> bool:
-        return self.state is MachineState.READY and not self.running and not self.queue
+        return self.state is _READY and not self.running and not self.queue
 
 
-@dataclass
+@dataclass(slots=True)
 class Segment:
     """A run of one task on one machine, for the report's Gantt chart."""
 
@@ -98,6 +103,11 @@ class RunRecords:
     # them): the tail's take-back looks at these, not at every machine, per idle one.
     queued: dict[str, Machine] = field(default_factory=dict, compare=False, repr=False)
     launch_index: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
+    readies: int = field(default=0, compare=False)  # machines that came up (MachineReady)
+    # ``boot_s`` per type, with the (machines, readies) it was worked out at
+    _boots: dict[str, tuple[tuple[int, int], float | None]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
     task_state: list[TaskState] = field(default_factory=list)
     attempts: list[int] = field(default_factory=list)
     pending: deque[int] = field(default_factory=deque)
@@ -250,7 +260,7 @@ class RunRecords:
             queue.insert(i, tid)
 
     def alive_machines(self) -> Iterator[Machine]:
-        return (m for m in list(self.alive.values()) if m.alive)
+        return iter([m for m in self.alive.values() if m.state is not _GONE])
 
     def any_alive(self) -> bool:
         return bool(self.alive)
@@ -273,12 +283,17 @@ class RunRecords:
     def boot_s(self, type_name: str) -> float:
         """β of a type: launch to ready (its set-up included), the mean over its machines
         that came up; the declared ``boot_s`` until one has."""
-        seen = [
-            m.ready_at - m.launched_at
-            for m in self.machines.values()
-            if m.type.name == type_name and m.ready_at is not None
-        ]
-        return sum(seen) / len(seen) if seen else self.types[type_name].boot_s
+        key = (len(self.machines), self.readies)  # what the mean is over: kept until it moves
+        kept = self._boots.get(type_name)
+        if kept is None or kept[0] != key:
+            seen = [
+                m.ready_at - m.launched_at
+                for m in self.machines.values()
+                if m.type.name == type_name and m.ready_at is not None
+            ]
+            kept = (key, sum(seen) / len(seen) if seen else None)
+            self._boots[type_name] = kept
+        return self.types[type_name].boot_s if kept[1] is None else kept[1]
 
     def alive_counts(self, *, include_marked: bool = True) -> dict[str, int]:
         """``count_alive`` of every type, in one pass over the machines alive."""

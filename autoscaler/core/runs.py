@@ -14,6 +14,12 @@ from collections.abc import Sequence
 from autoscaler.core.model import MachineState, TaskState
 from autoscaler.core.records import Machine, RunRecords, Segment, StateError
 
+# Enum members looked up once: reading ``MachineState.READY`` calls a descriptor.
+_READY = MachineState.READY
+_DONE = TaskState.DONE
+_PENDING = TaskState.PENDING
+_RUNNING = TaskState.RUNNING
+
 
 class Runs(RunRecords):
     """``RunRecords`` with the mechanics of runs; ``core.fold.Fold`` applies records."""
@@ -22,12 +28,12 @@ class Runs(RunRecords):
         """A task taken back from ``m``'s queue that its agent had started (or finished)
         before it heard: its result counts, and the copies queued or running elsewhere
         end (the first result wins), so it never runs to success twice."""
-        if tid not in m.taken or self.task_state[tid] not in (TaskState.RUNNING, TaskState.PENDING):
+        if tid not in m.taken or self.task_state[tid] not in (_RUNNING, _PENDING):
             return
         m.taken.discard(tid)
-        if self.task_state[tid] is TaskState.PENDING:
+        if self.task_state[tid] is _PENDING:
             self.pending.remove(tid)
-        self.task_state[tid] = TaskState.DONE
+        self.task_state[tid] = _DONE
         self.done += 1
         m.tasks_done += 1
         self.segments.append(Segment(tid, m.id, max(0.0, self.now - runtime_s), self.now, "done"))
@@ -94,7 +100,7 @@ class Runs(RunRecords):
             stats.censor(max(0.0, runtime_s), tid)
 
     def _start_queued(self, m: Machine) -> None:
-        if m.state is MachineState.READY:  # a booting one starts its queue when ready
+        if m.state is _READY:  # a booting one starts its queue when ready
             while m.queue and len(m.running) < m.type.slots:
                 self._begin(m, m.queue.popleft(), self.now)
         self._track_queue(m)
@@ -134,8 +140,8 @@ class Runs(RunRecords):
         if runs:
             return
         self.running_on.pop(tid, None)
-        if self.task_state[tid] is TaskState.RUNNING:
-            self.task_state[tid] = TaskState.PENDING
+        if self.task_state[tid] is _RUNNING:
+            self.task_state[tid] = _PENDING
             self.pending.appendleft(tid)
 
     def _cancel(self, tid: int, mid: str) -> None:
@@ -159,12 +165,12 @@ class Runs(RunRecords):
     def _assign(self, m: Machine, tids: Sequence[int]) -> None:
         """Tasks from the bag (or a sampling pick) queued on ``m``, started as slots allow."""
         for tid in tids:
-            if self.task_state[tid] is TaskState.PENDING:
+            if self.task_state[tid] is _PENDING:
                 if self.pending[0] == tid:
                     self.pending.popleft()
                 else:
                     self.pending.remove(tid)
-            self.task_state[tid] = TaskState.RUNNING
+            self.task_state[tid] = _RUNNING
             if len(self.paired) < self.paired_target and tid not in self.paired_runs:
                 self.paired.append(tid)
                 self.paired_runs[tid] = {}

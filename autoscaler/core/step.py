@@ -32,6 +32,8 @@ class Step:
         ``AssignGroup`` (a task group: one journal record, one message to its agent).
         Applying the group is applying its ``Assign``s in order, so the state the step
         left is the state a replay of the merged records rebuilds."""
+        if len(self.actions) <= 1:  # most steps: nothing to merge
+            return list(self.actions)
         out: list[Action] = []
         run: list[int] = []
         machine = ""

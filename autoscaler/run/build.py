@@ -26,6 +26,7 @@ from autoscaler.core.billing import BillingModel
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.model import (
     Action,
+    Assign,
     Configure,
     Hold,
     JobAdded,
@@ -287,6 +288,8 @@ def json_logger(stream: TextIO) -> Any:
 
 def log_action(log: Any, now: float, action: Action) -> None:
     """The actions worth a log line (not every task assignment)."""
+    if type(action) is Assign:  # one per task: not worth the match below
+        return
     match action:
         case Launch(type=t, count=c, token=token):
             log.info("launch", t=now, machine_type=t, count=c, token=token)

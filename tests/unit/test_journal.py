@@ -15,10 +15,15 @@ from autoscaler.core.journal import (
     SqliteJournal,
     decode,
     encode,
+    fields,
+    jsonl_line,
+    kind_of,
     replay,
 )
 from autoscaler.core.model import (
     Action,
+    Assign,
+    AssignGroup,
     Event,
     Launch,
     MachineLaunched,
@@ -28,6 +33,7 @@ from autoscaler.core.model import (
     Release,
     Shutdown,
     Stop,
+    TaskDone,
     TaskSpec,
 )
 from autoscaler.core.state import RunState
@@ -109,6 +115,52 @@ def test_a_jsonl_journal_continues_its_numbering_and_keeps_run_facts(tmp_path: P
     fresh = JsonlJournal(path, fresh=True)
     assert list(fresh.records()) == []
     fresh.close()
+
+
+def test_a_jsonl_line_is_json_dumps_of_the_record_whichever_way_it_is_written() -> None:
+    """The lines of a task's records are formatted directly (the common ones); each is
+    the text ``json.dumps`` writes of the record's dict, odd values included."""
+    items: list[Event | Action] = [
+        Assign(7, "sim-cluster0-3"),
+        Assign(0, 'a "quoted" \\ name, ünïcode'),
+        AssignGroup((1, 2, 3), "m"),
+        TaskDone(12, "sim-cluster1-0", 901.2345678901234),
+        TaskDone(3, "m\n", 1e-300),
+        TaskDone(4, "m", float("inf")),
+        TaskDone(5, "m", 60),  # an int runtime: the general path
+        MachineReady("m"),
+        Stop(None),
+    ]
+    for t in (0.0, 12.5, 1e22, 3, float("nan")):
+        for seq, item in enumerate(items, 1):
+            line = {
+                "seq": seq,
+                "t": t,
+                "kind": kind_of(item),
+                "type": type(item).__name__,
+                "data": fields(item),
+            }
+            assert jsonl_line(seq, t, item) == json.dumps(line)
+
+
+def test_a_jsonl_journal_writes_every_step_by_close_and_before_reading(tmp_path: Path) -> None:
+    """Lines go out in batches; what was stepped is in the file when it is read back or
+    closed, in order and numbered on."""
+    path = tmp_path / JOURNAL_JSONL
+    journal = JsonlJournal(path)
+    n = 2 * JsonlJournal.BATCH_LINES + 5
+    for i in range(n):
+        journal.step(float(i), [TaskDone(i, "m", 1.5)], [Assign(i + 1, "m")])
+    assert [r.seq for r in journal.records()] == list(range(1, 2 * n + 1))
+    journal.step(float(n), [MachineReady("m")], [])
+    journal.close()
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 2 * n + 1
+    assert json.loads(lines[-1])["type"] == "MachineReady"
+    again = JsonlJournal(path)
+    again.step(0.0, [], [Stop(None)])
+    again.close()
+    assert json.loads(path.read_text(encoding="utf-8").splitlines()[-1])["seq"] == 2 * n + 2
 
 
 def test_decode_names_a_record_that_does_not_fit() -> None:

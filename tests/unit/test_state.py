@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
@@ -14,8 +15,10 @@ from autoscaler.core.model import (
     Event,
     Launch,
     MachineLaunched,
+    MachineLost,
     MachineReady,
     Move,
+    Release,
     TaskDone,
     TaskState,
     TypeSpec,
@@ -115,3 +118,41 @@ def test_states_compare_by_value_down_to_the_runtime_samples() -> None:
     other = _state(_three_machines())
     other.machines["m0"].queue.rotate(1)
     assert one != other
+
+
+def test_boot_time_kept_between_machines_coming_up_is_the_mean_over_all_of_them() -> None:
+    """``boot_s`` is kept until a machine is launched or comes up; on a random run of
+    launches, readies (some after the machine was lost), losses and releases it is
+    always the mean over every machine of the type that came up, as worked out anew."""
+    rng = random.Random(5)
+    types = [TypeSpec("a", 1.0, 50, 60.0), TypeSpec("b", 2.0, 50, 90.0)]
+    state = RunState.new(types, BillingModel("fixed", 3600.0), None, 1, [0])
+
+    def scratch(name: str) -> float:
+        seen = [
+            m.ready_at - m.launched_at
+            for m in state.machines.values()
+            if m.type.name == name and m.ready_at is not None
+        ]
+        return sum(seen) / len(seen) if seen else state.types[name].boot_s
+
+    now, launched, booting = 0.0, 0, []
+    for _ in range(400):
+        now += rng.uniform(0.0, 40.0)
+        roll = rng.random()
+        if roll < 0.3:
+            name = rng.choice("ab")
+            token = f"L{launched}"
+            state.apply(now, Launch(name, 1, token))
+            state.apply(now, MachineLaunched(f"m{launched}", name, token))
+            booting.append(f"m{launched}")
+            launched += 1
+        elif roll < 0.7 and booting:
+            state.apply(now, MachineReady(booting.pop(rng.randrange(len(booting)))))
+        elif roll < 0.85 and state.alive:
+            state.apply(now, MachineLost(rng.choice(list(state.alive)), "gone"))
+        elif state.alive:
+            state.apply(now, Release(rng.choice(list(state.alive)), "let go"))
+        for name in ("a", "b"):
+            assert state.boot_s(name) == scratch(name)
+    assert state.readies > 0
