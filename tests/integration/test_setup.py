@@ -70,9 +70,11 @@ def test_a_failing_set_up_loses_machines_not_tasks_and_the_type_is_given_up(
     assert failed == []  # a set-up is not a task
     given_up = [d for _, _, d in journal_rows(run_dir, "LaunchFailed") if d["kind"] == "setup"]
     assert [d["type"] for d in given_up] == ["fast"]
-    # No fast machine launched after the type was given up.
+    # No fast machine decided on after the type was given up. (One decided before, to
+    # replace the first loss, may start after it: its launch runs beside the steps, as in
+    # the local CI ci20 on a loaded host; its set-up then fails as the others did.)
     at = next(t for t, _, d in journal_rows(run_dir, "LaunchFailed") if d["kind"] == "setup")
-    later = [d for t, _, d in journal_rows(run_dir, "MachineLaunched") if t > at]
+    later = [d for t, _, d in journal_rows(run_dir, "Launch") if t > at]
     assert all(d["type"] == "small" for d in later)
     done_by = Counter(d["machine"].split("-")[0] for _, _, d in journal_rows(run_dir, "TaskDone"))
     assert set(done_by) == {"small"}
