@@ -174,11 +174,11 @@ def test_update_and_cancel_reach_the_running_job(tmp_path: Path) -> None:
         wait_for(lambda: svc.view(short)["done"] >= 1, 60, "tasks of the short job")
         # Raised first: on a loaded host each CLI call takes emulated minutes, and the
         # budget of 12 ran out (the job ended unfinished) while a refusal went first.
+        # A refusal is tried on the long job below, which outlasts the test: raised to
+        # 60, this one could end before a second call reached it (the local CI ci1 of
+        # session 10, at a load average of 12).
         raised = svc.cli("update", short, "--budget", "60")
         assert raised.returncode == 0, raised.stderr
-        refused = svc.cli("update", short, "--budget", "1")
-        assert refused.returncode == 2
-        assert "below" in refused.stderr
         assert svc.cli("wait", short).returncode == 0
         run_dir = Path(svc.view(short)["run_dir"])
         sets = journal_rows(run_dir, "BudgetSet")
@@ -218,6 +218,11 @@ def test_update_and_cancel_reach_the_running_job(tmp_path: Path) -> None:
         blocker = svc.submit(budget_job("blocker", 300, 200))
         queued = svc.submit(budget_job("queued", 10, 20))
         wait_for(lambda: svc.view(long)["done"] >= 3, 60, "tasks of the long job")
+        # Below what it has committed (a machine's first hour at least): refused, and
+        # journaled nowhere.
+        refused = svc.cli("update", long, "--budget", "1")
+        assert refused.returncode == 2
+        assert "below" in refused.stderr
         assert svc.view(queued)["state"] == "queued"
         assert svc.cli("cancel", queued).returncode == 0
         assert svc.cli("cancel", long).returncode == 0
@@ -231,6 +236,7 @@ def test_update_and_cancel_reach_the_running_job(tmp_path: Path) -> None:
         long_report = _report(views[long])
         assert long_report["stop_reason"] == "cancelled by the user"
         assert long_report["tasks_done"] < 300
+        assert journal_rows(Path(views[long]["run_dir"]), "BudgetSet") == []
         _no_agents_left(list(views.values()))
     finally:
         assert svc.stop() == 0
