@@ -104,7 +104,9 @@ def service_config(data: object, *, source: str, base_dir: Path) -> ServiceConfi
         raise ConfigError(
             source,
             [
-                f"{f}: a service config holds no work; give it in a job file "
+                "plots: a service sets its jobs' plots under `service:` (`service: {plots: false}`)"
+                if f == "plots"
+                else f"{f}: a service config holds no work; give it in a job file "
                 "(`autoscaler submit JOB.yaml`)"
                 for f in work
             ],

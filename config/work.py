@@ -284,6 +284,12 @@ class Work(ConfigModel):
     categories: Categories | None = Field(
         default=None, description="sort tasks into categories (paper 004) by needs or label"
     )
+    plots: bool = Field(
+        default=True,
+        description="the report's plots (gantt.png, spend.png); false: report.json and "
+        "report.md only, a second or so less per run (a service's own `plots: false` "
+        "leaves them out of every job's report)",
+    )
 
     def _one_form(self) -> None:
         if self.jobs:

@@ -8,21 +8,11 @@ cd "$(dirname "$0")/.."
 # Each phase's header gives the seconds since the start (SECONDS), for the CI log.
 phase() { echo "== $* (at ${SECONDS}s)"; }
 
-# The virtual environment is made while the services are installed and started (the two
-# wait on different package managers); its output is printed when both are done.
-phase "python environment, services"
-pip_log=$(mktemp)
-(
-  python3 -m venv .venv
-  .venv/bin/python -m pip install --quiet --upgrade pip
-  .venv/bin/python -m pip install --quiet -e '.[test]'
-  # An editable install leaves our modules uncompiled, and with PYTHONDONTWRITEBYTECODE
-  # set (as on our machines) every process the tests start (daemons, CLI calls: hundreds)
-  # compiles them again: about 0.2 s of CPU each. Compiled once here instead.
-  .venv/bin/python -m compileall -q autoscaler
-) >"$pip_log" 2>&1 &
-pip_pid=$!
-
+# The services are installed and started in the background while the virtual environment
+# is made; the unit tests and mypy, which need no service, start as soon as it is ready,
+# beside the rest of the set-up (package installs mostly wait on disk and network). The
+# set-up's output is printed when it is done, before the integration tests.
+phase "python environment (services set up beside it)"
 # Services the integration tests use. sshd and the moto server are started by the tests
 # themselves (loopback ports, test keys); the Debian packages (and chromium, for the
 # status page) must be here. Grid Engine runs as a one-node cluster, set up and started
@@ -44,28 +34,46 @@ install_packages() {
   if [ -n "$added" ]; then rm -f /usr/sbin/policy-rc.d; fi
   return "$rc"
 }
-if [ "$(id -u)" = 0 ]; then
-  [ -x /usr/sbin/sshd ] || install_packages openssh-server
-  # The status page is tested in a real headless browser (Playwright drives the system
-  # chromium; `playwright install` is never run).
-  [ -x /usr/bin/chromium ] || install_packages chromium
-  bash infra/sge/setup.sh
-  # A one-node Slurm (munged, slurmctld, slurmd), started unless already running.
-  [ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/slurmd ] && [ -x /usr/bin/sbatch ] &&
-    [ -x /usr/sbin/munged ] || install_packages slurmctld slurmd slurm-client munge
-  bash infra/slurm/setup.sh
-elif [ "${CI:-}" = true ]; then
-  echo "error: CI=true needs root to install sshd, chromium, Grid Engine and Slurm" >&2
-  exit 1
-else
-  echo "not root: tests that need sshd, chromium, Grid Engine or Slurm skip where these are missing"
-fi
+set_up_services() {
+  if [ "$(id -u)" = 0 ]; then
+    [ -x /usr/sbin/sshd ] || install_packages openssh-server
+    # The status page is tested in a real headless browser (Playwright drives the system
+    # chromium; `playwright install` is never run).
+    [ -x /usr/bin/chromium ] || install_packages chromium
+    bash infra/sge/setup.sh
+    # A one-node Slurm (munged, slurmctld, slurmd), started unless already running.
+    [ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/slurmd ] && [ -x /usr/bin/sbatch ] &&
+      [ -x /usr/sbin/munged ] || install_packages slurmctld slurmd slurm-client munge
+    bash infra/slurm/setup.sh
+  elif [ "${CI:-}" = true ]; then
+    echo "error: CI=true needs root to install sshd, chromium, Grid Engine and Slurm" >&2
+    exit 1
+  else
+    echo "not root: tests that need sshd, chromium, Grid Engine or Slurm skip where these are missing"
+  fi
+}
+services_log=$(mktemp)
+(set_up_services) >"$services_log" 2>&1 &
+services_pid=$!
+unit_pid=""
+mypy_pid=""
+at_exit() {
+  # only the processes started here, by their ids; a package install is never cut short
+  for pid in "$unit_pid" "$mypy_pid"; do
+    if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; fi
+  done
+  if [ -n "$services_pid" ]; then wait "$services_pid" 2>/dev/null || true; fi
+}
+trap at_exit EXIT
 export SGE_ROOT=${SGE_ROOT:-/var/lib/gridengine} SGE_CELL=${SGE_CELL:-default}
-pip_rc=0
-wait "$pip_pid" || pip_rc=$?
-cat "$pip_log"
-rm -f "$pip_log"
-[ "$pip_rc" -eq 0 ] || { echo "error: installing the package failed (exit $pip_rc)" >&2; exit "$pip_rc"; }
+
+python3 -m venv .venv
+.venv/bin/python -m pip install --quiet --upgrade pip
+.venv/bin/python -m pip install --quiet -e '.[test]'
+# An editable install leaves our modules uncompiled, and with PYTHONDONTWRITEBYTECODE
+# set (as on our machines) every process the tests start (daemons, CLI calls: hundreds)
+# compiles them again: about 0.2 s of CPU each. Compiled once here instead.
+.venv/bin/python -m compileall -q autoscaler
 
 phase ruff
 .venv/bin/ruff check .
@@ -100,21 +108,29 @@ mypy_pid=$!
 
 # The integration tests mostly wait (time-scaled runs, moto, sshd, Grid Engine, Slurm):
 # four pytest-xdist workers run them side by side, and they use about 1.2 of 2 cores. The
-# unit tests are CPU-bound: one process runs them beside the integration tests, on the
-# core those leave (the suite passes with a CPU-bound process beside it). Their output
-# is printed when both are done. Tests that share Grid Engine are one xdist group
+# unit tests are CPU-bound: one process runs them, from the end of the python set-up,
+# beside the service set-up and then the integration tests, on the core those leave (the
+# suite passes with a CPU-bound process beside it). Their output is printed when both are
+# done. Tests that share Grid Engine are one xdist group
 # (tests/integration/sge.py), tests that share Slurm another (tests/integration/slurm.py).
 unit_log=$(mktemp)
-unit_pid=""
-stop_unit() {
-  # only the processes started here, by their ids
-  for pid in "$unit_pid" "$mypy_pid"; do
-    if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; fi
-  done
-}
-trap stop_unit EXIT
 .venv/bin/python -m pytest tests/unit -q >"$unit_log" 2>&1 &
 unit_pid=$!
+# A process started in the background: waited for, its header and output printed; its
+# exit code returned.
+collect() {
+  local what=$1 pid=$2 log=$3 rc=0
+  wait "$pid" || rc=$?
+  phase "$what"
+  cat "$log"
+  rm -f "$log"
+  return "$rc"
+}
+services_rc=0
+collect "services set up (beside the python environment and the unit tests)" \
+  "$services_pid" "$services_log" || services_rc=$?
+services_pid=""
+[ "$services_rc" -eq 0 ] || { echo "error: setting up the services failed (exit $services_rc)" >&2; exit "$services_rc"; }
 integration_rc=0
 run_pytest integration no tests/integration -q --durations=25 -n 4 --dist loadgroup -m "not alone" ||
   integration_rc=$?
@@ -129,19 +145,13 @@ if [ "$integration_rc" -eq 0 ]; then
     alone_rc=$?
 fi
 unit_rc=0
-wait "$unit_pid" || unit_rc=$?
+collect "pytest: unit (ran beside the integration tests)" "$unit_pid" "$unit_log" || unit_rc=$?
 unit_pid=""
-phase "pytest: unit (ran beside the integration tests)"
-cat "$unit_log"
-rm -f "$unit_log"
 if [ "$unit_rc" -eq 5 ]; then echo "error: no unit tests were collected" >&2; exit 1; fi
 [ "$unit_rc" -eq 0 ] || { echo "error: the unit tests failed (exit $unit_rc)" >&2; exit "$unit_rc"; }
 mypy_rc=0
-wait "$mypy_pid" || mypy_rc=$?
+collect "mypy (ran beside the tests)" "$mypy_pid" "$mypy_log" || mypy_rc=$?
 mypy_pid=""
-phase "mypy (ran beside the tests)"
-cat "$mypy_log"
-rm -f "$mypy_log"
 [ "$mypy_rc" -eq 0 ] || { echo "error: mypy found problems (exit $mypy_rc)" >&2; exit "$mypy_rc"; }
 [ "$integration_rc" -eq 0 ] || exit "$integration_rc"
 [ "$alone_rc" -eq 0 ] || exit "$alone_rc"

@@ -163,7 +163,7 @@ def dry_run(
         if log_file is not None:
             log_file.close()
     if out_dir is not None:
-        write_report(report, state, out_dir, plots=plots)
+        write_report(report, state, out_dir, plots=plots and cfg.plots)
     return DryRun(run_id, state, report, out_dir, wall)
 
 
@@ -320,7 +320,7 @@ def start_run(
     run_id = run_id or new_run_id(cfg)
     seed = cfg.emulator.seed if seed is None else seed
     if mode == "dry":
-        return EmulatedRun(cfg, tasks, run_id, seed, run_dir, progress, plots)
+        return EmulatedRun(cfg, tasks, run_id, seed, run_dir, progress, plots and cfg.plots)
     if run_dir is None:
         raise AutoscalerError(f"a {mode} run needs a run directory")
     return _daemon(
@@ -385,5 +385,5 @@ def _daemon(
         on_hold=on_hold,
         budget=budget,
         resumed=resumed,
-        plots=plots,
+        plots=plots and files.cfg.plots,
     )

@@ -197,6 +197,8 @@ def start_own_run(
     cfg = starting_now(row.config, deadline_at(row), now)
     if shared:
         cfg = for_the_service(cfg, max_running)
+    if not plots:  # the run directory's config says what its report holds
+        cfg = cfg.model_copy(update={"plots": False})
     return start_run(
         "new",
         run_dir,
@@ -281,6 +283,8 @@ def open_pool(
             shutil.rmtree(pool_dir)  # a start cut short before its journal
         cfg = starting_now(row.config, deadline_at(row), clock())
         cfg = for_the_service(pool_config(cfg, row.id), max_running)
+        if not plots:
+            cfg = cfg.model_copy(update={"plots": False})
         daemon = start_run(
             "new",
             pool_dir,

@@ -49,6 +49,7 @@ class Ec2World:
         data: dict[str, Any] = {
             "name": "ec2it",
             "bag": {"synthetic": N_TASKS},
+            "plots": False,  # as daemon_helpers.local_config
             "constraint": {"budget": BUDGET},
             "machine_types": [
                 {"name": "small", "price": 1, "max_count": 3, "boot_s": 5},

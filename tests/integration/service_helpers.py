@@ -21,7 +21,7 @@ def service_config(tmp: Path, **overrides: Any) -> Path:
     data: dict[str, Any] = {
         "name": "svc",
         **local_fields(max_count=4),
-        "service": {"max_running_jobs": 4},
+        "service": {"max_running_jobs": 4, "plots": False},  # as local_config: no plots
     }
     for key, value in overrides.items():
         if isinstance(value, dict) and isinstance(data.get(key), dict):
@@ -40,6 +40,7 @@ def service_config_from(run_config: Path, max_count: int | None = None, **settin
     data = yaml.safe_load(run_config.read_text(encoding="utf-8"))
     for work in ("bag", "constraint", "jobs"):
         data.pop(work, None)
+    settings = {"plots": data.pop("plots", True), **settings}  # the run's, as the service's
     if max_count is not None:
         for t in data["machine_types"]:
             t["max_count"] = min(t["max_count"], max_count)

@@ -83,6 +83,7 @@ def sge_config(tmp: Path, tasks: int) -> Path:
     data: dict[str, Any] = {
         "name": "sge-it",
         "bag": {"synthetic": tasks},
+        "plots": False,  # as daemon_helpers.local_config
         "constraint": {"budget": 20},
         "machine_types": [
             {"name": "small", "price": 1, "max_count": 3, "boot_s": "5s"},

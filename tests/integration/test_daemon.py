@@ -51,7 +51,7 @@ def test_a_bag_of_200_runs_on_two_types_within_budget(tmp_path: Path) -> None:
     four test workers once stalled the daemon past the 0.75 s it had, and a machine whose
     lease lapsed was lost (the run was still right: its tasks ran elsewhere).
     """
-    config = local_config(tmp_path, local={"time_scale": 180})
+    config = local_config(tmp_path, local={"time_scale": 180}, plots=True)
     started = time.monotonic()
     outcome = run_in_process(config, tmp_path / "run")
     wall = time.monotonic() - started

@@ -31,6 +31,7 @@ from tests.integration.daemon_helpers import (
     committed_over_time,
     journal_rows,
     plan_in_background,
+    plot_files,
     read_plan,
     run_cleanup,
     run_cli,
@@ -117,7 +118,8 @@ def test_a_bag_runs_on_two_instance_types_tunnelled_tagged_and_billed(world: Ec2
     run_dir = world.tmp / "run"
     marker = world.tmp / "setup.log"
     started = time.monotonic()
-    proc = start_daemon(str(with_setup(world.config(), marker)), "--out", str(run_dir))
+    config = with_setup(world.config(plots=True), marker)  # a real run's report, plots too
+    proc = start_daemon(str(config), "--out", str(run_dir))
     out = finish(proc)
     wall = time.monotonic() - started
     assert proc.returncode == 0, out[-3000:]
@@ -128,6 +130,8 @@ def test_a_bag_runs_on_two_instance_types_tunnelled_tagged_and_billed(world: Ec2
     check_every_task_once(run_dir)
     check_spend(run_dir)
     setup_ran(run_dir, marker)  # each instance ran the run's set-up once (issue 23 §1)
+    for name in plot_files(run_dir):
+        assert (run_dir / name).stat().st_size > 0, name
 
     instances = world.instances(run_id)
     assert {i["InstanceId"] for i in instances} == {m["id"] for m in report["machines"]}

@@ -53,7 +53,8 @@ def _once_each(run_dir: Path, n: int) -> None:
 
 def test_jobs_run_to_their_reports_behind_a_token(tmp_path: Path) -> None:
     state_dir = tmp_path / "state"
-    svc = ServiceProcess(service_config(tmp_path), state_dir)
+    # Each job's report with its plots, as a service draws them by default.
+    svc = ServiceProcess(service_config(tmp_path, service={"plots": True}), state_dir)
     try:
         # The state directory and its secrets are the service user's alone.
         assert stat.S_IMODE(state_dir.stat().st_mode) == 0o700

@@ -122,6 +122,27 @@ def test_seed_option_changes_the_run_and_repeats_it(runner: CliRunner, tmp_path:
     assert reports[0]["machines"] != reports[2]["machines"]
 
 
+def test_plots_false_writes_the_same_report_without_images(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    """``plots: false``: report.json and report.md as with plots, no image."""
+    quickstart = next(p for p in EXAMPLES if p.stem == "quickstart")
+    data = yaml.safe_load(quickstart.read_text())
+    bare = tmp_path / "bare.yaml"
+    bare.write_text(yaml.safe_dump({**data, "plots": False}))
+    reports = []
+    for config, out in ((quickstart, tmp_path / "drawn"), (bare, tmp_path / "bare")):
+        result = runner.invoke(app, ["run", str(config), "--dry-run", "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        report = json.loads((out / "report.json").read_text())
+        reports.append({k: v for k, v in report.items() if k not in ("run_id", "wall_s")})
+    assert sorted(p.name for p in (tmp_path / "drawn").glob("*.png")) == ["gantt.png", "spend.png"]
+    assert list((tmp_path / "bare").glob("*.png")) == []
+    assert (tmp_path / "bare" / "report.md").stat().st_size > 0
+    assert reports[0] == reports[1]
+    assert yaml.safe_load((tmp_path / "bare" / "config.yaml").read_text())["plots"] is False
+
+
 def test_report_command_prints_what_run_printed(runner: CliRunner, tmp_path: Path) -> None:
     """`report RUN` prints the rendered head and the run directory, as `run` did at its end."""
     out = tmp_path / "run"

@@ -66,6 +66,14 @@ def test_a_service_config_holds_no_work(work: str) -> None:
     assert refused.value.problems[0].startswith(f"{work}: a service config holds no work")
 
 
+def test_plots_at_the_top_of_a_service_config_points_to_the_service_section() -> None:
+    with pytest.raises(ConfigError) as refused:
+        service(plots=False)
+    assert refused.value.problems == [
+        "plots: a service sets its jobs' plots under `service:` (`service: {plots: false}`)"
+    ]
+
+
 def test_a_service_section_problem_names_its_field() -> None:
     with pytest.raises(ConfigError) as refused:
         service(service={"max_running_jobs": 0})
