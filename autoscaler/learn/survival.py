@@ -13,7 +13,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from autoscaler.learn.gpd import Gpd, anderson_darling, fit_gpd_heavy
+from autoscaler.learn.gpd import Gpd, anderson_darling, fit_gpd_heavy, unbounded
 
 RESAMPLES = 200
 
@@ -339,8 +339,10 @@ def threshold_curve(
     third of the runs. The plain curve ends where the sample ends, so the longest task
     of a bag of thousands would never be longer than the longest of a sample of tens;
     an exponential tail past it (the model before this one) cut lognormal, Pareto and
-    Weibull k < 1 bags short by a third and drew bimodal ones out twice too long. None
-    with too few ends to fit above a threshold."""
+    Weibull k < 1 bags short by a third and drew bimodal ones out twice too long. Where
+    a run still goes past the longest end, nothing seen shows where runtimes stop, and
+    the tail has none (``gpd.unbounded``). None with too few ends to fit above a
+    threshold."""
     ended = np.sort(t_arr[e_arr])
     top = min(len(ended) // 2, TAIL_MAX)
     if top < TAIL_MIN:
@@ -360,6 +362,8 @@ def threshold_curve(
     if best is None:
         return None
     _, u, g, heavy = best
+    if not e_arr[-1]:  # runs still going past the longest end: no end shown
+        g = unbounded(g, ended[ended > u] - u, going[going > u] - u)
     kept = bisect.bisect_right(times, u)
     cut_t, cut_s = times[:kept], s_after[:kept]
     if not cut_t or cut_t[-1] < u:
