@@ -221,7 +221,7 @@ def _most_tasks(
     """T(H): the mix affordable at H that does the most tasks by H."""
     lp, x = _per_second_lp(kinds, horizon_s, problem, "per_second_tasks")
     lp += pulp.lpSum(v * _kind_tasks(k, horizon_s, problem) for v, k in zip(x, kinds, strict=True))
-    solved = solve_lp(lp, solver, f"H={horizon_s:.0f}s", time_limit_s)
+    solved = solve_lp(lp, solver, f"H={horizon_s:.0f}s", time_limit_s, jump=False)
     usable = solved.outcome in ("optimal", "feasible")
     return solved, tuple(whole(v) for v in x) if usable else None
 
@@ -250,7 +250,7 @@ def _fastest_at(
     lp += pulp.lpSum(
         v * _kind_tasks(k, horizon_s, problem) for v, k in zip(x, kinds, strict=True)
     ) >= (problem.tasks * (1 - _FINISH_REL))
-    solved = solve_lp(lp, solver, f"H={horizon_s:.0f}s", time_limit_s)
+    solved = solve_lp(lp, solver, f"H={horizon_s:.0f}s", time_limit_s, jump=False)
     usable = solved.outcome in ("optimal", "feasible")
     return solved, tuple(whole(v) for v in x) if usable else None
 

@@ -141,7 +141,7 @@ def _solve_fixed_k(
                 pulp.lpSum((keep[n] + new[n]) * k * atu + new[n] * atu for n in mine)
                 <= room.seconds
             )
-    solved = solve_lp(lp, solver, f"k={k}", time_limit_s)
+    solved = solve_lp(lp, solver, f"k={k}", time_limit_s, jump=False)
     if solved.outcome in ("failed", "infeasible"):
         return None, solved
     counts = {t.name: whole(keep[t.name]) + whole(new[t.name]) for t in problem.types}

@@ -139,7 +139,7 @@ class Daemon:
     on_hold: HoldHook | None = None  # called in the step that holds
     budget: BudgetSet | None = None  # a new budget, set in the first step
     resumed: str | None = None  # an interrupted run carries on: why (Resumed, first step)
-    plots: bool = True  # the report's plots (a service may leave them out)
+    plots: bool = True  # the report's plots (a service may leave them out; so may its config)
     provider_build: ProviderBuild | None = None  # None: the config's kind (wiring)
     handed_over: bool = field(init=False, default=False)
     state: RunState = field(init=False)
@@ -300,7 +300,7 @@ class Daemon:
             refused_agents=self.dispatcher.refused,
         )
         if not self.handed_over:  # else the daemon it was handed to writes it
-            write_report(report, self.state, files.run_dir, plots=self.plots)
+            write_report(report, self.state, files.run_dir, plots=self.plots and files.cfg.plots)
         return Outcome(files.run_id, self.state, report, files.run_dir, wall)
 
     # --- steps ----------------------------------------------------------------------------

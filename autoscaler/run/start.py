@@ -385,5 +385,5 @@ def _daemon(
         on_hold=on_hold,
         budget=budget,
         resumed=resumed,
-        plots=plots and files.cfg.plots,
+        plots=plots,
     )
