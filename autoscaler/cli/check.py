@@ -6,14 +6,15 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
 from autoscaler.cli.app import app, console, err_console, load
-from autoscaler.config.load import config_json_schema, config_warnings
-from autoscaler.config.schema import Billing, RunConfig
 from autoscaler.core.errors import AutoscalerError
+
+if TYPE_CHECKING:
+    from autoscaler.config.schema import Billing, RunConfig
 
 Kind = Literal["run", "service", "job"]
 
@@ -56,6 +57,8 @@ def validate(
     if kind == "job":
         console.print(_job_summary(config, service), markup=False, soft_wrap=True)
         return
+    from autoscaler.config.load import config_warnings
+
     cfg, tasks = load(config)
     for warning in config_warnings(cfg):
         err_console.print(f"warning: {warning}", markup=False, soft_wrap=True)
@@ -116,6 +119,8 @@ def schema(
 
         document = report_json_schema()
     else:
+        from autoscaler.config.load import config_json_schema
+
         document = config_json_schema()
     text = json.dumps(document, indent=2, sort_keys=True) + "\n"
     if out is None:

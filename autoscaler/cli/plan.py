@@ -9,15 +9,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from autoscaler.cli.app import app, conclude, console, err_console, load
-from autoscaler.config.schema import RunConfig
 from autoscaler.core.errors import AutoscalerError
-from autoscaler.core.model import TaskSpec
-from autoscaler.providers import registry
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
     from autoscaler.budget.frontier import Frontier
+    from autoscaler.config.schema import RunConfig
+    from autoscaler.core.model import TaskSpec
     from autoscaler.core.state import RunState
 
 PLAN_JSON = "plan.json"
@@ -63,6 +62,8 @@ def plan(
             "plan offers budgets for a budget-mode bag; this config has deadlines (jobs, "
             "or constraint.deadline_s): `run --dry-run` shows what meeting them costs"
         )
+    from autoscaler.providers import registry
+
     if not dry_run and not registry.emulated(cfg):
         _plan_real(cfg, tasks, seed, as_json=as_json, out=out, yes=yes)
         return

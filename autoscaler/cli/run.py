@@ -16,12 +16,10 @@ import typer
 from autoscaler.cli.app import app, conclude, console, err_console, load, print_head
 from autoscaler.cli.check import config_kind
 from autoscaler.cli.plan import PLAN_JSON
-from autoscaler.config.budgets import check_budget
 from autoscaler.core.errors import AutoscalerError
-from autoscaler.core.model import BudgetSet
-from autoscaler.providers import registry
 
 if TYPE_CHECKING:
+    from autoscaler.core.model import BudgetSet
     from autoscaler.core.state import RunState
 
 
@@ -112,6 +110,8 @@ def run(
     run_id = new_run_id(cfg)
     out_dir = out if out is not None else Path("runs") / run_id
     if not dry_run:
+        from autoscaler.providers import registry
+
         if registry.emulated(cfg):
             raise AutoscalerError(
                 "provider 'sim' only emulates machines: add --dry-run, or set `provider:` "
@@ -159,6 +159,9 @@ def _chosen_budget(
         reason = f"option {option} of the plan in {plan_dir}"
     if budget is None:
         return None
+    from autoscaler.config.budgets import check_budget
+    from autoscaler.core.model import BudgetSet
+
     return BudgetSet(check_budget(budget, field="--budget"), reason)
 
 
@@ -192,6 +195,8 @@ def _check_budget_covers_commitments(run_dir: Path, budget: float) -> None:
     from autoscaler.run.rundir import read_run
 
     committed = read_run(run_dir)[1].committed
+    from autoscaler.config.budgets import check_budget
+
     check_budget(budget, committed=committed, holder=f"the run in {run_dir}")
 
 

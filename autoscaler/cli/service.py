@@ -22,9 +22,7 @@ from typing import Annotated, Any
 import typer
 
 from autoscaler.cli.app import app, console
-from autoscaler.cli.service_run import attach_daily_reports
 from autoscaler.cli.text import money, when
-from autoscaler.config.durations import seconds_in
 from autoscaler.core.errors import AutoscalerError, ConfigError
 
 StateDir = Annotated[
@@ -84,6 +82,8 @@ def serve(
     cfg = load_service_config(config)
     where = _state_dir(state_dir)
     service = Service(cfg, where)
+    from autoscaler.cli.service_run import attach_daily_reports
+
     attach_daily_reports(service)
     stop = threading.Event()
     signals = [0]
@@ -258,6 +258,8 @@ def _deadline(text: str) -> tuple[dict[str, float], str]:
     counts from now, the moment of the update (run time: emulated seconds in a time-scaled
     service, as a job file's ``deadline_s``); or a date and time (ISO 8601, UTC unless it
     says)."""
+    from autoscaler.config.durations import seconds_in
+
     seconds = seconds_in(text)
     if seconds is not None:
         return {"deadline_s": seconds}, f"{text.strip()} from now (run time)"

@@ -8,14 +8,15 @@ import signal
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autoscaler.cli.app import console, err_console
 from autoscaler.cli.text import money, when
-from autoscaler.config.durations import seconds_in
-from autoscaler.config.schema import RunConfig
 from autoscaler.core.errors import AutoscalerError
-from autoscaler.core.model import TaskSpec
+
+if TYPE_CHECKING:
+    from autoscaler.config.schema import RunConfig
+    from autoscaler.core.model import TaskSpec
 
 
 def attach_daily_reports(service: Any) -> None:
@@ -87,6 +88,8 @@ def _job_arg(text: str) -> tuple[Path, float]:
     path, sep, at = text.rpartition("@")
     if not sep:
         return Path(text), 0.0
+    from autoscaler.config.durations import seconds_in
+
     seconds = seconds_in(at)
     if seconds is None:
         raise AutoscalerError(f"--job {text}: the arrival after @ must be a duration (300, 5m)")
@@ -133,6 +136,8 @@ def run_service_jobs(
         table.add_column(col)
     codes: list[int] = []
     if dry_run:
+        from autoscaler.config.schema import RunConfig
+        from autoscaler.core.model import TaskSpec
         from autoscaler.run.start import start_run
         from autoscaler.service.pool import pool_config, shares_the_pool
 
