@@ -151,6 +151,9 @@ def replan(
     kept = state.alive_counts(include_marked=False)
     current = {name: kept[name] for name in state.types}
     speed_now = sum(current[n] * e.slots / e.mean_s for n, e in est.items())
+    wanted = speed_now * settings.improve_ratio
+    if not force and _at_most(settings, state, est, categories) < wanted:
+        return False  # no mix is fast enough to be taken: the planner is not asked
     budget = money_left(state)
     chosen: Plan | None
     notes: list[str] = []
@@ -208,6 +211,25 @@ def replan(
             _shortfall(settings, s, est, n_e, optimistic=False, needed_at_least=over)
         check_risk(s, configured)
     return True
+
+
+def _at_most(
+    settings: ControllerSettings,
+    state: RunState,
+    est: dict[str, TypeEstimate],
+    categories: Sequence[Category] | None,
+) -> float:
+    """The most speed any mix the planner may find can have: every type's machines at
+    its limit (or those alive, if more) at its estimated mean; a mix is planned at
+    means no shorter (``plans.plan``: raised by the reserve, divided by a recovering
+    type's weight) and taken at these. Inf (no bound) with categories, whose mixes are
+    judged at the means they would show, and under compact sampling, where planning
+    builds the mapped estimates it keeps (``budget.sampling.derived``). Widened by a
+    relative 1e-9, for sums added in another order."""
+    if categories is not None or is_compact(settings, state):
+        return math.inf
+    top = sum(max(e.max_count, e.live) * e.slots / e.mean_s for e in est.values())
+    return top * (1 + 1e-9)
 
 
 def _shortfall(

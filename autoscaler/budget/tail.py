@@ -4,7 +4,7 @@ machine copies the running task expected to finish last, if it would finish firs
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -12,7 +12,7 @@ from autoscaler.budget.boundaries import can_extend
 from autoscaler.budget.sampling import stats
 from autoscaler.budget.settings import ControllerSettings
 from autoscaler.core.model import Move, Release, Replicate, TaskState
-from autoscaler.core.state import Machine
+from autoscaler.core.state import Machine, RunState
 from autoscaler.core.step import Step
 from autoscaler.learn.stats import tail_estimates
 
@@ -35,7 +35,7 @@ def replicate(settings: ControllerSettings, s: Step, m: Machine) -> bool:
         paid_end = min(paid_end, state.billing.next_boundary(m.launched_at, s.now))
     if my_finish > paid_end - margin:
         return False
-    best = _last_to_finish(settings, s, m)
+    best = last_to_finish(settings, s, m)
     if best is None or my_finish >= best[0]:
         return False
     s.do(Replicate(best[1], m.id))
@@ -44,18 +44,25 @@ def replicate(settings: ControllerSettings, s: Step, m: Machine) -> bool:
 
 @dataclass(slots=True)
 class _Candidates:
-    """The tasks running once, when each is expected to finish (start + τ_e at its age on
-    its machine's type), worked out once per step: at a tick every idle machine asks."""
+    """The tasks running once, in ``running_on`` order, with their runs' starts and
+    machines (``_scan``); and when each is expected to finish (start + τ_e at its age on
+    its machine's type), worked out once per step (``_refresh``): at a tick every idle
+    machine asks. Kept on the state while no task has joined them
+    (``RunRecords.solo_gains``): the tasks running once now are these, less those
+    that ended or were replicated since, in the same order."""
 
-    actions: int  # len(s.actions) when worked out, or last seen to hold since
+    gains: int  # state.solo_gains when scanned
     tids: list[int]
     hosts: list[Machine]
-    finish: np.ndarray
-    paid: np.ndarray  # each host's paid_until
+    starts: np.ndarray
+    step: Step | None = None  # the step ``finish`` and ``paid`` were worked out in
+    actions: int = 0  # len(step.actions) then, or last seen to hold since
+    finish: np.ndarray = field(default_factory=lambda: np.empty(0))
+    paid: np.ndarray = field(default_factory=lambda: np.empty(0))  # each host's paid_until
 
 
-def _candidates(settings: ControllerSettings, s: Step) -> _Candidates | None:
-    state = s.state
+def _scan(state: RunState) -> _Candidates:
+    """The tasks running once (one run, and running) as ``running_on`` orders them."""
     tids: list[int] = []
     starts: list[float] = []
     hosts: list[Machine] = []
@@ -66,41 +73,55 @@ def _candidates(settings: ControllerSettings, s: Step) -> _Candidates | None:
                 tids.append(tid)
                 starts.append(start)
                 hosts.append(machines[other])
-    if not tids:
-        return None
-    start_arr = np.array(starts)
-    names = [h.type.name for h in hosts]
+    return _Candidates(state.solo_gains, tids, hosts, np.array(starts))
+
+
+def _refresh(settings: ControllerSettings, s: Step, kept: _Candidates) -> None:
+    """Drop the tasks no longer running once; when each left is expected to finish,
+    and its host's paid time, at ``s``."""
+    state = s.state
+    running_on, task_state, running = state.running_on, state.task_state, _RUNNING
+    still = [len(running_on.get(tid, ())) == 1 and task_state[tid] is running for tid in kept.tids]
+    if not all(still):
+        kept.tids = [tid for tid, ok in zip(kept.tids, still, strict=True) if ok]
+        kept.hosts = [h for h, ok in zip(kept.hosts, still, strict=True) if ok]
+        kept.starts = kept.starts[np.array(still, dtype=bool)]
+    names = [h.type.name for h in kept.hosts]
     kinds = sorted(set(names))
     if len(kinds) > 1:
         index = {n: k for k, n in enumerate(kinds)}
         code = np.array([index[n] for n in names])
     else:
         code = None
-    finish = np.empty(len(tids))
+    finish = np.empty(len(kept.tids))
     for k, name in enumerate(kinds):
         at = slice(None) if code is None else code == k
-        own = start_arr[at]
+        own = kept.starts[at]
         finish[at] = own + tail_estimates(stats(settings, state, name), s.now - own)
-    paid = np.array([h.paid_until for h in hosts])
-    return _Candidates(len(s.actions), tids, hosts, finish, paid)
+    kept.finish = finish
+    kept.paid = np.array([h.paid_until for h in kept.hosts])
+    kept.step, kept.actions = s, len(s.actions)
 
 
-def _last_to_finish(settings: ControllerSettings, s: Step, m: Machine) -> tuple[float, int] | None:
+def last_to_finish(settings: ControllerSettings, s: Step, m: Machine) -> tuple[float, int] | None:
     """The running task (one run, not on ``m``) expected to finish last, and when: its
     start plus τ_e at its age on its machine's type (``tail_estimates``), never if its
     machine goes before then; the first in ``running_on`` order among equals.
 
-    The candidates are kept on the step while its actions since are replicas and
-    releases (of idle machines: no run starts or ends); a task replicated since, or
-    running on ``m``, is passed over when it comes first."""
+    The candidates are kept on the state until a task joins them (``_Candidates``), and
+    when they finish on the step while its actions since are replicas and releases (of
+    idle machines: no run starts or ends); a task replicated since, or running on
+    ``m``, is passed over when it comes first."""
     state = s.state
-    kept = s.memo.get("tail")
-    if not isinstance(kept, _Candidates) or not all(
+    kept = state.memo.get("tail")
+    if not isinstance(kept, _Candidates) or kept.gains != state.solo_gains:
+        kept = _scan(state)
+        state.memo["tail"] = kept
+    if kept.step is not s or not all(
         isinstance(a, Replicate | Release) for a in s.actions[kept.actions :]
     ):
-        kept = _candidates(settings, s)
-        s.memo["tail"] = kept
-    if kept is None:
+        _refresh(settings, s, kept)
+    if not kept.tids:
         return None
     kept.actions = len(s.actions)
     finish = kept.finish.copy()

@@ -112,6 +112,11 @@ class RunRecords:
     attempts: list[int] = field(default_factory=list)
     pending: deque[int] = field(default_factory=deque)
     running_on: dict[int, dict[str, float]] = field(default_factory=dict)
+    # Times a task came to have exactly one run (its first began, or its other ended),
+    # and what a controller worked out from ``running_on`` with the count it was at: the
+    # tail's candidates (``budget.tail``) hold until a task joins them. Not records.
+    solo_gains: int = field(default=0, compare=False)
+    memo: dict[str, object] = field(default_factory=dict, compare=False, repr=False)
     pending_launches: dict[str, tuple[str, int]] = field(default_factory=dict)
     committed: float = 0.0  # money committed: paid units plus launches in flight
     done: int = 0

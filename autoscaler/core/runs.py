@@ -65,6 +65,8 @@ class Runs(RunRecords):
         runs = self.running_on.get(tid)
         if runs is not None:
             runs.pop(mid, None)
+            if len(runs) == 1:
+                self.solo_gains += 1
         m.busy_s += self.now - start
         self.segments.append(Segment(tid, mid, start, self.now, outcome))
         self._start_queued(m)
@@ -121,7 +123,10 @@ class Runs(RunRecords):
         else:
             self.stats[m.type.name].start(tid)
         m.running[tid] = at
-        self.running_on.setdefault(tid, {})[m.id] = at
+        runs = self.running_on.setdefault(tid, {})
+        runs[m.id] = at
+        if len(runs) == 1:
+            self.solo_gains += 1
 
     def _queue_on(self, m: Machine, tids: Sequence[int]) -> None:
         """Queue ``tids`` on ``m``, each with its run number: from here on the machine's
@@ -137,6 +142,8 @@ class Runs(RunRecords):
         runs = self.running_on.get(tid)
         if runs is not None:
             runs.pop(mid, None)
+            if len(runs) == 1:
+                self.solo_gains += 1
         if runs:
             return
         self.running_on.pop(tid, None)

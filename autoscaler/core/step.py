@@ -16,9 +16,6 @@ class Step:
         self.state = state
         self.now = now
         self.actions: list[Action] = []
-        # What a part of the step worked out and may reuse later in the same step, while
-        # the actions since say it still holds (the tail's candidates: ``budget.tail``).
-        self.memo: dict[str, object] = {}
 
     def feed(self, event: Event) -> None:
         self.state.apply(self.now, event)

@@ -27,16 +27,18 @@ from autoscaler.learn.affine import AffineFit
 from autoscaler.learn.survival import (
     RESAMPLES,
     Curve,
+    CurveArrays,
     KmPass,
     RuntimeEstimate,
     Survival,
-    curve_arrays,
+    curve_parts,
     estimate_arrays,
     estimate_runtime,
     kaplan_meier,
     km_moments,
-    km_pass,
+    km_pass_sorted,
     merged,
+    merged_sorted,
     open_end,
     threshold_curve,
 )
@@ -104,15 +106,13 @@ class RuntimeStats:
     sample_open: set[int] = field(default_factory=set)  # of it, still without an end
     done: int = 0
     version: int = 0  # bumped by every run that ends (``record``, ``censor``)
-    _curve: Curve | None = field(default=None, compare=False, repr=False)
-    _extreme: Curve | None = field(default=None, compare=False, repr=False)  # of _curve's runs
+    # The survival curve as arrays (for ``tail_estimates``), and as lists once asked for
+    _parts: CurveArrays | None = field(default=None, compare=False, repr=False)
+    _curve: Curve | None = field(default=None, compare=False, repr=False)  # of _parts
+    _extreme: Curve | None = field(default=None, compare=False, repr=False)  # of _parts's runs
     _whole: RuntimeEstimate | None = field(default=None, compare=False, repr=False)
     _built_version: int = field(default=0, compare=False, repr=False)  # of both
-    _km: KmPass | None = field(default=None, compare=False, repr=False)  # of _whole, for _curve
-    # The curve's times, S after each and ∫S as arrays, for ``tail_estimates``
-    _curve_arrays: tuple[Curve, np.ndarray, np.ndarray, np.ndarray] | None = field(
-        default=None, compare=False, repr=False
-    )
+    _km: KmPass | None = field(default=None, compare=False, repr=False)  # of _whole, for _parts
     # (z, resamples) -> version and ended runs drawn on, the interval's ends less T_i
     _interval: dict[tuple[float, int], tuple[int, int, float, float]] = field(
         default_factory=dict, compare=False, repr=False
@@ -185,6 +185,7 @@ class RuntimeStats:
             built_on = len(self._done) + len(self._censored) - lag
             if built_on > EXACT_UP_TO and lag <= built_on * STALE_SHARE:
                 return
+        self._parts = None
         self._curve = None
         self._extreme = None
         self._whole = None
@@ -215,7 +216,7 @@ class RuntimeStats:
         if ended <= EXACT_UP_TO:
             return estimate_runtime(self.survival(running_elapsed), z, resamples)
         times, events = self._with_running(running_elapsed)
-        e = estimate_arrays(times, events, z, 0)
+        e = estimate_arrays(times, events, z, 0, ended=self._done.as_array())
         if resamples <= 0:
             return e
         kept = self._interval.get((z, resamples))
@@ -242,8 +243,8 @@ class RuntimeStats:
         )
         censored = self._censored.as_array()
         if len(running):
-            censored = np.concatenate([censored, running])
-        return merged(self._done.as_array(), censored)
+            censored = np.sort(np.concatenate([censored, running]))
+        return merged_sorted(self._done.as_array(), censored)
 
     def mean(self, running_elapsed: Iterable[float] = ()) -> float:
         """T_i: the survival-curve mean over ended runs and the running ones' ages."""
@@ -266,29 +267,33 @@ class RuntimeStats:
         if self._whole is None:
             if self.done == 0:
                 raise ValueError("no runtime has been seen to end yet")
-            km = km_pass(self._done.as_array(), self._censored.as_array())
+            km = km_pass_sorted(self._done.as_array(), self._censored.as_array())
             self._whole, self._km, self._built_version = km[4], km, self.version
         return self._whole
 
-    def _survival_curve(self) -> Curve:
-        """Kaplan–Meier over the ended runs: times, S after each, ∫S from each time to the
-        last, and the mean residual life of the tail past the last time."""
-        if self._curve is None:
+    def _curve_arrays(self) -> CurveArrays:
+        """Kaplan–Meier over the ended runs as arrays: times, S after each, ∫S from each
+        time to the last, and the tail past the last time (``survival.curve_parts``)."""
+        if self._parts is None:
             if self.done == 0:
                 raise ValueError("no runtime has been seen to end yet")
             # The pass ``_moments`` made, if no run has ended since: the same runs.
-            km = (
-                self._km
-                if self._whole is not None and self._built_version == self.version
-                else None
-            )
-            c, *arrays = curve_arrays(self._done.as_array(), self._censored.as_array(), km)
-            self._curve_arrays = (c, arrays[0], arrays[1], arrays[2])
+            km = self._km
+            if km is None or self._whole is None or self._built_version != self.version:
+                km = km_pass_sorted(self._done.as_array(), self._censored.as_array())
+            p = curve_parts((), (), km)
             self._km = None
             # T_i as the curve has it (a lagging one is rebuilt with the curve).
             n_cens = len(self._censored)
-            self._whole = RuntimeEstimate(c.mean_s, c.sd_s, c.mean_s, c.mean_s, self.done, n_cens)
-            self._curve, self._built_version = c, self.version
+            self._whole = RuntimeEstimate(p.mean_s, p.sd_s, p.mean_s, p.mean_s, self.done, n_cens)
+            self._parts, self._curve, self._built_version = p, None, self.version
+        return self._parts
+
+    def _survival_curve(self) -> Curve:
+        """The curve of ``_curve_arrays`` as lists."""
+        parts = self._curve_arrays()
+        if self._curve is None:
+            self._curve = parts.curve()
         return self._curve
 
     def extreme_curve(self, running_elapsed: Sequence[float] = ()) -> Curve:
@@ -359,12 +364,8 @@ def tail_estimates(stats: RuntimeStats, ages: np.ndarray) -> np.ndarray:
     phase asks it of every task running on every idle machine."""
     if stats.done == 0:
         return ages.astype(float, copy=True)
-    c = stats._survival_curve()
-    kept = stats._curve_arrays
-    if kept is None or kept[0] is not c:
-        kept = (c, np.asarray(c.times), np.asarray(c.s_after), np.asarray(c.area))
-        stats._curve_arrays = kept
-    _, times, s_after, area = kept
+    c = stats._curve_arrays()
+    times, s_after, area = c.times, c.s_after, c.area
     n = len(times)
     i = np.searchsorted(times, ages, side="right") - 1
     first = i < 0

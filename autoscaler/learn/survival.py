@@ -43,7 +43,12 @@ class Survival:
 def merged(done: Iterable[float], censored: Iterable[float]) -> tuple[np.ndarray, np.ndarray]:
     """Times and events as arrays, sorted by time, an end before a censoring at the
     same time (the order of ``Survival``)."""
-    d, c = _sorted(done), _sorted(censored)
+    return merged_sorted(_sorted(done), _sorted(censored))
+
+
+def merged_sorted(d: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``merged`` of float arrays already sorted (a kept one: ``learn.times.SortedTimes``),
+    without the check; the times seen to end are ``d`` itself, where ``events`` is True."""
     if not len(c):
         return d, np.ones(len(d), dtype=bool)
     # Each censoring after the ends at its time and before the later ones.
@@ -83,15 +88,34 @@ _MIN_ALPHA = 2.2
 """The heaviest Pareto tail believed (finite variance): the tail index never goes below."""
 
 
-def hill_alpha(times: np.ndarray, events: np.ndarray) -> float:
+def hill_alpha(times: np.ndarray, events: np.ndarray, ended: np.ndarray | None = None) -> float:
     """Hill's estimate of the Pareto tail index from the upper quarter of the runtimes
     seen to end (at least three); inf when there are too few, or no spread among them.
-    Floored at ``_MIN_ALPHA``."""
-    ended, k = upper_quarter(times, events & (times > 0))
+    Floored at ``_MIN_ALPHA``. ``ended``: those runtimes, sorted, if the caller has them
+    (``times[events]``; then neither is read)."""
+    if ended is None:
+        ended, k = upper_quarter(times, events & (times > 0))
+    else:
+        ended = ended[int(np.searchsorted(ended, 0.0, side="right")) :]
+        k = max(3, math.ceil(len(ended) / 4))
     if len(ended) <= k:
         return math.inf
     spread = float(np.sum(np.log(ended[-k:] / ended[-k - 1])))
     return math.inf if spread <= 0 else max(_MIN_ALPHA, k / spread)
+
+
+_DESCENDING = np.arange(1024, 0, -1, dtype=float)
+_DESCENDING.flags.writeable = False
+
+
+def _at_risk(n: int) -> np.ndarray:
+    """n, n − 1, …, 1 as floats: the tail of one kept descending array (grown by
+    doubling), not a new one for every curve; read-only."""
+    global _DESCENDING
+    if n > len(_DESCENDING):
+        _DESCENDING = np.arange(max(n, 2 * len(_DESCENDING)), 0, -1, dtype=float)
+        _DESCENDING.flags.writeable = False
+    return _DESCENDING[len(_DESCENDING) - n :]
 
 
 def kaplan_meier(
@@ -103,7 +127,7 @@ def kaplan_meier(
     the time: the at-risk counts are n, n − 1, …, 1 without a cumulative sum)."""
     if weights is None:
         n = len(times)
-        s_one = np.cumprod(1.0 - events / np.arange(n, 0, -1, dtype=float))
+        s_one = np.cumprod(1.0 - events / _at_risk(n))
         before = np.empty(n)
         before[:1] = 1.0
         before[1:] = s_one[:-1]
@@ -118,7 +142,11 @@ def kaplan_meier(
 
 
 def tail_moments(
-    times: np.ndarray, events: np.ndarray, weights: np.ndarray | None, restricted: np.ndarray
+    times: np.ndarray,
+    events: np.ndarray,
+    weights: np.ndarray | None,
+    restricted: np.ndarray,
+    ended: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The tail past the longest observation, per row of ``weights``: its mean residual
     life, its Pareto index (inf where the tail is exponential), and E[T²] given T
@@ -131,21 +159,31 @@ def tail_moments(
     Hill's Pareto tail has the longer mean residual life t_max/(α−1), as on
     heavy-tailed runtimes (lognormal, Weibull k < 1, Pareto) whose hazard falls, that
     tail is used instead: an exponential one would cut their longest tasks short.
-    ``weights`` None: every observation once (one row).
+    ``weights`` None: every observation once (one row). ``ended``: the runtimes seen to
+    end, sorted (``times[events]``), if the caller has them: the same numbers without
+    picking them out again (with ``weights`` None only).
     """
     t_max = float(times[-1])
-    ended, k = upper_quarter(times, events)
+    if ended is None or weights is not None:
+        ended, k = upper_quarter(times, events)
+        given = None
+    else:
+        k, given = max(3, math.ceil(len(ended) / 4)), ended
     u = float(ended[-k]) if len(ended) > k else 0.0
     if weights is None:  # a row of ones: the same sums, without the products
         exposure = np.maximum(0.0, times - u)[None, :].sum(axis=1)
-        tail_events = np.array([float(np.count_nonzero(events & (times > u)))])
+        if given is None:
+            past = int(np.count_nonzero(events & (times > u)))
+        else:  # the ends past u: counted on the sorted ends
+            past = len(ended) - int(np.searchsorted(ended, u, side="right"))
+        tail_events = np.array([float(past)])
     else:
         w = np.atleast_2d(weights).astype(float)
         exposure = (w * np.maximum(0.0, times - u)).sum(axis=1)
         tail_events = (w * events * (times > u)).sum(axis=1)
     with np.errstate(divide="ignore", invalid="ignore"):
         mrl = np.where(tail_events > 0, exposure / tail_events, np.maximum(t_max, restricted))
-    alpha = hill_alpha(times, events)
+    alpha = hill_alpha(times, events, given)
     heavy = t_max / (alpha - 1) > mrl
     second = np.where(
         heavy,
@@ -157,19 +195,35 @@ def tail_moments(
 
 
 def km_moments(
-    times: np.ndarray, events: np.ndarray, weights: np.ndarray | None = None
+    times: np.ndarray,
+    events: np.ndarray,
+    weights: np.ndarray | None = None,
+    ended: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Mean and second moment of runtime, one per row of ``weights`` (a bootstrap; None:
     every observation once):
     Kaplan–Meier up to the longest observation, then the survival left (runs still
-    going, or cut off, longer than anything seen to end) on the tail of ``tail_moments``."""
+    going, or cut off, longer than anything seen to end) on the tail of ``tail_moments``
+    (``ended``: as there)."""
     s_after, s_before = kaplan_meier(times, events, weights)
-    prev = np.concatenate([[0.0], times[:-1]])
-    mean = (s_before * (times - prev)).sum(axis=1)
-    second = (s_before * (times**2 - prev**2)).sum(axis=1)
+    mean, second = _restricted(times, s_before)
     left = s_after[:, -1]
-    mrl, _, tail_second = tail_moments(times, events, weights, mean)
+    mrl, _, tail_second = tail_moments(times, events, weights, mean, ended)
     return mean + left * mrl, second + left * tail_second
+
+
+def _restricted(times: np.ndarray, s_before: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """∫ S and ∫ 2t·S up to the longest observation, per row of ``s_before``: Σ S_before
+    times the steps of t and of t² (from 0). Each step is the difference the sums have
+    always taken (t_j − t_{j−1}, t_j² − t_{j−1}²), worked out once for every row."""
+    steps = np.empty(len(times))
+    steps[:1] = times[:1]
+    np.subtract(times[1:], times[:-1], out=steps[1:])
+    squares = times * times
+    square_steps = np.empty(len(times))
+    square_steps[:1] = squares[:1]
+    np.subtract(squares[1:], squares[:-1], out=square_steps[1:])
+    return (s_before * steps).sum(axis=1), (s_before * square_steps).sum(axis=1)
 
 
 def estimate_runtime(
@@ -198,13 +252,15 @@ def estimate_arrays(
     z: float = 1.96,
     resamples: int = RESAMPLES,
     seed: int = 0,
+    ended: np.ndarray | None = None,
 ) -> RuntimeEstimate:
-    """``estimate_runtime`` on runs sorted as ``Survival`` sorts them."""
-    n_events = int(events.sum())
+    """``estimate_runtime`` on runs sorted as ``Survival`` sorts them; ``ended``: the
+    runtimes seen to end, sorted, if the caller has them (``tail_moments``)."""
+    n_events = int(events.sum()) if ended is None else len(ended)
     if n_events == 0:
         raise ValueError("no runtime has been seen to end yet")
     n = len(times)
-    mean, second = km_moments(times, events)
+    mean, second = km_moments(times, events, None, ended)
     m, sd = float(mean[0]), math.sqrt(max(0.0, float(second[0]) - float(mean[0]) ** 2))
     if resamples <= 0 or n < 2:
         return RuntimeEstimate(m, sd, m, m, n_events, n - n_events)
@@ -372,19 +428,17 @@ def threshold_curve(
 
 
 def _km_whole(
-    t_arr: np.ndarray, e_arr: np.ndarray
+    t_arr: np.ndarray, e_arr: np.ndarray, ended: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, RuntimeEstimate]:
     """Kaplan–Meier on sorted runs (S after each), the tail's mean residual life and
     Pareto index, and T_i with its spread: ``km_moments`` and the curve in one pass
     (the same arithmetic, the same numbers)."""
-    n_events = int(e_arr.sum())
+    n_events = int(e_arr.sum()) if ended is None else len(ended)
     if n_events == 0:
         raise ValueError("no runtime has been seen to end yet")
     after, before = kaplan_meier(t_arr, e_arr)
-    prev = np.concatenate([[0.0], t_arr[:-1]])
-    restricted = (before * (t_arr - prev)).sum(axis=1)
-    second = (before * (t_arr**2 - prev**2)).sum(axis=1)
-    mrls, index, tail_second = tail_moments(t_arr, e_arr, None, restricted)
+    restricted, second = _restricted(t_arr, before)
+    mrls, index, tail_second = tail_moments(t_arr, e_arr, None, restricted, ended)
     left = after[:, -1]
     m = float((restricted + left * mrls)[0])
     second_m = float((second + left * tail_second)[0])
@@ -403,33 +457,66 @@ def km_pass(done: Iterable[float], censored: Iterable[float]) -> KmPass:
     """Kaplan–Meier over ended runs (``done`` seen to end, ``censored`` ended without a
     result); its last item is T_i and its spread (``estimate_runtime`` without
     resamples). A caller may keep it to build the curve from (``curve_arrays``)."""
-    t_arr, e_arr = merged(done, censored)
-    return (t_arr, *_km_whole(t_arr, e_arr))
+    return km_pass_sorted(_sorted(done), _sorted(censored))
 
 
-def curve_arrays(
+def km_pass_sorted(done: np.ndarray, censored: np.ndarray) -> KmPass:
+    """``km_pass`` of float arrays already sorted (kept ones: ``learn.times.SortedTimes``)."""
+    t_arr, e_arr = merged_sorted(done, censored)
+    return (t_arr, *_km_whole(t_arr, e_arr, done))
+
+
+@dataclass(frozen=True, slots=True)
+class CurveArrays:
+    """The survival curve of ended runs as the arrays it was computed as
+    (``curve_parts``): what τ_e of many ages at once reads (``learn.stats.tail_estimates``,
+    at every tick). ``curve()`` is the same curve as lists (``Curve``), made only when
+    something reads it so (τ_e of one age, a plan's ragged end): the lists of a curve
+    of 500,000 runs take more time to make than its arrays."""
+
+    times: np.ndarray
+    s_after: np.ndarray  # S just after each time
+    area: np.ndarray  # ∫ S from each time to the last
+    mrl: float
+    alpha: float
+    mean_s: float
+    sd_s: float
+
+    def curve(self) -> Curve:
+        return Curve(
+            self.times.tolist(),
+            self.s_after.tolist(),
+            self.area.tolist(),
+            self.mrl,
+            self.alpha,
+            self.mean_s,
+            self.sd_s,
+        )
+
+
+def curve_parts(
     done: Iterable[float], censored: Iterable[float], km: KmPass | None = None
-) -> tuple[Curve, np.ndarray, np.ndarray, np.ndarray]:
+) -> CurveArrays:
     """The survival curve of ended runs (``done`` seen to end, ``censored`` ended without
     a result): times, S after each, ∫S from each time to the last, the tail past the
-    last time, and T_i and its spread (``km_pass``); with the times, S after each
-    and ∫S also as the arrays they were computed as (``learn.stats.tail_estimates``
-    reads those rather than converting the lists back). ``km``: the Kaplan–Meier pass
-    over the same runs, if one was made (``km_pass``). The curve for the longest of
-    many runs (``threshold_curve``) is fitted when a plan asks for it, not on every
-    end. Raises ValueError when nothing was seen to end."""
+    last time, and T_i and its spread (``km_pass``), as arrays. ``km``: the
+    Kaplan–Meier pass over the same runs, if one was made (``km_pass``). The curve for
+    the longest of many runs (``threshold_curve``) is fitted when a plan asks for it,
+    not on every end. Raises ValueError when nothing was seen to end."""
     t_arr, after, mrls, index, whole = km_pass(done, censored) if km is None else km
     # ∫ S from times[j] to times[-1]: S is s_after[j] on [times[j], times[j+1]); summed
     # from the end, one term at a time (as a loop would).
     pieces = after[:-1] * np.diff(t_arr)
     area = np.concatenate([np.cumsum(pieces[::-1])[::-1], [0.0]])
-    curve = Curve(
-        t_arr.tolist(),
-        after.tolist(),
-        area.tolist(),
-        float(mrls[0]),
-        float(index[0]),
-        whole.mean_s,
-        whole.sd_s,
+    return CurveArrays(
+        t_arr, after, area, float(mrls[0]), float(index[0]), whole.mean_s, whole.sd_s
     )
-    return curve, t_arr, after, area
+
+
+def curve_arrays(
+    done: Iterable[float], censored: Iterable[float], km: KmPass | None = None
+) -> tuple[Curve, np.ndarray, np.ndarray, np.ndarray]:
+    """``curve_parts``' curve as lists (``Curve``), with its times, S after each and ∫S
+    as the arrays they were computed as."""
+    parts = curve_parts(done, censored, km)
+    return parts.curve(), parts.times, parts.s_after, parts.area
