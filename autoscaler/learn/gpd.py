@@ -149,7 +149,7 @@ def unbounded(g: Gpd, excess: np.ndarray, censored: np.ndarray | None = None) ->
     maximum-likelihood scale with the runs still going counted as censored.
 
     For a tail fitted while runs still go past the longest run seen to end
-    (``survival.threshold_curve``): nothing there has shown where the runtimes stop,
+    (``curve.threshold_curve``): nothing there has shown where the runtimes stop,
     and an end fitted to a handful of exceedances cuts the bag's longest task short
     (a third of first-plan samples of lognormal σ 1 runtimes fitted one, predicting
     the longest of 200 runs at a fifth to a third of its size)."""

@@ -10,9 +10,9 @@ from statistics import NormalDist
 
 import numpy as np
 
+from autoscaler.learn.curve import Curve
 from autoscaler.learn.gpd import Gpd
 from autoscaler.learn.stats import RuntimeStats
-from autoscaler.learn.survival import Curve
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,23 +24,25 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from autoscaler.learn.affine import AffineFit
-from autoscaler.learn.survival import (
-    RESAMPLES,
+from autoscaler.learn.curve import (
     Curve,
     CurveArrays,
     KmPass,
+    curve_parts,
+    km_pass_sorted,
+    threshold_curve,
+)
+from autoscaler.learn.survival import (
+    RESAMPLES,
     RuntimeEstimate,
     Survival,
-    curve_parts,
     estimate_arrays,
     estimate_runtime,
     kaplan_meier,
     km_moments,
-    km_pass_sorted,
     merged,
     merged_sorted,
     open_end,
-    threshold_curve,
 )
 from autoscaler.learn.times import SortedTimes
 
@@ -273,7 +275,7 @@ class RuntimeStats:
 
     def _curve_arrays(self) -> CurveArrays:
         """Kaplan–Meier over the ended runs as arrays: times, S after each, ∫S from each
-        time to the last, and the tail past the last time (``survival.curve_parts``)."""
+        time to the last, and the tail past the last time (``curve.curve_parts``)."""
         if self._parts is None:
             if self.done == 0:
                 raise ValueError("no runtime has been seen to end yet")

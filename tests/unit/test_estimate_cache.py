@@ -10,15 +10,14 @@ import numpy as np
 import pytest
 
 from autoscaler.learn import stats as stats_module
+from autoscaler.learn.curve import Curve, threshold_curve
 from autoscaler.learn.stats import EXACT_UP_TO, STALE_SHARE, RuntimeStats
 from autoscaler.learn.survival import (
-    Curve,
     RuntimeEstimate,
     Survival,
     estimate_runtime,
     kaplan_meier,
     tail_moments,
-    threshold_curve,
 )
 
 AGES = (0.5, 10.0, 300.0, 900.0, 2500.0, 1e5)

@@ -29,8 +29,8 @@ from autoscaler.core.journal import SqliteJournal
 from autoscaler.core.model import Assign, Launch, MachineLaunched, MachineReady, MachineState
 from autoscaler.core.state import RunState
 from autoscaler.learn import stats as stats_module
+from autoscaler.learn.curve import curve_arrays, km_pass
 from autoscaler.learn.stats import RuntimeStats, tail_estimates
-from autoscaler.learn.survival import curve_arrays, km_pass
 from tests.unit.test_replay_property import BILLINGS, TYPES, _launch_events, _machine_events
 
 _EPS = 1e-6
