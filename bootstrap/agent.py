@@ -147,33 +147,34 @@ Exit codes: 0 released, unknown to the controller or terminated; 2 bad token or 
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import glob
-import http.client
 import json
 import math
 import os
 import re
 import select
-import shutil
 import signal
 import socket
-import subprocess
 import sys
-import tempfile
 import threading
 import time
-import urllib.parse
 from collections import deque
 from types import FrameType
-from typing import IO, Any, NamedTuple, NoReturn
+from typing import IO, TYPE_CHECKING, Any, NamedTuple, NoReturn
+
+if TYPE_CHECKING:
+    import argparse
+    import http.client
+    import subprocess
+    from collections.abc import Callable
 
 TOKEN_ENV = "AUTOSCALER_TOKEN"
 POLL_PATH = "/v1/poll"
 FILES_PATH = "/v1/files"
 BLOCK = 1 << 20
-FILE_ERRORS = (OSError, http.client.HTTPException, ValueError, LookupError, TypeError)
+LINE_MAX = 65537  # bytes of a status or header line, as http.client
+HEADERS_MAX = 100
+FILE_ERRORS = (OSError, ValueError, LookupError, TypeError)  # and http_errors()
 HTTP_GRACE_S = 10.0
 BACKOFF_FIRST_S = 0.05
 BACKOFF_MAX_S = 2.0
@@ -217,6 +218,91 @@ def seconds(value: float) -> str:
     return f"{value:.3f}".rstrip("0").rstrip(".")
 
 
+def http_errors(*others: type[Exception]) -> tuple[type[Exception], ...]:
+    """``others`` and ``http.client``'s exception class once something imported it (none
+    can be raised before): for ``except`` clauses that must not import it."""
+    module = sys.modules.get("http.client")
+    return (*others, module.HTTPException) if module is not None else others
+
+
+class BadResponse(ConnectionError):
+    """The controller's answer is not HTTP/1.x as :class:`Link` reads it."""
+
+
+class Link:
+    """The keep-alive connection of the polls to an ``http://`` controller: one request at
+    a time, the response read by its Content-Length (or to the end, with none). A few
+    lines of our own because ``http.client``, with the ``email`` package and ``ssl`` it
+    imports, is a third of the agent's start-up, paid by every agent of a fleet at once.
+    ``https`` controllers and file transfers use ``http.client``."""
+
+    def __init__(self, host: str, port: int, token: str) -> None:
+        self._address = (host, port)
+        self._head = (
+            f"Host: {host}:{port}\r\nAuthorization: Bearer {token}\r\n"
+            "Content-Type: application/json\r\n"
+        ).encode("latin-1")
+        self._sock: socket.socket | None = None
+        self._stream: IO[bytes] | None = None
+
+    def post(self, path: str, body: bytes, timeout: float) -> tuple[int, bytes]:
+        """(status, body) of ``POST path``; ``OSError`` on any failure (then call close)."""
+        sock, stream = self._sock, self._stream
+        if sock is None or stream is None:
+            sock = socket.create_connection(self._address, timeout)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            stream = sock.makefile("rb")
+            self._sock, self._stream = sock, stream
+        sock.settimeout(timeout)
+        request = b"POST %s HTTP/1.1\r\n%sContent-Length: %d\r\n\r\n" % (
+            path.encode("latin-1"),
+            self._head,
+            len(body),
+        )
+        sock.sendall(request + body)
+        line = stream.readline(LINE_MAX)
+        if not line:
+            raise ConnectionResetError("the controller closed the connection without an answer")
+        version, _, rest = line.partition(b" ")
+        if not version.startswith(b"HTTP/1.") or not rest[:3].isdigit():
+            raise BadResponse(f"bad status line {line[:80]!r}")
+        length: int | None = None
+        close = version == b"HTTP/1.0"
+        for _ in range(HEADERS_MAX):
+            line = stream.readline(LINE_MAX)
+            if not line.endswith(b"\n"):
+                raise BadResponse("headers cut short or too long")
+            if not line.strip():
+                break
+            name, _, value = line.partition(b":")
+            name, value = name.strip().lower(), value.strip().lower()
+            if name == b"content-length":
+                if not value.isdigit():
+                    raise BadResponse(f"bad Content-Length {value[:40]!r}")
+                length = int(value)
+            elif name == b"connection":
+                close = value == b"close" or (close and value != b"keep-alive")
+            elif name == b"transfer-encoding" and value != b"identity":
+                raise BadResponse(f"Transfer-Encoding {value[:40]!r} is not read")
+        else:
+            raise BadResponse(f"more than {HEADERS_MAX} header lines")
+        data = stream.read(length) if length is not None else stream.read()
+        if length is not None and len(data) < length:
+            raise ConnectionResetError(f"answer cut short: {len(data)} of {length} bytes")
+        if close or length is None:
+            self.close()
+        return int(rest[:3]), data
+
+    def close(self) -> None:
+        if self._stream is not None:
+            with contextlib.suppress(OSError):
+                self._stream.close()
+        if self._sock is not None:
+            with contextlib.suppress(OSError):
+                self._sock.close()
+        self._sock = self._stream = None
+
+
 class AgentExit(Exception):
     """Stop the agent: kill its runs, log ``message``, exit with ``code``."""
 
@@ -251,7 +337,9 @@ def read_notice(url: str, timeout: float = NOTICE_TIMEOUT_S) -> dict[str, str] |
     """The interruption notice at ``url``, or None (404, no answer, any error). EC2's
     instance metadata: an IMDSv2 token first (``PUT /latest/api/token``), and without
     one if the server does not give it (IMDSv1). Proxies are never used."""
-    import urllib.request  # here: with ssl it costs a start-up most agents never use
+    import http.client  # here: with ssl and email they cost a start-up most agents never use
+    import urllib.parse
+    import urllib.request
 
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     parts = urllib.parse.urlsplit(url)
@@ -384,8 +472,8 @@ class Outputs(NamedTuple):
     @classmethod
     def new(cls) -> Outputs:
         with contextlib.ExitStack() as stack:
-            out = stack.enter_context(tempfile.TemporaryFile(buffering=0))
-            err = stack.enter_context(tempfile.TemporaryFile(buffering=0))
+            out = stack.enter_context(temp_file())
+            err = stack.enter_context(temp_file())
             stack.pop_all()
         return cls(out, err)
 
@@ -402,6 +490,24 @@ class Outputs(NamedTuple):
     def close(self) -> None:
         self.out.close()
         self.err.close()
+
+
+def temp_file() -> IO[bytes]:
+    """An unnamed, unbuffered file for a run's output: ``O_TMPFILE`` in ``$TMPDIR`` or
+    /tmp where the system has it, else ``tempfile.TemporaryFile``. (The imports of
+    ``tempfile``, ``shutil``, ``glob`` and ``subprocess`` wait for their first use: an
+    agent that runs plain commands never pays them.)"""
+    flags = getattr(os, "O_TMPFILE", 0)
+    if flags:
+        try:
+            fd = os.open(os.environ.get("TMPDIR") or "/tmp", flags | os.O_RDWR, 0o600)
+        except OSError:
+            pass
+        else:
+            return open(fd, "r+b", buffering=0)  # the caller closes it
+    import tempfile
+
+    return tempfile.TemporaryFile(buffering=0)
 
 
 class Process(NamedTuple):
@@ -506,8 +612,22 @@ def _files(raw: object) -> dict[str, Any] | None:
     return raw
 
 
+def _rmtree(path: str, ignore_errors: bool) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors)
+
+
+def move(source: str, target: str) -> None:
+    import shutil
+
+    shutil.move(source, target)
+
+
 def collect(cwd: str, patterns: list[str]) -> list[list[Any]]:
     """The regular files under ``cwd`` that ``patterns`` match: [[path, bytes]], sorted."""
+    import glob
+
     found = {p for g in patterns for p in glob.glob(g, root_dir=cwd, recursive=True)}
     paths = [os.path.join(cwd, p) for p in sorted(found)]
     return [[p[len(cwd) + 1 :], os.path.getsize(p)] for p in paths if os.path.isfile(p)]
@@ -676,6 +796,8 @@ class Spawner:
                 return Process(Child(pid), outputs)
             except NotImplementedError:  # no POSIX_SPAWN_SETSID here
                 self.fast = False
+        import subprocess
+
         mask = signal.pthread_sigmask(signal.SIG_SETMASK, ())  # the shell's, as setsigmask
         try:
             proc = subprocess.Popen(
@@ -719,7 +841,7 @@ class Spawner:
         if key in self._found:
             found = self._found[key]
         else:
-            found = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=path)
+            found = argv[0] if "/" in argv[0] else which(argv[0], path)
             if found is not None and "/" not in argv[0] and not os.path.isabs(found):
                 found = None  # a relative PATH entry: it depends on the task's cwd
             if len(self._found) < FOUND_MAX:
@@ -730,6 +852,19 @@ class Spawner:
 
     def close(self) -> None:
         os.close(self.devnull)
+
+
+def which(program: str, path: str | None) -> str | None:
+    """Where ``program`` (a name, no slash) is on ``path`` (None: ours), as
+    ``shutil.which`` on POSIX finds it: the first entry with an executable file of
+    that name."""
+    if path is None:
+        path = os.environ.get("PATH", os.defpath)
+    for entry in path.split(os.pathsep):
+        candidate = os.path.join(entry, program)
+        if os.access(candidate, os.X_OK) and not os.path.isdir(candidate):
+            return candidate
+    return None
 
 
 def _on_child(signum: int, frame: FrameType | None) -> None:
@@ -765,7 +900,8 @@ class Agent:
         self._retry_at: float | None = None
         self._backoff_s = BACKOFF_FIRST_S
         self._failures = 0
-        self._conn: http.client.HTTPConnection | None = None
+        self._link: Link | None = None  # polls to an http:// controller
+        self._conn: http.client.HTTPConnection | None = None  # https polls, files
         self._signalled: int | None = None
         self._deferring_signals = False
         self._wake_r = -1
@@ -1015,11 +1151,11 @@ class Agent:
         if task.files is not None:
             try:
                 self._inputs(cwd, task.files)
-            except FILE_ERRORS as exc:
+            except http_errors(*FILE_ERRORS) as exc:
                 self._close()
                 result = Result(task.run, task.task, None, 0.0, "", "", f"inputs: {exc}")
                 self._add_result(result, now)
-                shutil.rmtree(cwd, True)
+                _rmtree(cwd, True)
                 return
         outputs = self._spare.pop() if self._spare else Outputs.new()
         self._deferring_signals = True
@@ -1065,7 +1201,7 @@ class Agent:
         if task.files is not None:
             if error is None:
                 stored, error = self._outputs(task, self._cwd(task))
-            shutil.rmtree(self._cwd(task), True)
+            _rmtree(self._cwd(task), True)
         result = Result(task.run, task.task, code, runtime_s, stdout, stderr, error, stored)
         self._add_result(result, time.monotonic())
         if error is not None:
@@ -1102,7 +1238,7 @@ class Agent:
             current.process.kill()
             self._recycle(current.process.outputs)
         if current.task.files is not None:
-            shutil.rmtree(self._cwd(current.task), True)
+            _rmtree(self._cwd(current.task), True)
         del self._running[current.task.run]
         log(INFO, "run killed", run=current.task.run, task=current.task.task)
 
@@ -1165,7 +1301,7 @@ class Agent:
                 json.dumps(body, separators=(",", ":")).encode(),
                 max(min(http_timeout, local_s), 0.001),
             )
-        except (OSError, http.client.HTTPException) as exc:
+        except http_errors(OSError) as exc:
             self._close()
             if isinstance(exc, TimeoutError) and local_s < http_timeout:
                 return
@@ -1187,14 +1323,22 @@ class Agent:
         self._apply(reply, now, sent)
 
     def _post(self, payload: bytes, timeout: float) -> tuple[int, bytes]:
-        response = self._call("POST", self._config.path, payload, None, timeout)
-        return response.status, response.read()
+        config = self._config
+        if config.scheme == "https":
+            response = self._call("POST", config.path, payload, None, timeout)
+            return response.status, response.read()
+        if self._link is None:
+            self._link = Link(config.host, config.port or 80, self._token)
+        return self._link.post(config.path, payload, timeout)
 
     def _call(
         self, method: str, path: str, body: Any, size: int | None = None, timeout: float = 60.0
     ) -> http.client.HTTPResponse:
         """One request on the controller's connection, authorised; to a full URL (a
         presigned one) on a connection of its own, not."""
+        import http.client  # here: see Link
+        import urllib.parse
+
         config = self._config
         parts = urllib.parse.urlsplit(path)
         own = parts.scheme != ""
@@ -1243,7 +1387,7 @@ class Agent:
                 return None, f"outputs {total / 1e6:.3g} MB exceed limit {limit:.3g} MB"
             if found:
                 self._store(task, cwd, found)
-        except FILE_ERRORS as exc:
+        except http_errors(*FILE_ERRORS) as exc:
             self._close()
             return None, f"outputs: {exc}"
         return found, None
@@ -1260,7 +1404,7 @@ class Agent:
             for rel, _ in found:
                 target = os.path.join(answer["dir"], rel)
                 os.makedirs(os.path.dirname(target), exist_ok=True)
-                shutil.move(os.path.join(cwd, rel), target + ".part")
+                move(os.path.join(cwd, rel), target + ".part")
                 os.replace(target + ".part", target)
             return
         for (rel, size), url in zip(found, answer["put"], strict=True):
@@ -1271,6 +1415,9 @@ class Agent:
                 raise ValueError(f"{rel}: HTTP {response.status} {data[:300]!r}")
 
     def _close(self) -> None:
+        if self._link is not None:
+            self._link.close()
+            self._link = None
         if self._conn is not None:
             self._conn.close()
             self._conn = None
@@ -1339,75 +1486,135 @@ class Agent:
             self._cancel(run)
 
 
+FLAGS: dict[str, tuple[Callable[[str], Any], Any, str | None]] = {
+    "--url": (str, None, "controller base URL, http://HOST:PORT"),
+    "--machine": (str, None, "this machine's id"),
+    "--workdir": (str, None, "default working directory of tasks"),
+    "--heartbeat-s": (float, 2.0, None),
+    "--orphan-after-s": (float, 60.0, None),
+    "--start-delay-s": (float, 0.0, None),
+    "--ready-at": (
+        float,
+        None,
+        "Unix time before which not to report (a boot that counts from the launch)",
+    ),
+    "--tail-bytes": (int, 4096, None),
+    "--slots": (int, 1, "runs at once, until told"),
+    "--report-s": (float, REPORT_S, "a result waits at most this long"),
+    "--token-file": (str, None, f"file holding the token ({TOKEN_ENV})"),
+    "--notice-url": (str, None, "where to read an interruption notice"),
+    "--notice-every-s": (float, NOTICE_EVERY_S, None),
+}
+"""The command line: flag -> (type, default, help)."""
+REQUIRED = ("--url", "--machine")
+
+
+def _parser() -> argparse.ArgumentParser:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="agent.py", description="autoscaler worker agent")
+    for flag, (kind, default, text) in FLAGS.items():
+        parser.add_argument(flag, type=kind, default=default, required=flag in REQUIRED, help=text)
+    return parser
+
+
+def read_flags(argv: list[str]) -> dict[str, Any]:
+    """The values of the flags (``heartbeat_s``, ...), defaults filled in. A well-formed
+    command line (``--flag value`` or ``--flag=value``, no flag twice) is read here;
+    anything else (``--help``, an unknown flag, a missing value or required flag, a
+    value of the wrong type) by ``argparse``, which prints its help or its usage error
+    and exits (2). ``argparse`` with what it imports is a fifth of the start-up."""
+    values: dict[str, Any] = {}
+    i = 0
+    while i < len(argv):
+        flag, eq, value = argv[i].partition("=")
+        if flag not in FLAGS or flag in values:
+            break
+        if not eq:
+            if i + 1 == len(argv) or argv[i + 1].startswith("--"):
+                break
+            i += 1
+            value = argv[i]
+        try:
+            values[flag] = FLAGS[flag][0](value)
+        except ValueError:
+            break
+        i += 1
+    else:
+        if all(flag in values for flag in REQUIRED):
+            return {
+                flag[2:].replace("-", "_"): values.get(flag, default)
+                for flag, (_, default, _) in FLAGS.items()
+            }
+    return vars(_parser().parse_args(argv))
+
+
+def usage_error(message: str) -> NoReturn:
+    """Exit 2 with the usage and ``message``, as ``argparse`` does."""
+    _parser().error(message)
+
+
+URL = re.compile(
+    r"([A-Za-z][A-Za-z0-9+.-]*)://(?:[^@/?#]*@)?(\[[^\]/?#]*\]|[^:/?#]*)(?::([^/?#]*))?([^?#]*)"
+)
+"""scheme://[user@]host[:port][/path]: what ``urllib.parse.urlsplit`` makes of a URL
+without a query (its import is a twentieth of the start-up)."""
+
+
+def split_url(text: str) -> tuple[str, str, int | None, str]:
+    """(scheme, host, port, path) of an http(s) URL, the host without brackets and in
+    lower case; ``ValueError`` naming what is wrong."""
+    match = URL.match(text)
+    if match is None or match.group(1).lower() not in ("http", "https") or not match.group(2):
+        raise ValueError(f"must be http://HOST[:PORT], got {text!r}")
+    scheme, host, port, path = match.groups()
+    if port and not (port.isdigit() and int(port) <= 65535):
+        raise ValueError(f"has a bad port: {text!r}")
+    return scheme.lower(), host.strip("[]").lower(), int(port) if port else None, path
+
+
 def parse_args(argv: list[str] | None) -> tuple[Config, str | None]:
     """The configuration and ``--token-file``; exits 2 on a usage error."""
-    parser = argparse.ArgumentParser(description="autoscaler worker agent")
-    parser.add_argument("--url", required=True, help="controller base URL, http://HOST:PORT")
-    parser.add_argument("--machine", required=True, help="this machine's id")
-    parser.add_argument("--workdir", default=None, help="default working directory of tasks")
-    parser.add_argument("--heartbeat-s", type=float, default=2.0)
-    parser.add_argument("--orphan-after-s", type=float, default=60.0)
-    parser.add_argument("--start-delay-s", type=float, default=0.0)
-    parser.add_argument(
-        "--ready-at",
-        type=float,
-        default=None,
-        help="Unix time before which not to report (a boot that counts from the launch)",
-    )
-    parser.add_argument("--tail-bytes", type=int, default=4096)
-    parser.add_argument("--slots", type=int, default=1, help="runs at once, until told")
-    parser.add_argument(
-        "--report-s", type=float, default=REPORT_S, help="a result waits at most this long"
-    )
-    parser.add_argument("--token-file", default=None, help=f"file holding the token ({TOKEN_ENV})")
-    parser.add_argument("--notice-url", default=None, help="where to read an interruption notice")
-    parser.add_argument("--notice-every-s", type=float, default=NOTICE_EVERY_S)
-    args = parser.parse_args(argv)
-    url = urllib.parse.urlsplit(args.url)
-    if url.scheme not in ("http", "https") or not url.hostname:
-        parser.error(f"--url must be http://HOST[:PORT], got {args.url!r}")
+    args = read_flags(sys.argv[1:] if argv is None else argv)
     try:
-        port = url.port
-    except ValueError:
-        parser.error(f"--url has a bad port: {args.url!r}")
-    for name in ("heartbeat_s", "orphan_after_s"):
-        value = getattr(args, name)
+        scheme, host, port, path = split_url(args["url"])
+    except ValueError as exc:
+        usage_error(f"--url {exc}")
+    for name in ("heartbeat_s", "orphan_after_s", "notice_every_s"):
+        value = args[name]
         if not math.isfinite(value) or value <= 0:
-            parser.error(f"--{name.replace('_', '-')} must be positive, got {value}")
-    if not math.isfinite(args.start_delay_s) or args.start_delay_s < 0:
-        parser.error(f"--start-delay-s must be non-negative, got {args.start_delay_s}")
-    if args.ready_at is not None and math.isfinite(args.ready_at):
-        args.start_delay_s = max(args.start_delay_s, args.ready_at - time.time())
-    if args.tail_bytes < 0:
-        parser.error(f"--tail-bytes must be non-negative, got {args.tail_bytes}")
-    if args.slots < 1:
-        parser.error(f"--slots must be positive, got {args.slots}")
-    if args.notice_url is not None and urllib.parse.urlsplit(args.notice_url).scheme not in (
-        "http",
-        "https",
-    ):
-        parser.error(f"--notice-url must be http://..., got {args.notice_url!r}")
-    if not math.isfinite(args.notice_every_s) or args.notice_every_s <= 0:
-        parser.error(f"--notice-every-s must be positive, got {args.notice_every_s}")
-    if not math.isfinite(args.report_s) or args.report_s < 0:
-        parser.error(f"--report-s must be non-negative, got {args.report_s}")
+            usage_error(f"--{name.replace('_', '-')} must be positive, got {value}")
+    for name in ("start_delay_s", "report_s", "tail_bytes"):
+        value = args[name]
+        if not math.isfinite(value) or value < 0:
+            usage_error(f"--{name.replace('_', '-')} must be non-negative, got {value}")
+    start_delay_s = args["start_delay_s"]
+    if args["ready_at"] is not None and math.isfinite(args["ready_at"]):
+        start_delay_s = max(start_delay_s, args["ready_at"] - time.time())
+    if args["slots"] < 1:
+        usage_error(f"--slots must be positive, got {args['slots']}")
+    if args["notice_url"] is not None:
+        try:
+            split_url(args["notice_url"])
+        except ValueError as exc:
+            usage_error(f"--notice-url {exc}")
     config = Config(
-        scheme=url.scheme,
-        host=url.hostname,
+        scheme=scheme,
+        host=host,
         port=port,
-        path=url.path.rstrip("/") + POLL_PATH,
-        machine=args.machine,
-        workdir=os.path.abspath(args.workdir or os.getcwd()),
-        heartbeat_s=args.heartbeat_s,
-        orphan_after_s=args.orphan_after_s,
-        start_delay_s=args.start_delay_s,
-        tail_bytes=args.tail_bytes,
-        slots=args.slots,
-        report_s=args.report_s,
-        notice_url=args.notice_url,
-        notice_every_s=args.notice_every_s,
+        path=path.rstrip("/") + POLL_PATH,
+        machine=args["machine"],
+        workdir=os.path.abspath(args["workdir"] or os.getcwd()),
+        heartbeat_s=args["heartbeat_s"],
+        orphan_after_s=args["orphan_after_s"],
+        start_delay_s=start_delay_s,
+        tail_bytes=args["tail_bytes"],
+        slots=args["slots"],
+        report_s=args["report_s"],
+        notice_url=args["notice_url"],
+        notice_every_s=args["notice_every_s"],
     )
-    token_file: str | None = args.token_file
+    token_file: str | None = args["token_file"]
     return config, token_file
 
 

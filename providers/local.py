@@ -21,11 +21,11 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from autoscaler.bootstrap.agent_start import TOKEN_ENV, AgentSettings
+from autoscaler.bootstrap.agent_start import TOKEN_ENV, AgentSettings, compiled_agent
 from autoscaler.providers.base import (
     Capabilities,
     MachineRecord,
@@ -276,6 +276,7 @@ def _start_time(pid: int) -> float | None:
 def build(cfg: Platform, ctx: RunContext) -> Provider:
     """The local provider of a real run of ``cfg``."""
     settings = agent_settings(cfg, ctx, python=cfg.local.python, workdir=None)
+    settings = replace(settings, agent=compiled_agent(ctx.run_dir / "agents", settings.python))
     caps = KIND.capabilities(cfg, ctx.billing)
     return LocalProvider(
         caps, ctx.run_id, settings, ctx.run_dir / "agents", ctx.clock, cfg.time_scale

@@ -60,7 +60,7 @@ def test_a_bag_of_200_runs_on_two_types_within_budget(tmp_path: Path) -> None:
     assert_clean_end(tmp_path / "run", outcome.report.to_json(), 200)
     # Leases were renewed in time: no agent ended on its own, every machine was released.
     assert journal_rows(tmp_path / "run", "MachineLost") == []
-    for log in (tmp_path / "run" / "agents").iterdir():
+    for log in (tmp_path / "run" / "agents").glob("*.log"):
         assert "lease expired" not in log.read_text(), log.name
     used = {m.type for m in outcome.report.machines if m.tasks_run > 0}
     assert used == {"small", "fast"}
@@ -216,10 +216,30 @@ def test_a_failing_command_is_retried_then_reported(tmp_path: Path) -> None:
     assert agents_of(outcome.run_id) == []
 
 
-def interrupt(tmp_path: Path, signals: list[signal.Signals]) -> tuple[Path, dict[str, Any]]:
+LINGER = """#!/bin/sh
+# A machine that takes LINGER_S to end after its agent has: SIGTERM goes to the agent,
+# then this shell waits (SIGKILL ends it at once).
+{python} "$@" &
+agent=$!
+trap 'kill -TERM $agent; wait $agent; sleep {linger_s}; exit 0' TERM
+wait $agent
+"""
+
+
+def interrupt(
+    tmp_path: Path, signals: list[signal.Signals], linger_s: float = 0.0
+) -> tuple[Path, dict[str, Any]]:
     """Start a run, send ``signals`` once 20 tasks are done (each after the previous one
-    is handled); the daemon must exit 3 with no agent left and spend within budget."""
-    config = local_config(tmp_path)
+    is handled); the daemon must exit 3 with no agent left and spend within budget.
+    ``linger_s``: each machine takes that long to end after its agent (a release lasts
+    that long, unless a second signal cuts it short)."""
+    local: dict[str, Any] = {}
+    if linger_s:
+        wrapper = tmp_path / "python"
+        wrapper.write_text(LINGER.format(python=sys.executable, linger_s=linger_s))
+        wrapper.chmod(0o755)
+        local = {"local": {"python": str(wrapper)}}
+    config = local_config(tmp_path, **local)
     run_dir = tmp_path / "run"
     daemon = start_daemon(str(config), "--out", str(run_dir))
     try:
@@ -371,7 +391,10 @@ def test_a_silent_agent_is_lost_and_its_task_runs_elsewhere(tmp_path: Path) -> N
 
 
 def test_a_second_signal_terminates_every_machine_at_once(tmp_path: Path) -> None:
-    """Two SIGINTs: the second kills the agents without grace; the report is still written."""
-    run_dir, report = interrupt(tmp_path, [signal.SIGINT, signal.SIGINT])
+    """Two SIGINTs: the second kills the machines without grace; the report is still
+    written. Each machine lingers after its agent has ended, so the release the first
+    signal began (SIGTERM, then SIGKILL after the provider's grace) is still under way
+    when the second comes."""
+    run_dir, report = interrupt(tmp_path, [signal.SIGINT, signal.SIGINT], linger_s=30)
     assert report["stop_reason"] == "interrupted by SIGINT"
     assert "second signal: terminating every machine now" in (run_dir / "log.jsonl").read_text()
