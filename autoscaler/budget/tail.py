@@ -48,16 +48,21 @@ class _Candidates:
     machines (``_scan``); and when each is expected to finish (start + τ_e at its age on
     its machine's type), worked out once per step (``_refresh``): at a tick every idle
     machine asks. Kept on the state while no task has joined them
-    (``RunRecords.solo_gains``): the tasks running once now are these, less those
-    that ended or were replicated since, in the same order."""
+    (``RunRecords.solo_gains``): the tasks running once now are these, less those that
+    ended or were replicated since. Those are not looked for (a pass over every
+    candidate at every step of the tail): one found no longer running once when it comes
+    out on top is marked ``gone`` and passed over from then on."""
 
     gains: int  # state.solo_gains when scanned
     tids: list[int]
     hosts: list[Machine]
     starts: np.ndarray
+    kinds: list[str]  # the hosts' types, sorted
+    code: np.ndarray | None  # each candidate's index in ``kinds`` (None: one type)
+    gone: np.ndarray  # bool: no longer running once
     step: Step | None = None  # the step ``finish`` and ``paid`` were worked out in
     actions: int = 0  # len(step.actions) then, or last seen to hold since
-    finish: np.ndarray = field(default_factory=lambda: np.empty(0))
+    finish: np.ndarray = field(default_factory=lambda: np.empty(0))  # -inf: gone
     paid: np.ndarray = field(default_factory=lambda: np.empty(0))  # each host's paid_until
 
 
@@ -73,31 +78,27 @@ def _scan(state: RunState) -> _Candidates:
                 tids.append(tid)
                 starts.append(start)
                 hosts.append(machines[other])
-    return _Candidates(state.solo_gains, tids, hosts, np.array(starts))
-
-
-def _refresh(settings: ControllerSettings, s: Step, kept: _Candidates) -> None:
-    """Drop the tasks no longer running once; when each left is expected to finish,
-    and its host's paid time, at ``s``."""
-    state = s.state
-    running_on, task_state, running = state.running_on, state.task_state, _RUNNING
-    still = [len(running_on.get(tid, ())) == 1 and task_state[tid] is running for tid in kept.tids]
-    if not all(still):
-        kept.tids = [tid for tid, ok in zip(kept.tids, still, strict=True) if ok]
-        kept.hosts = [h for h, ok in zip(kept.hosts, still, strict=True) if ok]
-        kept.starts = kept.starts[np.array(still, dtype=bool)]
-    names = [h.type.name for h in kept.hosts]
+    names = [h.type.name for h in hosts]
     kinds = sorted(set(names))
+    code = None
     if len(kinds) > 1:
         index = {n: k for k, n in enumerate(kinds)}
         code = np.array([index[n] for n in names])
-    else:
-        code = None
+    gone = np.zeros(len(tids), dtype=bool)
+    return _Candidates(state.solo_gains, tids, hosts, np.array(starts), kinds, code, gone)
+
+
+def _refresh(settings: ControllerSettings, s: Step, kept: _Candidates) -> None:
+    """When each candidate is expected to finish, and its host's paid time, at ``s``
+    (``tail_estimates`` works element by element: the same floats as for the
+    candidates alone)."""
+    state = s.state
     finish = np.empty(len(kept.tids))
-    for k, name in enumerate(kinds):
-        at = slice(None) if code is None else code == k
+    for k, name in enumerate(kept.kinds):
+        at = slice(None) if kept.code is None else kept.code == k
         own = kept.starts[at]
         finish[at] = own + tail_estimates(stats(settings, state, name), s.now - own)
+    finish[kept.gone] = -math.inf
     kept.finish = finish
     kept.paid = np.array([h.paid_until for h in kept.hosts])
     kept.step, kept.actions = s, len(s.actions)
@@ -135,7 +136,10 @@ def last_to_finish(settings: ControllerSettings, s: Step, m: Machine) -> tuple[f
             return None
         tid, host = kept.tids[best], kept.hosts[best]
         runs = state.running_on.get(tid, {})
-        if host is not m and len(runs) == 1 and state.task_state[tid] is TaskState.RUNNING:
+        if len(runs) != 1 or state.task_state[tid] is not TaskState.RUNNING:
+            kept.gone[best] = True  # ended or replicated since the scan: for good
+            kept.finish[best] = -math.inf
+        elif host is not m:
             return float(finish[best]), tid
         finish[best] = -math.inf
 

@@ -30,7 +30,9 @@ from autoscaler.core.model import (
     EVENT_TYPES,
     Action,
     Assign,
+    BoundaryNear,
     Event,
+    Extend,
     JobSpec,
     TaskDone,
 )
@@ -223,29 +225,56 @@ class SqliteJournal:
 _ASCII = json.encoder.encode_basestring_ascii  # a string as ``json.dumps`` writes it
 
 
+def _assign_data(item: Assign) -> str | None:
+    if type(item.task) is int and type(item.machine) is str:
+        return f'{{"task": {item.task}, "machine": {_ASCII(item.machine)}}}'
+    return None
+
+
+def _done_data(item: TaskDone) -> str | None:
+    if (
+        item.stored is None
+        and type(item.task) is int
+        and type(item.machine) is str
+        and type(item.runtime_s) is float
+        and math.isfinite(item.runtime_s)
+    ):
+        return (
+            f'{{"task": {item.task}, "machine": {_ASCII(item.machine)}, '
+            f'"runtime_s": {item.runtime_s!r}, "stored": null}}'
+        )
+    return None
+
+
+def _near_data(item: BoundaryNear) -> str | None:
+    return f'{{"machine": {_ASCII(item.machine)}}}' if type(item.machine) is str else None
+
+
+def _extend_data(item: Extend) -> str | None:
+    if type(item.machine) is str and type(item.until) is float and math.isfinite(item.until):
+        return f'{{"machine": {_ASCII(item.machine)}, "until": {item.until!r}}}'
+    return None
+
+
+_FAST: dict[type, tuple[str, Any]] = {
+    Assign: ('"action", "type": "Assign"', _assign_data),
+    TaskDone: ('"event", "type": "TaskDone"', _done_data),
+    BoundaryNear: ('"event", "type": "BoundaryNear"', _near_data),
+    Extend: ('"action", "type": "Extend"', _extend_data),
+}
+"""The records a run makes by the million (a task's ``Assign`` and ``TaskDone``) and by
+the hundred thousand (a machine's ``BoundaryNear`` and ``Extend`` each paid unit): their
+``data`` formatted directly, None for a value ``json.dumps`` would write otherwise."""
+
+
 def jsonl_line(seq: int, t: float, item: Event | Action) -> str:
     """A record as ``JsonlJournal`` writes it: ``json.dumps`` of its dict, with the
-    lines of the two records a task makes (its ``Assign``, its ``TaskDone``) formatted
-    directly, to the same text (a million-task dry run writes two million)."""
-    if type(t) is float and math.isfinite(t):
-        if type(item) is Assign and type(item.task) is int and type(item.machine) is str:
-            return (
-                f'{{"seq": {seq}, "t": {t!r}, "kind": "action", "type": "Assign", '
-                f'"data": {{"task": {item.task}, "machine": {_ASCII(item.machine)}}}}}'
-            )
-        if (
-            type(item) is TaskDone
-            and item.stored is None
-            and type(item.task) is int
-            and type(item.machine) is str
-            and type(item.runtime_s) is float
-            and math.isfinite(item.runtime_s)
-        ):
-            return (
-                f'{{"seq": {seq}, "t": {t!r}, "kind": "event", "type": "TaskDone", '
-                f'"data": {{"task": {item.task}, "machine": {_ASCII(item.machine)}, '
-                f'"runtime_s": {item.runtime_s!r}, "stored": null}}}}'
-            )
+    lines of the common records (``_FAST``) formatted directly, to the same text."""
+    fast = _FAST.get(type(item))
+    if fast is not None and type(t) is float and math.isfinite(t):
+        data = fast[1](item)
+        if data is not None:
+            return f'{{"seq": {seq}, "t": {t!r}, "kind": {fast[0]}, "data": {data}}}'
     kind, name = kind_of(item), type(item).__name__
     return json.dumps({"seq": seq, "t": t, "kind": kind, "type": name, "data": fields(item)})
 

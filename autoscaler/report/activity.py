@@ -72,6 +72,9 @@ def activity(state: RunState, buckets: int) -> Activity:
     busy = {}
     for name in OUTCOMES:
         pick = outcome == name if len(segs) else np.zeros(0, dtype=bool)
+        if not pick.any():  # most runs have no failed or lost run: no pass over every cell
+            busy[name] = np.zeros((n, buckets))
+            continue
         busy[name] = covered(rows[pick], starts[pick], ends[pick], n, buckets) / slots
     return Activity(
         [m.id for m in machines], [m.type.name for m in machines], bucket_s, alive, busy

@@ -24,7 +24,9 @@ from autoscaler.core.model import (
     Action,
     Assign,
     AssignGroup,
+    BoundaryNear,
     Event,
+    Extend,
     Launch,
     MachineLaunched,
     MachineLost,
@@ -130,6 +132,11 @@ def test_a_jsonl_line_is_json_dumps_of_the_record_whichever_way_it_is_written() 
         TaskDone(5, "m", 60),  # an int runtime: the general path
         MachineReady("m"),
         Stop(None),
+        BoundaryNear("sim-cluster0-3"),
+        BoundaryNear('m "q" ü'),
+        Extend("sim-cluster0-3", 7200.000000000001),
+        Extend("m", 7200),  # an int: the general path
+        Extend("m", float("inf")),
     ]
     for t in (0.0, 12.5, 1e22, 3, float("nan")):
         for seq, item in enumerate(items, 1):
