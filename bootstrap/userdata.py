@@ -9,8 +9,9 @@ at the end of the first boot. It needs nothing but ``sh`` and ``python3`` on the
    so the image needs no curl. IMDS may not answer in the first seconds of a boot: it
    retries for a minute;
 2. writes the agent (embedded as base64; gzip- or else xz-compressed in base85 when it
-   would not fit otherwise; its docstrings, the protocol spec among them, left out:
-   :func:`shipped_agent`)
+   would not fit otherwise; else as plain text in a script gzip-compressed as a whole,
+   which cloud-init uncompresses before it runs it; its docstrings, the protocol spec
+   among them, left out: :func:`shipped_agent`)
    and the run token into ``remote_dir`` with umask 077;
 3. runs the agent in the foreground with ``--machine <instance id>``, its log in
    ``remote_dir/agent.log``; cloud-init's final stage stays busy while it runs, which
@@ -29,7 +30,8 @@ whole life, unless IMDS is turned off or limited by hop count. Use it when the a
 and the image are trusted, and prefer the SSH bootstrap otherwise.
 
 EC2 limits user data to 16 KB before its base64 encoding; :func:`render_user_data`
-refuses to return a larger script.
+refuses to return a larger script, and returns the script gzip-compressed (bytes) when
+only that fits.
 """
 
 from __future__ import annotations
@@ -133,8 +135,11 @@ def render_user_data(
     remote_dir: str = "/var/lib/autoscaler",
     python: str = "python3",
     imds_url: str = "http://169.254.169.254",
-) -> str:
-    """The user-data script that starts the agent on an instance (see the module doc).
+) -> str | bytes:
+    """The user-data script that starts the agent on an instance (see the module doc);
+    bytes when it is that script gzip-compressed as a whole, the agent in it as plain
+    text: cloud-init runs it uncompressed (it reads gzip's magic bytes). The last
+    resort, as the script is then no longer text to read in the console.
 
     ``agent_source`` is the text of ``bootstrap/agent.py`` (``agent_start.agent_source``
     reads it). BootstrapError if the script would exceed EC2's 16 KB limit even
@@ -161,9 +166,28 @@ def render_user_data(
         size = len(script.encode())
         if size <= USER_DATA_LIMIT:
             return script
+    packed = gzip.compress(
+        _script(
+            agent_bytes,
+            "plain",
+            url,
+            token,
+            agent_args,
+            poweroff_on_exit,
+            remote_dir,
+            python,
+            imds_url,
+        ).encode(),
+        compresslevel=9,
+        mtime=0,
+    )
+    if len(packed) <= USER_DATA_LIMIT:
+        return packed
+    size = len(packed)
     raise BootstrapError(
         f"user data is {size} bytes even with the agent ({len(agent_bytes)} bytes) "
-        f"xz-compressed; EC2 allows {USER_DATA_LIMIT}: use the SSH bootstrap"
+        f"xz-compressed, or the whole script gzip-compressed; EC2 allows {USER_DATA_LIMIT}: "
+        "use the SSH bootstrap"
     )
 
 
@@ -184,9 +208,15 @@ def _script(
     elif encoding == "xz":
         blob = base64.b85encode(lzma.compress(agent, preset=9 | lzma.PRESET_EXTREME)).decode()
         blob += "\n"
+    elif encoding == "plain":
+        blob = agent.decode()
+        blob += "" if blob.endswith("\n") else "\n"
+        if "\nAUTOSCALER_AGENT\n" in "\n" + blob:
+            raise BootstrapError("the agent holds the line that ends its here-document")
     else:
         blob = base64.encodebytes(agent).decode()
     command = _agent_command_line(python, remote_dir, url, agent_args)
+    write = "cat" if encoding == "plain" else f'"$PY" -c {q(_UNPACK[encoding])}'
     poweroff = (
         'echo "autoscaler: agent exited with status $rc; powering off"\n'
         'if [ "$(id -u)" -eq 0 ]; then poweroff; else sudo -n poweroff; fi\n'
@@ -205,7 +235,7 @@ MACHINE=$("$PY" - {q(imds_url)} <<'AUTOSCALER_IMDS'
 {_IMDS_CLIENT}AUTOSCALER_IMDS
 )
 printf '%s\\n' {q(token)} > "$DIR/token"
-"$PY" -c {q(_UNPACK[encoding])} > "$DIR/agent.py" <<'AUTOSCALER_AGENT'
+{write} > "$DIR/agent.py" <<'AUTOSCALER_AGENT'
 {blob}AUTOSCALER_AGENT
 echo "autoscaler: starting the agent as $MACHINE"
 rc=0

@@ -114,7 +114,7 @@ class Ec2Settings:
     instance_profile: str | None = None  # a name, or an ARN (starts with "arn:")
     endpoint_url: str | None = None  # e.g. the moto server; None = AWS
     address: Literal["private", "public"] = "private"  # which IP MachineStatus.address is
-    user_data: str | None = None  # a cloud-init script (rendered elsewhere)
+    user_data: str | bytes | None = None  # a cloud-init script (rendered elsewhere), or gzip
     max_attempts: int = 8  # requests per call, the first included (botocore standard mode)
     profile: str | None = None  # a named AWS profile: this provider's credentials
 
@@ -437,7 +437,7 @@ def terminate_instances(settings: Ec2Settings, ids: Sequence[str]) -> list[str]:
 # --- the kind -------------------------------------------------------------------------------
 
 
-def ec2_settings(cfg: Platform, user_data: str | None = None) -> Ec2Settings:
+def ec2_settings(cfg: Platform, user_data: str | bytes | None = None) -> Ec2Settings:
     """The provider settings of ``cfg``'s ``ec2`` section."""
     e = cfg.ec2
     if e is None:

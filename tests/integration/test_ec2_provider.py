@@ -21,6 +21,8 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from autoscaler.bootstrap.agent_start import agent_source
+from autoscaler.bootstrap.userdata import render_user_data
 from autoscaler.core.billing import BillingModel
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.providers.base import Capabilities, ProviderState, check_launch
@@ -157,6 +159,17 @@ def test_our_tags_win_over_the_callers(aws: Aws) -> None:
     [rec] = aws.provider().launch("small", 1, "tok-1", {RUN_TAG: "other", TYPE_TAG: "x"})
     assert tags(aws.instance(rec.id))[RUN_TAG] == RUN
     assert tags(aws.instance(rec.id))[TYPE_TAG] == "small"
+
+
+def test_user_data_gzipped_whole_reaches_the_instance_byte_for_byte(aws: Aws) -> None:
+    """The real agent's user data is bytes (the script gzip-compressed as a whole, as
+    ``bootstrap: user-data`` renders it): the instance gets exactly those bytes."""
+    user_data = render_user_data(agent_source(), "http://10.0.0.2:8080", "tok-1")
+    assert isinstance(user_data, bytes)
+    settings = aws.settings(user_data=user_data)
+    [rec] = aws.provider(settings=settings).launch("small", 1, "tok-1", {})
+    got = aws.ec2.describe_instance_attribute(InstanceId=rec.id, Attribute="userData")
+    assert base64.b64decode(got["UserData"]["Value"]) == user_data
 
 
 def test_instances_require_imdsv2_terminate_on_shutdown_and_get_the_settings(

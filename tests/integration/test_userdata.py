@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import base64
+import gzip
 import os
 import shlex
 import signal
@@ -96,10 +97,18 @@ def controller() -> Iterator[FakeController]:
     ctl.stop()
 
 
-def run_script(script: str, tmp_path: Path, timeout: float = 30) -> int:
+def as_cloud_init_reads(user_data: str | bytes) -> str:
+    """The script cloud-init runs: user data that is gzip (its magic bytes) uncompressed."""
+    if isinstance(user_data, bytes):
+        assert user_data[:2] == b"\x1f\x8b"
+        return gzip.decompress(user_data).decode()
+    return user_data
+
+
+def run_script(user_data: str | bytes, tmp_path: Path, timeout: float = 30) -> int:
     """Run the script with sh in its own process group; kill the group if it hangs."""
     path = tmp_path / "user-data.sh"
-    path.write_text(script)
+    path.write_text(as_cloud_init_reads(user_data))
     with (tmp_path / "script.out").open("wb") as out:
         proc = subprocess.Popen(
             ["sh", str(path)],
@@ -116,7 +125,7 @@ def run_script(script: str, tmp_path: Path, timeout: float = 30) -> int:
             proc.wait()
 
 
-def render(controller: FakeController, imds: FakeImds, remote: Path, **kw: Any) -> str:
+def render(controller: FakeController, imds: FakeImds, remote: Path, **kw: Any) -> str | bytes:
     return render_user_data(
         agent_source(),
         controller.url,
@@ -172,36 +181,58 @@ def test_script_exits_with_the_agents_status(
     assert "token refused" in (tmp_path / "remote" / "agent.log").read_text()
 
 
-def test_script_is_valid_sh_and_fits_the_user_data_limit(tmp_path: Path) -> None:
-    """Both variants pass ``sh -n``; the real agent needs compression to fit 16 KB, and
-    the script's unpacking gives back the agent as shipped, byte for byte."""
-    source = agent_source()
-    assert len(source.encode()) > USER_DATA_LIMIT  # else the gzip path would go untested
-    for poweroff in (True, False):
-        script = render_user_data(
-            source,
-            "http://10.0.0.2:8080",
-            TOKEN,
-            ["--tail-bytes", "4096"],
-            poweroff_on_exit=poweroff,
-        )
-        assert script.startswith("#!/bin/sh\n")
-        assert len(script.encode()) <= USER_DATA_LIMIT
-        assert "gzip" in script or "lzma" in script
-        body = script.split("<<'AUTOSCALER_AGENT'\n", 1)[1].split("AUTOSCALER_AGENT\n", 1)[0]
-        unpack = shlex.split(script.split('"$PY" -c ', 1)[1].split(" > ", 1)[0])[0]
+def _checked_script(script: str, shipped: str, poweroff: bool, path: Path) -> None:
+    """``script`` passes ``sh -n``, and its unpacking gives back ``shipped`` byte for byte."""
+    assert script.startswith("#!/bin/sh\n")
+    body = script.split("<<'AUTOSCALER_AGENT'\n", 1)[1].split("AUTOSCALER_AGENT\n", 1)[0]
+    writer = script.split("<<'AUTOSCALER_AGENT'\n", 1)[0].rsplit("\n", 1)[1]
+    if writer.startswith("cat "):
+        unpacked = body.encode()
+    else:
+        unpack = shlex.split(writer.split('"$PY" -c ', 1)[1].split(" > ", 1)[0])[0]
         unpacked = subprocess.run(
             [sys.executable, "-c", unpack], input=body.encode(), capture_output=True, check=True
-        )
-        assert unpacked.stdout == shipped_agent(source).encode()
-        assert ("poweroff" in script) == poweroff
-        path = tmp_path / f"ud-{poweroff}.sh"
-        path.write_text(script)
-        check = subprocess.run(["sh", "-n", str(path)], capture_output=True, text=True)
-        assert check.returncode == 0, check.stderr
+        ).stdout
+    assert unpacked == shipped.encode()
+    assert ("poweroff" in script) == poweroff
+    path.write_text(script)
+    check = subprocess.run(["sh", "-n", str(path)], capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
 
+
+def test_the_agent_fits_the_user_data_limit_in_a_script_gzipped_whole(tmp_path: Path) -> None:
+    """The real agent is too big for a text script even xz-compressed in base85: the
+    script, with the agent in it as plain text, is gzip-compressed as a whole (cloud-init
+    uncompresses it), within 16 KB."""
+    source = agent_source()
+    for poweroff in (True, False):
+        user_data = render_user_data(
+            source, "http://10.0.0.2:8080", TOKEN, ["--tail-bytes", "4096"], poweroff
+        )
+        assert isinstance(user_data, bytes)
+        assert len(user_data) <= USER_DATA_LIMIT
+        script = as_cloud_init_reads(user_data)
+        assert "cat > " in script
+        _checked_script(script, shipped_agent(source), poweroff, tmp_path / f"ud-{poweroff}.sh")
+
+
+def test_a_smaller_agent_goes_in_a_text_script_compressed_if_need_be(tmp_path: Path) -> None:
+    """An agent past 16 KB that compresses well is unpacked by the script from base85
+    (gzip, else xz); a small one from base64."""
+    source = "".join(
+        f"def f{i}(x):\n    return x * {i} + {i * 7919 % 1000}\n\n" for i in range(700)
+    )
+    assert len(source.encode()) > USER_DATA_LIMIT
+    for poweroff in (True, False):
+        script = render_user_data(source, "http://10.0.0.2:8080", TOKEN, [], poweroff)
+        assert isinstance(script, str)
+        assert len(script.encode()) <= USER_DATA_LIMIT
+        assert "gzip" in script or "lzma" in script
+        _checked_script(script, shipped_agent(source), poweroff, tmp_path / f"mid-{poweroff}.sh")
     small = render_user_data("print('hi')\n", "http://10.0.0.2:8080", TOKEN)
+    assert isinstance(small, str)
     assert "gzip" not in small
+    _checked_script(small, shipped_agent("print('hi')\n"), True, tmp_path / "small.sh")
 
 
 def test_an_agent_too_big_even_compressed_is_refused() -> None:
