@@ -238,8 +238,9 @@ class Link:
 
     def __init__(self, host: str, port: int, token: str) -> None:
         self._address = (host, port)
+        name = f"[{host}]" if ":" in host else host  # an IPv6 address, as in a URL
         self._head = (
-            f"Host: {host}:{port}\r\nAuthorization: Bearer {token}\r\n"
+            f"Host: {name}:{port}\r\nAuthorization: Bearer {token}\r\n"
             "Content-Type: application/json\r\n"
         ).encode("latin-1")
         self._sock: socket.socket | None = None

@@ -150,42 +150,16 @@ def render_user_data(
     if not remote_dir.startswith("/"):
         raise BootstrapError(f"remote_dir {remote_dir!r} must be an absolute path")
     agent_bytes = shipped_agent(agent_source).encode()
-    size = 0
+    parts = (url, token, agent_args, poweroff_on_exit, remote_dir, python, imds_url)
     for encoding in _UNPACK:  # in order: as it is, then smaller and smaller
-        script = _script(
-            agent_bytes,
-            encoding,
-            url,
-            token,
-            agent_args,
-            poweroff_on_exit,
-            remote_dir,
-            python,
-            imds_url,
-        )
-        size = len(script.encode())
-        if size <= USER_DATA_LIMIT:
+        script = _script(agent_bytes, encoding, *parts)
+        if len(script.encode()) <= USER_DATA_LIMIT:
             return script
-    packed = gzip.compress(
-        _script(
-            agent_bytes,
-            "plain",
-            url,
-            token,
-            agent_args,
-            poweroff_on_exit,
-            remote_dir,
-            python,
-            imds_url,
-        ).encode(),
-        compresslevel=9,
-        mtime=0,
-    )
+    packed = gzip.compress(_script(agent_bytes, "plain", *parts).encode(), 9, mtime=0)
     if len(packed) <= USER_DATA_LIMIT:
         return packed
-    size = len(packed)
     raise BootstrapError(
-        f"user data is {size} bytes even with the agent ({len(agent_bytes)} bytes) "
+        f"user data is {len(packed)} bytes even with the agent ({len(agent_bytes)} bytes) "
         f"xz-compressed, or the whole script gzip-compressed; EC2 allows {USER_DATA_LIMIT}: "
         "use the SSH bootstrap"
     )
