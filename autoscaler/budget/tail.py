@@ -93,12 +93,12 @@ def _refresh(settings: ControllerSettings, s: Step, kept: _Candidates) -> None:
     (``tail_estimates`` works element by element: the same floats as for the
     candidates alone)."""
     state = s.state
-    finish = np.empty(len(kept.tids))
+    finish = np.full(len(kept.tids), -math.inf)  # gone: never
+    live = ~kept.gone
     for k, name in enumerate(kept.kinds):
-        at = slice(None) if kept.code is None else kept.code == k
+        at = live if kept.code is None else live & (kept.code == k)
         own = kept.starts[at]
         finish[at] = own + tail_estimates(stats(settings, state, name), s.now - own)
-    finish[kept.gone] = -math.inf
     kept.finish = finish
     kept.paid = np.array([h.paid_until for h in kept.hosts])
     kept.step, kept.actions = s, len(s.actions)
