@@ -31,13 +31,13 @@ from autoscaler.config.schema import (
     TraceRuntime,
     Work,
 )
+from autoscaler.config.size import check_run_size
 from autoscaler.config.slots import VcpuLookup, fill_slots
 from autoscaler.core.errors import AutoscalerError, ConfigError
 from autoscaler.core.files import FileSpec
 from autoscaler.core.model import TaskSpec
 
 __all__ = [
-    "MAX_TASKS",
     "check_files",
     "config_json_schema",
     "config_warnings",
@@ -52,9 +52,6 @@ __all__ = [
     "top_mapping",
     "validation_problems",
 ]
-
-MAX_TASKS = 10_000_000
-"""A sweep larger than this is almost certainly a mistake, and would not fit in memory."""
 
 _NO_TASKS = "bag has no tasks"
 _MAX_LINES_SHOWN = 10
@@ -319,7 +316,9 @@ def _bags(cfg: Work) -> list[tuple[str, Bag]]:
 
 
 def _expand(cfg: RunConfig, source: str) -> tuple[list[TaskSpec], list[range]]:
-    """All tasks numbered from 0, and the ids each bag owns."""
+    """All tasks numbered from 0, and the ids each bag owns; a run too big for memory is
+    refused before any is made."""
+    check_run_size(cfg, source)
     tasks: list[TaskSpec] = []
     owned: list[range] = []
     for field, bag in _bags(cfg):
@@ -460,11 +459,6 @@ def _sweep_commands(
     if problems:
         raise ConfigError(source, problems)
 
-    count = math.prod(len(v) for v in values.values())
-    if count > MAX_TASKS:
-        raise ConfigError(
-            source, [f"{bag}.sweep: {count} combinations, more than the limit of {MAX_TASKS}"]
-        )
     names = list(values)
     try:
         return [

@@ -1,5 +1,5 @@
-"""How many tasks a config's bags hold, counted without making them: a job too big for
-the service's memory is refused before its bag is expanded."""
+"""How many tasks a config's bags hold, counted without making them: a run or a job too
+big for memory is refused before its bag is expanded."""
 
 from __future__ import annotations
 
@@ -11,6 +11,10 @@ from autoscaler.config.work import Bag, IntRange
 from autoscaler.core.errors import ConfigError
 
 SETTING = "service.max_job_tasks"
+MAX_TASKS = 10_000_000
+"""The most tasks one run may have, whatever makes them (a count, a sweep, a file): more
+would not fit in memory (each task takes a few hundred bytes), and is almost certainly a
+mistake."""
 
 
 def _bags(cfg: RunConfig) -> list[tuple[str, Bag]]:
@@ -60,17 +64,26 @@ def bag_size(bag: Bag, room: int) -> tuple[str, int]:
 def check_job_size(cfg: RunConfig, limit: int, source: str) -> int:
     """The tasks of ``cfg``'s bags, or a ``ConfigError`` naming the bag that passes
     ``limit`` and the setting that sets it."""
+    return _check_size(
+        cfg,
+        limit,
+        source,
+        f"the service takes at most {limit:,} in one job (its {SETTING} setting)",
+    )
+
+
+def check_run_size(cfg: RunConfig, source: str) -> int:
+    """The tasks of ``cfg``'s bags, or a ``ConfigError`` naming the bag that passes
+    ``MAX_TASKS``."""
+    return _check_size(cfg, MAX_TASKS, source, f"a run takes at most {MAX_TASKS:,}")
+
+
+def _check_size(cfg: RunConfig, limit: int, source: str, refusal: str) -> int:
     total = 0
     for field, bag in _bags(cfg):
         what, size = bag_size(bag, limit - total)
         total += size
         if total > limit:
             count = f"more than {limit - total + size:,}" if what == "file" else f"{size:,}"
-            raise ConfigError(
-                source,
-                [
-                    f"{field}.{what}: {count} tasks: the service takes at most {limit:,} "
-                    f"in one job (its {SETTING} setting)"
-                ],
-            )
+            raise ConfigError(source, [f"{field}.{what}: {count} tasks: {refusal}"])
     return total

@@ -49,15 +49,47 @@ def print_error(exc: AutoscalerError) -> None:
         err_console.print(f"error: {exc.message}", markup=False, soft_wrap=True)
 
 
+_REASONS = {
+    "float_parsing": "not a number",
+    "int_parsing": "not a whole number",
+    "int_from_float": "not a whole number",
+}
+"""What a value given for a typed option is not, by pydantic's error type (typer parses
+options with pydantic)."""
+
+
+def bad_value(exc: typer.BadParameter) -> str | None:
+    """One line naming the flag, the value and what is wrong with it; None for what is
+    not a bad value (a missing argument: typer shows the usage)."""
+    from pydantic import ValidationError
+
+    flag = "/".join(exc.param.opts) if exc.param is not None and exc.param.opts else None
+    if flag is None:
+        return None
+    cause = exc.__cause__
+    if isinstance(cause, ValidationError) and cause.errors():
+        error = cause.errors()[0]
+        reason = _REASONS.get(error["type"], str(error["msg"]))
+        return f"{flag} {error['input']!r}: {reason}"
+    return f"{flag}: {exc.message}" if exc.message else None
+
+
 class Commands(TyperGroup):
-    """The command group; any ``AutoscalerError`` a command raises is printed and ends
-    the process with ``EXIT_CONFIG``, never with a traceback."""
+    """The command group; any ``AutoscalerError`` a command raises, and any value its
+    options refuse, is printed as one line and ends the process with ``EXIT_CONFIG`` (the
+    exit code of a usage error), never with a traceback or a boxed usage message."""
 
     def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
         except AutoscalerError as exc:
             print_error(exc)
+            raise typer.Exit(EXIT_CONFIG) from None
+        except typer.BadParameter as exc:
+            line = bad_value(exc)
+            if line is None:
+                raise
+            err_console.print(f"error: {line}", markup=False, soft_wrap=True)
             raise typer.Exit(EXIT_CONFIG) from None
 
 
@@ -104,6 +136,29 @@ def _flush_c_stdio() -> None:
 
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None).fflush(None)
+
+
+def directory_to_write(path: Path | None) -> Path | None:
+    """A directory an option names for writing (``--out``), refused at once, before any
+    work, where a file stands at it or at one of its parents."""
+    if path is not None:
+        for place in (path, *path.parents):
+            if place.exists():
+                if not place.is_dir():
+                    where = "" if place == path else f"{path}: "
+                    raise typer.BadParameter(f"{where}{place} is a file, not a directory")
+                break
+    return path
+
+
+def file_to_write(path: Path | None) -> Path | None:
+    """A file an option names for writing, refused at once where it is a directory or
+    its directory cannot be one."""
+    if path is not None:
+        if path.is_dir():
+            raise typer.BadParameter(f"{path} is a directory, not a file")
+        directory_to_write(path.parent)
+    return path
 
 
 def load(path: Path) -> tuple[RunConfig, list[TaskSpec]]:

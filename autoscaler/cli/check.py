@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
-from autoscaler.cli.app import app, console, err_console, load
+from autoscaler.cli.app import app, console, err_console, file_to_write, load
 from autoscaler.core.errors import AutoscalerError
 
 if TYPE_CHECKING:
@@ -111,7 +111,10 @@ def schema(
     report: Annotated[
         bool, typer.Option("--report", help="the schema of report.json instead")
     ] = False,
-    out: Annotated[Path | None, typer.Option("--out", help="write the schema to this file")] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="write the schema to this file", callback=file_to_write),
+    ] = None,
 ) -> None:
     """Print the JSON Schema of config files, or of report.json (or write it to a file)."""
     if report:
@@ -126,7 +129,10 @@ def schema(
     if out is None:
         typer.echo(text, nl=False)
     else:
+        out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text, encoding="utf-8")
+        what = "report.json's schema" if report else "the config schema"
+        console.print(f"written: {out} ({what})", markup=False, soft_wrap=True)
 
 
 def _summary(cfg: RunConfig, n_tasks: int) -> str:

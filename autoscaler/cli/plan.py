@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from autoscaler.cli.app import app, conclude, console, err_console, load
+from autoscaler.cli.app import app, conclude, console, directory_to_write, err_console, load
 from autoscaler.core.errors import AutoscalerError
 
 if TYPE_CHECKING:
@@ -30,7 +30,10 @@ def plan(
     as_json: Annotated[bool, typer.Option("--json", help="print the frontier as JSON")] = False,
     out: Annotated[
         Path | None,
-        typer.Option(help="write plan.json and frontier.png here (for `run --option N`)"),
+        typer.Option(
+            help="write plan.json and frontier.png here (for `run --option N`)",
+            callback=directory_to_write,
+        ),
     ] = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="sample in the emulator, even for a real provider")

@@ -13,7 +13,15 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from autoscaler.cli.app import app, conclude, console, err_console, load, print_head
+from autoscaler.cli.app import (
+    app,
+    conclude,
+    console,
+    directory_to_write,
+    err_console,
+    load,
+    print_head,
+)
 from autoscaler.cli.check import config_kind
 from autoscaler.cli.plan import PLAN_JSON
 from autoscaler.core.errors import AutoscalerError
@@ -31,7 +39,8 @@ def run(
     ] = False,
     seed: Annotated[int | None, typer.Option(help="emulator seed (default: the config's)")] = None,
     out: Annotated[
-        Path | None, typer.Option(help="run directory (default: `runs/<run id>`)")
+        Path | None,
+        typer.Option(help="run directory (default: `runs/<run id>`)", callback=directory_to_write),
     ] = None,
     resume: Annotated[
         Path | None, typer.Option("--resume", help="carry on the run in this run directory")
@@ -115,7 +124,7 @@ def run(
         if registry.emulated(cfg):
             raise AutoscalerError(
                 "provider 'sim' only emulates machines: add --dry-run, or set `provider:` "
-                "to local (worker processes on this host), sge or ec2 with its section"
+                f"to one that rents them ({', '.join(registry.real_kinds())}) with its section"
             )
         from autoscaler.cli.service_run import run_as_service
 

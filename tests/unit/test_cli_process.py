@@ -8,7 +8,9 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -127,3 +129,112 @@ def test_the_command_group_loads_no_config_models_numpy_or_boto3() -> None:
 def test_a_daemon_without_s3_outputs_loads_no_boto3() -> None:
     """boto3 comes with the EC2 provider or S3 outputs, not with every daemon."""
     assert _imported_after("import autoscaler.run.daemon", ("boto3", "matplotlib")) == []
+
+
+# --- bad input on the command line: one line naming what is wrong, never a traceback ----
+
+
+def _one_error_line(done: subprocess.CompletedProcess[str]) -> str:
+    """The error a refused command printed: exit code 2, one line on stderr."""
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    assert "Usage:" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    return lines[0]
+
+
+def _write(path: Path, data: dict[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return path
+
+
+def test_a_bag_too_big_for_memory_is_refused_at_once_naming_field_value_and_limit(
+    tmp_path: Path,
+) -> None:
+    """50,000,000,000 synthetic tasks died of MemoryError in validate and run."""
+    config = yaml.safe_load((EXAMPLES / "quickstart.yaml").read_text(encoding="utf-8"))
+    huge = _write(tmp_path / "huge.yaml", {**config, "bag": {"synthetic": 50_000_000_000}})
+    for args in (("validate", str(huge)), ("run", str(huge), "--dry-run")):
+        done = autoscaler(*args, cwd=tmp_path)
+        assert "MemoryError" not in done.stderr
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.splitlines() == [
+            f"error: {huge}",
+            "  bag.synthetic: 50,000,000,000 tasks: a run takes at most 10,000,000",
+        ]
+    assert not (tmp_path / "runs").exists()
+
+
+def test_the_task_limit_holds_for_a_runs_jobs_together(tmp_path: Path) -> None:
+    """Two jobs of 6,000,000 tasks each make a run of 12,000,000: the second is named."""
+    config = yaml.safe_load((EXAMPLES / "deadline.yaml").read_text(encoding="utf-8"))
+    jobs = [{**config["jobs"][0], "name": n, "bag": {"synthetic": 6_000_000}} for n in "ab"]
+    path = _write(tmp_path / "jobs.yaml", {**config, "jobs": jobs})
+    done = autoscaler("validate", str(path), cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert "jobs[1].bag.synthetic: 6,000,000 tasks: a run takes at most 10,000,000" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("where", "problem"),
+    [("a-file", "a-file is a file"), ("a-file/run", "a-file/run: a-file is a file")],
+)
+def test_out_where_a_file_stands_is_refused_naming_the_path(
+    tmp_path: Path, where: str, problem: str
+) -> None:
+    """``--out`` naming a file, or a path under one, gave FileExistsError and
+    NotADirectoryError tracebacks with exit code 1."""
+    (tmp_path / "a-file").write_text("mine\n", encoding="utf-8")
+    quickstart = str(EXAMPLES / "quickstart.yaml")
+    service = str(EXAMPLES / "service.yaml")
+    for command in (
+        ("run", quickstart, "--dry-run"),
+        ("plan", quickstart, "--dry-run"),
+        ("run", service, "--dry-run", "--job", str(EXAMPLES / "job.yaml")),
+    ):
+        line = _one_error_line(autoscaler(*command, "--out", where, cwd=tmp_path))
+        assert line == f"error: --out: {problem}, not a directory"
+    assert (tmp_path / "a-file").read_text(encoding="utf-8") == "mine\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (("run", "--budget", "abc"), "error: --budget 'abc': not a number"),
+        (("run", "--option", "first"), "error: --option 'first': not a whole number"),
+        (("run", "--seed", "1.5"), "error: --seed '1.5': not a whole number"),
+        (("plan", "--seed", "x"), "error: --seed 'x': not a whole number"),
+        (("update", "j1", "--budget", "lots"), "error: --budget 'lots': not a number"),
+        (("wait", "j1", "--timeout", "soon"), "error: --timeout 'soon': not a number"),
+    ],
+)
+def test_a_bad_number_is_one_line_naming_the_flag_and_the_value(
+    args: tuple[str, ...], expected: str
+) -> None:
+    """``--budget abc`` printed the usage and a boxed error."""
+    command, *rest = args
+    config = [str(EXAMPLES / "quickstart.yaml")] if command in {"run", "plan"} else []
+    assert _one_error_line(autoscaler(command, *config, *rest)) == expected
+
+
+def test_a_sim_run_without_dry_run_names_every_provider_that_rents_machines() -> None:
+    """The advice listed local, sge and ec2, and not slurm."""
+    from autoscaler.providers import registry
+
+    line = _one_error_line(autoscaler("run", str(EXAMPLES / "quickstart.yaml")))
+    assert "add --dry-run" in line
+    for kind in registry.real_kinds():
+        assert kind in line
+    assert "slurm" in line
+
+
+@pytest.mark.parametrize("report", [False, True])
+def test_schema_out_says_what_it_wrote(tmp_path: Path, report: bool) -> None:
+    """``schema --report --out FILE`` printed nothing."""
+    flags = ["--report"] if report else []
+    done = autoscaler("schema", *flags, "--out", "schemas/s.json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("written: schemas/s.json")
+    printed = autoscaler("schema", *flags, cwd=tmp_path).stdout
+    assert (tmp_path / "schemas" / "s.json").read_text(encoding="utf-8") == printed
