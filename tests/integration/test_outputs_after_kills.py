@@ -24,7 +24,7 @@ from tests.integration.daemon_helpers import (
     wait_for,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.long, pytest.mark.alone]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.alone]
 
 N_TASKS = 200
 
