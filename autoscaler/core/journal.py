@@ -7,6 +7,11 @@ the dry run as JSON lines (``JsonlJournal``). The events fed into one ``Controll
 and the actions that came out are written as one step, events first: the order the
 controller applies them in.
 
+A result's line of the run's outputs file (its exit code and output tails, which the
+event does not hold) is written with its event, in the same transaction, to a table of
+its own (``SqliteJournal.outputs``): the file is written after the journal and rebuilt
+from it (``run.results``).
+
 SQLite runs in WAL with ``synchronous=NORMAL``: a committed step survives the daemon
 being killed (the operating system holds the pages); only a power failure can lose the
 last steps. The daemon writes a step before any action reaches a provider or an agent.
@@ -59,6 +64,7 @@ CREATE TABLE IF NOT EXISTS journal (
     type TEXT NOT NULL,
     data TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS outputs (seq INTEGER PRIMARY KEY, line TEXT NOT NULL);
 """
 
 
@@ -198,8 +204,15 @@ class SqliteJournal:
 
     # --- records ----------------------------------------------------------------------
 
-    def step(self, now: float, events: Sequence[Event], actions: Sequence[Action]) -> None:
-        """Write one step's events and actions in one transaction."""
+    def step(
+        self,
+        now: float,
+        events: Sequence[Event],
+        actions: Sequence[Action],
+        outputs: Sequence[tuple[int, str]] = (),
+    ) -> None:
+        """Write one step's events and actions in one transaction, with ``outputs``:
+        (index in ``events``, line) of the results whose outputs file lines they are."""
         rows = [
             (r.t, r.kind, type(r.item).__name__, encode(r.item))
             for r in step_records(0, now, events, actions)
@@ -211,10 +224,22 @@ class SqliteJournal:
             self._db.executemany(
                 "INSERT INTO journal (t, kind, type, data) VALUES (?, ?, ?, ?)", rows
             )
+            if outputs:
+                (last,) = self._db.execute("SELECT last_insert_rowid()").fetchone()
+                first = int(last) - len(rows) + 1
+                self._db.executemany(
+                    "INSERT INTO outputs (seq, line) VALUES (?, ?)",
+                    [(first + i, line) for i, line in outputs],
+                )
         except BaseException:
             self._db.execute("ROLLBACK")
             raise
         self._db.execute("COMMIT")
+
+    def outputs(self) -> Iterator[str]:
+        """The outputs file's lines journaled with their results, in the journal's order."""
+        for (line,) in self._db.execute("SELECT line FROM outputs ORDER BY seq"):
+            yield line
 
     def records(self) -> Iterator[Record]:
         cursor = self._db.execute("SELECT seq, t, kind, type, data FROM journal ORDER BY seq")

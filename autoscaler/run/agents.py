@@ -1,11 +1,12 @@
 """Answering agents: their polls become events, and the state becomes their answers.
 
 A poll carries the results of the runs an agent finished and the runs it is running.
-Results become ``TaskDone``/``TaskFailed`` events (a machine's first poll, ``MachineReady``)
-and lines of the run's outputs file. The answer, sent once the step that took those
-events is journaled, gives the agent the runs assigned to its machine that it does not
-have, the runs it should drop, and its lease (``autoscaler.core.leases``). An idle agent's
-poll is parked until there is something to tell it, or until it must renew its lease.
+Results become ``TaskDone``/``TaskFailed`` events (a machine's first poll, ``MachineReady``),
+each with its line of the run's outputs file (``outputs_of``), journaled with it. The
+answer, sent once the step that took those events is journaled, gives the agent the runs
+assigned to its machine that it does not have, the runs it should drop, and its lease
+(``autoscaler.core.leases``). An idle agent's poll is parked until there is something
+to tell it, or until it must renew its lease.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from autoscaler.config.schema import JobMeans, RunConfig
 from autoscaler.core.files import Stored
@@ -50,11 +51,12 @@ class Agents:
     tasks: Sequence[TaskSpec]
     runtimes: Sequence[float]  # synthetic tasks' run times, emulated seconds
     workdir: Path  # where tasks' commands run
-    outputs: IO[str]  # the run's outputs file, one JSON line per result
     log: Any
     task_means: Sequence[JobMeans | None] = ()  # per task id, its job's (config.load.task_means)
     parked: dict[str, Poll] = field(default_factory=dict)  # an idle agent's poll, by machine
     staging: Staging | None = None  # task files, when the run's tasks have any
+    # A result's event (by id, kept alive so that no other takes its id) and its line.
+    _lines: dict[int, tuple[Event, str]] = field(init=False, default_factory=dict)
 
     def add_means(self, means: Sequence[JobMeans | None]) -> None:
         """Tasks added to the run (a job for a pool): their jobs' mean task times."""
@@ -96,12 +98,14 @@ class Agents:
             stored = self._stored(m, r)
             if isinstance(stored, str):  # it ran, but its outputs are not safely stored
                 r, stored = dataclasses.replace(r, error=stored), None
-            self._write_output(m, r)
+            result: Event
             if r.ok:
-                events.append(TaskDone(r.task, m.id, runtime, stored=stored))
+                result = TaskDone(r.task, m.id, runtime, stored=stored)
             else:
-                events.append(TaskFailed(r.task, m.id, runtime, str(r.error or "failed")[:500]))
+                result = TaskFailed(r.task, m.id, runtime, str(r.error or "failed")[:500])
                 self.log.info("task failed", task=r.task, machine=m.id, error=r.error)
+            self._lines[id(result)] = (result, _output_line(m, r))
+            events.append(result)
         if poll.notice is not None and (m.id, -1) not in seen:
             # Taken back by its provider: the machine is gone for planning now, and its
             # tasks go back to the bag, not minutes later when it stops answering.
@@ -154,18 +158,17 @@ class Agents:
             return None
         return self.staging.check(r.task, m.id, r.run, r.stored)
 
-    def _write_output(self, m: Machine, r: AgentResult) -> None:
-        line = {
-            "task": r.task,
-            "machine": m.id,
-            "run": r.run,
-            "exit_code": r.exit_code,
-            "runtime_s": r.runtime_s,
-            "error": r.error,
-            "stdout": r.stdout,
-            "stderr": r.stderr,
-        }
-        self.outputs.write(json.dumps(line) + "\n")
+    def outputs_of(self, events: Sequence[Event]) -> list[tuple[int, str]]:
+        """The outputs file's lines of the results among a step's ``events``, as (index
+        in ``events``, line); the lines of results polled before are forgotten."""
+        lines = self._lines
+        out = []
+        for i, event in enumerate(events):
+            held = lines.get(id(event))
+            if held is not None and held[0] is event:
+                out.append((i, held[1]))
+        lines.clear()
+        return out
 
     def answer(self, state: RunState, poll: Poll, timeline: Timeline) -> None:
         """Answer ``poll`` now, or park it: an idle agent hears nothing until there is
@@ -289,3 +292,18 @@ def lost_contact(
         elif mono - start > m.type.boot_s / cfg.time_scale + d.lost_after_s:
             events.append(MachineLost(m.id, "never reported in"))
     return events
+
+
+def _output_line(m: Machine, r: AgentResult) -> str:
+    """A result's line of the run's outputs file (``runtime_s``: real seconds)."""
+    line = {
+        "task": r.task,
+        "machine": m.id,
+        "run": r.run,
+        "exit_code": r.exit_code,
+        "runtime_s": r.runtime_s,
+        "error": r.error,
+        "stdout": r.stdout,
+        "stderr": r.stderr,
+    }
+    return json.dumps(line)

@@ -105,6 +105,7 @@ from autoscaler.run.owner import (
     step_order,
 )
 from autoscaler.run.registry import register
+from autoscaler.run.results import JOURNALED_META, OutputsFile, settle
 from autoscaler.run.rundir import OUTPUTS_FILE, RunFiles, rebuild_state, run_lock
 from autoscaler.run.staging import Staging
 from autoscaler.run.timers import Timers
@@ -195,19 +196,21 @@ class Daemon:
         started = time.perf_counter()
         log_file = (files.run_dir / "log.jsonl").open("a", encoding="utf-8")
         self.log = json_logger(log_file).bind(run_id=files.run_id)
-        outputs = (files.run_dir / OUTPUTS_FILE).open("a", encoding="utf-8")
         self._workdir.mkdir(parents=True, exist_ok=True)
         self.journal = SqliteJournal(files.run_dir / JOURNAL_DB)
         if self.resume:
             self.state = rebuild_state(files, self.journal)
             files.keep_tasks(self.state.n_tasks)
             gone = {m.id for m in self.state.machines.values() if not m.alive}
+            self._settle_outputs()
         else:
             self.state = new_state(cfg, len(self.tasks), files.seed)
+            self.journal.set_meta(**{JOURNALED_META: 1})
+        self.outputs = OutputsFile(files.run_dir / OUTPUTS_FILE)
         means = all_task_means(cfg, self.state, len(self.tasks), files.config_tasks)
         staging = Staging(cfg, files.run_dir, self.tasks, self.log)  # task files
         self.agents = Agents(
-            cfg, self.tasks, self.runtimes, self._workdir, outputs, self.log, means, staging=staging
+            cfg, self.tasks, self.runtimes, self._workdir, self.log, means, staging=staging
         )
         self.timeline = Timeline.resume(files.start_wall, time.time(), time.monotonic(), self.ts)
         host, port = files.address if files.address else (cfg.daemon.host, cfg.daemon.port)
@@ -285,7 +288,7 @@ class Daemon:
                 scheduler.shutdown(wait=False)
             self.dispatcher.close()
             self.lifecycle.shutdown()
-            outputs.close()
+            self.outputs.close()
             log_file.close()
             self.journal.close()
         wall = time.perf_counter() - started
@@ -412,7 +415,9 @@ class Daemon:
         if events or not state.configurations:
             now = self.now()
             actions = self.controller.step(state, events, now)
-            self.journal.step(now, events, actions)
+            outputs = self.agents.outputs_of(events)
+            self.journal.step(now, events, actions, outputs)
+            self.outputs.append([line for _, line in outputs])
             touched = self.executor.apply(state, events, actions)
             held = any(isinstance(a, Hold) for a in actions)
             if self.on_hold is not None and held and isinstance(self.controller, Controller):
@@ -425,6 +430,21 @@ class Daemon:
             parked = self.agents.unpark(mid)
             if parked is not None:
                 self.agents.answer(state, parked, self.timeline)
+
+    def _settle_outputs(self) -> None:
+        """A resumed run's outputs file made to agree with its journal (``run.results``)."""
+        path = self.files.run_dir / OUTPUTS_FILE
+        if not self.journal.meta().get(JOURNALED_META):
+            self.log.warning("outputs file left as it is: the journal holds no lines")
+            return
+        settled = settle(path, self.journal.outputs())
+        if settled.appended or settled.dropped:
+            self.log.warning(
+                "outputs file completed from the journal",
+                appended=settled.appended,
+                dropped=settled.dropped,
+                rewritten=settled.rewritten,
+            )
 
     # --- from the outside world to events -----------------------------------------------
 

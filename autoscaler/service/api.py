@@ -5,8 +5,10 @@ Every request carries the service's token: ``Authorization: Bearer <token>``, or
 cookie a browser gets from ``GET /login?token=<token>``. The token is made once per
 state directory and kept in ``<state dir>/token`` (mode 0600, in a 0700 directory), so
 only the service's user can read it; ``<state dir>/api.json`` (0600) says where the
-service listens. JSON in and out; errors are ``{"error": ..., "problems": [...]}``, and a
-400 names each bad field.
+service listens. A browser that asks for ``/`` without it gets a page saying how to log
+in (``autoscaler page``). JSON in and out; errors are ``{"error": ..., "problems": [...]}``,
+and a 400 names each bad field (a body that is not JSON, an update giving a budget and a
+deadline).
 
     GET  /                        the status page (read-only; HTML polling the API)
     GET  /login?token=T           sets the cookie, redirects to /
@@ -129,6 +131,23 @@ async def _on_daemon_thread(call: Callable[[], T]) -> T:
     return await done
 
 
+LOGIN_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>autoscaler: log in</title></head>
+<body style="font-family: sans-serif; max-width: 44em; margin: 2em auto">
+<h1>autoscaler service: log in</h1>
+<p>This page needs the service's token, which this browser has not given.</p>
+<p>On the machine the service runs on, as the user it runs as, run
+<code>autoscaler page</code> (with <code>--state-dir DIR</code> if the service was started
+with one) and open the address it prints, which ends in <code>/login?token=&hellip;</code>:
+it sets a cookie and brings you back here.</p>
+<p>The token is kept in <code>&lt;state dir&gt;/token</code>. Programs send it as a header,
+<code>Authorization: Bearer &lt;token&gt;</code>.</p>
+</body></html>
+"""
+"""What a browser (``Accept: text/html``) gets at ``/`` without a valid token: how to log
+in. Other clients get the JSON 401 every endpoint gives."""
+
+
 class _Guard:
     """Every request but ``/login`` carries the token; no body over ``MAX_BODY``."""
 
@@ -143,9 +162,15 @@ class _Guard:
             if given is None:
                 given = request.cookies.get(COOKIE)
             if not token_matches(given, self.token):
-                answer = _error(
+                answer: Response = _error(
                     HTTPStatus.UNAUTHORIZED, "no valid token: see the service's token file"
                 )
+                if scope["path"] == "/" and "text/html" in request.headers.get("accept", ""):
+                    answer = HTMLResponse(
+                        LOGIN_PAGE,
+                        status_code=HTTPStatus.UNAUTHORIZED,
+                        headers={"Cache-Control": "no-store"},
+                    )
                 await answer(scope, receive, send)
                 return
             length = request.headers.get("content-length", "")
@@ -175,6 +200,10 @@ _MESSAGES = {"missing": "missing (required)", "extra_forbidden": "unknown field"
 
 def _problem(error: Any) -> str:
     """One validation error as ``field: message (got value)``."""
+    if error.get("type") == "json_invalid":  # loc: ("body", character)
+        why = (error.get("ctx") or {}).get("error") or "cannot be parsed"
+        at = error.get("loc", ("body", 0))[-1]
+        return f"body: not JSON ({why} at character {at})"
     where = [str(part) for part in error.get("loc", ()) if part not in ("body", "query", "path")]
     field = ".".join(where) or "body"
     kind = error.get("type")
@@ -198,7 +227,9 @@ def make_app(service: Service, token: str) -> FastAPI:
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> Response:
         problems = [_problem(e) for e in exc.errors()]
-        return _error(HTTPStatus.BAD_REQUEST, "the request is not valid", problems)
+        not_json = any(e.get("type") == "json_invalid" for e in exc.errors())
+        message = "the request body is not JSON" if not_json else "the request is not valid"
+        return _error(HTTPStatus.BAD_REQUEST, message, problems)
 
     @app.exception_handler(ConfigError)
     async def bad_config(request: Request, exc: ConfigError) -> Response:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from autoscaler.config.schema import RunConfig
 from autoscaler.config.service import ServiceConfig, job_config
-from autoscaler.core.errors import AutoscalerError
+from autoscaler.core.errors import AutoscalerError, ConfigError
 from autoscaler.core.model import Interrupted, Shutdown, TaskSpec
 from autoscaler.providers import registry
 from autoscaler.service.pool import POOL_DIR, Pool
@@ -235,13 +235,23 @@ class Service(Pump):
         """Change a running or queued job's budget or deadline: ``deadline_s`` run seconds
         from now (emulated seconds in a time-scaled run, as in a job file), or
         ``deadline_at`` a wall-clock time (epoch seconds)."""
+        given = [
+            name
+            for name, value in (
+                ("budget", budget),
+                ("deadline_s", deadline_s),
+                ("deadline_at", deadline_at),
+            )
+            if value is not None
+        ]
+        if not given:
+            raise ConfigError("update", ["budget, deadline_s, deadline_at: give one of them"])
+        if len(given) > 1:
+            both = " and ".join(given)
+            raise ConfigError("update", [f"{both}: give a budget or a deadline, not both"])
         now = self.clock()
         if deadline_at is not None:
-            if deadline_s is not None:
-                raise AutoscalerError("give deadline_s or deadline_at, not both")
             deadline_s = (deadline_at - now) * self.config.time_scale
-        if (budget is None) == (deadline_s is None):
-            raise AutoscalerError("give a budget or a deadline to update, one of them")
         row = self._store.row(job_id)
         check_change(row, budget, deadline_s)
         cfg = row.config

@@ -254,6 +254,8 @@ def assert_clean_end(run_dir: Path, report: dict[str, Any], n_tasks: int) -> Non
     runs = successful_runs(run_dir)
     twice = {t: r for t, r in runs.items() if len(r) > 1}
     assert not twice, f"tasks that ran to success more than once: {twice}"
+    missing = sorted(set(done) - set(runs))
+    assert not missing, f"results the journal counts missing from outputs.jsonl: {missing}"
     budget = report["budget"]
     assert max(committed_over_time(run_dir)) <= budget + 1e-6
     assert report["cost"] <= budget + 1e-6

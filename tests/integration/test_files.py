@@ -27,6 +27,7 @@ from tests.integration.daemon_helpers import (
     run_cli,
     run_id_of,
     start_daemon,
+    successful_runs,
     wait_for,
 )
 
@@ -271,3 +272,6 @@ def test_a_daemon_killed_mid_run_keeps_committed_outputs(tmp_path: Path) -> None
     for task, inode in kept.items():
         assert (outputs / str(task) / "r.txt").stat().st_ino == inode
     assert report["outputs"]["tasks"] == n
+    runs = successful_runs(run_dir)  # outputs.jsonl: each task's result, once
+    assert sorted(runs) == list(range(n))
+    assert all(len(r) == 1 for r in runs.values()), runs

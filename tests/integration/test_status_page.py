@@ -111,14 +111,15 @@ def test_page_follows_a_running_job(
 def test_page_and_api_refuse_a_browser_without_the_token(
     browser: Browser, served: ServiceProcess
 ) -> None:
-    """A fresh browser (no cookie) gets 401 for the page and the API; a wrong token does
-    not log it in."""
+    """A fresh browser (no cookie) gets 401 for the page (a page that says how to log in)
+    and the API; a wrong token does not log it in."""
     context = browser.new_context()
     try:
         page = context.new_page()
         response = page.goto(f"{served.client.url}/")
         assert response is not None
         assert response.status == 401
+        assert "autoscaler page" in page.inner_text("body")  # how to log in, not JSON
         for path in ("/", "/api/v1/status", f"/login?token={served.client.token}x"):
             answer = context.request.get(served.client.url + path, max_redirects=0)
             assert answer.status == 401, path

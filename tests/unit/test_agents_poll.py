@@ -4,7 +4,6 @@ lacks and its machine's slots."""
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import structlog
@@ -42,9 +41,7 @@ def machine_with_tasks(tasks: list[int]) -> tuple[RunState, Agents, str]:
     state.apply(0.0, MachineReady("m1"))
     for tid in tasks:
         state.apply(1.0, Assign(tid, "m1"))
-    agents = Agents(
-        CFG, expand_bag(CFG), [60.0] * 10, Path("/tmp"), io.StringIO(), structlog.get_logger()
-    )
+    agents = Agents(CFG, expand_bag(CFG), [60.0] * 10, Path("/tmp"), structlog.get_logger())
     return state, agents, "m1"
 
 
@@ -144,9 +141,7 @@ def test_set_ups_failing_in_one_step_give_the_type_up_once_at_the_limit() -> Non
     state.apply(0.0, Launch("w", 3, "tok"))
     for mid in ("m1", "m2", "m3"):
         state.apply(0.0, MachineLaunched(mid, "w", "tok"))
-    agents = Agents(
-        cfg, expand_bag(cfg), [60.0] * 10, Path("/tmp"), io.StringIO(), structlog.get_logger()
-    )
+    agents = Agents(cfg, expand_bag(cfg), [60.0] * 10, Path("/tmp"), structlog.get_logger())
     failed = {"state": "failed", "command": "exit 3", "error": "exit 3"}
 
     def report(mid: str, seen: set[tuple[str, int]]) -> list[Event]:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -184,6 +186,25 @@ def test_meta_round_trips(tmp_path: Path) -> None:
     journal.set_meta(run_id="r1", port=4242, start_wall=1.5)
     journal.set_meta(port=4343)
     assert journal.meta() == {"run_id": "r1", "port": 4343, "start_wall": 1.5}
+    journal.close()
+
+
+def test_a_results_lines_are_journaled_with_it_in_the_journals_order(tmp_path: Path) -> None:
+    """The outputs file's lines go in with their step, each under its event's number,
+    and come back in the journal's order, whatever the order they were given in."""
+    journal = SqliteJournal(tmp_path / "j.sqlite")
+    journal.step(0.0, [MachineReady("m1")], [Assign(1, "m1"), Assign(2, "m1")])
+    events: list[Event] = [MachineReady("m2"), TaskDone(2, "m1", 5.0), TaskDone(1, "m1", 6.0)]
+    journal.step(7.0, events, [Release("m1", "done")], [(2, "line of 1"), (1, "line of 2")])
+    journal.step(8.0, [TaskDone(3, "m2", 1.0)], [])  # a result without a line
+    assert list(journal.outputs()) == ["line of 2", "line of 1"]
+    seqs = {r.seq: r.item for r in journal.records()}
+    with contextlib.closing(sqlite3.connect(tmp_path / "j.sqlite")) as db:
+        rows = db.execute("SELECT seq, line FROM outputs ORDER BY seq").fetchall()
+    assert [(seqs[seq], line) for seq, line in rows] == [
+        (TaskDone(2, "m1", 5.0), "line of 2"),
+        (TaskDone(1, "m1", 6.0), "line of 1"),
+    ]
     journal.close()
 
 
