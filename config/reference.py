@@ -26,32 +26,33 @@ from autoscaler.config.service import JOB_FIELDS, WORK_FIELDS, ServiceSettings
 
 PAPERS = (
     (
-        "000",
+        "paper 000",
         "Oprescu & Kielmann, *Bag-of-Tasks Scheduling under Budget Constraints* "
         "(BaTS, CloudCom 2010)",
     ),
     (
-        "001",
+        "slides 001",
         "Oprescu, Kielmann & Leahu, slides *Bag-of-Tasks Scheduling under Budget "
         "Constraints* (Aussois 2011)",
     ),
     (
-        "002",
+        "paper 002",
         "Thai, Varghese & Barker, *Algorithms for Optimising Heterogeneous Cloud "
         "Virtual Machine Clusters*",
     ),
     (
-        "003",
+        "paper 003",
         "Netto & Buyya, *Offer-based Scheduling of Deadline-Constrained Bag-of-Tasks "
         "Applications for Utility Computing Systems*",
     ),
     (
-        "004",
+        "paper 004",
         "Muthuvelu, Chai, Chikkannan & Buyya, *QoS-based Task Group Deployment on "
         "Grid by Learning the Performance Data*",
     ),
 )
-"""How the descriptions' "paper NNN" read; docs/how-it-decides.md cites them in full."""
+"""What the descriptions' "paper NNN" and "slides 001" name (docs/how-it-decides.md
+cites them in full)."""
 
 _SCALARS: dict[object, str] = {
     int: "integer",
@@ -75,7 +76,8 @@ def config_markdown() -> str:
         "Every field a config file may hold, with its type, default and what it does.",
         "Durations (type *duration*) are seconds, or a number with a unit: `90s`, `15m`,",
         "`2h`, `1d`. Unknown fields are errors that name the field. `autoscaler validate",
-        "FILE` checks a file; `autoscaler schema` prints the same as a JSON Schema.",
+        "FILE` checks a file; `autoscaler schema` prints the same as a JSON Schema. Prices",
+        "are per ATU, the accountable time unit: the billing unit (`billing.atu_s`).",
         "",
         "A **run config** (`autoscaler run`, `plan`, `validate`) has the fields of the",
         "[top level](#run-config) below. A **service config** (`autoscaler serve`) has the",
@@ -83,10 +85,10 @@ def config_markdown() -> str:
         "section. A **job file** (`autoscaler submit`) gives only " + _codes(JOB_FIELDS) + ",",
         "as in a run config.",
         "",
-        'Where a description says "paper NNN", it names the paper the behaviour comes from',
-        "(see [how it decides](how-it-decides.md)):",
+        'Where a description says "paper NNN" (or "slides 001"), it names the paper the',
+        "behaviour comes from (see [how it decides](how-it-decides.md)):",
         "",
-        *(f"- paper {number}: {title}" for number, title in PAPERS),
+        *(f"- {label}: {title}" for label, title in PAPERS),
         "",
         "## Run config",
         "",

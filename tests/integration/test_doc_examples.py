@@ -52,7 +52,7 @@ TEST_COMMAND = "bash tests/run.sh"
 
 pytestmark = pytest.mark.integration
 
-_FENCE = re.compile(r"^(`{3,})\s*([\w-]*)\s*$")
+_FENCE = re.compile(r"^\s*(`{3,})\s*([\w-]*)\s*$")
 _MARK = re.compile(r"^<!--\s*(runs on|not run):\s*(.*?)\s*-->$")
 
 
@@ -213,6 +213,8 @@ def environment(block: Block, request: pytest.FixtureRequest) -> dict[str, str]:
 
 def _param(block: Block) -> object:
     marks = [*WHERES.get(block.where, ()), pytest.mark.slow]
+    if block.where in ("sge", "slurm") or "pip install" in block.text:
+        marks.append(pytest.mark.long(2))  # a cluster's example run, or an installation
     return pytest.param(block, id=block.name, marks=marks)
 
 
@@ -242,3 +244,32 @@ def test_console_steps_and_shown_lines() -> None:
     assert shown_in(["ok ... done"], "noise\nok 12 tasks done\n") == []
     assert shown_in(["b", "a"], "a\nb\n") == ["a"]
     assert shown_in(["cost  76.00   yes"], " cost 76.00         yes \n") == []
+
+
+def anchors(doc: Path) -> set[str]:
+    """The anchors of ``doc``'s headings, as GitHub makes them."""
+    found: set[str] = set()
+    inside = False
+    for line in doc.read_text(encoding="utf-8").splitlines():
+        if _FENCE.match(line):
+            inside = not inside
+        elif not inside and line.startswith("#"):
+            title = line.lstrip("#").strip().lower()
+            found.add(re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
+    return found
+
+
+def test_every_link_between_the_documents_leads_somewhere() -> None:
+    broken = []
+    for doc in DOCS:
+        text = doc.read_text(encoding="utf-8")
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            where = (doc.parent / path).resolve() if path else doc
+            if not where.exists():
+                broken.append(f"{doc.relative_to(ROOT)}: {target} (no such file)")
+            elif anchor and where.suffix == ".md" and anchor not in anchors(where):
+                broken.append(f"{doc.relative_to(ROOT)}: {target} (no such heading)")
+    assert not broken, broken
