@@ -115,8 +115,37 @@ def schema(
         Path | None,
         typer.Option("--out", help="write the schema to this file", callback=file_to_write),
     ] = None,
+    markdown: Annotated[
+        bool,
+        typer.Option("--markdown", help="the configuration reference (docs/config.md) instead"),
+    ] = False,
 ) -> None:
-    """Print the JSON Schema of config files, or of report.json (or write it to a file)."""
+    """Print the JSON Schema of config files, or of report.json (or write it to a file).
+    With --markdown, the configuration reference: every field's type, default and
+    description, as docs/config.md holds it."""
+    if markdown and report:
+        raise AutoscalerError("give --markdown or --report, not both")
+    text = _schema_text(report=report, markdown=markdown)
+    if out is None:
+        typer.echo(text, nl=False)
+    else:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+        what = (
+            "the configuration reference"
+            if markdown
+            else "report.json's schema"
+            if report
+            else "the config schema"
+        )
+        console.print(f"written: {out} ({what})", markup=False, soft_wrap=True)
+
+
+def _schema_text(*, report: bool, markdown: bool) -> str:
+    if markdown:
+        from autoscaler.config.reference import config_markdown
+
+        return config_markdown()
     if report:
         from autoscaler.report.records import report_json_schema
 
@@ -125,14 +154,7 @@ def schema(
         from autoscaler.config.load import config_json_schema
 
         document = config_json_schema()
-    text = json.dumps(document, indent=2, sort_keys=True) + "\n"
-    if out is None:
-        typer.echo(text, nl=False)
-    else:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text, encoding="utf-8")
-        what = "report.json's schema" if report else "the config schema"
-        console.print(f"written: {out} ({what})", markup=False, soft_wrap=True)
+    return json.dumps(document, indent=2, sort_keys=True) + "\n"
 
 
 def _summary(cfg: RunConfig, n_tasks: int) -> str:
