@@ -61,6 +61,8 @@ def run(
     from the configured provider, hands tasks to their agents, and journals everything,
     so a killed daemon carries on with --resume RUN_DIR. Ctrl-C (SIGINT) or SIGTERM
     releases every machine and writes the report; a second one terminates them at once.
+    (A service, `autoscaler serve`, hands its machines over to its next start instead: a
+    run in the foreground has none to adopt them.)
     """
     chosen = _chosen_budget(budget, option, plan_dir)
     sampled = _sampled_run(plan_dir) if plan_dir is not None and not dry_run else None

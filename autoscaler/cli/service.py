@@ -66,13 +66,27 @@ def _call(client: Any, method: str, path: str, body: object = None, timeout: flo
 def serve(
     config: Annotated[Path, typer.Argument(help="the service's YAML file (no bag: jobs come)")],
     state_dir: StateDir = None,
+    release_on_exit: Annotated[
+        bool,
+        typer.Option(
+            "--release-on-exit",
+            help="on SIGTERM or Ctrl-C, release every running job's machines instead of "
+            "handing them over to the next serve",
+        ),
+    ] = False,
 ) -> None:
     """Run the service until stopped: it takes jobs (`autoscaler submit`), runs them on
     the configured provider, and serves the API and a status page on loopback.
 
-    SIGTERM or Ctrl-C stops it: running jobs release every machine and are kept as
-    interrupted; the next `serve` on the same state directory resumes them, as it
-    resumes jobs of a service that was killed.
+    SIGTERM or Ctrl-C stops it (a restart: systemd, an upgrade). Running jobs dispatch
+    nothing more and hand their machines over: each machine keeps the paid time it has
+    and its agent its lease, the jobs are kept as interrupted, and the next `serve` on
+    the same state directory adopts the machines still running and carries the jobs on,
+    as after a crash. A machine no service adopts ends with its lease, at the end of its
+    paid time (or when its agent has not reached a service for `daemon.orphan_after_s`);
+    `autoscaler cleanup` ends those of a stopped service at once. With --release-on-exit
+    the jobs release every machine instead (the paid time left is lost) and resume on
+    new machines.
     """
     from autoscaler.config.service import load_service_config
     from autoscaler.service.api import serve_api
@@ -114,9 +128,19 @@ def serve(
     try:
         while not stop.wait(0.5):
             pass
-        console.print("stopping: running jobs release their machines and are kept", markup=False)
+        if release_on_exit:
+            console.print(
+                "stopping: running jobs release their machines and are kept", markup=False
+            )
+        else:
+            console.print(
+                "stopping: running jobs hand their machines over to the next serve on "
+                f"{where} (a machine none adopts ends with its lease)",
+                markup=False,
+                soft_wrap=True,
+            )
         server.shutdown()
-        service.close(interrupt=True)
+        service.close(jobs="release" if release_on_exit else "hand_over")
     finally:
         for s, h in old.items():
             signal.signal(s, h)

@@ -56,6 +56,7 @@ from autoscaler.core.leases import Timeline
 from autoscaler.core.model import (
     BudgetSet,
     Event,
+    HandedOver,
     Hold,
     JobAdded,
     JobSpec,
@@ -171,6 +172,12 @@ class Daemon:
         ``DeadlineSet`` of a user's update, ``Shutdown`` to cancel, ``Interrupted`` to
         stop it resumably. It is journaled and stepped like any other."""
         self._inbox.put(Told(event))
+
+    def hand_over(self, reason: str) -> None:
+        """End the run's daemon and leave its machines running, for the next daemon to
+        adopt (from any thread): ``HandedOver`` is journaled once the step under way is
+        done, and nothing is dispatched or released after it (a service restart)."""
+        self._inbox.put(Told(HandedOver(reason)))
 
     def add_job(self, job: JobSpec, tasks: Sequence[TaskSpec]) -> Future[JobSpec]:
         """Add a job to a live deadline-mode run (a pool, ``deadline.keep_open``), from
@@ -343,6 +350,7 @@ class Daemon:
         seen: set[tuple[str, int]] = set()
         gone: set[str] = set()
         hard = health_checked = False  # health: once a step (checks queue up when busy)
+        handing: str | None = None  # why the run is handed over after this step
         adding: list[tuple[Future[JobSpec], JobSpec]] = []
         for item in items:
             match item:
@@ -375,8 +383,7 @@ class Daemon:
                         events.append(MachineLost(mid, f"bootstrap failed: {reason}"))
                 case SignalReceived(signum=signum) if signum == HANDOVER_SIGNAL:
                     if self.state.awaiting_budget:
-                        self.log.info("handing the run over: its machines are kept")
-                        self.handed_over = True
+                        handing = "the plan's budget was chosen"
                     else:
                         self.log.warning("hand-over asked for a run that does not wait: ignored")
                 case SignalReceived(signum=signum):
@@ -386,6 +393,8 @@ class Daemon:
                         events.append(Shutdown(f"interrupted by {name}"))
                     else:
                         hard = True
+                case Told(event=HandedOver(reason=reason)):
+                    handing = reason
                 case Told(event=told):
                     events.extend(admit(self.state, told, self.log))
                 case ArrivalsDue(jobs=arrivals):
@@ -405,6 +414,8 @@ class Daemon:
         if hard:
             self.executor.kill_all()
             self._terminate_all_now()
+        elif handing is not None and not self.state.over:
+            self._hand_over(handing)
 
     def _step(self, events: list[Event], polls: list[Poll]) -> None:
         """Controller.step, the journal, then the actions; then the agents' answers."""
@@ -425,6 +436,20 @@ class Daemon:
             parked = self.agents.unpark(mid)
             if parked is not None:
                 self.agents.answer(state, parked, self.timeline)
+
+    def _hand_over(self, reason: str) -> None:
+        """Journal ``HandedOver`` in a step of its own, without the controller (it would
+        dispatch), and end the loop: the machines stay as they are, paid and leased."""
+        now = self.now()
+        event = HandedOver(reason)
+        self.journal.step(now, [event], [])
+        self.state.apply(now, event)
+        self.handed_over = True
+        self.log.info(
+            "handing the run over: its machines are kept",
+            reason=reason,
+            machines=sorted(m.id for m in self.state.alive_machines()),
+        )
 
     # --- from the outside world to events -----------------------------------------------
 

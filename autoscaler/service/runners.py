@@ -234,7 +234,7 @@ def run_own(runner: Runner, fallback: Progress) -> Ending:
         progress(state, files.cfg, clock),
         met_deadline=met if state.deadline_mode else None,
     )
-    if "interrupt" in runner.told and state.interrupted:
+    if "interrupt" in runner.told and (runner.daemon.handed_over or state.interrupted):
         ended = JobState.INTERRUPTED
     elif "cancel" in runner.told:
         ended = JobState.CANCELLED
@@ -302,13 +302,14 @@ def open_pool(
 
 def run_pool(pool: Pool) -> tuple[bool, str | None]:
     """Run the pool's daemon until the service stops it (on the pool's thread): whether
-    it was interrupted, and the error it broke with (None: it did not)."""
+    it was interrupted or handed over (its jobs resume with the next service), and the
+    error it broke with (None: it did not)."""
     assert pool.daemon is not None
     try:
         outcome = pool.daemon.run()
     except Exception as exc:  # a pool that breaks fails its jobs, not the service
         return False, str(exc) if isinstance(exc, AutoscalerError) else repr(exc)
-    return outcome.state.interrupted, None
+    return pool.daemon.handed_over or outcome.state.interrupted, None
 
 
 class RunStates:
