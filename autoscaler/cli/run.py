@@ -249,13 +249,16 @@ def _resume(run_dir: Path, budget: BudgetSet | None) -> None:
 def status(
     run_dir: Annotated[Path, typer.Argument(help="a real run's directory")],
 ) -> None:
-    """Show where a real run stands, from its journal (whether or not its daemon runs)."""
+    """Show where a real run stands, from its journal (whether or not its daemon runs),
+    and how to carry it on: a service's job with its service, a plain run with `run
+    --resume`, a plan's held run with `run --plan`."""
     from autoscaler.run.live import status_lines
     from autoscaler.run.rundir import daemon_alive, read_run
+    from autoscaler.service.service import service_of
 
     files, state = read_run(run_dir)
     pid = daemon_alive(run_dir)
-    for line in status_lines(files.run_id, files.cfg, state, pid):
+    for line in status_lines(files.run_id, files.cfg, state, pid, service_of(run_dir)):
         console.print(line, markup=False, soft_wrap=True)
 
 

@@ -178,8 +178,9 @@ def jobs(
     """List the service's jobs: state, tasks done, spend against budget, predicted finish
     against deadline (times UTC; with the date when not today).
 
-    When no service runs on the state directory, the jobs it keeps are read from its
-    store (`service.db`, read-only), as they were when it stopped.
+    When no service runs on the state directory, its jobs are read from its store
+    (`service.db`, read-only) and where the runs of those that had not ended stand from
+    their journals: the tasks done and the money committed up to the stop.
     """
     from autoscaler.service.client import ApiError
 
@@ -197,7 +198,7 @@ def jobs(
         return
     if not running:
         console.print(
-            f"the service of {where} is not running: its jobs as it kept them",
+            f"the service of {where} is not running: its jobs as their journals have them",
             markup=False,
             soft_wrap=True,
         )
@@ -212,14 +213,19 @@ def _jobs_table(views: list[dict[str, Any]], now: float) -> None:
     for col in ("id", "name", "state", "tasks done", "spend / budget", "finish / deadline"):
         table.add_column(col, no_wrap=True)
     table.add_column("why it stopped", overflow="ellipsis", no_wrap=True, max_width=48)
+    from autoscaler.service.store import ENDED
+
     for j in views:
-        finish = when(j.get("predicted_finish_at"), now)
+        # An ended job's finish is when it ended; a running one's, its forecast, if any.
+        ended = j["state"] in ENDED
+        finish_at = j.get("ended_at") if ended else j.get("predicted_finish_at")
+        finish = when(finish_at, now)
         deadline = j.get("deadline_at")
-        late = (
-            " LATE"
-            if deadline is not None and (j.get("predicted_finish_at") or 0) > deadline
-            else ""
-        )
+        if ended:
+            missed = j.get("met_deadline") is False
+        else:
+            missed = deadline is not None and (finish_at or 0) > deadline
+        late = " LATE" if missed else ""
         table.add_row(
             j["id"],
             j["name"],
@@ -240,18 +246,23 @@ _DB_FILE = "service.db"
 
 def _stored_views(db: Path) -> list[dict[str, Any]]:
     """The jobs a stopped service keeps, read-only from its store, as the service shows
-    them (an ended job's final view; a job that was running as the service left it)."""
+    them: an ended job's final view; a job that was running (or kept to resume) as its
+    run's journal has it."""
+    from autoscaler.service.pool import POOL_DIR
+    from autoscaler.service.runners import journal_progress
     from autoscaler.service.store import Store
     from autoscaler.service.view import job_view
 
     try:
         store = Store(db, read_only=True)
         try:
-            return [job_view(row, None, None).to_json() for row in store.rows()]
+            rows = store.rows()
         finally:
             store.close()
+        live = journal_progress(rows, db.parent / POOL_DIR)
     except sqlite3.Error as exc:
         raise AutoscalerError(f"{db}: cannot read the service's jobs ({exc})") from None
+    return [job_view(row, live.get(row.id), None).to_json() for row in rows]
 
 
 @app.command()

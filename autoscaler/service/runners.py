@@ -342,6 +342,38 @@ class RunStates:
         return records
 
 
+def journal_progress(rows: list[JobRow], pool_dir: Path) -> dict[str, Progress]:
+    """Where the jobs of ``rows`` that started and have not ended stand, as their runs'
+    journals say (job id -> its view): what a service that is not running shows of
+    them. A job in the deadline pool (``pool_dir``) shows its own tasks and the cost
+    attributed to it, as the running pool shows it."""
+    from autoscaler.report.attribution import job_costs
+    from autoscaler.run.live import planned_finish
+    from autoscaler.run.rundir import read_run
+
+    out: dict[str, Progress] = {}
+    pooled = [r for r in rows if r.in_pool and r.final is None]
+    if pooled and (pool_dir / JOURNAL_DB).is_file():
+        files, state = read_run(pool_dir)
+        clock = Clock(files.start_wall, files.cfg.time_scale)
+        costs, _ = job_costs(state)
+        names = {j.name for j in state.jobs}
+        for row in pooled:
+            if row.id in names:
+                job = state.job_named(row.id)
+                cost = costs.get(row.id, 0.0)
+                out[row.id] = progress(
+                    state, files.cfg, clock, job=job, cost=cost, pool=str(pool_dir)
+                )
+    for row in rows:
+        if row.in_pool or row.final is not None or not (row.run_dir / JOURNAL_DB).is_file():
+            continue
+        files, state = read_run(row.run_dir)
+        clock = Clock(files.start_wall, files.cfg.time_scale)
+        out[row.id] = progress(state, files.cfg, clock, planned_finish(state))
+    return out
+
+
 def _read(run_dir: Path) -> JobRun | None:
     from autoscaler.run.rundir import read_run
     from autoscaler.service.daily import JobRun

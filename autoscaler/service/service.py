@@ -41,7 +41,15 @@ from autoscaler.service.runners import (
     check_change,
     with_constraint,
 )
-from autoscaler.service.store import DB_FILE, ENDED, JobRow, JobState, Store, lock_state_dir
+from autoscaler.service.store import (
+    DB_FILE,
+    ENDED,
+    JobNotFound,
+    JobRow,
+    JobState,
+    Store,
+    lock_state_dir,
+)
 from autoscaler.service.view import (
     HistoryPoint,
     JobView,
@@ -62,6 +70,25 @@ Closing = Literal["hand_over", "release", "finish"]
 ends and leaves its machines, paid and leased, to the next service (a restart);
 ``release``, every machine is released and the jobs are kept to resume; ``finish``,
 the jobs run to their end first."""
+
+
+def service_of(run_dir: Path) -> Path | None:
+    """The state directory of the service whose job's run (``jobs/<id>``) or deadline pool
+    (``pool``) ``run_dir`` is; None if it is no service's."""
+    run_dir = run_dir.absolute()
+    if run_dir.name == POOL_DIR and (run_dir.parent / DB_FILE).is_file():
+        return run_dir.parent
+    state_dir = run_dir.parent.parent
+    if run_dir.parent.name != JOBS_DIR or not (state_dir / DB_FILE).is_file():
+        return None
+    store = Store(state_dir / DB_FILE, read_only=True)
+    try:
+        store.row(run_dir.name)
+    except JobNotFound:  # a directory that only looks like a job's
+        return None
+    finally:
+        store.close()
+    return state_dir
 
 
 class Service(Pump):

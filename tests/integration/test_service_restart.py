@@ -6,17 +6,22 @@ runs, `jobs` and `status` read the runs' journals."""
 from __future__ import annotations
 
 import json
+import re
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from autoscaler.cli.text import when
 from autoscaler.core.billing import BillingModel
 from tests.integration.daemon_helpers import (
     agents_of,
     assert_clean_end,
+    committed_over_time,
     journal_rows,
+    run_cli,
     run_id_of,
     wait_for,
 )
@@ -94,3 +99,57 @@ def test_a_restarted_service_adopts_the_machines_and_spends_no_more(tmp_path: Pa
     assert handed, "the machines did not outlive the service that stopped"
     assert [kind for _, kind, _ in rows[:kept]][-1] == "HandedOver"
     assert agents_of(run_id) == []
+
+
+def _row(listing: str, job_id: str) -> re.Match[str]:
+    """``job_id``'s line of `autoscaler jobs`: state, done, tasks, spend, budget, finish."""
+    found = re.search(
+        rf"^\s*{job_id}\s+\S+\s+(\w+)\s+(\d+)/(\d+)\s+([\d.]+) / (\S+)\s+(\S+) / (\S+)",
+        listing,
+        re.MULTILINE,
+    )
+    assert found, f"no line of {job_id} in:\n{listing}"
+    return found
+
+
+def test_jobs_and_status_of_a_stopped_service_read_the_journals(tmp_path: Path) -> None:
+    """With the service stopped, `autoscaler jobs` shows an interrupted job's tasks done
+    and money committed as its journal has them, and says the service is not running;
+    `autoscaler status` on the job's run directory says to start the service again (not
+    `run --plan`, a held plan's advice). A job that ended shows when it finished, with
+    the service running and stopped."""
+    state_dir = tmp_path / "state"
+    svc = ServiceProcess(service_config(tmp_path), state_dir)
+    try:
+        short = svc.submit(budget_job("short", 10, 30))
+        assert svc.cli("wait", short, timeout=240).returncode == 0
+        ended_at = svc.view(short)["ended_at"]
+        long = svc.submit(budget_job("long", 120, 40))
+        wait_for(lambda: svc.view(long)["done"] >= 20, 60, "tasks of the long job done")
+        listed = svc.cli("jobs")
+        assert listed.returncode == 0, listed.stderr
+        finish = _row(listed.stdout, short).group(6)
+        assert finish == when(ended_at, time.time()), listed.stdout
+    finally:
+        assert svc.stop(signal.SIGTERM) == 0
+    run_dir = state_dir / "jobs" / long
+    done = len(journal_rows(run_dir, "TaskDone"))
+    committed = committed_over_time(run_dir)[-1]
+    assert 20 <= done < 120
+
+    listed = run_cli("jobs", "--state-dir", str(state_dir))
+    assert listed.returncode == 0, listed.stderr
+    assert "is not running" in listed.stdout
+    row = _row(listed.stdout, long)
+    assert row.group(1) == "interrupted"
+    assert (int(row.group(2)), int(row.group(3))) == (done, 120), listed.stdout
+    assert row.group(4) == f"{committed:.2f}", listed.stdout
+    assert committed > 0
+    assert _row(listed.stdout, short).group(6) == finish
+
+    status = run_cli("status", str(run_dir))
+    assert status.returncode == 0, status.stderr
+    assert f"{done} done" in status.stdout
+    assert f"autoscaler serve <its service config> --state-dir {state_dir}" in status.stdout
+    assert "--plan" not in status.stdout, status.stdout
+    assert "--resume" not in status.stdout, status.stdout
