@@ -198,7 +198,7 @@ def jobs(
         return
     if not running:
         console.print(
-            f"the service of {where} is not running: its jobs as their journals have them",
+            f"the service of {where} is not running: its jobs as it kept them",
             markup=False,
             soft_wrap=True,
         )

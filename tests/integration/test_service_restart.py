@@ -153,3 +153,43 @@ def test_jobs_and_status_of_a_stopped_service_read_the_journals(tmp_path: Path) 
     assert f"autoscaler serve <its service config> --state-dir {state_dir}" in status.stdout
     assert "--plan" not in status.stdout, status.stdout
     assert "--resume" not in status.stdout, status.stdout
+
+
+@pytest.mark.alone  # time-scaled, with a deadline
+def test_the_deadline_pool_is_handed_over_and_adopted_by_the_next_service(
+    tmp_path: Path,
+) -> None:
+    """A deadline job in the service's shared pool, restarted mid-run: the pool's daemon
+    journals ``HandedOver`` and keeps its machines; the next service adopts every one of
+    them that still runs and the job meets its deadline, each task done once."""
+    config = service_config(tmp_path, billing={"mode": "fixed", "atu_s": "4h"})
+    state_dir = tmp_path / "state"
+    pool = state_dir / "pool"
+    job = {
+        "name": "due",
+        "bag": {"synthetic": 40},
+        "constraint": {"deadline_s": "3h"},
+        "task_s": {"small": 600, "fast": 200},
+    }
+    svc = ServiceProcess(config, state_dir, release_on_exit=False)
+    try:
+        job_id = svc.submit(job)
+        wait_for(lambda: svc.view(job_id)["done"] >= 5, 60, "the pool job's first tasks")
+    finally:
+        assert svc.stop(signal.SIGTERM) == 0
+    kept = len(journal_rows(pool))
+    assert [kind for _, kind, _ in journal_rows(pool)][-1] == "HandedOver"
+    handed = agents_of(run_id_of(pool))
+    assert handed, "the pool's machines did not outlive the service"
+    svc = ServiceProcess(config, state_dir)  # released when it stops: the pool stays open
+    try:
+        waited = svc.cli("wait", job_id, timeout=240)
+        assert waited.returncode == 0, waited.stdout + waited.stderr
+    finally:
+        assert svc.stop(signal.SIGTERM) == 0
+    assert agents_of(run_id_of(pool)) == []
+    rows = journal_rows(pool)
+    lost = [d for _, kind, d in rows[kept:] if kind == "MachineLost"]
+    assert not [d for d in lost if d["reason"] == "ended while the daemon was down"], lost
+    done = [d["task"] for _, kind, d in rows if kind == "TaskDone"]
+    assert sorted(done) == list(range(40)), "a task was lost or done twice"
