@@ -117,9 +117,10 @@ def test_jobs_and_status_of_a_stopped_service_read_the_journals(tmp_path: Path) 
     and money committed as its journal has them, and says the service is not running;
     `autoscaler status` on the job's run directory says to start the service again (not
     `run --plan`, a held plan's advice). A job that ended shows when it finished, with
-    the service running and stopped."""
+    the service running and stopped. The machines handed over, with no service to adopt
+    them, end by themselves (their agents' leases, or their orphan time)."""
     state_dir = tmp_path / "state"
-    svc = ServiceProcess(service_config(tmp_path), state_dir)
+    svc = ServiceProcess(service_config(tmp_path), state_dir, release_on_exit=False)
     try:
         short = svc.submit(budget_job("short", 10, 30))
         assert svc.cli("wait", short, timeout=240).returncode == 0
@@ -153,6 +154,8 @@ def test_jobs_and_status_of_a_stopped_service_read_the_journals(tmp_path: Path) 
     assert f"autoscaler serve <its service config> --state-dir {state_dir}" in status.stdout
     assert "--plan" not in status.stdout, status.stdout
     assert "--resume" not in status.stdout, status.stdout
+    run_id = run_id_of(run_dir)
+    wait_for(lambda: agents_of(run_id) == [], 90, "the machines handed over to end by themselves")
 
 
 @pytest.mark.alone  # time-scaled, with a deadline
