@@ -209,12 +209,12 @@ def _jobs_table(views: list[dict[str, Any]], now: float) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from autoscaler.service.store import ENDED
+
     table = Table(box=None, header_style="bold")
     for col in ("id", "name", "state", "tasks done", "spend / budget", "finish / deadline"):
         table.add_column(col, no_wrap=True)
     table.add_column("why it stopped", overflow="ellipsis", no_wrap=True, max_width=48)
-    from autoscaler.service.store import ENDED
-
     for j in views:
         # An ended job's finish is when it ended; a running one's, its forecast, if any.
         ended = j["state"] in ENDED

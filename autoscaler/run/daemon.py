@@ -16,7 +16,9 @@ paid time does, renewed only by a live daemon, so a machine never runs into a un
 nobody committed; a resumed daemon replays the journal (committed spend included),
 adopts the machines of its run that still run, lets the provider launch again the
 launches it had journaled without seeing their result (idempotent per token), and
-terminates strays.
+terminates strays. A daemon asked to hand its run over (``hand_over``: a service that
+restarts) ends that way on purpose: it journals ``HandedOver``, dispatches and releases
+nothing more, and leaves the machines to the next daemon or to their leases.
 
 A deadline pool (``deadline.keep_open``) takes jobs while it runs (``Daemon.add_job``,
 from any thread): their tasks are written to the run's tasks file, then the job is
