@@ -27,6 +27,8 @@ from tests.integration.daemon_helpers import (
 )
 from tests.integration.service_helpers import ServiceProcess, budget_job, service_config
 
+pytestmark = pytest.mark.integration
+
 PRICES = {"small": 1.0, "fast": 3.0}  # service_config's types
 ATU_S = 4 * 3600.0  # 40 real seconds at 360x: the job and its restart fit in one unit
 
