@@ -186,6 +186,13 @@ def test_the_deadline_pool_is_handed_over_and_adopted_by_the_next_service(
     assert [kind for _, kind, _ in journal_rows(pool)][-1] == "HandedOver"
     handed = agents_of(run_id_of(pool))
     assert handed, "the pool's machines did not outlive the service"
+    listed = run_cli("jobs", "--state-dir", str(state_dir))  # the pool's journal, its job's line
+    assert listed.returncode == 0, listed.stderr
+    row = _row(listed.stdout, job_id)
+    done = len(journal_rows(pool, "TaskDone"))
+    assert (row.group(1), int(row.group(2)), int(row.group(3))) == ("interrupted", done, 40)
+    status = run_cli("status", str(pool))
+    assert f"--state-dir {state_dir}" in status.stdout, status.stdout + status.stderr
     svc = ServiceProcess(config, state_dir)  # released when it stops: the pool stays open
     try:
         waited = svc.cli("wait", job_id, timeout=240)
