@@ -70,6 +70,8 @@ def run(
     from the configured provider, hands tasks to their agents, and journals everything,
     so a killed daemon carries on with --resume RUN_DIR. Ctrl-C (SIGINT) or SIGTERM
     releases every machine and writes the report; a second one terminates them at once.
+    (A service, `autoscaler serve`, hands its machines over to its next start instead: a
+    run in the foreground has none to adopt them.)
     """
     chosen = _chosen_budget(budget, option, plan_dir)
     sampled = _sampled_run(plan_dir) if plan_dir is not None and not dry_run else None
@@ -256,13 +258,16 @@ def _resume(run_dir: Path, budget: BudgetSet | None) -> None:
 def status(
     run_dir: Annotated[Path, typer.Argument(help="a real run's directory")],
 ) -> None:
-    """Show where a real run stands, from its journal (whether or not its daemon runs)."""
+    """Show where a real run stands, from its journal (whether or not its daemon runs),
+    and how to carry it on: a service's job with its service, a plain run with `run
+    --resume`, a plan's held run with `run --plan`."""
     from autoscaler.run.live import status_lines
     from autoscaler.run.rundir import daemon_alive, read_run
+    from autoscaler.service.service import service_of
 
     files, state = read_run(run_dir)
     pid = daemon_alive(run_dir)
-    for line in status_lines(files.run_id, files.cfg, state, pid):
+    for line in status_lines(files.run_id, files.cfg, state, pid, service_of(run_dir)):
         console.print(line, markup=False, soft_wrap=True)
 
 

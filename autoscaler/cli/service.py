@@ -66,13 +66,27 @@ def _call(client: Any, method: str, path: str, body: object = None, timeout: flo
 def serve(
     config: Annotated[Path, typer.Argument(help="the service's YAML file (no bag: jobs come)")],
     state_dir: StateDir = None,
+    release_on_exit: Annotated[
+        bool,
+        typer.Option(
+            "--release-on-exit",
+            help="on SIGTERM or Ctrl-C, release every running job's machines instead of "
+            "handing them over to the next serve",
+        ),
+    ] = False,
 ) -> None:
     """Run the service until stopped: it takes jobs (`autoscaler submit`), runs them on
     the configured provider, and serves the API and a status page on loopback.
 
-    SIGTERM or Ctrl-C stops it: running jobs release every machine and are kept as
-    interrupted; the next `serve` on the same state directory resumes them, as it
-    resumes jobs of a service that was killed.
+    SIGTERM or Ctrl-C stops it (a restart: systemd, an upgrade). Running jobs dispatch
+    nothing more and hand their machines over: each machine keeps the paid time it has
+    and its agent its lease, the jobs are kept as interrupted, and the next `serve` on
+    the same state directory adopts the machines still running and carries the jobs on,
+    as after a crash. A machine no service adopts ends with its lease, at the end of its
+    paid time (or when its agent has not reached a service for `daemon.orphan_after_s`);
+    `autoscaler cleanup` ends those of a stopped service at once. With --release-on-exit
+    the jobs release every machine instead (the paid time left is lost) and resume on
+    new machines.
     """
     from autoscaler.config.service import load_service_config
     from autoscaler.service.api import serve_api
@@ -114,9 +128,19 @@ def serve(
     try:
         while not stop.wait(0.5):
             pass
-        console.print("stopping: running jobs release their machines and are kept", markup=False)
+        if release_on_exit:
+            console.print(
+                "stopping: running jobs release their machines and are kept", markup=False
+            )
+        else:
+            console.print(
+                "stopping: running jobs hand their machines over to the next serve on "
+                f"{where} (a machine none adopts ends with its lease)",
+                markup=False,
+                soft_wrap=True,
+            )
         server.shutdown()
-        service.close(interrupt=True)
+        service.close(jobs="release" if release_on_exit else "hand_over")
     finally:
         for s, h in old.items():
             signal.signal(s, h)
@@ -154,8 +178,9 @@ def jobs(
     """List the service's jobs: state, tasks done, spend against budget, predicted finish
     against deadline (times UTC; with the date when not today).
 
-    When no service runs on the state directory, the jobs it keeps are read from its
-    store (`service.db`, read-only), as they were when it stopped.
+    When no service runs on the state directory, its jobs are read from its store
+    (`service.db`, read-only) and where the runs of those that had not ended stand from
+    their journals: the tasks done and the money committed up to the stop.
     """
     from autoscaler.service.client import ApiError
 
@@ -184,18 +209,23 @@ def _jobs_table(views: list[dict[str, Any]], now: float) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from autoscaler.service.store import ENDED
+
     table = Table(box=None, header_style="bold")
     for col in ("id", "name", "state", "tasks done", "spend / budget", "finish / deadline"):
         table.add_column(col, no_wrap=True)
     table.add_column("why it stopped", overflow="ellipsis", no_wrap=True, max_width=48)
     for j in views:
-        finish = when(j.get("predicted_finish_at"), now)
+        # An ended job's finish is when it ended; a running one's, its forecast, if any.
+        ended = j["state"] in ENDED
+        finish_at = j.get("ended_at") if ended else j.get("predicted_finish_at")
+        finish = when(finish_at, now)
         deadline = j.get("deadline_at")
-        late = (
-            " LATE"
-            if deadline is not None and (j.get("predicted_finish_at") or 0) > deadline
-            else ""
-        )
+        if ended:
+            missed = j.get("met_deadline") is False
+        else:
+            missed = deadline is not None and (finish_at or 0) > deadline
+        late = " LATE" if missed else ""
         table.add_row(
             j["id"],
             j["name"],
@@ -216,18 +246,23 @@ _DB_FILE = "service.db"
 
 def _stored_views(db: Path) -> list[dict[str, Any]]:
     """The jobs a stopped service keeps, read-only from its store, as the service shows
-    them (an ended job's final view; a job that was running as the service left it)."""
+    them: an ended job's final view; a job that was running (or kept to resume) as its
+    run's journal has it."""
+    from autoscaler.service.pool import POOL_DIR
+    from autoscaler.service.runners import journal_progress
     from autoscaler.service.store import Store
     from autoscaler.service.view import job_view
 
     try:
         store = Store(db, read_only=True)
         try:
-            return [job_view(row, None, None).to_json() for row in store.rows()]
+            rows = store.rows()
         finally:
             store.close()
+        live = journal_progress(rows, db.parent / POOL_DIR)
     except sqlite3.Error as exc:
         raise AutoscalerError(f"{db}: cannot read the service's jobs ({exc})") from None
+    return [job_view(row, live.get(row.id), None).to_json() for row in rows]
 
 
 @app.command()

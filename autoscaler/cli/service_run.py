@@ -72,7 +72,7 @@ def run_as_service(
         finally:
             for s, h in old.items():
                 signal.signal(s, h)
-            service.close(interrupt=False)
+            service.close(jobs="finish")
         outcome = service.outcomes.get(job_id)
         if outcome is None:
             reason = str(final.get("stop_reason") or f"see {run_dir / 'log.jsonl'}")
@@ -214,7 +214,7 @@ def run_service_jobs(
             console.print(f"submitted {ids[-1]} ({data.get('name', 'job')})", markup=False)
         views = [service.wait(job_id) for job_id in ids]
     finally:
-        service.close(interrupt=True)
+        service.close(jobs="release")  # a Ctrl-C: nobody restarts it
     for (_path, at, _data, _cfg, _tasks), v in zip(loaded, views, strict=True):
         outcome = v["state"]
         if outcome == "done" and v.get("met_deadline") is False:

@@ -28,6 +28,7 @@ from autoscaler.core.model import (
     Event,
     Extend,
     Forecast,
+    HandedOver,
     Hold,
     Interrupted,
     JobAdded,
@@ -195,7 +196,7 @@ class Fold(Runs):
                 self.shutdown = self.awaiting_budget = self.interrupted = True
             case Resumed():
                 self.shutdown = self.awaiting_budget = self.interrupted = False
-            case Tick() | BoundaryNear():
+            case Tick() | BoundaryNear() | HandedOver():
                 pass
 
     def _task_done(self, event: TaskDone) -> None:

@@ -52,6 +52,7 @@ __all__ = [
     "Event",
     "Extend",
     "Forecast",
+    "HandedOver",
     "Hold",
     "Interrupted",
     "JobAdded",
@@ -299,6 +300,18 @@ class Interrupted:
 
 
 @dataclass(frozen=True, slots=True)
+class HandedOver:
+    """The daemon ends and leaves the run, its machines running, to the next daemon (a
+    service restart: systemd, an upgrade). Nothing more is dispatched or released; the
+    machines keep their paid time and their agents their leases. The next daemon adopts
+    those still running, as after a crash; one that no daemon adopts ends with its
+    agent's lease (its agent exits, and so does the machine). The state is unchanged:
+    the run goes on, only its driver changes."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class Resumed:
     """An interrupted run carries on: it plans again with the money and the bag it has."""
 
@@ -354,6 +367,7 @@ Event = (
     | JobAdded
     | DeadlineSet
     | Interrupted
+    | HandedOver
     | Resumed
     | JobWithdrawn
 )
@@ -374,6 +388,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     JobAdded,
     DeadlineSet,
     Interrupted,
+    HandedOver,
     Resumed,
     JobWithdrawn,
 )

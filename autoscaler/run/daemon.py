@@ -16,7 +16,9 @@ paid time does, renewed only by a live daemon, so a machine never runs into a un
 nobody committed; a resumed daemon replays the journal (committed spend included),
 adopts the machines of its run that still run, lets the provider launch again the
 launches it had journaled without seeing their result (idempotent per token), and
-terminates strays.
+terminates strays. A daemon asked to hand its run over (``hand_over``: a service that
+restarts) ends that way on purpose: it journals ``HandedOver``, dispatches and releases
+nothing more, and leaves the machines to the next daemon or to their leases.
 
 A deadline pool (``deadline.keep_open``) takes jobs while it runs (``Daemon.add_job``,
 from any thread): their tasks are written to the run's tasks file, then the job is
@@ -56,6 +58,7 @@ from autoscaler.core.leases import Timeline
 from autoscaler.core.model import (
     BudgetSet,
     Event,
+    HandedOver,
     Hold,
     JobAdded,
     JobSpec,
@@ -172,6 +175,12 @@ class Daemon:
         ``DeadlineSet`` of a user's update, ``Shutdown`` to cancel, ``Interrupted`` to
         stop it resumably. It is journaled and stepped like any other."""
         self._inbox.put(Told(event))
+
+    def hand_over(self, reason: str) -> None:
+        """End the run's daemon and leave its machines running, for the next daemon to
+        adopt (from any thread): ``HandedOver`` is journaled once the step under way is
+        done, and nothing is dispatched or released after it (a service restart)."""
+        self._inbox.put(Told(HandedOver(reason)))
 
     def add_job(self, job: JobSpec, tasks: Sequence[TaskSpec]) -> Future[JobSpec]:
         """Add a job to a live deadline-mode run (a pool, ``deadline.keep_open``), from
@@ -346,6 +355,7 @@ class Daemon:
         seen: set[tuple[str, int]] = set()
         gone: set[str] = set()
         hard = health_checked = False  # health: once a step (checks queue up when busy)
+        handing: str | None = None  # why the run is handed over after this step
         adding: list[tuple[Future[JobSpec], JobSpec]] = []
         for item in items:
             match item:
@@ -378,8 +388,7 @@ class Daemon:
                         events.append(MachineLost(mid, f"bootstrap failed: {reason}"))
                 case SignalReceived(signum=signum) if signum == HANDOVER_SIGNAL:
                     if self.state.awaiting_budget:
-                        self.log.info("handing the run over: its machines are kept")
-                        self.handed_over = True
+                        handing = "the plan's budget was chosen"
                     else:
                         self.log.warning("hand-over asked for a run that does not wait: ignored")
                 case SignalReceived(signum=signum):
@@ -389,6 +398,8 @@ class Daemon:
                         events.append(Shutdown(f"interrupted by {name}"))
                     else:
                         hard = True
+                case Told(event=HandedOver(reason=reason)):
+                    handing = reason
                 case Told(event=told):
                     events.extend(admit(self.state, told, self.log))
                 case ArrivalsDue(jobs=arrivals):
@@ -408,6 +419,8 @@ class Daemon:
         if hard:
             self.executor.kill_all()
             self._terminate_all_now()
+        elif handing is not None and not self.state.over:
+            self._hand_over(handing)
 
     def _step(self, events: list[Event], polls: list[Poll]) -> None:
         """Controller.step, the journal, then the actions; then the agents' answers."""
@@ -445,6 +458,20 @@ class Daemon:
                 dropped=settled.dropped,
                 rewritten=settled.rewritten,
             )
+
+    def _hand_over(self, reason: str) -> None:
+        """Journal ``HandedOver`` in a step of its own, without the controller (it would
+        dispatch), and end the loop: the machines stay as they are, paid and leased."""
+        now = self.now()
+        event = HandedOver(reason)
+        self.journal.step(now, [event], [])
+        self.state.apply(now, event)
+        self.handed_over = True
+        self.log.info(
+            "handing the run over: its machines are kept",
+            reason=reason,
+            machines=sorted(m.id for m in self.state.alive_machines()),
+        )
 
     # --- from the outside world to events -----------------------------------------------
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 from rich.console import Console
 from rich.live import Live
@@ -129,17 +130,28 @@ def live_view(console: Console, cfg: RunConfig, total: int) -> Iterator[Update]:
         yield update
 
 
-def status_lines(run_id: str, cfg: RunConfig, state: RunState, pid: int | None) -> list[str]:
-    """``autoscaler status``: the run as its journal says, and whether a daemon holds it."""
+def status_lines(
+    run_id: str, cfg: RunConfig, state: RunState, pid: int | None, service: Path | None = None
+) -> list[str]:
+    """``autoscaler status``: the run as its journal says, whether a daemon holds it, and
+    how to carry it on as what it is: a job of the service whose state directory is
+    ``service``, a held plan's run, or a plain run."""
     daemon = f"running (pid {pid})" if pid else "not running"
     lines = [f"run {run_id}: daemon {daemon}; journal up to run time {hms(state.now)}"]
     lines += [f"  {key}: {value}" for key, value in summary_rows(cfg, state, planned_finish(state))]
-    if state.awaiting_budget:
+    over = state.finished or (state.stopped and not state.any_alive())
+    if service is not None:
+        if not pid and not over:
+            lines.append(
+                f"  a job of the service in {service}: it carries on when the service starts "
+                f"again: autoscaler serve <its service config> --state-dir {service}"
+            )
+    elif state.awaiting_budget and not state.interrupted:
         lines.append(
             "  the samples are in and the run waits for a budget: "
             "autoscaler run --plan <plan dir> --option N (or --resume <run dir> --budget B)"
         )
-    elif not pid and not state.finished and not (state.stopped and not state.any_alive()):
+    elif not pid and not over:
         lines.append("  carry on with: autoscaler run --resume <run dir>")
     return lines
 

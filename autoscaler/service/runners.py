@@ -234,7 +234,7 @@ def run_own(runner: Runner, fallback: Progress) -> Ending:
         progress(state, files.cfg, clock),
         met_deadline=met if state.deadline_mode else None,
     )
-    if "interrupt" in runner.told and state.interrupted:
+    if "interrupt" in runner.told and (runner.daemon.handed_over or state.interrupted):
         ended = JobState.INTERRUPTED
     elif "cancel" in runner.told:
         ended = JobState.CANCELLED
@@ -302,13 +302,14 @@ def open_pool(
 
 def run_pool(pool: Pool) -> tuple[bool, str | None]:
     """Run the pool's daemon until the service stops it (on the pool's thread): whether
-    it was interrupted, and the error it broke with (None: it did not)."""
+    it was interrupted or handed over (its jobs resume with the next service), and the
+    error it broke with (None: it did not)."""
     assert pool.daemon is not None
     try:
         outcome = pool.daemon.run()
     except Exception as exc:  # a pool that breaks fails its jobs, not the service
         return False, str(exc) if isinstance(exc, AutoscalerError) else repr(exc)
-    return outcome.state.interrupted, None
+    return pool.daemon.handed_over or outcome.state.interrupted, None
 
 
 class RunStates:
@@ -339,6 +340,38 @@ class RunStates:
                     self._ended[row.id] = run
                 records.append(replace(run, id=row.id, name=row.name))
         return records
+
+
+def journal_progress(rows: list[JobRow], pool_dir: Path) -> dict[str, Progress]:
+    """Where the jobs of ``rows`` that started and have not ended stand, as their runs'
+    journals say (job id -> its view): what a service that is not running shows of
+    them. A job in the deadline pool (``pool_dir``) shows its own tasks and the cost
+    attributed to it, as the running pool shows it."""
+    from autoscaler.report.attribution import job_costs
+    from autoscaler.run.live import planned_finish
+    from autoscaler.run.rundir import read_run
+
+    out: dict[str, Progress] = {}
+    pooled = [r for r in rows if r.in_pool and r.final is None]
+    if pooled and (pool_dir / JOURNAL_DB).is_file():
+        files, state = read_run(pool_dir)
+        clock = Clock(files.start_wall, files.cfg.time_scale)
+        costs, _ = job_costs(state)
+        names = {j.name for j in state.jobs}
+        for row in pooled:
+            if row.id in names:
+                job = state.job_named(row.id)
+                cost = costs.get(row.id, 0.0)
+                out[row.id] = progress(
+                    state, files.cfg, clock, job=job, cost=cost, pool=str(pool_dir)
+                )
+    for row in rows:
+        if row.in_pool or row.final is not None or not (row.run_dir / JOURNAL_DB).is_file():
+            continue
+        files, state = read_run(row.run_dir)
+        clock = Clock(files.start_wall, files.cfg.time_scale)
+        out[row.id] = progress(state, files.cfg, clock, planned_finish(state))
+    return out
 
 
 def _read(run_dir: Path) -> JobRun | None:

@@ -8,10 +8,11 @@ acknowledged is never lost. The service starts queued jobs in order while fewer 
 own run directory, journal, dispatcher, machines and budget) on a thread of its own, so
 a job runs exactly as ``autoscaler run`` runs it.
 
-Across a restart: a job that was running when the service died (kill -9) is resumed
-from its journal (the daemon adopts its machines and loses no task); a job the service
-interrupted (SIGTERM) released its machines and is resumed with ``Resumed``; queued
-jobs start as before.
+Across a restart: a job that was running when the service stopped (SIGTERM: its daemon
+handed its machines over, ``HandedOver``) or died (kill -9) is resumed from its journal:
+the next daemon adopts its machines that still run and loses no task. A job the service
+interrupted with every machine released (``serve --release-on-exit``: ``Interrupted``)
+is resumed with ``Resumed``. Queued jobs start as before.
 
 Updates (a budget, a deadline) and cancellations reach a running job's daemon as events
 (``Daemon.tell``), so they are journaled with the run and the controller re-plans at
@@ -25,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from autoscaler.config.schema import RunConfig
 from autoscaler.config.service import ServiceConfig, job_config
@@ -40,7 +41,15 @@ from autoscaler.service.runners import (
     check_change,
     with_constraint,
 )
-from autoscaler.service.store import DB_FILE, ENDED, JobRow, JobState, Store, lock_state_dir
+from autoscaler.service.store import (
+    DB_FILE,
+    ENDED,
+    JobNotFound,
+    JobRow,
+    JobState,
+    Store,
+    lock_state_dir,
+)
 from autoscaler.service.view import (
     HistoryPoint,
     JobView,
@@ -55,6 +64,31 @@ if TYPE_CHECKING:
 
 LOCK_FILE = "service.lock"
 LOG_FILE = "service.log.jsonl"
+
+Closing = Literal["hand_over", "release", "finish"]
+"""What a closing service does with its running jobs: ``hand_over``, each job's daemon
+ends and leaves its machines, paid and leased, to the next service (a restart);
+``release``, every machine is released and the jobs are kept to resume; ``finish``,
+the jobs run to their end first."""
+
+
+def service_of(run_dir: Path) -> Path | None:
+    """The state directory of the service whose job's run (``jobs/<id>``) or deadline pool
+    (``pool``) ``run_dir`` is; None if it is no service's."""
+    run_dir = run_dir.absolute()
+    if run_dir.name == POOL_DIR and (run_dir.parent / DB_FILE).is_file():
+        return run_dir.parent
+    state_dir = run_dir.parent.parent
+    if run_dir.parent.name != JOBS_DIR or not (state_dir / DB_FILE).is_file():
+        return None
+    store = Store(state_dir / DB_FILE, read_only=True)
+    try:
+        store.row(run_dir.name)
+    except JobNotFound:  # a directory that only looks like a job's
+        return None
+    finally:
+        store.close()
+    return state_dir
 
 
 class Service(Pump):
@@ -109,28 +143,35 @@ class Service(Pump):
         self._pump = threading.Thread(target=self._pump_loop, name="service-pump", daemon=True)
         self._pump.start()
 
-    def close(self, *, interrupt: bool = True) -> None:
-        """Stop: running jobs are interrupted (every machine released; they resume with
-        the next service) or, with ``interrupt=False``, left to finish first. Safe to
-        call on a service that did not open, or opened only in part."""
+    def close(self, *, jobs: Closing = "hand_over") -> None:
+        """Stop, and with the running jobs do as ``jobs`` says (``Closing``); a job handed
+        over or interrupted resumes with the next service on the state directory. Safe
+        to call on a service that did not open, or opened only in part."""
         with self._cond:
             self._closing = True
             runners = list(self._runners.values())
             self._cond.notify_all()
         told: set[int] = set()
+
+        def tell(daemon: Daemon) -> None:
+            if jobs == "finish" or id(daemon) in told:  # the pool's jobs share one daemon
+                return
+            told.add(id(daemon))
+            if jobs == "hand_over":
+                daemon.hand_over("the service stops")
+            else:
+                daemon.tell(Interrupted("the service stops"))
+
         for r in runners:
-            if interrupt:
+            if jobs != "finish":
                 r.told.append("interrupt")
-                if id(r.daemon) not in told:  # the pool's jobs share one daemon
-                    told.add(id(r.daemon))
-                    r.daemon.tell(Interrupted("the service stops"))
+            tell(r.daemon)
         for r in runners:
             if r.thread is not None:
                 r.thread.join()
         pool = self._pool
         if pool is not None and pool.daemon is not None:
-            if interrupt and id(pool.daemon) not in told:
-                pool.daemon.tell(Interrupted("the service stops"))
+            tell(pool.daemon)
             if pool.thread is not None:
                 pool.thread.join()
         if self._pump is not None:
@@ -139,9 +180,8 @@ class Service(Pump):
             self._job_ended("")  # the last word on the day's costs
             self.store.close()
         if self.log is not None:
-            self.log.info(
-                "service stop", interrupted=[r.job_id for r in runners] if interrupt else []
-            )
+            kept = [r.job_id for r in runners] if jobs != "finish" else []
+            self.log.info("service stop", jobs=jobs, kept=kept)
             self._log_file.close()
             self.log = None
         if self._lock_fd is not None:

@@ -45,8 +45,9 @@ class JobState(StrEnum):
     CANCELLED = "cancelled"
     """Cancelled by the user."""
     INTERRUPTED = "interrupted"
-    """The service stopped while it ran: its machines are released; it resumes with the
-    next service on the same state directory."""
+    """The service stopped while it ran: its machines were handed over (or released,
+    ``serve --release-on-exit``); it resumes with the next service on the same state
+    directory, which adopts the machines still running."""
 
 
 ENDED = frozenset({JobState.DONE, JobState.STOPPED, JobState.CANCELLED, JobState.FAILED})

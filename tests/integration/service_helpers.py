@@ -61,15 +61,19 @@ def write_job(tmp: Path, job: dict[str, Any]) -> Path:
 
 
 class ServiceProcess:
-    """``autoscaler serve CONFIG --state-dir DIR`` in its own session."""
+    """``autoscaler serve CONFIG --state-dir DIR`` in its own session. It is started with
+    ``--release-on-exit`` unless ``release_on_exit`` is False: a test's service releases
+    its machines when it stops, so no agent outlives the test; the tests of a restart
+    leave it out, as `serve` is run by default (its machines handed over)."""
 
-    def __init__(self, config: Path, state_dir: Path) -> None:
+    def __init__(self, config: Path, state_dir: Path, *, release_on_exit: bool = True) -> None:
         self.config = config
         self.state_dir = state_dir
         self.log = state_dir.parent / f"{state_dir.name}.serve.log"
+        flags = ["--release-on-exit"] if release_on_exit else []
         with self.log.open("a", encoding="utf-8") as out:
             self.proc = subprocess.Popen(
-                cli("serve", str(config), "--state-dir", str(state_dir)),
+                cli("serve", str(config), "--state-dir", str(state_dir), *flags),
                 cwd=ROOT,
                 stdin=subprocess.DEVNULL,
                 stdout=out,

@@ -56,8 +56,8 @@ class Provider:
     held: Callable[[str], list[str]]  # run id -> its machines the provider still runs
     services: list[ServiceProcess] = field(default_factory=list)
 
-    def serve(self) -> ServiceProcess:
-        svc = ServiceProcess(self.config, self.state_dir)
+    def serve(self, *, release_on_exit: bool = True) -> ServiceProcess:
+        svc = ServiceProcess(self.config, self.state_dir, release_on_exit=release_on_exit)
         self.services.append(svc)
         return svc
 
@@ -244,6 +244,35 @@ def _survives_kill9_and_sigterm(provider: Provider) -> None:
     )
 
 
+def _handed_over_machines_end_with_their_lease(provider: Provider) -> None:
+    """SIGTERM to a service that hands its machines over, and no service after it: the
+    machines are kept (the provider still runs them), then each ends by itself: its
+    agent exits at the end of its lease (its paid time) or once it has reached no
+    service for ``daemon.orphan_after_s``, whichever comes first, and the Grid Engine job
+    with it. The next service resumes the job on new machines, to a clean end within
+    its budget."""
+    n, _ = provider.budget
+    svc = provider.serve(release_on_exit=False)
+    job_id = svc.submit(provider.budget_job("handed"))
+    run_dir = _run_dir_once_running(svc, job_id)
+    assert svc.stop(signal.SIGTERM, timeout=120) == 0
+    run_id = run_id_of(run_dir)
+    assert [kind for _, kind, _ in journal_rows(run_dir)][-1] == "HandedOver"
+    assert provider.held(run_id), "the machines were released, not handed over"
+    assert stored_states(provider.state_dir)[job_id] == "interrupted"
+    _released(provider, run_dir)  # by their leases: no service runs
+    svc = provider.serve()
+    try:
+        waited = svc.cli("wait", job_id, "--timeout", str(WAIT_S), timeout=WAIT_S + 60)
+        assert waited.returncode == 0, waited.stdout + waited.stderr
+        lost = {d["reason"] for _, _, d in journal_rows(run_dir, "MachineLost")}
+        assert "ended while the daemon was down" in lost, lost
+        assert_clean_end(run_dir, _report(svc.view(job_id)), n)
+    finally:
+        assert svc.stop(timeout=120) == 0
+    _released(provider, run_dir)
+
+
 @XDIST_GROUP
 def test_jobs_run_on_grid_engine_through_the_service(sge: GridEngine, tmp_path: Path) -> None:
     with sge_service(tmp_path) as provider:
@@ -256,6 +285,14 @@ def test_the_service_on_grid_engine_resumes_after_kill9_and_sigterm(
 ) -> None:
     with sge_service(tmp_path) as provider:
         _survives_kill9_and_sigterm(provider)
+
+
+@XDIST_GROUP
+def test_machines_handed_over_on_grid_engine_end_with_their_lease(
+    sge: GridEngine, tmp_path: Path
+) -> None:
+    with sge_service(tmp_path) as provider:
+        _handed_over_machines_end_with_their_lease(provider)
 
 
 def test_jobs_run_on_ec2_through_the_service(world: Ec2World) -> None:

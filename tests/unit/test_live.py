@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 from autoscaler.config.load import expand_bag, load_config
@@ -85,3 +86,39 @@ def test_a_shortfall_shows_in_status_and_metrics_as_soon_as_it_is_said() -> None
     assert f"{warning.needed_budget:.2f}" in status["warning"]
     assert flag == 1.0
     assert needed == warning.needed_budget
+
+
+def test_status_advises_what_carries_the_run_on_as_what_it_is() -> None:
+    """A run under way with no daemon: a plain run carries on with `run --resume`; a
+    service's job with its service (whether its machines were handed over or released,
+    ``Interrupted``), never `run --plan`; a run held for a budget with `run --plan`."""
+    from autoscaler.core.model import Hold, Interrupted, Resumed
+
+    cfg = load_config(EXAMPLES / "quickstart.yaml")
+    states: list[RunState] = []
+
+    class UnderWay(Exception):
+        """The run is stopped here, a hundred tasks done, as a killed daemon leaves it."""
+
+    def watch(state: RunState) -> None:
+        if state.done >= 100:
+            states.append(state)
+            raise UnderWay
+
+    with pytest.raises(UnderWay):
+        dry_run(cfg, expand_bag(cfg), seed=1, out_dir=None, run_id="r", progress=watch)
+    (state,) = states
+    service = Path("/srv/state")
+
+    def advice(state: RunState, service: Path | None) -> str:
+        return "\n".join(status_lines("r", cfg, state, None, service)[-1:])
+
+    assert "autoscaler run --resume <run dir>" in advice(state, None)
+    serve = f"autoscaler serve <its service config> --state-dir {service}"
+    assert serve in advice(state, service)
+    state.apply(state.now, Interrupted("the service stops"))
+    assert serve in advice(state, service)
+    assert "--plan" not in advice(state, service)
+    state.apply(state.now, Resumed("the service started again"))
+    state.apply(state.now, Hold("the samples are in"))
+    assert "autoscaler run --plan <plan dir> --option N" in advice(state, None)
