@@ -4,16 +4,13 @@ deadline shows it through the command line."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from autoscaler.core.words import counted
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.unit.test_cli_process import autoscaler
 
 
 @pytest.mark.parametrize(
@@ -65,15 +62,7 @@ def test_one_late_task_is_said_in_the_singular(tmp_path: Path) -> None:
         encoding="utf-8",
     )
     out = tmp_path / "run"
-    done = subprocess.run(
-        [sys.executable, "-m", "autoscaler", "run", str(config), "--dry-run", "--out", str(out)],
-        cwd=ROOT,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    done = autoscaler("run", str(config), "--dry-run", "--out", str(out))
     assert done.returncode == 0, done.stderr
     text = " ".join(done.stdout.split())  # the terminal's wrapping aside
     assert "1 of 1 task done" in text

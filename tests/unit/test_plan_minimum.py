@@ -7,27 +7,13 @@ the command line, in a process of its own, as a user runs it."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = ROOT / "config" / "examples"
+from tests.unit.test_cli_process import EXAMPLES, autoscaler
+
 WARNINGS = ("budget at risk", "budget unlikely")
-
-
-def autoscaler(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "autoscaler", *args],
-        cwd=ROOT,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
 
 
 def _cents(value: float) -> bool:
