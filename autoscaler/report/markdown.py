@@ -371,8 +371,8 @@ def _notices_section(report: Report) -> list[str]:
         "",
         "## Interruption notices",
         "",
-        f"{len(taken)} machine(s) taken back by their provider; each one's tasks in progress "
-        "went back to the bag when its notice was read.",
+        f"{counted(len(taken), 'machine')} taken back by their provider; each one's tasks in "
+        "progress went back to the bag when its notice was read.",
         "",
         "| machine | type | notice at | units paid | cost | tasks it finished | notice |",
         "| --- | --- | ---: | ---: | ---: | ---: | --- |",
