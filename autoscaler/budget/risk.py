@@ -118,7 +118,7 @@ def check_risk(
     )
     z = settings.reserve_z
     message = (
-        f"budget at risk: at runtimes {z:g} standard error{'' if z == 1 else 's'} slower "
+        f"budget at risk: at runtimes {counted(z, 'standard error', spec='g')} slower "
         f"than estimated ({slow}) the {left:.2f} left does not finish the "
         f"{counted(state.tasks_left, 'task')} left: {bag}, the budget is {budget:.2f}"
     )
@@ -139,7 +139,7 @@ def _runtimes(
         held = state.held_means.get(n)
         was = "" if held is None else f", {held:.0f} s when the plan's options were made"
         said.append(
-            f"{n} {slow[n].mean_s:.0f} s (estimate {e.mean_s:.0f} s from "
-            f"{counted(state.stats[n].done, 'run')}{was})"
+            f"{n} {slow[n].mean_s:.0f} s: estimate {e.mean_s:.0f} s from "
+            f"{counted(state.stats[n].done, 'run')}{was}"
         )
-    return ", ".join(said)
+    return "; ".join(said)
