@@ -200,27 +200,10 @@ def _cost(
     return forecast(state, now, chosen.counts, mean_s).fluid_cost + last
 
 
-def pays_for(
-    settings: ControllerSettings,
-    state: RunState,
-    now: float,
-    est: Mapping[str, TypeEstimate],
-    n_e: float,
-    categories: Sequence[Category],
-    money: float,
-    reserve: bool = True,
-) -> bool:
-    """Whether ``plan_mix`` would give, for ``money`` left, a mix paid for at the slow
-    side of its means with the end reserve (``reserve``; else without it): it gives one
-    exactly when the rounds find one (its first choice), so the rounds stop at the first
-    they find. The test of ``least_money``, and of the budget at risk (``risk``)."""
-    return _fits(settings, state, now, est, n_e, categories, reserve)(money)
-
-
 @dataclass(frozen=True, slots=True)
-class _Fits:
-    """``pays_for`` at any money, with what does not depend on it worked out once (the
-    slow side is a bootstrap per type): ``_fits`` makes one."""
+class PaysFor:
+    """``pays_for``'s test at any money, with what does not depend on it worked out once
+    (the slow side is a bootstrap per type)."""
 
     settings: ControllerSettings
     state: RunState
@@ -241,7 +224,7 @@ class _Fits:
         return any(_safe(state, now, f, up, self.reserve, total) for f in mixes)
 
 
-def _fits(
+def pays_for(
     settings: ControllerSettings,
     state: RunState,
     now: float,
@@ -249,9 +232,14 @@ def _fits(
     n_e: float,
     categories: Sequence[Category],
     reserve: bool = True,
-) -> _Fits:
+) -> PaysFor:
+    """Whether ``plan_mix`` would give, for the money left it is called with, a mix paid
+    for at the slow side of its means with the end reserve (``reserve``; else without
+    it): it gives one exactly when the rounds find one (its first choice), so the rounds
+    stop at the first they find. The test of ``least_money``, and of the budget at risk
+    (``risk``)."""
     base = dict(est)
-    return _Fits(
+    return PaysFor(
         settings,
         state,
         now,
@@ -282,7 +270,7 @@ def least_money(
     ``_SCAN`` times ``start``); else, or beyond, doubling or halving, then bisection;
     None when 256 times ``start`` does not do. Without ``reserve``: the least money
     that pays for the mix at the slow side, the end reserve aside."""
-    fits = _fits(settings, state, now, est, n_e, categories, reserve)
+    fits = pays_for(settings, state, now, est, n_e, categories, reserve)
     up = fits.up
     if start <= 0:
         return 0.0 if fits(0.0) else None

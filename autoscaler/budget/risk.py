@@ -68,7 +68,7 @@ def affords(
     if n_e <= 0:
         return True
     if categories is not None:
-        return pays_for(settings, state, now, est, n_e, categories, money, reserve=False)
+        return pays_for(settings, state, now, est, n_e, categories, reserve=False)(money)
     problem = budget_problem(settings, state, now, est, n_e, money)
     return bool(problem.types) and plan_budget(problem, settings.solver) is not None
 
