@@ -48,7 +48,7 @@ paying one more whole task at it; the least budget rose 8–10 % and did every t
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from autoscaler.budget.category_means import (
     CategoryTimes,
@@ -200,6 +200,57 @@ def _cost(
     return forecast(state, now, chosen.counts, mean_s).fluid_cost + last
 
 
+@dataclass(frozen=True, slots=True)
+class PaysFor:
+    """``pays_for``'s test at any money, with what does not depend on it worked out once
+    (the slow side is a bootstrap per type)."""
+
+    settings: ControllerSettings
+    state: RunState
+    now: float
+    base: dict[str, TypeEstimate]
+    n_e: float
+    up: Mapping[str, float] | None
+    reserve: float
+    times: CategoryTimes | None
+
+    def __call__(self, money: float) -> bool:
+        settings, state, now, base, up = self.settings, self.state, self.now, self.base, self.up
+        total = state.committed + money
+        if self.times is None:
+            found = plan(settings, state, now, base, self.n_e, money, [], 0.0)
+            return found is not None and _safe(state, now, (found, base), up, self.reserve, total)
+        mixes = _mixes(settings, state, now, base, self.n_e, money, [], 0.0, self.times, up)
+        return any(_safe(state, now, f, up, self.reserve, total) for f in mixes)
+
+
+def pays_for(
+    settings: ControllerSettings,
+    state: RunState,
+    now: float,
+    est: Mapping[str, TypeEstimate],
+    n_e: float,
+    categories: Sequence[Category],
+    reserve: bool = True,
+) -> PaysFor:
+    """Whether ``plan_mix`` would give, for the money left it is called with, a mix paid
+    for at the slow side of its means with the end reserve (``reserve``; else without
+    it): it gives one exactly when the rounds find one (its first choice), so the rounds
+    stop at the first they find. The test of ``least_money``, and of the budget at risk
+    (``risk``)."""
+    base = dict(est)
+    return PaysFor(
+        settings,
+        state,
+        now,
+        base,
+        n_e,
+        slow_side(settings, state, now, base),
+        end_reserve(state, base) if reserve else 0.0,
+        category_times(state, categories, sorted(base)) if categories else None,
+    )
+
+
 def least_money(
     settings: ControllerSettings,
     state: RunState,
@@ -209,6 +260,7 @@ def least_money(
     categories: Sequence[Category],
     start: float,
     rel_tol: float = 0.005,
+    reserve: bool = True,
 ) -> float | None:
     """The least money left (within ``rel_tol``) with which ``plan_mix`` finds a mix
     whose forecast at the slow side of the means it would show, and the end reserve,
@@ -216,24 +268,10 @@ def least_money(
     on the mix. From ``start`` (the minimum on the fleet's means): under per-second
     billing a scan in steps of ``rel_tol``, down while it fits or up until it does (to
     ``_SCAN`` times ``start``); else, or beyond, doubling or halving, then bisection;
-    None when 256 times ``start`` does not do."""
-
-    base = dict(est)
-    up = slow_side(settings, state, now, base)
-    reserve = end_reserve(state, base)
-    times = category_times(state, categories, sorted(base)) if categories else None
-
-    def fits(money: float) -> bool:
-        """Whether ``plan_mix`` would give a mix paid for at the slow side of its means
-        with the reserve: it gives one exactly when the rounds find one (its first
-        choice), so the rounds stop at the first they find."""
-        total = state.committed + money
-        if times is None:
-            found = plan(settings, state, now, base, n_e, money, [], 0.0)
-            return found is not None and _safe(state, now, (found, base), up, reserve, total)
-        mixes = _mixes(settings, state, now, base, n_e, money, [], 0.0, times, up)
-        return any(_safe(state, now, f, up, reserve, total) for f in mixes)
-
+    None when 256 times ``start`` does not do. Without ``reserve``: the least money
+    that pays for the mix at the slow side, the end reserve aside."""
+    fits = pays_for(settings, state, now, est, n_e, categories, reserve)
+    up = fits.up
     if start <= 0:
         return 0.0 if fits(0.0) else None
     if up is not None:

@@ -38,11 +38,11 @@ from autoscaler.budget.category_means import aware
 from autoscaler.budget.category_mix import least_money, plan_mix
 from autoscaler.budget.fleet import meet_target
 from autoscaler.budget.problem import BudgetProblem, Plan, TypeEstimate
-from autoscaler.budget.risk import check_start
 from autoscaler.budget.settings import ControllerSettings, money_left, planned
 from autoscaler.budget.tail import replicate, take_back
 from autoscaler.core.groups import GroupLimits, fair_share, group_size
 from autoscaler.core.model import (
+    OUT_OF_MONEY,
     Action,
     Assign,
     AssignGroup,
@@ -66,6 +66,7 @@ from autoscaler.core.model import (
 )
 from autoscaler.core.state import Machine, RunState
 from autoscaler.core.step import Step
+from autoscaler.core.words import counted
 from autoscaler.learn.affine import AffineFit
 
 # Enum members looked up once: reading ``MachineState.READY`` calls a descriptor.
@@ -298,7 +299,6 @@ class Controller:
             return
         sampling = self.sampling(state)
         s.do(sampling)
-        check_start(s, sampling)  # before its launches commit the money
         meet_target(s)
 
     def _monitor(self, s: Step, news: _News) -> None:
@@ -439,7 +439,7 @@ class Controller:
             left = money_left(state)
             s.do(
                 Stop(
-                    f"budget exhausted: {state.tasks_left} tasks left and {max(left, 0):.2f} "
-                    "cannot pay a unit of any type wanted"
+                    f"{OUT_OF_MONEY}: {counted(state.tasks_left, 'task')} left and "
+                    f"{max(left, 0):.2f} cannot pay a unit of any type wanted"
                 )
             )

@@ -17,6 +17,7 @@ from autoscaler.core.state import RunState
 __all__ = [
     "Frontier",
     "Option",
+    "cents_up",
     "dominates",
     "frontier",
     "undominated",
@@ -93,6 +94,7 @@ def frontier(controller: Controller, state: RunState, now: float, between: int =
         if money is None:
             return Frontier(now, base, state.tasks_left, None, (), _slots(state))
         b_min = base + money
+    b_min = cents_up(b_min)
     # Enough money for every machine over the fluid makespan of them all, twice over.
     everything = list(problem(0.0).types)
     speed = sum(t.max_count * t.slots / t.mean_s for t in everything)
@@ -108,6 +110,7 @@ def frontier(controller: Controller, state: RunState, now: float, between: int =
         budgets += [("between", low * ratio**i) for i in range(1, between + 1)]
         budgets.append(("fastest -20%", high))
     budgets.append(("fastest", b_fast))
+    budgets = [(label, cents_up(b)) for label, b in budgets]
     options: list[Option] = []
     seen: set[tuple[tuple[str, int], ...]] = set()
     for label, budget in budgets:
@@ -130,7 +133,7 @@ def frontier(controller: Controller, state: RunState, now: float, between: int =
         options.append(
             Option(
                 label,
-                round(budget, 2),
+                budget,
                 counts,
                 c.predicted_cost,
                 c.cost_interval,
@@ -139,6 +142,13 @@ def frontier(controller: Controller, state: RunState, now: float, between: int =
             )
         )
     return Frontier(now, base, state.tasks_left, b_min, undominated(options), _slots(state))
+
+
+def cents_up(budget: float) -> float:
+    """``budget`` rounded up to the cent: an option is planned and predicted for the
+    budget it shows, and no rounding puts it below the least budget that finishes the
+    bag (a relative 1e-12 of float noise is not a cent)."""
+    return math.ceil(round(budget * 100 * (1 - 1e-12), 6)) / 100
 
 
 def _slots(state: RunState) -> dict[str, int]:

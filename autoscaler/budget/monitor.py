@@ -13,6 +13,7 @@ from autoscaler.budget.category_means import alone
 from autoscaler.budget.category_mix import plan_mix
 from autoscaler.budget.minimum import minimum_budget
 from autoscaler.budget.outlook import forecast, potential
+from autoscaler.budget.planner import plan_budget
 from autoscaler.budget.plans import best_effort, budget_problem
 from autoscaler.budget.problem import Plan, TypeEstimate
 from autoscaler.budget.risk import check_risk
@@ -23,6 +24,7 @@ from autoscaler.categories.sort import Category
 from autoscaler.core.model import Hold, Shortfall, Stop
 from autoscaler.core.state import RunState
 from autoscaler.core.step import Step
+from autoscaler.core.words import counted
 
 _EARLY_CHECK = 5  # completions per type before an early "budget insufficient" is trusted
 
@@ -46,10 +48,11 @@ def check(
             sampling = sampling_types(state, s.now)
             ready = bool(sampling) and all(state.stats[n].sampled for n in sampling)
         if ready:
-            if settings.hold_after_sampling:
-                s.do(Hold("samples complete: the run waits for a budget"))
-                return False
             est, n_e = outlook(settings, state, s.now, categories)
+            if settings.hold_after_sampling:
+                means = {n: e.mean_s for n, e in est.items()}
+                s.do(Hold("samples complete: the run waits for a budget", means))
+                return False
             return replan(
                 settings, s, est, n_e, "plan after sampling", force=True, categories=categories
             )
@@ -204,13 +207,26 @@ def replan(
     s.do(configured)
     if state.budget is not None and state.tasks_left > 0:
         # The plan fits the planner's model; if even its fluid cost at the estimated
-        # means is more than the budget, the bag is unlikely to finish: say so now.
+        # means is more than the budget, and no mix the planner finds at those means
+        # fits the money left, the bag is unlikely to finish: say so now. One mix too
+        # dear says only that: the monitor re-plans it (N_p < N_e) before it overspends.
         means = {n: e.mean_s for n, e in used.items()}
         over = forecast(state, s.now, counts, means).fluid_cost
-        if over > state.budget + EPS:
+        if over > state.budget + EPS and not _finishes_at_means(settings, s, est, n_e):
             _shortfall(settings, s, est, n_e, optimistic=False, needed_at_least=over)
-        check_risk(s, configured)
+        check_risk(settings, s, est, n_e, categories)
     return True
+
+
+def _finishes_at_means(
+    settings: ControllerSettings, s: Step, est: dict[str, TypeEstimate], n_e: float
+) -> bool:
+    """Whether some mix the planner finds at the estimated means does the ``n_e`` tasks
+    the paid time leaves with the money left."""
+    if n_e <= 0:
+        return True
+    problem = plans.bare_problem(settings, s.state, s.now, est, n_e, money_left(s.state))
+    return bool(problem.types) and plan_budget(problem, settings.solver) is not None
 
 
 def _at_most(
@@ -280,10 +296,11 @@ def _shortfall(
     if needed is not None:
         needed = max(needed, needed_at_least)
     said = (
-        f"about {n_e:.0f} of {state.tasks_left} tasks left need a budget of about "
+        f"about {n_e:.0f} of {counted(state.tasks_left, 'task')} left need a budget of about "
         f"{needed:.2f} in all"
         if needed is not None
-        else f"about {n_e:.0f} tasks left cannot be finished at any budget the planner can search"
+        else f"about {counted(round(n_e), 'task')} left cannot be finished at any budget the "
+        "planner can search"
     )
     message = (
         f"budget unlikely to finish the bag: {said}; the budget is "

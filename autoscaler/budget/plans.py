@@ -160,10 +160,9 @@ def configure(
     means with the median ragged end (``ragged.RaggedEnd``: on heavy tails most runs
     end well before the expected end), and their interval at the ends of each mean's
     interval and of the end's, widened for the spread of the finite number of tasks
-    left (``RuntimeEstimate.widened``). Costs are
-    capped at the budget (the run never spends more); ``slow_cost`` is not: what this
-    mix would need at the slow end, and where that is more than the budget, the budget
-    is at risk (``risk.check_risk``)."""
+    left (``RuntimeEstimate.widened``). Costs are capped at the budget (the run never
+    spends more). Whether the budget is at risk is another question, whether any mix
+    finishes the bag (``risk.check_risk``), not what this one would cost."""
     state = s.state
     within = intervals(settings, state, s.now, est)
     z = settings.confidence_z
@@ -194,10 +193,6 @@ def configure(
     # estimates to (assumed_hi_s) does not, so no decision moves with it.
     hi_open = {n: h + within[n].open_s for n, h in hi.items()}
     slow = forecast(state, s.now, counts, hi_open, ragged.hi_s * up, budget)
-    # What the mix needs at the slow end of the runtime estimates (the risk warning's
-    # reading): the longest task as expected there, not at its own high quantile, which
-    # on heavy tails lies far past most runs' ends and warned runs that then finished.
-    needed = forecast(state, s.now, counts, hi, ragged.mean_s * up, math.inf).cost
     return Configure(
         counts,
         point.cost,
@@ -207,5 +202,4 @@ def configure(
         makespan_interval_s=(min(fast.end_s, point.end_s), max(slow.end_s, point.end_s)),
         assumed_lo_s={n: e.lo_s for n, e in within.items()},
         assumed_hi_s={n: e.hi_s for n, e in within.items()},
-        slow_cost=max(needed, point.cost),
     )

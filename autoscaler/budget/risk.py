@@ -1,33 +1,50 @@
-"""The budget at risk: the plan in force finishes the bag within the budget at the
-estimated runtimes, but its cost interval, uncapped, reaches past the budget (pure).
+"""The budget at risk: the money left finishes the bag at the estimated runtimes, but not
+at the slower runtimes the planner keeps a reserve for (pure).
 
-A ``Shortfall`` says the budget will not suffice at the estimates; a ``Risk`` says,
-earlier and more often, that it may not: at the slow end of the runtimes' intervals
-the mix would need more money than the budget (``Configure.slow_cost``: the upper end
-of the plan's cost interval before it is capped at the budget, ``plans.configure``).
-Said once per budget (and not after a shortfall).
+One question, "does the money left finish the tasks left?", asked at two runtimes:
 
-One more is said at the start, before any runtime is known (``check_start``): when
-the sampling configuration's first commitment alone is more than ``START_SHARE`` of
-the budget. No warning made from measured runtimes can then come before half the
-budget is committed, and less than half is left for the rest of the bag whatever the
-runtimes turn out to be. The slow end's warning may still follow it.
+* a ``Shortfall`` (``monitor``) says it does not even at the estimated means;
+* a ``Risk`` (here) says it does not at the reserved runtimes, each mean raised by
+  ``reserve_z`` standard errors (``runtimes.reserved``): no mix the planner can find
+  finishes the tasks the time already paid leaves (N_e) with the money left.
+
+``autoscaler plan`` finds its minimum budget by the same test with the end reserve
+(``runtimes.end_reserve``) kept back on top (``frontier.frontier``,
+``minimum.minimum_budget``; with categories ``category_mix.least_money``), so a budget
+the planner offers is not said at risk by the same planner while the estimates stay as
+they were; said later, the message gives the estimates that moved. The end reserve is
+not kept back here: it is the money for the end of the bag, and a run spends it there.
+The test asks whether any mix finishes, not what the mix in force would cost at the slow
+end: the monitor re-plans onto a cheaper mix when runtimes turn out slow, and a mix's
+slow-end cost past the budget warned runs that then finished.
+
+Said once per budget, not after a shortfall, and only once runtimes are measured: before
+the samples are in nothing is known of them, and the share of the budget sampling
+commits predicts nothing of the rest. The report says whether the run bore it out
+(``report.build``).
 """
 
 from __future__ import annotations
 
-from autoscaler.budget.settings import EPS
-from autoscaler.core.model import Configure, Risk
+from collections.abc import Mapping, Sequence
+
+from autoscaler.budget.category_mix import least_money, pays_for
+from autoscaler.budget.minimum import minimum_budget
+from autoscaler.budget.planner import plan_budget
+from autoscaler.budget.plans import budget_problem
+from autoscaler.budget.problem import TypeEstimate
+from autoscaler.budget.runtimes import reserved
+from autoscaler.budget.settings import ControllerSettings, money_left
+from autoscaler.categories.sort import Category
+from autoscaler.core.model import Risk
 from autoscaler.core.state import RunState
 from autoscaler.core.step import Step
-
-START_SHARE = 0.5
-"""Sampling's first commitment past this share of the budget is a risk said at once."""
+from autoscaler.core.words import counted
 
 
 def said(state: RunState) -> bool:
-    """Whether the risk at the slow end (or the shortfall, which says more) was said
-    under this budget; the risk said at the start does not count."""
+    """Whether a risk (or a shortfall, which says more) was said under this budget; a
+    risk said at the start by older versions does not count."""
     for warnings in (state.shortfalls, [(t, r) for t, r in state.risks if not r.at_start]):
         if warnings:
             at = warnings[-1][0]
@@ -36,47 +53,93 @@ def said(state: RunState) -> bool:
     return False
 
 
-def check_risk(s: Step, plan: Configure) -> bool:
-    """Say the budget is at risk if ``plan``'s uncapped cost interval reaches past it
-    and that has not been said; True when said now."""
+def affords(
+    settings: ControllerSettings,
+    state: RunState,
+    now: float,
+    est: dict[str, TypeEstimate],
+    n_e: float,
+    money: float,
+    categories: Sequence[Category] | None = None,
+) -> bool:
+    """Whether ``money`` (beyond what is committed) pays for the ``n_e`` tasks the time
+    already paid leaves, at the reserved runtimes: the minimum budget's test, the end
+    reserve aside."""
+    if n_e <= 0:
+        return True
+    if categories is not None:
+        return pays_for(settings, state, now, est, n_e, categories, reserve=False)(money)
+    problem = budget_problem(settings, state, now, est, n_e, money)
+    return bool(problem.types) and plan_budget(problem, settings.solver) is not None
+
+
+def needed(
+    settings: ControllerSettings,
+    state: RunState,
+    now: float,
+    est: dict[str, TypeEstimate],
+    n_e: float,
+    categories: Sequence[Category] | None = None,
+) -> float | None:
+    """About the least whole-run budget that passes ``affords`` (None: none the planner
+    can search), as ``autoscaler plan`` works out its minimum, the end reserve aside."""
+    problem = budget_problem(settings, state, now, est, n_e, 0.0)
+    more = minimum_budget(problem, settings.solver) if problem.types else None
+    if more is None:
+        return None
+    if categories is None:
+        return state.committed + more
+    money = least_money(settings, state, now, est, n_e, categories, more, reserve=False)
+    return None if money is None else state.committed + money
+
+
+def check_risk(
+    settings: ControllerSettings,
+    s: Step,
+    est: dict[str, TypeEstimate],
+    n_e: float,
+    categories: Sequence[Category] | None = None,
+) -> bool:
+    """Say the budget is at risk if the money left does not pay for the tasks left at the
+    reserved runtimes (``affords``) and that has not been said; True when said now."""
     state = s.state
     budget = state.budget
-    if budget is None or state.tasks_left <= 0 or plan.slow_cost is None or said(state):
+    if budget is None or state.tasks_left <= 0 or not est or said(state):
         return False
-    hi = plan.slow_cost
-    if hi <= budget + EPS:
+    left = money_left(state)
+    if affords(settings, state, s.now, est, n_e, left, categories):
         return False
-    slow = ", ".join(f"{n} {t:.0f} s" for n, t in sorted(plan.assumed_hi_s.items()))
-    message = (
-        f"budget at risk: at the slow end of the runtime estimates ({slow}) the plan's "
-        f"cost interval reaches {hi:.2f}, past the budget of {budget:.2f}, with "
-        f"{state.tasks_left} tasks left"
+    need = needed(settings, state, s.now, est, n_e, categories)
+    slow = _runtimes(state, est, reserved(settings, state, est))
+    bag = (
+        f"the bag needs about {need:.2f} in all"
+        if need is not None
+        else "no budget the planner can search finishes the bag"
     )
-    s.do(Risk(state.tasks_left, hi, message, committed=state.committed))
+    z = settings.reserve_z
+    message = (
+        f"budget at risk: at runtimes {counted(z, 'standard error', spec='g')} slower "
+        f"than estimated ({slow}) the {left:.2f} left does not finish the "
+        f"{counted(state.tasks_left, 'task')} left: {bag}, the budget is {budget:.2f}"
+    )
+    s.do(Risk(state.tasks_left, need, message, committed=state.committed))
     return True
 
 
-def check_start(s: Step, sampling: Configure) -> bool:
-    """At the start, before the sampling machines are launched: say the budget is at
-    risk if their first commitment (a whole ATU each under fixed billing, the first
-    step under per-second) is more than ``START_SHARE`` of it; True when said."""
-    state = s.state
-    budget = state.budget
-    if budget is None or budget <= 0 or state.tasks_left <= 0:
-        return False
-    billing = state.billing
-    first = sum(
-        c * billing.cost(state.types[n].price, billing.first_step_s)
-        for n, c in sampling.counts.items()
-        if c > 0
-    )
-    if first <= START_SHARE * budget + EPS:
-        return False
-    machines = ", ".join(f"{n} {c}" for n, c in sorted(sampling.counts.items()) if c > 0)
-    message = (
-        f"budget at risk: sampling alone ({machines}) commits {first:.2f} of the budget "
-        f"of {budget:.2f} before any runtime is known, so less than half is left for the "
-        f"{state.tasks_left} tasks whatever their runtimes"
-    )
-    s.do(Risk(state.tasks_left, None, message, committed=state.committed, at_start=True))
-    return True
+def _runtimes(
+    state: RunState, est: Mapping[str, TypeEstimate], slow: Mapping[str, TypeEstimate]
+) -> str:
+    """Each type's reserved runtime, with its estimate and the runs it rests on, and
+    what the estimate was when the samples were in, if the run was held then for a
+    budget (``autoscaler plan``: its options were made on those)."""
+    said = []
+    for n, e in sorted(est.items()):
+        if n not in slow:
+            continue
+        held = state.held_means.get(n)
+        was = "" if held is None else f", {held:.0f} s when the plan's options were made"
+        said.append(
+            f"{n} {slow[n].mean_s:.0f} s: estimate {e.mean_s:.0f} s from "
+            f"{counted(state.stats[n].done, 'run')}{was}"
+        )
+    return "; ".join(said)

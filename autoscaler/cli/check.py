@@ -12,6 +12,7 @@ import typer
 
 from autoscaler.cli.app import app, console, err_console, file_to_write, load
 from autoscaler.core.errors import AutoscalerError
+from autoscaler.core.words import counted
 
 if TYPE_CHECKING:
     from autoscaler.config.schema import Billing, RunConfig
@@ -77,7 +78,7 @@ def _service_summary(path: Path) -> str:
     return (
         f"ok service {svc.name}: provider {svc.platform.provider_label()}; types {types}; "
         f"billing {billing}; "
-        f"{svc.settings.max_running_jobs} jobs at once"
+        f"{counted(svc.settings.max_running_jobs, 'job')} at once"
     )
 
 
@@ -165,7 +166,8 @@ def _summary(cfg: RunConfig, n_tasks: int) -> str:
     budget = cfg.constraint.budget
     limit = "no budget" if budget is None else f"budget {budget:g}"
     return (
-        f"ok {cfg.name}: {n_tasks} tasks; types {types}; {limit}; billing {_billing(cfg.billing)}"
+        f"ok {cfg.name}: {counted(n_tasks, 'task')}; types {types}; {limit}; "
+        f"billing {_billing(cfg.billing)}"
     )
 
 

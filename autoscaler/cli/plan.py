@@ -10,6 +10,7 @@ import typer
 
 from autoscaler.cli.app import app, conclude, console, directory_to_write, err_console, load
 from autoscaler.core.errors import AutoscalerError
+from autoscaler.core.words import counted
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -225,7 +226,8 @@ def _frontier_table(frontier: Frontier) -> RenderableType:
 
     head = (
         f"Sampling took {hms(frontier.sampled_at_s)} and committed "
-        f"{frontier.sampling_cost:.2f}; {frontier.tasks_left} tasks were left then."
+        f"{frontier.sampling_cost:.2f}; {counted(frontier.tasks_left, 'task')} "
+        f"{'was' if frontier.tasks_left == 1 else 'were'} left then."
     )
     if frontier.tasks_left == 0:
         return f"{head} The samples finish the bag: it costs {frontier.sampling_cost:.2f}."

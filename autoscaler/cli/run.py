@@ -25,6 +25,7 @@ from autoscaler.cli.app import (
 from autoscaler.cli.check import config_kind
 from autoscaler.cli.plan import PLAN_JSON
 from autoscaler.core.errors import AutoscalerError
+from autoscaler.core.words import counted
 
 if TYPE_CHECKING:
     from autoscaler.core.model import BudgetSet
@@ -244,7 +245,7 @@ def _resume(run_dir: Path, budget: BudgetSet | None) -> None:
     daemon = start_run("resume", run_dir, budget=budget)
     files = daemon.files
     console.print(
-        f"run {files.run_id}: {len(files.tasks)} tasks, directory {run_dir}",
+        f"run {files.run_id}: {counted(len(files.tasks), 'task')}, directory {run_dir}",
         markup=False,
         soft_wrap=True,
     )

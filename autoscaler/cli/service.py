@@ -24,6 +24,7 @@ import typer
 from autoscaler.cli.app import app, console
 from autoscaler.cli.text import money, when
 from autoscaler.core.errors import AutoscalerError, ConfigError
+from autoscaler.core.words import counted
 
 StateDir = Annotated[
     Path | None,
@@ -370,7 +371,8 @@ def wait(
     if outcome == "done" and view.get("met_deadline") is False:
         outcome = "late"
     console.print(
-        f"{job_id}: {outcome}, {view['done']}/{view['tasks']} tasks, cost {money(view['cost'])}"
+        f"{job_id}: {outcome}, {view['done']}/{counted(view['tasks'], 'task')}, "
+        f"cost {money(view['cost'])}"
         + (f" ({view['stop_reason']})" if view.get("stop_reason") else "")
         + f"; report: {view['run_dir']}/report.md",
         markup=False,

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from autoscaler.cli.app import console, err_console
 from autoscaler.cli.text import money, when
 from autoscaler.core.errors import AutoscalerError
+from autoscaler.core.words import counted
 
 if TYPE_CHECKING:
     from autoscaler.config.schema import RunConfig
@@ -50,7 +51,9 @@ def run_as_service(
 
     service_cfg = ServiceConfig(cfg.platform(), ServiceSettings(max_running_jobs=1), "run")
     console.print(
-        f"run {run_id}: {len(tasks)} tasks, directory {run_dir}", markup=False, soft_wrap=True
+        f"run {run_id}: {counted(len(tasks), 'task')}, directory {run_dir}",
+        markup=False,
+        soft_wrap=True,
     )
     with (
         tempfile.TemporaryDirectory(prefix="autoscaler-run-") as tmp,

@@ -109,8 +109,8 @@ class Configure:
     The prediction is a point and an interval (lo, hi) for the whole run's cost and
     makespan (run time from the start), and the interval of each type's mean runtime the
     plan assumed: the monitor re-plans when an estimate leaves it. Costs are capped at
-    the budget; ``slow_cost`` is what the mix would need at the slow end, uncapped (more
-    than the budget: the budget is at risk). ``best_effort``: the
+    the budget; ``slow_cost`` is read from journals of older versions only (what the mix
+    would need at the slow end, uncapped). ``best_effort``: the
     planner found no mix that finishes the bag within the budget, and this keeps going
     on the most profitable type (its prediction is for a budget it cannot meet).
     """
@@ -124,7 +124,7 @@ class Configure:
     assumed_lo_s: Mapping[str, float] = field(default_factory=dict)
     assumed_hi_s: Mapping[str, float] = field(default_factory=dict)
     best_effort: bool = False  # the planner found no mix the budget pays for: one type
-    slow_cost: float | None = None  # the cost at the interval's slow end, not capped
+    slow_cost: float | None = None  # older journals: the cost at the slow end, not capped
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,12 +143,13 @@ class Shortfall:
 @dataclass(frozen=True, slots=True)
 class Risk:
     """The budget may not finish the bag: it does at the estimated runtimes, but not at
-    the slow end of their intervals (a ``Shortfall`` says it does not even at the
-    estimates). ``needed_budget``: about what the whole run needs at that slow end
-    (None: more than the planner could search, or said at the start). ``at_start``: said
-    before any runtime was known, because sampling alone commits more than half the
-    budget (``risk.check_start``); the slow end's warning may still follow it.
-    ``committed``: the money committed when it was said (None in older journals)."""
+    the reserved runtimes, slower by the planner's reserve (``risk.check_risk``; a
+    ``Shortfall`` says it does not even at the estimates). ``needed_budget``: about what
+    the whole run needs there, as ``autoscaler plan`` works out its minimum (None: more
+    than the planner could search, or said at the start). ``at_start``: in journals of
+    older versions only, said before any runtime was known because sampling alone
+    committed more than half the budget. ``committed``: the money committed when it was
+    said (None in older journals)."""
 
     tasks_left: int
     needed_budget: float | None
@@ -203,9 +204,12 @@ class Learned:
 class Hold:
     """The samples are complete and the run waits for a budget (``autoscaler plan``):
     nothing more is committed, the machines work on the bag until their paid time ends,
-    and a ``BudgetSet`` carries the run on from the samples."""
+    and a ``BudgetSet`` carries the run on from the samples. ``means``: each type's
+    estimated mean runtime then, which the plan's options were made on (empty in older
+    journals): a later warning says how far the estimates moved since."""
 
     reason: str
+    means: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +217,11 @@ class Stop:
     """The run ends: ``reason`` is None when the bag is finished."""
 
     reason: str | None
+
+
+OUT_OF_MONEY = "budget exhausted"
+"""How a ``Stop`` reason begins when the budget pays for no more machines and tasks are
+left: what bears out a warning that the budget may not finish the bag."""
 
 
 Action = (

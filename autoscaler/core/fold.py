@@ -399,9 +399,10 @@ class Fold(Runs):
                 self.late_log.append((self.now, action))
             case Learned(job=name, type=tname):
                 self.learned[name, tname] = (self.now, action)
-            case Hold():
+            case Hold(means=means):
                 # Nothing more is committed: the budget becomes what is committed.
                 self.awaiting_budget = True
+                self.held_means = dict(means)
                 self.budget = self.committed
             case Stop(reason=reason):
                 self.stopped = True

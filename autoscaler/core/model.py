@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from autoscaler.core.actions import (
     ACTION_TYPES,
+    OUT_OF_MONEY,
     Action,
     Assign,
     AssignGroup,
@@ -39,6 +40,7 @@ __all__ = [
     "ACTION_TYPES",
     "EVENT_TYPES",
     "NOTICE_REASON",
+    "OUT_OF_MONEY",
     "SETUP_REASON",
     "Action",
     "Assign",

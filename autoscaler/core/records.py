@@ -125,6 +125,7 @@ class RunRecords:
     stopped: bool = False  # Stop was decided: nothing new is committed, machines drain
     shutdown: bool = False  # asked to end now: machines go at once, nothing is dispatched
     awaiting_budget: bool = False  # held after sampling (Hold) until a BudgetSet
+    held_means: dict[str, float] = field(default_factory=dict)  # the Hold's estimated means
     budget_set_at: float | None = None  # when the last BudgetSet came
     interrupted: bool = False  # Interrupted (the service stopped), until Resumed
     target: dict[str, int] = field(default_factory=dict)  # current configuration

@@ -10,6 +10,7 @@ from autoscaler.core.limits import may_extend, no_extension
 from autoscaler.core.model import Extend, Release, Stop
 from autoscaler.core.state import Machine, RunState
 from autoscaler.core.step import Step
+from autoscaler.core.words import counted
 from autoscaler.deadline.jobs import EPS, DeadlineSettings
 from autoscaler.deadline.planning import ready_jobs
 
@@ -81,7 +82,7 @@ def finish_run(cfg: DeadlineSettings, s: Step) -> None:
     left = state.budget - state.committed if state.budget is not None else math.inf
     s.do(
         Stop(
-            f"{state.tasks_left} tasks left and no machine can be bought for them "
+            f"{counted(state.tasks_left, 'task')} left and no machine can be bought for them "
             + (
                 f"({max(left, 0):.2f} of the budget left cannot pay a unit)"
                 if state.budget is not None

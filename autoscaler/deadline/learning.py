@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from autoscaler.core.model import Learned
 from autoscaler.core.step import Step
+from autoscaler.core.words import counted
 from autoscaler.deadline.jobs import DeadlineSettings, learned
 
 
@@ -34,6 +35,7 @@ def say_learned(cfg: DeadlineSettings, s: Step) -> None:
                     b.runs,
                     f"job {job.name!r} on {tname}: tasks take {b.mean_s:.1f} s "
                     f"({100 * change:+.0f}% against the declared {b.declared_s:g} s, "
-                    f"from {b.runs} runs of {job.application!r}); plans use the learned time",
+                    f"from {counted(b.runs, 'run')} of {job.application!r}); plans use the "
+                    "learned time",
                 )
             )

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from autoscaler.core.model import Cancel, Late
 from autoscaler.core.state import RunState
 from autoscaler.core.step import Step
+from autoscaler.core.words import counted
 from autoscaler.deadline.assign import solve_new
 from autoscaler.deadline.categories import by_job, job_of_key, key_times
 from autoscaler.deadline.instance import DeadlineJob
@@ -74,7 +75,7 @@ def watch(cfg: DeadlineSettings, s: PlanStep, buy: bool) -> None:
                 item.tasks,
                 item.seconds,
                 why,
-                f"job {job.name} is expected to miss its deadline: {item.tasks} tasks "
+                f"job {job.name} is expected to miss its deadline: {counted(item.tasks, 'task')} "
                 f"late, the last by {item.seconds:.0f} s ({CAUSES[why]})",
             )
         )

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from autoscaler.config.schema import RunConfig
 from autoscaler.core.files import task_location
-from autoscaler.core.model import Risk, Shortfall, TaskSpec, TaskState
+from autoscaler.core.model import OUT_OF_MONEY, Risk, Shortfall, TaskSpec, TaskState
 from autoscaler.core.state import RunState
 from autoscaler.report.attribution import job_outcomes
 from autoscaler.report.category_lines import category_lines
@@ -68,7 +68,9 @@ def unfinished_tasks(state: RunState, tasks: Sequence[TaskSpec]) -> tuple[Unfini
     return tuple(out)
 
 
-def _first_note(warnings: Sequence[tuple[float, Shortfall | Risk]]) -> ShortfallNote | None:
+def _first_note(
+    warnings: Sequence[tuple[float, Shortfall | Risk]], borne_out: bool | None
+) -> ShortfallNote | None:
     """The first of the run's shortfall (or risk) warnings, for the report."""
     if not warnings:
         return None
@@ -79,7 +81,19 @@ def _first_note(warnings: Sequence[tuple[float, Shortfall | Risk]]) -> Shortfall
         needed_budget=rounded(w.needed_budget, 2),
         message=w.message,
         committed=rounded(w.committed, 2),
+        borne_out=borne_out,
     )
+
+
+def _out_of_money(state: RunState) -> bool | None:
+    """What a warning that the budget may not finish the bag is checked against: True,
+    the run ended with tasks left because the budget paid for no more machines; False,
+    the bag was finished; None, the run ended otherwise or goes on."""
+    if state.finished:
+        return False
+    if state.stopped and (state.stop_reason or "").startswith(OUT_OF_MONEY):
+        return True
+    return None
 
 
 def _followed_plan(
@@ -201,8 +215,8 @@ def build_report(
             best_effort=first_plan.best_effort,
             replaced_best_effort_at_s=replaced_at,
         ),
-        shortfall=_first_note(state.shortfalls),
-        risk=_first_note(state.risks),
+        shortfall=_first_note(state.shortfalls, _out_of_money(state)),
+        risk=_first_note(state.risks, _out_of_money(state)),
         categories=category_lines(cfg, state),
         billing=BillingTerms(
             mode=billing.mode,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from autoscaler.core.model import NOTICE_REASON
+from autoscaler.core.words import counted
 from autoscaler.providers import registry
 from autoscaler.report.format import hms, money
 from autoscaler.report.outputs import OutputsSummary
@@ -49,13 +50,13 @@ def render_markdown(report: Report) -> str:
     ]
     if report.stop_reason is None:
         lines.append(
-            f"The bag finished: {report.tasks_done} of {report.tasks_total} tasks done"
+            f"The bag finished: {report.tasks_done} of {counted(report.tasks_total, 'task')} done"
             + (f", {report.tasks_failed} failed." if report.tasks_failed else ".")
         )
     else:
         lines.append(
             f"**The run stopped early:** {report.stop_reason}. "
-            f"{report.tasks_done} of {report.tasks_total} tasks done, "
+            f"{report.tasks_done} of {counted(report.tasks_total, 'task')} done, "
             f"{report.tasks_failed} failed."
         )
     if report.unfinished_tasks:
@@ -85,17 +86,32 @@ def render_markdown(report: Report) -> str:
         lines.append(_made_when(report.predicted))
     if report.risk is not None:
         r = report.risk
-        lines += ["", f"**Risk at {hms(r.at_s)}** ({_when_said(r)}): {r.message}."]
+        lines += [
+            "",
+            f"**Risk at {hms(r.at_s)}** ({_when_said(r)}): {r.message}.{_borne_out(r)}",
+        ]
     if report.shortfall is not None:
         sf = report.shortfall
-        lines += ["", f"**Warning at {hms(sf.at_s)}** ({_when_said(sf)}): {sf.message}."]
+        lines += [
+            "",
+            f"**Warning at {hms(sf.at_s)}** ({_when_said(sf)}): {sf.message}.{_borne_out(sf)}",
+        ]
     lines += ["", HEAD_END, *_types_table(report)]
     return _tail(report, lines)
 
 
+def _borne_out(note: ShortfallNote) -> str:
+    """Whether the run bore a warning out, as a sentence after it ("" if undecided)."""
+    if note.borne_out is None:
+        return ""
+    if note.borne_out:
+        return " Borne out: the budget ran out with tasks left."
+    return " Not borne out: the bag was finished within the budget."
+
+
 def _when_said(note: ShortfallNote) -> str:
     """Tasks left when a warning was said, and the money committed then if known."""
-    said = f"{note.tasks_left} tasks left"
+    said = f"{counted(note.tasks_left, 'task')} left"
     return said if note.committed is None else f"{said}, {money(note.committed)} committed"
 
 
@@ -162,11 +178,11 @@ def _deadline_head(report: DeadlineReport) -> list[str]:
     """How many jobs met their deadline, and the warnings given before they passed."""
     late = [j for j in report.jobs if not j.met_deadline]
     lines = [
-        f"**{report.jobs_met_deadline} of {len(report.jobs)} jobs met their deadline**"
+        f"**{report.jobs_met_deadline} of {counted(len(report.jobs), 'job')} met their deadline**"
         + (
             f"; {', '.join(j.name for j in late)} "
             f"{'was' if len(late) == 1 else 'were'} late by "
-            f"{sum(j.tasks_late for j in late)} tasks in all."
+            f"{counted(sum(j.tasks_late for j in late), 'task')} in all."
             if late
             else "."
         ),
@@ -203,7 +219,9 @@ def _jobs_section(report: DeadlineReport) -> list[str]:
     for j in report.jobs:
         w = j.first_warning
         warning = (
-            "-" if w is None else f"{hms(w.at_s)}: {w.tasks} tasks, {w.seconds:.0f} s ({w.cause})"
+            "-"
+            if w is None
+            else f"{hms(w.at_s)}: {counted(w.tasks, 'task')}, {w.seconds:.0f} s ({w.cause})"
         )
         late = f"**{j.tasks_late}**" if j.tasks_late else "0"
         cost_in = _within(j.predicted_cost_interval, money, j.cost_inside)
@@ -282,7 +300,8 @@ def _outputs_sentence(o: OutputsSummary) -> str:
     """How many bytes came back, and where."""
     where = {s.where.rsplit("/", 2)[0] for s in o.stored} or {"outputs"}
     text = (
-        f"Outputs: {o.bytes:,} bytes in {o.files} files of {o.tasks} tasks, stored in "
+        f"Outputs: {counted(o.bytes, 'byte', spec=',')} in {counted(o.files, 'file')} of "
+        f"{counted(o.tasks, 'task')}, stored in "
         + ", ".join(f"`{w}/<task>/`" for w in sorted(where))
     )
     if o.empty:
@@ -352,8 +371,8 @@ def _notices_section(report: Report) -> list[str]:
         "",
         "## Interruption notices",
         "",
-        f"{len(taken)} machine(s) taken back by their provider; each one's tasks in progress "
-        "went back to the bag when its notice was read.",
+        f"{counted(len(taken), 'machine')} taken back by their provider; each one's tasks in "
+        "progress went back to the bag when its notice was read.",
         "",
         "| machine | type | notice at | units paid | cost | tasks it finished | notice |",
         "| --- | --- | ---: | ---: | ---: | ---: | --- |",

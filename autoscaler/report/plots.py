@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from autoscaler.core.model import JobSpec
 from autoscaler.core.state import RunState
+from autoscaler.core.words import counted
 from autoscaler.report.activity import activity
 from autoscaler.report.format import hms
 from autoscaler.report.labels import Place, ladder, place_apart
@@ -173,10 +174,11 @@ def _bucket_gantt(state: RunState) -> Figure:
     ax.set_yticklabels(
         [f"{act.types[i]} ({act.types.count(act.types[i])})" for i in firsts], fontsize=8
     )
-    ax.set_ylabel(f"{n:,} machines, by type then launch")
+    ax.set_ylabel(f"{counted(n, 'machine', spec=',')}, by type then launch")
     ax.set_xlabel("hours since start")
     ax.set_title(
-        f"Machines over time, {len(state.segments):,} runs in buckets of {hms(act.bucket_s)}:\n"
+        f"Machines over time, {counted(len(state.segments), 'run', spec=',')} in buckets of "
+        f"{hms(act.bucket_s)}:\n"
         "share of slot time busy (type colour; red failed, grey cancelled, black lost), "
         "life pale"
     )

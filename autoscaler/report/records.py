@@ -78,6 +78,10 @@ class ShortfallNote:
     """What was said (in the log, status, metrics and here)."""
     committed: float | None = None
     """The money committed when it was said (null: a journal written before it was kept)."""
+    borne_out: bool | None = None
+    """Whether the run bore the warning out: true, it ended with tasks left because the
+    budget paid for no more machines; false, the bag was finished within the budget;
+    null, it ended otherwise (stopped, held) or has not ended."""
 
 
 @_record

@@ -35,6 +35,7 @@ from autoscaler.core.model import (
     TaskState,
 )
 from autoscaler.core.state import Machine, RunState
+from autoscaler.core.words import counted
 from autoscaler.providers.sim import share_factor, type_runtime
 from autoscaler.run.dispatch import AgentResult, Poll
 from autoscaler.run.staging import Staging
@@ -143,7 +144,9 @@ class Agents:
                 and (SETUP_REASON in (x.end_reason or "") or (x.id, _SETUP_LOST) in seen)
             )
             if failed == self.cfg.setup_failures_max:  # that type is not bought again
-                said_why = f"set-up failed on {failed} machines of {m.type.name}; last: {why}"
+                said_why = (
+                    f"set-up failed on {counted(failed, 'machine')} of {m.type.name}; last: {why}"
+                )
                 self.log.error("type given up", machine_type=m.type.name, reason=said_why)
                 lost.append(LaunchFailed("", m.type.name, 0, said_why, "setup", until=NEVER))
             return lost

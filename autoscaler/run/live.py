@@ -13,6 +13,7 @@ from rich.table import Table
 from autoscaler.config.schema import RunConfig
 from autoscaler.core.model import JobSpec, MachineState, TaskState
 from autoscaler.core.state import RunState
+from autoscaler.core.words import counted
 from autoscaler.report.build import makespan_s
 from autoscaler.report.format import hms
 
@@ -70,7 +71,8 @@ def summary_rows(cfg: RunConfig, state: RunState, estimate: float | None) -> lis
             (
                 "providers",
                 "; ".join(
-                    f"{name} ({cfg.kind_of(name)}): {per.get(name, (0, 0.0))[0]} machines, "
+                    f"{name} ({cfg.kind_of(name)}): "
+                    f"{counted(per.get(name, (0, 0.0))[0], 'machine')}, "
                     f"{per.get(name, (0, 0.0))[1]:.2f} committed"
                     for name in cfg.provider_names()
                 ),
@@ -98,7 +100,10 @@ def job_rows(state: RunState) -> list[tuple[str, str]]:
             text += f", arrives at {hms(job.at)}"
         late = state.late.get(job.name)
         if late is not None and late.tasks > 0:
-            text += f"; expected late: {late.tasks} tasks, by {late.seconds:.0f} s ({late.cause})"
+            text += (
+                f"; expected late: {counted(late.tasks, 'task')}, by {late.seconds:.0f} s "
+                f"({late.cause})"
+            )
         learned = [n for (name, _), (_, n) in sorted(state.learned.items()) if name == job.name]
         for n in learned:
             text += f"; learned {n.type} {n.learned_s:.1f} s (declared {n.declared_s:g} s)"
@@ -114,7 +119,7 @@ def live_view(console: Console, cfg: RunConfig, total: int) -> Iterator[Update]:
         return
 
     def render(state: RunState | None, estimate: float | None) -> Table:
-        table = Table(title=f"{cfg.name}: {total} tasks", show_header=False, box=None)
+        table = Table(title=f"{cfg.name}: {counted(total, 'task')}", show_header=False, box=None)
         table.add_column(style="bold")
         table.add_column()
         if state is not None:

@@ -21,6 +21,7 @@ from typing import Any
 from autoscaler.config.load import expand_jobs
 from autoscaler.config.schema import Job, RunConfig
 from autoscaler.core.billing import BillingModel
+from autoscaler.core.words import counted
 from autoscaler.offers.allocation import OffersError
 from autoscaler.offers.cloud import CloudType, cloud_offers
 from autoscaler.offers.decide import compose
@@ -82,7 +83,8 @@ def compose_offers(
             jobs.append(job)
             continue
         parts_said = ", ".join(
-            f"{p.provider} {p.tasks} tasks by {hms(p.finish)}" for p in decision.allocation.parts
+            f"{p.provider} {counted(p.tasks, 'task')} by {hms(p.finish)}"
+            for p in decision.allocation.parts
         )
         line = f"job {job.name}: {decision.allocation.policy} splits it: {parts_said}"
         if not decision.meets:

@@ -16,6 +16,7 @@ from typing import Any
 
 from autoscaler.config.schema import RunConfig
 from autoscaler.core.state import RunState
+from autoscaler.core.words import counted
 
 
 def application(cfg: RunConfig) -> str | None:
@@ -53,7 +54,9 @@ def with_memory(
 
 def said(note: dict[str, Any]) -> str:
     """The note as a sentence (job view, log, report)."""
-    per = ", ".join(f"{t} {s:g} s ({note['runs'][t]} runs)" for t, s in note["task_s"].items())
+    per = ", ".join(
+        f"{t} {s:g} s ({counted(note['runs'][t], 'run')})" for t, s in note["task_s"].items()
+    )
     return f"task times of application {note['app']!r} from earlier jobs, no sampling: {per}"
 
 

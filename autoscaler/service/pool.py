@@ -30,6 +30,7 @@ from autoscaler.config.schema import RunConfig
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.model import JobSpec, JobWithdrawn, TaskSpec, TaskState
 from autoscaler.core.state import RunState
+from autoscaler.core.words import counted
 from autoscaler.service.memory import application, job_runs, said
 from autoscaler.service.store import DeadlinePassed, JobRow, deadline_at_of
 from autoscaler.service.view import Clock, HistoryPoint, Progress, progress
@@ -214,7 +215,11 @@ def _jsonable(outcome: Any) -> dict[str, Any]:
 
 
 def _markdown(name: str, job_id: str, o: Any, run_dir: Path) -> str:
-    met = "met its deadline" if o.met_deadline else f"missed its deadline ({o.tasks_late} late)"
+    met = (
+        "met its deadline"
+        if o.met_deadline
+        else f"missed its deadline ({counted(o.tasks_late, 'task')} late)"
+    )
     return (
         f"# Job {job_id} ({name})\n\n"
         f"A deadline job in the service's shared pool ({run_dir}): {o.done} of {o.tasks} "
@@ -231,7 +236,8 @@ def _cancelled_markdown(
     return (
         f"# Job {job_id} ({name})\n\n"
         f"A deadline job in the service's shared pool ({run_dir}), cancelled by the user "
-        f"at {report['cancelled_at']} (epoch seconds): {o.done} of {o.tasks} tasks done, "
+        f"at {report['cancelled_at']} (epoch seconds): {o.done} of "
+        f"{counted(o.tasks, 'task')} done, "
         f"{o.failed} failed, {report['tasks_cancelled']} cancelled. "
         f"Cost up to then: {o.cost:.4f}.\n\n"
         "The pool's own report, Gantt and journal are in its run directory.\n"

@@ -265,7 +265,7 @@ def test_plan_works_on_every_example(runner: CliRunner, example: Path) -> None:
     options = data["options"]
     assert options[0]["label"] == "minimum"
     assert options[-1]["label"] == "fastest"
-    assert options[0]["budget"] == pytest.approx(data["minimum_budget"], abs=0.01)
+    assert options[0]["budget"] == data["minimum_budget"]
     budgets = [o["budget"] for o in options]
     assert budgets == sorted(budgets)
     for o in options:

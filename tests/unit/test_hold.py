@@ -85,3 +85,47 @@ def test_the_report_of_a_held_run_says_it_waits_for_a_budget() -> None:
     assert report.stop_reason is not None
     assert "waits for a budget" in report.stop_reason
     assert "--option N" in render_head(report)
+
+
+def test_a_held_run_keeps_its_estimates_and_a_later_risk_says_how_they_moved() -> None:
+    """The Hold keeps the means the plan's options are made on; a budget set later that
+    finishes the bag at the estimated means but not at the reserved runtimes is said at
+    risk, with each estimate then and when the options were made. A budget of the
+    plan's own minimum for these estimates is not (reserve_z 5: under fixed billing the
+    two needs differ by a whole unit, 65 and 66)."""
+    from dataclasses import replace
+
+    from autoscaler.budget import plans, runtimes
+    from autoscaler.budget.frontier import cents_up
+    from autoscaler.budget.minimum import minimum_budget
+    from autoscaler.budget.problem import BudgetProblem
+    from autoscaler.core.model import Risk
+
+    state, steps = held_run()
+    held = [a for _, actions in steps for a in actions if isinstance(a, Hold)]
+    assert state.held_means == dict(held[0].means)
+    assert set(state.held_means) == {"slow", "fast"}
+    settings = replace(controller_settings(make_config()), reserve_z=5.0)
+    now = state.now + 60.0
+    est, n_e = runtimes.outlook(settings, state, now)
+
+    def least(problem: BudgetProblem) -> float:
+        more = minimum_budget(problem, rel_tol=1e-6)
+        assert more is not None
+        return state.committed + more
+
+    at_means = least(plans.bare_problem(settings, state, now, est, n_e, 0.0))
+    reserved = least(plans.budget_problem(settings, state, now, est, n_e, 0.0))
+    assert at_means + 0.5 < reserved
+
+    def risks(budget: float) -> list[Risk]:
+        run = held_run()[0]
+        actions = Controller(settings).step(run, [BudgetSet(budget, "option 1")], now)
+        return [a for a in actions if isinstance(a, Risk)]
+
+    said = risks((at_means + reserved) / 2)
+    assert len(said) == 1
+    for name, mean in state.held_means.items():
+        assert f"{mean:.0f} s when the plan's options were made" in said[0].message
+        assert f"estimate {est[name].mean_s:.0f} s from" in said[0].message
+    assert not risks(cents_up(reserved + runtimes.end_reserve(state, est)))

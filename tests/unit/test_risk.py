@@ -1,7 +1,10 @@
-"""The budget at risk (issue 22 §2): a plan whose cost interval reaches past the budget
-says so, before half the budget is committed, in the journal, the report, its markdown
-and ``status``; a generous budget says nothing. And the report's prediction on a
-knife-edge budget: the plan the run followed, or plainly a best-effort one."""
+"""The budget at risk (issue 22 §2, issue 34 §6): when no mix finishes the tasks left at
+the runtimes the planner keeps a reserve for, the run says so in the journal, the report
+(with whether the run bore it out), its markdown and ``status``; a generous budget says
+nothing, nor does sampling that commits much of the budget before any runtime is known.
+And the report's prediction on a knife-edge budget: the plan the run followed, or
+plainly a best-effort one. How often the warnings are right over many seeded runs:
+``test_risk_calibration``."""
 
 from __future__ import annotations
 
@@ -68,18 +71,24 @@ def knife_edge() -> tuple[RunConfig, DryRun]:
     return _run(139.02)
 
 
-def test_a_budget_that_then_does_not_finish_was_said_at_risk_before_half_was_committed(
+def test_a_budget_that_then_does_not_finish_is_said_at_risk_and_borne_out(
     knife_edge: tuple[RunConfig, DryRun],
 ) -> None:
+    """1.1 x the minimum: the estimates after sampling say it suffices (the risk is not
+    said then: on such budgets most seeds finish); once they move, the risk is said
+    before the money runs out, and the report says the run bore it out."""
     _cfg, d = knife_edge
     risk = _first_risk(d)
-    assert _committed_at(d, risk.at_s) <= 0.5 * 139.02
+    assert risk.committed is not None
+    assert risk.committed < 139.02
     assert risk.needed_budget is not None
     assert risk.needed_budget > 139.02
     assert "budget at risk" in risk.message
+    assert risk.borne_out is True
     if d.report.shortfall is not None:  # the risk comes first, the shortfall says more
         assert d.report.shortfall.at_s >= risk.at_s
     assert d.report.cost <= 139.02 + 1e-9
+    assert "Borne out: the budget ran out with tasks left." in render_markdown(d.report)
 
 
 def test_the_risk_is_said_once_in_the_state_status_and_markdown(
@@ -154,7 +163,7 @@ def test_a_best_effort_plan_never_replaced_is_said_plainly(
     )
 
 
-# --- the risk said at the start: sampling alone commits more than half the budget ------
+# --- sampling alone commits more than half the budget: no risk said for it -----------
 
 
 def _fixed(cfg: RunConfig) -> RunConfig:
@@ -172,47 +181,21 @@ def fixed_knife_edge() -> tuple[RunConfig, DryRun]:
     return _run(140.92, fixed=True)
 
 
-def test_sampling_past_half_the_budget_is_said_at_risk_before_it_is_committed(
+def test_sampling_past_half_the_budget_is_not_said_at_risk(
     fixed_knife_edge: tuple[RunConfig, DryRun],
 ) -> None:
+    """Sampling commits 80.00 of 140.92 at once: that alone predicts nothing of the rest
+    (most such runs finish), and is not said to be a risk. This one does not finish,
+    and the shortfall says so once the runtimes are known, borne out by the run."""
     _cfg, d = fixed_knife_edge
-    risk = _first_risk(d)
-    assert risk.at_s == 0.0
-    assert risk.committed == 0.0  # said before the sampling machines' launches
-    assert _committed_at(d, 0.0) == pytest.approx(80.0)  # which commit 80.00 at once
-    assert risk.needed_budget is None
-    assert "sampling alone (fast 20, small 20) commits 80.00 of the budget of 140.92" in (
-        risk.message
-    )
-    first = d.state.risks[0][1]
-    assert first.at_start
-    assert d.report.cost <= 140.92 + 1e-9
-
-
-def test_the_slow_end_risk_still_follows_the_one_said_at_the_start(
-    fixed_knife_edge: tuple[RunConfig, DryRun],
-) -> None:
-    cfg, d = fixed_knife_edge
-    later = [(t, r) for t, r in d.state.risks if not r.at_start]
-    assert len(later) == 1
-    t, r = later[0]
-    assert t > 0.0
-    assert r.needed_budget is not None
-    assert r.needed_budget > 140.92
-    assert r.committed is not None
-    assert r.committed >= 80.0
-    rows = dict(summary_rows(cfg, d.state, None))  # status: the latest
-    assert "at the slow end" in rows["risk"]
-    text = render_markdown(d.report)  # the report: the first, with what was committed
-    assert "**Risk at 0h00m00s** (1000 tasks left, 0.00 committed): budget at risk: sampling" in (
-        text
-    )
-
-
-def test_sampling_within_half_the_budget_says_nothing_at_the_start() -> None:
-    _, d = _run(170.0, fixed=True)  # 80.00 <= 85.00
+    assert _committed_at(d, 0.0) == pytest.approx(80.0)
     assert not any(r.at_start for _, r in d.state.risks)
-    assert d.report.risk is None or d.report.risk.at_s > 0.0
+    assert d.report.tasks_done < d.report.tasks_total
+    sf = d.report.shortfall
+    assert sf is not None
+    assert sf.at_s > 0.0
+    assert sf.borne_out is True
+    assert d.report.cost <= 140.92 + 1e-9
 
 
 def test_a_shortfall_keeps_the_money_committed_when_it_was_said(

@@ -1,0 +1,74 @@
+"""Counts in text for people agree with their number: "1 task late", not "1 tasks late"
+(issue 34 §6). ``counted`` says every count; a one-task deadline job that misses its
+deadline shows it through the command line."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autoscaler.core.words import counted
+from tests.unit.test_cli_process import autoscaler
+
+
+@pytest.mark.parametrize(
+    ("n", "noun", "said"),
+    [
+        (0, "task", "0 tasks"),
+        (1, "task", "1 task"),
+        (2, "task", "2 tasks"),
+        (1.0, "run", "1.0 run"),
+        (1, "category", "1 category"),
+    ],
+)
+def test_a_count_agrees_with_its_number(n: float, noun: str, said: str) -> None:
+    assert counted(n, noun) == said
+
+
+def test_an_irregular_plural_and_a_format_are_given() -> None:
+    assert counted(3, "category", "categories") == "3 categories"
+    assert counted(1, "category", "categories") == "1 category"
+    assert counted(12345, "byte", spec=",") == "12,345 bytes"
+
+
+def test_one_late_task_is_said_in_the_singular(tmp_path: Path) -> None:
+    """A deadline job of one task that cannot meet its deadline (the machine boots for
+    longer than the deadline allows): `run --dry-run` said "1 of 1 tasks done" and "late
+    by 1 tasks in all"."""
+    config = tmp_path / "one_late.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "name": "one-late",
+                "jobs": [
+                    {
+                        "name": "a1",
+                        "at": 0,
+                        "bag": {"synthetic": 1},
+                        "constraint": {"deadline_s": 150},
+                        "task_s": {"small": 100},
+                    }
+                ],
+                "machine_types": [{"name": "small", "price": 1, "max_count": 2, "boot_s": 100}],
+                "billing": {"mode": "fixed", "atu_s": 3600},
+                "emulator": {
+                    "seed": 1,
+                    "runtime": {"dist": "uniform", "low_s": 290, "high_s": 310},
+                },
+            }
+        ),
+        encoding="utf-8",
+    )
+    out = tmp_path / "run"
+    done = autoscaler("run", str(config), "--dry-run", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())  # the terminal's wrapping aside
+    assert "1 of 1 task done" in text
+    assert "late by 1 task in all" in text
+    assert not re.search(r"\b1 tasks", text)
+    report = (out / "report.md").read_text(encoding="utf-8")
+    assert "late by 1 task in all" in report
+    assert not re.search(r"\b1 tasks", report)
