@@ -44,6 +44,7 @@ from autoscaler.core.model import (
     MachineState,
     Mark,
     Move,
+    QuotaSet,
     Release,
     Replicate,
     Resumed,
@@ -195,6 +196,8 @@ class Fold(Runs):
                 self.shutdown = self.awaiting_budget = self.interrupted = True
             case Resumed():
                 self.shutdown = self.awaiting_budget = self.interrupted = False
+            case QuotaSet():
+                self.quota = event
             case Tick() | BoundaryNear():
                 pass
 

@@ -20,6 +20,7 @@ from autoscaler.core.model import (
     Learned,
     MachineState,
     ProviderLimit,
+    QuotaSet,
     Risk,
     Shortfall,
     TaskState,
@@ -138,6 +139,7 @@ class RunRecords:
     unavailable: dict[str, float] = field(default_factory=dict)  # type -> avoided until
     hold_until: float | None = None  # throttled (or a limit of no named types): no scale-up
     held_until: dict[str, float] = field(default_factory=dict)  # type -> its provider's limit
+    quota: QuotaSet | None = None  # the last a service set (its jobs share the limits)
     recovering: dict[str, tuple[float, float]] = field(
         default_factory=dict
     )  # type -> (avoidance ended, full weight again): ``weight``

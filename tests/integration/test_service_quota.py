@@ -1,0 +1,121 @@
+"""Machine limits belong to the account: jobs side by side in one `autoscaler serve`
+share each type's `max_count`, and the jobs' view says who waits for what."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from autoscaler.run.rundir import read_run
+from tests.integration.daemon_helpers import ROOT, assert_clean_end
+from tests.integration.service_helpers import ServiceProcess
+
+EXAMPLES = ROOT / "config" / "examples"
+ENDED = {"done", "stopped", "failed", "cancelled"}
+_WAIT = r"\d+ (small|fast) machines? held by j\d(, j\d)*"
+WAITING = re.compile(rf"waiting for {_WAIT}(; {_WAIT})*")
+
+
+def _example_service(tmp: Path) -> tuple[Path, dict[str, int]]:
+    """config/examples/service.yaml (its report plots left out); its types' max_count."""
+    data = yaml.safe_load((EXAMPLES / "service.yaml").read_text(encoding="utf-8"))
+    data["service"]["plots"] = False
+    path = tmp / "service.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return path, {t["name"]: t["max_count"] for t in data["machine_types"]}
+
+
+def _most_alive_at_once(run_dirs: list[Path]) -> dict[str, int]:
+    """Per type, the most machines alive at one moment across every job's run, from their
+    journals: each machine from its launch to its end, on the wall clock."""
+    edges: list[tuple[float, int, str]] = []
+    for run_dir in run_dirs:
+        files, state = read_run(run_dir)
+        start, scale = files.start_wall, files.cfg.time_scale
+        for m in state.machines.values():
+            assert m.ended_at is not None, f"{m.id} of {run_dir.name} never ended"
+            edges.append((start + m.launched_at / scale, 1, m.type.name))
+            edges.append((start + m.ended_at / scale, -1, m.type.name))
+    alive: dict[str, int] = {}
+    most: dict[str, int] = {}
+    for _, step, name in sorted(edges):  # at one moment, ends (-1) before launches
+        alive[name] = alive.get(name, 0) + step
+        most[name] = max(most.get(name, 0), alive[name])
+    return most
+
+
+def _metrics(svc: ServiceProcess) -> str:
+    """The service's /metrics (Prometheus text)."""
+    request = urllib.request.Request(
+        svc.client.url + "/metrics", headers={"Authorization": f"Bearer {svc.client.token}"}
+    )
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        return str(answer.read().decode())
+
+
+@pytest.mark.slow
+@pytest.mark.long(3)
+@pytest.mark.alone  # time-scaled budget jobs side by side
+def test_jobs_side_by_side_share_max_count_and_say_who_waits(tmp_path: Path) -> None:
+    """Four copies of config/examples/job.yaml (each would take up to 6 + 6 machines) in
+    the example service: at no moment do the jobs hold more than each type's max_count
+    between them, as the service counts (API, metrics) and as their journals show; every
+    job finishes within its budget; a job that waits says for what and whose it is."""
+    config, limits = _example_service(tmp_path)
+    job = yaml.safe_load((EXAMPLES / "job.yaml").read_text(encoding="utf-8"))
+    svc = ServiceProcess(config, tmp_path / "state")
+    try:
+        ids = [svc.submit(job) for _ in range(4)]
+        held_most: dict[str, int] = {}
+        metric_most: dict[str, int] = {}
+        said: set[str] = set()
+        cli_said = ""
+        deadline = time.monotonic() + 900
+        views: list[dict[str, Any]] = []
+        while time.monotonic() < deadline:
+            status = svc.client.call("GET", "/api/v1/status")
+            views = status["jobs"]
+            for use in status["service"].get("quota", []):
+                held_most[use["name"]] = max(held_most.get(use["name"], 0), use["held"])
+            said.update(v["waiting"] for v in views if v.get("waiting"))
+            for name, value in re.findall(
+                r'autoscaler_service_quota_held\{kind="type",name="(\w+)"\} (\S+)', _metrics(svc)
+            ):
+                metric_most[name] = max(metric_most.get(name, 0), int(float(value)))
+            if said and not cli_said:
+                out = svc.cli("jobs").stdout
+                cli_said = out if "waiting for" in out else ""
+            if all(v["state"] in ENDED for v in views):
+                break
+            time.sleep(0.2)
+        run_dirs = [Path(v["run_dir"]) for v in views]
+        most = _most_alive_at_once(run_dirs)
+        assert all(most[t] <= limits[t] for t in most), (
+            f"machines alive at once across the jobs {most}, limits {limits}"
+        )
+        assert all(held_most.get(t, 0) <= limits[t] for t in limits), held_most
+        assert all(metric_most.get(t, 0) <= limits[t] for t in limits), metric_most
+        assert set(held_most) == set(limits)
+        assert set(metric_most) == set(limits)
+        assert [v["state"] for v in views] == ["done"] * 4, [
+            (v["id"], v["state"], v["stop_reason"]) for v in views
+        ]
+        for run_dir in run_dirs:
+            report = json.loads((run_dir / "report.json").read_text(encoding="utf-8"))
+            assert_clean_end(run_dir, report, job["bag"]["synthetic"])
+            assert report["cost"] <= job["constraint"]["budget"]
+        assert said, "no job ever said it waits"
+        assert all(WAITING.fullmatch(s) for s in said), said
+        lines = [line.split() for line in cli_said.splitlines() if "waiting for" in line]
+        assert lines, cli_said
+        assert all(words[0] in ids for words in lines), cli_said  # the job's own row
+        assert WAITING.search(cli_said), cli_said
+    finally:
+        assert svc.stop() == 0
