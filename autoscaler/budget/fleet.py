@@ -52,7 +52,7 @@ def _launch_or_mark(s: Step) -> tuple[str, ...]:
             elif free > 0 >= count and quota_bound(state, name):
                 waiting.append(name)  # other jobs of the service hold the machines
             elif count > 0:
-                s.do(Launch(name, count, f"L{state.launch_seq}"))
+                s.do(Launch(name, count, state.next_token()))
         elif want < have:
             for m in sorted(keep, key=lambda m: m.paid_until)[: have - want]:
                 s.do(Mark(m.id, release=True))

@@ -14,7 +14,7 @@ from autoscaler.config.service import ServiceConfig
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.state import RunState
 from autoscaler.service.memory import application, job_runs, said, with_memory
-from autoscaler.service.pool import Pool, shares_the_pool
+from autoscaler.service.pool import POOL_HOLDER, Pool, shares_the_pool
 from autoscaler.service.quota import QuotaLedger
 from autoscaler.service.runners import (
     Runner,
@@ -31,8 +31,6 @@ if TYPE_CHECKING:
     from autoscaler.run.daemon import Outcome
 
 JOBS_DIR = "jobs"
-POOL_HOLDER = "pool"
-"""The deadline pool's name in the quota ledger (the jobs' are their ids)."""
 
 ProgressHook = Callable[[RunState, float | None], None]
 JobEndHook = Callable[["Pump", str], None]

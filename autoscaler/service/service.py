@@ -34,8 +34,8 @@ from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.journal import JOURNAL_DB
 from autoscaler.core.model import Interrupted, Shutdown, TaskSpec
 from autoscaler.providers import registry
-from autoscaler.service.pool import POOL_DIR, Pool
-from autoscaler.service.pump import JOBS_DIR, POOL_HOLDER, JobEndHook, ProgressHook, Pump
+from autoscaler.service.pool import POOL_DIR, POOL_HOLDER, Pool
+from autoscaler.service.pump import JOBS_DIR, JobEndHook, ProgressHook, Pump
 from autoscaler.service.quota import QuotaLedger
 from autoscaler.service.runners import (
     Runner,

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from autoscaler.run.rundir import read_run
-from tests.integration.daemon_helpers import ROOT, assert_clean_end
+from tests.integration.daemon_helpers import ROOT, assert_clean_end, wait_for
 from tests.integration.service_helpers import ServiceProcess
 
 EXAMPLES = ROOT / "config" / "examples"
@@ -30,6 +30,13 @@ def _example_service(tmp: Path) -> tuple[Path, dict[str, int]]:
     path = tmp / "service.yaml"
     path.write_text(yaml.safe_dump(data), encoding="utf-8")
     return path, {t["name"]: t["max_count"] for t in data["machine_types"]}
+
+
+def _machine_names(run_dirs: list[Path]) -> list[tuple[str, str]]:
+    """(job's run directory name, machine id) of every machine of every job's run."""
+    return [
+        (run_dir.name, m.id) for run_dir in run_dirs for m in read_run(run_dir)[1].machines.values()
+    ]
 
 
 def _most_alive_at_once(run_dirs: list[Path]) -> dict[str, int]:
@@ -111,11 +118,68 @@ def test_jobs_side_by_side_share_max_count_and_say_who_waits(tmp_path: Path) -> 
             report = json.loads((run_dir / "report.json").read_text(encoding="utf-8"))
             assert_clean_end(run_dir, report, job["bag"]["synthetic"])
             assert report["cost"] <= job["constraint"]["budget"]
+        # Machine names are unique across the jobs: each starts its token with its job's id.
+        names = _machine_names(run_dirs)
+        assert len({mid for _, mid in names}) == len(names), names
+        assert all(re.fullmatch(rf"(small|fast)-{job}_L\d+-\d+", mid) for job, mid in names)
         assert said, "no job ever said it waits"
         assert all(WAITING.fullmatch(s) for s in said), said
         lines = [line.split() for line in cli_said.splitlines() if "waiting for" in line]
         assert lines, cli_said
         assert all(words[0] in ids for words in lines), cli_said  # the job's own row
         assert WAITING.search(cli_said), cli_said
+    finally:
+        assert svc.stop() == 0
+
+
+def _quota(svc: ServiceProcess) -> dict[str, int]:
+    """Machines held per type, service-wide, as the service counts them."""
+    service = svc.client.call("GET", "/api/v1/status")["service"]
+    return {u["name"]: u["held"] for u in service["quota"] if u["kind"] == "type"}
+
+
+@pytest.mark.slow
+@pytest.mark.long(3)
+@pytest.mark.alone  # time-scaled budget jobs side by side, the service killed meanwhile
+def test_a_service_started_again_counts_the_machines_its_jobs_hold(tmp_path: Path) -> None:
+    """Killed (-9) while two jobs hold every machine of a type, the service starts again,
+    resumes them (they adopt their machines) and takes two more jobs at once: the
+    machines the resumed jobs hold are counted from their journals before any job
+    launches, so at no moment, across the restart, are more alive than the limits."""
+    config, limits = _example_service(tmp_path)
+    job = yaml.safe_load((EXAMPLES / "job.yaml").read_text(encoding="utf-8"))
+    state_dir = tmp_path / "state"
+    svc = ServiceProcess(config, state_dir)
+    ids = [svc.submit(job) for _ in range(2)]
+    wait_for(
+        lambda: any(_quota(svc).get(t) == most for t, most in limits.items()),
+        120,
+        "the jobs to hold every machine of a type",
+    )
+    svc.kill9()
+    svc = ServiceProcess(config, state_dir)
+    try:
+        assert sum(_quota(svc).values()) > 0, "the resumed jobs' machines are not counted"
+        ids += [svc.submit(job) for _ in range(2)]
+        deadline = time.monotonic() + 900
+        held_most: dict[str, int] = {}
+        while time.monotonic() < deadline:
+            for t, n in _quota(svc).items():
+                held_most[t] = max(held_most.get(t, 0), n)
+            views = svc.views()
+            if all(v["state"] in ENDED for v in views):
+                break
+            time.sleep(0.2)
+        run_dirs = [Path(v["run_dir"]) for v in views]
+        most = _most_alive_at_once(run_dirs)
+        assert all(most[t] <= limits[t] for t in most), (most, limits)
+        assert all(held_most[t] <= limits[t] for t in limits), held_most
+        assert [v["id"] for v in views] == ids
+        assert [v["state"] for v in views] == ["done"] * 4, [
+            (v["id"], v["state"], v["stop_reason"]) for v in views
+        ]
+        for run_dir in run_dirs:
+            report = json.loads((run_dir / "report.json").read_text(encoding="utf-8"))
+            assert_clean_end(run_dir, report, job["bag"]["synthetic"])
     finally:
         assert svc.stop() == 0
