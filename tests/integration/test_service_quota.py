@@ -183,3 +183,37 @@ def test_a_service_started_again_counts_the_machines_its_jobs_hold(tmp_path: Pat
             assert_clean_end(run_dir, report, job["bag"]["synthetic"])
     finally:
         assert svc.stop() == 0
+
+
+@pytest.mark.slow
+@pytest.mark.long(2)
+@pytest.mark.alone  # time-scaled jobs side by side, one with a deadline
+def test_the_deadline_pool_shares_the_limits_with_the_budget_jobs(tmp_path: Path) -> None:
+    """config/examples/job_deadline.yaml (the deadline pool's run) beside two copies of
+    job.yaml (runs of their own): the pool's machines and theirs together stay within
+    each type's max_count; every job does all its tasks."""
+    config, limits = _example_service(tmp_path)
+    budget = yaml.safe_load((EXAMPLES / "job.yaml").read_text(encoding="utf-8"))
+    deadline = yaml.safe_load((EXAMPLES / "job_deadline.yaml").read_text(encoding="utf-8"))
+    svc = ServiceProcess(config, tmp_path / "state")
+    try:
+        ids = [svc.submit(budget), svc.submit(deadline), svc.submit(budget)]
+        for job_id in ids:
+            assert svc.cli("wait", job_id, timeout=900).returncode == 0, svc.view(job_id)
+        views = {v["id"]: v for v in svc.views()}
+        assert [views[i]["state"] for i in ids] == ["done"] * 3
+        pool = json.loads((Path(views[ids[1]]["run_dir"]) / "report.json").read_text())
+        run_dirs = [Path(views[ids[0]]["run_dir"]), Path(pool["shared_run"])]
+        run_dirs.append(Path(views[ids[2]]["run_dir"]))
+        most = _most_alive_at_once(run_dirs)
+        assert all(most[t] <= limits[t] for t in most), (most, limits)
+        names = [mid for _, mid in _machine_names(run_dirs)]
+        assert len(set(names)) == len(names), names
+        assert any(re.fullmatch(r"(small|fast)-pool_L\d+-\d+", mid) for mid in names), names
+        for job_id in (ids[0], ids[2]):
+            run_dir = Path(views[job_id]["run_dir"])
+            report = json.loads((run_dir / "report.json").read_text(encoding="utf-8"))
+            assert_clean_end(run_dir, report, budget["bag"]["synthetic"])
+        assert views[ids[1]]["done"] == deadline["bag"]["synthetic"]
+    finally:
+        assert svc.stop() == 0
