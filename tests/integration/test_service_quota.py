@@ -23,13 +23,23 @@ _WAIT = r"\d+ (small|fast) machines? held by j\d(, j\d)*"
 WAITING = re.compile(rf"waiting for {_WAIT}(; {_WAIT})*")
 
 
-def _example_service(tmp: Path) -> tuple[Path, dict[str, int]]:
-    """config/examples/service.yaml (its report plots left out); its types' max_count."""
+def _example_service(tmp: Path, max_machines: int | None = None) -> tuple[Path, dict[str, int]]:
+    """config/examples/service.yaml (its report plots left out), its local provider
+    named ``here`` with ``max_machines`` if given; its limits: the types' max_count and
+    the provider's max_machines, by name."""
     data = yaml.safe_load((EXAMPLES / "service.yaml").read_text(encoding="utf-8"))
     data["service"]["plots"] = False
+    limits = {t["name"]: t["max_count"] for t in data["machine_types"]}
+    if max_machines is not None:
+        local = data.pop("local")
+        del data["provider"]
+        data["providers"] = {"here": {"kind": "local", **local, "max_machines": max_machines}}
+        for t in data["machine_types"]:
+            t["provider"] = "here"
+        limits["here"] = max_machines
     path = tmp / "service.yaml"
     path.write_text(yaml.safe_dump(data), encoding="utf-8")
-    return path, {t["name"]: t["max_count"] for t in data["machine_types"]}
+    return path, limits
 
 
 def _machine_names(run_dirs: list[Path]) -> list[tuple[str, str]]:
@@ -40,16 +50,18 @@ def _machine_names(run_dirs: list[Path]) -> list[tuple[str, str]]:
 
 
 def _most_alive_at_once(run_dirs: list[Path]) -> dict[str, int]:
-    """Per type, the most machines alive at one moment across every job's run, from their
-    journals: each machine from its launch to its end, on the wall clock."""
+    """Per type and per provider, the most machines alive at one moment across every
+    job's run, from their journals: each machine from its launch to its end, on the
+    wall clock."""
     edges: list[tuple[float, int, str]] = []
     for run_dir in run_dirs:
         files, state = read_run(run_dir)
         start, scale = files.start_wall, files.cfg.time_scale
         for m in state.machines.values():
             assert m.ended_at is not None, f"{m.id} of {run_dir.name} never ended"
-            edges.append((start + m.launched_at / scale, 1, m.type.name))
-            edges.append((start + m.ended_at / scale, -1, m.type.name))
+            for name in (m.type.name, m.type.provider):
+                edges.append((start + m.launched_at / scale, 1, name))
+                edges.append((start + m.ended_at / scale, -1, name))
     alive: dict[str, int] = {}
     most: dict[str, int] = {}
     for _, step, name in sorted(edges):  # at one moment, ends (-1) before launches
@@ -70,12 +82,16 @@ def _metrics(svc: ServiceProcess) -> str:
 @pytest.mark.slow
 @pytest.mark.long(3)
 @pytest.mark.alone  # time-scaled budget jobs side by side
-def test_jobs_side_by_side_share_max_count_and_say_who_waits(tmp_path: Path) -> None:
+@pytest.mark.parametrize("max_machines", [None, 8], ids=["types", "provider"])
+def test_jobs_side_by_side_share_max_count_and_say_who_waits(
+    tmp_path: Path, max_machines: int | None
+) -> None:
     """Four copies of config/examples/job.yaml (each would take up to 6 + 6 machines) in
     the example service: at no moment do the jobs hold more than each type's max_count
-    between them, as the service counts (API, metrics) and as their journals show; every
-    job finishes within its budget; a job that waits says for what and whose it is."""
-    config, limits = _example_service(tmp_path)
+    (and their provider's max_machines, when it has one) between them, as the service
+    counts (API, metrics) and as their journals show; every job finishes within its
+    budget; a job that waits says for what and whose it is."""
+    config, limits = _example_service(tmp_path, max_machines)
     job = yaml.safe_load((EXAMPLES / "job.yaml").read_text(encoding="utf-8"))
     svc = ServiceProcess(config, tmp_path / "state")
     try:
@@ -93,7 +109,7 @@ def test_jobs_side_by_side_share_max_count_and_say_who_waits(tmp_path: Path) -> 
                 held_most[use["name"]] = max(held_most.get(use["name"], 0), use["held"])
             said.update(v["waiting"] for v in views if v.get("waiting"))
             for name, value in re.findall(
-                r'autoscaler_service_quota_held\{kind="type",name="(\w+)"\} (\S+)', _metrics(svc)
+                r'autoscaler_service_quota_held\{kind="\w+",name="(\w+)"\} (\S+)', _metrics(svc)
             ):
                 metric_most[name] = max(metric_most.get(name, 0), int(float(value)))
             if said and not cli_said:
@@ -104,12 +120,12 @@ def test_jobs_side_by_side_share_max_count_and_say_who_waits(tmp_path: Path) -> 
             time.sleep(0.2)
         run_dirs = [Path(v["run_dir"]) for v in views]
         most = _most_alive_at_once(run_dirs)
-        assert all(most[t] <= limits[t] for t in most), (
+        assert all(most.get(t, 0) <= n for t, n in limits.items()), (
             f"machines alive at once across the jobs {most}, limits {limits}"
         )
         assert all(held_most.get(t, 0) <= limits[t] for t in limits), held_most
         assert all(metric_most.get(t, 0) <= limits[t] for t in limits), metric_most
-        assert set(held_most) == set(limits)
+        assert set(held_most) == set(limits)  # every limit is shown, and no other
         assert set(metric_most) == set(limits)
         assert [v["state"] for v in views] == ["done"] * 4, [
             (v["id"], v["state"], v["stop_reason"]) for v in views
@@ -121,7 +137,7 @@ def test_jobs_side_by_side_share_max_count_and_say_who_waits(tmp_path: Path) -> 
         # Machine names are unique across the jobs: each starts its token with its job's id.
         names = _machine_names(run_dirs)
         assert len({mid for _, mid in names}) == len(names), names
-        assert all(re.fullmatch(rf"(small|fast)-{job}_L\d+-\d+", mid) for job, mid in names)
+        assert all(re.fullmatch(rf"(small|fast)-{own}_L\d+-\d+", mid) for own, mid in names)
         assert said, "no job ever said it waits"
         assert all(WAITING.fullmatch(s) for s in said), said
         lines = [line.split() for line in cli_said.splitlines() if "waiting for" in line]
@@ -172,7 +188,7 @@ def test_a_service_started_again_counts_the_machines_its_jobs_hold(tmp_path: Pat
             time.sleep(0.2)
         run_dirs = [Path(v["run_dir"]) for v in views]
         most = _most_alive_at_once(run_dirs)
-        assert all(most[t] <= limits[t] for t in most), (most, limits)
+        assert all(most.get(t, 0) <= n for t, n in limits.items()), (most, limits)
         assert all(held_most[t] <= limits[t] for t in limits), held_most
         assert [v["id"] for v in views] == ids
         assert [v["state"] for v in views] == ["done"] * 4, [
@@ -206,7 +222,7 @@ def test_the_deadline_pool_shares_the_limits_with_the_budget_jobs(tmp_path: Path
         run_dirs = [Path(views[ids[0]]["run_dir"]), Path(pool["shared_run"])]
         run_dirs.append(Path(views[ids[2]]["run_dir"]))
         most = _most_alive_at_once(run_dirs)
-        assert all(most[t] <= limits[t] for t in most), (most, limits)
+        assert all(most.get(t, 0) <= n for t, n in limits.items()), (most, limits)
         names = [mid for _, mid in _machine_names(run_dirs)]
         assert len(set(names)) == len(names), names
         assert any(re.fullmatch(r"(small|fast)-pool_L\d+-\d+", mid) for mid in names), names
