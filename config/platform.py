@@ -226,6 +226,13 @@ class Daemon(ConfigModel):
         default=None, ge=0, le=65535, description="serve Prometheus metrics on this port"
     )
     metrics_host: str = "127.0.0.1"
+    machine_prefix: str = Field(
+        default="",
+        pattern=r"^[A-Za-z0-9_]*$",
+        description="the run's machines are named <type>-<prefix>_L<n>-<i> (without one: "
+        "<type>-L<n>-<i>); a service names its jobs' machines by the job's id, so names are "
+        "unique across the jobs it runs side by side",
+    )
 
     @model_validator(mode="after")
     def _timeouts(self) -> Daemon:

@@ -41,6 +41,7 @@ from autoscaler.budget.problem import BudgetProblem, Plan, TypeEstimate
 from autoscaler.budget.settings import ControllerSettings, money_left, planned
 from autoscaler.budget.tail import replicate, take_back
 from autoscaler.core.groups import GroupLimits, fair_share, group_size
+from autoscaler.core.limits import quota_grew
 from autoscaler.core.model import (
     OUT_OF_MONEY,
     Action,
@@ -56,6 +57,7 @@ from autoscaler.core.model import (
     LaunchFailed,
     MachineLost,
     MachineState,
+    QuotaSet,
     Release,
     Resumed,
     Shutdown,
@@ -88,6 +90,7 @@ class _News:
     held: tuple[str, ...]  # types whose provider refused a launch for a limit
     budget_set: BudgetSet | None
     resumed: Resumed | None
+    more_room: bool  # the service's quota leaves the run more machines than it did
 
 
 def _read(s: Step, events: Iterable[Event]) -> _News:
@@ -102,6 +105,7 @@ def _read(s: Step, events: Iterable[Event]) -> _News:
     held: list[str] = []
     budget_set: BudgetSet | None = None
     resumed: Resumed | None = None
+    more_room = False
     first: list[Action] = []  # decided while reading the events, applied after them
     for event in events:
         if type(event) is TaskDone:  # the most common by far: as the match below has it
@@ -116,6 +120,7 @@ def _read(s: Step, events: Iterable[Event]) -> _News:
         others = []
         if isinstance(event, TaskDone) and event.task not in state.paired_runs:
             others = [m for m in state.running_on.get(event.task, {}) if m != event.machine]
+        quota = state.quota
         s.feed(event)
         match event:
             case Tick():
@@ -141,6 +146,9 @@ def _read(s: Step, events: Iterable[Event]) -> _News:
             case Resumed():  # after an interruption: every machine is gone
                 resumed = event
                 lost = True
+            case QuotaSet():  # launches held back by the quota may go now
+                lost = True
+                more_room = more_room or quota_grew(state, quota, event)
             case _:
                 machine = getattr(event, "machine", None)
                 if isinstance(machine, str):
@@ -156,6 +164,7 @@ def _read(s: Step, events: Iterable[Event]) -> _News:
         tuple(held),
         budget_set,
         resumed,
+        more_room,
     )
 
 
@@ -315,13 +324,15 @@ class Controller:
         ):
             return  # most steps (a task's result under a plan): nothing below would act
         replanned = monitor.check(settings, s, news.tick, self._mix)
-        told = news.budget_set is not None or news.resumed is not None
+        told = news.budget_set is not None or news.resumed is not None or news.more_room
         if told and not replanned and planned(state):
             est, n_e = runtimes.outlook(settings, state, s.now, self._mix)
             if news.budget_set is not None:
                 why = f"budget set to {news.budget_set.budget:.2f}: {news.budget_set.reason}"
+            elif news.resumed is not None:
+                why = f"resumed: {news.resumed.reason}"
             else:
-                why = f"resumed: {news.resumed.reason}" if news.resumed else ""
+                why = "other jobs of the service freed machines"
             replanned = monitor.replan(settings, s, est, n_e, why, force=True, categories=self._mix)
         # A provider held by a limit: plan onto the others' types, if any can launch.
         lacking = sorted(set(news.unavailable))

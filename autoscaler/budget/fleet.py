@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from autoscaler.budget.settings import EPS
-from autoscaler.core.limits import new_caps
+from autoscaler.core.limits import new_caps, quota_bound
 from autoscaler.core.model import Defer, Launch, Mark
 from autoscaler.core.step import Step
 
@@ -27,7 +27,7 @@ def _launch_or_mark(s: Step) -> tuple[str, ...]:
     A limited provider's room caps the launches of its types, whatever the target."""
     state = s.state
     waiting: list[str] = []
-    caps = new_caps(state) if state.limits else None
+    caps = new_caps(state) if state.limits or state.quota is not None else None
     for name, want in state.target.items():
         t = state.types[name]
         alive = [m for m in state.alive_machines() if m.type.name == name]
@@ -40,17 +40,19 @@ def _launch_or_mark(s: Step) -> tuple[str, ...]:
                     break
                 s.do(Mark(m.id, release=False))
                 have += 1
-            room = t.max_count - len(alive) - in_flight
-            if caps is not None:
-                room = min(room, caps[name])
-            count = min(want - have, room)
+            count = min(want - have, t.max_count - len(alive) - in_flight)
             if state.budget is not None:
                 unit = state.billing.cost(t.price, state.billing.first_step_s)
                 count = min(count, math.floor((state.budget - state.committed) / unit + EPS))
+            free = count  # before the providers' limits and the service's quota
+            if caps is not None:
+                count = min(count, caps[name])
             if count > 0 and not state.launchable(name, s.now):
                 waiting.append(name)
+            elif free > 0 >= count and quota_bound(state, name):
+                waiting.append(name)  # other jobs of the service hold the machines
             elif count > 0:
-                s.do(Launch(name, count, f"L{state.launch_seq}"))
+                s.do(Launch(name, count, state.next_token()))
         elif want < have:
             for m in sorted(keep, key=lambda m: m.paid_until)[: have - want]:
                 s.do(Mark(m.id, release=True))

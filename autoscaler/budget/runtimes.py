@@ -13,6 +13,7 @@ from autoscaler.budget.problem import TypeEstimate, first_tasks
 from autoscaler.budget.sampling import derived, reference, stats
 from autoscaler.budget.settings import ControllerSettings
 from autoscaler.categories.sort import Category
+from autoscaler.core.limits import max_alive
 from autoscaler.core.state import RunState
 from autoscaler.learn.stats import RuntimeEstimate, derived_estimate, tail_estimates
 
@@ -93,7 +94,7 @@ def estimates(settings: ControllerSettings, state: RunState, now: float) -> dict
         out[name] = TypeEstimate(
             name=name,
             price=t.price,
-            max_count=t.max_count,
+            max_count=max_alive(state, name),
             boot_s=boot,
             mean_s=e.mean_s,
             sd_s=e.sd_s,

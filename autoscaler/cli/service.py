@@ -215,7 +215,7 @@ def _jobs_table(views: list[dict[str, Any]], now: float) -> None:
     table = Table(box=None, header_style="bold")
     for col in ("id", "name", "state", "tasks done", "spend / budget", "finish / deadline"):
         table.add_column(col, no_wrap=True)
-    table.add_column("why it stopped", overflow="ellipsis", no_wrap=True, max_width=48)
+    table.add_column("waits for / stopped", overflow="ellipsis", no_wrap=True, max_width=60)
     for j in views:
         # An ended job's finish is when it ended; a running one's, its forecast, if any.
         ended = j["state"] in ENDED
@@ -234,7 +234,7 @@ def _jobs_table(views: list[dict[str, Any]], now: float) -> None:
             f"{j['done']}/{j['tasks']}" + (f" ({j['failed']} failed)" if j["failed"] else ""),
             f"{money(j['spend'])} / {money(j.get('budget'))}",
             f"{finish} / {when(deadline, now)}{late}",
-            j.get("stop_reason") or "",
+            j.get("stop_reason") or j.get("waiting") or "",
         )
     # A pipe gets whole lines.
     wide = console if console.is_terminal else Console(highlight=False, width=200)

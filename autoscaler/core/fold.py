@@ -45,6 +45,7 @@ from autoscaler.core.model import (
     MachineState,
     Mark,
     Move,
+    QuotaSet,
     Release,
     Replicate,
     Resumed,
@@ -196,6 +197,8 @@ class Fold(Runs):
                 self.shutdown = self.awaiting_budget = self.interrupted = True
             case Resumed():
                 self.shutdown = self.awaiting_budget = self.interrupted = False
+            case QuotaSet():
+                self.quota = event
             case Tick() | BoundaryNear() | HandedOver():
                 pass
 

@@ -1,6 +1,8 @@
 """What a run may still take from each provider: machines at once (a quota) and machine
 time (a cluster's allocation), across the provider's machine types (``providers:`` in a
-config). The planners take these as constraints; the state says what is used."""
+config). The planners take these as constraints; the state says what is used. A run
+that a service runs beside other jobs has a quota too (``QuotaSet``): what the others
+leave of the types' and providers' limits, which are the account's, not the run's."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from autoscaler.core.model import QuotaSet
 from autoscaler.core.records import Machine
 from autoscaler.core.state import RunState
 
@@ -28,9 +31,57 @@ class Room:
         return self.machines if by_time is None else min(self.machines, by_time)
 
 
+def max_alive(state: RunState, type_name: str) -> int:
+    """How many machines of ``type_name`` the run may have at once: its ``max_count``,
+    or less where a service's quota leaves it less."""
+    most = state.types[type_name].max_count
+    quota = state.quota
+    if quota is None:
+        return most
+    return max(0, min(most, quota.types.get(type_name, most)))
+
+
+def quota_grew(state: RunState, old: QuotaSet | None, new: QuotaSet) -> bool:
+    """Whether quota ``new`` leaves the run room for more machines than ``old`` did, of
+    some type or provider (``None``: no quota, the limits' own)."""
+
+    def most(q: QuotaSet | None, table: str, name: str, own: int | None) -> float:
+        given = None if q is None else getattr(q, table).get(name)
+        bound = math.inf if own is None else own
+        return bound if given is None else min(bound, given)
+
+    return any(
+        most(new, "types", n, t.max_count) > most(old, "types", n, t.max_count)
+        for n, t in state.types.items()
+    ) or any(
+        most(new, "providers", p.name, p.max_machines)
+        > most(old, "providers", p.name, p.max_machines)
+        for p in state.limits
+    )
+
+
+def quota_bound(state: RunState, type_name: str) -> bool:
+    """Whether the service's quota, not the type's own maximum, keeps the run from more
+    machines of ``type_name``: its launches wait for other jobs to free some."""
+    quota = state.quota
+    if quota is None:
+        return False
+    if max_alive(state, type_name) < state.types[type_name].max_count:
+        return True
+    provider = state.types[type_name].provider
+    return provider in quota.providers and any(
+        limit.name == provider
+        and limit.max_machines is not None
+        and quota.providers[provider] < limit.max_machines
+        for limit in state.limits
+    )
+
+
 def rooms(state: RunState) -> list[Room]:
-    """The room left under each limited provider of the run (``state.limits``)."""
+    """The room left under each limited provider of the run (``state.limits``; its
+    machines at once as the service's quota leaves them, if it has one)."""
     out = []
+    quota = state.quota.providers if state.quota is not None else {}
     for limit in state.limits:
         if limit.max_machines is None and limit.machine_s is None:
             continue
@@ -39,7 +90,10 @@ def rooms(state: RunState) -> list[Room]:
             m.paid_until - m.launched_at for m in state.machines.values() if m.type.name in types
         )
         seconds = None if limit.machine_s is None else max(0.0, limit.machine_s - used)
-        out.append(Room(types, limit.max_machines, seconds))
+        machines = limit.max_machines
+        if machines is not None and limit.name in quota:
+            machines = max(0, min(machines, quota[limit.name]))
+        out.append(Room(types, machines, seconds))
     return out
 
 
@@ -68,7 +122,7 @@ def new_caps(state: RunState) -> dict[str, int]:
     flying = dict.fromkeys(state.types, 0)
     for name, count in state.pending_launches.values():
         flying[name] = flying.get(name, 0) + count
-    caps = {n: max(0, t.max_count - state.count_alive(n)) for n, t in state.types.items()}
+    caps = {n: max(0, max_alive(state, n) - state.count_alive(n)) for n in state.types}
     unit_s = state.billing.first_step_s
     for room in rooms(state):
         used = sum(state.count_alive(n) for n in room.types)  # launches in flight too
@@ -102,3 +156,17 @@ def no_extension(state: RunState, m: Machine) -> str | None:
         if m.type.name in room.types and seconds is not None and seconds < state.billing.step_s:
             return f"its provider's machine hours are used ({m.type.provider})"
     return None
+
+
+def quota_waits(state: RunState) -> dict[str, int]:
+    """Machines per type the run's configuration wants and does not have because other
+    jobs of the service hold them (``quota_bound``)."""
+    if state.quota is None or state.stopped or state.awaiting_budget:
+        return {}
+    alive = state.alive_counts(include_marked=False)
+    out = {}
+    for name, want in state.target.items():
+        short = want - alive.get(name, 0)
+        if short > 0 and quota_bound(state, name):
+            out[name] = short
+    return out

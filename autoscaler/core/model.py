@@ -72,6 +72,7 @@ __all__ = [
     "Mark",
     "Move",
     "ProviderLimit",
+    "QuotaSet",
     "Release",
     "Replicate",
     "Resumed",
@@ -321,6 +322,18 @@ class Resumed:
 
 
 @dataclass(frozen=True, slots=True)
+class QuotaSet:
+    """The machines this run may hold at once, now that a service runs it beside other
+    jobs that share the account's quota: per type (``max_count``), and per limited
+    provider (``max_machines``), each counting the run's own machines alive or being
+    launched. A plain run never has one. The service tells it again whenever what the
+    others leave changes: the planners plan within it and the launches stay within it."""
+
+    types: Mapping[str, int]
+    providers: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class JobArrived:
     """Job ``job`` of a deadline-mode run arrives now: its tasks may be planned."""
 
@@ -372,6 +385,7 @@ Event = (
     | HandedOver
     | Resumed
     | JobWithdrawn
+    | QuotaSet
 )
 
 
@@ -393,4 +407,5 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     HandedOver,
     Resumed,
     JobWithdrawn,
+    QuotaSet,
 )

@@ -20,6 +20,7 @@ from autoscaler.core.model import (
     Learned,
     MachineState,
     ProviderLimit,
+    QuotaSet,
     Risk,
     Shortfall,
     TaskState,
@@ -136,9 +137,11 @@ class RunRecords:
     stored: dict[int, Stored] = field(default_factory=dict)  # task -> its outputs committed
     stats: dict[str, RuntimeStats] = field(default_factory=dict)
     launch_seq: int = 0  # launches decided so far; names the next launch token
+    launch_prefix: str = ""  # launch tokens (and so machine names) start with it
     unavailable: dict[str, float] = field(default_factory=dict)  # type -> avoided until
     hold_until: float | None = None  # throttled (or a limit of no named types): no scale-up
     held_until: dict[str, float] = field(default_factory=dict)  # type -> its provider's limit
+    quota: QuotaSet | None = None  # the last a service set (its jobs share the limits)
     recovering: dict[str, tuple[float, float]] = field(
         default_factory=dict
     )  # type -> (avoidance ended, full weight again): ``weight``
@@ -170,6 +173,12 @@ class RunRecords:
     learned: dict[tuple[str, str], tuple[float, Learned]] = field(default_factory=dict)
     withdrawn: dict[str, float] = field(default_factory=dict)  # job -> when (JobWithdrawn)
     cancelled: int = 0  # tasks of withdrawn jobs that had not ended (TaskState.CANCELLED)
+
+    def next_token(self) -> str:
+        """The token of the next launch: ``L<n>``, after the run's prefix if it has one
+        (machine names are made from it: unique across runs side by side)."""
+        seq = f"L{self.launch_seq}"
+        return f"{self.launch_prefix}_{seq}" if self.launch_prefix else seq
 
     def available(self, type_name: str, now: float) -> bool:
         """Whether the provider may have capacity for ``type_name`` at ``now``."""

@@ -39,11 +39,13 @@ class RunState(Fold):
         jobs: Sequence[JobSpec] = (),
         limits: Sequence[ProviderLimit] = (),
         categories: Sequence[int] = (),
+        launch_prefix: str = "",
     ) -> RunState:
         """A fresh run; ``order`` is the FCFS order tasks leave the bag in; ``paired``:
         tasks to run on every type (compact sampling; 0: plain sampling); ``jobs``: a
         deadline-mode run's jobs, owning the task ids between them; ``categories``: each
-        task's category id (paper 004), or none."""
+        task's category id (paper 004), or none; ``launch_prefix``: what its launch
+        tokens start with (``RunRecords.next_token``)."""
         if sorted(order) != list(range(n_tasks)):
             raise StateError("task order must be a permutation of the task ids")
         if jobs and sorted(t for j in jobs for t in range(j.first, j.first + j.count)) != list(
@@ -66,4 +68,5 @@ class RunState(Fold):
             paired_target=paired,
             limits=tuple(limits),
             task_category=tuple(categories),
+            launch_prefix=launch_prefix,
         )

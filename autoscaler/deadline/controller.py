@@ -61,6 +61,7 @@ from autoscaler.core.model import (
     JobWithdrawn,
     LaunchFailed,
     MachineLost,
+    QuotaSet,
     Release,
     Resumed,
     Shutdown,
@@ -167,6 +168,7 @@ def _read(s: PlanStep, events: Iterable[Event]) -> _Seen:
                 | BudgetSet()
                 | DeadlineSet()
                 | Resumed()
+                | QuotaSet()
             ):
                 news = True
             case JobWithdrawn(job=name):

@@ -180,7 +180,7 @@ def carry_out(
             queue.extend(take(name, new.tasks[name]))
         bought.setdefault(new.type, []).append(tuple(queue))
     for name, queues in bought.items():
-        s.do(Launch(name, len(queues), f"L{state.launch_seq}", tuple(queues)))
+        s.do(Launch(name, len(queues), state.next_token(), tuple(queues)))
     rest = {name: tids for name, tids in left.items() if tids}
     if rest:
         crowd(cfg, s, rest, running_machines(cfg, state, s.now))

@@ -69,7 +69,7 @@ def spread_sample(s: Step, name: str, tasks: list[int]) -> None:
     count = min(room, -(-len(tasks) // slots))
     if count > 0 and state.launchable(name, s.now):
         queues = tuple(tuple(tasks[i * slots : (i + 1) * slots]) for i in range(count))
-        s.do(Launch(name, count, f"L{state.launch_seq}", queues))
+        s.do(Launch(name, count, state.next_token(), queues))
         tasks = tasks[count * slots :]
     host = min(mine, key=lambda m: len(m.queue) + len(m.running), default=None)
     if host is not None:

@@ -27,6 +27,7 @@ _LAUNCH_PROBLEM_MEANING = {
     "throttled": "throttled: scale-up paused briefly",
     "error": "launch failed",
     "setup": "set-up failed on every try: not bought again",
+    "quota": "the service's limit, held by other jobs: waited for them",
 }
 _ROWS_SHOWN = 50
 _UNFINISHED_SHOWN = 20

@@ -235,6 +235,7 @@ def new_state(cfg: RunConfig, n_tasks: int, seed: int) -> RunState:
         jobs=jobs,
         limits=provider_limits(cfg),
         categories=_category_ids(categories_of(cfg), n_tasks),
+        launch_prefix=cfg.daemon.machine_prefix,
     )
 
 

@@ -55,7 +55,9 @@ from autoscaler.config.budgets import check_budget
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.journal import JOURNAL_DB, SqliteJournal
 from autoscaler.core.leases import Timeline
+from autoscaler.core.limits import quota_waits
 from autoscaler.core.model import (
+    Action,
     BudgetSet,
     Event,
     HandedOver,
@@ -107,6 +109,7 @@ from autoscaler.run.owner import (
     pool_job,
     step_order,
 )
+from autoscaler.run.quota import Quota, held, launched, within
 from autoscaler.run.registry import register
 from autoscaler.run.results import JOURNALED_META, OutputsFile, settle
 from autoscaler.run.rundir import OUTPUTS_FILE, RunFiles, rebuild_state, run_lock
@@ -145,6 +148,8 @@ class Daemon:
     resumed: str | None = None  # an interrupted run carries on: why (Resumed, first step)
     plots: bool = True  # the report's plots (a service may leave them out; so may its config)
     provider_build: ProviderBuild | None = None  # None: the config's kind (wiring)
+    quota: Quota | None = None  # the limits it shares with other runs (a service's jobs)
+    holder: str = ""  # its name for ``quota``
     handed_over: bool = field(init=False, default=False)
     state: RunState = field(init=False)
     _inbox: queue.SimpleQueue[object] = field(init=False, default_factory=queue.SimpleQueue)
@@ -165,6 +170,7 @@ class Daemon:
         self._signals = 0  # SIGINT/SIGTERM received; the second means: kill, do not wait
         self._workdir = cfg.local.workdir or self.files.run_dir / "work"
         self._answers: list[tuple[Future[JobSpec], JobSpec]] = []  # jobs added, not answered
+        self._refused: list[Event] = []  # launches the quota did not grant, for the next step
 
     def now(self) -> float:
         """Run time (emulated seconds) now."""
@@ -272,6 +278,8 @@ class Daemon:
         self.executor = Executor(
             self.lifecycle, self.dispatcher, self.timers, self.log, self._since
         )
+        if self.quota is not None:
+            self.quota.watch(self.holder, lambda: self._inbox.put(Wake()))
         old_handlers = self._install_signals() if self.install_signals else {}
         metrics = Metrics.start(cfg) if cfg.daemon.metrics_port is not None else None
         error: BaseException | None = None
@@ -328,7 +336,7 @@ class Daemon:
             check_budget(self.budget.budget, committed=self.state.committed, holder="this run")
             events.append(self.budget)
         events.extend(self.timers.arrivals(self.state, self.now()))
-        self._step(events, [])
+        self._step([*self._quota_news(), *events], [])
 
     def _loop(self, metrics: Metrics | None) -> None:
         """Take what is queued, step, repeat; show progress at most five times a second."""
@@ -412,7 +420,8 @@ class Daemon:
                 case Wake():
                     pass
         self._answers.extend(adding)
-        self._step(step_order(events), polls)
+        refused, self._refused = self._refused, []
+        self._step(step_order([*self._quota_news(), *refused, *events]), polls)
         for answer, job in self._answers:
             answer.set_result(job)
         self._answers.clear()
@@ -431,7 +440,7 @@ class Daemon:
             outputs = self.agents.outputs_of(events)
             self.journal.step(now, events, actions, outputs)
             self.outputs.append([line for _, line in outputs])
-            touched = self.executor.apply(state, events, actions)
+            touched = self.executor.apply(state, events, self._granted(actions))
             held = any(isinstance(a, Hold) for a in actions)
             if self.on_hold is not None and held and isinstance(self.controller, Controller):
                 self.on_hold(self.controller, state, now)
@@ -472,6 +481,32 @@ class Daemon:
             reason=reason,
             machines=sorted(m.id for m in self.state.alive_machines()),
         )
+
+    # --- the limits shared with other runs ------------------------------------------------
+
+    def _quota_news(self) -> list[Event]:
+        """The quota, if it changed since the run last heard it."""
+        if self.quota is None:
+            return []
+        room = self.quota.room(self.holder)
+        return [] if room is None or room == self.state.quota else [room]
+
+    def _granted(self, actions: list[Action]) -> list[Action]:
+        """A journaled step's actions as the quota grants their launches: what it does
+        not grant is refused in the next step (``_refused``)."""
+        if self.quota is None:
+            return actions
+        asked = launched(actions)
+        have = held(self.state, asked)
+        granted = self.quota.claim(self.holder, have, asked, quota_waits(self.state))
+        if granted == asked:
+            return actions
+        reason = "the service's quota: other jobs hold the machines"
+        kept, refused = within(actions, granted, reason)
+        self.log.info("launches beyond the quota refused", asked=asked, granted=granted)
+        self._refused.extend(refused)
+        self._inbox.put(Wake())
+        return kept
 
     # --- from the outside world to events -----------------------------------------------
 

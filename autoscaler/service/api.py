@@ -277,7 +277,8 @@ def make_app(service: Service, token: str) -> FastAPI:
         """Prometheus text, per job."""
         from autoscaler.service.metrics import render_metrics
 
-        text, content_type = render_metrics(await _on_daemon_thread(service.job_views))
+        views, quota = await _on_daemon_thread(lambda: (service.job_views(), service.quota.usage()))
+        text, content_type = render_metrics(views, quota)
         return Response(text, media_type=content_type)
 
     @app.get("/api/v1/status", response_model=Status, responses=_ERRORS)

@@ -96,10 +96,27 @@ class JobView(_Answer):
         "service remembers of its application (app, task_s, runs per type) instead of "
         "sampling; absent otherwise",
     )
+    waiting: str | None = Field(
+        default=None,
+        description="what machines a running job waits for because other jobs hold the "
+        "service's quota, and which jobs: `waiting for 2 small machines held by j1, j3`; "
+        "absent otherwise",
+    )
 
 
 class Jobs(BaseModel):
     jobs: list[JobView]
+
+
+class QuotaUse(BaseModel):
+    """A machine limit shared by every job: a type's max_count, a provider's
+    max_machines."""
+
+    kind: str = Field(description="type or provider")
+    name: str
+    held: int = Field(description="machines alive or being launched, all jobs")
+    max: int
+    by: dict[str, int] = Field(description="machines held per job (the pool: `pool`)")
 
 
 class ServiceView(_Answer):
@@ -111,6 +128,7 @@ class ServiceView(_Answer):
     jobs_by_state: dict[str, int]
     machines_alive: int
     spend: float
+    quota: list[QuotaUse] = Field(default_factory=list)
 
 
 class Status(BaseModel):

@@ -1,7 +1,8 @@
 """Prometheus text for the service's ``GET /metrics``: per job (labels ``job``, its id,
 and ``name``) its tasks by state, money committed and cost, its budget, deadline and
 predicted finish when it has them, and a 0/1 gauge per job state; for the service, jobs
-by state and machines alive.
+by state, machines alive, and per shared limit (a type's ``max_count``, a provider's
+``max_machines``) the machines all jobs hold against it.
 
 Built afresh from the jobs' views (``service.view.JobView``) on each scrape, in a
 registry of its own, so a job that is gone leaves no stale series behind.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from autoscaler.service.quota import Usage
 from autoscaler.service.store import JobState
 from autoscaler.service.view import JobView
 
@@ -19,9 +21,9 @@ JOB_STATES = tuple(s.value for s in JobState)
 _RELEASED = "released"
 
 
-def render_metrics(jobs: Sequence[JobView]) -> tuple[bytes, str]:
+def render_metrics(jobs: Sequence[JobView], quota: Sequence[Usage] = ()) -> tuple[bytes, str]:
     """The body and content type of ``/metrics`` for the views ``jobs`` (a machine is
-    alive unless ``released``)."""
+    alive unless ``released``) and the shared limits' ``quota``."""
     from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
 
     r = CollectorRegistry()
@@ -55,6 +57,22 @@ def render_metrics(jobs: Sequence[JobView]) -> tuple[bytes, str]:
         "autoscaler_service_machines_alive", "machines not yet released, all jobs", registry=r
     )
     spend_all = Gauge("autoscaler_service_spend_committed", "money committed, all jobs", registry=r)
+    limit = ["kind", "name"]
+    held = Gauge(
+        "autoscaler_service_quota_held",
+        "machines all jobs hold (alive or being launched) under a shared limit",
+        limit,
+        registry=r,
+    )
+    most = Gauge(
+        "autoscaler_service_quota_max",
+        "a shared limit: a type's max_count, a provider's max_machines",
+        limit,
+        registry=r,
+    )
+    for use in quota:
+        held.labels(use.kind, use.name).set(use.held)
+        most.labels(use.kind, use.name).set(use.most)
     counts = dict.fromkeys(JOB_STATES, 0)
     machines = 0
     committed = 0.0

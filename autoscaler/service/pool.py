@@ -59,6 +59,11 @@ def _task_s(cfg: RunConfig) -> dict[str, float]:
     return dict(cfg.jobs[0].task_s) if cfg.jobs else {}
 
 
+POOL_HOLDER = "pool"
+"""The deadline pool's name where the jobs' are their ids: in the quota ledger, and
+first in its machines' names."""
+
+
 def pool_config(cfg: RunConfig, job_id: str) -> RunConfig:
     """The pool's run config, made from its first job's: that job, named by its id, in
     the jobs form, and the run kept open."""

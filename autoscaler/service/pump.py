@@ -14,7 +14,8 @@ from autoscaler.config.service import ServiceConfig
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.state import RunState
 from autoscaler.service.memory import application, job_runs, said, with_memory
-from autoscaler.service.pool import Pool, shares_the_pool
+from autoscaler.service.pool import POOL_HOLDER, Pool, shares_the_pool
+from autoscaler.service.quota import QuotaLedger
 from autoscaler.service.runners import (
     Runner,
     RunStates,
@@ -53,6 +54,7 @@ class Pump:
     _starting: set[str]
     _run_states: RunStates
     _closing: bool
+    quota: QuotaLedger
 
     store: Store | None
     on_job_end: JobEndHook | None
@@ -149,6 +151,8 @@ class Pump:
             progress=progress,
             plots=self.config.settings.plots,
         )
+        if self.shared:
+            daemon.quota, daemon.holder = self.quota, row.id
         runner = Runner(row.id, daemon, daemon.files)
         runner.thread = threading.Thread(
             target=self._run, args=(runner, row), name=f"job-{row.id}", daemon=True
@@ -188,6 +192,7 @@ class Pump:
     def _run(self, runner: Runner, row: JobRow) -> None:
         """A job's thread: its daemon from start to end, then its outcome in the store."""
         ending = run_own(runner, queued(row))
+        self.quota.leave(runner.job_id)
         files = runner.files
         if ending.outcome is not None:
             state = ending.outcome.state
@@ -239,6 +244,8 @@ class Pump:
                 ended=self._pool_job_ended,
             )
             pool.remember = self._remember
+            assert pool.daemon is not None
+            pool.daemon.quota, pool.daemon.holder = self.quota, POOL_HOLDER
             pool.thread = threading.Thread(
                 target=self._run_pool, args=(pool,), name="deadline-pool", daemon=True
             )
@@ -277,6 +284,7 @@ class Pump:
     def _run_pool(self, pool: Pool) -> None:
         """The pool's thread: its daemon until the service stops it (or it breaks)."""
         interrupted, error = run_pool(pool)
+        self.quota.leave(POOL_HOLDER)
         with self._cond:
             for job_id in sorted(pool.jobs):
                 if interrupted:

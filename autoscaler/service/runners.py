@@ -21,7 +21,7 @@ from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.journal import JOURNAL_DB
 from autoscaler.core.model import BudgetSet, DeadlineSet, TaskSpec
 from autoscaler.core.state import RunState
-from autoscaler.service.pool import POOL_DIR, JobEnded, Pool, pool_config
+from autoscaler.service.pool import POOL_DIR, POOL_HOLDER, JobEnded, Pool, pool_config
 from autoscaler.service.store import ENDED, DeadlinePassed, JobRow, JobState, deadline_at_of
 from autoscaler.service.view import Clock, HistoryPoint, Progress, progress
 
@@ -124,11 +124,17 @@ def check_change(row: JobRow, budget: float | None, deadline_s: float | None) ->
         )
 
 
-def for_the_service(cfg: RunConfig, max_running: int) -> RunConfig:
-    """A job's config as the service runs it: its metrics are the service's, and with
-    jobs side by side each dispatcher takes a free port."""
+def for_the_service(cfg: RunConfig, max_running: int, holder: str) -> RunConfig:
+    """A job's config as the service runs it: its metrics are the service's, its
+    machines are named by ``holder`` (the job's id, or the pool's name) so that no two
+    jobs' machines share a name, and with jobs side by side each dispatcher takes a free
+    port."""
     daemon = cfg.daemon.model_copy(
-        update={"metrics_port": None, **({"port": 0} if max_running > 1 else {})}
+        update={
+            "metrics_port": None,
+            "machine_prefix": holder,
+            **({"port": 0} if max_running > 1 else {}),
+        }
     )
     return cfg.model_copy(update={"daemon": daemon})
 
@@ -196,7 +202,7 @@ def start_own_run(
         shutil.rmtree(run_dir)  # a start cut short before its journal: begin again
     cfg = starting_now(row.config, deadline_at(row), now)
     if shared:
-        cfg = for_the_service(cfg, max_running)
+        cfg = for_the_service(cfg, max_running, row.id)
     if not plots:  # the run directory's config says what its report holds
         cfg = cfg.model_copy(update={"plots": False})
     return start_run(
@@ -282,7 +288,7 @@ def open_pool(
         if pool_dir.exists():
             shutil.rmtree(pool_dir)  # a start cut short before its journal
         cfg = starting_now(row.config, deadline_at(row), clock())
-        cfg = for_the_service(pool_config(cfg, row.id), max_running)
+        cfg = for_the_service(pool_config(cfg, row.id), max_running, POOL_HOLDER)
         if not plots:
             cfg = cfg.model_copy(update={"plots": False})
         daemon = start_run(

@@ -25,16 +25,19 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from autoscaler.config.schema import RunConfig
 from autoscaler.config.service import ServiceConfig, job_config
 from autoscaler.core.errors import AutoscalerError, ConfigError
+from autoscaler.core.journal import JOURNAL_DB
 from autoscaler.core.model import Interrupted, Shutdown, TaskSpec
 from autoscaler.providers import registry
-from autoscaler.service.pool import POOL_DIR, Pool
+from autoscaler.service.pool import POOL_DIR, POOL_HOLDER, Pool
 from autoscaler.service.pump import JOBS_DIR, JobEndHook, ProgressHook, Pump
+from autoscaler.service.quota import QuotaLedger
 from autoscaler.service.runners import (
     Runner,
     RunStates,
@@ -116,6 +119,7 @@ class Service(Pump):
         self._pool: Pool | None = None  # once a deadline job shares it
         self._starting: set[str] = set()  # picked by the pump, being started
         self._run_states = RunStates()  # for the daily cost reports
+        self.quota = QuotaLedger.of(config.platform)  # the machine limits all jobs share
         self._closing = False
         self._pump: threading.Thread | None = None
         self._lock_fd: int | None = None
@@ -140,6 +144,8 @@ class Service(Pump):
         self.store = Store(self.state_dir / DB_FILE)
         label = self.config.platform.provider_label()
         self.log.info("service start", pid=os.getpid(), provider=label)
+        if self.shared:
+            self._count_held()
         self._pump = threading.Thread(target=self._pump_loop, name="service-pump", daemon=True)
         self._pump.start()
 
@@ -187,6 +193,20 @@ class Service(Pump):
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
+
+    def _count_held(self) -> None:
+        """The machines the jobs a dead service left running still hold, from their
+        runs' journals, counted against the quota before any job may launch."""
+        from autoscaler.run.rundir import read_run
+
+        rows = self._store.rows("WHERE state IN (?, ?)", (JobState.RUNNING, JobState.INTERRUPTED))
+        dirs = {POOL_HOLDER if r.in_pool else r.id: r.run_dir for r in rows}
+        if POOL_HOLDER in dirs:
+            dirs[POOL_HOLDER] = self.state_dir / POOL_DIR
+        for holder, run_dir in dirs.items():
+            if (run_dir / JOURNAL_DB).is_file():
+                _, state = read_run(run_dir)
+                self.quota.hold(holder, state.alive_counts())
 
     # --- jobs in ----------------------------------------------------------------------
 
@@ -344,7 +364,12 @@ class Service(Pump):
                 points = row.final.get("history") or []
             else:
                 points = []
-        return job_view(row, live, points)
+        view = job_view(row, live, points)
+        if runner is not None and not view.progress.stop_reason:
+            waits = self.quota.waits(POOL_HOLDER if runner.pool is not None else row.id)
+            if waits:
+                return replace(view, waiting="waiting for " + "; ".join(w.said() for w in waits))
+        return view
 
     def service_view(self) -> dict[str, Any]:
         return {
@@ -354,6 +379,7 @@ class Service(Pump):
             "state_dir": str(self.state_dir),
             "pid": os.getpid(),
             **service_summary(self.job_views()),
+            "quota": [u.to_json() for u in self.quota.usage()],
         }
 
     def wait(self, job_id: str, timeout: float | None = None) -> dict[str, Any]:

@@ -208,6 +208,7 @@ class JobView:
     progress: Progress
     history: tuple[HistoryPoint, ...] | None  # None: not asked for
     task_times: dict[str, Any] | None = None  # task_s from the service's memory (note)
+    waiting: str | None = None  # what machines it waits for, held by which jobs
 
     def to_json(self) -> dict[str, Any]:
         """The API's JSON for the job (``history`` only when it was asked for)."""
@@ -225,6 +226,8 @@ class JobView:
             out["history"] = [list(p) for p in self.history]
         if self.task_times is not None:
             out["task_times_from"] = self.task_times
+        if self.waiting is not None:
+            out["waiting"] = self.waiting
         return out
 
     @classmethod
@@ -242,6 +245,7 @@ class JobView:
             progress=Progress.from_json(data),
             history=None if history is None else tuple(_point(p) for p in history),
             task_times=data.get("task_times_from"),
+            waiting=data.get("waiting"),
         )
 
 

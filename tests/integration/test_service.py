@@ -19,6 +19,7 @@ from tests.integration.daemon_helpers import (
     assert_clean_end,
     done_counts,
     journal_rows,
+    local_fields,
     run_id_of,
     successful_runs,
     wait_for,
@@ -267,7 +268,8 @@ def test_kill9_with_jobs_queued_and_running_then_every_job_resumes(tmp_path: Pat
 
 @pytest.mark.alone  # budgets at 360x: the time the service is down is money spent
 def test_sigterm_releases_every_machine_and_keeps_jobs_to_resume(tmp_path: Path) -> None:
-    config = service_config(tmp_path)
+    # Room for both jobs' machines at once (the types' limits are the service's): both run.
+    config = service_config(tmp_path, machine_types=local_fields(max_count=8)["machine_types"])
     state_dir = tmp_path / "state"
     svc = ServiceProcess(config, state_dir)
     ids = [svc.submit(budget_job(f"t{i}", 60, 60)) for i in range(2)]

@@ -24,7 +24,8 @@ def test_200_jobs_from_8_clients_none_lost_every_one_reported(tmp_path: Path) ->
         # Per-second billing: a job's machine goes once its two tasks are done, so 200
         # jobs pass in well under a minute (fixed hourly units would hold each for one).
         billing={"mode": "per_second", "atu_s": "1h", "min_charge_s": "1m"},
-        machine_types=[{"name": "small", "price": 1, "max_count": 2, "boot_s": "1m"}],
+        # Two machines for each of the 8 jobs at once (the limit is the service's).
+        machine_types=[{"name": "small", "price": 1, "max_count": 16, "boot_s": "1m"}],
         emulator={"speed": {}, "runtime": {"dist": "normal", "mean_s": "5m", "sd_s": "1m"}},
     )
     svc = ServiceProcess(config, tmp_path / "state")

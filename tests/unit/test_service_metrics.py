@@ -8,6 +8,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from autoscaler.service.metrics import JOB_STATES, render_metrics
+from autoscaler.service.quota import Usage
 from autoscaler.service.view import JobView
 
 
@@ -127,3 +128,20 @@ def test_no_jobs_gives_zeros() -> None:
     assert all(got[("autoscaler_service_jobs", (("state", st),))] == 0.0 for st in JOB_STATES)
     assert got[("autoscaler_service_machines_alive", ())] == 0.0
     assert not [k for k in got if k[0].startswith("autoscaler_job_")]
+
+
+def test_each_shared_limit_shows_what_all_jobs_hold_against_it() -> None:
+    quota = [
+        Usage("type", "small", 6, {"j1": 4, "j3": 2}),
+        Usage("type", "fast", 6, {}),
+        Usage("provider", "campus", 8, {"j1": 4, "j3": 2}),
+    ]
+    body, _ = render_metrics([JobView.from_json(v) for v in JOBS], quota)
+    got = samples(body)
+    for kind, name, held, most in (("type", "small", 6, 6), ("type", "fast", 0, 6)):
+        key = (("kind", kind), ("name", name))
+        assert got[("autoscaler_service_quota_held", key)] == held
+        assert got[("autoscaler_service_quota_max", key)] == most
+    campus = (("kind", "provider"), ("name", "campus"))
+    assert got[("autoscaler_service_quota_held", campus)] == 6
+    assert got[("autoscaler_service_quota_max", campus)] == 8

@@ -77,13 +77,21 @@ def test_script_polls_the_status_api_relative_to_the_page() -> None:
 def test_header_fields_follow_the_service_view() -> None:
     """The header has a cell for each ServiceView field it shows."""
     fields = {v for tag, name, v in outline().attrs if tag == "dd" and name == "data-field"}
-    assert fields == {"pid", "provider", "state_dir", "jobs_by_state", "machines_alive", "spend"}
+    assert fields == {
+        "pid",
+        "provider",
+        "state_dir",
+        "jobs_by_state",
+        "machines_alive",
+        "quota",
+        "spend",
+    }
 
 
 def test_api_strings_go_through_the_escaper() -> None:
     """Each JobView string field put into the page's HTML is wrapped in ``esc()``."""
     script = "".join(outline().scripts)
-    for field in ("id", "name", "state", "mode", "stop_reason"):
+    for field in ("id", "name", "state", "mode", "stop_reason", "waiting"):
         interpolations = re.findall(rf"\$\{{([^}}]*\bj\.{field}\b[^}}]*)\}}", script)
         assert interpolations, field
         unescaped = [
