@@ -2,7 +2,8 @@
 at once is given up after a few in a row, the report and the log say what the scheduler
 said, and the run does not spend its budget on machines that never start.
 
-Each run is ``autoscaler run run.yaml`` from a directory of its own with the default
+Local agents that exit at once are the same hole on this host. Each run is
+``autoscaler run run.yaml`` from a directory of its own with the default
 run directory (``runs/<id>``, relative), as a user runs it.
 """
 
@@ -18,7 +19,7 @@ import yaml
 from autoscaler.run.giveup import UNREADY_MAX
 from tests.integration import sge as sge_cluster
 from tests.integration import slurm as slurm_cluster
-from tests.integration.daemon_helpers import journal_rows, run_cli
+from tests.integration.daemon_helpers import agents_of, journal_rows, local_config, run_cli
 
 pytestmark = pytest.mark.integration
 
@@ -110,3 +111,17 @@ def test_a_grid_engine_type_whose_jobs_cannot_start_is_given_up_the_other_finish
     done_by = {d["machine"].split("-")[0] for _, _, d in journal_rows(run_dir, "TaskDone")}
     assert done_by == {"small"}
     assert report["cost"] <= report["budget"] + 1e-6
+
+
+def test_local_agents_that_exit_at_once_give_every_type_up(tmp_path: Path) -> None:
+    """The same hole on this host: an interpreter that exits at once (``false``)."""
+    local_config(tmp_path, local={"python": "false"}, bag={"synthetic": 40})
+    code, out, run_dir = run_from(tmp_path)
+    report = json.loads((run_dir / "report.json").read_text())
+    assert code == 3, out
+    assert report["stop_reason"].startswith("every machine type was given up, 40 tasks left")
+    reasons = given_up(run_dir)
+    assert set(reasons) == {"small", "fast"}
+    assert all("exited with 1" in reason for reason in reasons.values())
+    assert report["cost"] <= report["budget"] / 2
+    assert agents_of(report["run_id"]) == []
