@@ -35,6 +35,10 @@ class MachineStatus:
     type: str
     state: ProviderState
     address: str | None = None  # where to reach it (an instance's IP), if the provider knows
+    reason: str | None = None
+    """Why a TERMINATED machine ended, in its provider's words (a scheduler's state and
+    the tail of the job's log, an agent's exit status), when it ended by itself and the
+    provider can tell; None for a machine we ended."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +158,11 @@ class Provider(Protocol):
         self, type: str, count: int, token: str, tags: Mapping[str, str]
     ) -> list[MachineRecord]: ...
 
-    def describe(self, ids: Sequence[str] | None = None) -> list[MachineStatus]: ...
+    def describe(self, ids: Sequence[str] | None = None) -> list[MachineStatus]:
+        """The run's machines (all of them, or ``ids``) as the provider shows them; a
+        machine that ended by itself says why where the provider can tell
+        (``MachineStatus.reason``)."""
+        ...
 
     def terminate(self, ids: Sequence[str], *, now: bool = False) -> list[str]:
         """End the machines of ``ids`` (only this run's); the ids terminated. ``now``: no

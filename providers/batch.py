@@ -36,6 +36,7 @@ from autoscaler.providers.base import (
     machine_ids,
     split_machine_id,
 )
+from autoscaler.providers.ended import because
 from autoscaler.providers.kind import (
     ProviderKind,
     RunContext,
@@ -143,6 +144,7 @@ class ListedJob:
     state: ProviderState | None  # None: it will never run (cancel it)
     submitted_at: float | None  # epoch seconds
     order: int  # submission order (the job number)
+    said: str = ""  # its state in the scheduler's words (``FAILED (JobLaunchFailure)``)
 
 
 @dataclass
@@ -153,6 +155,12 @@ class _Machine:
     job_id: str
     launched_at: float
     state: ProviderState
+    reason: str | None = None  # why it ended, when it ended by itself
+
+
+GONE_LOOKUPS = 4
+"""Jobs gone from the listing whose end is looked up in the scheduler's accounting at
+one describe (a command each); the others say only that they are gone."""
 
 
 SpecT = TypeVar("SpecT")
@@ -226,6 +234,16 @@ class BatchProvider(Generic[SpecT]):
         """Which of these jobs, absent from the listing, still exist (default: none)."""
         return set()
 
+    def _never_reasons(self, jobs: Sequence[ListedJob]) -> dict[str, str]:
+        """Job id -> why these jobs, which will never run, will not (default: their
+        state); asked before they are ended."""
+        return {j.job_id: f"{j.said or 'held'}: it would never run" for j in jobs}
+
+    def _gone_reason(self, job_id: str) -> str:
+        """How job ``job_id``, gone from the listing, ended, as the scheduler's
+        accounting keeps it (default: only that it is gone)."""
+        return f"job {job_id} gone from the {self.section} listing"
+
     # --- the provider protocol ------------------------------------------------------
 
     def launch(
@@ -269,7 +287,7 @@ class BatchProvider(Generic[SpecT]):
             self._refresh()
             chosen = list(self._machines) if ids is None else list(ids)
             return [
-                MachineStatus(mid, m.type, m.state)
+                MachineStatus(mid, m.type, m.state, reason=m.reason)
                 for mid in chosen
                 if (m := self._machines.get(mid)) is not None
             ]
@@ -295,14 +313,15 @@ class BatchProvider(Generic[SpecT]):
 
         Jobs of this run unknown to us are adopted; jobs that will never run are ended; a
         job gone from the listing (and not confirmed by ``_existing``) has ended; an
-        ended machine stays ended (a listing may lag behind a cancel).
+        ended machine stays ended (a listing may lag behind a cancel). A machine that
+        ends here ended by itself: it keeps why (``ended.because``).
         """
         ours: dict[str, ListedJob] = {}
         for job in self._list():
             previous = ours.get(job.machine)
             if previous is None or job.order > previous.order:
                 ours[job.machine] = job  # a relaunched machine: the newest job counts
-        never: list[str] = []
+        never: list[tuple[_Machine, ListedJob]] = []
         for mid, job in ours.items():
             machine = self._machines.get(mid)
             if machine is None or machine.job_id != job.job_id:
@@ -310,7 +329,9 @@ class BatchProvider(Generic[SpecT]):
             elif machine.state is ProviderState.TERMINATED:
                 continue
             if job.state is None:
-                never.append(job.job_id)
+                never.append((machine, job))
+            elif job.state is ProviderState.TERMINATED:
+                machine.reason = self._because(machine, job.said)
             machine.state = job.state or ProviderState.TERMINATED
         vanished = [
             m
@@ -319,12 +340,25 @@ class BatchProvider(Generic[SpecT]):
         ]
         if vanished:
             present = self._existing([m.job_id for m in vanished])
-            for machine in vanished:
-                if machine.job_id not in present:
-                    machine.state = ProviderState.TERMINATED
+            gone = [m for m in vanished if m.job_id not in present]
+            for i, machine in enumerate(gone):
+                machine.state = ProviderState.TERMINATED
+                said = self._gone_reason(machine.job_id) if i < GONE_LOOKUPS else None
+                machine.reason = self._because(machine, said or "gone from the listing")
         if never:
-            self._cancel(never)
+            reasons = self._never_reasons([job for _, job in never])
+            for machine, job in never:
+                machine.reason = self._because(machine, reasons.get(job.job_id, job.said))
+            self._cancel([job.job_id for _, job in never])
         return {mid for mid, m in self._machines.items() if m.state is not ProviderState.TERMINATED}
+
+    def _because(self, machine: _Machine, said: str) -> str:
+        """Why ``machine`` ended: the scheduler's words on job ``said``, its log's tail."""
+        return because(f"{self.section} job {machine.job_id}: {said}", self.log_path(machine.id))
+
+    def log_path(self, mid: str) -> Path:
+        """Where machine ``mid``'s job writes its output (the agent's log)."""
+        return self.log_dir / f"{mid}.log"
 
     def _adopt(self, mid: str, job: ListedJob) -> _Machine:
         """Take over a job of this run submitted by an earlier daemon (found by name)."""

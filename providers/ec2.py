@@ -385,7 +385,13 @@ class Ec2Provider:
         state = _STATES.get(instance.get("State", {}).get("Name", ""), ProviderState.TERMINATED)
         key = "PublicIpAddress" if self.settings.address == "public" else "PrivateIpAddress"
         address = instance.get(key)
-        return MachineStatus(iid, mtype, state, str(address) if address else None)
+        why = None
+        if state is ProviderState.TERMINATED:
+            reason = instance.get("StateReason", {})
+            why = (
+                reason.get("Message") or reason.get("Code") or instance.get("StateTransitionReason")
+            )
+        return MachineStatus(iid, mtype, state, str(address) if address else None, why or None)
 
 
 # --- cleanup: every run's instances -------------------------------------------------------

@@ -127,7 +127,8 @@ def agent_settings(
     cfg: Platform, ctx: RunContext, *, python: str | None, workdir: Path | None
 ) -> AgentSettings:
     """How a provider that starts agents itself starts them: ``python`` and ``workdir``
-    are its section's (None: this interpreter, the run's working directory)."""
+    are its section's (None: this interpreter, the run's working directory). The working
+    directory is made absolute here, against ours: a scheduler starts a job elsewhere."""
     d = cfg.daemon
     return AgentSettings(
         url=ctx.url,
@@ -135,7 +136,7 @@ def agent_settings(
         heartbeat_s=d.heartbeat_s,
         orphan_after_s=d.orphan_after_s,
         tail_bytes=d.tail_bytes,
-        workdir=workdir or ctx.workdir,
+        workdir=(workdir or ctx.workdir).absolute(),
         python=python or sys.executable,
         slots={t.name: t.slots or 1 for t in cfg.machine_types},
     )

@@ -36,6 +36,7 @@ from autoscaler.providers.base import (
     machine_ids,
     split_machine_id,
 )
+from autoscaler.providers.ended import because
 from autoscaler.providers.kind import (
     ProviderKind,
     RunContext,
@@ -62,6 +63,7 @@ class _Agent:
     pid: int
     launched_at: float
     proc: subprocess.Popen[bytes] | None  # None for an agent adopted after a restart
+    ended: bool = False  # terminated by us
 
 
 def _environ(pid: int) -> dict[str, str]:
@@ -180,16 +182,26 @@ class LocalProvider:
                 agent = self._agents.get(mid)
                 if agent is None:
                     continue
-                running = self._running(mid)
-                state = ProviderState.RUNNING if running else ProviderState.TERMINATED
-                out.append(MachineStatus(mid, agent.type, state))
+                if self._running(mid):
+                    out.append(MachineStatus(mid, agent.type, ProviderState.RUNNING))
+                else:
+                    why = None if agent.ended else self._why(agent)
+                    out.append(MachineStatus(mid, agent.type, ProviderState.TERMINATED, reason=why))
             return out
+
+    def _why(self, agent: _Agent) -> str:
+        """Why an agent we did not end ended: its exit status, its log's tail."""
+        code = None if agent.proc is None else agent.proc.returncode
+        said = f"agent process {agent.pid} exited" + ("" if code is None else f" with {code}")
+        return because(said, self.log_dir / f"{agent.id}.log")
 
     def terminate(self, ids: Sequence[str], *, now: bool = False) -> list[str]:
         """SIGTERM each agent, SIGKILL what is left after ``GRACE_S`` (at once if ``now``);
         wait for the ends."""
         with self._lock:
             targets = [self._agents[mid] for mid in ids if mid in self._agents]
+        for agent in targets:
+            agent.ended = True
         for agent in targets:
             if self._running(agent.id):
                 self._signal(agent, signal.SIGTERM)

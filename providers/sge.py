@@ -50,6 +50,7 @@ from autoscaler.providers.batch import (
     TaggedJob,
     build_provider,
     command_error,
+    detail,
     run_checked,
     run_client,
     sweeper_of,
@@ -171,7 +172,11 @@ class SgeProvider(BatchProvider[SgeType]):
             tag = sge_output.parse_job_name(job.name)
             if tag is not None and tag[0] == self.run_id:
                 state = sge_output.provider_state(job.state)
-                out.append(ListedJob(job.job_id, tag[1], state, job.submitted_at, int(job.job_id)))
+                out.append(
+                    ListedJob(
+                        job.job_id, tag[1], state, job.submitted_at, int(job.job_id), job.state
+                    )
+                )
         return out
 
     def _cancel(self, job_ids: Sequence[str]) -> list[str]:
@@ -180,6 +185,24 @@ class SgeProvider(BatchProvider[SgeType]):
     def _existing(self, job_ids: Sequence[str]) -> set[str]:
         result = _run(self._runner, ["qstat", "-xml", "-j", ",".join(job_ids)])
         return sge_output.parse_qstat_j(result.stdout)
+
+    def _never_reasons(self, jobs: Sequence[ListedJob]) -> dict[str, str]:
+        """A job in an error state says why in ``qstat -j`` (its ``error reason``)."""
+        states = {j.job_id: j.said for j in jobs}
+        try:
+            result = _run(self._runner, ["qstat", "-xml", "-j", ",".join(states)])
+            errors = sge_output.parse_qstat_j_errors(result.stdout)
+        except AutoscalerError as exc:
+            errors = dict.fromkeys(states, f"(qstat -j: {exc.message[:200]})")
+        return {i: f"{state}, {errors[i]}" if i in errors else state for i, state in states.items()}
+
+    def _gone_reason(self, job_id: str) -> str:
+        """What ``qacct -j`` keeps of the job's end (its failure, its exit status)."""
+        result = self._runner(["qacct", "-j", job_id])
+        said = sge_output.parse_qacct(result.stdout) if result.rc == 0 else None
+        if said is None:
+            return f"gone from qstat (qacct -j {job_id}: {detail(result)[:200]})"
+        return f"gone from qstat, {said}"
 
     def _submit_args(self, mid: str, spec: SgeType) -> list[str]:
         """The qsub command line of machine ``mid``: it names the token file, never the token."""
@@ -194,7 +217,7 @@ class SgeProvider(BatchProvider[SgeType]):
             "-N",
             sge_output.job_name(self.run_id, mid),
             "-o",
-            str(self.log_dir / f"{mid}.log"),
+            str(self.log_path(mid)),
             "-j",
             "y",
         ]

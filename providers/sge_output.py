@@ -168,6 +168,51 @@ def parse_qstat_j(xml: str) -> set[str]:
     }
 
 
+_MESSAGE_STAMP = re.compile(r"^\d\d/\d\d/\d{4} \d\d:\d\d:\d\d \[[^\]]*\]:\s*")
+
+
+def parse_qstat_j_errors(xml: str) -> dict[str, str]:
+    """Job id -> why it is in an error state (``Eqw``), from ``qstat -xml -j ID,...``:
+    the messages Grid Engine keeps on its tasks (``error reason`` in ``qstat -j``), e.g.
+    ``error: can't chdir to /runs/x/work: No such file or directory``; jobs without
+    one are left out."""
+    root = _xml(xml, "qstat -xml -j")
+    if root.tag == "unknown_jobs":
+        return {}
+    if root.tag != "detailed_job_info":
+        raise AutoscalerError(f"qstat -xml -j: unexpected document <{root.tag}>", code=ERROR_CODE)
+    out = {}
+    for element in root.findall("./djob_info/element"):
+        number = _child(element, "JB_job_number")
+        said = [
+            _MESSAGE_STAMP.sub("", message.text.strip())
+            for message in element.iter("QIM_message")
+            if message.text and message.text.strip()
+        ]
+        if number and said:
+            out[number] = "; ".join(dict.fromkeys(said))
+    return out
+
+
+def parse_qacct(text: str) -> str | None:
+    """How a job ended, from ``qacct -j ID``: its ``failed`` code with Grid Engine's
+    words when it failed (``failed 26 : opening input/output file``), and its exit
+    status (the last record, a job run again keeping several); None when qacct has no
+    record of it."""
+    failed = status = None
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        value = " ".join(value.split())
+        if key == "failed":
+            failed = value
+        elif key == "exit_status":
+            status = value
+    if failed is None and status is None:
+        return None
+    said = [] if failed in (None, "0") else [f"failed {failed}"]
+    return ", ".join([*said, f"exit status {status if status is not None else '?'}"])
+
+
 _QDEL_DONE = re.compile(
     r"has (?:registered the job|deleted job) (\d+)|job (\d+) is already in deletion"
 )

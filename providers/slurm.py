@@ -61,7 +61,7 @@ from autoscaler.providers.kind import (
 )
 from autoscaler.providers.offer import Offer, OfferRequest
 from autoscaler.providers.sge_output import job_name, parse_job_name
-from autoscaler.providers.slurm_output import ERROR_CODE, SQUEUE_FORMAT, Job
+from autoscaler.providers.slurm_output import ERROR_CODE, SACCT_FORMAT, SQUEUE_FORMAT, Job
 
 if TYPE_CHECKING:
     from autoscaler.config.platform import SlurmType as SlurmTypeConfig
@@ -179,10 +179,20 @@ class SlurmProvider(BatchProvider[SlurmType]):
             tag = parse_job_name(job.name)
             if tag is not None and tag[0] == self.run_id:
                 state = slurm_output.provider_state(job)
+                said = slurm_output.job_words(job)
                 out.append(
-                    ListedJob(job.job_id, tag[1], state, job.submitted_at, _order(job.job_id))
+                    ListedJob(job.job_id, tag[1], state, job.submitted_at, _order(job.job_id), said)
                 )
         return out
+
+    def _gone_reason(self, job_id: str) -> str:
+        """What ``sacct`` keeps of the job's end (a cluster without accounting has none)."""
+        argv = ["sacct", "--parsable2", "--noheader", "-j", job_id, "-o", SACCT_FORMAT]
+        result = self._runner(argv)
+        said = slurm_output.parse_sacct(result.stdout, job_id) if result.rc == 0 else None
+        if said is None:
+            return f"gone from squeue (sacct: {detail(result)[:200]})"
+        return f"gone from squeue, {said}"
 
     def _cancel(self, job_ids: Sequence[str]) -> list[str]:
         return cancel_jobs(job_ids, self._runner)
@@ -196,7 +206,7 @@ class SlurmProvider(BatchProvider[SlurmType]):
             "sbatch",
             "--parsable",
             f"--job-name={job_name(self.run_id, mid)}",
-            f"--output={self.log_dir / f'{mid}.log'}",
+            f"--output={self.log_path(mid)}",
             f"--time={self.time_limit_min}",
             "--ntasks=1",
             "--export=NIL",

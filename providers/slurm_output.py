@@ -90,6 +90,30 @@ def provider_state(job: Job) -> ProviderState | None:
     return ProviderState.TERMINATED  # COMPLETING, COMPLETED, CANCELLED, TIMEOUT, FAILED, ...
 
 
+def job_words(job: Job) -> str:
+    """A job's state in Slurm's words, with its reason when squeue gives one:
+    ``FAILED (JobLaunchFailure)``, ``PENDING (PartitionConfig)``, ``TIMEOUT``."""
+    return job.state if job.reason in ("", "None") else f"{job.state} ({job.reason})"
+
+
+SACCT_FORMAT = "JobID,State,ExitCode,Reason"
+"""sacct's ``--format`` (with ``--parsable2 --noheader``) for how a job ended."""
+
+
+def parse_sacct(text: str, job_id: str) -> str | None:
+    """How job ``job_id`` ended, from ``sacct -P -n -j ID -o SACCT_FORMAT``: its state,
+    exit code (``exit:signal``) and reason, from the job's own line (its steps,
+    ``ID.batch``, follow it); None when sacct has no record of it."""
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) >= 3 and parts[0] == job_id:
+            state, code = parts[1], parts[2]
+            reason = parts[3] if len(parts) > 3 else ""
+            said = f"{state}, exit code {code}"
+            return said if reason in ("", "None") else f"{said} ({reason})"
+    return None
+
+
 # --- offers: sbatch --test-only ---------------------------------------------------------------
 
 _WILL_RUN = re.compile(

@@ -130,7 +130,7 @@ def _read(s: Step, events: Iterable[Event]) -> _News:
             case TaskDone(task=tid, machine=mid):
                 touched.add(mid)
                 first.extend(Cancel(tid, m, "another run finished first") for m in others)
-            case LaunchFailed(kind="capacity", type=tname):
+            case LaunchFailed(kind="capacity" | "setup" | "unready", type=tname):
                 lost = True
                 unavailable.append(tname)
             case LaunchFailed(kind="limit", types=types):
@@ -445,6 +445,10 @@ class Controller:
         if state.stopped or state.awaiting_budget or state.pending_launches or state.any_alive():
             return
         # Nothing runs and tasks are left: start again if the budget allows, else stop.
+        none_left = state.none_left()
+        if none_left is not None:
+            s.do(Stop(none_left))
+            return
         meet_target(s)
         if not state.pending_launches and not state.deferred:
             left = money_left(state)

@@ -16,6 +16,7 @@ from autoscaler.core.files import Stored
 from autoscaler.core.model import (
     ACTION_TYPES,
     EVENT_TYPES,
+    GIVEN_UP_KINDS,
     Action,
     Assign,
     AssignGroup,
@@ -236,7 +237,7 @@ class Fold(Runs):
         ``error`` not understood, briefly), its provider's types (``limit``), every
         scale-up (``throttled``, or a limit that names no types); the types avoided for
         capacity or a limit then recover over ``recover_s``."""
-        if failed.kind in ("capacity", "setup"):
+        if failed.kind == "capacity" or failed.kind in GIVEN_UP_KINDS:
             avoided: tuple[str, ...] = (failed.type,)
             table = self.unavailable
         elif failed.kind == "limit" and failed.types:

@@ -39,6 +39,8 @@ from autoscaler.core.files import FileSpec, Stored
 __all__ = [
     "ACTION_TYPES",
     "EVENT_TYPES",
+    "GIVEN_UP_KINDS",
+    "NEVER",
     "NOTICE_REASON",
     "OUT_OF_MONEY",
     "SETUP_REASON",
@@ -203,10 +205,11 @@ class LaunchFailed:
     again when the plan asks), ``capacity`` (the type is unavailable until ``until``:
     plan without it), ``limit`` (the provider's account or subnet is full: no scale-up
     of ``types``, the types of that provider, until ``until``; none given: of every
-    type), ``throttled`` (no scale-up of any type until ``until``) or ``setup`` (the
-    type's machines failed their set-up too often: avoided as for ``capacity``). After ``until``
-    the types avoided count less, regaining full weight over ``recover_s``
-    (``RunRecords.weight``).
+    type), ``throttled`` (no scale-up of any type until ``until``), ``setup`` (the
+    type's machines failed their set-up too often) or ``unready`` (its machines kept
+    ending before their agents were ready); a type given up (``GIVEN_UP_KINDS``, until
+    ``NEVER``) is avoided as for ``capacity``, for good. After ``until`` the types
+    avoided count less, regaining full weight over ``recover_s`` (``RunRecords.weight``).
     """
 
     token: str
@@ -223,6 +226,12 @@ class LaunchFailed:
 class MachineReady:
     machine: str
 
+
+NEVER = 1e12
+"""Run time far past any run's end: a type given up is avoided until then."""
+
+GIVEN_UP_KINDS = frozenset({"setup", "unready"})
+"""The kinds of ``LaunchFailed`` that give a type up: it is not bought again."""
 
 NOTICE_REASON = "interruption notice"
 """How ``MachineLost`` names a machine its provider said it takes back (EC2 spot)."""

@@ -13,6 +13,8 @@ from autoscaler.core.billing import BillingModel
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.files import Stored
 from autoscaler.core.model import (
+    GIVEN_UP_KINDS,
+    NEVER,
     Configure,
     Forecast,
     JobSpec,
@@ -183,6 +185,19 @@ class RunRecords:
     def available(self, type_name: str, now: float) -> bool:
         """Whether the provider may have capacity for ``type_name`` at ``now``."""
         return self.unavailable.get(type_name, -math.inf) <= now
+
+    def given_up(self, type_name: str) -> bool:
+        """Whether ``type_name`` is not bought again (``GIVEN_UP_KINDS``)."""
+        return self.unavailable.get(type_name, -math.inf) >= NEVER
+
+    def none_left(self) -> str | None:
+        """Why no machine can be bought for the run any more, when every type was given
+        up (the last reason given for each); None while a type is left."""
+        if not self.types or not all(self.given_up(name) for name in self.types):
+            return None
+        why = {t: reason for _, t, kind, reason in self.launch_problems if kind in GIVEN_UP_KINDS}
+        said = "; ".join(f"{t}: {why[t]}" if t in why else t for t in self.types)
+        return f"every machine type was given up, {self.tasks_left} tasks left ({said})"
 
     def plan(self) -> Configure | None:
         """The configuration in force that came with a prediction (the last plan), or

@@ -77,6 +77,10 @@ def finish_run(cfg: DeadlineSettings, s: Step) -> None:
         return
     if state.stopped or state.pending_launches or state.any_alive():
         return
+    none_left = state.none_left()
+    if none_left is not None:
+        s.do(Stop(none_left))
+        return
     if len(state.arrived) < len(state.jobs):
         return  # waiting for jobs to arrive
     left = state.budget - state.committed if state.budget is not None else math.inf

@@ -28,6 +28,7 @@ _LAUNCH_PROBLEM_MEANING = {
     "error": "launch failed",
     "setup": "set-up failed on every try: not bought again",
     "quota": "the service's limit, held by other jobs: waited for them",
+    "unready": "its machines ended before their agents were ready: not bought again",
 }
 _ROWS_SHOWN = 50
 _UNFINISHED_SHOWN = 20
@@ -278,7 +279,7 @@ def _tail(report: Report, lines: list[str]) -> str:
         ]
         for p in report.launch_problems[:_ROWS_SHOWN]:
             meaning = _LAUNCH_PROBLEM_MEANING.get(p.kind, p.kind)
-            lines.append(f"| {hms(p.t_s)} | {p.type} | {meaning} | {p.reason} |")
+            lines.append(f"| {hms(p.t_s)} | {p.type} | {meaning} | {_cell(p.reason)} |")
     lines += _notices_section(report)
     lines += _outputs_section(report)
     lines += _categories_section(report)
@@ -292,7 +293,7 @@ def _tail(report: Report, lines: list[str]) -> str:
     for m in report.machines:
         lines.append(
             f"| {m.id} | {m.type} | {m.slots} | {hms(m.start_s)} | {hms(m.end_s)} | "
-            f"{m.units_paid:g} | {m.tasks_run} | {m.end_reason or '-'} |"
+            f"{m.units_paid:g} | {m.tasks_run} | {_cell(m.end_reason)} |"
         )
     return "\n".join(lines) + "\n"
 

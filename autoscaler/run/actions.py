@@ -15,6 +15,7 @@ from typing import Any
 
 from autoscaler.config.schema import RunConfig
 from autoscaler.core.model import (
+    NEVER,
     Action,
     Assign,
     AssignGroup,
@@ -90,7 +91,7 @@ class Executor:
                     touched.update((src, dst))
                 case Defer(types=types) if types:
                     at = state.launchable_at(types)
-                    if at > state.now:
+                    if state.now < at < NEVER:  # (types given up wait for nothing)
                         self.timers.wake(at + WAKE_AFTER_S)
                 case _:
                     pass
@@ -123,7 +124,8 @@ class Executor:
                 self.since[m.id] = mono
             else:
                 self.lifecycle.keep_tunnel(m.id)
-        lost = lost_contact(alive, self.since, self.dispatcher.last_seen, mono, cfg)
+        queued = self.lifecycle.queued
+        lost = lost_contact(alive, self.since, self.dispatcher.last_seen, mono, cfg, queued)
         gone.update(e.machine for e in lost)
         return lost
 

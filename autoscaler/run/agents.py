@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,6 @@ from autoscaler.core.model import (
     NOTICE_REASON,
     SETUP_REASON,
     Event,
-    LaunchFailed,
     MachineLost,
     MachineReady,
     MachineState,
@@ -38,6 +37,7 @@ from autoscaler.core.state import Machine, RunState
 from autoscaler.core.words import counted
 from autoscaler.providers.sim import share_factor, type_runtime
 from autoscaler.run.dispatch import AgentResult, Poll
+from autoscaler.run.giveup import QUEUED_REASON, UNSEEN_REASON, give_up
 from autoscaler.run.staging import Staging
 
 _SETUP_LOST = -2
@@ -147,8 +147,7 @@ class Agents:
                 said_why = (
                     f"set-up failed on {counted(failed, 'machine')} of {m.type.name}; last: {why}"
                 )
-                self.log.error("type given up", machine_type=m.type.name, reason=said_why)
-                lost.append(LaunchFailed("", m.type.name, 0, said_why, "setup", until=NEVER))
+                lost.append(give_up(m.type.name, "setup", said_why, self.log))
             return lost
         seen.add((m.id, 0))
         if said:
@@ -266,9 +265,6 @@ stalled longer than that on a loaded host let agents of machines it kept lose th
 lease (local agents only: no money is real there, and the daemon, not the agent, decides
 when a machine's paid time ends)."""
 
-NEVER = 1e12
-"""Run time far past any run's end: a type given up is avoided until then."""
-
 
 def lost_contact(
     alive: Sequence[Machine],
@@ -276,11 +272,14 @@ def lost_contact(
     last_seen: Mapping[str, float],
     mono: float,
     cfg: RunConfig,
+    queued: Container[str] = (),
 ) -> list[MachineLost]:
     """Machines whose agents went silent, or never reported in, by monotonic time ``mono``.
 
     ``since``: when each machine the daemon tracks was launched or adopted; ``last_seen``:
-    each agent's last request. A machine booting may take its type's boot time first.
+    each agent's last request. A machine booting may take its type's boot time first;
+    one its provider still queues then (``queued``) never started, which says nothing
+    of its type (``giveup``).
     """
     d = cfg.daemon
     events: list[MachineLost] = []
@@ -293,7 +292,11 @@ def lost_contact(
             if silent > d.lost_after_s:
                 events.append(MachineLost(m.id, f"no contact for {silent:.0f}s"))
         elif mono - start > m.type.boot_s / cfg.time_scale + d.lost_after_s:
-            events.append(MachineLost(m.id, "never reported in"))
+            waited = mono - start
+            if m.id in queued:
+                events.append(MachineLost(m.id, f"{QUEUED_REASON}: queued for {waited:.0f}s"))
+            else:
+                events.append(MachineLost(m.id, UNSEEN_REASON))
     return events
 
 

@@ -82,6 +82,7 @@ from autoscaler.run.actions import Executor
 from autoscaler.run.agents import Agents
 from autoscaler.run.build import json_logger, make_controller, new_state
 from autoscaler.run.dispatch import Dispatcher, Poll
+from autoscaler.run.giveup import BOOT_REASON, ENDED_REASON, unready_give_ups
 from autoscaler.run.inbox import (
     AddJob,
     ArrivalsDue,
@@ -168,7 +169,7 @@ class Daemon:
         )
         self._since: dict[str, float] = {}  # machines tracked: monotonic launch or adoption
         self._signals = 0  # SIGINT/SIGTERM received; the second means: kill, do not wait
-        self._workdir = cfg.local.workdir or self.files.run_dir / "work"
+        self._workdir = (cfg.local.workdir or self.files.run_dir / "work").absolute()
         self._answers: list[tuple[Future[JobSpec], JobSpec]] = []  # jobs added, not answered
         self._refused: list[Event] = []  # launches the quota did not grant, for the next step
 
@@ -382,18 +383,20 @@ class Daemon:
                 case HealthDue() if not health_checked:
                     health_checked = True
                     events.extend(self.executor.health(self.state, self.cfg, gone))
-                case Ended(machines=ended):
+                case Ended(machines=ended, reasons=reasons):
                     for mid in sorted(ended):
                         m = self.state.machines.get(mid)
                         if m is not None and m.alive and mid in self._since and mid not in gone:
                             gone.add(mid)  # several reports of one end make one event
-                            events.append(MachineLost(mid, "machine ended"))
+                            why = reasons.get(mid)
+                            said = f"{ENDED_REASON}: {why}" if why else ENDED_REASON
+                            events.append(MachineLost(mid, said))
                 case BootFailed(machine=mid, reason=reason):
                     m = self.state.machines.get(mid)
                     if m is not None and m.alive and mid not in gone:
                         gone.add(mid)
                         self.log.error("bootstrap failed", machine=mid, error=reason)
-                        events.append(MachineLost(mid, f"bootstrap failed: {reason}"))
+                        events.append(MachineLost(mid, f"{BOOT_REASON}: {reason}"))
                 case SignalReceived(signum=signum) if signum == HANDOVER_SIGNAL:
                     if self.state.awaiting_budget:
                         handing = "the plan's budget was chosen"
@@ -419,6 +422,7 @@ class Daemon:
                         adding.append((item.answer, added.job))
                 case Wake():
                     pass
+        events.extend(unready_give_ups(self.state, events, self.log))
         self._answers.extend(adding)
         refused, self._refused = self._refused, []
         self._step(step_order([*self._quota_news(), *refused, *events]), polls)

@@ -16,8 +16,8 @@ import concurrent.futures
 import queue
 import threading
 import time
-from collections.abc import Callable, Container
-from dataclasses import KW_ONLY, dataclass
+from collections.abc import Callable, Container, Mapping
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -72,9 +72,11 @@ class BootFailed:
 
 @dataclass(frozen=True, slots=True)
 class Ended:
-    """The provider says these machines are gone (from a describe on a provider thread)."""
+    """The provider says these machines are gone (from a describe on a provider thread);
+    ``reasons``: why, for those it can tell (``MachineStatus.reason``)."""
 
     machines: frozenset[str]
+    reasons: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +163,7 @@ class MachineLifecycle:
         self._describing = threading.Lock()
         self._closing = threading.Event()
         self._futures: set[concurrent.futures.Future[Any]] = set()
+        self.queued: frozenset[str] = frozenset()  # the provider queued them at the last look
 
     # --- launch ---------------------------------------------------------------------------
 
@@ -261,11 +264,12 @@ class MachineLifecycle:
             ids = self.watched()
             if not ids:
                 return
-            ended = frozenset(
-                st.id for st in self.provider.describe(ids) if st.state is ProviderState.TERMINATED
-            )
+            statuses = self.provider.describe(ids)
+            self.queued = frozenset(st.id for st in statuses if st.state is ProviderState.PENDING)
+            ended = [st for st in statuses if st.state is ProviderState.TERMINATED]
             if ended:
-                self.inbox.put(Ended(ended))
+                reasons = {st.id: st.reason for st in ended if st.reason}
+                self.inbox.put(Ended(frozenset(st.id for st in ended), reasons))
         except Exception as exc:  # throttled past botocore's retries: ask again next time
             self.log.warning("describe failed", error=str(exc)[:300])
         finally:

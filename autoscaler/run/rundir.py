@@ -2,6 +2,10 @@
 
 A run directory holds the config, the tasks, the agents' token (mode 0600), the journal
 and the outputs; ``RunFiles`` reads and writes them alike for a new run and a resumed one.
+It holds the directory as an absolute path, resolved once against the working directory
+the run starts in: what is built from it (a batch job's log and working directory, an
+agent's token file) means the same wherever it is read, as the scheduler runs a job in
+another directory than ours.
 The tasks file holds the config's tasks, then those of jobs added to a live pool
 (``JobAdded``), each line of those naming its job. An added job's tasks are written
 before its event is journaled, and the journal is the truth: lines no journaled job owns
@@ -43,7 +47,7 @@ LOCK_FILE = "daemon.lock"
 class RunFiles:
     """What a run directory holds, for a new run and for a resumed one alike."""
 
-    run_dir: Path
+    run_dir: Path  # absolute (``create``, ``open``)
     run_id: str
     cfg: RunConfig
     tasks: list[TaskSpec]
@@ -61,6 +65,7 @@ class RunFiles:
     def create(
         cls, cfg: RunConfig, tasks: Sequence[TaskSpec], run_dir: Path, run_id: str, seed: int
     ) -> RunFiles:
+        run_dir = run_dir.absolute()
         run_dir.mkdir(parents=True, exist_ok=True)
         if (run_dir / JOURNAL_DB).exists():
             raise AutoscalerError(f"{run_dir} already holds a run: use --resume {run_dir}")
@@ -74,6 +79,7 @@ class RunFiles:
 
     @classmethod
     def open(cls, run_dir: Path) -> RunFiles:
+        run_dir = run_dir.absolute()
         if not (run_dir / JOURNAL_DB).is_file():
             raise AutoscalerError(f"{run_dir}: no {JOURNAL_DB} here; is it a real run's directory?")
         try:

@@ -32,8 +32,10 @@ from autoscaler.providers.sge_output import (
     Job,
     job_name,
     parse_job_name,
+    parse_qacct,
     parse_qdel,
     parse_qstat_j,
+    parse_qstat_j_errors,
     parse_qstat_xml,
     parse_qsub,
     provider_state,
@@ -125,6 +127,23 @@ def test_parse_qstat_xml_empty_and_not_xml() -> None:
 def test_parse_qstat_j_lists_the_jobs_that_exist() -> None:
     assert parse_qstat_j(data("qstat_j_mixed.xml")) == {"24"}
     assert parse_qstat_j(data("qstat_j_unknown.xml")) == set()
+
+
+def test_parse_qstat_j_errors_says_why_jobs_are_in_error() -> None:
+    assert parse_qstat_j_errors(data("qstat_j_error.xml")) == {
+        "23": 'error: can\'t open output file "/nonexistent/x.log": No such file or directory',
+        "46": "error: can't chdir to /nonexistent/runs/x/work: No such file or directory",
+    }
+    assert parse_qstat_j_errors(data("qstat_j_mixed.xml")) == {}  # no job in error
+    assert parse_qstat_j_errors(data("qstat_j_unknown.xml")) == {}
+
+
+def test_parse_qacct_gives_the_failure_and_the_exit_status() -> None:
+    assert parse_qacct(data("qacct_failed.txt")) == (
+        "failed 26 : opening input/output file, exit status 0"
+    )
+    assert parse_qacct(data("qacct_exit.txt")) == "exit status 3"
+    assert parse_qacct(data("qacct_unknown.out")) is None
 
 
 def test_parse_qdel() -> None:
@@ -248,6 +267,7 @@ def make_provider(tmp_path: Path, replay: Replay) -> SgeProvider:
 
 def test_describe_adopts_the_runs_jobs_and_maps_their_states(tmp_path: Path) -> None:
     replay = Replay().on("qstat", ok("qstat_jobs.xml")).on("qdel", ok("qdel_pending.txt"))
+    replay.on("qstat -j", ok("qstat_j_unknown.xml"))  # why job 20 is in error: not kept
     provider = make_provider(tmp_path, replay)
     states = {s.id: (s.type, s.state) for s in provider.describe()}
     assert states == {
@@ -261,7 +281,7 @@ def test_describe_adopts_the_runs_jobs_and_maps_their_states(tmp_path: Path) -> 
 
 def test_launch_submits_only_the_tokens_missing_jobs(tmp_path: Path) -> None:
     replay = Replay().on("qstat", ok("qstat_jobs.xml")).on("qsub", ok("qsub_terse.txt"))
-    replay.on("qdel", ok("qdel_pending.txt"))
+    replay.on("qdel", ok("qdel_pending.txt")).on("qstat -j", ok("qstat_j_unknown.xml"))
     provider = make_provider(tmp_path, replay)
     records = provider.launch("large", 3, "t1", {})
     assert [(r.id, r.type, r.token) for r in records] == [
@@ -284,6 +304,7 @@ def test_launch_submits_only_the_tokens_missing_jobs(tmp_path: Path) -> None:
 
 def test_launch_is_refused_past_the_types_limit(tmp_path: Path) -> None:
     replay = Replay().on("qstat", ok("qstat_jobs.xml")).on("qdel", ok("qdel_pending.txt"))
+    replay.on("qstat -j", ok("qstat_j_unknown.xml"))
     provider = make_provider(tmp_path, replay)
     with pytest.raises(AutoscalerError) as err:
         provider.launch("large", 2, "t5", {})  # 2 alive + 2 > 3
@@ -296,10 +317,44 @@ def test_a_vanished_job_is_terminated_once_qstat_j_confirms_it(tmp_path: Path) -
     replay.on("qsub", ok("qsub.txt"))
     provider = make_provider(tmp_path, replay)
     provider.launch("small", 1, "t7", {})
-    replay.on("qstat -j", ok("qstat_j_unknown.xml"))
+    (tmp_path / "agents" / "small-t7-0.log").write_text(
+        "agent: cannot reach the dispatcher\n"  # as the job of qacct_exit.txt wrote it
+    )
+    replay.on("qstat -j", ok("qstat_j_unknown.xml")).on("qacct", ok("qacct_exit.txt"))
     (status,) = provider.describe()
     assert (status.id, status.state) == ("small-t7-0", ProviderState.TERMINATED)
     assert replay.called("qstat -j") == [["qstat", "-xml", "-j", "12"]]
+    assert replay.called("qacct") == [["qacct", "-j", "12"]]
+    assert status.reason == (
+        "sge job 12: gone from qstat, exit status 3; "
+        f"log {tmp_path / 'agents' / 'small-t7-0.log'}: agent: cannot reach the dispatcher"
+    )
+
+
+def test_a_job_in_error_is_deleted_and_says_why(tmp_path: Path) -> None:
+    # A relative -wd (issue 34: the run directory as the user typed it) as Grid Engine
+    # answers it: the job waits in Eqw, "can't chdir".
+    replay = Replay().on("qstat", ok("qstat_eqw.xml")).on("qstat -j", ok("qstat_j_eqw.xml"))
+    replay.on("qdel", ok("qdel_eqw.txt"))
+    provider = make_provider(tmp_path, replay)
+    (status,) = provider.describe()
+    assert (status.id, status.state) == ("small-t3-0", ProviderState.TERMINATED)
+    assert replay.called("qdel") == [["qdel", "77"]]
+    assert status.reason == (
+        "sge job 77: Eqw, error: can't chdir to runs/it/work: No such file or directory; "
+        f"its log {tmp_path / 'agents' / 'small-t3-0.log'} was never written"
+    )
+
+
+def test_a_job_ended_by_us_gives_no_reason(tmp_path: Path) -> None:
+    replay = Replay().on("qstat", ok("qstat_empty.xml")).on("qsub", ok("qsub.txt"))
+    provider = make_provider(tmp_path, replay)
+    provider.launch("small", 1, "t7", {})
+    replay.on("qstat", ok("qstat_empty.xml")).on("qdel", ok("qdel.txt"))
+    assert provider.terminate(["small-t7-0"]) == ["small-t7-0"]
+    (status,) = provider.describe()
+    assert (status.state, status.reason) == (ProviderState.TERMINATED, None)
+    assert replay.called("qacct") == []
 
 
 def test_a_job_missing_from_one_listing_but_alive_is_kept(tmp_path: Path) -> None:
@@ -316,6 +371,7 @@ def test_a_job_missing_from_one_listing_but_alive_is_kept(tmp_path: Path) -> Non
 def test_terminate_deletes_only_this_runs_jobs(tmp_path: Path) -> None:
     replay = Replay().on("qstat", ok("qstat_jobs.xml"), ok("qstat_jobs.xml"))
     replay.on("qdel", ok("qdel_pending.txt"), ok("qdel_pending.txt"))
+    replay.on("qstat -j", ok("qstat_j_unknown.xml"))
     provider = make_provider(tmp_path, replay)
     provider.describe()
     replay.on("qdel", CommandResult(1, data("qdel_mixed.txt"), ""))

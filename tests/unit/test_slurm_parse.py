@@ -32,6 +32,8 @@ from autoscaler.providers.slurm import (
 from autoscaler.providers.slurm_output import (
     Job,
     finish_after,
+    job_words,
+    parse_sacct,
     parse_sbatch,
     parse_squeue,
     parse_test_only,
@@ -95,6 +97,25 @@ def test_parse_squeue_reads_every_state_and_a_name_with_the_separator() -> None:
     assert jobs["17"].state == "CANCELLED"
     assert jobs["29"].name == "plain|job"
     assert jobs["28"].reason.startswith("Nodes required for job")
+
+
+def test_job_words_give_the_state_and_its_reason() -> None:
+    jobs = {j.job_id: j for j in parse_squeue(data("squeue_failed.txt"))}
+    assert job_words(jobs["35"]) == "FAILED (JobLaunchFailure)"  # its --output unwritable
+    assert job_words(jobs["36"]) == "FAILED (NonZeroExitCode)"
+    jobs = {j.job_id: j for j in parse_squeue(data("squeue.txt"))}
+    assert job_words(jobs["24"]) == "RUNNING"  # squeue's reason "None" is left out
+    assert job_words(jobs["27"]) == "PENDING (PartitionConfig)"
+
+
+def test_parse_sacct_reads_the_jobs_own_line() -> None:
+    # sacct's documented --parsable2 output: this cluster keeps no accounting to capture
+    # it from (sacct_disabled.err is what sacct says here).
+    text = "35|FAILED|0:53|None\n35.batch|FAILED|0:53|\n"
+    assert parse_sacct(text, "35") == "FAILED, exit code 0:53"
+    assert parse_sacct("36|TIMEOUT|0:0|TimeLimit\n", "36") == "TIMEOUT, exit code 0:0 (TimeLimit)"
+    assert parse_sacct(text, "37") is None
+    assert parse_sacct(data("sacct_disabled.err"), "35") is None
 
 
 def test_parse_squeue_refuses_another_shape() -> None:
@@ -286,12 +307,35 @@ def test_an_sbatch_refusal_names_the_type_and_slurms_message(
 
 def test_a_job_gone_from_squeue_has_ended(tmp_path: Path) -> None:
     replay = Replay().on("squeue", CommandResult(0, "", ""), CommandResult(0, "", ""))
-    replay.on("sbatch", CommandResult(0, "40\n", ""))
+    replay.on("sbatch", CommandResult(0, "40\n", "")).on("sacct", failed("sacct_disabled"))
     provider = make_provider(tmp_path, replay)
     provider.launch("small", 1, "L5", {})
-    assert [(s.id, s.state) for s in provider.describe()] == [
-        ("small-L5-0", ProviderState.TERMINATED)
+    assert [(s.id, s.state, s.reason) for s in provider.describe()] == [
+        (
+            "small-L5-0",
+            ProviderState.TERMINATED,
+            "slurm job 40: gone from squeue (sacct: Slurm accounting storage is disabled); "
+            f"its log {tmp_path / 'agents' / 'small-L5-0.log'} was never written",
+        )
     ]
+    (sacct,) = replay.called("sacct")
+    assert sacct[sacct.index("-j") + 1] == "40"
+
+
+def test_a_job_that_failed_to_launch_says_why(tmp_path: Path) -> None:
+    # The job of issue 34: slurmd could not open its --output (a relative path joined
+    # twice), so it FAILED at once, and no log was written.
+    replay = Replay().on("squeue", CommandResult(0, "", ""), ok("squeue_launch_failed.txt"))
+    replay.on("sbatch", CommandResult(0, "69\n", ""))
+    provider = make_provider(tmp_path, replay)
+    provider.launch("small", 1, "L7", {})
+    (status,) = provider.describe()
+    assert (status.id, status.state) == ("small-L7-0", ProviderState.TERMINATED)
+    assert status.reason == (
+        "slurm job 69: FAILED (JobLaunchFailure); "
+        f"its log {tmp_path / 'agents' / 'small-L7-0.log'} was never written"
+    )
+    assert replay.called("sacct") == []  # squeue said it all
 
 
 def test_terminate_cancels_only_this_runs_live_jobs(tmp_path: Path) -> None:

@@ -1,0 +1,97 @@
+"""Machine types given up: a type whose machines keep failing before they run a task is
+not bought again, and the run goes on without it.
+
+Two failures count. A set-up that fails (``setup_failures_max`` machines of a type;
+``Agents`` reads the agents' reports), and a machine that ends before its agent was
+ever ready, ``UNREADY_MAX`` in a row since the type's last machine that came up: a
+batch job the scheduler could not start (its log path unwritable, its working directory
+missing on the node, a partition or queue it may not use), an instance whose agent
+never came up. Either gives the type up the same way, a ``LaunchFailed`` of its kind
+until ``NEVER``: the state avoids the type for good (``RunRecords.given_up``), the
+controllers plan without it, and stop, saying why, once no type is left
+(``RunRecords.none_left``), instead of buying machine after machine that never starts.
+
+A machine the scheduler still queues when the daemon stops waiting for it does not
+count: a busy cluster is not a broken type (``lost_contact`` names it apart).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from autoscaler.core.model import (
+    GIVEN_UP_KINDS,
+    NEVER,
+    Event,
+    LaunchFailed,
+    MachineLost,
+    MachineReady,
+    MachineState,
+)
+from autoscaler.core.state import Machine, RunState
+
+UNREADY_MAX = 3
+"""Machines of a type that end in a row before their agent is ready: the type is given up."""
+
+ENDED_REASON = "machine ended"
+"""How ``MachineLost`` names a machine its provider reports ended (its words follow)."""
+UNSEEN_REASON = "never reported in"
+"""...a machine up (or of a provider that cannot tell) whose agent never reported in."""
+BOOT_REASON = "bootstrap failed"
+"""...a machine whose agent could not be started over SSH."""
+QUEUED_REASON = "never started"
+"""...a machine its provider still queued when the daemon stopped waiting (not counted)."""
+
+_UNREADY_CAUSES = (ENDED_REASON, UNSEEN_REASON, BOOT_REASON)
+
+
+def give_up(type_name: str, kind: str, why: str, log: Any) -> LaunchFailed:
+    """Type ``type_name`` given up for ``why``: the event that says so (``kind``: one of
+    ``GIVEN_UP_KINDS``), logged."""
+    log.error("type given up", machine_type=type_name, kind=kind, reason=why)
+    return LaunchFailed("", type_name, 0, why, kind, until=NEVER)
+
+
+def _unready_cause(reason: str) -> bool:
+    return reason.startswith(_UNREADY_CAUSES)
+
+
+def _ended_unready(m: Machine) -> bool:
+    """Whether ``m`` was lost before its agent was ever ready, for a cause of its own."""
+    reason = (m.end_reason or "").removeprefix("lost: ")
+    return not m.alive and m.ready_at is None and _unready_cause(reason)
+
+
+def unready_give_ups(state: RunState, events: Sequence[Event], log: Any) -> list[LaunchFailed]:
+    """The types that ``events`` (a step's, not yet applied) give up: those whose
+    machines lost in them, before their agents were ready, make ``UNREADY_MAX`` in a row
+    with the machines of the type that ended so since one last came up."""
+    lost: dict[str, str] = {}
+    ready = {e.machine for e in events if isinstance(e, MachineReady)}
+    for event in events:
+        if isinstance(event, MachineLost) and _unready_cause(event.reason):
+            m = state.machines.get(event.machine)
+            booting = m is not None and m.alive and m.state is MachineState.BOOTING
+            if booting and event.machine not in ready:
+                lost[event.machine] = event.reason
+    given = {e.type for e in events if isinstance(e, LaunchFailed) and e.kind in GIVEN_UP_KINDS}
+    out: list[LaunchFailed] = []
+    for type_name in dict.fromkeys(state.machines[mid].type.name for mid in lost):
+        if type_name in given or state.given_up(type_name):
+            continue
+        mine = [m for m in state.machines.values() if m.type.name == type_name]
+        came_up = max((m.ready_at for m in mine if m.ready_at is not None), default=-1.0)
+        streak = sum(
+            1
+            for m in mine
+            if m.id in lost or (_ended_unready(m) and (m.ended_at or 0.0) >= came_up)
+        )
+        if streak >= UNREADY_MAX:
+            last = next(lost[m.id] for m in reversed(mine) if m.id in lost)
+            why = (
+                f"{streak} machines of {type_name} in a row ended before their agent was "
+                f"ready; last: {last}"
+            )
+            out.append(give_up(type_name, "unready", why[:1000], log))
+    return out
