@@ -52,16 +52,21 @@ def _machine_names(run_dirs: list[Path]) -> list[tuple[str, str]]:
 def _most_alive_at_once(run_dirs: list[Path]) -> dict[str, int]:
     """Per type and per provider, the most machines alive at one moment across every
     job's run, from their journals: each machine from its launch to its end, on the
-    wall clock."""
+    wall clock. A job's run has ended every machine; the deadline pool's run goes on
+    while the service runs, and a machine it still holds counts as alive to the end."""
     edges: list[tuple[float, int, str]] = []
     for run_dir in run_dirs:
         files, state = read_run(run_dir)
         start, scale = files.start_wall, files.cfg.time_scale
         for m in state.machines.values():
-            assert m.ended_at is not None, f"{m.id} of {run_dir.name} never ended"
+            if m.ended_at is None:
+                assert run_dir.name == "pool", f"{m.id} of {run_dir.name} never ended"
+                end = float("inf")
+            else:
+                end = start + m.ended_at / scale
             for name in (m.type.name, m.type.provider):
                 edges.append((start + m.launched_at / scale, 1, name))
-                edges.append((start + m.ended_at / scale, -1, name))
+                edges.append((end, -1, name))
     alive: dict[str, int] = {}
     most: dict[str, int] = {}
     for _, step, name in sorted(edges):  # at one moment, ends (-1) before launches
