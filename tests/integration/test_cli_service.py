@@ -17,12 +17,14 @@ def test_update_prints_the_new_budget_and_what_a_deadline_counts_from(tmp_path: 
         due = svc.submit(
             {"name": "due", "bag": {"synthetic": 200}, "constraint": {"deadline_s": "10h"}}
         )
-        wait_for(lambda: svc.view(budget)["done"] >= 1, 60, "the budget job to run")
+        # The two jobs share the types' max_count: the budget job may wait for the deadline
+        # pool's machines, so the deadline job is updated while it surely runs.
         wait_for(lambda: svc.view(due)["deadline_at"] is not None, 60, "the deadline job to run")
-
         moved = svc.cli("update", due, "--deadline", "12h")
         assert moved.returncode == 0, moved.stderr
         assert moved.stdout.strip() == f"{due}: deadline set to 12h from now (run time) (running)"
+
+        wait_for(lambda: svc.view(budget)["done"] >= 1, 120, "the budget job to run")
 
         raised = svc.cli("update", budget, "--budget", "60")
         assert raised.returncode == 0, raised.stderr

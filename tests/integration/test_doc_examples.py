@@ -24,6 +24,7 @@ fails ``test_every_block_says_what_it_is``, so no shell example hides as plain t
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -31,6 +32,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -211,6 +213,27 @@ def environment(block: Block, request: pytest.FixtureRequest) -> dict[str, str]:
     return env
 
 
+CLUSTER_JOBS = {"sge": sge.jobs_of, "slurm": slurm.jobs_of}
+"""A cluster's jobs of one run (``{}`` once the run has ended them all)."""
+
+
+def assert_cluster_runs_finished(
+    cwd: Path, jobs_of: Callable[[str], dict[str, tuple[str, str]]], output: str
+) -> None:
+    """Each run a cluster block made (in ``runs/``, the default run directory) did its
+    whole bag within its budget and left no job on the cluster."""
+    run_dirs = sorted((cwd / "runs").glob("*/report.json"))
+    assert run_dirs, f"the block made no run directory under runs/:\n{output}"
+    for path in run_dirs:
+        report = json.loads(path.read_text(encoding="utf-8"))
+        assert report["stop_reason"] is None, output
+        assert report["tasks_done"] == report["tasks_total"] > 0, output
+        assert report["tasks_failed"] == 0, output
+        if report["budget"] is not None:
+            assert report["cost"] <= report["budget"] + 1e-6, output
+        assert jobs_of(report["run_id"]) == {}, f"jobs left on the cluster by {path.parent}"
+
+
 def _param(block: Block) -> object:
     marks = [*WHERES.get(block.where, ()), pytest.mark.slow]
     if block.where in ("sge", "slurm") or "pip install" in block.text:
@@ -227,6 +250,8 @@ def test_the_example_works_as_written(
     if block.lang != "console":
         done = run_script(STOP_BACKGROUND + block.text, cwd, env)
         assert done.returncode == 0, f"{block.name} failed (exit {done.returncode}):\n{done.stdout}"
+        if block.where in CLUSTER_JOBS:
+            assert_cluster_runs_finished(cwd, CLUSTER_JOBS[block.where], done.stdout)
         return
     for command, expected in console_steps(block.text):
         done = run_script(command, cwd, env)

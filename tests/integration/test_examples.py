@@ -6,8 +6,8 @@ The repository root is mirrored in a temporary directory (its ``config/examples`
 copied), so the runs land in ``<tmp>/runs`` and never in the checkout. Configs on the
 emulator's ``sim`` provider, and those that rent from a cloud (their ``ec2`` section is
 a template to fill), run with ``--dry-run``, as the README gives them; the others run for
-real on the provider the test command sets up: local agents, the one-node Grid Engine,
-the one-node Slurm. Each run must finish its bag within its budget and leave no machine.
+real on local agents here, and the cluster examples run in their guides (docs/sge.md,
+docs/slurm.md: ``test_doc_examples.py``) on the one-node Grid Engine and Slurm. Each run must finish its bag within its budget and leave no machine.
 
 Before issue 34, Grid Engine's and Slurm's examples died this way from the root: every
 job failed at once (a relative run directory joined twice: slurmd could not open
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,8 +27,7 @@ import pytest
 import yaml
 
 from autoscaler.config.load import expand_bag, load_config
-from tests.integration import sge as sge_cluster
-from tests.integration import slurm as slurm_cluster
+from tests.integration import test_doc_examples as doc_examples
 from tests.integration.daemon_helpers import ROOT, agents_of, run_cli
 
 pytestmark = pytest.mark.integration
@@ -66,9 +64,26 @@ LOCAL = [Example("local.yaml"), Example("files.yaml"), Example("deadline.yaml")]
 def test_every_example_config_is_run_here() -> None:
     """A new example config gets a run in this file (service configs and job files run
     together, ``service.yaml --job job.yaml``)."""
-    covered = {e.config for e in [*DRY, *LOCAL]} | {"sge.yaml", "slurm.yaml"}
+    covered = {e.config for e in [*DRY, *LOCAL]} | set(ON_CLUSTERS)
     covered |= {"service.yaml", "job.yaml", "job_deadline.yaml"}
     assert {p.name for p in EXAMPLES.glob("*.yaml")} == covered
+
+
+ON_CLUSTERS = {"sge.yaml": "sge", "slurm.yaml": "slurm"}
+"""The cluster examples: their guides (docs/sge.md, docs/slurm.md) run them as written,
+from the root with the default run directory, on the clusters the test command sets up;
+test_doc_examples.py checks each such run did its bag within budget and left no job."""
+
+
+def test_the_cluster_examples_run_in_their_guides() -> None:
+    ran = {
+        (b.where, line.split()[-1])
+        for b in doc_examples.RUN
+        for line in b.text.splitlines()
+        if line.startswith("autoscaler run config/examples/") and "--dry-run" not in line
+    }
+    for config, where in ON_CLUSTERS.items():
+        assert (where, f"config/examples/{config}") in ran, (config, sorted(ran))
 
 
 @pytest.fixture
@@ -146,30 +161,3 @@ def test_the_service_example_runs_its_jobs_from_the_root(root: Path) -> None:
         if "run_id" in report:
             assert agents_of(report["run_id"]) == []
     assert agents_of(report_of(run_dir / "service" / "pool")["run_id"]) == []
-
-
-CLUSTERS = [
-    pytest.param("sge.yaml", "sge", sge_cluster.jobs_of, marks=sge_cluster.XDIST_GROUP, id="sge"),
-    pytest.param(
-        "slurm.yaml", "slurm", slurm_cluster.jobs_of, marks=slurm_cluster.XDIST_GROUP, id="slurm"
-    ),
-]
-
-
-@pytest.mark.long
-@pytest.mark.parametrize(("config", "provider", "jobs_of"), CLUSTERS)
-def test_a_cluster_example_from_the_root(
-    root: Path,
-    request: pytest.FixtureRequest,
-    config: str,
-    provider: str,
-    jobs_of: Callable[[str], dict[str, tuple[str, str]]],
-) -> None:
-    """The Grid Engine and Slurm examples, on the clusters the test command sets up."""
-    request.getfixturevalue(provider)  # the cluster answers, or the test fails (CI) or skips
-    example = Example(config, timeout_s=600)
-    code, run_dir, out = run_example(root, example)
-    report = report_of(run_dir)
-    assert jobs_of(report["run_id"]) == {}
-    assert_finished(root, example, code, run_dir, out)
-    assert report["provider"] == provider
