@@ -51,7 +51,7 @@ class Agents:
     cfg: RunConfig
     tasks: Sequence[TaskSpec]
     runtimes: Sequence[float]  # synthetic tasks' run times, emulated seconds
-    workdir: Path  # where tasks' commands run
+    workdir: Path  # the daemon's work directory: shared-fs tasks' files are staged under it
     log: Any
     task_means: Sequence[JobMeans | None] = ()  # per task id, its job's (config.load.task_means)
     parked: dict[str, Poll] = field(default_factory=dict)  # an idle agent's poll, by machine
@@ -246,7 +246,7 @@ class Agents:
             "command": spec.command,
             "sleep_s": None,
             "env": dict(spec.env),
-            "cwd": str(self.workdir),
+            "cwd": None,  # the agent's own working directory: on EC2 ours does not exist
             "timeout_s": spec.timeout_s
             if spec.timeout_s is not None
             else (self.cfg.bag.timeout_s if self.cfg.bag is not None else None),

@@ -14,10 +14,14 @@ to spare. Rules and ``seen`` see the request as the client sent it.
 Rules match on the request's Action (the EC2 query protocol: ``Action=RunInstances&...``
 in a form body) and, optionally, on its parsed parameters, for a number of requests
 or a span of time. ``counts`` tallies requests per Action, failed ones included.
+
+moto's console output is a fixed sample with no host keys; ``console`` gives every
+instance the console a real one prints (cloud-init lists the host keys it made there).
 """
 
 from __future__ import annotations
 
+import base64
 import collections
 import contextlib
 import http.client
@@ -138,6 +142,7 @@ class FaultProxy:
         self._holds: set[str] = set()
         self._released = threading.Event()
         self.held = 0  # responses being held back now
+        self._console: str | None = None
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -228,6 +233,19 @@ class FaultProxy:
         finally:
             with self._lock:
                 self.held -= 1
+
+    def console(self, text: str | None) -> None:
+        """Answer GetConsoleOutput with ``text`` as every instance's console (None: moto's)."""
+        with self._lock:
+            self._console = text
+
+    def _console_of(self, data: bytes) -> bytes:
+        with self._lock:
+            text = self._console
+        if text is None:
+            return data
+        output = b"<output>" + base64.b64encode(text.encode()) + b"</output>"
+        return re.sub(rb"<output>[^<]*</output>", lambda _: output, data, count=1)
 
     def clear(self) -> None:
         """Drop every rule, the counts and the log of requests."""
@@ -365,6 +383,8 @@ class _Handler(BaseHTTPRequestHandler):
             data = resp.read()
             out = [(k, v) for k, v in resp.getheaders() if k.lower() not in _HOP | _OWN]
             status = resp.status
+            if action == "GetConsoleOutput" and status == 200:
+                data = proxy._console_of(data)
         except OSError as exc:  # moto gone: what a load balancer in front of it would say
             self._reply(502, error_body("ServiceUnavailable", str(exc)), "text/xml")
             return

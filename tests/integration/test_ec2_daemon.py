@@ -8,6 +8,7 @@ moto cannot make (throttling, capacity) come from ``FaultProxy`` in front of mot
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from autoscaler.providers.ec2 import LAUNCH_TAG, RUN_TAG, TYPE_TAG
 from autoscaler.run.registry import RunEntry, read_entries, write_entry
@@ -169,6 +171,26 @@ def test_a_bag_runs_on_two_instance_types_tunnelled_tagged_and_billed(world: Ec2
     # A released agent leaves at once; one whose tunnel died with its machine's release
     # stops at its lease's end, within one ATU (a loaded host: seconds more).
     wait_for(lambda: not world.agent_pids(), AGENT_GONE_S, "every agent of the run to exit")
+
+
+def test_a_command_runs_in_its_agent_s_directory_on_the_instance(world: Ec2World) -> None:
+    """A task with no files runs in its agent's working directory, on the instance. It
+    was sent the controller's ``runs/<id>/work``, which no instance has: on EC2 every
+    such task failed (here the "instances" share the host, so the path existed)."""
+    config = world.config()
+    data = yaml.safe_load(config.read_text())
+    data["bag"] = {"command": "echo {i} && pwd", "sweep": {"i": {"stop": 3}}}
+    config.write_text(yaml.safe_dump(data), encoding="utf-8")
+    run_dir = world.tmp / "run"
+    out = finish(start_daemon(str(config), "--out", str(run_dir)))
+    assert report_of(run_dir)["tasks_done"] == 3, out[-3000:]
+    results = [json.loads(line) for line in (run_dir / "outputs.jsonl").read_text().splitlines()]
+    assert sorted(r["task"] for r in results) == [0, 1, 2]
+    for result in results:
+        i, cwd = result["stdout"].split()
+        assert int(i) == result["task"]
+        assert Path(cwd).is_relative_to(world.remote_dir / result["machine"]), result
+        assert not Path(cwd).is_relative_to(run_dir), result
 
 
 def test_a_deadline_job_runs_on_ec2(world: Ec2World) -> None:
