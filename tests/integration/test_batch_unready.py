@@ -76,7 +76,11 @@ def test_slurm_jobs_that_fail_at_once_give_every_type_up_and_stop_the_run(
     # The first machines of each type (the sampling's), then nothing more bought.
     launched = journal_rows(run_dir, "MachineLaunched")
     assert len(launched) <= 2 * (UNREADY_MAX + 2)
-    assert report["cost"] <= report["budget"] / 2
+    # Each machine that never started paid its first unit and no other: how many were in
+    # flight before the give-up depends on the host's load, not what each costs.
+    prices = {t["name"]: t["price"] for t in yaml.safe_load(config.read_text())["machine_types"]}
+    assert report["cost"] == sum(prices[d["type"]] for _, _, d in launched)
+    assert report["cost"] < report["budget"]
 
 
 @sge_cluster.XDIST_GROUP
