@@ -11,12 +11,12 @@ from dataclasses import replace
 from autoscaler.budget import plans
 from autoscaler.budget.category_means import alone
 from autoscaler.budget.category_mix import plan_mix
-from autoscaler.budget.minimum import minimum_budget
 from autoscaler.budget.outlook import forecast, potential
 from autoscaler.budget.planner import plan_budget
-from autoscaler.budget.plans import best_effort, budget_problem
+from autoscaler.budget.plans import best_effort
 from autoscaler.budget.problem import Plan, TypeEstimate
 from autoscaler.budget.risk import check_risk
+from autoscaler.budget.risk import needed as needed_at_reserved
 from autoscaler.budget.runtimes import end_reserve, n_eff, outlook, running_ages
 from autoscaler.budget.sampling import compact_progress, is_compact, sampling_types, stats
 from autoscaler.budget.settings import EPS, ControllerSettings, money_left, planned
@@ -290,9 +290,9 @@ def _shortfall(
             per_task = min(per_task, e.price * max(low, 1e-9) / atu)
         if per_task * n_e <= budget:
             return False
-    problem = budget_problem(settings, state, s.now, est, n_e, budget)
-    more = minimum_budget(problem, settings.solver) if problem.types else None
-    needed = None if more is None else state.committed + more + end_reserve(state, est)
+    # The budget at risk's need (the reserved runtimes), with the end reserve on top.
+    bare = needed_at_reserved(settings, state, s.now, est, n_e)
+    needed = None if bare is None else bare + end_reserve(state, est)
     if needed is not None:
         needed = max(needed, needed_at_least)
     said = (

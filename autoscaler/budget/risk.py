@@ -132,14 +132,14 @@ def _runtimes(
     """Each type's reserved runtime, with its estimate and the runs it rests on, and
     what the estimate was when the samples were in, if the run was held then for a
     budget (``autoscaler plan``: its options were made on those)."""
-    said = []
+    parts = []
     for n, e in sorted(est.items()):
         if n not in slow:
             continue
         held = state.held_means.get(n)
         was = "" if held is None else f", {held:.0f} s when the plan's options were made"
-        said.append(
+        parts.append(
             f"{n} {slow[n].mean_s:.0f} s: estimate {e.mean_s:.0f} s from "
             f"{counted(state.stats[n].done, 'run')}{was}"
         )
-    return "; ".join(said)
+    return "; ".join(parts)
