@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -138,28 +138,14 @@ class Pool:
     def progress(self, state: RunState, estimate: float | None) -> None:
         """The pool daemon's progress hook: each job's view; a job whose every task is
         done or failed ends, and so does a job withdrawn (cancelled)."""
-        from autoscaler.report.attribution import job_costs
-
         now = self.clock()
-        costs, _ = job_costs(state)
         point = now - self._last_point >= 1.0
         if point:
             self._last_point = now
         ended: list[tuple[str, bool]] = []  # (job, cancelled)
-        names = {j.name for j in state.jobs}
-        clock = self.run_clock
-        for job_id in list(self.jobs):
-            if job_id not in names:
-                continue
+        views = job_views(state, self.files.cfg, self.run_clock, self.run_dir, list(self.jobs))
+        for job_id, view in views.items():
             job = state.job_named(job_id)
-            view = progress(
-                state,
-                self.files.cfg,
-                clock,
-                job=job,
-                cost=costs.get(job_id, 0.0),
-                pool=str(self.run_dir),
-            )
             if job_id in state.withdrawn:
                 view = view.stopped("cancelled by the user")
             self.views[job_id] = view
@@ -210,6 +196,29 @@ class Pool:
         (row.run_dir / "report.md").write_text(text)
         self.jobs.discard(job_id)
         self.ended(job_id, view, self.histories.get(job_id, []), cancelled)
+
+
+def job_views(
+    state: RunState, cfg: RunConfig, clock: Clock, run_dir: Path, job_ids: Iterable[str]
+) -> dict[str, Progress]:
+    """Each of ``job_ids`` that the pool's run (``run_dir``, its ``state``) has, as its
+    own view: its tasks, and the cost attributed to it."""
+    from autoscaler.report.attribution import job_costs
+
+    costs, _ = job_costs(state)
+    names = {j.name for j in state.jobs}
+    return {
+        job_id: progress(
+            state,
+            cfg,
+            clock,
+            job=state.job_named(job_id),
+            cost=costs.get(job_id, 0.0),
+            pool=str(run_dir),
+        )
+        for job_id in job_ids
+        if job_id in names
+    }
 
 
 def _jsonable(outcome: Any) -> dict[str, Any]:

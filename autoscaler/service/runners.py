@@ -21,7 +21,14 @@ from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.journal import JOURNAL_DB
 from autoscaler.core.model import BudgetSet, DeadlineSet, TaskSpec
 from autoscaler.core.state import RunState
-from autoscaler.service.pool import POOL_DIR, POOL_HOLDER, JobEnded, Pool, pool_config
+from autoscaler.service.pool import (
+    POOL_DIR,
+    POOL_HOLDER,
+    JobEnded,
+    Pool,
+    job_views,
+    pool_config,
+)
 from autoscaler.service.store import ENDED, DeadlinePassed, JobRow, JobState, deadline_at_of
 from autoscaler.service.view import Clock, HistoryPoint, Progress, progress
 
@@ -352,25 +359,16 @@ def journal_progress(rows: list[JobRow], pool_dir: Path) -> dict[str, Progress]:
     """Where the jobs of ``rows`` that started and have not ended stand, as their runs'
     journals say (job id -> its view): what a service that is not running shows of
     them. A job in the deadline pool (``pool_dir``) shows its own tasks and the cost
-    attributed to it, as the running pool shows it."""
-    from autoscaler.report.attribution import job_costs
+    attributed to it, as the running pool shows it (``job_views``)."""
     from autoscaler.run.live import planned_finish
     from autoscaler.run.rundir import read_run
 
     out: dict[str, Progress] = {}
-    pooled = [r for r in rows if r.in_pool and r.final is None]
+    pooled = [r.id for r in rows if r.in_pool and r.final is None]
     if pooled and (pool_dir / JOURNAL_DB).is_file():
         files, state = read_run(pool_dir)
         clock = Clock(files.start_wall, files.cfg.time_scale)
-        costs, _ = job_costs(state)
-        names = {j.name for j in state.jobs}
-        for row in pooled:
-            if row.id in names:
-                job = state.job_named(row.id)
-                cost = costs.get(row.id, 0.0)
-                out[row.id] = progress(
-                    state, files.cfg, clock, job=job, cost=cost, pool=str(pool_dir)
-                )
+        out.update(job_views(state, files.cfg, clock, pool_dir, pooled))
     for row in rows:
         if row.in_pool or row.final is not None or not (row.run_dir / JOURNAL_DB).is_file():
             continue
