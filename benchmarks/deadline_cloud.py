@@ -39,10 +39,10 @@ Run from the repository root::
 
     .venv/bin/python -m benchmarks.deadline_cloud --seeds 30
     .venv/bin/python -m benchmarks.deadline_cloud --trace 7 --strategy multi.dyna --noise 0.3
-    .venv/bin/python -m benchmarks.deadline_cloud --learn --seeds 30 --noises 0.1,0.3
+    .venv/bin/python -m benchmarks.deadline_learn --seeds 30 --noises 0.1,0.3
 
-``--learn``: issue 22 §1's rows only (declared task times off the truth, learned or
-believed: ``benchmarks.deadline_learn``).
+Issue 22 §1's rows (declared task times off the truth, learned or believed) are
+``benchmarks.deadline_learn``'s, which imports this experiment (never the other way).
 """
 
 from __future__ import annotations
@@ -617,9 +617,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--apps", default="ecu", choices=list(APP_SETS), help="task times (default ecu)"
     )
-    parser.add_argument(
-        "--learn", action="store_true", help="issue 22 §1's rows: declared times off the truth"
-    )
     parser.add_argument("--trace", type=int, metavar="SEED", help="print one run in detail")
     parser.add_argument("--strategy", default="multi.dyna", choices=list(STRATEGIES))
     parser.add_argument("--noise", type=float, default=0.3, help="ε of --trace (default 0.3)")
@@ -630,12 +627,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     noises = [float(x) for x in args.noises.split(",") if x.strip()]
     if args.seeds < 1 or args.jobs < 1 or not noises:
         parser.error("--seeds and --jobs must be at least 1, --noises not empty")
-    if args.learn:
-        from benchmarks.deadline_learn import learn_rows
-
-        learn_rows(args.seeds, noises, args.jobs)
-        return 0
-
     started = time.perf_counter()
     state_before = library_state()
     work = [

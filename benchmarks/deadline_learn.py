@@ -1,5 +1,7 @@
-"""Issue 22 §1's rows of ``benchmarks.deadline_cloud``: declared task times that are
-wrong, learned as the run goes (``deadline.prior``) against believed forever.
+"""Issue 22 §1's rows beside ``benchmarks.deadline_cloud``: declared task times that
+are wrong, learned as the run goes (``deadline.prior``) against believed forever::
+
+    .venv/bin/python -m benchmarks.deadline_learn --seeds 30 --noises 0.1,0.3
 
 The cloud experiment of ``deadline_cloud`` (three types, applications A, B, C, two
 batches of three jobs; jobs A1 and A2 are one application, and so on), with the
@@ -22,7 +24,9 @@ most 1.10 × ``truth``'s and below ``believed``'s (means over the seeds).
 
 from __future__ import annotations
 
+import argparse
 import math
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -199,3 +203,23 @@ def learn_rows(seeds: int, noises: Sequence[float], jobs_n: int) -> None:
         print(f"  {'PASS' if ok else 'MISS'}  {text}")
     print()
     print(f"{len(results)} dry runs, seeds 0..{seeds - 1}, {wall:.1f} s wall, {jobs_n} job(s).")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.deadline_learn",
+        description="Issue 22 §1: declared task times off the truth, learned or believed.",
+    )
+    parser.add_argument("--seeds", type=int, default=30, help="seeds 0..N-1 (default 30)")
+    parser.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
+    parser.add_argument("--noises", default="0.1,0.3", help="comma-separated ε (default 0.1,0.3)")
+    args = parser.parse_args(argv)
+    noises = [float(x) for x in args.noises.split(",") if x.strip()]
+    if args.seeds < 1 or args.jobs < 1 or not noises:
+        parser.error("--seeds and --jobs must be at least 1, --noises not empty")
+    learn_rows(args.seeds, noises, args.jobs)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
