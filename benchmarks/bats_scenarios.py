@@ -38,7 +38,8 @@ if __name__ == "__main__" and not __package__:  # ``python benchmarks/bats_scena
 
 from autoscaler.budget.planner import plan_clairvoyant
 from autoscaler.budget.problem import TypeEstimate
-from autoscaler.config.load import expand_bag, load_config
+from autoscaler.config.bag import expand_bag
+from autoscaler.config.load import load_config
 from autoscaler.config.schema import NormalRuntime, RunConfig
 from autoscaler.core.billing import BillingModel
 from autoscaler.core.model import TaskSpec

@@ -26,7 +26,7 @@ if __name__ == "__main__" and not __package__:  # ``python benchmarks/category_l
 
 from autoscaler.budget.category_means import category_times
 from autoscaler.budget.frontier import frontier
-from autoscaler.config.load import expand_bag
+from autoscaler.config.bag import expand_bag
 from autoscaler.config.schema import RunConfig
 from autoscaler.report.build import build_report
 from autoscaler.run.start import make_emulator

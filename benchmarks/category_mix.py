@@ -48,7 +48,8 @@ if __name__ == "__main__" and not __package__:  # ``python benchmarks/category_m
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from autoscaler.budget.controller import Controller
-from autoscaler.config.load import expand_bag, load_config
+from autoscaler.config.bag import expand_bag
+from autoscaler.config.load import load_config
 from autoscaler.config.schema import RunConfig
 from autoscaler.core.model import Action, Configure, Event
 from autoscaler.core.state import RunState

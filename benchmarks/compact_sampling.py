@@ -35,7 +35,7 @@ if __name__ == "__main__" and not __package__:  # ``python benchmarks/compact_sa
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from autoscaler.budget.controller import Controller
-from autoscaler.config.load import expand_bag
+from autoscaler.config.bag import expand_bag
 from autoscaler.config.schema import RunConfig
 from autoscaler.core.model import TaskSpec
 from autoscaler.core.state import RunState

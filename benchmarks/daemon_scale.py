@@ -73,7 +73,7 @@ from typing import Any
 if __name__ == "__main__" and not __package__:  # ``python benchmarks/daemon_scale.py``
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from autoscaler.config.load import expand_bag
+from autoscaler.config.bag import expand_bag
 from autoscaler.core.journal import JOURNAL_DB
 from autoscaler.run.rundir import OUTPUTS_FILE
 from benchmarks.bats_scenarios import REPO, library_state, render_table

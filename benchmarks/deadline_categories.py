@@ -34,7 +34,8 @@ from pathlib import Path
 if __name__ == "__main__" and not __package__:  # ``python benchmarks/deadline_categories.py``
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from autoscaler.config.load import expand_bag, load_config
+from autoscaler.config.bag import expand_bag
+from autoscaler.config.load import load_config
 from autoscaler.run.start import dry_run
 from benchmarks.bats_scenarios import library_digest, library_state
 

@@ -65,7 +65,7 @@ if __name__ == "__main__" and not __package__:  # ``python benchmarks/dispatch.p
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from autoscaler.bootstrap.agent_start import AGENT
-from autoscaler.config.load import expand_bag
+from autoscaler.config.bag import expand_bag
 from autoscaler.config.schema import RunConfig
 from autoscaler.core.journal import JOURNAL_DB
 from autoscaler.core.state import RunState

@@ -37,7 +37,7 @@ if __name__ == "__main__" and not __package__:  # ``python benchmarks/estimates.
 
 from autoscaler.budget.planner import plan_clairvoyant
 from autoscaler.budget.problem import TypeEstimate
-from autoscaler.config.load import expand_bag
+from autoscaler.config.bag import expand_bag
 from autoscaler.config.schema import RunConfig
 from autoscaler.core.model import TaskSpec
 from autoscaler.report.records import ShortfallNote

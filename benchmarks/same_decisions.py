@@ -21,7 +21,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from autoscaler.config.load import expand_bag
+from autoscaler.config.bag import expand_bag
 from autoscaler.config.schema import Bag, RunConfig
 from autoscaler.core.model import Action, Event
 from autoscaler.core.state import RunState

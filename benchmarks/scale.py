@@ -37,7 +37,8 @@ if __name__ == "__main__" and not __package__:  # ``python benchmarks/scale.py``
 
 from autoscaler.budget.planner import plan_budget
 from autoscaler.budget.problem import BudgetProblem, Plan, TypeEstimate
-from autoscaler.config.load import expand_bag, load_config
+from autoscaler.config.bag import expand_bag
+from autoscaler.config.load import load_config
 from autoscaler.config.schema import Bag, RunConfig
 from autoscaler.core.billing import BillingModel
 from autoscaler.core.model import Action, Event, TaskSpec

@@ -31,7 +31,7 @@ from typing import Any
 if __name__ == "__main__" and not __package__:  # ``python benchmarks/slots.py``
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from autoscaler.config.load import expand_bag
+from autoscaler.config.bag import expand_bag
 from autoscaler.config.schema import RunConfig
 from autoscaler.report.records import DeadlineReport, Report
 from autoscaler.run.start import dry_run

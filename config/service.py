@@ -17,10 +17,10 @@ from typing import Any
 
 from pydantic import AwareDatetime, Field, NaiveDatetime, PositiveInt, ValidationError
 
+from autoscaler.config.bag import expand_bag
 from autoscaler.config.base import ConfigModel
 from autoscaler.config.load import (
     check_files,
-    expand_bag,
     read_yaml,
     resolve_paths,
     top_mapping,

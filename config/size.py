@@ -17,12 +17,6 @@ would not fit in memory (each task takes a few hundred bytes), and is almost cer
 mistake."""
 
 
-def _bags(cfg: RunConfig) -> list[tuple[str, Bag]]:
-    if cfg.bag is not None:
-        return [("bag", cfg.bag)]
-    return [(f"jobs[{i}].bag", j.bag) for i, j in enumerate(cfg.jobs)]
-
-
 def _length(values: list[str | int | float] | IntRange) -> int:
     if isinstance(values, IntRange):
         return abs(values.stop - values.start + values.step - (1 if values.step > 0 else -1)) // (
@@ -80,7 +74,7 @@ def check_run_size(cfg: RunConfig, source: str) -> int:
 
 def _check_size(cfg: RunConfig, limit: int, source: str, refusal: str) -> int:
     total = 0
-    for field, bag in _bags(cfg):
+    for field, bag in cfg.bags():
         what, size = bag_size(bag, limit - total)
         total += size
         if total > limit:

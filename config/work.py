@@ -359,6 +359,12 @@ class Work(ConfigModel):
         # Not validated again: the run's name need not be a valid job name.
         return [Job.model_construct(name=self.name, bag=self.bag, constraint=self.constraint)]
 
+    def bags(self) -> list[tuple[str, Bag]]:
+        """Every bag with the field that gives it: ``bag``, or each ``jobs[i].bag``."""
+        if self.bag is not None:
+            return [("bag", self.bag)]
+        return [(f"jobs[{i}].bag", j.bag) for i, j in enumerate(self.jobs)]
+
     @property
     def max_retries(self) -> int:
         """Re-runs of a failed task: the bag's, or the most of any job's."""

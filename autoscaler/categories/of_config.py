@@ -12,7 +12,7 @@ from autoscaler.categories.sort import (
     key_of,
     requirements_of,
 )
-from autoscaler.config.load import expand_bag
+from autoscaler.config.bag import expand_bag
 from autoscaler.config.schema import RunConfig
 from autoscaler.core.model import TaskSpec
 

@@ -164,7 +164,8 @@ def file_to_write(path: Path | None) -> Path | None:
 def load(path: Path) -> tuple[RunConfig, list[TaskSpec]]:
     """Load the run config ``path`` and expand its bag: the one way a command reads a run
     config (a bad one raises ``ConfigError``, which names each bad field)."""
-    from autoscaler.config.load import expand_bag, load_config
+    from autoscaler.config.bag import expand_bag
+    from autoscaler.config.load import load_config
 
     cfg = load_config(path, prices=_aws_prices, vcpus=_aws_vcpus)
     return cfg, expand_bag(cfg, source=str(path))

@@ -53,7 +53,7 @@ class Agents:
     runtimes: Sequence[float]  # synthetic tasks' run times, emulated seconds
     workdir: Path  # the daemon's work directory: shared-fs tasks' files are staged under it
     log: Any
-    task_means: Sequence[JobMeans | None] = ()  # per task id, its job's (config.load.task_means)
+    task_means: Sequence[JobMeans | None] = ()  # per task id, its job's (config.bag.task_means)
     parked: dict[str, Poll] = field(default_factory=dict)  # an idle agent's poll, by machine
     staging: Staging | None = None  # task files, when the run's tasks have any
     # A result's event (by id, kept alive so that no other takes its id) and its line.

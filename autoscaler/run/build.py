@@ -19,7 +19,7 @@ from autoscaler.budget.controller import Controller
 from autoscaler.budget.settings import ControllerSettings
 from autoscaler.categories.of_config import categories_of
 from autoscaler.categories.sort import Category, category_of
-from autoscaler.config.load import expand_jobs
+from autoscaler.config.bag import expand_jobs
 from autoscaler.config.schema import RunConfig
 from autoscaler.config.service import ServiceConfig
 from autoscaler.core.billing import BillingModel

@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from autoscaler.config.load import expand_jobs
+from autoscaler.config.bag import expand_jobs
 from autoscaler.config.schema import Job, RunConfig
 from autoscaler.core.billing import BillingModel
 from autoscaler.core.words import counted

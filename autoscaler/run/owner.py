@@ -8,7 +8,7 @@ from typing import Any
 
 from autoscaler.budget.controller import Controller
 from autoscaler.categories.of_config import categories_of_tasks
-from autoscaler.config.load import task_means
+from autoscaler.config.bag import task_means
 from autoscaler.config.schema import JobMeans, RunConfig
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.model import (

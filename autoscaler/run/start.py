@@ -20,7 +20,7 @@ from typing import IO, TYPE_CHECKING, Any, Literal, overload
 import structlog
 
 from autoscaler.budget.controller import Controller
-from autoscaler.config.load import expand_bag, task_means
+from autoscaler.config.bag import expand_bag, task_means
 from autoscaler.config.schema import RunConfig
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.journal import JOURNAL_JSONL, Journal, JsonlJournal

@@ -35,7 +35,8 @@ from typing import Any
 import pytest
 import yaml
 
-from autoscaler.config.load import expand_bag, load_config
+from autoscaler.config.bag import expand_bag
+from autoscaler.config.load import load_config
 from tests.integration import slurm as slurm_cluster
 from tests.integration import test_doc_examples as doc_examples
 from tests.integration.daemon_helpers import (

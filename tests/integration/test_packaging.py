@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from autoscaler.cli.check import config_kind
+from tests.package_dirs import package_dirs
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "config" / "examples"
@@ -39,13 +40,22 @@ JOBS = [name for name, kind in KINDS.items() if kind == "job"]
 
 
 def _files(top: Path) -> set[str]:
-    """Every file under ``top`` (through symlinked folders), as a path relative to it;
-    bytecode caches left out."""
+    """Every file under ``top``, as a path relative to it; bytecode caches left out."""
     found = set()
-    for folder, dirs, names in os.walk(top, followlinks=True):
+    for folder, dirs, names in os.walk(top):
         dirs[:] = [d for d in dirs if d != "__pycache__"]
         found.update((Path(folder) / n).relative_to(top).as_posix() for n in names)
     return found
+
+
+def _installed(source: Path) -> set[str]:
+    """Every file of the packages in ``source`` where an install puts it:
+    providers/aws.py as autoscaler/providers/aws.py."""
+    return {
+        f"{package.replace('.', '/')}/{name}"
+        for package, folder in package_dirs(source).items()
+        for name in _files(folder)
+    }
 
 
 @pytest.fixture(scope="session")
@@ -166,7 +176,7 @@ def user_dir(installed: Installed, tmp_path: Path) -> Path:
 def test_the_artifact_holds_every_file_of_the_package_and_nothing_else(
     artifact: Path, source: Path
 ) -> None:
-    expected = {f"autoscaler/{name}" for name in _files(source / "autoscaler")}
+    expected = _installed(source)
     assert "autoscaler/offers/__init__.py" in expected
     assert "autoscaler/config/examples/files/params.txt" in expected
     if artifact.suffix == ".whl":
@@ -178,11 +188,16 @@ def test_the_artifact_holds_every_file_of_the_package_and_nothing_else(
         with tarfile.open(artifact) as tar:
             members = tar.getmembers()
         assert not [m.name for m in members if m.issym()]
+        # The sdist holds the checkout's folders as they are.
+        expected = {
+            f"{folder.name}/{name}"
+            for folder in package_dirs(source).values()
+            for name in _files(folder)
+        }
         prefix = artifact.name.removesuffix(".tar.gz") + "/"
+        tops = tuple(f"{prefix}{folder.name}/" for folder in package_dirs(source).values())
         shipped = {
-            m.name.removeprefix(prefix)
-            for m in members
-            if m.isfile() and m.name.startswith(prefix + "autoscaler/")
+            m.name.removeprefix(prefix) for m in members if m.isfile() and m.name.startswith(tops)
         }
     assert shipped == expected, (sorted(expected - shipped), sorted(shipped - expected))
 
@@ -210,10 +225,10 @@ def test_every_module_of_the_installed_package_imports(
     files = json.loads(done.stdout)
     assert all(Path(f).is_relative_to(installed.package) for f in files.values())
     expected = {
-        "autoscaler." + name.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
-        for name in _files(source / "autoscaler")
-        if name.endswith(".py") and not name.endswith("__main__.py") and name != "__init__.py"
-    }
+        name.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+        for name in _installed(source)
+        if name.endswith(".py") and not name.endswith("__main__.py")
+    } - {"autoscaler"}
     assert expected <= set(files), sorted(expected - set(files))
 
 

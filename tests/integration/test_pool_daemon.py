@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from autoscaler.config.load import expand_bag, load_config
+from autoscaler.config.bag import expand_bag
+from autoscaler.config.load import load_config
 from autoscaler.core.model import JobSpec, MachineState, Shutdown, TaskSpec
 from autoscaler.run.build import new_run_id
 from autoscaler.run.daemon import Daemon, Outcome

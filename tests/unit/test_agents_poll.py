@@ -8,7 +8,7 @@ from pathlib import Path
 
 import structlog
 
-from autoscaler.config.load import expand_bag
+from autoscaler.config.bag import expand_bag
 from autoscaler.core.leases import Timeline
 from autoscaler.core.model import (
     Assign,

@@ -6,7 +6,8 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.image import AxesImage
 
-from autoscaler.config.load import expand_bag, load_config
+from autoscaler.config.bag import expand_bag
+from autoscaler.config.load import load_config
 from autoscaler.report import plots
 from autoscaler.report.activity import activity, covered
 from autoscaler.run.start import dry_run

@@ -26,7 +26,7 @@ from autoscaler.budget.problem import TypeEstimate
 from autoscaler.budget.runtimes import outlook
 from autoscaler.budget.settings import money_left
 from autoscaler.categories.share import share_makespan
-from autoscaler.config.load import expand_bag
+from autoscaler.config.bag import expand_bag
 from autoscaler.config.schema import RunConfig
 from autoscaler.core.billing import BillingModel
 from autoscaler.core.state import RunState

@@ -13,7 +13,8 @@ import random
 from collections import Counter
 from pathlib import Path
 
-from autoscaler.config.load import expand_bag, load_config
+from autoscaler.config.bag import expand_bag
+from autoscaler.config.load import load_config
 from autoscaler.run.start import DryRun, dry_run
 
 CONFIG = """

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from autoscaler.budget.controller import Controller
-from autoscaler.config.load import expand_bag
+from autoscaler.config.bag import expand_bag
 from autoscaler.config.schema import Emulator, MachineFailure, RunConfig
 from autoscaler.core.journal import JOURNAL_JSONL, JsonlJournal, Record, replay, step_records
 from autoscaler.core.model import Action, Configure, Event

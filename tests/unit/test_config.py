@@ -1,4 +1,5 @@
-"""Loading configs: validation messages, paths, bag expansion, the schema file, the CLI."""
+"""Loading configs: validation messages, paths, the schema file, the CLI (the bag's
+expansion: test_bag.py)."""
 
 from __future__ import annotations
 
@@ -14,16 +15,11 @@ import yaml
 from typer.testing import CliRunner
 
 from autoscaler.cli.main import app
+from autoscaler.config.bag import expand_bag
 from autoscaler.config.budgets import check_budget
 from autoscaler.config.durations import parse_duration, seconds_in
-from autoscaler.config.load import (
-    config_json_schema,
-    config_warnings,
-    expand_bag,
-    load_config,
-    load_trace,
-)
-from autoscaler.config.schema import RunConfig, TraceRuntime
+from autoscaler.config.load import config_json_schema, config_warnings, load_config, load_trace
+from autoscaler.config.schema import TraceRuntime
 from autoscaler.core.errors import AutoscalerError, ConfigError
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"
@@ -53,10 +49,6 @@ def problems(tmp_path: Path, text: str) -> list[str]:
     with pytest.raises(ConfigError) as info:
         expand_bag(load_config(path))
     return info.value.problems
-
-
-def sweep_config(tmp_path: Path, bag: str) -> RunConfig:
-    return load_config(write(tmp_path, f"bag: {bag}\nconstraint: {{budget: 40}}\n" + TYPES))
 
 
 # --- the examples and the schema file -------------------------------------------------
@@ -354,88 +346,6 @@ def test_empty_trace(tmp_path: Path) -> None:
     """A trace with only comments is an error."""
     with pytest.raises(ConfigError, match="no runtimes"):
         load_trace(write(tmp_path, "# nothing\n\n", "t.txt"))
-
-
-# --- expanding the bag ----------------------------------------------------------------
-
-
-def test_synthetic_tasks(tmp_path: Path) -> None:
-    """``synthetic: n`` gives n tasks without a command, ids 0..n-1."""
-    tasks = expand_bag(load_config(write(tmp_path, GOOD)))
-    assert [(t.id, t.command) for t in tasks] == [(i, None) for i in range(5)]
-
-
-def test_every_task_gets_env(tmp_path: Path) -> None:
-    """bag.env is the environment of every task."""
-    text = GOOD.replace("{synthetic: 5}", "{synthetic: 3, env: {OMP_NUM_THREADS: '1'}}")
-    tasks = expand_bag(load_config(write(tmp_path, text)))
-    assert all(t.env == {"OMP_NUM_THREADS": "1"} for t in tasks)
-
-
-def test_sweep_order(tmp_path: Path) -> None:
-    """The first sweep key varies slowest, values in the order given."""
-    cfg = sweep_config(tmp_path, '{command: "r {a} {b}", sweep: {a: [x, y], b: [1, 2.5]}}')
-    assert [t.command for t in expand_bag(cfg)] == ["r x 1", "r x 2.5", "r y 1", "r y 2.5"]
-
-
-def test_sweep_count(tmp_path: Path) -> None:
-    """The bag is the cartesian product: 3 × 20 tasks, ids 0..59."""
-    cfg = sweep_config(
-        tmp_path, '{command: "p {alpha} {seed}", sweep: {alpha: [0.1, 0.2, 0.5], seed: {stop: 20}}}'
-    )
-    tasks = expand_bag(cfg)
-    assert len(tasks) == 60
-    assert (tasks[-1].id, tasks[-1].command) == (59, "p 0.5 19")
-
-
-def test_sweep_range_step(tmp_path: Path) -> None:
-    """A range sweep is Python's range, stop excluded."""
-    cfg = sweep_config(tmp_path, '{command: "s {n}", sweep: {n: {start: 1, stop: 8, step: 3}}}')
-    assert [t.command for t in expand_bag(cfg)] == ["s 1", "s 4", "s 7"]
-
-
-def test_large_sweep(tmp_path: Path) -> None:
-    """A 100,000-task sweep expands completely."""
-    cfg = sweep_config(tmp_path, '{command: "t {a} {b}", sweep: {a: {stop: 1000}, b: {stop: 100}}}')
-    tasks = expand_bag(cfg)
-    assert len(tasks) == 100_000
-    assert tasks[-1].command == "t 999 99"
-
-
-def test_placeholder_not_in_sweep(tmp_path: Path) -> None:
-    """A placeholder without a sweep entry is named."""
-    cfg = sweep_config(tmp_path, '{command: "r {a} {beta}", sweep: {a: [1]}}')
-    with pytest.raises(ConfigError) as info:
-        expand_bag(cfg)
-    assert info.value.problems == ["bag.command: placeholder {beta} is not in bag.sweep"]
-
-
-def test_sweep_key_not_used(tmp_path: Path) -> None:
-    """A sweep entry the template does not use is named."""
-    cfg = sweep_config(tmp_path, '{command: "r {a}", sweep: {a: [1], gamma: [2]}}')
-    with pytest.raises(ConfigError) as info:
-        expand_bag(cfg)
-    assert info.value.problems == ["bag.sweep.gamma: not used in bag.command"]
-
-
-def test_command_without_sweep_is_verbatim(tmp_path: Path) -> None:
-    """A command without a sweep is one task, braces left alone."""
-    cfg = sweep_config(tmp_path, "{command: \"awk '{print $1}' f\"}")
-    assert [t.command for t in expand_bag(cfg)] == ["awk '{print $1}' f"]
-
-
-def test_file_bag_skips_comments(tmp_path: Path) -> None:
-    """A file bag is one task per line, blank and ``#`` lines skipped."""
-    write(tmp_path, "# header\necho a\n\n  # indented comment\necho b\n", "tasks.txt")
-    cfg = load_config(write(tmp_path, GOOD.replace("{synthetic: 5}", "{file: tasks.txt}")))
-    assert [(t.id, t.command) for t in expand_bag(cfg)] == [(0, "echo a"), (1, "echo b")]
-
-
-def test_file_bag_without_commands(tmp_path: Path) -> None:
-    """A file bag of comments only has no tasks."""
-    write(tmp_path, "# nothing yet\n", "tasks.txt")
-    found = problems(tmp_path, GOOD.replace("{synthetic: 5}", "{file: tasks.txt}"))
-    assert found[0].startswith("bag.file: bag has no tasks")
 
 
 # --- the command line -----------------------------------------------------------------

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from autoscaler.config.load import expand_bag, load_config
+from autoscaler.config.bag import expand_bag
+from autoscaler.config.load import load_config
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.state import Machine, RunState
 from autoscaler.run.start import dry_run

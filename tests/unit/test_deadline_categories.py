@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from autoscaler.categories.of_config import categories_of_tasks
-from autoscaler.config.load import expand_bag, load_config
+from autoscaler.config.bag import expand_bag
+from autoscaler.config.load import load_config
 from autoscaler.core.model import JobSpec, Shutdown, TaskSpec
 from autoscaler.core.records import StateError
 from autoscaler.core.state import RunState

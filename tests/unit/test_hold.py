@@ -4,7 +4,7 @@ more, and a budget set later carries it on from the samples (no second sampling)
 from __future__ import annotations
 
 from autoscaler.budget.controller import Controller
-from autoscaler.config.load import expand_bag
+from autoscaler.config.bag import expand_bag
 from autoscaler.core.model import Action, BudgetSet, Configure, Event, Extend, Hold, Launch
 from autoscaler.core.state import RunState
 from autoscaler.report.build import build_report

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autoscaler.config.load import expand_bag, expand_jobs, load_config, task_means
+from autoscaler.config.bag import expand_bag, expand_jobs, task_means
+from autoscaler.config.load import load_config
 from autoscaler.config.schema import Emulator, RunConfig
 from autoscaler.core.billing import BillingModel
 from autoscaler.core.errors import AutoscalerError, ConfigError

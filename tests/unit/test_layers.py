@@ -12,12 +12,12 @@ dependency.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.package_dirs import modules, package_dirs
+
 RANK = {
     "learn": 0,
     "core": 1,
@@ -33,35 +33,22 @@ RANK = {
     "service": 7,
     "cli": 8,
 }
-FOLDERS = {
-    "config": ROOT / "config",
-    "providers": ROOT / "providers",
-    "bootstrap": ROOT / "bootstrap",
-}
 
 
-def modules() -> Iterator[tuple[str, Path]]:
-    """Every module of the package, by its dotted name."""
-    for path in sorted((ROOT / "autoscaler").rglob("*.py")):
-        yield (
-            "autoscaler." + ".".join(path.relative_to(ROOT / "autoscaler").with_suffix("").parts),
-            path,
-        )
-    for room, folder in FOLDERS.items():
-        for path in sorted(folder.rglob("*.py")):
-            parts = path.relative_to(folder).with_suffix("").parts
-            yield ".".join(("autoscaler", room, *parts)), path
-
-
-def imports(path: Path) -> set[str]:
-    """The ``autoscaler`` modules (or packages) ``path`` imports, anywhere in it."""
+def absolute_imports(path: Path) -> set[str]:
+    """The modules (or packages) ``path`` imports by absolute name, anywhere in it."""
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             found.add(node.module)
         elif isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
-    return {name for name in found if name.startswith("autoscaler.")}
+    return found
+
+
+def imports(path: Path) -> set[str]:
+    """The ``autoscaler`` modules (or packages) ``path`` imports, anywhere in it."""
+    return {name for name in absolute_imports(path) if name.startswith("autoscaler.")}
 
 
 def room(module: str) -> str:
@@ -81,6 +68,21 @@ def graph() -> dict[str, set[str]]:
                 edges.add(f"{target}.__init__")
         out[name] = edges - {name}
     return out
+
+
+def test_no_module_imports_a_folder_by_its_own_name() -> None:
+    """A run from the checkout finds providers/, bootstrap/ and config/ as top-level
+    ``providers``, ... too; installed, only ``autoscaler.providers`` is there (and a
+    ``config`` may be another distribution or a user's config.py)."""
+    folders = {path.name for name, path in package_dirs().items() if name != "autoscaler"}
+    assert folders == {"providers", "bootstrap", "config"}
+    bare = sorted(
+        f"{module} imports {target}"
+        for module, path in modules()
+        for target in absolute_imports(path)
+        if target.split(".")[0] in folders
+    )
+    assert not bare, bare
 
 
 def test_every_room_is_ranked() -> None:

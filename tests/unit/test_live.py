@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autoscaler.config.load import expand_bag, load_config
+from autoscaler.config.bag import expand_bag
+from autoscaler.config.load import load_config
 from autoscaler.core.state import RunState
 from autoscaler.report.format import hms
 from autoscaler.run.live import status_lines

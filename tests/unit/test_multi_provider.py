@@ -13,7 +13,8 @@ import pytest
 
 from autoscaler.budget.planner import plan_budget
 from autoscaler.budget.problem import BudgetProblem, TypeEstimate
-from autoscaler.config.load import expand_bag, load_config
+from autoscaler.config.bag import expand_bag
+from autoscaler.config.load import load_config
 from autoscaler.config.schema import RunConfig
 from autoscaler.core.billing import BillingModel
 from autoscaler.core.errors import AutoscalerError

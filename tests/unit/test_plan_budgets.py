@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from autoscaler.config.load import expand_bag
+from autoscaler.config.bag import expand_bag
 from autoscaler.run.start import dry_run, plan_dry
 from tests.conftest import make_config
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from autoscaler.config.load import expand_bag
+from autoscaler.config.bag import expand_bag
 from autoscaler.config.schema import Emulator as EmulatorModel
 from autoscaler.config.schema import RunConfig
 from autoscaler.core.errors import AutoscalerError

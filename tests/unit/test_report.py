@@ -16,7 +16,8 @@ from typer.testing import CliRunner
 
 from autoscaler.budget.frontier import Frontier, Option
 from autoscaler.cli.main import app
-from autoscaler.config.load import expand_bag, load_config
+from autoscaler.config.bag import expand_bag
+from autoscaler.config.load import load_config
 from autoscaler.core.errors import AutoscalerError, ConfigError
 from autoscaler.core.model import TaskState
 from autoscaler.report.files import write_report

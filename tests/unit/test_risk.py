@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from autoscaler.config.load import expand_bag
+from autoscaler.config.bag import expand_bag
 from autoscaler.config.schema import RunConfig
 from autoscaler.core.model import Configure, Risk
 from autoscaler.report.build import build_report

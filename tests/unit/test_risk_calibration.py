@@ -27,7 +27,8 @@ from typing import Any
 
 import pytest
 
-from autoscaler.config.load import expand_bag, load_config
+from autoscaler.config.bag import expand_bag
+from autoscaler.config.load import load_config
 from autoscaler.config.schema import RunConfig
 from autoscaler.run.start import dry_run, plan_dry
 

@@ -14,7 +14,7 @@ import yaml
 from autoscaler.budget.minimum import minimum_budget
 from autoscaler.budget.planner import plan_budget, plan_clairvoyant
 from autoscaler.budget.problem import BudgetProblem, TypeEstimate
-from autoscaler.config.load import expand_bag
+from autoscaler.config.bag import expand_bag
 from autoscaler.config.schema import RunConfig
 from autoscaler.core.billing import BillingModel
 from autoscaler.core.model import Action, Event, TaskDone

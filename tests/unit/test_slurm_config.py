@@ -77,7 +77,7 @@ def test_no_slurm_machine_is_kept_past_its_job_time_limit(tmp_path: Path) -> Non
     """A Slurm job lives one paid unit (its --time): the controller never pays a Slurm
     machine a second unit, it launches another; the same run on Grid Engine keeps its
     machines for several units."""
-    from autoscaler.config.load import expand_bag
+    from autoscaler.config.bag import expand_bag
     from autoscaler.run.start import dry_run
 
     def lives(provider: str) -> list[float]:
@@ -102,7 +102,7 @@ def test_a_deadline_run_on_slurm_plans_within_the_job_time_limit(tmp_path: Path)
     """Deadline mode on Slurm machines that live one unit: at each machine's end its
     queue is planned again onto new jobs, and the job meets its deadline with no machine
     kept past its limit."""
-    from autoscaler.config.load import expand_bag
+    from autoscaler.config.bag import expand_bag
     from autoscaler.run.start import dry_run
 
     data = example()

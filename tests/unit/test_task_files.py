@@ -14,7 +14,8 @@ import pytest
 import structlog
 import yaml
 
-from autoscaler.config.load import expand_bag, load_config
+from autoscaler.config.bag import expand_bag
+from autoscaler.config.load import load_config
 from autoscaler.core.files import (
     FileSpec,
     InputFile,

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from autoscaler.categories.sort import ClassIntervals, categorise, requirements_of
-from autoscaler.config.load import expand_bag, load_config
+from autoscaler.config.bag import expand_bag
+from autoscaler.config.load import load_config
 from autoscaler.config.size import bag_size
 
 TYPES = """\
