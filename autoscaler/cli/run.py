@@ -129,10 +129,15 @@ def run(
                 "provider 'sim' only emulates machines: add --dry-run, or set `provider:` "
                 f"to one that rents them ({', '.join(registry.real_kinds())}) with its section"
             )
-        from autoscaler.cli.service_run import run_as_service
+        from autoscaler.run.session import Session
 
-        outcome = run_as_service(cfg, tasks, out_dir, run_id, seed)
-        conclude(outcome.report, out_dir)
+        console.print(
+            f"run {run_id}: {counted(len(tasks), 'task')}, directory {out_dir}",
+            markup=False,
+            soft_wrap=True,
+        )
+        session = Session.start("new", out_dir, cfg, tasks, run_id=run_id, seed=seed)
+        conclude(session.run(err_console).report, out_dir)
         return
     from autoscaler.run.start import start_run
 
@@ -239,20 +244,16 @@ def _take_over(run_dir: Path, wait_s: float = 60.0) -> None:
 
 def _resume(run_dir: Path, budget: BudgetSet | None) -> None:
     """Carry on the real run in ``run_dir`` from its journal, in the foreground."""
-    from autoscaler.run.live import live_view
-    from autoscaler.run.start import start_run
+    from autoscaler.run.session import Session
 
-    daemon = start_run("resume", run_dir, budget=budget)
-    files = daemon.files
+    session = Session.start("resume", run_dir, budget=budget)
+    files = session.files
     console.print(
         f"run {files.run_id}: {counted(len(files.tasks), 'task')}, directory {run_dir}",
         markup=False,
         soft_wrap=True,
     )
-    with live_view(err_console, files.cfg, len(files.tasks)) as update:
-        daemon.progress = update
-        outcome = daemon.run()
-    conclude(outcome.report, run_dir)
+    conclude(session.run(err_console).report, run_dir)
 
 
 @app.command()

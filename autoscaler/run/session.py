@@ -1,0 +1,179 @@
+"""One real run from its start to its end, however it was asked for.
+
+``autoscaler run`` (a new run, ``--resume``, ``--plan``), ``autoscaler plan`` on a real
+provider, and each job of a service (a run of its own, or the deadline pool) are each
+one ``Session``: the run's daemon made through the one start path (``run.start``),
+shown while it runs (the live view, on a terminal), its signals taken, run to its end,
+and how it ended said (``Ending``). A service calls a session for each of its jobs; a
+run in the foreground is no service's.
+
+Signals: a session in the foreground takes SIGINT and SIGTERM (the first releases every
+machine, a second kills them) and ``HANDOVER_SIGNAL`` (a run that waits for a budget is
+handed over); a service's session takes none: the service's ``close`` tells its daemon.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Literal
+
+from rich.console import Console
+
+from autoscaler.config.schema import RunConfig
+from autoscaler.core.errors import AutoscalerError
+from autoscaler.core.model import BudgetSet, TaskSpec
+from autoscaler.core.state import RunState
+from autoscaler.report.records import Report
+from autoscaler.run.daemon import HANDOVER_SIGNAL, Daemon, HoldHook, Outcome, ProgressHook
+from autoscaler.run.live import live_view
+from autoscaler.run.rundir import RunFiles
+from autoscaler.run.start import start_run
+
+RealMode = Literal["new", "resume", "plan"]
+"""How a real run starts (``run.start.Mode`` but the dry run)."""
+
+
+class Ending(StrEnum):
+    """How a real run's daemon ended."""
+
+    DONE = "done"  # the bag is finished
+    STOPPED = "stopped"  # with tasks left; the report says why
+    HELD = "held"  # a plan's run: the samples are in, the run waits for a budget
+    INTERRUPTED = "interrupted"  # its machines released, to be resumed (``Interrupted``)
+    HANDED_OVER = "handed over"  # its machines left running for the next daemon
+
+
+@dataclass(frozen=True)
+class Ended:
+    """A session's end: the daemon's outcome and how it ended."""
+
+    outcome: Outcome
+    ending: Ending
+
+    @property
+    def report(self) -> Report:
+        return self.outcome.report
+
+    @property
+    def state(self) -> RunState:
+        return self.outcome.state
+
+
+class DaemonBroke(AutoscalerError):
+    """A daemon broke with an error that is not ours (its log has the traceback)."""
+
+    def __init__(self, error: Exception):
+        self.error = repr(error)
+        super().__init__(f"daemon error: {self.error}")
+
+
+def ending_of(outcome: Outcome, handed_over: bool) -> Ending:
+    """How a daemon that returned ``outcome`` ended (``handed_over``: it handed its run
+    over)."""
+    state = outcome.state
+    if handed_over:
+        return Ending.HANDED_OVER
+    if state.interrupted:
+        return Ending.INTERRUPTED
+    if outcome.report.stop_reason is None and state.finished:
+        return Ending.DONE
+    if state.awaiting_budget and not state.finished:
+        return Ending.HELD
+    return Ending.STOPPED
+
+
+def error_of(exc: Exception) -> str:
+    """What a session broke with, in one line: our error's message, another's repr."""
+    if isinstance(exc, DaemonBroke):
+        return exc.error
+    return str(exc) if isinstance(exc, AutoscalerError) else repr(exc)
+
+
+@dataclass
+class Session:
+    """A real run's daemon, made and not yet run: ``run()`` runs it to its end."""
+
+    daemon: Daemon
+
+    @classmethod
+    def start(
+        cls,
+        mode: RealMode,
+        run_dir: Path,
+        cfg: RunConfig | None = None,
+        tasks: Sequence[TaskSpec] = (),
+        *,
+        run_id: str | None = None,
+        seed: int | None = None,
+        budget: BudgetSet | None = None,
+        on_hold: HoldHook | None = None,
+        resumed: str | None = None,
+        progress: ProgressHook | None = None,
+        plots: bool = True,
+        foreground: bool = True,
+    ) -> Session:
+        """The run of ``cfg`` and ``tasks`` in ``run_dir`` made ready (``run.start``'s
+        ``start_run``: a new run writes its run directory, ``resume`` reads it).
+        ``foreground``: the session takes the process's signals (a service's does not)."""
+        daemon = start_run(
+            mode,
+            run_dir,
+            cfg,
+            tasks,
+            run_id=run_id,
+            seed=seed,
+            progress=progress,
+            plots=plots,
+            budget=budget,
+            on_hold=on_hold,
+            install_signals=foreground,
+            resumed=resumed,
+        )
+        return cls(daemon)
+
+    @property
+    def files(self) -> RunFiles:
+        return self.daemon.files
+
+    def run(self, console: Console | None = None) -> Ended:
+        """Run the daemon to its end, with the live view on ``console`` if it is a
+        terminal. An ``AutoscalerError`` is raised as it is; any other error as
+        ``DaemonBroke``."""
+        daemon = self.daemon
+        if daemon.hold and daemon.install_signals:
+            # A hand-over asked for just as the daemon ends must not kill this process.
+            signal.signal(HANDOVER_SIGNAL, signal.SIG_IGN)
+        with self._shown(console):
+            try:
+                outcome = daemon.run()
+            except AutoscalerError:
+                raise
+            except Exception as exc:
+                raise DaemonBroke(exc) from exc
+        return Ended(outcome, ending_of(outcome, daemon.handed_over))
+
+    @contextlib.contextmanager
+    def _shown(self, console: Console | None) -> Iterator[None]:
+        """The live view on ``console``, beside the progress hook the daemon has."""
+        if console is None:
+            yield
+            return
+        daemon = self.daemon
+        given = daemon.progress
+        with live_view(console, daemon.cfg, len(daemon.tasks)) as view:
+
+            def both(state: RunState, estimate: float | None) -> None:
+                if given is not None:
+                    given(state, estimate)
+                view(state, estimate)
+
+            daemon.progress = both
+            try:
+                yield
+            finally:
+                daemon.progress = given
