@@ -15,8 +15,10 @@ handed over); a service's session takes none: the service's ``close`` tells its 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -24,6 +26,7 @@ from typing import Literal
 
 from rich.console import Console
 
+from autoscaler.config.budgets import check_budget
 from autoscaler.config.schema import RunConfig
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.model import BudgetSet, TaskSpec
@@ -31,7 +34,7 @@ from autoscaler.core.state import RunState
 from autoscaler.report.records import Report
 from autoscaler.run.daemon import HANDOVER_SIGNAL, Daemon, HoldHook, Outcome, ProgressHook
 from autoscaler.run.live import live_view
-from autoscaler.run.rundir import RunFiles
+from autoscaler.run.rundir import RunFiles, daemon_alive, read_run
 from autoscaler.run.start import start_run
 
 RealMode = Literal["new", "resume", "plan"]
@@ -177,3 +180,48 @@ class Session:
                 yield
             finally:
                 daemon.progress = given
+
+
+# --- before a run is carried on -------------------------------------------------------
+
+
+def check_same_bag(cfg: RunConfig, tasks: Sequence[TaskSpec], run_dir: Path, name: str) -> None:
+    """Refuse a config (``name``) given with a real plan unless it is the one the plan
+    sampled in ``run_dir``: the same bag and machines."""
+    files = RunFiles.open(run_dir)
+    same = [(t.id, t.command) for t in tasks] == [(t.id, t.command) for t in files.tasks]
+    if not same or cfg.machine_types != files.cfg.machine_types:
+        raise AutoscalerError(
+            f"{name} is not the config the plan sampled ({run_dir / 'config.yaml'}): "
+            "give the plan's own config, or none"
+        )
+
+
+def check_budget_covers(run_dir: Path, budget: float) -> None:
+    """Refuse a budget below what the run in ``run_dir`` has committed, before anything
+    is taken over (a held run commits nothing more, so its journal's figure holds)."""
+    committed = read_run(run_dir)[1].committed
+    check_budget(budget, committed=committed, holder=f"the run in {run_dir}")
+
+
+def take_over(
+    run_dir: Path, asking: Callable[[int], None], wait_s: float = 60.0, poll_s: float = 0.1
+) -> None:
+    """Ask the daemon holding ``run_dir`` after sampling (``autoscaler plan``) to hand its
+    machines over, and wait until it has let the run go; ``asking``: told its pid as it
+    is asked."""
+    pid = daemon_alive(run_dir)
+    if pid is None:
+        return
+    if pid > 0:
+        asking(pid)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, HANDOVER_SIGNAL)
+    deadline = time.monotonic() + wait_s
+    while daemon_alive(run_dir) is not None:
+        if time.monotonic() > deadline:
+            raise AutoscalerError(
+                f"{run_dir}: the daemon holding it (pid {pid}) did not hand it over within "
+                f"{wait_s:.0f} s; it hands over only a run that waits for a budget"
+            )
+        time.sleep(poll_s)
