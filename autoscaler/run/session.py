@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
+from types import FrameType
 from typing import Literal
 
 from rich.console import Console
@@ -97,11 +98,17 @@ def error_of(exc: Exception) -> str:
     return str(exc) if isinstance(exc, AutoscalerError) else repr(exc)
 
 
+SIGNALS = (signal.SIGINT, signal.SIGTERM, HANDOVER_SIGNAL)
+"""What a session in the foreground takes for its run (``Daemon.signal``)."""
+
+
 @dataclass
 class Session:
-    """A real run's daemon, made and not yet run: ``run()`` runs it to its end."""
+    """A real run's daemon, made and not yet run: ``run()`` runs it to its end.
+    ``foreground``: it takes the process's signals (a service's session does not)."""
 
     daemon: Daemon
+    foreground: bool = False
 
     @classmethod
     def start(
@@ -134,10 +141,9 @@ class Session:
             plots=plots,
             budget=budget,
             on_hold=on_hold,
-            install_signals=foreground,
             resumed=resumed,
         )
-        return cls(daemon)
+        return cls(daemon, foreground)
 
     @property
     def files(self) -> RunFiles:
@@ -148,10 +154,7 @@ class Session:
         terminal. An ``AutoscalerError`` is raised as it is; any other error as
         ``DaemonBroke``."""
         daemon = self.daemon
-        if daemon.hold and daemon.install_signals:
-            # A hand-over asked for just as the daemon ends must not kill this process.
-            signal.signal(HANDOVER_SIGNAL, signal.SIG_IGN)
-        with self._shown(console):
+        with self._signals(), self._shown(console):
             try:
                 outcome = daemon.run()
             except AutoscalerError:
@@ -159,6 +162,26 @@ class Session:
             except Exception as exc:
                 raise DaemonBroke(exc) from exc
         return Ended(outcome, ending_of(outcome, daemon.handed_over))
+
+    @contextlib.contextmanager
+    def _signals(self) -> Iterator[None]:
+        """In the foreground, ``SIGNALS`` go to the daemon while it runs."""
+        if not self.foreground:
+            yield
+            return
+        if self.daemon.hold:
+            # A hand-over asked for just as the daemon ends must not kill this process.
+            signal.signal(HANDOVER_SIGNAL, signal.SIG_IGN)
+
+        def handler(signum: int, frame: FrameType | None) -> None:
+            self.daemon.signal(signum)
+
+        old = {signum: signal.signal(signum, handler) for signum in SIGNALS}
+        try:
+            yield
+        finally:
+            for signum, was in old.items():
+                signal.signal(signum, was)
 
     @contextlib.contextmanager
     def _shown(self, console: Console | None) -> Iterator[None]:

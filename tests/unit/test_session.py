@@ -39,8 +39,8 @@ def test_a_foreground_session_takes_the_signals_a_services_does_not(tmp_path: Pa
     tasks = expand_bag(cfg)
     mine = Session.start("new", tmp_path / "a", cfg, tasks, run_id="a", seed=1)
     theirs = Session.start("new", tmp_path / "b", cfg, tasks, foreground=False)
-    assert mine.daemon.install_signals
-    assert not theirs.daemon.install_signals
+    assert mine.foreground
+    assert not theirs.foreground
     assert (mine.files.run_id, mine.files.seed) == ("a", 1)
     assert Session.start("plan", tmp_path / "c", cfg, tasks).daemon.hold
 
