@@ -4,9 +4,9 @@
 state directory. A submitted job is laid over the service's config, validated, and
 written to the service's store (SQLite, synchronous) before its id is returned: a job
 acknowledged is never lost. The service starts queued jobs in order while fewer than
-``service.max_running_jobs`` run; each job is one run of the real-time ``Daemon`` (its
-own run directory, journal, dispatcher, machines and budget) on a thread of its own, so
-a job runs exactly as ``autoscaler run`` runs it.
+``service.max_running_jobs`` run (its ``Pump``); each job is one run session
+(``run.session``: its own run directory, journal, dispatcher, machines and budget) on a
+thread of its own, so a job runs exactly as ``autoscaler run`` runs it.
 
 Across a restart: a job that was running when the service stopped (SIGTERM: its daemon
 handed its machines over, ``HandedOver``) or died (kill -9) is resumed from its journal:
