@@ -376,7 +376,7 @@ def run_daemon(
     )
     wall0 = time.time()
     try:
-        daemon = Daemon(files, progress=hook, install_signals=False)
+        daemon = Daemon(files, progress=hook)
         if profiler is not None:
             profiler.enable()
         try:

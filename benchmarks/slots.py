@@ -144,7 +144,7 @@ def local(cfg: RunConfig, group: str, slots: int, slowdown: float) -> Row:
         files = RunFiles.create(cfg, tasks, Path(tmp) / "run", new_run_id(cfg), 0)
         started = time.perf_counter()
         try:
-            outcome = Daemon(files, install_signals=False).run()
+            outcome = Daemon(files).run()
         finally:
             terminate_tagged([pid for pid, _ in run_processes(files.run_id)])
         wall = time.perf_counter() - started

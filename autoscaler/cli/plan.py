@@ -1,10 +1,12 @@
-"""``autoscaler plan``: budget estimation before spending (sample, then the frontier)."""
+"""``autoscaler plan``: budget estimation before spending (sample, then the frontier).
+The library is imported where it is called: the command group starts without it."""
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -18,10 +20,6 @@ if TYPE_CHECKING:
     from autoscaler.budget.frontier import Frontier
     from autoscaler.config.schema import RunConfig
     from autoscaler.core.model import TaskSpec
-    from autoscaler.core.state import RunState
-
-PLAN_JSON = "plan.json"
-"""What `autoscaler plan --out DIR` writes: the options `run --option N` reads."""
 
 
 @app.command()
@@ -82,17 +80,11 @@ def _show_frontier(
 ) -> None:
     """Print the frontier (a table, or JSON); with ``out`` also write plan.json and the
     plot there. ``run_dir``: the run whose samples it comes from (a real plan)."""
-    data = _frontier_json(frontier)
-    if run_dir is not None:
-        data["run_dir"] = str(run_dir.resolve())
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        from autoscaler.core.atomic import write_atomic
-        from autoscaler.report.plots import frontier_plot
+    from autoscaler.report.frontier_files import PLAN_JSON, frontier_json, write_plan
 
-        frontier_plot(frontier, out / "frontier.png")
-        # Last and whole: `run --plan` may be waiting for it (a real plan's hand-over).
-        write_atomic(out / PLAN_JSON, json.dumps(data, indent=2) + "\n")
+    data = frontier_json(frontier, run_dir)
+    if out is not None:
+        write_plan(frontier, data, out)
     if as_json:
         print(json.dumps(data, indent=2), flush=True)
         return
@@ -111,33 +103,19 @@ def _plan_real(
     yes: bool,
 ) -> None:
     """``plan`` on a real provider: ask, sample for real, hold, print the frontier."""
-    import copy
-    import signal
-    import sys
-    import threading
-
-    from autoscaler.budget.controller import Controller
-    from autoscaler.budget.frontier import frontier
     from autoscaler.report.format import hms
-    from autoscaler.run.build import new_run_id, new_state, planning_settings
-    from autoscaler.run.daemon import HANDOVER_SIGNAL
-    from autoscaler.run.live import live_view
-    from autoscaler.run.start import start_run
+    from autoscaler.run.build import new_run_id
+    from autoscaler.run.plan_real import Frontiers, HeldFrontier, sampling_offer
+    from autoscaler.run.session import Ending, Session
 
     seed = cfg.emulator.seed if seed is None else seed
-    state = new_state(cfg, len(tasks), seed)
-    sampling = Controller(planning_settings(cfg)).sampling(state)
-    billing = state.billing
-    first = sum(
-        c * billing.cost(state.types[n].price, billing.first_step_s)
-        for n, c in sampling.counts.items()
-    )
-    machines = ", ".join(f"{c} × {n}" for n, c in sampling.counts.items() if c)
+    offer = sampling_offer(cfg, len(tasks), seed)
+    machines = ", ".join(f"{c} × {n}" for n, c in offer.counts.items() if c)
     err_console.print(
-        f"Sampling rents {machines} from {cfg.provider_label()} ({sampling.reason}). "
-        f"Their first paid units commit {first:.2f}; sampling commits at most the budget "
-        f"of {state.budget:.2f} (`constraint.budget`) and stops committing once the "
-        "samples are in.",
+        f"Sampling rents {machines} from {cfg.provider_label()} ({offer.reason}). "
+        f"Their first paid units commit {offer.first_commit:.2f}; sampling commits at most "
+        f"the budget of {offer.budget:.2f} (`constraint.budget`) and stops committing once "
+        "the samples are in.",
         markup=False,
         soft_wrap=True,
     )
@@ -153,46 +131,33 @@ def _plan_real(
     run_dir = Path("runs") / run_id
     plan_dir = out if out is not None else run_dir
 
-    shown: list[threading.Thread] = []
-
-    def show(controller: Controller, state: RunState, now: float) -> None:
-        try:
-            _show_frontier(frontier(controller, state, now), plan_dir, as_json, run_dir)
-        except (AutoscalerError, ValueError) as exc:
-            err_console.print(f"error: no frontier from these samples: {exc}", markup=False)
-            return
-        paid = max((m.paid_until for m in state.alive_machines()), default=now)
+    def shown(held: HeldFrontier) -> None:
+        _show_frontier(held.frontier, plan_dir, as_json, run_dir)
         err_console.print(
             f"The samples are in. The sampling machines work on the bag until their paid "
-            f"time ends (within {hms((paid - now) / cfg.time_scale)} of the samples); to "
-            f"carry the run on with them: autoscaler run --plan {plan_dir} --option N",
+            f"time ends (within {hms(held.paid_left_s)} of the samples); to carry the run "
+            f"on with them: autoscaler run --plan {plan_dir} --option N",
             markup=False,
             soft_wrap=True,
         )
 
-    def on_hold(controller: Controller, state: RunState, now: float) -> None:
-        # The solves and the plot take a while: the daemon goes on meanwhile (its
-        # machines' boundaries come), so they work on a copy of the state in a thread.
-        thread = threading.Thread(target=show, args=(controller, copy.deepcopy(state), now))
-        thread.start()
-        shown.append(thread)
+    def failed(reason: str) -> None:
+        err_console.print(f"error: no frontier from these samples: {reason}", markup=False)
 
-    # A hand-over asked for just as the daemon ends must not kill this process.
-    signal.signal(HANDOVER_SIGNAL, signal.SIG_IGN)
+    frontiers = Frontiers(cfg.time_scale, shown, failed)
     try:
-        daemon = start_run("plan", run_dir, cfg, tasks, run_id=run_id, seed=seed, on_hold=on_hold)
+        session = Session.start(
+            "plan", run_dir, cfg, tasks, run_id=run_id, seed=seed, on_hold=frontiers.on_hold
+        )
         err_console.print(
             f"run {run_id}: sampling, directory {run_dir}", markup=False, soft_wrap=True
         )
-        with live_view(err_console, cfg, len(tasks)) as update:
-            daemon.progress = update
-            outcome = daemon.run()
+        ended = session.run(err_console)
     finally:
-        for thread in shown:
-            thread.join()
-    if daemon.handed_over:
+        frontiers.join()
+    if ended.ending is Ending.HANDED_OVER:
         err_console.print("The run was handed over with its machines to `autoscaler run`.")
-    elif outcome.state.awaiting_budget and not outcome.state.finished:
+    elif ended.ending is Ending.HELD:
         err_console.print(
             f"The sampling machines are released. The samples are kept in {run_dir}: "
             f"autoscaler run --plan {plan_dir} --option N carries the run on from them.",
@@ -200,17 +165,7 @@ def _plan_real(
             soft_wrap=True,
         )
     else:
-        conclude(outcome.report, run_dir)
-
-
-def _frontier_json(frontier: Frontier) -> dict[str, Any]:
-    """The frontier as plain data, each option numbered as `run --option` takes it."""
-    import dataclasses
-
-    data = dataclasses.asdict(frontier)
-    for i, o in enumerate(data["options"], 1):
-        o["option"] = i
-    return data
+        conclude(ended.report, run_dir)
 
 
 def _machines(name: str, count: int, slots: int) -> str:

@@ -1,11 +1,11 @@
 """The run commands: ``run``, ``status``, ``report`` and ``cleanup``. Each is a thin
 shell over library calls; errors are raised as ``AutoscalerError`` and printed in one
-place (``autoscaler.cli.app``)."""
+place (``autoscaler.cli.app``). Each command imports the library it calls where it calls
+it: the command group starts without the config models or numpy (start-up time)."""
 
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,7 +23,6 @@ from autoscaler.cli.app import (
     print_head,
 )
 from autoscaler.cli.check import config_kind
-from autoscaler.cli.plan import PLAN_JSON
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.words import counted
 
@@ -75,21 +74,29 @@ def run(
     run in the foreground has none to adopt them.)
     """
     chosen = _chosen_budget(budget, option, plan_dir)
-    sampled = _sampled_run(plan_dir) if plan_dir is not None and not dry_run else None
+    sampled = None
+    if plan_dir is not None and not dry_run:
+        from autoscaler.report.frontier_files import sampled_run
+
+        sampled = sampled_run(plan_dir)
     if sampled is not None:
         if resume is not None:
             raise AutoscalerError("give --plan DIR or --resume RUN_DIR, not both")
         if config is not None:
-            _check_same_bag(config, sampled)
+            from autoscaler.run.session import check_same_bag
+
+            check_same_bag(*load(config), sampled, str(config))
         resume = sampled
     if resume is not None:
         if (config is not None and sampled is None) or dry_run:
             raise AutoscalerError("--resume takes a run directory and no config file")
         if sampled is not None and chosen is None:
             raise AutoscalerError("--plan DIR needs --option N or --budget B")
+        from autoscaler.run.session import check_budget_covers, take_over
+
         if chosen is not None:
-            _check_budget_covers_commitments(resume, chosen.budget)
-        _take_over(resume)
+            check_budget_covers(resume, chosen.budget)
+        take_over(resume, _asking)
         _resume(resume, chosen)
         return
     if config is None:
@@ -129,10 +136,15 @@ def run(
                 "provider 'sim' only emulates machines: add --dry-run, or set `provider:` "
                 f"to one that rents them ({', '.join(registry.real_kinds())}) with its section"
             )
-        from autoscaler.cli.service_run import run_as_service
+        from autoscaler.run.session import Session
 
-        outcome = run_as_service(cfg, tasks, out_dir, run_id, seed)
-        conclude(outcome.report, out_dir)
+        console.print(
+            f"run {run_id}: {counted(len(tasks), 'task')}, directory {out_dir}",
+            markup=False,
+            soft_wrap=True,
+        )
+        session = Session.start("new", out_dir, cfg, tasks, run_id=run_id, seed=seed)
+        conclude(session.run(err_console).report, out_dir)
         return
     from autoscaler.run.start import start_run
 
@@ -160,14 +172,9 @@ def _chosen_budget(
             raise AutoscalerError("give --budget or --option, not both")
         if plan_dir is None:
             raise AutoscalerError("--option N needs --plan DIR (from `autoscaler plan --out`)")
-        path = plan_dir / PLAN_JSON
-        try:
-            options = json.loads(path.read_text(encoding="utf-8"))["options"]
-        except (OSError, ValueError, KeyError) as exc:
-            raise AutoscalerError(f"cannot read the plan's options from {path}: {exc}") from None
-        if not 1 <= option <= len(options):
-            raise AutoscalerError(f"--option {option}: the plan has options 1 to {len(options)}")
-        budget = float(options[option - 1]["budget"])
+        from autoscaler.report.frontier_files import option_budget
+
+        budget = option_budget(plan_dir, option)
         reason = f"option {option} of the plan in {plan_dir}"
     if budget is None:
         return None
@@ -177,82 +184,22 @@ def _chosen_budget(
     return BudgetSet(check_budget(budget, field="--budget"), reason)
 
 
-def _sampled_run(plan_dir: Path) -> Path | None:
-    """The run directory whose samples a plan was made from, if it sampled for real."""
-    try:
-        data = json.loads((plan_dir / PLAN_JSON).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None  # _chosen_budget has said what is wrong, if anything is
-    run_dir = data.get("run_dir") if isinstance(data, dict) else None
-    return Path(run_dir) if run_dir else None
-
-
-def _check_same_bag(config: Path, run_dir: Path) -> None:
-    """A config given with a real plan must be the one it sampled (bag and machines)."""
-    from autoscaler.run.rundir import RunFiles
-
-    cfg, tasks = load(config)
-    files = RunFiles.open(run_dir)
-    same = [(t.id, t.command) for t in tasks] == [(t.id, t.command) for t in files.tasks]
-    if not same or cfg.machine_types != files.cfg.machine_types:
-        raise AutoscalerError(
-            f"{config} is not the config the plan sampled ({run_dir / 'config.yaml'}): "
-            "give the plan's own config, or none"
-        )
-
-
-def _check_budget_covers_commitments(run_dir: Path, budget: float) -> None:
-    """Refuse a budget below what the run has committed, before anything is taken over
-    (a held run commits nothing more, so its journal's figure holds)."""
-    from autoscaler.run.rundir import read_run
-
-    committed = read_run(run_dir)[1].committed
-    from autoscaler.config.budgets import check_budget
-
-    check_budget(budget, committed=committed, holder=f"the run in {run_dir}")
-
-
-def _take_over(run_dir: Path, wait_s: float = 60.0) -> None:
-    """Ask the daemon holding ``run_dir`` after sampling (``autoscaler plan``) to hand its
-    machines over, and wait until it has let the run go."""
-    import os
-
-    from autoscaler.run.daemon import HANDOVER_SIGNAL
-    from autoscaler.run.rundir import daemon_alive
-
-    pid = daemon_alive(run_dir)
-    if pid is None:
-        return
-    if pid > 0:
-        err_console.print(f"asking the plan's daemon (pid {pid}) to hand its machines over")
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, HANDOVER_SIGNAL)
-    deadline = time.monotonic() + wait_s
-    while daemon_alive(run_dir) is not None:
-        if time.monotonic() > deadline:
-            raise AutoscalerError(
-                f"{run_dir}: the daemon holding it (pid {pid}) did not hand it over within "
-                f"{wait_s:.0f} s; it hands over only a run that waits for a budget"
-            )
-        time.sleep(0.1)
+def _asking(pid: int) -> None:
+    err_console.print(f"asking the plan's daemon (pid {pid}) to hand its machines over")
 
 
 def _resume(run_dir: Path, budget: BudgetSet | None) -> None:
     """Carry on the real run in ``run_dir`` from its journal, in the foreground."""
-    from autoscaler.run.live import live_view
-    from autoscaler.run.start import start_run
+    from autoscaler.run.session import Session
 
-    daemon = start_run("resume", run_dir, budget=budget)
-    files = daemon.files
+    session = Session.start("resume", run_dir, budget=budget)
+    files = session.files
     console.print(
         f"run {files.run_id}: {counted(len(files.tasks), 'task')}, directory {run_dir}",
         markup=False,
         soft_wrap=True,
     )
-    with live_view(err_console, files.cfg, len(files.tasks)) as update:
-        daemon.progress = update
-        outcome = daemon.run()
-    conclude(outcome.report, run_dir)
+    conclude(session.run(err_console).report, run_dir)
 
 
 @app.command()

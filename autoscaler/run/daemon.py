@@ -28,8 +28,10 @@ The parts: ``rundir`` (the run directory and its lock), ``inbox`` (what the queu
 ``timers`` (the APScheduler jobs), ``actions`` (a step carried out; reconciling after a
 restart), ``owner`` (the owner's events and jobs let in or turned away), ``machines``
 (provider and SSH calls on worker threads), ``agents`` (polls to events, the state to
-answers), ``leases`` (the lease and clock arithmetic), ``metrics`` (Prometheus gauges).
-This module is the loop that ties them together.
+answers), ``leases`` (the lease and clock arithmetic), ``metrics`` (Prometheus gauges),
+``quota`` (the run's side of limits shared with other runs). Its ``session`` runs it:
+the process's signals, the live view, how it ended. This module is the loop that ties
+them together.
 """
 
 from __future__ import annotations
@@ -45,7 +47,6 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -55,9 +56,7 @@ from autoscaler.config.budgets import check_budget
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.journal import JOURNAL_DB, SqliteJournal
 from autoscaler.core.leases import Timeline
-from autoscaler.core.limits import quota_waits
 from autoscaler.core.model import (
-    Action,
     BudgetSet,
     Event,
     HandedOver,
@@ -110,7 +109,7 @@ from autoscaler.run.owner import (
     pool_job,
     step_order,
 )
-from autoscaler.run.quota import Quota, held, launched, within
+from autoscaler.run.quota import Quota, Share
 from autoscaler.run.registry import register
 from autoscaler.run.results import JOURNALED_META, OutputsFile, settle
 from autoscaler.run.rundir import OUTPUTS_FILE, RunFiles, rebuild_state, run_lock
@@ -141,7 +140,6 @@ class Daemon:
     files: RunFiles
     resume: bool = False
     progress: ProgressHook | None = None
-    install_signals: bool = True
     log: Any = None
     hold: bool = False  # `autoscaler plan`: hold once the samples are in
     on_hold: HoldHook | None = None  # called in the step that holds
@@ -171,7 +169,6 @@ class Daemon:
         self._signals = 0  # SIGINT/SIGTERM received; the second means: kill, do not wait
         self._workdir = (cfg.local.workdir or self.files.run_dir / "work").absolute()
         self._answers: list[tuple[Future[JobSpec], JobSpec]] = []  # jobs added, not answered
-        self._refused: list[Event] = []  # launches the quota did not grant, for the next step
 
     def now(self) -> float:
         """Run time (emulated seconds) now."""
@@ -279,9 +276,7 @@ class Daemon:
         self.executor = Executor(
             self.lifecycle, self.dispatcher, self.timers, self.log, self._since
         )
-        if self.quota is not None:
-            self.quota.watch(self.holder, lambda: self._inbox.put(Wake()))
-        old_handlers = self._install_signals() if self.install_signals else {}
+        self.share = Share(self.quota, self.holder, lambda: self._inbox.put(Wake()), self.log)
         metrics = Metrics.start(cfg) if cfg.daemon.metrics_port is not None else None
         error: BaseException | None = None
         try:
@@ -298,8 +293,6 @@ class Daemon:
             raise
         finally:
             self._finish(error)
-            for signum, handler in old_handlers.items():
-                signal.signal(signum, handler)
             if metrics is not None:
                 metrics.close()
             if scheduler.running:
@@ -337,7 +330,7 @@ class Daemon:
             check_budget(self.budget.budget, committed=self.state.committed, holder="this run")
             events.append(self.budget)
         events.extend(self.timers.arrivals(self.state, self.now()))
-        self._step([*self._quota_news(), *events], [])
+        self._step([*self.share.news(self.state), *events], [])
 
     def _loop(self, metrics: Metrics | None) -> None:
         """Take what is queued, step, repeat; show progress at most five times a second."""
@@ -424,8 +417,8 @@ class Daemon:
                     pass
         events.extend(unready_give_ups(self.state, events, self.log))
         self._answers.extend(adding)
-        refused, self._refused = self._refused, []
-        self._step(step_order([*self._quota_news(), *refused, *events]), polls)
+        news = [*self.share.news(self.state), *self.share.refused()]
+        self._step(step_order([*news, *events]), polls)
         for answer, job in self._answers:
             answer.set_result(job)
         self._answers.clear()
@@ -444,7 +437,7 @@ class Daemon:
             outputs = self.agents.outputs_of(events)
             self.journal.step(now, events, actions, outputs)
             self.outputs.append([line for _, line in outputs])
-            touched = self.executor.apply(state, events, self._granted(actions))
+            touched = self.executor.apply(state, events, self.share.granted(state, actions))
             held = any(isinstance(a, Hold) for a in actions)
             if self.on_hold is not None and held and isinstance(self.controller, Controller):
                 self.on_hold(self.controller, state, now)
@@ -486,32 +479,6 @@ class Daemon:
             machines=sorted(m.id for m in self.state.alive_machines()),
         )
 
-    # --- the limits shared with other runs ------------------------------------------------
-
-    def _quota_news(self) -> list[Event]:
-        """The quota, if it changed since the run last heard it."""
-        if self.quota is None:
-            return []
-        room = self.quota.room(self.holder)
-        return [] if room is None or room == self.state.quota else [room]
-
-    def _granted(self, actions: list[Action]) -> list[Action]:
-        """A journaled step's actions as the quota grants their launches: what it does
-        not grant is refused in the next step (``_refused``)."""
-        if self.quota is None:
-            return actions
-        asked = launched(actions)
-        have = held(self.state, asked)
-        granted = self.quota.claim(self.holder, have, asked, quota_waits(self.state))
-        if granted == asked:
-            return actions
-        reason = "the service's quota: other jobs hold the machines"
-        kept, refused = within(actions, granted, reason)
-        self.log.info("launches beyond the quota refused", asked=asked, granted=granted)
-        self._refused.extend(refused)
-        self._inbox.put(Wake())
-        return kept
-
     # --- from the outside world to events -----------------------------------------------
 
     def _add(self, item: AddJob, batch: list[JobSpec], events: list[Event]) -> JobAdded | None:
@@ -536,20 +503,12 @@ class Daemon:
 
     # --- the end --------------------------------------------------------------------------
 
-    def _install_signals(self) -> dict[int, Any]:
-        def handler(signum: int, frame: FrameType | None) -> None:
-            self.signal(signum)
-
-        old: dict[int, Any] = {}
-        for signum in (signal.SIGINT, signal.SIGTERM, HANDOVER_SIGNAL):
-            old[signum] = signal.signal(signum, handler)
-        return old
-
     def signal(self, signum: int) -> None:
-        """A signal for the run (from a handler, on any thread): the first SIGINT or
-        SIGTERM releases every machine, a second kills them; ``HANDOVER_SIGNAL`` hands
-        a held run over. Only a count and a queue item: the interrupted code may hold
-        any lock (the log's, a provider's), so the work is done by the loop or _finish."""
+        """A signal for the run (from the handler its session installs, on any thread):
+        the first SIGINT or SIGTERM releases every machine, a second kills them;
+        ``HANDOVER_SIGNAL`` hands a held run over. Only a count and a queue item: the
+        interrupted code may hold any lock (the log's, a provider's), so the work is done
+        by the loop or _finish."""
         if signum != HANDOVER_SIGNAL:
             self._signals += 1
         self._inbox.put(SignalReceived(signum))

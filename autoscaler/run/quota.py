@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
-from autoscaler.core.model import Action, Launch, LaunchFailed, QuotaSet
+from autoscaler.core.limits import quota_waits
+from autoscaler.core.model import Action, Event, Launch, LaunchFailed, QuotaSet
 from autoscaler.core.state import RunState
 
 QUOTA_KIND = "quota"
@@ -81,3 +82,47 @@ def within(
         if n < a.count:
             refused.append(LaunchFailed(a.token, a.type, a.count - n, reason, kind=QUOTA_KIND))
     return out, refused
+
+
+class Share:
+    """A run's side of the limits it shares (``quota``; None: it shares none): the room
+    it is told of, and each journaled step's launches claimed. What is not granted is
+    refused in the run's next step (``refused``), and ``wake`` (any thread) makes one
+    come; ``wake`` is also called when others give machines back."""
+
+    def __init__(self, quota: Quota | None, holder: str, wake: Callable[[], None], log: Any):
+        self.quota = quota
+        self.holder = holder
+        self.wake = wake
+        self.log = log
+        self._refused: list[Event] = []
+        if quota is not None:
+            quota.watch(holder, wake)
+
+    def news(self, state: RunState) -> list[Event]:
+        """The quota, if it changed since the run last heard it."""
+        if self.quota is None:
+            return []
+        room = self.quota.room(self.holder)
+        return [] if room is None or room == state.quota else [room]
+
+    def granted(self, state: RunState, actions: list[Action]) -> list[Action]:
+        """A journaled step's actions as the quota grants their launches."""
+        if self.quota is None:
+            return actions
+        asked = launched(actions)
+        have = held(state, asked)
+        granted = self.quota.claim(self.holder, have, asked, quota_waits(state))
+        if granted == asked:
+            return actions
+        reason = "the service's quota: other jobs hold the machines"
+        kept, refused = within(actions, granted, reason)
+        self.log.info("launches beyond the quota refused", asked=asked, granted=granted)
+        self._refused.extend(refused)
+        self.wake()
+        return kept
+
+    def refused(self) -> list[Event]:
+        """The launches refused since the run's last step, for its next one."""
+        out, self._refused = self._refused, []
+        return out

@@ -266,7 +266,6 @@ def start_run(
     plots: bool = True,
     budget: BudgetSet | None = None,
     on_hold: HoldHook | None = None,
-    install_signals: bool = True,
     resumed: str | None = None,
 ) -> Daemon: ...
 
@@ -283,7 +282,6 @@ def start_run(
     plots: bool = True,
     budget: BudgetSet | None = None,
     on_hold: HoldHook | None = None,
-    install_signals: bool = True,
     resumed: str | None = None,
 ) -> EmulatedRun | Daemon:
     """Start the run of ``cfg`` and its ``tasks`` in ``mode``, in ``run_dir``: ready to
@@ -312,7 +310,6 @@ def start_run(
             plots,
             budget,
             on_hold,
-            install_signals,
             resumed,
         )
     if cfg is None:
@@ -334,7 +331,6 @@ def start_run(
         plots,
         budget,
         on_hold,
-        install_signals,
         resumed,
     )
 
@@ -363,7 +359,6 @@ def _daemon(
     plots: bool,
     budget: BudgetSet | None,
     on_hold: HoldHook | None,
-    install_signals: bool,
     resumed: str | None,
 ) -> Daemon:
     """A real run's daemon: its run directory written (a new run) or opened (resumed)."""
@@ -380,7 +375,6 @@ def _daemon(
         files,
         resume=mode == "resume",
         progress=progress,
-        install_signals=install_signals,
         hold=mode == "plan",
         on_hold=on_hold,
         budget=budget,

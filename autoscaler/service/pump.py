@@ -1,17 +1,19 @@
-"""The half of the service that starts queued jobs while slots are free and records
-how each ends: on its own machines (a thread and a daemon each) or in the deadline pool.
-``Service`` (``service.service``) is the other half: jobs in, views out."""
+"""The running jobs of a service: the pump starts queued jobs while slots are free, on
+its own thread, runs each on its own machines (a thread and a session each) or in the
+deadline pool, and records how each ends. The ``Service`` (``service.service``) holds
+one: jobs in and views out are the service's, the runs the pump's; both take the
+service's one lock (``cond``) to change what the other reads."""
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from autoscaler.config.service import ServiceConfig
 from autoscaler.core.errors import AutoscalerError
+from autoscaler.core.model import Interrupted
 from autoscaler.core.state import RunState
 from autoscaler.service.memory import application, job_runs, said, with_memory
 from autoscaler.service.pool import POOL_HOLDER, Pool, shares_the_pool
@@ -28,61 +30,93 @@ from autoscaler.service.store import ENDED, DeadlinePassed, JobRow, JobState, St
 from autoscaler.service.view import HistoryPoint, Progress, final_json, queued
 
 if TYPE_CHECKING:
-    from autoscaler.run.daemon import Outcome
+    from autoscaler.run.daemon import Daemon
 
 JOBS_DIR = "jobs"
 
-ProgressHook = Callable[[RunState, float | None], None]
-JobEndHook = Callable[["Pump", str], None]
-"""Told as each job ends (and with ``""`` as the service closes); must not raise."""
+Closing = Literal["hand_over", "release", "finish"]
+"""What a closing service does with its running jobs: ``hand_over``, each job's daemon
+ends and leaves its machines, paid and leased, to the next service (a restart);
+``release``, every machine is released and the jobs are kept to resume; ``finish``,
+the jobs run to their end first."""
 
 
 class Pump:
-    """Starts and reaps the jobs of a ``Service`` (whose state this names), on the
-    pump's thread and the jobs' own."""
+    """Starts and reaps a service's jobs, on the pump's thread and the jobs' own.
+    ``job_ended``: told each job id as the job ends (its outcome is in the store then)."""
 
-    config: ServiceConfig
-    state_dir: Path
-    progress: ProgressHook | None
-    clock: Callable[[], float]
-    shared: bool
-    outcomes: dict[str, Outcome]
-    log: Any
-    _cond: threading.Condition
-    _runners: dict[str, Runner]
-    _pool: Pool | None
-    _starting: set[str]
-    _run_states: RunStates
-    _closing: bool
-    quota: QuotaLedger
+    def __init__(
+        self,
+        config: ServiceConfig,
+        state_dir: Path,
+        store: Store,
+        quota: QuotaLedger,
+        cond: threading.Condition,
+        clock: Callable[[], float],
+        log: Any,
+        job_ended: Callable[[str], None],
+    ) -> None:
+        self.config = config
+        self.state_dir = state_dir
+        self.store = store
+        self.quota = quota
+        self.cond = cond
+        self.clock = clock
+        self.log = log
+        self._job_ended = job_ended
+        self.runners: dict[str, Runner] = {}  # job id -> its run, while it runs
+        self.pool: Pool | None = None  # once a deadline job shares it
+        self.closing = False
+        self.run_states = RunStates()  # for the daily cost reports
+        self._starting: set[str] = set()  # picked, being started
+        self._thread: threading.Thread | None = None
 
-    store: Store | None
-    on_job_end: JobEndHook | None
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._pump_loop, name="service-pump", daemon=True)
+        self._thread.start()
 
-    @property
-    def _store(self) -> Store:
-        if self.store is None:
-            raise AutoscalerError("the service is not open")
-        return self.store
+    def stop(self, jobs: Closing) -> list[str]:
+        """Start no more jobs, and with the running ones do as ``jobs`` says; when every
+        job's thread has ended, the ids of the jobs kept to resume."""
+        with self.cond:
+            self.closing = True
+            runners = list(self.runners.values())
+            self.cond.notify_all()
+        told: set[int] = set()
 
-    def _job_ended(self, job_id: str) -> None:
-        """Tell ``on_job_end``; what it cannot write is logged, and the service goes on."""
-        if self.on_job_end is None:
-            return
-        try:
-            self.on_job_end(self, job_id)
-        except (AutoscalerError, OSError, sqlite3.Error, ValueError) as exc:
-            if self.log is not None:
-                self.log.warning("job end hook failed", job=job_id, error=repr(exc))
+        def tell(daemon: Daemon) -> None:
+            if jobs == "finish" or id(daemon) in told:  # the pool's jobs share one daemon
+                return
+            told.add(id(daemon))
+            if jobs == "hand_over":
+                daemon.hand_over("the service stops")
+            else:
+                daemon.tell(Interrupted("the service stops"))
+
+        for r in runners:
+            if jobs != "finish":
+                r.told.append("interrupt")
+            tell(r.daemon)
+        for r in runners:
+            if r.thread is not None:
+                r.thread.join()
+        pool = self.pool
+        if pool is not None and pool.daemon is not None:
+            tell(pool.daemon)
+            if pool.thread is not None:
+                pool.thread.join()
+        if self._thread is not None:
+            self._thread.join()
+        return [r.job_id for r in runners] if jobs != "finish" else []
 
     def _pump_loop(self) -> None:
         """Start queued jobs while slots are free. The slow part of a start (the run
         directory, the daemon) is done outside the lock, so submissions never wait on it."""
-        store = self._store
+        store = self.store
         first = True
         while True:
-            with self._cond:
-                if self._closing:
+            with self.cond:
+                if self.closing:
                     return
                 rows: list[JobRow] = []
                 if first:  # jobs a dead service left running or interrupted carry on
@@ -90,7 +124,7 @@ class Pump:
                         "WHERE state IN (?, ?)", (JobState.RUNNING, JobState.INTERRUPTED)
                     )
                     first = False
-                busy = len(self._runners) + len(self._starting)
+                busy = len(self.runners) + len(self._starting)
                 slots = self.config.settings.max_running_jobs - busy - len(rows)
                 if slots > 0:
                     rows += [
@@ -102,7 +136,7 @@ class Pump:
                     ][:slots]
                 self._starting.update(r.id for r in rows)
                 if not rows:
-                    self._cond.wait(timeout=1.0)
+                    self.cond.wait(timeout=1.0)
                     continue
             for row in rows:
                 self._try_start(row)
@@ -120,52 +154,48 @@ class Pump:
             message = str(exc) if isinstance(exc, AutoscalerError) else repr(exc)
             self._end_unstarted(row, JobState.FAILED, f"cannot start: {message}")
         finally:
-            with self._cond:
+            with self.cond:
                 self._starting.discard(row.id)
-                self._cond.notify_all()
+                self.cond.notify_all()
 
     def _end_unstarted(self, row: JobRow, state: JobState, reason: str) -> None:
         final = final_json(queued(row).stopped(reason), [])
-        self._store.set_state(row.id, state, ended_at=self.clock(), final=final)
+        self.store.set_state(row.id, state, ended_at=self.clock(), final=final)
 
     def _start(self, row: JobRow) -> None:
         row = self._from_memory(row)
-        sharing = self.shared and self.config.settings.share_deadline_jobs
+        sharing = self.config.settings.share_deadline_jobs
         if sharing and (row.in_pool or shares_the_pool(row.config)):
             self._start_in_pool(row)
             return
-        store = self._store
+        store = self.store
 
         def progress(state: RunState, estimate: float | None) -> None:
             runner.record(state, estimate, self.clock())
-            if self.progress is not None:
-                self.progress(state, estimate)
 
         daemon = start_own_run(
             row,
             lambda: store.tasks(row.id),
             jobs_dir=self.state_dir / JOBS_DIR,
-            shared=self.shared,
             max_running=self.config.settings.max_running_jobs,
             now=self.clock(),
             progress=progress,
             plots=self.config.settings.plots,
-        )
-        if self.shared:
-            daemon.quota, daemon.holder = self.quota, row.id
+        ).daemon
+        daemon.quota, daemon.holder = self.quota, row.id
         runner = Runner(row.id, daemon, daemon.files)
         runner.thread = threading.Thread(
             target=self._run, args=(runner, row), name=f"job-{row.id}", daemon=True
         )
-        with self._cond:
-            if store.row(row.id).state in ENDED or self._closing:
+        with self.cond:
+            if store.row(row.id).state in ENDED or self.closing:
                 return  # cancelled (or the service stops) while it was being started
             store.set_state(row.id, JobState.RUNNING, started_at=row.started_at or self.clock())
             if self.log is not None:
                 self.log.info(
                     "job start", job=row.id, run_dir=str(row.run_dir), resume=daemon.resume
                 )
-            self._runners[row.id] = runner
+            self.runners[row.id] = runner
             runner.thread.start()
 
     def _from_memory(self, row: JobRow) -> JobRow:
@@ -174,7 +204,7 @@ class Pump:
         app = application(row.config)
         if row.started_at is not None or row.task_times is not None or app is None:
             return row
-        store = self._store
+        store = self.store
         found = with_memory(row.config, store.remembered(app), row.config.deadline.sample)
         if found is None:
             return row
@@ -187,7 +217,7 @@ class Pump:
 
     def _remember(self, app: str, runs: dict[str, list[float]]) -> None:
         """What a job's tasks took, for later jobs of its application."""
-        self._store.remember(app, runs)
+        self.store.remember(app, runs)
 
     def _run(self, runner: Runner, row: JobRow) -> None:
         """A job's thread: its daemon from start to end, then its outcome in the store."""
@@ -196,13 +226,12 @@ class Pump:
         files = runner.files
         if ending.outcome is not None:
             state = ending.outcome.state
-            self._run_states.keep(runner.job_id, state, files)
-            self.outcomes[runner.job_id] = ending.outcome
+            self.run_states.keep(runner.job_id, state, files)
             if ending.state is not JobState.INTERRUPTED:
                 for job in state.jobs:
                     self._remember(*job_runs(state, job.name))
         view = ending.progress
-        with self._cond:
+        with self.cond:
             if self.log is not None:
                 self.log.info(
                     "job " + ending.state,
@@ -213,16 +242,16 @@ class Pump:
                     stop_reason=view.stop_reason,
                 )
             if ending.state is JobState.INTERRUPTED:
-                self._store.set_state(runner.job_id, JobState.INTERRUPTED)
+                self.store.set_state(runner.job_id, JobState.INTERRUPTED)
             else:
-                self._store.set_state(
+                self.store.set_state(
                     runner.job_id,
                     ending.state,
                     ended_at=self.clock(),
                     final=final_json(view, runner.history),
                 )
-            del self._runners[runner.job_id]
-            self._cond.notify_all()
+            del self.runners[runner.job_id]
+            self.cond.notify_all()
         if ending.state is not JobState.INTERRUPTED:
             self._job_ended(runner.job_id)
 
@@ -230,17 +259,17 @@ class Pump:
 
     def _start_in_pool(self, row: JobRow) -> None:
         """Join the deadline pool (making or resuming it first if need be)."""
-        pool = self._pool
+        pool = self.pool
         joined = row.in_pool
         if pool is None:
             pool, joined = open_pool(
                 row,
-                self._store.tasks,
+                self.store.tasks,
                 state_dir=self.state_dir,
                 max_running=self.config.settings.max_running_jobs,
                 plots=self.config.settings.plots,
                 clock=self.clock,
-                row_of=self._store.row,
+                row_of=self.store.row,
                 ended=self._pool_job_ended,
             )
             pool.remember = self._remember
@@ -249,21 +278,21 @@ class Pump:
             pool.thread = threading.Thread(
                 target=self._run_pool, args=(pool,), name="deadline-pool", daemon=True
             )
-            self._pool = pool
+            self.pool = pool
             pool.thread.start()
         if not joined:
-            pool.add(row, self._store.tasks(row.id))
+            pool.add(row, self.store.tasks(row.id))
         assert pool.daemon is not None
-        with self._cond:
-            if self._store.row(row.id).state in ENDED or self._closing:
+        with self.cond:
+            if self.store.row(row.id).state in ENDED or self.closing:
                 return
-            self._store.set_state(
+            self.store.set_state(
                 row.id, JobState.RUNNING, started_at=row.started_at or self.clock(), in_pool=1
             )
             if self.log is not None:
                 self.log.info("job start", job=row.id, pool=str(pool.run_dir), joined=not joined)
             pool.jobs.add(row.id)
-            self._runners[row.id] = Runner(row.id, pool.daemon, pool.files, pool=pool)
+            self.runners[row.id] = Runner(row.id, pool.daemon, pool.files, pool=pool)
 
     def _pool_job_ended(
         self, job_id: str, view: Progress, history: list[HistoryPoint], cancelled: bool
@@ -271,33 +300,33 @@ class Pump:
         """A pool job's every task is done or failed, or it was withdrawn (``cancelled``),
         from the pool daemon's thread."""
         ended = JobState.CANCELLED if cancelled else JobState.DONE
-        with self._cond:
-            self._store.set_state(
+        with self.cond:
+            self.store.set_state(
                 job_id, ended, ended_at=self.clock(), final=final_json(view, history)
             )
-            self._runners.pop(job_id, None)
+            self.runners.pop(job_id, None)
             if self.log is not None:
                 self.log.info(f"job {ended}", job=job_id, done=view.done, cost=view.cost)
-            self._cond.notify_all()
+            self.cond.notify_all()
         self._job_ended(job_id)
 
     def _run_pool(self, pool: Pool) -> None:
         """The pool's thread: its daemon until the service stops it (or it breaks)."""
         interrupted, error = run_pool(pool)
         self.quota.leave(POOL_HOLDER)
-        with self._cond:
+        with self.cond:
             for job_id in sorted(pool.jobs):
                 if interrupted:
-                    self._store.set_state(job_id, JobState.INTERRUPTED)
+                    self.store.set_state(job_id, JobState.INTERRUPTED)
                 else:
-                    last = pool.views.get(job_id) or queued(self._store.row(job_id))
+                    last = pool.views.get(job_id) or queued(self.store.row(job_id))
                     reason = f"the deadline pool ended: {error or 'stopped'}"
-                    self._store.set_state(
+                    self.store.set_state(
                         job_id,
                         JobState.FAILED,
                         ended_at=self.clock(),
                         final=final_json(last.stopped(reason), []),
                     )
-                self._runners.pop(job_id, None)
-            self._pool = None
-            self._cond.notify_all()
+                self.runners.pop(job_id, None)
+            self.pool = None
+            self.cond.notify_all()

@@ -35,6 +35,7 @@ from autoscaler.service.view import Clock, HistoryPoint, Progress, progress
 if TYPE_CHECKING:
     from autoscaler.run.daemon import Daemon, Outcome
     from autoscaler.run.rundir import RunFiles
+    from autoscaler.run.session import Session
     from autoscaler.service.daily import JobRun
 
 # The drivers (daemon, run directory, reports) are imported where a run starts: the
@@ -184,35 +185,28 @@ def start_own_run(
     tasks: Callable[[], list[TaskSpec]],
     *,
     jobs_dir: Path,
-    shared: bool,
     max_running: int,
     now: float,
     progress: Callable[[RunState, float | None], None],
     plots: bool,
-) -> Daemon:
-    """The daemon of a job on its own machines (made, not started): resumed from its
-    journal, or its run directory made afresh, through the one start path."""
-    from autoscaler.run.start import start_run
+) -> Session:
+    """The session of a job on its own machines (made, not run): resumed from its
+    journal, or its run directory made afresh."""
+    from autoscaler.run.session import Session
 
     run_dir = row.run_dir
     if (run_dir / JOURNAL_DB).is_file():
         resumed = "the service started again" if row.state is JobState.INTERRUPTED else None
-        return start_run(
-            "resume",
-            run_dir,
-            progress=progress,
-            plots=plots,
-            install_signals=False,
-            resumed=resumed,
+        return Session.start(
+            "resume", run_dir, progress=progress, plots=plots, foreground=False, resumed=resumed
         )
     if run_dir.exists() and run_dir.parent == jobs_dir:
         shutil.rmtree(run_dir)  # a start cut short before its journal: begin again
     cfg = starting_now(row.config, deadline_at(row), now)
-    if shared:
-        cfg = for_the_service(cfg, max_running, row.id)
+    cfg = for_the_service(cfg, max_running, row.id)
     if not plots:  # the run directory's config says what its report holds
         cfg = cfg.model_copy(update={"plots": False})
-    return start_run(
+    return Session.start(
         "new",
         run_dir,
         cfg,
@@ -221,41 +215,43 @@ def start_own_run(
         seed=row.seed,
         progress=progress,
         plots=plots,
-        install_signals=False,
+        foreground=False,
     )
 
 
 def run_own(runner: Runner, fallback: Progress) -> Ending:
-    """Run a job's own daemon to its end (on the job's thread): how it ended.
+    """Run a job's own session to its end (on the job's thread): how the job ended.
     ``fallback``: its view if the daemon broke before it showed any."""
     from autoscaler.report.records import DeadlineReport
+    from autoscaler.run.session import Ending as RunEnding
+    from autoscaler.run.session import Session, error_of
 
     files = runner.files
     clock = Clock(files.start_wall, files.cfg.time_scale)
     try:
-        outcome = runner.daemon.run()
+        ended = Session(runner.daemon).run()
     except Exception as exc:  # a daemon that breaks fails its job, not the service
-        error = str(exc) if isinstance(exc, AutoscalerError) else repr(exc)
         state_now = runner.last_state
         last = progress(state_now, files.cfg, clock) if state_now is not None else None
         view = last or runner.view or fallback
-        return Ending(JobState.FAILED, view.stopped(f"daemon error: {error}"), None)
-    state = outcome.state
-    report = outcome.report
+        return Ending(JobState.FAILED, view.stopped(f"daemon error: {error_of(exc)}"), None)
+    state = ended.state
+    report = ended.report
     met = all(j.met_deadline for j in report.jobs) if isinstance(report, DeadlineReport) else True
     view = replace(
         progress(state, files.cfg, clock),
         met_deadline=met if state.deadline_mode else None,
     )
-    if "interrupt" in runner.told and (runner.daemon.handed_over or state.interrupted):
-        ended = JobState.INTERRUPTED
+    kept = ended.ending in (RunEnding.HANDED_OVER, RunEnding.INTERRUPTED)
+    if "interrupt" in runner.told and kept:
+        job_state = JobState.INTERRUPTED
     elif "cancel" in runner.told:
-        ended = JobState.CANCELLED
-    elif report.stop_reason is None and state.finished:
-        ended = JobState.DONE
+        job_state = JobState.CANCELLED
+    elif ended.ending is RunEnding.DONE:
+        job_state = JobState.DONE
     else:
-        ended = JobState.STOPPED
-    return Ending(ended, view, outcome)
+        job_state = JobState.STOPPED
+    return Ending(job_state, view, ended.outcome)
 
 
 def open_pool(
@@ -272,7 +268,7 @@ def open_pool(
     """The deadline pool, resumed from its directory or made with ``row`` as its first
     job (its deadline as fixed at submission); and whether ``row`` is in it already.
     Its daemon is made, not started."""
-    from autoscaler.run.start import start_run
+    from autoscaler.run.session import Session
 
     pool_dir = state_dir / POOL_DIR
     pool: Pool | None = None
@@ -282,14 +278,14 @@ def open_pool(
         pool.progress(state, estimate)
 
     if (pool_dir / JOURNAL_DB).is_file():
-        daemon = start_run(
+        daemon = Session.start(
             "resume",
             pool_dir,
             progress=pool_progress,
             plots=plots,
-            install_signals=False,
+            foreground=False,
             resumed="the service started again",
-        )
+        ).daemon
         joined = row.in_pool
     else:
         if pool_dir.exists():
@@ -298,31 +294,34 @@ def open_pool(
         cfg = for_the_service(pool_config(cfg, row.id), max_running, POOL_HOLDER)
         if not plots:
             cfg = cfg.model_copy(update={"plots": False})
-        daemon = start_run(
+        daemon = Session.start(
             "new",
             pool_dir,
             cfg,
             tasks(row.id),
             progress=pool_progress,
             plots=plots,
-            install_signals=False,
+            foreground=False,
             resumed="the service started again",
-        )
+        ).daemon
         joined = True
     pool = Pool(daemon.files, clock, row_of, ended, daemon)
     return pool, joined
 
 
 def run_pool(pool: Pool) -> tuple[bool, str | None]:
-    """Run the pool's daemon until the service stops it (on the pool's thread): whether
+    """Run the pool's session until the service stops it (on the pool's thread): whether
     it was interrupted or handed over (its jobs resume with the next service), and the
     error it broke with (None: it did not)."""
+    from autoscaler.run.session import Ending as RunEnding
+    from autoscaler.run.session import Session, error_of
+
     assert pool.daemon is not None
     try:
-        outcome = pool.daemon.run()
+        ended = Session(pool.daemon).run()
     except Exception as exc:  # a pool that breaks fails its jobs, not the service
-        return False, str(exc) if isinstance(exc, AutoscalerError) else repr(exc)
-    return pool.daemon.handed_over or outcome.state.interrupted, None
+        return False, error_of(exc)
+    return ended.ending in (RunEnding.HANDED_OVER, RunEnding.INTERRUPTED), None
 
 
 class RunStates:

@@ -4,9 +4,9 @@
 state directory. A submitted job is laid over the service's config, validated, and
 written to the service's store (SQLite, synchronous) before its id is returned: a job
 acknowledged is never lost. The service starts queued jobs in order while fewer than
-``service.max_running_jobs`` run; each job is one run of the real-time ``Daemon`` (its
-own run directory, journal, dispatcher, machines and budget) on a thread of its own, so
-a job runs exactly as ``autoscaler run`` runs it.
+``service.max_running_jobs`` run (its ``Pump``); each job is one run session
+(``run.session``: its own run directory, journal, dispatcher, machines and budget) on a
+thread of its own, so a job runs exactly as ``autoscaler run`` runs it.
 
 Across a restart: a job that was running when the service stopped (SIGTERM: its daemon
 handed its machines over, ``HandedOver``) or died (kill -9) is resumed from its journal:
@@ -22,28 +22,24 @@ once. The store also keeps a log of every update.
 from __future__ import annotations
 
 import os
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from autoscaler.config.schema import RunConfig
 from autoscaler.config.service import ServiceConfig, job_config
 from autoscaler.core.errors import AutoscalerError, ConfigError
 from autoscaler.core.journal import JOURNAL_DB
-from autoscaler.core.model import Interrupted, Shutdown, TaskSpec
+from autoscaler.core.model import Shutdown, TaskSpec
 from autoscaler.providers import registry
-from autoscaler.service.pool import POOL_DIR, POOL_HOLDER, Pool
-from autoscaler.service.pump import JOBS_DIR, JobEndHook, ProgressHook, Pump
+from autoscaler.service.pool import POOL_DIR, POOL_HOLDER
+from autoscaler.service.pump import JOBS_DIR, Closing, Pump
 from autoscaler.service.quota import QuotaLedger
-from autoscaler.service.runners import (
-    Runner,
-    RunStates,
-    check_change,
-    with_constraint,
-)
+from autoscaler.service.runners import Runner, check_change, with_constraint
 from autoscaler.service.store import (
     DB_FILE,
     ENDED,
@@ -63,16 +59,13 @@ from autoscaler.service.view import (
 )
 
 if TYPE_CHECKING:
-    from autoscaler.run.daemon import Daemon, Outcome
+    pass
 
 LOCK_FILE = "service.lock"
 LOG_FILE = "service.log.jsonl"
 
-Closing = Literal["hand_over", "release", "finish"]
-"""What a closing service does with its running jobs: ``hand_over``, each job's daemon
-ends and leaves its machines, paid and leased, to the next service (a restart);
-``release``, every machine is released and the jobs are kept to resume; ``finish``,
-the jobs run to their end first."""
+JobEndHook = Callable[["Service", str], None]
+"""Told as each job ends (and with ``""`` as the service closes); must not raise."""
 
 
 def service_of(run_dir: Path) -> Path | None:
@@ -94,39 +87,40 @@ def service_of(run_dir: Path) -> Path | None:
     return state_dir
 
 
-class Service(Pump):
+class Service:
     """Jobs in, runs out. Thread-safe: the API's threads call ``submit``, ``views``,
-    ``cancel``, ``update`` and ``wait`` while the pump starts and reaps the jobs."""
+    ``cancel``, ``update`` and ``wait`` while its ``Pump`` starts and reaps the jobs."""
 
     def __init__(
         self,
         config: ServiceConfig,
         state_dir: Path,
         *,
-        progress: ProgressHook | None = None,
         clock: Callable[[], float] = time.time,
-        shared: bool = True,
     ) -> None:
         self.config = config
         self.state_dir = state_dir
-        self.progress = progress  # `autoscaler run`: the live view of its one job
         self.clock = clock
-        self.shared = shared  # False: `autoscaler run`, one job with the config's ports
-        self.outcomes: dict[str, Outcome] = {}  # job id -> the daemon's Outcome, once ended
         self.started_at = clock()
         self._cond = threading.Condition()
-        self._runners: dict[str, Runner] = {}
-        self._pool: Pool | None = None  # once a deadline job shares it
-        self._starting: set[str] = set()  # picked by the pump, being started
-        self._run_states = RunStates()  # for the daily cost reports
         self.quota = QuotaLedger.of(config.platform)  # the machine limits all jobs share
-        self._closing = False
-        self._pump: threading.Thread | None = None
+        self._pump: Pump | None = None
         self._lock_fd: int | None = None
         self.store: Store | None = None
         self.log: Any = None
         self._log_file: Any = None
         self.on_job_end: JobEndHook | None = None
+
+    @property
+    def _store(self) -> Store:
+        if self.store is None:
+            raise AutoscalerError("the service is not open")
+        return self.store
+
+    @property
+    def _runners(self) -> dict[str, Runner]:
+        """The running jobs (none before the service opens)."""
+        return {} if self._pump is None else self._pump.runners
 
     # --- open and close ---------------------------------------------------------------
 
@@ -137,62 +131,51 @@ class Service(Pump):
         os.chmod(self.state_dir, 0o700)
         self._lock_fd = lock_state_dir(self.state_dir / LOCK_FILE)
         (self.state_dir / JOBS_DIR).mkdir(exist_ok=True)
-        from autoscaler.run.build import json_logger
+        from autoscaler.run.build import json_logger  # lazy: a client's import stays light
 
         self._log_file = (self.state_dir / LOG_FILE).open("a", encoding="utf-8")
         self.log = json_logger(self._log_file).bind(service=self.config.name)
         self.store = Store(self.state_dir / DB_FILE)
         label = self.config.platform.provider_label()
         self.log.info("service start", pid=os.getpid(), provider=label)
-        if self.shared:
-            self._count_held()
-        self._pump = threading.Thread(target=self._pump_loop, name="service-pump", daemon=True)
+        self._count_held()
+        self._pump = Pump(
+            self.config,
+            self.state_dir,
+            self.store,
+            self.quota,
+            self._cond,
+            self.clock,
+            self.log,
+            self._job_ended,
+        )
         self._pump.start()
 
     def close(self, *, jobs: Closing = "hand_over") -> None:
         """Stop, and with the running jobs do as ``jobs`` says (``Closing``); a job handed
         over or interrupted resumes with the next service on the state directory. Safe
         to call on a service that did not open, or opened only in part."""
-        with self._cond:
-            self._closing = True
-            runners = list(self._runners.values())
-            self._cond.notify_all()
-        told: set[int] = set()
-
-        def tell(daemon: Daemon) -> None:
-            if jobs == "finish" or id(daemon) in told:  # the pool's jobs share one daemon
-                return
-            told.add(id(daemon))
-            if jobs == "hand_over":
-                daemon.hand_over("the service stops")
-            else:
-                daemon.tell(Interrupted("the service stops"))
-
-        for r in runners:
-            if jobs != "finish":
-                r.told.append("interrupt")
-            tell(r.daemon)
-        for r in runners:
-            if r.thread is not None:
-                r.thread.join()
-        pool = self._pool
-        if pool is not None and pool.daemon is not None:
-            tell(pool.daemon)
-            if pool.thread is not None:
-                pool.thread.join()
-        if self._pump is not None:
-            self._pump.join()
+        kept = self._pump.stop(jobs) if self._pump is not None else []
         if self.store is not None:
             self._job_ended("")  # the last word on the day's costs
             self.store.close()
         if self.log is not None:
-            kept = [r.job_id for r in runners] if jobs != "finish" else []
             self.log.info("service stop", jobs=jobs, kept=kept)
             self._log_file.close()
             self.log = None
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
+
+    def _job_ended(self, job_id: str) -> None:
+        """Tell ``on_job_end``; what it cannot write is logged, and the service goes on."""
+        if self.on_job_end is None:
+            return
+        try:
+            self.on_job_end(self, job_id)
+        except (AutoscalerError, OSError, sqlite3.Error, ValueError) as exc:
+            if self.log is not None:
+                self.log.warning("job end hook failed", job=job_id, error=repr(exc))
 
     def _count_held(self) -> None:
         """The machines the jobs a dead service left running still hold, from their
@@ -388,7 +371,8 @@ class Service(Pump):
         with self._cond:
             while True:
                 row = self._store.row(job_id)
-                if row.state in ENDED or (self._closing and row.state is JobState.INTERRUPTED):
+                closing = self._pump is not None and self._pump.closing
+                if row.state in ENDED or (closing and row.state is JobState.INTERRUPTED):
                     break
                 left = None if end is None else end - time.monotonic()
                 if left is not None and left <= 0:
@@ -396,18 +380,14 @@ class Service(Pump):
                 self._cond.wait(timeout=1.0 if left is None else min(left, 1.0))
         return self._view(row, history=False).to_json()
 
-    def daemon_of(self, job_id: str) -> Daemon | None:
-        """The daemon running ``job_id`` (None: not running)."""
-        with self._cond:
-            runner = self._runners.get(job_id)
-        return None if runner is None else runner.daemon
-
     def write_daily_reports(self) -> list[Path]:
         """The cost per UTC day, per job and per machine type, of every job that ran
         (``reports/daily/YYYY-MM-DD.json`` and ``.md``); the files written."""
         from autoscaler.service.daily import daily_costs, write_daily_reports
 
-        records = self._run_states.job_runs(
+        if self._pump is None:
+            raise AutoscalerError("the service is not open")
+        records = self._pump.run_states.job_runs(
             self._store.rows("WHERE in_pool = 1"),
             self._store.rows("WHERE started_at IS NOT NULL AND in_pool = 0"),
             self.state_dir / POOL_DIR,

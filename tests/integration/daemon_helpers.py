@@ -80,7 +80,7 @@ def run_in_process(config: Path, run_dir: Path) -> Any:
     # A run id of its own: a local run's agents are found by it, and tests run side by side.
     files = RunFiles.create(cfg, tasks, run_dir, new_run_id(cfg), cfg.emulator.seed)
     try:
-        return Daemon(files, install_signals=False).run()
+        return Daemon(files).run()
     finally:
         kill_agents(files.run_id)
 

@@ -67,7 +67,7 @@ def test_a_job_added_to_a_live_pool_runs_on_its_machines_and_the_pool_ends_on_sh
     cfg = load_config(config)
     run_dir = tmp_path / "run"
     files = RunFiles.create(cfg, expand_bag(cfg), run_dir, new_run_id(cfg), cfg.emulator.seed)
-    daemon = Daemon(files, install_signals=False)
+    daemon = Daemon(files)
     result: list[Outcome | BaseException] = []
 
     def run() -> None:
