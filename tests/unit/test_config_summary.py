@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from autoscaler.config.service import load_service_config
 from autoscaler.config.summary import (
     config_kind,
     duration,
@@ -14,7 +15,6 @@ from autoscaler.config.summary import (
     run_summary,
     service_summary,
 )
-from autoscaler.config.service import load_service_config
 from autoscaler.core.errors import ConfigError
 from tests.conftest import make_config
 
