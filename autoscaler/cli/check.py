@@ -96,6 +96,7 @@ def schema(
 
 
 def _schema_text(*, report: bool, markdown: bool) -> str:
+    # Each document loads its models (pydantic) when asked, not with the command group.
     if markdown:
         from autoscaler.config.reference import config_markdown
 

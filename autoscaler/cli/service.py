@@ -6,8 +6,8 @@ Every command finds its service through a state directory: ``--state-dir``, else
 (``$XDG_STATE_HOME/autoscaler`` or ``~/.local/state/autoscaler``).
 
 Each command imports ``autoscaler.service.control`` (or the service itself) when it
-runs: those load the config models and the HTTP client (urllib, ssl), which the command
-group does not, for every command's start-up.
+runs: those load the config models and the HTTP client (urllib, ssl), which would slow
+the start of every command if the command group loaded them.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import typer
 from rich.console import Console
 
 from autoscaler.cli.app import app, console
+from autoscaler.cli.service_run import attach_daily_reports
 from autoscaler.cli.text import money, when
 from autoscaler.core.words import counted
 from autoscaler.run.registry import state_dir
@@ -72,7 +73,7 @@ def serve(
     the jobs release every machine instead (the paid time left is lost) and resume on
     new machines.
     """
-    from autoscaler.cli.service_run import attach_daily_reports
+    # FastAPI, uvicorn and the service's run machinery load for `serve` only.
     from autoscaler.config.service import load_service_config
     from autoscaler.service.service import Service
     from autoscaler.service.serving import StopSignals, serving, stop
@@ -119,13 +120,9 @@ def submit(
     name: Annotated[str | None, typer.Option(help="the job's name (default: the file's)")] = None,
 ) -> None:
     """Submit a job to the running service; prints its id once it is journaled."""
-    from autoscaler.config.service import load_yaml
     from autoscaler.service.control import submit
 
-    data = load_yaml(job, "job fields (bag, constraint, ...)")
-    if name is not None:
-        data["name"] = name
-    console.print(submit(_state_dir(state_dir), data, job), markup=False)
+    console.print(submit(_state_dir(state_dir), job, name), markup=False)
 
 
 @app.command()
@@ -251,7 +248,7 @@ def wait(
 @app.command()
 def page(state_dir: StateDir = None) -> None:
     """Print the status page's address, with the token that logs a browser in."""
-    from autoscaler.service.client import Client
+    from autoscaler.service.client import Client  # urllib and ssl: see the module's note
 
     client = Client(_state_dir(state_dir))
     console.print(f"{client.url}/login?token={client.token}", markup=False, soft_wrap=True)

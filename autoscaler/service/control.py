@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from autoscaler.config.durations import seconds_in
+from autoscaler.config.service import load_yaml
 from autoscaler.core.errors import AutoscalerError, ConfigError
 from autoscaler.service.client import ApiError, Client
 from autoscaler.service.store import DB_FILE, ENDED, EXIT_CODES
@@ -35,9 +36,13 @@ def ask(client: Client, method: str, path: str, body: object = None, timeout: fl
         raise
 
 
-def submit(where: Path, job: dict[str, Any], path: Path) -> str:
-    """Submit to the service of ``where`` the job read from the file ``path`` (its
-    relative paths are the file's); its id, once the service journaled it."""
+def submit(where: Path, path: Path, name: str | None = None) -> str:
+    """Submit to the service of ``where`` the job file ``path`` (its relative paths are
+    the file's; ``name``: the job's name instead of the file's); its id, once the service
+    journaled it. The service checks the job: a bad one is refused naming its fields."""
+    job = load_yaml(path, "job fields (bag, constraint, ...)")
+    if name is not None:
+        job["name"] = name
     body = {"job": job, "base_dir": str(path.absolute().parent), "source": str(path)}
     return str(ask(Client(where), "POST", "/api/v1/jobs", body)["id"])
 

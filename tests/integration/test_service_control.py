@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from autoscaler.config.service import load_service_config, load_yaml
+from autoscaler.config.service import load_service_config
 from autoscaler.core.errors import AutoscalerError, ConfigError
 from autoscaler.service import control
 from autoscaler.service.client import API_FILE, Client
@@ -32,13 +32,13 @@ def test_a_job_is_submitted_waited_for_listed_and_kept_after_the_service_stops(
     try:
         bad = write_job(tmp_path, {"name": "bad", "bag": {"synthetic": 3}, "constraint": {}})
         with pytest.raises(ConfigError) as refused:
-            control.submit(where, load_yaml(bad, "job"), bad)
+            control.submit(where, bad)
         assert refused.value.source == "the service refused it:"
         assert refused.value.problems
         assert refused.value.problems[0].startswith("- ")
 
-        path = write_job(tmp_path, budget_job("short", 10, 30))
-        job = control.submit(where, load_yaml(path, "job"), path)
+        path = write_job(tmp_path, budget_job("a-file", 10, 30))
+        job = control.submit(where, path, name="short")
         waited = control.wait(where, job, None)
         assert waited.ended
         assert (control.outcome(waited.view), waited.view["done"]) == ("done", 10)
@@ -49,7 +49,7 @@ def test_a_job_is_submitted_waited_for_listed_and_kept_after_the_service_stops(
 
         listing = control.list_jobs(where)
         assert listing.running
-        assert [(v["id"], v["state"]) for v in listing.views] == [(job, "done")]
+        assert [(v["id"], v["name"], v["state"]) for v in listing.views] == [(job, "short", "done")]
     finally:
         assert svc.stop() == 0
 
