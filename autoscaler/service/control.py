@@ -3,7 +3,9 @@
 client, and what a stopped service's store and journals still tell.
 
 A view here is the API's JSON for a job (``JobView.to_json``), as the service answers
-it, so ``jobs --json`` prints exactly what the API gives.
+it, so ``jobs --json`` prints exactly what the API gives. Talking to a running service
+needs neither the config models nor the run's state: what reads a job file or a stopped
+service's store loads them when it is called, so ``wait`` or ``jobs`` starts fast.
 """
 
 from __future__ import annotations
@@ -17,10 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from autoscaler.config.durations import seconds_in
-from autoscaler.config.service import load_yaml
 from autoscaler.core.errors import AutoscalerError, ConfigError
 from autoscaler.service.client import ApiError, Client
-from autoscaler.service.store import DB_FILE, ENDED, EXIT_CODES
+from autoscaler.service.job_states import ENDED, EXIT_CODES
 
 View = dict[str, Any]
 """A job as the API shows it (``JobView.to_json``)."""
@@ -40,6 +41,8 @@ def submit(where: Path, path: Path, name: str | None = None) -> str:
     """Submit to the service of ``where`` the job file ``path`` (its relative paths are
     the file's; ``name``: the job's name instead of the file's); its id, once the service
     journaled it. The service checks the job: a bad one is refused naming its fields."""
+    from autoscaler.config.service import load_yaml  # the config models: see the module
+
     job = load_yaml(path, "job fields (bag, constraint, ...)")
     if name is not None:
         job["name"] = name
@@ -61,6 +64,8 @@ def list_jobs(where: Path) -> Listing:
     try:
         return Listing(ask(Client(where), "GET", "/api/v1/jobs")["jobs"], running=True)
     except ApiError as exc:
+        from autoscaler.service.store import DB_FILE  # the config models: see the module
+
         if exc.status or not (where / DB_FILE).is_file():
             raise  # the service answered with an error, or there is no service here at all
         return Listing(stored_views(where / DB_FILE), running=False)
@@ -70,7 +75,7 @@ def stored_views(db: Path) -> list[View]:
     """The jobs a stopped service keeps, read-only from its store, as the service shows
     them: an ended job's final view; a job that was running (or kept to resume) as its
     run's journal has it."""
-    # A running service's list needs none of the run state's modules: they load here.
+    # The run's state and the store: see the module.
     from autoscaler.service.pool import POOL_DIR
     from autoscaler.service.runners import journal_progress
     from autoscaler.service.store import Store

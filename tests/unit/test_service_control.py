@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -140,3 +142,15 @@ def test_a_state_directory_without_a_service_or_a_store_is_an_error_naming_it(
 ) -> None:
     with pytest.raises(AutoscalerError, match=f"no service in {tmp_path}"):
         list_jobs(tmp_path)
+
+
+def test_talking_to_a_running_service_loads_no_config_models_or_run_state() -> None:
+    """``wait``, ``cancel``, ``update`` and ``jobs`` start without them (only reading a
+    job file or a stopped service's store loads them)."""
+    heavy = ("autoscaler.config.schema", "autoscaler.core.state", "numpy", "pulp")
+    probe = (
+        "import sys, autoscaler.service.control; "
+        f"print(','.join(m for m in {heavy!r} if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == ""
