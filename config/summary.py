@@ -4,10 +4,12 @@ answers for a run config, a service config or a job file, so a user sees what wa
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from autoscaler.config.load import config_warnings
 from autoscaler.config.platform import Billing, MachineType
 from autoscaler.config.schema import RunConfig
 from autoscaler.config.service import (
@@ -18,7 +20,8 @@ from autoscaler.config.service import (
     load_service_config,
     load_yaml,
 )
-from autoscaler.core.errors import ConfigError
+from autoscaler.core.errors import AutoscalerError, ConfigError
+from autoscaler.core.model import TaskSpec
 from autoscaler.core.words import counted
 
 Kind = Literal["run", "service", "job"]
@@ -34,6 +37,35 @@ def config_kind(path: Path) -> Kind:
     if has_work and "machine_types" not in data:
         return "job"
     return "run"
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A config file that can be used: its one line, and what in it is likely not meant."""
+
+    line: str
+    warnings: tuple[str, ...] = ()
+
+
+def check_file(
+    path: Path,
+    service: Path | None,
+    now_wall: float,
+    load_run: Callable[[Path], tuple[RunConfig, list[TaskSpec]]],
+) -> Checked:
+    """``path`` checked as what it holds: a service config, a job file (against the
+    service config ``service`` when given, as it would run at ``now_wall``), or a run
+    config, read by ``load_run`` (which may look prices up) and its bag expanded. A file
+    that cannot be used raises ``ConfigError``."""
+    kind = config_kind(path)
+    if service is not None and kind != "job":
+        raise AutoscalerError(f"--service SERVICE checks a job file; {path} is a {kind} config")
+    if kind == "service":
+        return Checked(service_summary(load_service_config(path)))
+    if kind == "job":
+        return Checked(job_summary(path, service, now_wall))
+    cfg, tasks = load_run(path)
+    return Checked(run_summary(cfg, len(tasks)), tuple(config_warnings(cfg)))
 
 
 def run_summary(cfg: RunConfig, n_tasks: int) -> str:

@@ -41,23 +41,12 @@ def validate(
     machine type without an emulator speed, is a warning (exit code 0).
     """
     # The config models load here, not with the command group (start-up of `jobs`, `wait`).
-    from autoscaler.config.load import config_warnings
-    from autoscaler.config.service import load_service_config
-    from autoscaler.config.summary import config_kind, job_summary, run_summary, service_summary
+    from autoscaler.config.summary import check_file
 
-    kind = config_kind(config)
-    if service is not None and kind != "job":
-        raise AutoscalerError(f"--service SERVICE checks a job file; {config} is a {kind} config")
-    if kind == "service":
-        line = service_summary(load_service_config(config))
-    elif kind == "job":
-        line = job_summary(config, service, time.time())
-    else:
-        cfg, tasks = load(config)
-        for warning in config_warnings(cfg):
-            err_console.print(f"warning: {warning}", markup=False, soft_wrap=True)
-        line = run_summary(cfg, len(tasks))
-    console.print(line, markup=False, soft_wrap=True)
+    checked = check_file(config, service, time.time(), load)
+    for warning in checked.warnings:
+        err_console.print(f"warning: {warning}", markup=False, soft_wrap=True)
+    console.print(checked.line, markup=False, soft_wrap=True)
 
 
 @app.command()

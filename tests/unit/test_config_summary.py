@@ -7,15 +7,20 @@ from pathlib import Path
 import pytest
 import yaml
 
+from autoscaler.config.load import expand_bag, load_config
+from autoscaler.config.schema import RunConfig
 from autoscaler.config.service import load_service_config
 from autoscaler.config.summary import (
+    Checked,
+    check_file,
     config_kind,
     duration,
     job_summary,
     run_summary,
     service_summary,
 )
-from autoscaler.core.errors import ConfigError
+from autoscaler.core.errors import AutoscalerError, ConfigError
+from autoscaler.core.model import TaskSpec
 from tests.conftest import make_config
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "config" / "examples"
@@ -107,3 +112,39 @@ def test_a_job_file_against_its_service_is_summed_up_as_the_run_it_becomes() -> 
 )
 def test_a_duration_is_in_its_largest_whole_unit(seconds: float, text: str) -> None:
     assert duration(seconds) == text
+
+
+def _load(path: Path) -> tuple[RunConfig, list[TaskSpec]]:
+    cfg = load_config(path)
+    return cfg, expand_bag(cfg, source=str(path))
+
+
+def test_a_file_is_checked_as_what_it_holds() -> None:
+    service = check_file(EXAMPLES / "service.yaml", None, 0.0, _load)
+    assert service == Checked(service_summary(load_service_config(EXAMPLES / "service.yaml")))
+    job = check_file(EXAMPLES / "job.yaml", EXAMPLES / "service.yaml", 1.8e9, _load)
+    assert job.line.startswith("ok job for service local-service: sweep-a: 120 tasks")
+    run = check_file(EXAMPLES / "quickstart.yaml", None, 0.0, _load)
+    assert run == Checked(run_summary(*_summed(EXAMPLES / "quickstart.yaml")))
+
+
+def _summed(path: Path) -> tuple[RunConfig, int]:
+    cfg, tasks = _load(path)
+    return cfg, len(tasks)
+
+
+def test_a_run_config_missing_a_types_speed_is_valid_with_a_warning(tmp_path: Path) -> None:
+    data = yaml.safe_load((EXAMPLES / "quickstart.yaml").read_text(encoding="utf-8"))
+    speeds = data["emulator"]["speed"]
+    missing = sorted(speeds)[0]
+    del speeds[missing]
+    checked = check_file(_write(tmp_path, data), None, 0.0, _load)
+    assert checked.line.startswith("ok quickstart: 500 tasks")
+    [warning] = checked.warnings
+    assert warning.startswith(f"emulator.speed gives no speed for machine type {missing}:")
+
+
+def test_a_service_config_given_to_check_a_run_config_is_refused_naming_both() -> None:
+    run = EXAMPLES / "quickstart.yaml"
+    with pytest.raises(AutoscalerError, match=f"a job file; {run} is a run config"):
+        check_file(run, EXAMPLES / "service.yaml", 0.0, _load)
