@@ -10,6 +10,7 @@ and never prints its own error: ``Commands.invoke`` catches it, prints ``error: 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -61,7 +62,7 @@ options with pydantic)."""
 def bad_value(exc: typer.BadParameter) -> str | None:
     """One line naming the flag, the value and what is wrong with it; None for what is
     not a bad value (a missing argument: typer shows the usage)."""
-    from pydantic import ValidationError
+    from pydantic import ValidationError  # not for every command's start: only a bad value
 
     flag = "/".join(exc.param.opts) if exc.param is not None and exc.param.opts else None
     if flag is None:
@@ -132,8 +133,6 @@ def silence_solver_banner() -> None:
 
 def _flush_c_stdio() -> None:
     """Flush C's stdio buffers, so nothing HiGHS buffered reaches the real stdout later."""
-    import ctypes
-
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None).fflush(None)
 
@@ -164,7 +163,7 @@ def file_to_write(path: Path | None) -> Path | None:
 def load(path: Path) -> tuple[RunConfig, list[TaskSpec]]:
     """Load the run config ``path`` and expand its bag: the one way a command reads a run
     config (a bad one raises ``ConfigError``, which names each bad field)."""
-    from autoscaler.config.bag import expand_bag
+    from autoscaler.config.bag import expand_bag  # the config models: not at start
     from autoscaler.config.load import load_config
 
     cfg = load_config(path, prices=_aws_prices, vcpus=_aws_vcpus)
@@ -175,7 +174,7 @@ def _aws_prices(
     instance_types: Sequence[str], region: str, endpoint: str | None
 ) -> Mapping[str, float]:
     """On-demand USD per hour from the AWS Pricing API (only for ``ec2.lookup_prices``)."""
-    from autoscaler.providers.ec2_prices import lookup_prices
+    from autoscaler.providers.ec2_prices import lookup_prices  # boto3: only when asked
 
     return lookup_prices(instance_types, region, endpoint)
 
@@ -184,7 +183,7 @@ def _aws_vcpus(
     instance_types: Sequence[str], region: str, endpoint: str | None, profile: str | None
 ) -> Mapping[str, int]:
     """Default vCPUs per instance type from EC2 (only for ``ec2.lookup_slots``)."""
-    from autoscaler.providers.ec2_types import lookup_vcpus
+    from autoscaler.providers.ec2_types import lookup_vcpus  # boto3: only when asked
 
     return lookup_vcpus(instance_types, region, endpoint, profile)
 
@@ -198,6 +197,7 @@ def conclude(report: Report, run_dir: Path) -> None:
 
 def print_head(report: Report, run_dir: Path) -> None:
     """What ``run`` prints at its end: the report's head, rendered, and the run directory."""
+    # Markdown's renderer and the report's records load at the end of a run, not at start.
     from rich.markdown import Markdown
 
     from autoscaler.report.markdown import render_head

@@ -6,32 +6,23 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from autoscaler.cli.app import app, console, err_console, file_to_write, load
 from autoscaler.core.errors import AutoscalerError
-from autoscaler.core.words import counted
 
 if TYPE_CHECKING:
-    from autoscaler.config.schema import Billing, RunConfig
-
-Kind = Literal["run", "service", "job"]
+    from autoscaler.config.summary import Kind
 
 
 def config_kind(path: Path) -> Kind:
-    """What ``path`` holds: a service config (a ``service:`` section, or machine types and
-    no work), a job file (work and no machine types), else a run config."""
-    from autoscaler.config.service import WORK_FIELDS, load_yaml
+    """What ``path`` holds (``config.summary.config_kind``): here for ``cli.run``, which
+    imports it with the command group, before the config models may load."""
+    from autoscaler.config.summary import config_kind as kind_of
 
-    data = load_yaml(path, "fields")
-    has_work = any(k in data for k in WORK_FIELDS)
-    if "service" in data or ("machine_types" in data and not has_work):
-        return "service"
-    if has_work and "machine_types" not in data:
-        return "job"
-    return "run"
+    return kind_of(path)
 
 
 @app.command()
@@ -49,62 +40,13 @@ def validate(
     Problems are errors (exit code 2); what is valid but likely not meant, such as a
     machine type without an emulator speed, is a warning (exit code 0).
     """
-    kind = config_kind(config)
-    if service is not None and kind != "job":
-        raise AutoscalerError(f"--service SERVICE checks a job file; {config} is a {kind} config")
-    if kind == "service":
-        console.print(_service_summary(config), markup=False, soft_wrap=True)
-        return
-    if kind == "job":
-        console.print(_job_summary(config, service), markup=False, soft_wrap=True)
-        return
-    from autoscaler.config.load import config_warnings
+    # The config models load here, not with the command group (start-up of `jobs`, `wait`).
+    from autoscaler.config.summary import check_file
 
-    cfg, tasks = load(config)
-    for warning in config_warnings(cfg):
+    checked = check_file(config, service, time.time(), load)
+    for warning in checked.warnings:
         err_console.print(f"warning: {warning}", markup=False, soft_wrap=True)
-    console.print(_summary(cfg, len(tasks)), markup=False, soft_wrap=True)
-
-
-def _service_summary(path: Path) -> str:
-    from autoscaler.config.service import load_service_config
-
-    svc = load_service_config(path)
-    types = ", ".join(
-        f"{t.name} ({t.price:g}/ATU, max {t.max_count}{_slots(t.slots)})"
-        for t in svc.platform.machine_types
-    )
-    billing = _billing(svc.platform.billing)
-    return (
-        f"ok service {svc.name}: provider {svc.platform.provider_label()}; types {types}; "
-        f"billing {billing}; "
-        f"{counted(svc.settings.max_running_jobs, 'job')} at once"
-    )
-
-
-def _job_summary(path: Path, service: Path | None) -> str:
-    from autoscaler.config.service import JOB_FIELDS, job_config, load_service_config, load_yaml
-
-    data = load_yaml(path, f"job fields ({', '.join(JOB_FIELDS)})")
-    if service is None:
-        unknown = [k for k in data if k not in JOB_FIELDS]
-        if unknown:
-            from autoscaler.core.errors import ConfigError
-
-            raise ConfigError(
-                str(path),
-                [f"{k}: unknown field of a job file ({', '.join(JOB_FIELDS)})" for k in unknown],
-            )
-        return (
-            f"ok job {data.get('name', 'job')}: a job file ({', '.join(data)}); give "
-            "--service SERVICE.yaml to check it against the service that runs it "
-            "(machine types, bag, budget or deadline)"
-        )
-    svc = load_service_config(service)
-    cfg, tasks = job_config(
-        svc, data, source=str(path), base_dir=path.absolute().parent, now_wall=time.time()
-    )
-    return f"ok job for service {svc.name}: " + _summary(cfg, len(tasks)).removeprefix("ok ")
+    console.print(checked.line, markup=False, soft_wrap=True)
 
 
 @app.command()
@@ -143,6 +85,7 @@ def schema(
 
 
 def _schema_text(*, report: bool, markdown: bool) -> str:
+    # Each document loads its models (pydantic) when asked, not with the command group.
     if markdown:
         from autoscaler.config.reference import config_markdown
 
@@ -156,35 +99,3 @@ def _schema_text(*, report: bool, markdown: bool) -> str:
 
         document = config_json_schema()
     return json.dumps(document, indent=2, sort_keys=True) + "\n"
-
-
-def _summary(cfg: RunConfig, n_tasks: int) -> str:
-    """One line: the run's name, its tasks, machine types, budget and billing."""
-    types = ", ".join(
-        f"{t.name} ({t.price:g}/ATU, max {t.max_count}{_slots(t.slots)})" for t in cfg.machine_types
-    )
-    budget = cfg.constraint.budget
-    limit = "no budget" if budget is None else f"budget {budget:g}"
-    return (
-        f"ok {cfg.name}: {counted(n_tasks, 'task')}; types {types}; {limit}; "
-        f"billing {_billing(cfg.billing)}"
-    )
-
-
-def _billing(billing: Billing) -> str:
-    atu = _duration(billing.atu_s)
-    if billing.mode == "fixed":
-        return f"fixed, ATU {atu}"
-    return f"per second, ATU {atu}, minimum {_duration(billing.min_charge_s)}"
-
-
-def _duration(seconds: float) -> str:
-    for unit, size in (("h", 3600.0), ("m", 60.0)):
-        if seconds >= size and seconds % size == 0:
-            return f"{seconds / size:g}{unit}"
-    return f"{seconds:g}s"
-
-
-def _slots(slots: int | None) -> str:
-    """What a type's summary adds for machines that run several tasks at once."""
-    return "" if slots is None or slots <= 1 else f", {slots} slots"

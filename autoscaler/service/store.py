@@ -17,7 +17,6 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -25,43 +24,11 @@ from autoscaler.config.schema import RunConfig
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.model import TaskSpec
 from autoscaler.core.task_json import task_extra, task_of
+from autoscaler.service.job_states import ENDED as ENDED
+from autoscaler.service.job_states import EXIT_CODES as EXIT_CODES
+from autoscaler.service.job_states import JobState as JobState
 
 DB_FILE = "service.db"
-
-
-class JobState(StrEnum):
-    """What a service job is; the values are what the store and the API hold."""
-
-    QUEUED = "queued"
-    """Submitted and journaled; waits for a free slot."""
-    RUNNING = "running"
-    """Its run is under way (on its own machines, or in the deadline pool)."""
-    DONE = "done"
-    """Every task done."""
-    STOPPED = "stopped"
-    """Its constraint gave way (the budget or the deadline cannot be met), or an error."""
-    FAILED = "failed"
-    """It could not start, or its daemon broke."""
-    CANCELLED = "cancelled"
-    """Cancelled by the user."""
-    INTERRUPTED = "interrupted"
-    """The service stopped while it ran: its machines were handed over (or released,
-    ``serve --release-on-exit``); it resumes with the next service on the same state
-    directory, which adopts the machines still running."""
-
-
-ENDED = frozenset({JobState.DONE, JobState.STOPPED, JobState.CANCELLED, JobState.FAILED})
-"""The states a job does not leave."""
-
-EXIT_CODES: dict[JobState | str, int] = {
-    JobState.DONE: 0,
-    JobState.STOPPED: 3,
-    "late": 4,
-    JobState.CANCELLED: 5,
-    JobState.INTERRUPTED: 6,
-    JobState.FAILED: 7,
-}
-"""``autoscaler wait``'s exit code per outcome (``late``: done, but a deadline missed)."""
 
 
 class JobNotFound(AutoscalerError):
