@@ -71,6 +71,11 @@ class Pump:
         self._starting: set[str] = set()  # picked, being started
         self._thread: threading.Thread | None = None
 
+    def starting(self, job_id: str) -> bool:
+        """Whether the job was picked and is being started: its row as read then is what
+        it starts with, so a change to the stored row would be lost. Hold ``cond``."""
+        return job_id in self._starting
+
     def start(self) -> None:
         self._thread = threading.Thread(target=self._pump_loop, name="service-pump", daemon=True)
         self._thread.start()

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from autoscaler.config.schema import RunConfig
 from autoscaler.config.service import ServiceConfig, job_config
@@ -58,11 +58,10 @@ from autoscaler.service.view import (
     service_summary,
 )
 
-if TYPE_CHECKING:
-    pass
-
 LOCK_FILE = "service.lock"
 LOG_FILE = "service.log.jsonl"
+STARTING_WAIT_S = 10.0
+"""How long an update waits for a job that is starting (its run shows nothing yet)."""
 
 JobEndHook = Callable[["Service", str], None]
 """Told as each job ends (and with ``""`` as the service closes); must not raise."""
@@ -300,7 +299,7 @@ class Service:
         cfg = row.config
         change = {"budget": budget, "deadline_s": deadline_s}
         with self._cond:
-            runner = self._runners.get(job_id)
+            runner = self._starting_waited(job_id)
             if runner is not None:
                 runner.check_change(budget)
                 self._store.log_update(job_id, now, "update", change)
@@ -317,6 +316,26 @@ class Service:
                 new_at = now + deadline_s / cfg.time_scale
             self._store.set_config(job_id, with_constraint(cfg, budget, deadline_s), new_at)
         return self.view(job_id)
+
+    def _starting_waited(self, job_id: str) -> Runner | None:
+        """The job's runner, once its run shows something, or None for a job still
+        queued. A job submitted a moment ago may be starting: picked by the pump (which
+        starts it with its row as read then) or with a run that shows nothing yet. An
+        update sent then waits for it, up to ``STARTING_WAIT_S``, instead of being lost
+        or refused. Called holding ``_cond``."""
+        until = time.monotonic() + STARTING_WAIT_S
+
+        def starting() -> bool:
+            runner = self._runners.get(job_id)
+            if runner is not None:
+                return runner.live() is None
+            return self._pump is not None and self._pump.starting(job_id)
+
+        while starting() and time.monotonic() < until:
+            self._cond.wait(timeout=0.1)
+        if self._pump is not None and self._pump.starting(job_id):
+            raise AutoscalerError(f"job {job_id} is starting: update it in a moment")
+        return self._runners.get(job_id)
 
     # --- jobs out ---------------------------------------------------------------------
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import signal
 import stat
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -163,6 +164,30 @@ def test_bad_jobs_are_refused_by_field_and_the_service_carries_on(tmp_path: Path
         assert svc.views() == []  # nothing refused was journaled
         good = svc.submit(budget_job("good", 10, 20))
         assert svc.cli("wait", good).returncode == 0
+    finally:
+        assert svc.stop() == 0
+
+
+def test_an_update_sent_as_the_job_starts_waits_for_it(tmp_path: Path) -> None:
+    """``submit`` then ``update`` at once, as docs/service.md shows it: the job is queued
+    or starting (its run shows nothing yet); the update reaches it either way instead of
+    being refused with "starting: update it in a moment"."""
+    svc = ServiceProcess(service_config(tmp_path), tmp_path / "s")
+    try:
+        job = {"name": "soon", "bag": {"synthetic": 40}, "constraint": {"deadline_s": "4h"}}
+        for n in range(3):
+            due = svc.submit({**job, "name": f"soon{n}"})
+            moved = svc.cli("update", due, "--deadline", "3h")
+            assert moved.returncode == 0, moved.stdout + moved.stderr
+            # 3 h of run time from the update is 30 real seconds at the service's 360x;
+            # the 4 h submitted end 40 s after the submission, before the update.
+            by = time.time() + 3 * 3600 / 360 + 1
+
+            def moved_to(due: str = due, by: float = by) -> bool:
+                at = svc.view(due)["deadline_at"]
+                return at is not None and at <= by
+
+            wait_for(moved_to, 30, f"{due}'s deadline moved 3 h from its update")
     finally:
         assert svc.stop() == 0
 
