@@ -40,6 +40,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import replace
+from fractions import Fraction
 
 import pulp
 
@@ -109,6 +110,20 @@ def _mix_variables(
     return keep, new
 
 
+def _within_budget(
+    problem: BudgetProblem, k: int, counts: dict[str, int], launched: dict[str, int]
+) -> bool:
+    """Whether a solved mix's cost is within B in exact rational arithmetic: the solvers
+    accept a row violated within their feasibility tolerance (about 1e-7 for HiGHS and
+    CBC), and money must never go over."""
+    cost = sum(
+        (Fraction(k) * Fraction(t.price) * counts[t.name])
+        + Fraction(t.first_cost) * launched[t.name]
+        for t in problem.types
+    )
+    return cost <= Fraction(problem.budget)
+
+
 def _solve_fixed_k(
     problem: BudgetProblem, k: int, solver: Solver, time_limit_s: float | None
 ) -> tuple[Plan | None, Solved]:
@@ -141,10 +156,15 @@ def _solve_fixed_k(
                 pulp.lpSum((keep[n] + new[n]) * k * atu + new[n] * atu for n in mine)
                 <= room.seconds
             )
-    solved = solve_lp(lp, solver, f"k={k}", time_limit_s, jump=False)
+    solved = solve_lp(lp, solver, f"k={k}", time_limit_s, jump=False, preprocess=False)
     if solved.outcome in ("failed", "infeasible"):
         return None, solved
     counts = {t.name: whole(keep[t.name]) + whole(new[t.name]) for t in problem.types}
+    launched = {t.name: whole(new[t.name]) for t in problem.types}
+    if not _within_budget(problem, k, counts, launched):
+        return None, Solved(
+            "infeasible", f"k={k}: the solver's mix costs more than the budget; k skipped"
+        )
     per_unit = sum(counts[t.name] * t.price for t in problem.types)
     plan = Plan(
         counts=counts,

@@ -70,6 +70,7 @@ def solve_lp(
     time_limit_s: float | None,
     *,
     jump: bool = True,
+    preprocess: bool = True,
 ) -> Solved:
     """Solve with the chosen solver; retry with CBC when HiGHS is missing or gives no
     usable answer (a HiGHS solution not proven optimal is kept: CBC under the same time
@@ -81,7 +82,13 @@ def solve_lp(
     of each solve: a 6-variable MILP 71 → 44 ms of CPU, the least-budget tests of
     ``category_mix`` 45.9 → 15.4 s, with the same plans (BaTS scenarios, 100k-task
     digest). The deadline planner's larger MILPs keep it: their equal-cost optima fell
-    differently without it, and two tests of deadline runs moved."""
+    differently without it, and two tests of deadline runs moved.
+
+    ``preprocess=False``: CBC without its integer preprocessing (CglPreProcess), which
+    declares some feasible MILPs infeasible (coin-or/Cbc #466, #737, #740, #747): the
+    budget planner's k=9 MILP of ``test_planner``'s HiGHS/CBC example, whose only mix
+    costs exactly the budget, came back infeasible and CBC planned 13 units where HiGHS
+    planned 9. The budget planner's MILPs are too small for preprocessing to help."""
     first = ""
     if name == "highs":
         try:
@@ -97,7 +104,7 @@ def solve_lp(
                 return Solved(outcome, f"{label}: HiGHS status {status}")
             first = f"HiGHS status {status}"
     try:
-        lp.solve(_solver("cbc", time_limit_s))
+        lp.solve(_solver("cbc", time_limit_s, preprocess=preprocess))
     except pulp.PulpSolverError as error:
         raise PlannerError(
             f"{label}: {first + ', ' if first else ''}CBC failed: {error}"
@@ -111,7 +118,9 @@ def solve_lp(
     return Solved(outcome, f"{label}: CBC status {status}")
 
 
-def _solver(name: Solver, time_limit_s: float | None, jump: bool = True) -> pulp.LpSolver:
+def _solver(
+    name: Solver, time_limit_s: float | None, jump: bool = True, preprocess: bool = True
+) -> pulp.LpSolver:
     # The default relative MIP gaps (1e-4) would let a slightly slower mix count as optimal.
     # One thread: the planners' MILPs are small (a few to a few thousand variables) and
     # solved by the thousand; HiGHS's default worker threads spin for work they rarely get
@@ -127,4 +136,9 @@ def _solver(name: Solver, time_limit_s: float | None, jump: bool = True) -> pulp
         )
     with warnings.catch_warnings():  # PuLP 3.3 deprecates its bundled CBC for 4.0
         warnings.simplefilter("ignore", DeprecationWarning)
-        return pulp.PULP_CBC_CMD(msg=False, gapRel=1e-9, timeLimit=time_limit_s)
+        return pulp.PULP_CBC_CMD(
+            msg=False,
+            gapRel=1e-9,
+            timeLimit=time_limit_s,
+            options=[] if preprocess else ["preprocess off"],
+        )

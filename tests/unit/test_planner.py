@@ -8,13 +8,13 @@ from dataclasses import replace
 
 import pulp
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from autoscaler.budget.planner import plan_budget, plan_clairvoyant, solve_budget
 from autoscaler.budget.problem import BudgetProblem, TypeEstimate
 from autoscaler.core.billing import BillingModel
-from autoscaler.core.solve import classify_status
+from autoscaler.core.solve import Solver, classify_status
 from autoscaler.learn.stats import tasks_within
 
 HOURLY = BillingModel("fixed", 3600.0)
@@ -105,8 +105,26 @@ def test_planner_matches_brute_force(problem: BudgetProblem) -> None:
         assert 0 <= plan.counts[t.name] <= t.max_count
 
 
+def exact_budget_mix() -> BudgetProblem:
+    """At k=9 the only mix that does 112 tasks, three t2 (two kept, one new), costs
+    9·9 + 3 = 84, exactly the budget; two t2 need k=13 and cost 78."""
+    return BudgetProblem(
+        tasks=112.0,
+        budget=84.0,
+        types=[
+            TypeEstimate("t0", 3.0, 1, 0.0, 1636.0, live=1, first_cost=3.0, first_tasks=2),
+            TypeEstimate("t1", 12.0, 1, 0.0, 1564.0, live=0, first_cost=12.0, first_tasks=2),
+            TypeEstimate("t2", 3.0, 3, 0.0, 801.0, live=2, first_cost=3.0, first_tasks=4),
+        ],
+        billing=HOURLY,
+        cushion_z=0.0,
+        final_loss=0.0,
+    )
+
+
 @settings(max_examples=40, deadline=None)
 @given(budget_problems())
+@example(exact_budget_mix())
 def test_highs_and_cbc_agree(problem: BudgetProblem) -> None:
     highs = plan_budget(problem, "highs")
     cbc = plan_budget(problem, "cbc")
@@ -115,6 +133,28 @@ def test_highs_and_cbc_agree(problem: BudgetProblem) -> None:
         assert highs.units == cbc.units
         min_speed = min(1 / t.mean_s for t in problem.types)
         assert highs.speed == pytest.approx(cbc.speed, abs=1e-3 * min_speed)
+
+
+@pytest.mark.parametrize("solver", ["highs", "cbc"])
+def test_a_mix_costing_exactly_the_budget_is_planned(solver: Solver) -> None:
+    """CBC's integer preprocessing called this k=9 MILP infeasible and planned k=13."""
+    result = solve_budget(exact_budget_mix(), solver)
+    assert result.notes == ()
+    assert result.plan is not None
+    assert (result.plan.units, result.plan.counts["t2"], result.plan.cost) == (9, 3, 84.0)
+
+
+@pytest.mark.parametrize("solver", ["highs", "cbc"])
+@pytest.mark.parametrize("short", [1e-6, 1e-8])
+def test_a_mix_over_the_budget_within_solver_tolerance_is_not_planned(
+    solver: Solver, short: float
+) -> None:
+    """HiGHS accepted the $84 mix against a budget of $83.999999 (within its feasibility
+    tolerance); no plan may cost more than the budget, so k=9 is skipped for k=13."""
+    problem = replace(exact_budget_mix(), budget=84.0 - short)
+    plan = plan_budget(problem, solver)
+    assert plan is not None
+    assert (plan.units, plan.counts["t2"], plan.cost) == (13, 2, 78.0)
 
 
 def clairvoyant_brute_force(tasks: int, budget: float, types: list[TypeEstimate]) -> float | None:
