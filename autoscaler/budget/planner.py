@@ -110,18 +110,20 @@ def _mix_variables(
     return keep, new
 
 
-def _within_budget(
+def _exact_cost(
     problem: BudgetProblem, k: int, counts: dict[str, int], launched: dict[str, int]
-) -> bool:
-    """Whether a solved mix's cost is within B in exact rational arithmetic: the solvers
-    accept a row violated within their feasibility tolerance (about 1e-7 for HiGHS and
-    CBC), and money must never go over."""
-    cost = sum(
-        (Fraction(k) * Fraction(t.price) * counts[t.name])
-        + Fraction(t.first_cost) * launched[t.name]
-        for t in problem.types
+) -> Fraction:
+    """A solved mix's cost in exact rational arithmetic. The solvers accept a budget row
+    violated within their feasibility tolerance (HiGHS took an $84 mix for a budget of
+    $83.999999), and money must never go over, not even by a rounding."""
+    return sum(
+        (
+            Fraction(k) * Fraction(t.price) * counts[t.name]
+            + Fraction(t.first_cost) * launched[t.name]
+            for t in problem.types
+        ),
+        Fraction(0),
     )
-    return cost <= Fraction(problem.budget)
 
 
 def _solve_fixed_k(
@@ -161,16 +163,16 @@ def _solve_fixed_k(
         return None, solved
     counts = {t.name: whole(keep[t.name]) + whole(new[t.name]) for t in problem.types}
     launched = {t.name: whole(new[t.name]) for t in problem.types}
-    if not _within_budget(problem, k, counts, launched):
+    exact = _exact_cost(problem, k, counts, launched)
+    if exact > Fraction(problem.budget):
         return None, Solved(
             "infeasible", f"k={k}: the solver's mix costs more than the budget; k skipped"
         )
-    per_unit = sum(counts[t.name] * t.price for t in problem.types)
     plan = Plan(
         counts=counts,
         units=k,
         speed=sum(counts[t.name] * t.slots / t.mean_s for t in problem.types),
-        cost=k * per_unit + sum(whole(new[t.name]) * t.first_cost for t in problem.types),
+        cost=float(exact),  # rounds to at most B, which is a float itself
     )
     return plan, solved
 

@@ -97,6 +97,7 @@ def test_planner_matches_brute_force(problem: BudgetProblem) -> None:
         assert plan is None
         return
     assert plan is not None
+    assert plan.cost <= problem.budget
     assert plan.units == expected[0]
     min_speed = min(1 / t.mean_s for t in problem.types)
     # Ties in speed are broken towards cheaper mixes by a term worth < 0.1 % of a machine.
@@ -130,6 +131,8 @@ def test_highs_and_cbc_agree(problem: BudgetProblem) -> None:
     cbc = plan_budget(problem, "cbc")
     assert (highs is None) == (cbc is None)
     if highs is not None and cbc is not None:
+        assert highs.cost <= problem.budget
+        assert cbc.cost <= problem.budget
         assert highs.units == cbc.units
         min_speed = min(1 / t.mean_s for t in problem.types)
         assert highs.speed == pytest.approx(cbc.speed, abs=1e-3 * min_speed)
