@@ -104,7 +104,7 @@ def solve_lp(
                 return Solved(outcome, f"{label}: HiGHS status {status}")
             first = f"HiGHS status {status}"
     try:
-        lp.solve(_solver("cbc", time_limit_s, preprocess=preprocess))
+        _solve_cbc(lp, time_limit_s, preprocess)
     except pulp.PulpSolverError as error:
         raise PlannerError(
             f"{label}: {first + ', ' if first else ''}CBC failed: {error}"
@@ -116,6 +116,20 @@ def solve_lp(
     if outcome in ("optimal", "infeasible"):
         return Solved(outcome)
     return Solved(outcome, f"{label}: CBC status {status}")
+
+
+def _solve_cbc(lp: pulp.LpProblem, time_limit_s: float | None, preprocess: bool) -> None:
+    """CBC, without preprocessing when asked, and with it when that run fails: the bundled
+    CBC 2.10.3 without preprocessing crashes (SIGSEGV) writing the solution of a MILP it
+    has proven infeasible by tightening bounds, which the run with it then reports."""
+    if not preprocess:
+        try:
+            lp.solve(_solver("cbc", time_limit_s, preprocess=False))
+        except pulp.PulpSolverError:
+            pass
+        else:
+            return
+    lp.solve(_solver("cbc", time_limit_s))
 
 
 def _solver(

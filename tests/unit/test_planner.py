@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from autoscaler.budget.planner import plan_budget, plan_clairvoyant, solve_budget
-from autoscaler.budget.problem import BudgetProblem, TypeEstimate
+from autoscaler.budget.problem import BudgetProblem, PlanResult, TypeEstimate
 from autoscaler.core.billing import BillingModel
 from autoscaler.core.solve import Solver, classify_status
 from autoscaler.learn.stats import tasks_within
@@ -123,9 +123,18 @@ def exact_budget_mix() -> BudgetProblem:
     )
 
 
+def one_machine_short() -> BudgetProblem:
+    """A new machine pays its first step and a further unit, $2, over the $1 budget: no
+    plan. CBC without preprocessing proves k=1 infeasible by tightening bounds, and the
+    bundled CBC 2.10.3 then crashes writing its answer."""
+    only = TypeEstimate("t0", 1.0, 1, 0.0, 300.0, live=0, first_cost=1.0, first_tasks=11)
+    return BudgetProblem(3.0, 1.0, [only], HOURLY, cushion_z=0.0, final_loss=0.0)
+
+
 @settings(max_examples=40, deadline=None)
 @given(budget_problems())
 @example(exact_budget_mix())
+@example(one_machine_short())
 def test_highs_and_cbc_agree(problem: BudgetProblem) -> None:
     highs = plan_budget(problem, "highs")
     cbc = plan_budget(problem, "cbc")
@@ -145,6 +154,11 @@ def test_a_mix_costing_exactly_the_budget_is_planned(solver: Solver) -> None:
     assert result.notes == ()
     assert result.plan is not None
     assert (result.plan.units, result.plan.counts["t2"], result.plan.cost) == (9, 3, 84.0)
+
+
+@pytest.mark.parametrize("solver", ["highs", "cbc"])
+def test_a_budget_too_small_for_one_unit_gives_no_plan(solver: Solver) -> None:
+    assert solve_budget(one_machine_short(), solver) == PlanResult(None)
 
 
 @pytest.mark.parametrize("solver", ["highs", "cbc"])
