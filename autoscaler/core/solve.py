@@ -7,6 +7,7 @@ CBC when HiGHS gives no usable answer.
 
 from __future__ import annotations
 
+import tempfile
 import warnings
 from dataclasses import dataclass
 from typing import Literal
@@ -121,14 +122,19 @@ def solve_lp(
 def _solve_cbc(lp: pulp.LpProblem, time_limit_s: float | None, preprocess: bool) -> None:
     """CBC, without preprocessing when asked, and with it when that run fails: the bundled
     CBC 2.10.3 without preprocessing crashes (SIGSEGV) writing the solution of a MILP it
-    has proven infeasible by tightening bounds, which the run with it then reports."""
+    has proven infeasible by tightening bounds, which the run with it then reports. PuLP
+    leaves a crashed run's files behind, so that run writes them in a directory of its
+    own."""
     if not preprocess:
-        try:
-            lp.solve(_solver("cbc", time_limit_s, preprocess=False))
-        except pulp.PulpSolverError:
-            pass
-        else:
-            return
+        solver = _solver("cbc", time_limit_s, preprocess=False)
+        with tempfile.TemporaryDirectory(prefix="autoscaler-cbc-") as files:
+            solver.tmpDir = files
+            try:
+                lp.solve(solver)
+            except pulp.PulpSolverError:
+                pass
+            else:
+                return
     lp.solve(_solver("cbc", time_limit_s))
 
 
