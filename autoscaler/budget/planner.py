@@ -113,17 +113,23 @@ def _mix_variables(
 def _exact_cost(
     problem: BudgetProblem, k: int, counts: dict[str, int], launched: dict[str, int]
 ) -> Fraction:
-    """A solved mix's cost in exact rational arithmetic. The solvers accept a budget row
+    """A solved mix's cost in exact decimal arithmetic. The solvers accept a budget row
     violated within their feasibility tolerance (HiGHS took an $84 mix for a budget of
-    $83.999999), and money must never go over, not even by a rounding."""
+    $83.999999), and money must never go over, not even by a rounding. Each amount is
+    the decimal its float stands for (``repr``: what the user typed, 0.1 and not the
+    binary 0.1000000000000000055...), so three machines at $0.10 fit a budget of $0.30."""
     return sum(
         (
-            Fraction(k) * Fraction(t.price) * counts[t.name]
-            + Fraction(t.first_cost) * launched[t.name]
+            k * _decimal(t.price) * counts[t.name] + _decimal(t.first_cost) * launched[t.name]
             for t in problem.types
         ),
         Fraction(0),
     )
+
+
+def _decimal(amount: float) -> Fraction:
+    """The shortest decimal that reads back as ``amount``, exactly."""
+    return Fraction(repr(amount))
 
 
 def _solve_fixed_k(
@@ -164,7 +170,7 @@ def _solve_fixed_k(
     counts = {t.name: whole(keep[t.name]) + whole(new[t.name]) for t in problem.types}
     launched = {t.name: whole(new[t.name]) for t in problem.types}
     exact = _exact_cost(problem, k, counts, launched)
-    if exact > Fraction(problem.budget):
+    if exact > _decimal(problem.budget):
         return None, Solved(
             "infeasible", f"k={k}: the solver's mix costs more than the budget; k skipped"
         )

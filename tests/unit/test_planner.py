@@ -174,6 +174,17 @@ def test_a_mix_over_the_budget_within_solver_tolerance_is_not_planned(
     assert (plan.units, plan.counts["t2"], plan.cost) == (13, 2, 78.0)
 
 
+@pytest.mark.parametrize("solver", ["highs", "cbc"])
+def test_prices_in_decimals_fill_a_budget_in_decimals(solver: Solver) -> None:
+    """Three machines at $0.10 an hour for one hour fit a budget of $0.30, as the user
+    reads it (in binary floats 3 x 0.1 is a hair above 0.3): the exact check is decimal."""
+    machine = TypeEstimate("cheap", 0.1, 3, 0.0, 1200.0)
+    problem = BudgetProblem(9.0, 0.3, [machine], HOURLY, cushion_z=0.0, final_loss=0.0)
+    plan = plan_budget(problem, solver)
+    assert plan is not None
+    assert (plan.units, plan.counts["cheap"], plan.cost) == (1, 3, 0.3)
+
+
 def clairvoyant_brute_force(tasks: int, budget: float, types: list[TypeEstimate]) -> float | None:
     best: float | None = None
     for mix in itertools.product(*(range(t.max_count + 1) for t in types)):
