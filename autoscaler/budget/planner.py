@@ -40,6 +40,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import replace
+from fractions import Fraction
 
 import pulp
 
@@ -109,6 +110,28 @@ def _mix_variables(
     return keep, new
 
 
+def _exact_cost(
+    problem: BudgetProblem, k: int, counts: dict[str, int], launched: dict[str, int]
+) -> Fraction:
+    """A solved mix's cost in exact decimal arithmetic. The solvers accept a budget row
+    violated within their feasibility tolerance (HiGHS took an $84 mix for a budget of
+    $83.999999), and money must never go over, not even by a rounding. Each amount is
+    the decimal its float stands for (``repr``: what the user typed, 0.1 and not the
+    binary 0.1000000000000000055...), so three machines at $0.10 fit a budget of $0.30."""
+    return sum(
+        (
+            k * _decimal(t.price) * counts[t.name] + _decimal(t.first_cost) * launched[t.name]
+            for t in problem.types
+        ),
+        Fraction(0),
+    )
+
+
+def _decimal(amount: float) -> Fraction:
+    """The shortest decimal that reads back as ``amount``, exactly."""
+    return Fraction(repr(amount))
+
+
 def _solve_fixed_k(
     problem: BudgetProblem, k: int, solver: Solver, time_limit_s: float | None
 ) -> tuple[Plan | None, Solved]:
@@ -141,16 +164,21 @@ def _solve_fixed_k(
                 pulp.lpSum((keep[n] + new[n]) * k * atu + new[n] * atu for n in mine)
                 <= room.seconds
             )
-    solved = solve_lp(lp, solver, f"k={k}", time_limit_s, jump=False)
+    solved = solve_lp(lp, solver, f"k={k}", time_limit_s, jump=False, preprocess=False)
     if solved.outcome in ("failed", "infeasible"):
         return None, solved
     counts = {t.name: whole(keep[t.name]) + whole(new[t.name]) for t in problem.types}
-    per_unit = sum(counts[t.name] * t.price for t in problem.types)
+    launched = {t.name: whole(new[t.name]) for t in problem.types}
+    exact = _exact_cost(problem, k, counts, launched)
+    if exact > _decimal(problem.budget):
+        return None, Solved(
+            "infeasible", f"k={k}: the solver's mix costs more than the budget; k skipped"
+        )
     plan = Plan(
         counts=counts,
         units=k,
         speed=sum(counts[t.name] * t.slots / t.mean_s for t in problem.types),
-        cost=k * per_unit + sum(whole(new[t.name]) * t.first_cost for t in problem.types),
+        cost=float(exact),  # rounds to at most B, which is a float itself
     )
     return plan, solved
 

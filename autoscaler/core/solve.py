@@ -7,6 +7,7 @@ CBC when HiGHS gives no usable answer.
 
 from __future__ import annotations
 
+import tempfile
 import warnings
 from dataclasses import dataclass
 from typing import Literal
@@ -70,6 +71,7 @@ def solve_lp(
     time_limit_s: float | None,
     *,
     jump: bool = True,
+    preprocess: bool = True,
 ) -> Solved:
     """Solve with the chosen solver; retry with CBC when HiGHS is missing or gives no
     usable answer (a HiGHS solution not proven optimal is kept: CBC under the same time
@@ -81,7 +83,13 @@ def solve_lp(
     of each solve: a 6-variable MILP 71 → 44 ms of CPU, the least-budget tests of
     ``category_mix`` 45.9 → 15.4 s, with the same plans (BaTS scenarios, 100k-task
     digest). The deadline planner's larger MILPs keep it: their equal-cost optima fell
-    differently without it, and two tests of deadline runs moved."""
+    differently without it, and two tests of deadline runs moved.
+
+    ``preprocess=False``: CBC without its integer preprocessing (CglPreProcess), which
+    declares some feasible MILPs infeasible (coin-or/Cbc #466, #737, #740, #747): the
+    budget planner's k=9 MILP of ``test_planner``'s HiGHS/CBC example, whose only mix
+    costs exactly the budget, came back infeasible and CBC planned 13 units where HiGHS
+    planned 9. The budget planner's MILPs are too small for preprocessing to help."""
     first = ""
     if name == "highs":
         try:
@@ -97,7 +105,7 @@ def solve_lp(
                 return Solved(outcome, f"{label}: HiGHS status {status}")
             first = f"HiGHS status {status}"
     try:
-        lp.solve(_solver("cbc", time_limit_s))
+        _solve_cbc(lp, time_limit_s, preprocess)
     except pulp.PulpSolverError as error:
         raise PlannerError(
             f"{label}: {first + ', ' if first else ''}CBC failed: {error}"
@@ -111,7 +119,28 @@ def solve_lp(
     return Solved(outcome, f"{label}: CBC status {status}")
 
 
-def _solver(name: Solver, time_limit_s: float | None, jump: bool = True) -> pulp.LpSolver:
+def _solve_cbc(lp: pulp.LpProblem, time_limit_s: float | None, preprocess: bool) -> None:
+    """CBC, without preprocessing when asked, and with it when that run fails: the bundled
+    CBC 2.10.3 without preprocessing crashes (SIGSEGV) writing the solution of a MILP it
+    has proven infeasible by tightening bounds, which the run with it then reports. PuLP
+    leaves a crashed run's files behind, so that run writes them in a directory of its
+    own."""
+    if not preprocess:
+        solver = _solver("cbc", time_limit_s, preprocess=False)
+        with tempfile.TemporaryDirectory(prefix="autoscaler-cbc-") as files:
+            solver.tmpDir = files
+            try:
+                lp.solve(solver)
+            except pulp.PulpSolverError:
+                pass
+            else:
+                return
+    lp.solve(_solver("cbc", time_limit_s))
+
+
+def _solver(
+    name: Solver, time_limit_s: float | None, jump: bool = True, preprocess: bool = True
+) -> pulp.LpSolver:
     # The default relative MIP gaps (1e-4) would let a slightly slower mix count as optimal.
     # One thread: the planners' MILPs are small (a few to a few thousand variables) and
     # solved by the thousand; HiGHS's default worker threads spin for work they rarely get
@@ -127,4 +156,9 @@ def _solver(name: Solver, time_limit_s: float | None, jump: bool = True) -> pulp
         )
     with warnings.catch_warnings():  # PuLP 3.3 deprecates its bundled CBC for 4.0
         warnings.simplefilter("ignore", DeprecationWarning)
-        return pulp.PULP_CBC_CMD(msg=False, gapRel=1e-9, timeLimit=time_limit_s)
+        return pulp.PULP_CBC_CMD(
+            msg=False,
+            gapRel=1e-9,
+            timeLimit=time_limit_s,
+            options=[] if preprocess else ["preprocess off"],
+        )

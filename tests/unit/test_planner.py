@@ -8,13 +8,13 @@ from dataclasses import replace
 
 import pulp
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from autoscaler.budget.planner import plan_budget, plan_clairvoyant, solve_budget
-from autoscaler.budget.problem import BudgetProblem, TypeEstimate
+from autoscaler.budget.problem import BudgetProblem, PlanResult, TypeEstimate
 from autoscaler.core.billing import BillingModel
-from autoscaler.core.solve import classify_status
+from autoscaler.core.solve import Solver, classify_status
 from autoscaler.learn.stats import tasks_within
 
 HOURLY = BillingModel("fixed", 3600.0)
@@ -97,6 +97,7 @@ def test_planner_matches_brute_force(problem: BudgetProblem) -> None:
         assert plan is None
         return
     assert plan is not None
+    assert plan.cost <= problem.budget
     assert plan.units == expected[0]
     min_speed = min(1 / t.mean_s for t in problem.types)
     # Ties in speed are broken towards cheaper mixes by a term worth < 0.1 % of a machine.
@@ -105,16 +106,83 @@ def test_planner_matches_brute_force(problem: BudgetProblem) -> None:
         assert 0 <= plan.counts[t.name] <= t.max_count
 
 
+def exact_budget_mix() -> BudgetProblem:
+    """At k=9 the only mix that does 112 tasks, three t2 (two kept, one new), costs
+    9·9 + 3 = 84, exactly the budget; two t2 need k=13 and cost 78."""
+    return BudgetProblem(
+        tasks=112.0,
+        budget=84.0,
+        types=[
+            TypeEstimate("t0", 3.0, 1, 0.0, 1636.0, live=1, first_cost=3.0, first_tasks=2),
+            TypeEstimate("t1", 12.0, 1, 0.0, 1564.0, live=0, first_cost=12.0, first_tasks=2),
+            TypeEstimate("t2", 3.0, 3, 0.0, 801.0, live=2, first_cost=3.0, first_tasks=4),
+        ],
+        billing=HOURLY,
+        cushion_z=0.0,
+        final_loss=0.0,
+    )
+
+
+def one_machine_short() -> BudgetProblem:
+    """A new machine pays its first step and a further unit, $2, over the $1 budget: no
+    plan. CBC without preprocessing proves k=1 infeasible by tightening bounds, and the
+    bundled CBC 2.10.3 then crashes writing its answer."""
+    only = TypeEstimate("t0", 1.0, 1, 0.0, 300.0, live=0, first_cost=1.0, first_tasks=11)
+    return BudgetProblem(3.0, 1.0, [only], HOURLY, cushion_z=0.0, final_loss=0.0)
+
+
 @settings(max_examples=40, deadline=None)
 @given(budget_problems())
+@example(exact_budget_mix())
+@example(one_machine_short())
 def test_highs_and_cbc_agree(problem: BudgetProblem) -> None:
     highs = plan_budget(problem, "highs")
     cbc = plan_budget(problem, "cbc")
     assert (highs is None) == (cbc is None)
     if highs is not None and cbc is not None:
+        assert highs.cost <= problem.budget
+        assert cbc.cost <= problem.budget
         assert highs.units == cbc.units
         min_speed = min(1 / t.mean_s for t in problem.types)
         assert highs.speed == pytest.approx(cbc.speed, abs=1e-3 * min_speed)
+
+
+@pytest.mark.parametrize("solver", ["highs", "cbc"])
+def test_a_mix_costing_exactly_the_budget_is_planned(solver: Solver) -> None:
+    """CBC's integer preprocessing called this k=9 MILP infeasible and planned k=13."""
+    result = solve_budget(exact_budget_mix(), solver)
+    assert result.notes == ()
+    assert result.plan is not None
+    assert (result.plan.units, result.plan.counts["t2"], result.plan.cost) == (9, 3, 84.0)
+
+
+@pytest.mark.parametrize("solver", ["highs", "cbc"])
+def test_a_budget_too_small_for_one_unit_gives_no_plan(solver: Solver) -> None:
+    assert solve_budget(one_machine_short(), solver) == PlanResult(None)
+
+
+@pytest.mark.parametrize("solver", ["highs", "cbc"])
+@pytest.mark.parametrize("short", [1e-6, 1e-8])
+def test_a_mix_over_the_budget_within_solver_tolerance_is_not_planned(
+    solver: Solver, short: float
+) -> None:
+    """HiGHS accepted the $84 mix against a budget of $83.999999 (within its feasibility
+    tolerance); no plan may cost more than the budget, so k=9 is skipped for k=13."""
+    problem = replace(exact_budget_mix(), budget=84.0 - short)
+    plan = plan_budget(problem, solver)
+    assert plan is not None
+    assert (plan.units, plan.counts["t2"], plan.cost) == (13, 2, 78.0)
+
+
+@pytest.mark.parametrize("solver", ["highs", "cbc"])
+def test_prices_in_decimals_fill_a_budget_in_decimals(solver: Solver) -> None:
+    """Three machines at $0.10 an hour for one hour fit a budget of $0.30, as the user
+    reads it (in binary floats 3 x 0.1 is a hair above 0.3): the exact check is decimal."""
+    machine = TypeEstimate("cheap", 0.1, 3, 0.0, 1200.0)
+    problem = BudgetProblem(9.0, 0.3, [machine], HOURLY, cushion_z=0.0, final_loss=0.0)
+    plan = plan_budget(problem, solver)
+    assert plan is not None
+    assert (plan.units, plan.counts["cheap"], plan.cost) == (1, 3, 0.3)
 
 
 def clairvoyant_brute_force(tasks: int, budget: float, types: list[TypeEstimate]) -> float | None:
