@@ -14,15 +14,7 @@ from autoscaler.cli.app import app, console, err_console, file_to_write, load
 from autoscaler.core.errors import AutoscalerError
 
 if TYPE_CHECKING:
-    from autoscaler.config.summary import Kind
-
-
-def config_kind(path: Path) -> Kind:
-    """What ``path`` holds (``config.summary.config_kind``): here for ``cli.run``, which
-    imports it with the command group, before the config models may load."""
-    from autoscaler.config.summary import config_kind as kind_of
-
-    return kind_of(path)
+    pass
 
 
 @app.command()

@@ -22,7 +22,6 @@ from autoscaler.cli.app import (
     load,
     print_head,
 )
-from autoscaler.cli.check import config_kind
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.words import counted
 
@@ -109,6 +108,8 @@ def run(
         out_dir = out or Path("runs") / new_run_id(load_service_config(config))
         code = run_service_jobs(config, job, dry_run=dry_run, seed=seed, out=out_dir)
         raise typer.Exit(code)
+    from autoscaler.config.summary import config_kind  # the config models: not at start
+
     kind = config_kind(config)
     if kind == "service":
         raise AutoscalerError(

@@ -7,7 +7,6 @@ CBC when HiGHS gives no usable answer.
 
 from __future__ import annotations
 
-import tempfile
 import warnings
 from dataclasses import dataclass
 from typing import Literal
@@ -122,19 +121,16 @@ def solve_lp(
 def _solve_cbc(lp: pulp.LpProblem, time_limit_s: float | None, preprocess: bool) -> None:
     """CBC, without preprocessing when asked, and with it when that run fails: the bundled
     CBC 2.10.3 without preprocessing crashes (SIGSEGV) writing the solution of a MILP it
-    has proven infeasible by tightening bounds, which the run with it then reports. PuLP
-    leaves a crashed run's files behind, so that run writes them in a directory of its
-    own."""
+    has proven infeasible by tightening bounds, which the run with it then reports. (PuLP
+    leaves a crashed run's files in the temporary directory; this pure room opens no
+    directory of its own to hold them.)"""
     if not preprocess:
-        solver = _solver("cbc", time_limit_s, preprocess=False)
-        with tempfile.TemporaryDirectory(prefix="autoscaler-cbc-") as files:
-            solver.tmpDir = files
-            try:
-                lp.solve(solver)
-            except pulp.PulpSolverError:
-                pass
-            else:
-                return
+        try:
+            lp.solve(_solver("cbc", time_limit_s, preprocess=False))
+        except pulp.PulpSolverError:
+            pass
+        else:
+            return
     lp.solve(_solver("cbc", time_limit_s))
 
 

@@ -17,9 +17,10 @@ from autoscaler.config.service import ServiceConfig, job_config, load_yaml
 from autoscaler.core.model import TaskSpec
 from autoscaler.report.records import DeadlineReport
 from autoscaler.run.start import start_run
+from autoscaler.service import control
+from autoscaler.service.job_states import EXIT_CODES
 from autoscaler.service.pool import pool_config, shares_the_pool
 from autoscaler.service.service import JobEndHook, Service
-from autoscaler.service.store import EXIT_CODES
 
 
 @dataclass(frozen=True)
@@ -182,9 +183,7 @@ def serve_jobs(
         service.close(jobs="release")
     lines = []
     for job, v in zip(jobs, views, strict=True):
-        outcome = v["state"]
-        if outcome == "done" and v.get("met_deadline") is False:
-            outcome = "late"
+        outcome = control.outcome(v)
         lines.append(
             JobLine(
                 f"{v['id']} {v['name']}",

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from autoscaler.service.job_states import JobState
 from autoscaler.service.quota import Usage
-from autoscaler.service.store import JobState
 from autoscaler.service.view import JobView
 
 JOB_STATES = tuple(s.value for s in JobState)

@@ -15,6 +15,7 @@ from autoscaler.config.service import ServiceConfig
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.model import Interrupted
 from autoscaler.core.state import RunState
+from autoscaler.service.job_states import ENDED, JobState
 from autoscaler.service.memory import application, job_runs, said, with_memory
 from autoscaler.service.pool import POOL_HOLDER, Pool, shares_the_pool
 from autoscaler.service.quota import QuotaLedger
@@ -26,7 +27,7 @@ from autoscaler.service.runners import (
     run_pool,
     start_own_run,
 )
-from autoscaler.service.store import ENDED, DeadlinePassed, JobRow, JobState, Store
+from autoscaler.service.store import DeadlinePassed, JobRow, Store
 from autoscaler.service.view import HistoryPoint, Progress, final_json, queued
 
 if TYPE_CHECKING:

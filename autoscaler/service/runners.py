@@ -21,6 +21,7 @@ from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.journal import JOURNAL_DB
 from autoscaler.core.model import BudgetSet, DeadlineSet, TaskSpec
 from autoscaler.core.state import RunState
+from autoscaler.service.job_states import ENDED, JobState
 from autoscaler.service.pool import (
     POOL_DIR,
     POOL_HOLDER,
@@ -29,7 +30,7 @@ from autoscaler.service.pool import (
     job_views,
     pool_config,
 )
-from autoscaler.service.store import ENDED, DeadlinePassed, JobRow, JobState, deadline_at_of
+from autoscaler.service.store import DeadlinePassed, JobRow, deadline_at_of
 from autoscaler.service.view import Clock, HistoryPoint, Progress, progress
 
 if TYPE_CHECKING:

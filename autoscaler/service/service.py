@@ -36,19 +36,12 @@ from autoscaler.core.errors import AutoscalerError, ConfigError
 from autoscaler.core.journal import JOURNAL_DB
 from autoscaler.core.model import Shutdown, TaskSpec
 from autoscaler.providers import registry
+from autoscaler.service.job_states import ENDED, JobState
 from autoscaler.service.pool import POOL_DIR, POOL_HOLDER
 from autoscaler.service.pump import JOBS_DIR, Closing, Pump
 from autoscaler.service.quota import QuotaLedger
 from autoscaler.service.runners import Runner, check_change, with_constraint
-from autoscaler.service.store import (
-    DB_FILE,
-    ENDED,
-    JobNotFound,
-    JobRow,
-    JobState,
-    Store,
-    lock_state_dir,
-)
+from autoscaler.service.store import DB_FILE, JobNotFound, JobRow, Store, lock_state_dir
 from autoscaler.service.view import (
     HistoryPoint,
     JobView,

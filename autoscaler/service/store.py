@@ -24,9 +24,7 @@ from autoscaler.config.schema import RunConfig
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.model import TaskSpec
 from autoscaler.core.task_json import task_extra, task_of
-from autoscaler.service.job_states import ENDED as ENDED
-from autoscaler.service.job_states import EXIT_CODES as EXIT_CODES
-from autoscaler.service.job_states import JobState as JobState
+from autoscaler.service.job_states import JobState
 
 DB_FILE = "service.db"
 

@@ -16,7 +16,8 @@ from typing import Any
 from autoscaler.config.schema import RunConfig
 from autoscaler.core.model import JobSpec, TaskState
 from autoscaler.core.state import RunState
-from autoscaler.service.store import JobRow, JobState
+from autoscaler.service.job_states import JobState
+from autoscaler.service.store import JobRow
 
 HistoryPoint = tuple[float, int, float]
 """A point of a job's history: (wall-clock time, tasks done, money committed)."""

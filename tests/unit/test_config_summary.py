@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autoscaler.config.load import expand_bag, load_config
+from autoscaler.config.bag import expand_bag
+from autoscaler.config.load import load_config
 from autoscaler.config.schema import RunConfig
 from autoscaler.config.service import load_service_config
 from autoscaler.config.summary import (

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from autoscaler.config.load import expand_bag, load_config
+from autoscaler.config.bag import expand_bag
+from autoscaler.config.load import load_config
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.report.frontier_files import (
     PLAN_JSON,

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from autoscaler.budget.controller import Controller
-from autoscaler.config.load import expand_bag, load_config
+from autoscaler.config.bag import expand_bag
+from autoscaler.config.load import load_config
 from autoscaler.core.model import Action, Event, Hold
 from autoscaler.core.state import RunState
 from autoscaler.run.build import make_controller

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from autoscaler.config.load import expand_bag, load_config
+from autoscaler.config.bag import expand_bag
+from autoscaler.config.load import load_config
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.journal import JOURNAL_DB, SqliteJournal
 from autoscaler.run.daemon import Outcome
