@@ -57,10 +57,10 @@ class CategoryTimes:
 
 def tasks_left(state: RunState, pending_only: bool = False) -> Counter[int]:
     """Tasks per category not yet ended (or, ``pending_only``, not yet handed out)."""
-    cat = state.task_category
+    cat = state.tasks.task_category
     if pending_only:
-        return Counter(cat[t] for t in state.pending if t < len(cat))
-    return Counter(c for c, st in zip(cat, state.task_state, strict=False) if st in _OPEN)
+        return Counter(cat[t] for t in state.tasks.pending if t < len(cat))
+    return Counter(c for c, st in zip(cat, state.tasks.task_state, strict=False) if st in _OPEN)
 
 
 def category_times(
@@ -74,7 +74,7 @@ def category_times(
     (the categories have not all been sampled yet)."""
     measured = {
         (c, t): time_only(runs[1] / runs[0])
-        for (c, t), runs in state.category_runs.items()
+        for (c, t), runs in state.observed.category_runs.items()
         if runs[0] > 0 and t in types
     }
     means = fill(measured, categories, types)
@@ -91,12 +91,12 @@ def fleet(state: RunState) -> dict[str, int]:
     """Machines kept per type: alive and not marked to go, and launches in flight (the
     target while there are none)."""
     counts: Counter[str] = Counter()
-    for m in state.alive_machines():
+    for m in state.fleet.alive_machines():
         if not m.marked:
             counts[m.type.name] += 1
-    for tname, count in state.pending_launches.values():
+    for tname, count in state.fleet.pending_launches.values():
         counts[tname] += count
-    return dict(counts) if counts else dict(state.target)
+    return dict(counts) if counts else dict(state.decisions.target)
 
 
 def effective(
@@ -141,7 +141,7 @@ def aware(
 ) -> dict[str, TypeEstimate]:
     """``est`` as the mix ``counts`` (the fleet kept, by default) would see it; ``est``
     itself without categories or before they are sampled."""
-    if not categories or not est or not state.task_category:
+    if not categories or not est or not state.tasks.task_category:
         return dict(est)
     times = category_times(state, categories, sorted(est))
     if times is None:
@@ -155,7 +155,7 @@ def alone(
     """Each type of ``est`` as it would be alone: its mean over every task left (for a
     choice of one type, ``plans.best_effort``: as a type given nothing keeps its best
     categories, the type left out of the fleet would otherwise always look best)."""
-    if not categories or not est or not state.task_category:
+    if not categories or not est or not state.tasks.task_category:
         return dict(est)
     times = category_times(state, categories, sorted(est))
     return dict(est) if times is None else alone_means(state.billing, est, times)
@@ -184,7 +184,7 @@ def _best(times: CategoryTimes, name: str) -> dict[int, float]:
 
 
 def _sd(state: RunState, key: Key) -> float:
-    runs = state.category_runs.get(key)
+    runs = state.observed.category_runs.get(key)
     if runs is None or runs[0] < 2:
         return 0.0
     n, total, squares = runs

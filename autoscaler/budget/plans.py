@@ -110,7 +110,7 @@ def _solve(settings: ControllerSettings, problem: BudgetProblem, notes: list[str
 
 
 def _launchable(state: RunState, now: float, est: dict[str, TypeEstimate]) -> list[TypeEstimate]:
-    """The types a plan may use, each as much as it counts (``RunRecords.weight``).
+    """The types a plan may use, each as much as it counts (``Capacity.weight``).
 
     A type the provider lacks capacity for, or whose provider a limit holds while
     another provider's type can still be launched, keeps only the machines it has
@@ -126,14 +126,14 @@ def _launchable(state: RunState, now: float, est: dict[str, TypeEstimate]) -> li
     constraint N·Σ a_i·c_i ≤ B·Σ a_i/T_i only tightens, so a discount may make a plan
     slower, never let it commit more than the budget.
     """
-    free = any(state.launchable(name, now) for name in est)
+    free = any(state.capacity.launchable(name, now) for name in est)
     out = []
     for name, e in est.items():
-        if not state.available(name, now) or (free and state.held(now, name)):
+        if not state.capacity.available(name, now) or (free and state.capacity.held(now, name)):
             if e.live > 0:
                 out.append(replace(e, max_count=e.live))
             continue
-        w = state.weight(name, now) if free else 1.0
+        w = state.capacity.weight(name, now) if free else 1.0
         if 0.0 < w < 1.0:
             e = replace(e, mean_s=e.mean_s / w, first_tasks=math.floor(e.first_tasks * w))
         out.append(e)

@@ -45,10 +45,13 @@ from autoscaler.core.words import counted
 def said(state: RunState) -> bool:
     """Whether a risk (or a shortfall, which says more) was said under this budget; a
     risk said at the start by older versions does not count."""
-    for warnings in (state.shortfalls, [(t, r) for t, r in state.risks if not r.at_start]):
+    for warnings in (
+        state.decisions.shortfalls,
+        [(t, r) for t, r in state.decisions.risks if not r.at_start],
+    ):
         if warnings:
             at = warnings[-1][0]
-            if state.budget_set_at is None or at >= state.budget_set_at:
+            if state.money.budget_set_at is None or at >= state.money.budget_set_at:
                 return True
     return False
 
@@ -88,9 +91,9 @@ def needed(
     if more is None:
         return None
     if categories is None:
-        return state.committed + more
+        return state.money.committed + more
     money = least_money(settings, state, now, est, n_e, categories, more, reserve=False)
-    return None if money is None else state.committed + money
+    return None if money is None else state.money.committed + money
 
 
 def check_risk(
@@ -103,7 +106,7 @@ def check_risk(
     """Say the budget is at risk if the money left does not pay for the tasks left at the
     reserved runtimes (``affords``) and that has not been said; True when said now."""
     state = s.state
-    budget = state.budget
+    budget = state.money.budget
     if budget is None or state.tasks_left <= 0 or not est or said(state):
         return False
     left = money_left(state)
@@ -122,7 +125,7 @@ def check_risk(
         f"than estimated ({slow}) the {left:.2f} left does not finish the "
         f"{counted(state.tasks_left, 'task')} left: {bag}, the budget is {budget:.2f}"
     )
-    s.do(Risk(state.tasks_left, need, message, committed=state.committed))
+    s.do(Risk(state.tasks_left, need, message, committed=state.money.committed))
     return True
 
 
@@ -136,10 +139,10 @@ def _runtimes(
     for n, e in sorted(est.items()):
         if n not in slow:
             continue
-        held = state.held_means.get(n)
+        held = state.money.held_means.get(n)
         was = "" if held is None else f", {held:.0f} s when the plan's options were made"
         parts.append(
             f"{n} {slow[n].mean_s:.0f} s: estimate {e.mean_s:.0f} s from "
-            f"{counted(state.stats[n].done, 'run')}{was}"
+            f"{counted(state.observed.stats[n].done, 'run')}{was}"
         )
     return "; ".join(parts)

@@ -38,9 +38,9 @@ class ControllerSettings:
 
 def planned(state: RunState) -> bool:
     """Whether a plan has been chosen: sampling configurations predict nothing."""
-    return state.plan() is not None
+    return state.decisions.plan() is not None
 
 
 def money_left(state: RunState) -> float:
     """The budget not yet committed (infinite without a budget)."""
-    return math.inf if state.budget is None else state.budget - state.committed
+    return math.inf if state.money.budget is None else state.money.budget - state.money.committed

@@ -136,7 +136,7 @@ def _plan_real(
     err_console.print(
         f"Sampling rents {machines} from {cfg.provider_label()} ({sampling.reason}). "
         f"Their first paid units commit {first:.2f}; sampling commits at most the budget "
-        f"of {state.budget:.2f} (`constraint.budget`) and stops committing once the "
+        f"of {state.money.budget:.2f} (`constraint.budget`) and stops committing once the "
         "samples are in.",
         markup=False,
         soft_wrap=True,
@@ -161,7 +161,7 @@ def _plan_real(
         except (AutoscalerError, ValueError) as exc:
             err_console.print(f"error: no frontier from these samples: {exc}", markup=False)
             return
-        paid = max((m.paid_until for m in state.alive_machines()), default=now)
+        paid = max((m.paid_until for m in state.fleet.alive_machines()), default=now)
         err_console.print(
             f"The samples are in. The sampling machines work on the bag until their paid "
             f"time ends (within {hms((paid - now) / cfg.time_scale)} of the samples); to "
@@ -192,7 +192,7 @@ def _plan_real(
             thread.join()
     if daemon.handed_over:
         err_console.print("The run was handed over with its machines to `autoscaler run`.")
-    elif outcome.state.awaiting_budget and not outcome.state.finished:
+    elif outcome.state.money.awaiting_budget and not outcome.state.finished:
         err_console.print(
             f"The sampling machines are released. The samples are kept in {run_dir}: "
             f"autoscaler run --plan {plan_dir} --option N carries the run on from them.",

@@ -206,7 +206,7 @@ def _check_budget_covers_commitments(run_dir: Path, budget: float) -> None:
     (a held run commits nothing more, so its journal's figure holds)."""
     from autoscaler.run.rundir import read_run
 
-    committed = read_run(run_dir)[1].committed
+    committed = read_run(run_dir)[1].money.committed
     from autoscaler.config.budgets import check_budget
 
     check_budget(budget, committed=committed, holder=f"the run in {run_dir}")
@@ -380,12 +380,12 @@ def _progress(total: int) -> Iterator[Callable[[RunState], None]]:
             if now - last[0] < 0.1:
                 return
             last[0] = now
-            machines = sum(1 for _ in state.alive_machines())
+            machines = sum(1 for _ in state.fleet.alive_machines())
             bar.update(
                 job,
-                completed=state.done + state.failed,
+                completed=state.tasks.done + state.tasks.failed,
                 description=f"t={state.now / 3600:.1f}h machines={machines} "
-                f"committed={state.committed:.2f}",
+                f"committed={state.money.committed:.2f}",
             )
 
         yield update

@@ -47,20 +47,20 @@ from autoscaler.deadline.prior import mean_sd
 
 def keyed(cfg: DeadlineSettings, state: RunState) -> bool:
     """Whether this run plans by category."""
-    return bool(cfg.categories) and bool(state.task_category)
+    return bool(cfg.categories) and bool(state.tasks.task_category)
 
 
 def key_of(cfg: DeadlineSettings, state: RunState, tid: int) -> str:
     """The name ``tid`` is planned under: its job's, or its job's part of its category."""
-    name = state.job_of(tid).name
-    cat = state.task_category
+    name = state.work.job_of(tid).name
+    cat = state.tasks.task_category
     if not cfg.categories or tid >= len(cat) or cat[tid] < 0:
         return name
     return f"{name}{CATEGORY_SEP}{cat[tid]}"
 
 
 def job_of_key(state: RunState, key: str) -> JobSpec:
-    return state.job_named(key.partition(CATEGORY_SEP)[0])
+    return state.work.job_named(key.partition(CATEGORY_SEP)[0])
 
 
 def category_of_key(key: str) -> int | None:
@@ -84,9 +84,9 @@ def by_key(
 def all_keys(cfg: DeadlineSettings, state: RunState) -> list[str]:
     """Every key of the run: each job's name, and with categories its parts, one per
     category it has."""
-    out = [j.name for j in state.jobs]
+    out = [j.name for j in state.work.jobs]
     if keyed(cfg, state):
-        for j in state.jobs:
+        for j in state.work.jobs:
             out += [f"{j.name}{CATEGORY_SEP}{c}" for c in sorted(job_categories(state, j))]
     return out
 
@@ -117,7 +117,7 @@ def category_times(
     filled = _ratio_rule(cfg, state, types)
     out: dict[str, float] = {}
     for t in types:
-        runs = state.category_runs.get((cat, t))
+        runs = state.observed.category_runs.get((cat, t))
         if runs is not None and runs[0] > 0:
             mean, sd = mean_sd(runs)
             out[t] = mean + cfg.z * sd / math.sqrt(runs[0])
@@ -134,7 +134,7 @@ def machine_key_s(cfg: DeadlineSettings, state: RunState, m: Machine, key: str) 
     job = job_of_key(state, key)
     cat = category_of_key(key)
     if cat is not None:
-        runs = state.category_runs.get((cat, m.type.name))
+        runs = state.observed.category_runs.get((cat, m.type.name))
         if runs is not None and runs[0] > 0:
             return runs[1] / runs[0]
         planned = category_times(cfg, state, job, cat).get(m.type.name)
@@ -161,7 +161,7 @@ def sample_first(
     if not keyed(cfg, state):
         return list(pending)
     need = shortfall(state, cfg.categories, type_name, cfg.category_per, cfg.category_share)
-    cat = state.task_category
+    cat = state.tasks.task_category
     per_cat: dict[int, list[int]] = {}
     for t in pending:
         per_cat.setdefault(cat[t] if t < len(cat) else -1, []).append(t)
@@ -180,7 +180,9 @@ def _ratio_rule(
 ) -> dict[tuple[int, str], float]:
     """Each (category, type)'s mean time by the ratio rule, for the types in ``types``
     with some category measured."""
-    runs = tuple((c, t, n, total) for (c, t), (n, total, _) in state.category_runs.items() if n > 0)
+    runs = tuple(
+        (c, t, n, total) for (c, t), (n, total, _) in state.observed.category_runs.items() if n > 0
+    )
     return _ratio_table(cfg.categories, runs, tuple(types))
 
 

@@ -27,10 +27,10 @@ def forecast(cfg: DeadlineSettings, s: Step, jobs: set[str], why: str) -> None:
     deadlines = job_deadlines(cfg, state)
     # Each machine, alive or being launched: (queue, launched, paid until, type).
     queues: list[tuple[Queue, float, float, str]] = []
-    for m in state.alive_machines():
+    for m in state.fleet.alive_machines():
         queues.append((queue_of(cfg, state, m, s.now), m.launched_at, m.paid_until, m.type.name))
-    for token, planned in state.launch_queues.items():
-        tname = state.pending_launches.get(token, ("", 0))[0]
+    for token, planned in state.work.launch_queues.items():
+        tname = state.fleet.pending_launches.get(token, ("", 0))[0]
         if not tname:
             continue
         t = state.types[tname]
@@ -44,14 +44,14 @@ def forecast(cfg: DeadlineSettings, s: Step, jobs: set[str], why: str) -> None:
             q = Queue(f"{token}?", start, paid - margin, named, times)
             queues.append((q, s.now, paid, tname))
     base = (
-        state.committed
+        state.money.committed
         - sum(  # committed money of machines not counted below
             state.billing.cost(m.type.price, m.paid_until - m.launched_at)
-            for m in state.alive_machines()
+            for m in state.fleet.alive_machines()
         )
         - sum(
             c * state.billing.cost(state.types[tn].price, state.billing.first_step_s)
-            for tn, c in state.pending_launches.values()
+            for tn, c in state.fleet.pending_launches.values()
         )
     )
     counts: dict[str, int] = {}
@@ -146,10 +146,10 @@ def _spread(state: RunState, z: float, queues: int) -> tuple[Scale, Scale]:
     widest of them. A job with fewer than two runs seen to end is planned on its
     declared (or sampled) mean, and its runs are taken to spread by ``PRIOR_SPREAD``."""
     runs: dict[tuple[str, str], list[float]] = {}
-    for seg in state.segments:
-        m = state.machines.get(seg.machine)
+    for seg in state.tasks.segments:
+        m = state.fleet.machines.get(seg.machine)
         if seg.outcome == "done" and m is not None and seg.end > seg.start:
-            runs.setdefault((state.job_of(seg.task).name, m.type.name), []).append(
+            runs.setdefault((state.work.job_of(seg.task).name, m.type.name), []).append(
                 seg.end - seg.start
             )
     shares: dict[str, list[float]] = {}

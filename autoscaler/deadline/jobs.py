@@ -52,7 +52,7 @@ def task_times(cfg: DeadlineSettings, state: RunState, job: JobSpec) -> dict[str
         return {t: learned(cfg, state, job, t).planned_s for t in job.task_s if t in state.types}
     out: dict[str, float] = {}
     for name in state.types:
-        runs = state.job_runs.get((job.name, name))
+        runs = state.observed.job_runs.get((job.name, name))
         if runs is None or runs[0] < min(cfg.sample, job.count):
             continue
         mean, sd = mean_sd(runs)
@@ -70,8 +70,8 @@ def learned(cfg: DeadlineSettings, state: RunState, job: JobSpec, type_name: str
     app = job.application
     runs = [
         r
-        for j in state.jobs
-        if j.application == app and (r := state.job_runs.get((j.name, type_name)))
+        for j in state.work.jobs
+        if j.application == app and (r := state.observed.job_runs.get((j.name, type_name)))
     ]
     return blend(declared, pooled(runs), cfg.prior_cv, cfg.z)
 
@@ -81,8 +81,8 @@ def machine_task_s(
 ) -> float | None:
     """``m``'s time per task of ``job``: what it showed, else its type's, else planned."""
     for runs in (
-        state.machine_job_runs.get((m.id, job.name)),
-        state.job_runs.get((job.name, m.type.name)),
+        state.observed.machine_job_runs.get((m.id, job.name)),
+        state.observed.job_runs.get((job.name, m.type.name)),
     ):
         if runs is not None and runs[0] > 0:
             return runs[1] / runs[0]
@@ -97,7 +97,7 @@ def is_sampling(cfg: DeadlineSettings, state: RunState, job: JobSpec) -> bool:
         return False
     want = sample_want(cfg, state, job)
     return any(
-        launchable(state, name) and (state.job_runs.get((job.name, name)) or [0])[0] < want
+        launchable(state, name) and (state.observed.job_runs.get((job.name, name)) or [0])[0] < want
         for name in state.types
     ) or not task_times(cfg, state, job)
 
@@ -106,7 +106,7 @@ def sample_want(cfg: DeadlineSettings, state: RunState, job: JobSpec) -> int:
     """Sample runs of ``job`` per type: ``sample``, or with categories enough to run
     ``category_per`` of each large category the job has (``deadline.sampling``)."""
     want = cfg.sample
-    if cfg.categories and state.task_category:
+    if cfg.categories and state.tasks.task_category:
         big = large(cfg.categories, cfg.category_share) & job_categories(state, job)
         want = max(want, cfg.category_per * len(big))
     return min(want, job.count)
@@ -123,7 +123,7 @@ _COUNTS: dict[tuple[int, int, int], tuple[tuple[int, ...], Counter[int]]] = {}
 def category_counts(state: RunState, job: JobSpec) -> Counter[int]:
     """How many of ``job``'s tasks fall in each category (-1: none). Kept per run's
     categories (an immutable tuple), as it is asked for every machine at every step."""
-    cat = state.task_category
+    cat = state.tasks.task_category
     key = (id(cat), job.first, job.count)
     hit = _COUNTS.get(key)
     if hit is not None and hit[0] is cat:
@@ -136,7 +136,7 @@ def category_counts(state: RunState, job: JobSpec) -> Counter[int]:
 
 
 def launchable(state: RunState, name: str) -> bool:
-    return state.types[name].max_count > 0 and state.available(name, state.now)
+    return state.types[name].max_count > 0 and state.capacity.available(name, state.now)
 
 
 class Deadlines(dict[str, float]):
@@ -160,17 +160,17 @@ def job_deadlines(cfg: DeadlineSettings, state: RunState, guarded: bool = False)
     its tasks (the largest sd seen on a type), what plans and moves aim for, so the
     last task's own noise does not carry it past the deadline."""
     return Deadlines(
-        {j.name: j.deadline - (guard(cfg, state, j) if guarded else 0.0) for j in state.jobs}
+        {j.name: j.deadline - (guard(cfg, state, j) if guarded else 0.0) for j in state.work.jobs}
     )
 
 
 def guard(cfg: DeadlineSettings, state: RunState, job: JobSpec) -> float:
     """With categories, the spread is that of a task of one of the job's categories on
     a type (a job of several categories is not one spread of times)."""
-    if cfg.categories and state.task_category:
+    if cfg.categories and state.tasks.task_category:
         mine = job_categories(state, job)
-        seen = [r for (c, _), r in state.category_runs.items() if c in mine]
+        seen = [r for (c, _), r in state.observed.category_runs.items() if c in mine]
     else:
-        seen = [r for name in state.types if (r := state.job_runs.get((job.name, name)))]
+        seen = [r for name in state.types if (r := state.observed.job_runs.get((job.name, name)))]
     worst = max((mean_sd(r)[1] for r in seen if r[0] >= 2), default=0.0)
     return cfg.guard_z * worst

@@ -51,4 +51,4 @@ def _slotted(
 
 
 def all_queues(cfg: DeadlineSettings, state: RunState, now: float) -> list[Queue]:
-    return [queue_of(cfg, state, m, now) for m in state.alive_machines()]
+    return [queue_of(cfg, state, m, now) for m in state.fleet.alive_machines()]

@@ -14,12 +14,12 @@ _OPEN = (TaskState.PENDING, TaskState.RUNNING)
 def withdrawn_runs(state: RunState, name: str) -> list[Cancel]:
     """A ``Cancel`` for each task of job ``name`` queued or running on a machine alive,
     read before the state folds its withdrawal (nothing if it was withdrawn already)."""
-    if name in state.withdrawn or name not in {j.name for j in state.jobs}:
+    if name in state.work.withdrawn or name not in {j.name for j in state.work.jobs}:
         return []
-    job = state.job_named(name)
+    job = state.work.job_named(name)
     return [
         Cancel(tid, m.id, f"job {name} withdrawn")
-        for m in state.alive_machines()
+        for m in state.fleet.alive_machines()
         for tid in (*m.queue, *m.running)
         if job.owns(tid)
     ]
@@ -29,8 +29,8 @@ def still_open(state: RunState) -> set[str]:
     """The jobs that have arrived, are not withdrawn, and have tasks not ended."""
     return {
         j.name
-        for j in state.jobs
-        if j.name in state.arrived
-        and j.name not in state.withdrawn
-        and any(state.task_state[t] in _OPEN for t in range(j.first, j.first + j.count))
+        for j in state.work.jobs
+        if j.name in state.work.arrived
+        and j.name not in state.work.withdrawn
+        and any(state.tasks.task_state[t] in _OPEN for t in range(j.first, j.first + j.count))
     }

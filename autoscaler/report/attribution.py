@@ -23,9 +23,9 @@ def job_shares(state: RunState) -> dict[str, dict[str, float]]:
     seconds it ran the job's tasks (runs of any outcome) over the seconds it ran any
     task. The shares of a machine sum to 1; a machine that ran no task has none."""
     seconds: dict[str, dict[str, float]] = {}
-    for seg in state.segments:
+    for seg in state.tasks.segments:
         per_job = seconds.setdefault(seg.machine, {})
-        name = state.job_of(seg.task).name
+        name = state.work.job_of(seg.task).name
         per_job[name] = per_job.get(name, 0.0) + (seg.end - seg.start)
     shares: dict[str, dict[str, float]] = {}
     for machine, per_job in seconds.items():
@@ -43,9 +43,9 @@ def job_costs(state: RunState) -> tuple[dict[str, float], float]:
     the same way. A machine that ran no task is charged to no job.
     """
     shares = job_shares(state)
-    costs = {j.name: 0.0 for j in state.jobs}
+    costs = {j.name: 0.0 for j in state.work.jobs}
     unattributed = 0.0
-    for m in state.machines.values():
+    for m in state.fleet.machines.values():
         cost = machine_cost(state, m)
         if m.id not in shares:
             unattributed += cost
@@ -58,21 +58,21 @@ def job_costs(state: RunState) -> tuple[dict[str, float], float]:
 def job_outcomes(state: RunState) -> tuple[tuple[JobOutcome, ...], float]:
     """Each job of a deadline-mode run against its deadline, and the unattributed cost."""
     done_at: dict[int, float] = {}
-    for seg in state.segments:
+    for seg in state.tasks.segments:
         if seg.outcome == "done":
             done_at[seg.task] = min(seg.end, done_at.get(seg.task, math.inf))
     costs, unattributed = job_costs(state)
     firsts: dict[str, tuple[float, Late]] = {}
     said: dict[str, int] = {}
-    for t, note in state.late_log:
+    for t, note in state.work.late_log:
         if note.tasks > 0:
             firsts.setdefault(note.job, (t, note))
             said[note.job] = said.get(note.job, 0) + 1
     out = []
-    for job in state.jobs:
+    for job in state.work.jobs:
         ids = range(job.first, job.first + job.count)
         ends = [done_at[t] for t in ids if t in done_at]
-        states = [state.task_state[t] for t in ids]
+        states = [state.tasks.task_state[t] for t in ids]
         done = sum(s is TaskState.DONE for s in states)
         failed = sum(s is TaskState.FAILED for s in states)
         finish = max(ends, default=None)
@@ -80,7 +80,7 @@ def job_outcomes(state: RunState) -> tuple[tuple[JobOutcome, ...], float]:
         if state.now > job.deadline + EPS:
             late += job.count - len(ends)
         end = finish if len(ends) == job.count else max(state.now, finish or 0.0)
-        forecast = state.forecasts.get(job.name)
+        forecast = state.work.forecasts.get(job.name)
         first = firsts.get(job.name)
         out.append(
             JobOutcome(
@@ -140,7 +140,7 @@ def _gave_way(job: JobSpec, tasks_late: int, cost: float) -> GaveWay | None:
 
 def learned_notes(state: RunState, job: str) -> tuple[LearnedNote, ...]:
     """What was said of ``job``'s declared task times (``Learned``), in the order said."""
-    said = sorted((t, n) for (name, _), (t, n) in state.learned.items() if name == job)
+    said = sorted((t, n) for (name, _), (t, n) in state.work.learned.items() if name == job)
     return tuple(
         LearnedNote(
             at_s=round(t, 3),

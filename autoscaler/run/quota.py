@@ -58,7 +58,7 @@ def launched(actions: Sequence[Action]) -> dict[str, int]:
 
 def held(state: RunState, asked: Mapping[str, int]) -> dict[str, int]:
     """Machines per type the run holds without the launches ``asked`` in this step."""
-    counts = state.alive_counts()
+    counts = state.fleet.alive_counts()
     return {n: c - asked.get(n, 0) for n, c in counts.items()}
 
 

@@ -199,7 +199,7 @@ class Pump:
             self._run_states.keep(runner.job_id, state, files)
             self.outcomes[runner.job_id] = ending.outcome
             if ending.state is not JobState.INTERRUPTED:
-                for job in state.jobs:
+                for job in state.work.jobs:
                     self._remember(*job_runs(state, job.name))
         view = ending.progress
         with self._cond:

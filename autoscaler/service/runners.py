@@ -92,7 +92,11 @@ class Runner:
             return
         assert deadline_s is not None
         at = self.daemon.now() + deadline_s
-        names = [self.job_id] if self.pool is not None else [j.name for j in self.daemon.state.jobs]
+        names = (
+            [self.job_id]
+            if self.pool is not None
+            else [j.name for j in self.daemon.state.work.jobs]
+        )
         for name in names:
             self.daemon.tell(DeadlineSet(name, at, "updated by the user"))
 
@@ -245,9 +249,9 @@ def run_own(runner: Runner, fallback: Progress) -> Ending:
     met = all(j.met_deadline for j in report.jobs) if isinstance(report, DeadlineReport) else True
     view = replace(
         progress(state, files.cfg, clock),
-        met_deadline=met if state.deadline_mode else None,
+        met_deadline=met if state.work.deadline_mode else None,
     )
-    if "interrupt" in runner.told and (runner.daemon.handed_over or state.interrupted):
+    if "interrupt" in runner.told and (runner.daemon.handed_over or state.money.interrupted):
         ended = JobState.INTERRUPTED
     elif "cancel" in runner.told:
         ended = JobState.CANCELLED
@@ -322,7 +326,7 @@ def run_pool(pool: Pool) -> tuple[bool, str | None]:
         outcome = pool.daemon.run()
     except Exception as exc:  # a pool that breaks fails its jobs, not the service
         return False, str(exc) if isinstance(exc, AutoscalerError) else repr(exc)
-    return pool.daemon.handed_over or outcome.state.interrupted, None
+    return pool.daemon.handed_over or outcome.state.money.interrupted, None
 
 
 class RunStates:
