@@ -87,7 +87,7 @@ def _run(cfg: Any, n: int, seed: int, freeze: bool = False) -> tuple[Any, Any, l
     original_configure, original_check = plans.configure, monitor.check
 
     def frozen(settings: Any, s: Any, tick: bool, categories: Any = None) -> bool:
-        if planned(s.state):
+        if planned(s.state.decisions):
             return False
         return original_check(settings, s, tick, categories)
 
@@ -130,7 +130,7 @@ def one(job: tuple[str, str, float, int, int]) -> Parts | None:
     s0, now, counts, c = first["state"], first["now"], first["counts"], first["c"]
     actual = _makespan(state)
     pending = list(s0.tasks.pending)
-    ages = running_ages(s0, now)
+    ages = running_ages(s0.fleet, now)
     names = [
         name for name in counts if name in s0.observed.stats and s0.observed.stats[name].done > 0
     ]

@@ -107,7 +107,7 @@ class CategoryChoice:
 
     def _relatively_fastest(self, state: RunState, type_name: str) -> set[int]:
         kept = sorted(self._lanes(state))
-        left = tasks_left(state, pending_only=True)
+        left = tasks_left(state.tasks, pending_only=True)
         times = category_times(state, self.categories, sorted({type_name, *kept}), left)
         if times is None or not kept:
             return set()
@@ -132,7 +132,7 @@ class CategoryChoice:
 
     def _solve(self, state: RunState) -> dict[Key, float]:
         lanes = self._lanes(state)
-        left = tasks_left(state, pending_only=True)
+        left = tasks_left(state.tasks, pending_only=True)
         times = category_times(state, self.categories, sorted(lanes), left)
         if times is None or not left:
             return {}

@@ -326,12 +326,12 @@ class Controller:
             not (news.tick or news.lost or news.unavailable or news.held)
             and news.budget_set is None
             and news.resumed is None
-            and (state.money.awaiting_budget or planned(state))
+            and (state.money.awaiting_budget or planned(state.decisions))
         ):
             return  # most steps (a task's result under a plan): nothing below would act
         replanned = monitor.check(settings, s, news.tick, self._mix)
         told = news.budget_set is not None or news.resumed is not None or news.more_room
-        if told and not replanned and planned(state):
+        if told and not replanned and planned(state.decisions):
             est, n_e = runtimes.outlook(settings, state, s.now, self._mix)
             if news.budget_set is not None:
                 why = f"budget set to {news.budget_set.budget:.2f}: {news.budget_set.reason}"
@@ -344,7 +344,7 @@ class Controller:
         lacking = sorted(set(news.unavailable))
         others = bool(news.held) and any(state.capacity.launchable(n, s.now) for n in state.types)
         held = sorted(set(news.held) - set(lacking)) if others else []
-        if (lacking or held) and not replanned and planned(state):
+        if (lacking or held) and not replanned and planned(state.decisions):
             est, n_e = runtimes.outlook(settings, state, s.now, self._mix)
             said = [f"{', '.join(lacking)} unavailable"] if lacking else []
             said += [f"{', '.join(held)} held by their provider's limit"] if held else []
@@ -367,7 +367,9 @@ class Controller:
             margin = state.billing.boundary_margin_s()
             window = m.paid_until - margin - s.now - stats.stddev()
         t = m.type
-        if self.settings.policy == "bats" and not planned(state):  # round robin: no sampling
+        if self.settings.policy == "bats" and not planned(
+            state.decisions
+        ):  # round robin: no sampling
             if window is not None and window < stats.mean():
                 return 0
             return min(len(state.tasks.pending), max(0, t.slots - len(m.running) - len(m.queue)))
@@ -404,7 +406,7 @@ class Controller:
             if (
                 compact
                 and (m.idle or m.type.slots > 1)
-                and not planned(state)
+                and not planned(state.decisions)
                 and self._probe(s, m)
             ):
                 continue
@@ -412,7 +414,7 @@ class Controller:
             if state.tasks.pending:
                 k = self._group(s, m, draining, share * m.type.slots)
                 tids = (
-                    self.categories.pick(state, m.type.name, k, planned(state), m.marked)
+                    self.categories.pick(state, m.type.name, k, planned(state.decisions), m.marked)
                     if self.categories is not None
                     else list(itertools.islice(state.tasks.pending, k))
                 )
@@ -462,7 +464,7 @@ class Controller:
             return
         meet_target(s)
         if not state.fleet.pending_launches and not state.decisions.deferred:
-            left = money_left(state)
+            left = money_left(state.money)
             s.do(
                 Stop(
                     f"{OUT_OF_MONEY}: {counted(state.tasks_left, 'task')} left and "

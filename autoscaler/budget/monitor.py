@@ -21,6 +21,7 @@ from autoscaler.budget.runtimes import end_reserve, n_eff, outlook, running_ages
 from autoscaler.budget.sampling import compact_progress, is_compact, sampling_types, stats
 from autoscaler.budget.settings import EPS, ControllerSettings, money_left, planned
 from autoscaler.categories.sort import Category
+from autoscaler.core.decisions import Decisions
 from autoscaler.core.model import Hold, Shortfall, Stop
 from autoscaler.core.state import RunState
 from autoscaler.core.step import Step
@@ -41,7 +42,7 @@ def check(
     state = s.state
     if state.money.awaiting_budget:
         return False
-    if not planned(state):
+    if not planned(state.decisions):
         if is_compact(settings, state):
             ready, sampling = compact_progress(settings, s)
         else:
@@ -83,7 +84,7 @@ def check(
     if n_p < n_e - _noise(settings, state, est, n_e):
         why = f"N_p={n_p:.0f} < N_e={n_e:.0f}"
         return replan(settings, s, est, n_e, why, force=True, shrink=True, categories=categories)
-    moved = _left_assumed(state, est)
+    moved = _left_assumed(state.decisions, est)
     if moved is not None and state.tasks.pending:
         return replan(settings, s, est, n_e, moved, force=True, refresh=True, categories=categories)
     return replan(
@@ -106,9 +107,9 @@ def _noise(
     return n_e * worst
 
 
-def _left_assumed(state: RunState, est: dict[str, TypeEstimate]) -> str | None:
+def _left_assumed(decisions: Decisions, est: dict[str, TypeEstimate]) -> str | None:
     """Which estimate has left the interval the current plan assumed, if any."""
-    current = state.decisions.plan()
+    current = decisions.plan()
     if current is None:
         return None
     for name, e in sorted(est.items()):
@@ -150,14 +151,14 @@ def replan(
     state = s.state
     if not est:
         return False
-    first = not planned(state)
+    first = not planned(state.decisions)
     kept = state.fleet.alive_counts(include_marked=False)
     current = {name: kept[name] for name in state.types}
     speed_now = sum(current[n] * e.slots / e.mean_s for n, e in est.items())
     wanted = speed_now * settings.improve_ratio
     if not force and _at_most(settings, state, est, categories) < wanted:
         return False  # no mix is fast enough to be taken: the planner is not asked
-    budget = money_left(state)
+    budget = money_left(state.money)
     chosen: Plan | None
     notes: list[str] = []
     used = est  # the means the chosen mix is predicted at
@@ -225,7 +226,7 @@ def _finishes_at_means(
     the paid time leaves with the money left."""
     if n_e <= 0:
         return True
-    problem = plans.bare_problem(settings, s.state, s.now, est, n_e, money_left(s.state))
+    problem = plans.bare_problem(settings, s.state, s.now, est, n_e, money_left(s.state.money))
     return bool(problem.types) and plan_budget(problem, settings.solver) is not None
 
 
@@ -277,11 +278,11 @@ def _shortfall(
         same_budget = state.money.budget_set_at is None or said_at >= state.money.budget_set_at
         if same_budget and state.tasks_left > 0.9 * last.tasks_left:
             return settings.on_shortfall == "stop" and _stop(s, last.message)
-    budget = money_left(state)
+    budget = money_left(state.money)
     if optimistic:
         z = settings.confidence_z
         atu = state.billing.atu_s
-        ages = running_ages(state, s.now)
+        ages = running_ages(state.fleet, s.now)
         per_task = math.inf
         for name, e in est.items():
             st = stats(settings, state, name)

@@ -37,6 +37,8 @@ from autoscaler.budget.runtimes import reserved
 from autoscaler.budget.settings import ControllerSettings, money_left
 from autoscaler.categories.sort import Category
 from autoscaler.core.model import Risk
+from autoscaler.core.money_ledger import Money
+from autoscaler.core.observations import Observations
 from autoscaler.core.state import RunState
 from autoscaler.core.step import Step
 from autoscaler.core.words import counted
@@ -109,11 +111,11 @@ def check_risk(
     budget = state.money.budget
     if budget is None or state.tasks_left <= 0 or not est or said(state):
         return False
-    left = money_left(state)
+    left = money_left(state.money)
     if affords(settings, state, s.now, est, n_e, left, categories):
         return False
     need = needed(settings, state, s.now, est, n_e, categories)
-    slow = _runtimes(state, est, reserved(settings, state, est))
+    slow = _runtimes(state.money, state.observed, est, reserved(settings, state, est))
     bag = (
         f"the bag needs about {need:.2f} in all"
         if need is not None
@@ -130,7 +132,10 @@ def check_risk(
 
 
 def _runtimes(
-    state: RunState, est: Mapping[str, TypeEstimate], slow: Mapping[str, TypeEstimate]
+    money: Money,
+    observed: Observations,
+    est: Mapping[str, TypeEstimate],
+    slow: Mapping[str, TypeEstimate],
 ) -> str:
     """Each type's reserved runtime, with its estimate and the runs it rests on, and
     what the estimate was when the samples were in, if the run was held then for a
@@ -139,10 +144,10 @@ def _runtimes(
     for n, e in sorted(est.items()):
         if n not in slow:
             continue
-        held = state.money.held_means.get(n)
+        held = money.held_means.get(n)
         was = "" if held is None else f", {held:.0f} s when the plan's options were made"
         parts.append(
             f"{n} {slow[n].mean_s:.0f} s: estimate {e.mean_s:.0f} s from "
-            f"{counted(state.observed.stats[n].done, 'run')}{was}"
+            f"{counted(observed.stats[n].done, 'run')}{was}"
         )
     return "; ".join(parts)

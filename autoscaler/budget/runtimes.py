@@ -14,6 +14,7 @@ from autoscaler.budget.sampling import derived, reference, stats
 from autoscaler.budget.settings import ControllerSettings
 from autoscaler.categories.sort import Category
 from autoscaler.core.limits import max_alive
+from autoscaler.core.machine_ledger import Fleet
 from autoscaler.core.state import RunState
 from autoscaler.learn.stats import RuntimeEstimate, derived_estimate, tail_estimates
 
@@ -67,10 +68,10 @@ def _sampled_types(state: RunState) -> list[str]:
     ]
 
 
-def running_ages(state: RunState, now: float) -> dict[str, list[float]]:
+def running_ages(fleet: Fleet, now: float) -> dict[str, list[float]]:
     """Ages of the counted runs going on, per type (replicas are not counted)."""
     ages: dict[str, list[float]] = {}
-    for m in state.fleet.alive_machines():  # every tick of a big fleet: kept lean, the same order
+    for m in fleet.alive_machines():  # every tick of a big fleet: kept lean, the same order
         running = m.running
         if not running:
             continue
@@ -86,7 +87,7 @@ def running_ages(state: RunState, now: float) -> dict[str, list[float]]:
 
 def estimates(settings: ControllerSettings, state: RunState, now: float) -> dict[str, TypeEstimate]:
     """T_i per type with samples: ended runs, and running ones censored at their age."""
-    ages = running_ages(state, now)
+    ages = running_ages(state.fleet, now)
     billing = state.billing
     out: dict[str, TypeEstimate] = {}
     live = state.fleet.alive_counts()
@@ -115,7 +116,7 @@ def intervals(
     """Each type's mean runtime with its bootstrap interval (only when a plan is made).
     A mean the categories moved (``category_means``) keeps its interval's relative
     width about the moved mean, and the moved spread."""
-    ages = running_ages(state, now)
+    ages = running_ages(state.fleet, now)
     z = settings.confidence_z
     out = {}
     for name, e in est.items():

@@ -206,7 +206,7 @@ def probing(state: RunState, m: Machine) -> bool:
     return (
         bool(state.observed.paired_runs)
         and not state.money.stopped
-        and not planned(state)
+        and not planned(state.decisions)
         and any(
             t in state.observed.paired_runs and m.type.name not in state.observed.paired_runs[t]
             for t in m.running

@@ -11,9 +11,11 @@ import numpy as np
 from autoscaler.budget.boundaries import can_extend
 from autoscaler.budget.sampling import stats
 from autoscaler.budget.settings import ControllerSettings
+from autoscaler.core.machine_ledger import Fleet
 from autoscaler.core.model import Move, Release, Replicate, TaskState
-from autoscaler.core.state import Machine, RunState
+from autoscaler.core.state import Machine
 from autoscaler.core.step import Step
+from autoscaler.core.task_ledger import Tasks
 from autoscaler.learn.stats import tail_estimates
 
 _RUNNING = TaskState.RUNNING  # an enum member read once: it is asked of every running task
@@ -66,13 +68,13 @@ class _Candidates:
     paid: np.ndarray = field(default_factory=lambda: np.empty(0))  # each host's paid_until
 
 
-def _scan(state: RunState) -> _Candidates:
+def _scan(fleet: Fleet, tasks: Tasks) -> _Candidates:
     """The tasks running once (one run, and running) as ``running_on`` orders them."""
     tids: list[int] = []
     starts: list[float] = []
     hosts: list[Machine] = []
-    task_state, machines, running = state.tasks.task_state, state.fleet.machines, _RUNNING
-    for tid, runs in state.tasks.running_on.items():  # every step of the tail: kept lean
+    task_state, machines, running = tasks.task_state, fleet.machines, _RUNNING
+    for tid, runs in tasks.running_on.items():  # every step of the tail: kept lean
         if len(runs) == 1 and task_state[tid] is running:
             for other, start in runs.items():
                 tids.append(tid)
@@ -85,7 +87,7 @@ def _scan(state: RunState) -> _Candidates:
         index = {n: k for k, n in enumerate(kinds)}
         code = np.array([index[n] for n in names])
     gone = np.zeros(len(tids), dtype=bool)
-    return _Candidates(state.tasks.solo_gains, tids, hosts, np.array(starts), kinds, code, gone)
+    return _Candidates(tasks.solo_gains, tids, hosts, np.array(starts), kinds, code, gone)
 
 
 def _refresh(settings: ControllerSettings, s: Step, kept: _Candidates) -> None:
@@ -116,7 +118,7 @@ def last_to_finish(settings: ControllerSettings, s: Step, m: Machine) -> tuple[f
     state = s.state
     kept = state.tasks.memo.get("tail")
     if not isinstance(kept, _Candidates) or kept.gains != state.tasks.solo_gains:
-        kept = _scan(state)
+        kept = _scan(state.fleet, state.tasks)
         state.tasks.memo["tail"] = kept
     if kept.step is not s or not all(
         isinstance(a, Replicate | Release) for a in s.actions[kept.actions :]

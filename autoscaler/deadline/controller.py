@@ -119,7 +119,12 @@ class DeadlineController:
             sample(cfg, s)
             planned = plan_jobs(cfg, s) if wake else False
             if seen.withdrawn:
-                forecast(cfg, s, still_open(state), "withdrawn: " + ", ".join(seen.withdrawn))
+                forecast(
+                    cfg,
+                    s,
+                    still_open(state.tasks, state.work),
+                    "withdrawn: " + ", ".join(seen.withdrawn),
+                )
             if seen.tick and cfg.reassign:
                 move_late(cfg, s)
             if seen.tick or planned or seen.news:
@@ -156,7 +161,7 @@ def _read(s: PlanStep, events: Iterable[Event]) -> _Seen:
     tick = done = news = False
     for event in events:
         if isinstance(event, JobWithdrawn):
-            cancels.extend(withdrawn_runs(state, event.job))
+            cancels.extend(withdrawn_runs(state.fleet, state.work, event.job))
         s.feed(event)
         match event:
             case Tick():

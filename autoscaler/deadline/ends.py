@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+from autoscaler.core.job_ledger import Jobs
 from autoscaler.core.limits import may_extend, no_extension
 from autoscaler.core.model import Extend, Release, Stop
 from autoscaler.core.state import Machine, RunState
@@ -23,14 +24,14 @@ def can_extend(state: RunState, m: Machine) -> bool:
     return state.money.committed + extra <= state.money.budget + EPS and may_extend(state, m)
 
 
-def wanted_soon(state: RunState, m: Machine, until: float) -> bool:
+def wanted_soon(work: Jobs, m: Machine, until: float) -> bool:
     """Whether a job that has not arrived yet arrives before ``until`` and can run on
     ``m``'s type."""
     return any(
-        job.name not in state.work.arrived
+        job.name not in work.arrived
         and job.at < until
         and (not job.task_s or m.type.name in job.task_s)
-        for job in state.work.jobs
+        for job in work.jobs
     )
 
 
@@ -42,7 +43,7 @@ def at_boundary(s: Step, m: Machine) -> None:
     work = bool(m.running or m.queue)
     if state.money.stopped:
         s.do(Release(m.id, "end of paid time: run stopping"))
-    elif not work and not wanted_soon(state, m, m.paid_until + state.billing.step_s):
+    elif not work and not wanted_soon(state.work, m, m.paid_until + state.billing.step_s):
         s.do(Release(m.id, "end of paid time: no work left"))
     elif can_extend(state, m):
         s.do(Extend(m.id, m.paid_until + state.billing.step_s))
@@ -61,7 +62,7 @@ def release_idle(cfg: DeadlineSettings, s: Step) -> None:
     if not idle or ready_jobs(cfg, state):
         return
     for m in idle:
-        if not wanted_soon(state, m, m.paid_until):
+        if not wanted_soon(state.work, m, m.paid_until):
             s.do(Release(m.id, "idle: no work left"))
 
 

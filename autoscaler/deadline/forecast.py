@@ -35,7 +35,7 @@ def forecast(cfg: DeadlineSettings, s: Step, jobs: set[str], why: str) -> None:
             continue
         t = state.types[tname]
         for tasks in planned:
-            named = [(tid, key_of(cfg, state, tid)) for tid in tasks]
+            named = [(tid, key_of(cfg, state.tasks, state.work, tid)) for tid in tasks]
             times = {name: planned_s(cfg, state, name, tname) for _, name in named}
             paid = s.now + state.billing.first_step_s
             margin = state.billing.boundary_margin_s()
@@ -121,7 +121,7 @@ def _expect(
         total += machine_cost
         seconds: dict[str, float] = {}
         for _, key in q.tasks:
-            name = job_of_key(state, key).name
+            name = job_of_key(state.work, key).name
             seconds[name] = seconds.get(name, 0.0) + q.task_s.get(key, 0.0)
         busy = sum(seconds.values())
         per_s = price / state.billing.atu_s
@@ -132,7 +132,7 @@ def _expect(
                 c = share if side == 0 else per_s * sec if side < 0 else share + idle
                 cost[name] = cost.get(name, 0.0) + c
         for key, end_j in ends.items():
-            name = job_of_key(state, key).name
+            name = job_of_key(state.work, key).name
             end_j += side * q.task_s.get(key, 0.0)
             finish[name] = max(finish.get(name, 0.0), end_j)
     return finish, cost, total
@@ -165,7 +165,7 @@ def _spread(state: RunState, z: float, queues: int) -> tuple[Scale, Scale]:
     def factor(sign: float, z_q: float) -> Scale:
         def f(q: Queue, tname: str) -> float:
             widest = 0.0
-            for job in {job_of_key(state, key).name for _, key in q.tasks}:
+            for job in {job_of_key(state.work, key).name for _, key in q.tasks}:
                 seen = spread.get(job)
                 mean_err = 0.0 if seen is None else z * seen[0] / math.sqrt(seen[1])
                 r = PRIOR_SPREAD if seen is None else seen[0]

@@ -12,9 +12,12 @@ from typing import Literal
 
 from autoscaler.categories.sampling import large
 from autoscaler.categories.sort import Category
+from autoscaler.core.job_ledger import Jobs
 from autoscaler.core.model import JobSpec
+from autoscaler.core.observations import Observations
 from autoscaler.core.solve import Solver
 from autoscaler.core.state import Machine, RunState
+from autoscaler.core.task_ledger import Tasks
 from autoscaler.deadline.prior import Blend, blend, mean_sd, pooled
 
 EPS = 1e-6
@@ -49,7 +52,11 @@ def task_times(cfg: DeadlineSettings, state: RunState, job: JobSpec) -> dict[str
     with the runs seen, ``learned``), else sampled (mean + z·σ/√n, once ``sample`` runs
     ended there); types missing cannot run it (yet)."""
     if job.task_s:
-        return {t: learned(cfg, state, job, t).planned_s for t in job.task_s if t in state.types}
+        return {
+            t: learned(cfg, state.work, state.observed, job, t).planned_s
+            for t in job.task_s
+            if t in state.types
+        }
     out: dict[str, float] = {}
     for name in state.types:
         runs = state.observed.job_runs.get((job.name, name))
@@ -60,7 +67,9 @@ def task_times(cfg: DeadlineSettings, state: RunState, job: JobSpec) -> dict[str
     return out
 
 
-def learned(cfg: DeadlineSettings, state: RunState, job: JobSpec, type_name: str) -> Blend:
+def learned(
+    cfg: DeadlineSettings, work: Jobs, observed: Observations, job: JobSpec, type_name: str
+) -> Blend:
     """``job``'s declared time on ``type_name`` blended with the runs that ended there of
     its application's jobs (itself included; ``deadline.prior``); the declared time
     alone without ``learn_task_times``."""
@@ -70,8 +79,8 @@ def learned(cfg: DeadlineSettings, state: RunState, job: JobSpec, type_name: str
     app = job.application
     runs = [
         r
-        for j in state.work.jobs
-        if j.application == app and (r := state.observed.job_runs.get((j.name, type_name)))
+        for j in work.jobs
+        if j.application == app and (r := observed.job_runs.get((j.name, type_name)))
     ]
     return blend(declared, pooled(runs), cfg.prior_cv, cfg.z)
 
@@ -87,7 +96,7 @@ def machine_task_s(
         if runs is not None and runs[0] > 0:
             return runs[1] / runs[0]
     if m.type.name in job.task_s:
-        return learned(cfg, state, job, m.type.name).planned_s
+        return learned(cfg, state.work, state.observed, job, m.type.name).planned_s
     return None
 
 
@@ -114,16 +123,16 @@ def sample_want(cfg: DeadlineSettings, state: RunState, job: JobSpec) -> int:
 
 def job_categories(state: RunState, job: JobSpec) -> set[int]:
     """The categories ``job``'s tasks fall in (none without categories)."""
-    return {c for c in category_counts(state, job) if c >= 0}
+    return {c for c in category_counts(state.tasks, job) if c >= 0}
 
 
 _COUNTS: dict[tuple[int, int, int], tuple[tuple[int, ...], Counter[int]]] = {}
 
 
-def category_counts(state: RunState, job: JobSpec) -> Counter[int]:
+def category_counts(tasks: Tasks, job: JobSpec) -> Counter[int]:
     """How many of ``job``'s tasks fall in each category (-1: none). Kept per run's
     categories (an immutable tuple), as it is asked for every machine at every step."""
-    cat = state.tasks.task_category
+    cat = tasks.task_category
     key = (id(cat), job.first, job.count)
     hit = _COUNTS.get(key)
     if hit is not None and hit[0] is cat:

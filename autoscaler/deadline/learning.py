@@ -22,7 +22,7 @@ def say_learned(cfg: DeadlineSettings, s: Step) -> None:
         for tname in job.task_s:
             if tname not in state.types or (job.name, tname) in state.work.learned:
                 continue
-            b = learned(cfg, state, job, tname)
+            b = learned(cfg, state.work, state.observed, job, tname)
             if not b.deviates(cfg.note_share, cfg.z, cfg.note_runs):
                 continue
             change = b.mean_s / b.declared_s - 1.0

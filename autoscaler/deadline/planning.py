@@ -128,7 +128,7 @@ def plan_jobs(cfg: DeadlineSettings, s: PlanStep) -> bool:
     for factor in (1.0, *RELAX):
         relaxed = [relax(j, s.now, factor, types) for j in jobs]
         problem = DeadlineProblem(
-            relaxed, types, state.billing, s.now, machines, fastest_first=keyed(cfg, state)
+            relaxed, types, state.billing, s.now, machines, fastest_first=keyed(cfg, state.tasks)
         )
         result = solve_plan(cfg, problem)
         if result.plan is not None:
@@ -174,7 +174,7 @@ def carry_out(
     for new in sorted(plan.new, key=lambda m: -sum(m.tasks.values()) / max(m.cost, EPS)):
         first = state.billing.cost(state.types[new.type].price, state.billing.first_step_s)
         if first > money + EPS:
-            s.unpaid.update(job_of_key(state, n).name for n, k in new.tasks.items() if k > 0)
+            s.unpaid.update(job_of_key(state.work, n).name for n, k in new.tasks.items() if k > 0)
             continue
         money -= max(first, min(new.cost, money))
         queue: list[int] = []
@@ -189,7 +189,7 @@ def carry_out(
 
 
 def edf_names(state: RunState, per_job: Mapping[str, int]) -> list[str]:
-    return sorted(per_job, key=lambda name: (job_of_key(state, name).deadline, name))
+    return sorted(per_job, key=lambda name: (job_of_key(state.work, name).deadline, name))
 
 
 def crowd(
@@ -203,7 +203,7 @@ def crowd(
     says so. Without a machine that can run a job, its tasks stay in the bag."""
     state = s.state
     free = {m.id: m.free_at for m in machines}
-    for name in sorted(tasks, key=lambda n: job_of_key(state, n).deadline):
+    for name in sorted(tasks, key=lambda n: job_of_key(state.work, n).deadline):
         for tid in tasks[name]:
             best: tuple[float, str] | None = None
             for m in machines:

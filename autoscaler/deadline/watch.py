@@ -120,7 +120,7 @@ def buy_for_late(
         return False, "deadline"
     jobs = []
     for name, items in taken.items():
-        times = key_times(cfg, state, name) or dict(job_of_key(state, name).task_s)
+        times = key_times(cfg, state, name) or dict(job_of_key(state.work, name).task_s)
         if times:
             jobs.append(DeadlineJob(name, len(items), deadlines[name], times))
     jobs, types = slotted(jobs, plan_types(state), type_slots(state))

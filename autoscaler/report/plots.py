@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from autoscaler.core.job_ledger import Jobs
 from autoscaler.core.model import JobSpec
 from autoscaler.core.state import RunState
 from autoscaler.core.words import counted
@@ -54,7 +55,7 @@ def gantt_figure(state: RunState) -> Figure:
     machines = sorted(state.fleet.machines.values(), key=lambda m: (m.type.name, m.launched_at))
     colours = colormaps["tab10"]
     type_colour = {name: colours(i % 10) for i, name in enumerate(sorted(state.types))}
-    job_colour = _job_colours(state)
+    job_colour = _job_colours(state.work)
     life_grey = (0.5, 0.5, 0.5, 1.0)
     by_machine: dict[str, list[tuple[float, float, str, str]]] = {}
     for seg in state.tasks.segments:
@@ -223,15 +224,15 @@ _DASH = 4.0
 """The length of a dash of a deadline drawn with others, in points (times the width)."""
 
 
-def _job_colours(state: RunState) -> dict[str, tuple[float, float, float, float]]:
+def _job_colours(work: Jobs) -> dict[str, tuple[float, float, float, float]]:
     """A colour per job (deadline mode), in the jobs' order; none in budget mode. Reds
     and greys are left out: they mean failed and cancelled runs."""
     from matplotlib import colormaps
 
-    many = len(state.work.jobs) > len(_TAB10_FOR_JOBS)
+    many = len(work.jobs) > len(_TAB10_FOR_JOBS)
     name, picks = ("tab20", _TAB20_FOR_JOBS) if many else ("tab10", _TAB10_FOR_JOBS)
     colours = colormaps[name]
-    return {j.name: colours(picks[i % len(picks)]) for i, j in enumerate(state.work.jobs)}
+    return {j.name: colours(picks[i % len(picks)]) for i, j in enumerate(work.jobs)}
 
 
 _TAB10_FOR_JOBS = (0, 1, 2, 4, 5, 6, 8, 9)

@@ -13,6 +13,7 @@ from rich.table import Table
 from autoscaler.config.schema import RunConfig
 from autoscaler.core.model import JobSpec, MachineState, TaskState
 from autoscaler.core.state import RunState
+from autoscaler.core.task_ledger import Tasks
 from autoscaler.core.words import counted
 from autoscaler.report.build import makespan_s
 from autoscaler.report.format import hms
@@ -84,10 +85,10 @@ def summary_rows(cfg: RunConfig, state: RunState, estimate: float | None) -> lis
     return rows
 
 
-def job_done(state: RunState, job: JobSpec) -> int:
+def job_done(tasks: Tasks, job: JobSpec) -> int:
     """Tasks of ``job`` done so far."""
     return sum(
-        state.tasks.task_state[t] is TaskState.DONE for t in range(job.first, job.first + job.count)
+        tasks.task_state[t] is TaskState.DONE for t in range(job.first, job.first + job.count)
     )
 
 
@@ -96,7 +97,7 @@ def job_rows(state: RunState) -> list[tuple[str, str]]:
     said of it (none in budget mode)."""
     rows = []
     for job in state.work.jobs:
-        text = f"{job_done(state, job)}/{job.count} done, due at {hms(job.deadline)}"
+        text = f"{job_done(state.tasks, job)}/{job.count} done, due at {hms(job.deadline)}"
         if job.name not in state.work.arrived:
             text += f", arrives at {hms(job.at)}"
         late = state.work.late.get(job.name)

@@ -115,7 +115,7 @@ class Metrics:
         if estimate is not None:
             self.makespan.set(estimate)
         for job in state.work.jobs:
-            self.job_tasks.labels(job.name, "done").set(job_done(state, job))
+            self.job_tasks.labels(job.name, "done").set(job_done(state.tasks, job))
             self.job_tasks.labels(job.name, "total").set(job.count)
             self.job_deadline.labels(job.name).set(job.deadline)
             late = state.work.late.get(job.name)

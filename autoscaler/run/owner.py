@@ -11,6 +11,7 @@ from autoscaler.categories.of_config import categories_of_tasks
 from autoscaler.config.load import task_means
 from autoscaler.config.schema import JobMeans, RunConfig
 from autoscaler.core.errors import AutoscalerError
+from autoscaler.core.job_ledger import Jobs
 from autoscaler.core.model import (
     BudgetSet,
     DeadlineSet,
@@ -25,6 +26,7 @@ from autoscaler.core.model import (
     MachineReady,
     Shutdown,
 )
+from autoscaler.core.money_ledger import Money
 from autoscaler.core.state import RunState
 from autoscaler.deadline.controller import DeadlineController
 from autoscaler.run.build import added_job
@@ -56,7 +58,8 @@ def admit(state: RunState, event: Event, log: Any) -> list[Event]:
 
 
 def refusal(
-    state: RunState,
+    money: Money,
+    work: Jobs,
     controller: Controller | DeadlineController,
     item: AddJob,
     batch: list[JobSpec],
@@ -64,10 +67,10 @@ def refusal(
 ) -> str | None:
     """Why the run cannot take the job of ``item``; None if it can. ``batch``: jobs added
     in this step already; ``events``: the step's events so far."""
-    names = {j.name for j in (*state.work.jobs, *batch)}
+    names = {j.name for j in (*work.jobs, *batch)}
     if not isinstance(controller, DeadlineController):
         return "a budget-mode run takes no jobs"
-    if state.money.stopped or state.money.shutdown or any(isinstance(e, Shutdown) for e in events):
+    if money.stopped or money.shutdown or any(isinstance(e, Shutdown) for e in events):
         return "the run is ending"
     if item.job.name in names:
         return f"the run has a job named {item.job.name!r} already"
@@ -89,7 +92,7 @@ def pool_job(
     """The event of the job of ``item`` joining the pool, its tasks numbered after the
     run's and ``batch``'s and sorted into the run's categories (``categories_of_tasks``)
     where it has them; None, and ``item`` answered why, if the run cannot take it."""
-    why = refusal(state, controller, item, batch, events)
+    why = refusal(state.money, state.work, controller, item, batch, events)
     if why is not None:
         item.answer.set_exception(AutoscalerError(f"job {item.job.name!r} refused: {why}"))
         return None

@@ -98,7 +98,7 @@ def test_without_categories_or_their_samples_the_plan_is_the_planners(tmp_path: 
     state, now = first_plan_state(cfg)
     settings = controller(cfg, True).settings
     est, n_e = outlook(settings, state, now)
-    money = money_left(state) + 40  # a budget where the mixes differ
+    money = money_left(state.money) + 40  # a budget where the mixes differ
     expected = plan(settings, state, now, est, n_e, money, [])
     found, means = plan_mix(settings, state, now, est, n_e, money, [], categories=None)
     assert found == expected
