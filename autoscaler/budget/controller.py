@@ -107,10 +107,11 @@ def _read(s: Step, events: Iterable[Event]) -> _News:
     resumed: Resumed | None = None
     more_room = False
     first: list[Action] = []  # decided while reading the events, applied after them
+    paired_runs, running_on = state.observed.paired_runs, state.tasks.running_on
     for event in events:
         if type(event) is TaskDone:  # the most common by far: as the match below has it
             tid, mid = event.task, event.machine
-            runs = None if tid in state.observed.paired_runs else state.tasks.running_on.get(tid)
+            runs = None if tid in paired_runs else running_on.get(tid)
             others = [m for m in runs if m != mid] if runs else []
             s.feed(event)
             touched.add(mid)
@@ -396,11 +397,12 @@ class Controller:
         """Give each machine of ``machines`` with a free slot a task group, or release it
         when it is idle and has nothing to do."""
         state = s.state
+        by_id, tasks, money = state.fleet.machines, state.tasks, state.money
         slots = state.fleet.alive_slots
-        share = fair_share(len(state.tasks.pending), 1, slots)
+        share = fair_share(len(tasks.pending), 1, slots)
         compact = sampling_.is_compact(self.settings, state)  # fixed for the run
         for mid in sorted(machines):
-            m = state.fleet.machines[mid]
+            m = by_id[mid]
             if m.state is not _READY or len(m.running) >= m.type.slots:
                 continue
             if (
@@ -410,13 +412,13 @@ class Controller:
                 and self._probe(s, m)
             ):
                 continue
-            draining = state.money.stopped or m.marked or not can_extend(state, m)
-            if state.tasks.pending:
+            draining = money.stopped or m.marked or not can_extend(state, m)
+            if tasks.pending:
                 k = self._group(s, m, draining, share * m.type.slots)
                 tids = (
                     self.categories.pick(state, m.type.name, k, planned(state.decisions), m.marked)
                     if self.categories is not None
-                    else list(itertools.islice(state.tasks.pending, k))
+                    else list(itertools.islice(tasks.pending, k))
                 )
                 if len(tids) == 1:
                     s.do(Assign(tids[0], m.id))

@@ -105,10 +105,15 @@ class RunState:
         ``now`` exactly as the live run did.
         """
         self.now = t
-        handler = FOLD.get(type(item))
-        if handler is None:
-            raise StateError(f"neither an event nor an action: {item!r}")
-        handler(self, item)
+        if type(item) is TaskDone and item.stored is None:  # the most common, as Assign
+            _task_done(self, item)
+        elif type(item) is Assign:
+            _assign(self, self.fleet.machines[item.machine], (item.task,))
+        else:
+            handler = FOLD.get(type(item))
+            if handler is None:
+                raise StateError(f"neither an event nor an action: {item!r}")
+            handler(self, item)
 
     @classmethod
     def new(
@@ -214,7 +219,9 @@ def _observe(s: RunState, m: Machine, tid: int, runtime_s: float, with_result: b
     if with_result:
         work = s.work
         job = work.job_of(tid).name if work.jobs else None
-        s.observed.record(tid, m.type.name, m.id, job, s.tasks.category_of(tid), runtime_s)
+        cats = s.tasks.task_category
+        category = cats[tid] if tid < len(cats) else None
+        s.observed.record(tid, m.type.name, m.id, job, category, runtime_s)
     else:
         s.observed.censor(tid, m.type.name, runtime_s)
 
@@ -222,10 +229,15 @@ def _observe(s: RunState, m: Machine, tid: int, runtime_s: float, with_result: b
 def _begin(s: RunState, m: Machine, tid: int, at: float) -> None:
     """``tid``, queued on ``m`` (its run number given), starts at ``at``."""
     tasks = s.tasks
-    if not s.observed.begin(tid, m.type.name, bool(tasks.running_on.get(tid))):
+    runs = tasks.running_on.get(tid)
+    if not s.observed.begin(tid, m.type.name, bool(runs)):
         m.replicas.add(tid)
     m.running[tid] = at
-    tasks.run_begins(tid, m.id, at)
+    if runs is None:
+        runs = tasks.running_on[tid] = {}
+    runs[m.id] = at
+    if len(runs) == 1:
+        tasks.solo_gains += 1
 
 
 def _start_queued(s: RunState, m: Machine) -> None:
@@ -290,7 +302,8 @@ def _assign(s: RunState, m: Machine, tids: Sequence[int]) -> None:
     tasks, observed = s.tasks, s.observed
     for tid in tids:
         tasks.taken(tid)
-        observed.pair(tid)
+        if len(observed.paired) < observed.paired_target:
+            observed.pair(tid)
     _queue_on(s, m, tids)
     _start_queued(s, m)
 

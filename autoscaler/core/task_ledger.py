@@ -47,16 +47,6 @@ class Tasks:
     # Categories (paper 004): each task's category id (empty: none).
     task_category: tuple[int, ...] = ()
 
-    def category_of(self, task: int) -> int | None:
-        """``task``'s category id, or None in a run without categories."""
-        return self.task_category[task] if task < len(self.task_category) else None
-
-    def run_begins(self, task: int, machine: str, at: float) -> None:
-        runs = self.running_on.setdefault(task, {})
-        runs[machine] = at
-        if len(runs) == 1:
-            self.solo_gains += 1
-
     def run_ends(self, task: int, machine: str) -> dict[str, float] | None:
         """The run of ``task`` on ``machine`` ended: the task's runs left (None: none
         was known)."""
