@@ -83,7 +83,7 @@ def run_least(work: tuple[str, int]) -> Least:
                 names[k],
                 t,
                 m,
-                int(state.category_runs.get((k, t), (0,))[0]),
+                int(state.observed.category_runs.get((k, t), (0,))[0]),
                 true_mean_s(cfg, names[k], t),
             )
             for (k, t), m in sorted(times.mean_s.items())
@@ -93,7 +93,7 @@ def run_least(work: tuple[str, int]) -> Least:
         tasks = expand_bag(ran_cfg)
         ran = make_emulator(ran_cfg, len(tasks), controller=controller(ran_cfg, True)).run()
         report = build_report(ran_cfg, ran, tasks=tasks, run_id=scenario, seed=seed)
-    done = Counter(s.task for s in ran.segments if s.outcome == "done")
+    done = Counter(s.task for s in ran.tasks.segments if s.outcome == "done")
     return Least(
         scenario,
         seed,

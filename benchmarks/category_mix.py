@@ -155,7 +155,7 @@ def run_one(work: tuple[str, int]) -> list[Outcome]:
             ctl = controller(cfg, mix == "aware")
             state = make_emulator(cfg, len(tasks), controller=ctl).run()
             report = build_report(cfg, state, tasks=tasks, run_id=scenario, seed=seed)
-            done = Counter(s.task for s in state.segments if s.outcome == "done")
+            done = Counter(s.task for s in state.tasks.segments if s.outcome == "done")
             out.append(
                 Outcome(
                     scenario,

@@ -145,14 +145,14 @@ def run_one(job: Job) -> RunResult:
     before = [0.0]  # committed after the last step without a plan
 
     def progress(state: RunState) -> None:
-        plan = state.plan()
+        plan = state.decisions.plan()
         if seen:
             return
         if plan is None:
-            before[0] = state.committed
+            before[0] = state.money.committed
             return
         est, _ = controller.outlook(state, state.now)
-        seen["at"] = state.configurations[-1][0]
+        seen["at"] = state.decisions.configurations[-1][0]
         seen["sampling"] = before[0]
         seen["est"] = {n: e.mean_s for n, e in est.items()}
         seen["lo"], seen["hi"] = dict(plan.assumed_lo_s), dict(plan.assumed_hi_s)

@@ -133,7 +133,7 @@ def run(spec: Spec) -> dict[str, Any]:
         samples.append(
             [
                 time.monotonic(),
-                state.done,
+                state.tasks.done,
                 self_cpu_s(),
                 time.thread_time(),
                 rss_mb(),
@@ -143,7 +143,7 @@ def run(spec: Spec) -> dict[str, Any]:
                 resource.getrusage(resource.RUSAGE_SELF).ru_stime,
             ]
         )
-        if spec.profile_s > 0 and not profiler and state.done >= PROFILE_FROM * spec.tasks:
+        if spec.profile_s > 0 and not profiler and state.tasks.done >= PROFILE_FROM * spec.tasks:
             profiler.append(start_profile(out, spec.profile_s))
 
     if spec.switch_s > 0:

@@ -266,17 +266,17 @@ def _logger(log: _Log) -> StepHook:
 def lateness(state: RunState) -> tuple[int, float, dict[str, tuple[float, int]]]:
     """(tasks done after their job's deadline, Σ_j max(0, finish_j − deadline_j), per
     job (finish, late tasks))."""
-    per: dict[str, tuple[float, int]] = {j.name: (math.nan, 0) for j in state.jobs}
-    for seg in state.segments:
+    per: dict[str, tuple[float, int]] = {j.name: (math.nan, 0) for j in state.work.jobs}
+    for seg in state.tasks.segments:
         if seg.outcome != "done":
             continue
-        job = state.job_of(seg.task)
+        job = state.work.job_of(seg.task)
         finish, late = per[job.name]
         finish = seg.end if math.isnan(finish) else max(finish, seg.end)
         per[job.name] = (finish, late + (seg.end > job.deadline + 1e-9))
     tasks = sum(late for _, late in per.values())
     seconds = sum(
-        max(0.0, finish - state.job_named(name).deadline)
+        max(0.0, finish - state.work.job_named(name).deadline)
         for name, (finish, _) in per.items()
         if not math.isnan(finish)
     )
@@ -284,8 +284,8 @@ def lateness(state: RunState) -> tuple[int, float, dict[str, tuple[float, int]]]
 
 
 def _plans(state: RunState) -> tuple[float, float]:
-    costs = [(t, c) for t, c in state.configurations if c.predicted_cost is not None]
-    last_arrival = max(j.at for j in state.jobs)
+    costs = [(t, c) for t, c in state.decisions.configurations if c.predicted_cost is not None]
+    last_arrival = max(j.at for j in state.work.jobs)
     first = costs[0][1].predicted_cost if costs else None
     after = next((c.predicted_cost for t, c in costs if t >= last_arrival), None)
     return (
@@ -307,15 +307,15 @@ def run_one(work: Work) -> RunResult:
     late_tasks, late_s, _ = lateness(state)
     plan_first, plan_all = _plans(state)
     machines: dict[str, int] = {}
-    for m in state.machines.values():
+    for m in state.fleet.machines.values():
         machines[m.type.name] = machines.get(m.type.name, 0) + 1
     return RunResult(
         strategy=name,
         noise=noise,
         seed=seed,
-        done=state.done,
+        done=state.tasks.done,
         tasks=state.n_tasks,
-        cost=state.committed,
+        cost=state.money.committed,
         billed=state.actual_cost(),
         late_tasks=late_tasks,
         late_s=late_s,
@@ -324,7 +324,7 @@ def run_one(work: Work) -> RunResult:
         machines=machines,
         moves=log.moves,
         late_buys=log.late_buys,
-        late_said=sum(1 for _, w in state.late_log if w.tasks > 0),
+        late_said=sum(1 for _, w in state.work.late_log if w.tasks > 0),
         wall_s=wall,
         coverage=interval_coverage(state, log.first_forecasts),
     )
@@ -547,12 +547,12 @@ def trace(strategy: str, noise: float, seed: int, apps: str) -> None:
     state = scenario(STRATEGIES[strategy], noise, seed, apps, _logger(log)).run()
     late_tasks, late_s, per = lateness(state)
     print(
-        f"{strategy} ±{noise:g} seed {seed}: cost ${state.committed:.3f} (billed "
-        f"${state.actual_cost():.3f}), {state.done}/{state.n_tasks} done, "
+        f"{strategy} ±{noise:g} seed {seed}: cost ${state.money.committed:.3f} (billed "
+        f"${state.actual_cost():.3f}), {state.tasks.done}/{state.n_tasks} done, "
         f"{late_tasks} tasks late, {late_s:.1f} s late; {log.moves} tasks moved"
     )
     print("\nPlans (Configure):")
-    for t, c in state.configurations:
+    for t, c in state.decisions.configurations:
         cost = "-" if c.predicted_cost is None else f"${c.predicted_cost:.3f}"
         print(f"  {t:7.1f}  {dict(c.counts)}  {cost}  last finish {c.predicted_makespan_s}")
     print("\nLaunches (time, type, count, on a tick = bought for late tasks):")
@@ -563,7 +563,7 @@ def trace(strategy: str, noise: float, seed: int, apps: str) -> None:
         for tname, _ in TYPES:
             alive = sum(
                 1
-                for m in state.machines.values()
+                for m in state.fleet.machines.values()
                 if m.type.name == tname
                 and m.launched_at <= t
                 and (m.ended_at is None or m.ended_at > t)
@@ -571,15 +571,15 @@ def trace(strategy: str, noise: float, seed: int, apps: str) -> None:
             peak[tname] = max(peak.get(tname, 0), alive)
     print(f"  peak machines per type: {peak}")
     print("\nMachines (id, launched, ended, tasks done):")
-    for m in sorted(state.machines.values(), key=lambda m: (m.launched_at, m.id)):
+    for m in sorted(state.fleet.machines.values(), key=lambda m: (m.launched_at, m.id)):
         print(f"  {m.id:10s} {m.launched_at:7.1f} {m.ended_at or math.nan:7.1f} {m.tasks_done:4d}")
     print("\nLate warnings (time, job, tasks, seconds, cause):")
-    for t, w in state.late_log:
+    for t, w in state.work.late_log:
         print(f"  {t:7.1f}  {w.job}  {w.tasks:3d}  {w.seconds:6.1f}  {w.cause or '-'}")
     print("\nJobs (deadline, finish, late tasks, forecast finish):")
-    for j in state.jobs:
+    for j in state.work.jobs:
         finish, late = per[j.name]
-        fc = state.forecasts.get(j.name)
+        fc = state.work.forecasts.get(j.name)
         print(
             f"  {j.name}  {j.deadline:7.1f}  {finish:7.1f}  {late:3d}  "
             f"{'-' if fc is None else f'{fc.finish:.1f}'}"

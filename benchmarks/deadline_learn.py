@@ -107,7 +107,15 @@ def learn_one(work: tuple[str, str, float, int]) -> LearnResult:
     state = emulator.run()
     late, _, _ = lateness(state)
     return LearnResult(
-        row, way, noise, seed, state.done, state.n_tasks, state.committed, late, len(state.learned)
+        row,
+        way,
+        noise,
+        seed,
+        state.tasks.done,
+        state.n_tasks,
+        state.money.committed,
+        late,
+        len(state.work.learned),
     )
 
 

@@ -350,13 +350,13 @@ def run_daemon(
     agent_pids: list[int] = []
 
     def hook(state: RunState, estimate: float | None) -> None:
-        if len(agent_pids) < agents and state.done > 0:
+        if len(agent_pids) < agents and state.tasks.done > 0:
             agent_pids[:] = agent_pids_of(run_id)
         busy, total = host_ticks()
         samples.append(
             Sample(
                 time.monotonic(),
-                state.done,
+                state.tasks.done,
                 cpu_s(resource.RUSAGE_SELF),
                 time.thread_time(),
                 proc_cpu_s(agent_pids) if len(agent_pids) >= agents else float("nan"),

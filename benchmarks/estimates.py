@@ -206,14 +206,18 @@ def run_seed(job: tuple[str, str, int, int]) -> SeedResult:
         r = d.report
         p = r.predicted
         finished = r.tasks_done == r.tasks_total
-        sampled = committed_at(d.state.spend_log, p.at_s) if p and p.at_s is not None else math.nan
+        sampled = (
+            committed_at(d.state.money.spend_log, p.at_s) if p and p.at_s is not None else math.nan
+        )
         warned: bool | None = None
         early: bool | None = None
         if not finished:
             said = [w for w in (r.shortfall, r.risk) if w is not None]
             half = 0.5 * budget
-            warned = r.shortfall is not None and said_at(d.state.spend_log, r.shortfall) <= half
-            early = any(said_at(d.state.spend_log, w) <= half for w in said)
+            warned = (
+                r.shortfall is not None and said_at(d.state.money.spend_log, r.shortfall) <= half
+            )
+            early = any(said_at(d.state.money.spend_log, w) <= half for w in said)
         runs.append(
             RunResult(
                 dist=dist,

@@ -87,7 +87,7 @@ def _run(cfg: Any, n: int, seed: int, freeze: bool = False) -> tuple[Any, Any, l
     original_configure, original_check = plans.configure, monitor.check
 
     def frozen(settings: Any, s: Any, tick: bool, categories: Any = None) -> bool:
-        if planned(s.state):
+        if planned(s.state.decisions):
             return False
         return original_check(settings, s, tick, categories)
 
@@ -104,12 +104,12 @@ def _run(cfg: Any, n: int, seed: int, freeze: bool = False) -> tuple[Any, Any, l
 
 
 def _makespan(state: Any) -> float:
-    return max((seg.end for seg in state.segments if seg.outcome == "done"), default=math.nan)
+    return max((seg.end for seg in state.tasks.segments if seg.outcome == "done"), default=math.nan)
 
 
 def _empty_at(state: Any) -> float:
     first: dict[int, float] = {}
-    for seg in state.segments:
+    for seg in state.tasks.segments:
         first[seg.task] = min(first.get(seg.task, math.inf), seg.start)
     return max(first.values())
 
@@ -122,17 +122,21 @@ def one(job: tuple[str, str, float, int, int]) -> Parts | None:
         return None
     cfg = with_budget(cfg, round(factor * b_min, 2))
     state, sim, seen = _run(cfg, n, seed)
-    if not seen or state.done < n:
+    if not seen or state.tasks.done < n:
         return None
     frozen_state, _, _ = _run(cfg, n, seed, freeze=True)
     no_rep_state, _, _ = _run(cfg.model_copy(update={"tail_replication": False}), n, seed)
     first = seen[0]
     s0, now, counts, c = first["state"], first["now"], first["counts"], first["c"]
     actual = _makespan(state)
-    pending = list(s0.pending)
-    ages = running_ages(s0, now)
-    names = [name for name in counts if name in s0.stats and s0.stats[name].done > 0]
-    est = {name: s0.stats[name].estimate(ages.get(name, ()), resamples=0) for name in names}
+    pending = list(s0.tasks.pending)
+    ages = running_ages(s0.fleet, now)
+    names = [
+        name for name in counts if name in s0.observed.stats and s0.observed.stats[name].done > 0
+    ]
+    est = {
+        name: s0.observed.stats[name].estimate(ages.get(name, ()), resamples=0) for name in names
+    }
     true_runs = {name: [sim.runtimes[t] / SPEED[name] for t in pending] for name in names}
     true_mean = {name: statistics.fmean(true_runs[name]) for name in names}
     est_mean = {name: e.mean_s for name, e in est.items()}
@@ -158,7 +162,7 @@ def one(job: tuple[str, str, float, int, int]) -> Parts | None:
         oracle[name] = st
     fluid_est = forecast(s0, now, counts, est_mean).end_s
     fluid_true = forecast(s0, now, counts, true_mean).end_s
-    r_fit = ragged(s0.stats, fluid_est - now)
+    r_fit = ragged(s0.observed.stats, fluid_est - now)
     r_true = ragged(oracle, fluid_true - now)
     frozen = _makespan(frozen_state)
     fastest = min((nm for nm in names if counts.get(nm)), key=lambda nm: est_mean[nm])
@@ -185,7 +189,7 @@ def one(job: tuple[str, str, float, int, int]) -> Parts | None:
         after_pred_s=c.predicted_makespan_s - (fluid_est - e_eq),
         after_actual_s=actual - _empty_at(state),
         no_rep_s=_makespan(no_rep_state),
-        plans=sum(c.predicted_makespan_s is not None for _, c in state.configurations),
+        plans=sum(c.predicted_makespan_s is not None for _, c in state.decisions.configurations),
     )
 
 

@@ -169,7 +169,7 @@ def time_policy(setup: Setup, cfg: RunConfig, repeats: int, tmp: Path) -> list[T
                 write=write,
                 tasks=len(setup.tasks),
                 max_machines=sum(t.max_count for t in cfg.machine_types),
-                launched=len(state.machines),
+                launched=len(state.fleet.machines),
                 budget=None if cfg.policy == "round_robin" else cfg.constraint.budget,
                 cost=report.cost,
                 makespan_s=report.makespan_s,
@@ -201,7 +201,7 @@ def plot_seconds(state: RunState, report: Report, tmp: Path) -> tuple[float, flo
 def _makespan(state: RunState) -> float:
     if not state.finished:
         return state.now
-    return max((s.end for s in state.segments if s.outcome == "done"), default=0.0)
+    return max((s.end for s in state.tasks.segments if s.outcome == "done"), default=0.0)
 
 
 def run_setup(setup: Setup, repeats: int, tmp: Path, log: bool = True) -> list[Timing]:
@@ -455,7 +455,7 @@ def million_row(policy: str, budget: float | None, out_dir: str) -> Million:
         d.report.cost,
         d.report.tasks_done,
         d.report.makespan_s,
-        len(d.state.machines),
+        len(d.state.fleet.machines),
         wall,
         d.wall_s,
         cpu,

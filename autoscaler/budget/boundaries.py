@@ -14,12 +14,12 @@ from autoscaler.core.step import Step
 
 def can_extend(state: RunState, m: Machine) -> bool:
     """Whether the budget pays for ``m``'s next step (and no budget is awaited)."""
-    if state.awaiting_budget:
+    if state.money.awaiting_budget:
         return False
-    if state.budget is None:
+    if state.money.budget is None:
         return may_extend(state, m)
     extra = state.billing.extension_cost(m.type.price, m.launched_at, m.paid_until)
-    return state.committed + extra <= state.budget + EPS and may_extend(state, m)
+    return state.money.committed + extra <= state.money.budget + EPS and may_extend(state, m)
 
 
 def boundary(s: Step, m: Machine) -> None:
@@ -30,19 +30,23 @@ def boundary(s: Step, m: Machine) -> None:
         return  # gone already, or extended since this event was scheduled
     has_work = bool(m.running or m.queue)
     only_replicas = has_work and all(
-        len(state.running_on.get(t, {})) > 1 for t in (*m.running, *m.queue)
+        len(state.tasks.running_on.get(t, {})) > 1 for t in (*m.running, *m.queue)
     )
     if probing(state, m) and can_extend(state, m):
         s.do(Extend(m.id, m.paid_until + state.billing.step_s))  # a pair is not cut off
-    elif state.stopped or m.marked:
-        s.do(Release(m.id, "end of paid time: " + ("run stopping" if state.stopped else "marked")))
-    elif not has_work and not state.pending:
+    elif state.money.stopped or m.marked:
+        s.do(
+            Release(
+                m.id, "end of paid time: " + ("run stopping" if state.money.stopped else "marked")
+            )
+        )
+    elif not has_work and not state.tasks.pending:
         s.do(Release(m.id, "end of paid time: no work left"))
-    elif only_replicas and not state.pending:
+    elif only_replicas and not state.tasks.pending:
         s.do(Release(m.id, "end of paid time: only replicas left"))
     elif can_extend(state, m):
         s.do(Extend(m.id, m.paid_until + state.billing.step_s))
-    elif state.awaiting_budget:
+    elif state.money.awaiting_budget:
         s.do(Release(m.id, "end of paid time: the run waits for a budget"))
     else:
         why = no_extension(state, m) or "budget cannot pay another unit"
@@ -61,7 +65,7 @@ def standby(s: Step, m: Machine) -> bool:
     billing = state.billing
     return (
         billing.mode == "fixed"
-        and bool(state.running_on)
-        and not state.stopped
+        and bool(state.tasks.running_on)
+        and not state.money.stopped
         and s.now >= m.paid_until - billing.step_s
     )

@@ -73,30 +73,32 @@ class CategoryChoice:
         else:
             wanted = self._planned(state, type_name)
         if not wanted:
-            return list(itertools.islice(state.pending, k))
-        cat = state.task_category
+            return list(itertools.islice(state.tasks.pending, k))
+        cat = state.tasks.task_category
         first = list(
-            itertools.islice((t for t in state.pending if t < len(cat) and cat[t] in wanted), k)
+            itertools.islice(
+                (t for t in state.tasks.pending if t < len(cat) and cat[t] in wanted), k
+            )
         )
         if len(first) < k:
             taken = set(first)
-            first += [t for t in itertools.islice(state.pending, k + len(first)) if t not in taken][
-                : k - len(first)
-            ]
+            first += [
+                t for t in itertools.islice(state.tasks.pending, k + len(first)) if t not in taken
+            ][: k - len(first)]
         return first
 
     def _sampling(self, state: RunState, type_name: str) -> set[int]:
         return to_sample(state, self.categories, type_name, self.per, self.share)
 
     def _planned(self, state: RunState, type_name: str) -> set[int]:
-        key = (state.done, len(state.configurations))
+        key = (state.tasks.done, len(state.decisions.configurations))
         if key != self._plan_at:
             self._plan = self._solve(state)
             self._plan_at = key
         return {c for (c, t), n in self._plan.items() if t == type_name and n >= 0.5}
 
     def _leaving(self, state: RunState, type_name: str) -> set[int]:
-        key = (state.done, len(state.configurations))
+        key = (state.tasks.done, len(state.decisions.configurations))
         if key != self._leaving_at:
             self._leaving_for, self._leaving_at = {}, key
         if type_name not in self._leaving_for:
@@ -105,7 +107,7 @@ class CategoryChoice:
 
     def _relatively_fastest(self, state: RunState, type_name: str) -> set[int]:
         kept = sorted(self._lanes(state))
-        left = tasks_left(state, pending_only=True)
+        left = tasks_left(state.tasks, pending_only=True)
         times = category_times(state, self.categories, sorted({type_name, *kept}), left)
         if times is None or not kept:
             return set()
@@ -123,14 +125,14 @@ class CategoryChoice:
     def _lanes(state: RunState) -> Counter[str]:
         """Slots per type of the machines alive and kept."""
         lanes: Counter[str] = Counter()
-        for m in state.alive_machines():
+        for m in state.fleet.alive_machines():
             if not m.marked:
                 lanes[m.type.name] += m.type.slots
         return lanes
 
     def _solve(self, state: RunState) -> dict[Key, float]:
         lanes = self._lanes(state)
-        left = tasks_left(state, pending_only=True)
+        left = tasks_left(state.tasks, pending_only=True)
         times = category_times(state, self.categories, sorted(lanes), left)
         if times is None or not left:
             return {}

@@ -37,7 +37,9 @@ from autoscaler.categories.share import Share, share_makespan
 from autoscaler.categories.sort import Category
 from autoscaler.core.billing import BillingModel
 from autoscaler.core.model import TaskState
+from autoscaler.core.observations import Observations
 from autoscaler.core.state import RunState
+from autoscaler.core.task_ledger import Tasks
 
 _OPEN = (TaskState.PENDING, TaskState.RUNNING)
 
@@ -55,12 +57,12 @@ class CategoryTimes:
         return share_makespan(self.left, self.mean_s, lanes)
 
 
-def tasks_left(state: RunState, pending_only: bool = False) -> Counter[int]:
+def tasks_left(tasks: Tasks, pending_only: bool = False) -> Counter[int]:
     """Tasks per category not yet ended (or, ``pending_only``, not yet handed out)."""
-    cat = state.task_category
+    cat = tasks.task_category
     if pending_only:
-        return Counter(cat[t] for t in state.pending if t < len(cat))
-    return Counter(c for c, st in zip(cat, state.task_state, strict=False) if st in _OPEN)
+        return Counter(cat[t] for t in tasks.pending if t < len(cat))
+    return Counter(c for c, st in zip(cat, tasks.task_state, strict=False) if st in _OPEN)
 
 
 def category_times(
@@ -74,29 +76,31 @@ def category_times(
     (the categories have not all been sampled yet)."""
     measured = {
         (c, t): time_only(runs[1] / runs[0])
-        for (c, t), runs in state.category_runs.items()
+        for (c, t), runs in state.observed.category_runs.items()
         if runs[0] > 0 and t in types
     }
     means = fill(measured, categories, types)
     if not types or {t for _, t in means} != set(types):
         return None
-    cv = [sd / m for (k, t), m in _means(measured).items() if (sd := _sd(state, (k, t))) > 0]
+    cv = [
+        sd / m for (k, t), m in _means(measured).items() if (sd := _sd(state.observed, (k, t))) > 0
+    ]
     spread = sum(cv) / len(cv) if cv else 0.0  # a pair with no spread measured: the mean CV
     mean_s = {key: m.turnaround_s for key, m in means.items()}
-    sd_s = {key: _sd(state, key) or spread * mean_s[key] for key in mean_s}
-    return CategoryTimes(tasks_left(state) if left is None else left, mean_s, sd_s)
+    sd_s = {key: _sd(state.observed, key) or spread * mean_s[key] for key in mean_s}
+    return CategoryTimes(tasks_left(state.tasks) if left is None else left, mean_s, sd_s)
 
 
 def fleet(state: RunState) -> dict[str, int]:
     """Machines kept per type: alive and not marked to go, and launches in flight (the
     target while there are none)."""
     counts: Counter[str] = Counter()
-    for m in state.alive_machines():
+    for m in state.fleet.alive_machines():
         if not m.marked:
             counts[m.type.name] += 1
-    for tname, count in state.pending_launches.values():
+    for tname, count in state.fleet.pending_launches.values():
         counts[tname] += count
-    return dict(counts) if counts else dict(state.target)
+    return dict(counts) if counts else dict(state.decisions.target)
 
 
 def effective(
@@ -141,7 +145,7 @@ def aware(
 ) -> dict[str, TypeEstimate]:
     """``est`` as the mix ``counts`` (the fleet kept, by default) would see it; ``est``
     itself without categories or before they are sampled."""
-    if not categories or not est or not state.task_category:
+    if not categories or not est or not state.tasks.task_category:
         return dict(est)
     times = category_times(state, categories, sorted(est))
     if times is None:
@@ -155,7 +159,7 @@ def alone(
     """Each type of ``est`` as it would be alone: its mean over every task left (for a
     choice of one type, ``plans.best_effort``: as a type given nothing keeps its best
     categories, the type left out of the fleet would otherwise always look best)."""
-    if not categories or not est or not state.task_category:
+    if not categories or not est or not state.tasks.task_category:
         return dict(est)
     times = category_times(state, categories, sorted(est))
     return dict(est) if times is None else alone_means(state.billing, est, times)
@@ -183,8 +187,8 @@ def _best(times: CategoryTimes, name: str) -> dict[int, float]:
     return {k: float(max(1, times.left.get(k, 0))) for k in live if ratio[k] <= least * (1 + 1e-9)}
 
 
-def _sd(state: RunState, key: Key) -> float:
-    runs = state.category_runs.get(key)
+def _sd(observed: Observations, key: Key) -> float:
+    runs = observed.category_runs.get(key)
     if runs is None or runs[0] < 2:
         return 0.0
     n, total, squares = runs

@@ -93,7 +93,7 @@ def plan_mix(
     if not found:
         return None, base
     cost = [_cost(state, now, *f) for f in found]
-    total = state.committed + money  # the run's budget in a run; an option's in a plan
+    total = state.money.committed + money  # the run's budget in a run; an option's in a plan
     fitting = [f for f, c in zip(found, cost, strict=True) if c <= total + EPS]
     reserve = end_reserve(state, base)
     safe = [f for f in found if _safe(state, now, f, up, reserve, total)]
@@ -216,7 +216,7 @@ class PaysFor:
 
     def __call__(self, money: float) -> bool:
         settings, state, now, base, up = self.settings, self.state, self.now, self.base, self.up
-        total = state.committed + money
+        total = state.money.committed + money
         if self.times is None:
             found = plan(settings, state, now, base, self.n_e, money, [], 0.0)
             return found is not None and _safe(state, now, (found, base), up, self.reserve, total)

@@ -107,10 +107,11 @@ def _read(s: Step, events: Iterable[Event]) -> _News:
     resumed: Resumed | None = None
     more_room = False
     first: list[Action] = []  # decided while reading the events, applied after them
+    paired_runs, running_on = state.observed.paired_runs, state.tasks.running_on
     for event in events:
         if type(event) is TaskDone:  # the most common by far: as the match below has it
             tid, mid = event.task, event.machine
-            runs = None if tid in state.paired_runs else state.running_on.get(tid)
+            runs = None if tid in paired_runs else running_on.get(tid)
             others = [m for m in runs if m != mid] if runs else []
             s.feed(event)
             touched.add(mid)
@@ -118,9 +119,9 @@ def _read(s: Step, events: Iterable[Event]) -> _News:
                 first.extend(Cancel(tid, m, "another run finished first") for m in others)
             continue
         others = []
-        if isinstance(event, TaskDone) and event.task not in state.paired_runs:
-            others = [m for m in state.running_on.get(event.task, {}) if m != event.machine]
-        quota = state.quota
+        if isinstance(event, TaskDone) and event.task not in state.observed.paired_runs:
+            others = [m for m in state.tasks.running_on.get(event.task, {}) if m != event.machine]
+        quota = state.capacity.quota
         s.feed(event)
         match event:
             case Tick():
@@ -139,7 +140,7 @@ def _read(s: Step, events: Iterable[Event]) -> _News:
             case MachineLost() | LaunchFailed():
                 lost = True
             case Shutdown(reason=reason):
-                if not state.stopped and not any(isinstance(a, Stop) for a in first):
+                if not state.money.stopped and not any(isinstance(a, Stop) for a in first):
                     first.append(Stop(reason))
             case BudgetSet():
                 budget_set = event
@@ -174,14 +175,16 @@ def _to_serve(s: Step, news: _News) -> set[str]:
     the events touched and those the step cancelled a run on or extended."""
     state = s.state
     actions = s.actions  # most steps decided nothing yet: a task's result, read
-    requeued = bool(actions and state.pending) and any(isinstance(a, Release) for a in actions)
+    requeued = bool(actions and state.tasks.pending) and any(
+        isinstance(a, Release) for a in actions
+    )
     if (
         news.tick
         or news.lost
         or requeued
         or (actions and any(isinstance(a, _PLANS) for a in actions))
     ):
-        return {m.id for m in state.alive_machines()}
+        return {m.id for m in state.fleet.alive_machines()}
     if not actions:
         return set(news.touched)
     return {*news.touched, *(a.machine for a in actions if isinstance(a, _CARRIED))}
@@ -208,17 +211,21 @@ class Controller:
     def step(self, state: RunState, events: Iterable[Event], now: float) -> list[Action]:
         s = Step(state, now)
         news = _read(s, events)
-        if state.shutdown:
-            for m in list(state.alive_machines()):
+        if state.money.shutdown:
+            for m in list(state.fleet.alive_machines()):
                 s.do(Release(m.id, "shutdown"))
             return s.decided()
-        if not state.machines and not state.pending_launches and not state.configurations:
+        if (
+            not state.fleet.machines
+            and not state.fleet.pending_launches
+            and not state.decisions.configurations
+        ):
             self._start(s)
         for mid in news.boundaries:
-            boundary(s, state.machines[mid])
-        if self.settings.policy == "bats" and not state.stopped:
+            boundary(s, state.fleet.machines[mid])
+        if self.settings.policy == "bats" and not state.money.stopped:
             self._monitor(s, news)
-        elif news.tick and state.deferred and not state.stopped:
+        elif news.tick and state.decisions.deferred and not state.money.stopped:
             meet_target(s)
         self._dispatch(s, _to_serve(s, news))
         self._finish_or_stall(s)
@@ -320,12 +327,12 @@ class Controller:
             not (news.tick or news.lost or news.unavailable or news.held)
             and news.budget_set is None
             and news.resumed is None
-            and (state.awaiting_budget or planned(state))
+            and (state.money.awaiting_budget or planned(state.decisions))
         ):
             return  # most steps (a task's result under a plan): nothing below would act
         replanned = monitor.check(settings, s, news.tick, self._mix)
         told = news.budget_set is not None or news.resumed is not None or news.more_room
-        if told and not replanned and planned(state):
+        if told and not replanned and planned(state.decisions):
             est, n_e = runtimes.outlook(settings, state, s.now, self._mix)
             if news.budget_set is not None:
                 why = f"budget set to {news.budget_set.budget:.2f}: {news.budget_set.reason}"
@@ -336,15 +343,15 @@ class Controller:
             replanned = monitor.replan(settings, s, est, n_e, why, force=True, categories=self._mix)
         # A provider held by a limit: plan onto the others' types, if any can launch.
         lacking = sorted(set(news.unavailable))
-        others = bool(news.held) and any(state.launchable(n, s.now) for n in state.types)
+        others = bool(news.held) and any(state.capacity.launchable(n, s.now) for n in state.types)
         held = sorted(set(news.held) - set(lacking)) if others else []
-        if (lacking or held) and not replanned and planned(state):
+        if (lacking or held) and not replanned and planned(state.decisions):
             est, n_e = runtimes.outlook(settings, state, s.now, self._mix)
             said = [f"{', '.join(lacking)} unavailable"] if lacking else []
             said += [f"{', '.join(held)} held by their provider's limit"] if held else []
             why = "; ".join(said) + ": plan without them"
             replanned = monitor.replan(settings, s, est, n_e, why, force=True, categories=self._mix)
-        if replanned or news.lost or (news.tick and state.deferred):
+        if replanned or news.lost or (news.tick and state.decisions.deferred):
             meet_target(s)
 
     def _group(self, s: Step, m: Machine, draining: bool, share: int) -> int:
@@ -361,14 +368,16 @@ class Controller:
             margin = state.billing.boundary_margin_s()
             window = m.paid_until - margin - s.now - stats.stddev()
         t = m.type
-        if self.settings.policy == "bats" and not planned(state):  # round robin: no sampling
+        if self.settings.policy == "bats" and not planned(
+            state.decisions
+        ):  # round robin: no sampling
             if window is not None and window < stats.mean():
                 return 0
-            return min(len(state.pending), max(0, t.slots - len(m.running) - len(m.queue)))
+            return min(len(state.tasks.pending), max(0, t.slots - len(m.running) - len(m.queue)))
         return group_size(
             slots=t.slots,
             in_flight=len(m.running) + len(m.queue),
-            pending=len(state.pending),
+            pending=len(state.tasks.pending),
             share=share,
             mean_s=stats.mean() if known else None,
             window_s=window,
@@ -388,27 +397,28 @@ class Controller:
         """Give each machine of ``machines`` with a free slot a task group, or release it
         when it is idle and has nothing to do."""
         state = s.state
-        slots = state.alive_slots
-        share = fair_share(len(state.pending), 1, slots)
+        by_id, tasks, money = state.fleet.machines, state.tasks, state.money
+        slots = state.fleet.alive_slots
+        share = fair_share(len(tasks.pending), 1, slots)
         compact = sampling_.is_compact(self.settings, state)  # fixed for the run
         for mid in sorted(machines):
-            m = state.machines[mid]
+            m = by_id[mid]
             if m.state is not _READY or len(m.running) >= m.type.slots:
                 continue
             if (
                 compact
                 and (m.idle or m.type.slots > 1)
-                and not planned(state)
+                and not planned(state.decisions)
                 and self._probe(s, m)
             ):
                 continue
-            draining = state.stopped or m.marked or not can_extend(state, m)
-            if state.pending:
+            draining = money.stopped or m.marked or not can_extend(state, m)
+            if tasks.pending:
                 k = self._group(s, m, draining, share * m.type.slots)
                 tids = (
-                    self.categories.pick(state, m.type.name, k, planned(state), m.marked)
+                    self.categories.pick(state, m.type.name, k, planned(state.decisions), m.marked)
                     if self.categories is not None
-                    else list(itertools.islice(state.pending, k))
+                    else list(itertools.islice(tasks.pending, k))
                 )
                 if len(tids) == 1:
                     s.do(Assign(tids[0], m.id))
@@ -436,13 +446,18 @@ class Controller:
 
     def _finish_or_stall(self, s: Step) -> None:
         state = s.state
-        if state.finished and (not state.stopped or state.stop_reason is not None):
+        if state.finished and (not state.money.stopped or state.money.stop_reason is not None):
             # Also after a Stop for money: draining machines may have finished the bag.
-            for m in list(state.alive_machines()):
+            for m in list(state.fleet.alive_machines()):
                 s.do(Release(m.id, "bag finished"))
             s.do(Stop(None))
             return
-        if state.stopped or state.awaiting_budget or state.pending_launches or state.any_alive():
+        if (
+            state.money.stopped
+            or state.money.awaiting_budget
+            or state.fleet.pending_launches
+            or state.fleet.any_alive()
+        ):
             return
         # Nothing runs and tasks are left: start again if the budget allows, else stop.
         none_left = state.none_left()
@@ -450,8 +465,8 @@ class Controller:
             s.do(Stop(none_left))
             return
         meet_target(s)
-        if not state.pending_launches and not state.deferred:
-            left = money_left(state)
+        if not state.fleet.pending_launches and not state.decisions.deferred:
+            left = money_left(state.money)
             s.do(
                 Stop(
                     f"{OUT_OF_MONEY}: {counted(state.tasks_left, 'task')} left and "

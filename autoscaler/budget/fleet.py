@@ -17,8 +17,8 @@ def meet_target(s: Step) -> None:
     state learns which types wait (``Defer``) and a tick tries again.
     """
     state = s.state
-    waiting = () if state.stopped or state.awaiting_budget else _launch_or_mark(s)
-    if waiting != s.state.deferred:
+    waiting = () if state.money.stopped or state.money.awaiting_budget else _launch_or_mark(s)
+    if waiting != s.state.decisions.deferred:
         s.do(Defer(waiting))
 
 
@@ -27,11 +27,11 @@ def _launch_or_mark(s: Step) -> tuple[str, ...]:
     A limited provider's room caps the launches of its types, whatever the target."""
     state = s.state
     waiting: list[str] = []
-    caps = new_caps(state) if state.limits or state.quota is not None else None
-    for name, want in state.target.items():
+    caps = new_caps(state) if state.capacity.limits or state.capacity.quota is not None else None
+    for name, want in state.decisions.target.items():
         t = state.types[name]
-        alive = [m for m in state.alive_machines() if m.type.name == name]
-        in_flight = sum(c for tn, c in state.pending_launches.values() if tn == name)
+        alive = [m for m in state.fleet.alive_machines() if m.type.name == name]
+        in_flight = sum(c for tn, c in state.fleet.pending_launches.values() if tn == name)
         keep = [m for m in alive if not m.marked]
         have = len(keep) + in_flight
         if want > have:
@@ -41,18 +41,20 @@ def _launch_or_mark(s: Step) -> tuple[str, ...]:
                 s.do(Mark(m.id, release=False))
                 have += 1
             count = min(want - have, t.max_count - len(alive) - in_flight)
-            if state.budget is not None:
+            if state.money.budget is not None:
                 unit = state.billing.cost(t.price, state.billing.first_step_s)
-                count = min(count, math.floor((state.budget - state.committed) / unit + EPS))
+                count = min(
+                    count, math.floor((state.money.budget - state.money.committed) / unit + EPS)
+                )
             free = count  # before the providers' limits and the service's quota
             if caps is not None:
                 count = min(count, caps[name])
-            if count > 0 and not state.launchable(name, s.now):
+            if count > 0 and not state.capacity.launchable(name, s.now):
                 waiting.append(name)
             elif free > 0 >= count and quota_bound(state, name):
                 waiting.append(name)  # other jobs of the service hold the machines
             elif count > 0:
-                s.do(Launch(name, count, state.next_token()))
+                s.do(Launch(name, count, state.fleet.next_token()))
         elif want < have:
             for m in sorted(keep, key=lambda m: m.paid_until)[: have - want]:
                 s.do(Mark(m.id, release=True))

@@ -78,7 +78,7 @@ def frontier(controller: Controller, state: RunState, now: float, between: int =
     est, n_e = controller.outlook(state, now)
     if not est:
         raise ValueError("no machine type has a runtime estimate yet")
-    base = state.committed
+    base = state.money.committed
 
     def problem(money: float) -> BudgetProblem:
         return controller.budget_problem(state, now, est, n_e, money)

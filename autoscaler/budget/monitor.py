@@ -21,6 +21,7 @@ from autoscaler.budget.runtimes import end_reserve, n_eff, outlook, running_ages
 from autoscaler.budget.sampling import compact_progress, is_compact, sampling_types, stats
 from autoscaler.budget.settings import EPS, ControllerSettings, money_left, planned
 from autoscaler.categories.sort import Category
+from autoscaler.core.decisions import Decisions
 from autoscaler.core.model import Hold, Shortfall, Stop
 from autoscaler.core.state import RunState
 from autoscaler.core.step import Step
@@ -39,14 +40,14 @@ def check(
     ``categories``: the means are those of the tasks each type is given
     (``category_means``), and so is the mix (``category_mix``)."""
     state = s.state
-    if state.awaiting_budget:
+    if state.money.awaiting_budget:
         return False
-    if not planned(state):
+    if not planned(state.decisions):
         if is_compact(settings, state):
             ready, sampling = compact_progress(settings, s)
         else:
             sampling = sampling_types(state, s.now)
-            ready = bool(sampling) and all(state.stats[n].sampled for n in sampling)
+            ready = bool(sampling) and all(state.observed.stats[n].sampled for n in sampling)
         if ready:
             est, n_e = outlook(settings, state, s.now, categories)
             if settings.hold_after_sampling:
@@ -60,7 +61,7 @@ def check(
             tick
             and sampling
             and not settings.hold_after_sampling  # planning: any budget may come
-            and not state.shortfalls
+            and not state.decisions.shortfalls
             and all(stats(settings, state, n).done >= _EARLY_CHECK for n in sampling)
         ):
             # Before the samples are complete, warn only if even the optimistic
@@ -83,8 +84,8 @@ def check(
     if n_p < n_e - _noise(settings, state, est, n_e):
         why = f"N_p={n_p:.0f} < N_e={n_e:.0f}"
         return replan(settings, s, est, n_e, why, force=True, shrink=True, categories=categories)
-    moved = _left_assumed(state, est)
-    if moved is not None and state.pending:
+    moved = _left_assumed(state.decisions, est)
+    if moved is not None and state.tasks.pending:
         return replan(settings, s, est, n_e, moved, force=True, refresh=True, categories=categories)
     return replan(
         settings, s, est, n_e, "faster mix affordable", force=False, categories=categories
@@ -106,9 +107,9 @@ def _noise(
     return n_e * worst
 
 
-def _left_assumed(state: RunState, est: dict[str, TypeEstimate]) -> str | None:
+def _left_assumed(decisions: Decisions, est: dict[str, TypeEstimate]) -> str | None:
     """Which estimate has left the interval the current plan assumed, if any."""
-    current = state.plan()
+    current = decisions.plan()
     if current is None:
         return None
     for name, e in sorted(est.items()):
@@ -150,14 +151,14 @@ def replan(
     state = s.state
     if not est:
         return False
-    first = not planned(state)
-    kept = state.alive_counts(include_marked=False)
+    first = not planned(state.decisions)
+    kept = state.fleet.alive_counts(include_marked=False)
     current = {name: kept[name] for name in state.types}
     speed_now = sum(current[n] * e.slots / e.mean_s for n, e in est.items())
     wanted = speed_now * settings.improve_ratio
     if not force and _at_most(settings, state, est, categories) < wanted:
         return False  # no mix is fast enough to be taken: the planner is not asked
-    budget = money_left(state)
+    budget = money_left(state.money)
     chosen: Plan | None
     notes: list[str] = []
     used = est  # the means the chosen mix is predicted at
@@ -197,7 +198,7 @@ def replan(
     elif not force and chosen.speed < speed_now * settings.improve_ratio:
         return False
     counts = {name: chosen.counts.get(name, 0) for name in state.types}
-    if counts == state.target and not first and not refresh:
+    if counts == state.decisions.target and not first and not refresh:
         return False
     if notes:
         reason += "; solver: " + "; ".join(notes)
@@ -205,14 +206,14 @@ def replan(
     if tight:
         configured = replace(configured, best_effort=True)
     s.do(configured)
-    if state.budget is not None and state.tasks_left > 0:
+    if state.money.budget is not None and state.tasks_left > 0:
         # The plan fits the planner's model; if even its fluid cost at the estimated
         # means is more than the budget, and no mix the planner finds at those means
         # fits the money left, the bag is unlikely to finish: say so now. One mix too
         # dear says only that: the monitor re-plans it (N_p < N_e) before it overspends.
         means = {n: e.mean_s for n, e in used.items()}
         over = forecast(state, s.now, counts, means).fluid_cost
-        if over > state.budget + EPS and not _finishes_at_means(settings, s, est, n_e):
+        if over > state.money.budget + EPS and not _finishes_at_means(settings, s, est, n_e):
             _shortfall(settings, s, est, n_e, optimistic=False, needed_at_least=over)
         check_risk(settings, s, est, n_e, categories)
     return True
@@ -225,7 +226,7 @@ def _finishes_at_means(
     the paid time leaves with the money left."""
     if n_e <= 0:
         return True
-    problem = plans.bare_problem(settings, s.state, s.now, est, n_e, money_left(s.state))
+    problem = plans.bare_problem(settings, s.state, s.now, est, n_e, money_left(s.state.money))
     return bool(problem.types) and plan_budget(problem, settings.solver) is not None
 
 
@@ -269,19 +270,19 @@ def _shortfall(
     at least ``needed_at_least``.
     """
     state = s.state
-    if state.shortfalls:
+    if state.decisions.shortfalls:
         # Said already under this budget: the needed budget (a bisection of planner
         # solves) is worked out again, and said again, only once a tenth of the tasks
         # then left is done.
-        said_at, last = state.shortfalls[-1]
-        same_budget = state.budget_set_at is None or said_at >= state.budget_set_at
+        said_at, last = state.decisions.shortfalls[-1]
+        same_budget = state.money.budget_set_at is None or said_at >= state.money.budget_set_at
         if same_budget and state.tasks_left > 0.9 * last.tasks_left:
             return settings.on_shortfall == "stop" and _stop(s, last.message)
-    budget = money_left(state)
+    budget = money_left(state.money)
     if optimistic:
         z = settings.confidence_z
         atu = state.billing.atu_s
-        ages = running_ages(state, s.now)
+        ages = running_ages(state.fleet, s.now)
         per_task = math.inf
         for name, e in est.items():
             st = stats(settings, state, name)
@@ -304,9 +305,9 @@ def _shortfall(
     )
     message = (
         f"budget unlikely to finish the bag: {said}; the budget is "
-        f"{state.budget if state.budget is not None else math.inf:.2f}"
+        f"{state.money.budget if state.money.budget is not None else math.inf:.2f}"
     )
-    s.do(Shortfall(state.tasks_left, needed, message, committed=state.committed))
+    s.do(Shortfall(state.tasks_left, needed, message, committed=state.money.committed))
     return settings.on_shortfall == "stop" and _stop(s, message)
 
 

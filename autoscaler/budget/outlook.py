@@ -50,7 +50,7 @@ def paid_completions(
     simple: dict[str, list[Machine]] = {}  # one slot, one run at most: counted at once
     machines: list[tuple[Machine, float, float, int]] = []  # machine, left, mean, first age
     ages: dict[str, list[float]] = {}  # the other machines' running tasks
-    for m in state.alive_machines():
+    for m in state.fleet.alive_machines():
         mean = means.get(m.type.name)
         if mean is None:
             continue
@@ -85,7 +85,7 @@ def paid_completions(
                 total += 1
                 lanes[lane] -= rest
         total += sum(math.floor(lane / mean + _EPS) for lane in lanes if lane > 0)
-    for tname, count in state.pending_launches.values():
+    for tname, count in state.fleet.pending_launches.values():
         mean = means.get(tname)
         if mean is None:
             continue
@@ -142,15 +142,15 @@ def potential(
     cushion).
     """
     keep: list[str] = [
-        m.type.name for m in state.alive_machines() if not m.marked and m.type.name in means
+        m.type.name for m in state.fleet.alive_machines() if not m.marked and m.type.name in means
     ]
-    keep += [t for t, c in state.pending_launches.values() if t in means for _ in range(c)]
+    keep += [t for t, c in state.fleet.pending_launches.values() if t in means for _ in range(c)]
     if not keep:
         return 0.0
-    if state.budget is None:
+    if state.money.budget is None:
         return math.inf
     per_unit = sum(state.types[t].price for t in keep)
-    left = max(0.0, state.budget - state.committed)
+    left = max(0.0, state.money.budget - state.money.committed)
     units = left / per_unit
     if state.billing.mode == "fixed":
         units = math.floor(units + _EPS)
@@ -192,7 +192,7 @@ def forecast(
     fixed_cost = 0.0
     margin = billing.boundary_margin_s()
     leaving_work = 0.0  # tasks' worth done by machines that go at the end of their paid time
-    for m in state.machines.values():
+    for m in state.fleet.machines.values():
         if not m.alive:
             end = m.ended_at if m.ended_at is not None else now
             fixed_cost += billing.cost(m.type.price, end - m.launched_at)
@@ -205,7 +205,7 @@ def forecast(
         else:
             free = max(now, m.launched_at + m.type.boot_s)
             live.setdefault(m.type.name, []).append((m.launched_at, free, m.paid_until))
-    for tname, count in state.pending_launches.values():
+    for tname, count in state.fleet.pending_launches.values():
         boot, first = state.types[tname].boot_s, billing.first_step_s
         if tname in means and counts.get(tname, 0) > 0:
             live.setdefault(tname, []).extend([(now, now + boot, now + first)] * count)
@@ -245,7 +245,7 @@ def forecast(
     for t, launched in last.items():
         price = state.types[t].price
         cost += billing.cost(price, end - launched) - billing.cost(price, fluid_end - launched)
-    budget = state.budget if budget is None else budget
+    budget = state.money.budget if budget is None else budget
     if budget is not None:
         cost = min(cost, budget)
     return Forecast(end, cost, fluid_cost)

@@ -14,6 +14,7 @@ from autoscaler.budget.problem import BudgetProblem, Plan, TypeEstimate
 from autoscaler.budget.runtimes import end_reserve, intervals, reserved, running_ages
 from autoscaler.budget.sampling import stats
 from autoscaler.budget.settings import ControllerSettings
+from autoscaler.core.capacity import Capacity
 from autoscaler.core.limits import rooms
 from autoscaler.core.model import Configure
 from autoscaler.core.state import RunState
@@ -34,7 +35,7 @@ def budget_problem(
     return BudgetProblem(
         tasks=n_e,
         budget=money,
-        types=_launchable(state, now, reserved(settings, state, est)),
+        types=_launchable(state.capacity, now, reserved(settings, state, est)),
         billing=state.billing,
         cushion_z=settings.cushion_z,
         final_loss=settings.final_loss,
@@ -95,7 +96,7 @@ def bare_problem(
     """The budget problem on the estimated means, without a reserve."""
     return replace(
         budget_problem(settings, state, now, est, n_e, money),
-        types=_launchable(state, now, est),
+        types=_launchable(state.capacity, now, est),
     )
 
 
@@ -109,8 +110,8 @@ def _solve(settings: ControllerSettings, problem: BudgetProblem, notes: list[str
     return result.plan
 
 
-def _launchable(state: RunState, now: float, est: dict[str, TypeEstimate]) -> list[TypeEstimate]:
-    """The types a plan may use, each as much as it counts (``RunRecords.weight``).
+def _launchable(capacity: Capacity, now: float, est: dict[str, TypeEstimate]) -> list[TypeEstimate]:
+    """The types a plan may use, each as much as it counts (``Capacity.weight``).
 
     A type the provider lacks capacity for, or whose provider a limit holds while
     another provider's type can still be launched, keeps only the machines it has
@@ -126,14 +127,14 @@ def _launchable(state: RunState, now: float, est: dict[str, TypeEstimate]) -> li
     constraint N·Σ a_i·c_i ≤ B·Σ a_i/T_i only tightens, so a discount may make a plan
     slower, never let it commit more than the budget.
     """
-    free = any(state.launchable(name, now) for name in est)
+    free = any(capacity.launchable(name, now) for name in est)
     out = []
     for name, e in est.items():
-        if not state.available(name, now) or (free and state.held(now, name)):
+        if not capacity.available(name, now) or (free and capacity.held(now, name)):
             if e.live > 0:
                 out.append(replace(e, max_count=e.live))
             continue
-        w = state.weight(name, now) if free else 1.0
+        w = capacity.weight(name, now) if free else 1.0
         if 0.0 < w < 1.0:
             e = replace(e, mean_s=e.mean_s / w, first_tasks=math.floor(e.first_tasks * w))
         out.append(e)
@@ -177,7 +178,7 @@ def configure(
     down = min((lo[n] / e.mean_s for n, e in est.items() if counts.get(n)), default=1.0)
     means = {n: e.mean_s for n, e in est.items()}
     fluid = forecast(state, s.now, counts, means, 0.0, budget)
-    ages = running_ages(state, s.now)
+    ages = running_ages(state.fleet, s.now)
     running = sum(len(a) for a in ages.values())
     to_start = max(0, state.tasks_left - running)
     ragged = ragged_end(

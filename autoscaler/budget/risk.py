@@ -37,6 +37,8 @@ from autoscaler.budget.runtimes import reserved
 from autoscaler.budget.settings import ControllerSettings, money_left
 from autoscaler.categories.sort import Category
 from autoscaler.core.model import Risk
+from autoscaler.core.money_ledger import Money
+from autoscaler.core.observations import Observations
 from autoscaler.core.state import RunState
 from autoscaler.core.step import Step
 from autoscaler.core.words import counted
@@ -45,10 +47,13 @@ from autoscaler.core.words import counted
 def said(state: RunState) -> bool:
     """Whether a risk (or a shortfall, which says more) was said under this budget; a
     risk said at the start by older versions does not count."""
-    for warnings in (state.shortfalls, [(t, r) for t, r in state.risks if not r.at_start]):
+    for warnings in (
+        state.decisions.shortfalls,
+        [(t, r) for t, r in state.decisions.risks if not r.at_start],
+    ):
         if warnings:
             at = warnings[-1][0]
-            if state.budget_set_at is None or at >= state.budget_set_at:
+            if state.money.budget_set_at is None or at >= state.money.budget_set_at:
                 return True
     return False
 
@@ -88,9 +93,9 @@ def needed(
     if more is None:
         return None
     if categories is None:
-        return state.committed + more
+        return state.money.committed + more
     money = least_money(settings, state, now, est, n_e, categories, more, reserve=False)
-    return None if money is None else state.committed + money
+    return None if money is None else state.money.committed + money
 
 
 def check_risk(
@@ -103,14 +108,14 @@ def check_risk(
     """Say the budget is at risk if the money left does not pay for the tasks left at the
     reserved runtimes (``affords``) and that has not been said; True when said now."""
     state = s.state
-    budget = state.budget
+    budget = state.money.budget
     if budget is None or state.tasks_left <= 0 or not est or said(state):
         return False
-    left = money_left(state)
+    left = money_left(state.money)
     if affords(settings, state, s.now, est, n_e, left, categories):
         return False
     need = needed(settings, state, s.now, est, n_e, categories)
-    slow = _runtimes(state, est, reserved(settings, state, est))
+    slow = _runtimes(state.money, state.observed, est, reserved(settings, state, est))
     bag = (
         f"the bag needs about {need:.2f} in all"
         if need is not None
@@ -122,12 +127,15 @@ def check_risk(
         f"than estimated ({slow}) the {left:.2f} left does not finish the "
         f"{counted(state.tasks_left, 'task')} left: {bag}, the budget is {budget:.2f}"
     )
-    s.do(Risk(state.tasks_left, need, message, committed=state.committed))
+    s.do(Risk(state.tasks_left, need, message, committed=state.money.committed))
     return True
 
 
 def _runtimes(
-    state: RunState, est: Mapping[str, TypeEstimate], slow: Mapping[str, TypeEstimate]
+    money: Money,
+    observed: Observations,
+    est: Mapping[str, TypeEstimate],
+    slow: Mapping[str, TypeEstimate],
 ) -> str:
     """Each type's reserved runtime, with its estimate and the runs it rests on, and
     what the estimate was when the samples were in, if the run was held then for a
@@ -136,10 +144,10 @@ def _runtimes(
     for n, e in sorted(est.items()):
         if n not in slow:
             continue
-        held = state.held_means.get(n)
+        held = money.held_means.get(n)
         was = "" if held is None else f", {held:.0f} s when the plan's options were made"
         parts.append(
             f"{n} {slow[n].mean_s:.0f} s: estimate {e.mean_s:.0f} s from "
-            f"{counted(state.stats[n].done, 'run')}{was}"
+            f"{counted(observed.stats[n].done, 'run')}{was}"
         )
     return "; ".join(parts)

@@ -14,6 +14,7 @@ from autoscaler.budget.sampling import derived, reference, stats
 from autoscaler.budget.settings import ControllerSettings
 from autoscaler.categories.sort import Category
 from autoscaler.core.limits import max_alive
+from autoscaler.core.machine_ledger import Fleet
 from autoscaler.core.state import RunState
 from autoscaler.learn.stats import RuntimeEstimate, derived_estimate, tail_estimates
 
@@ -31,11 +32,13 @@ def estimate(
     d = derived(settings, state, name)
     if d is None:
         if resamples is None:
-            return state.stats[name].estimate(ages.get(name, ()), z=z)
-        return state.stats[name].estimate(ages.get(name, ()), z=z, resamples=resamples)
+            return state.observed.stats[name].estimate(ages.get(name, ()), z=z)
+        return state.observed.stats[name].estimate(ages.get(name, ()), z=z, resamples=resamples)
     fit, mapped = d
     ref_ages = ages.get(reference(settings, state), [])
-    ref_mean = state.stats[reference(settings, state)].estimate(ref_ages, resamples=0).mean_s
+    ref_mean = (
+        state.observed.stats[reference(settings, state)].estimate(ref_ages, resamples=0).mean_s
+    )
     mapped_ages = [max(1.0, fit(a)) for a in ref_ages]
     if resamples is None:
         return derived_estimate(mapped, fit, ref_mean, mapped_ages, z)
@@ -48,9 +51,9 @@ def n_eff(settings: ControllerSettings, state: RunState, name: str, e: TypeEstim
     reference's mean's error times a, and the fitted line's, in quadrature)."""
     d = derived(settings, state, name)
     if d is None:
-        return max(1, state.stats[name].done)
+        return max(1, state.observed.stats[name].done)
     fit, _ = d
-    base = state.stats[reference(settings, state)]
+    base = state.observed.stats[reference(settings, state)]
     se_ref = base.stddev() / math.sqrt(max(1, base.done))
     var = (fit.a * se_ref) ** 2 + fit.line_var(base.mean())
     return max(1.0, e.sd_s**2 / var) if var > 0 else float(max(1, base.done))
@@ -60,14 +63,15 @@ def _sampled_types(state: RunState) -> list[str]:
     return [
         name
         for name in state.types
-        if state.stats[name].done > 0 and any(m.type.name == name for m in state.machines.values())
+        if state.observed.stats[name].done > 0
+        and any(m.type.name == name for m in state.fleet.machines.values())
     ]
 
 
-def running_ages(state: RunState, now: float) -> dict[str, list[float]]:
+def running_ages(fleet: Fleet, now: float) -> dict[str, list[float]]:
     """Ages of the counted runs going on, per type (replicas are not counted)."""
     ages: dict[str, list[float]] = {}
-    for m in state.alive_machines():  # every tick of a big fleet: kept lean, the same order
+    for m in fleet.alive_machines():  # every tick of a big fleet: kept lean, the same order
         running = m.running
         if not running:
             continue
@@ -83,14 +87,14 @@ def running_ages(state: RunState, now: float) -> dict[str, list[float]]:
 
 def estimates(settings: ControllerSettings, state: RunState, now: float) -> dict[str, TypeEstimate]:
     """T_i per type with samples: ended runs, and running ones censored at their age."""
-    ages = running_ages(state, now)
+    ages = running_ages(state.fleet, now)
     billing = state.billing
     out: dict[str, TypeEstimate] = {}
-    live = state.alive_counts()
+    live = state.fleet.alive_counts()
     for name in _sampled_types(state):
         t = state.types[name]
         e = estimate(settings, state, name, ages, resamples=0)
-        boot = state.boot_s(name)  # measured once a machine of the type came up
+        boot = state.fleet.boot_s(name)  # measured once a machine of the type came up
         out[name] = TypeEstimate(
             name=name,
             price=t.price,
@@ -112,12 +116,12 @@ def intervals(
     """Each type's mean runtime with its bootstrap interval (only when a plan is made).
     A mean the categories moved (``category_means``) keeps its interval's relative
     width about the moved mean, and the moved spread."""
-    ages = running_ages(state, now)
+    ages = running_ages(state.fleet, now)
     z = settings.confidence_z
     out = {}
     for name, e in est.items():
         r = estimate(settings, state, name, ages, z=z)
-        if state.task_category and r.mean_s > 0 and e.mean_s != r.mean_s:
+        if state.tasks.task_category and r.mean_s > 0 and e.mean_s != r.mean_s:
             f = e.mean_s / r.mean_s
             r = replace(
                 r,
@@ -154,7 +158,7 @@ def end_reserve(state: RunState, est: dict[str, TypeEstimate]) -> float:
     """Money a plan leaves unspent for the end of the bag: one more step for one
     machine of each type with an estimate. The last tasks of a skewed bag run long;
     the machine that has one may then extend, because the plan did not spend it."""
-    if state.budget is None:
+    if state.money.budget is None:
         return 0.0
     billing = state.billing
     return sum(billing.cost(e.price, billing.step_s) for e in est.values())

@@ -30,7 +30,7 @@ def sampling(settings: ControllerSettings, state: RunState) -> Configure:
     if is_compact(settings, state):
         # Only the reference samples n tasks; the others run the replicated ones.
         ref = reference(settings, state)
-        aim = {name: iw if name == ref else min(iw, state.paired_target) for name in aim}
+        aim = {name: iw if name == ref else min(iw, state.observed.paired_target) for name in aim}
     wanted = {name: min(aim[name], t.max_count) for name, t in state.types.items()}
     short = any(wanted[name] < aim[name] for name in aim)
     counts = _affordable(state, dict(wanted))
@@ -46,7 +46,7 @@ def sampling(settings: ControllerSettings, state: RunState) -> Configure:
     if is_compact(settings, state):
         reason = (
             f"compact sampling: n={n} on {reference(settings, state)}, iw={iw}; "
-            f"{state.paired_target} tasks replicated on every type"
+            f"{state.observed.paired_target} tasks replicated on every type"
         )
     if caps:
         started = ", ".join(f"{name} {c}" for name, c in counts.items())
@@ -56,7 +56,7 @@ def sampling(settings: ControllerSettings, state: RunState) -> Configure:
 
 def _affordable(state: RunState, counts: dict[str, int]) -> dict[str, int]:
     """Shrink the sampling configuration until one step of it fits the budget."""
-    if state.budget is None:
+    if state.money.budget is None:
         return counts
     first = state.billing.first_step_s
     price = {n: state.billing.cost(t.price, first) for n, t in state.types.items()}
@@ -64,7 +64,7 @@ def _affordable(state: RunState, counts: dict[str, int]) -> dict[str, int]:
     def cost() -> float:
         return sum(c * price[n] for n, c in counts.items())
 
-    while cost() > state.budget + EPS:
+    while cost() > state.money.budget + EPS:
         # Take one machine from the type with the most; drop the dearest types last.
         name = max(counts, key=lambda n: (counts[n] > 1, counts[n], price[n]))
         counts[name] -= 1
@@ -76,8 +76,8 @@ def sampling_types(state: RunState, now: float) -> list[str]:
     available or have a machine alive."""
     return [
         n
-        for n, c in state.configurations[-1][1].counts.items()
-        if c > 0 and (state.available(n, now) or state.count_alive(n) > 0)
+        for n, c in state.decisions.configurations[-1][1].counts.items()
+        if c > 0 and (state.capacity.available(n, now) or state.fleet.count_alive(n) > 0)
     ]
 
 
@@ -89,7 +89,7 @@ def is_compact(settings: ControllerSettings, state: RunState) -> bool:
     return (
         settings.policy == "bats"
         and settings.sampling_mode == "compact"
-        and state.paired_target > 0
+        and state.observed.paired_target > 0
         and len(state.types) > 1
     )
 
@@ -108,7 +108,7 @@ def reference(settings: ControllerSettings, state: RunState) -> str:
 def fit(settings: ControllerSettings, state: RunState, name: str) -> AffineFit | None:
     """g for ``name`` against the reference, on the replicated tasks done on both."""
     ref = reference(settings, state)
-    runs = (state.paired_runs[tid] for tid in state.paired)
+    runs = (state.observed.paired_runs[tid] for tid in state.observed.paired)
     return fit_affine((r[ref], r[name]) for r in runs if ref in r and name in r)
 
 
@@ -121,8 +121,8 @@ def derived(
     if not is_compact(settings, state):
         return None
     ref = reference(settings, state)
-    base = state.stats[ref]
-    if name == ref or state.stats[name].done >= base.sample_target or base.done == 0:
+    base = state.observed.stats[ref]
+    if name == ref or state.observed.stats[name].done >= base.sample_target or base.done == 0:
         return None
     g = fit(settings, state, name)
     if g is None:
@@ -133,7 +133,7 @@ def derived(
 def stats(settings: ControllerSettings, state: RunState, name: str) -> RuntimeStats:
     """The runs ``name``'s runtimes are judged by: its own, or the reference's mapped."""
     d = derived(settings, state, name)
-    return state.stats[name] if d is None else d[1]
+    return state.observed.stats[name] if d is None else d[1]
 
 
 def compact_progress(settings: ControllerSettings, s: Step) -> tuple[bool, list[str]]:
@@ -142,20 +142,20 @@ def compact_progress(settings: ControllerSettings, s: Step) -> tuple[bool, list[
     runs of the replicated tasks (or has no machine left to run them on)."""
     state = s.state
     ref = reference(settings, state)
-    first = state.configurations[0][1].counts
+    first = state.decisions.configurations[0][1].counts
     types = [
         n
         for n, c in first.items()
-        if c > 0 and (state.available(n, s.now) or state.count_alive(n) > 0)
+        if c > 0 and (state.capacity.available(n, s.now) or state.fleet.count_alive(n) > 0)
     ]
-    if ref not in types or not state.stats[ref].sampled:
+    if ref not in types or not state.observed.stats[ref].sampled:
         return False, types
-    if len(state.paired) < state.paired_target:
+    if len(state.observed.paired) < state.observed.paired_target:
         return False, types
     for name in types:
-        st = state.stats[name]
-        open_ = any(t not in st.sample or t in st.sample_open for t in state.paired)
-        if name != ref and open_ and state.count_alive(name) > 0:
+        st = state.observed.stats[name]
+        open_ = any(t not in st.sample or t in st.sample_open for t in state.observed.paired)
+        if name != ref and open_ and state.fleet.count_alive(name) > 0:
             return False, types
     return True, types
 
@@ -169,29 +169,31 @@ def probe(settings: ControllerSettings, s: Step, m: Machine) -> bool:
     state = s.state
     name = m.type.name
     ref = reference(settings, state)
-    queued = {t for x in state.alive_machines() if x.type.name == name for t in x.queue}
-    for tid in state.paired:
-        if tid in state.stats[name].sample or tid in queued:
+    queued = {t for x in state.fleet.alive_machines() if x.type.name == name for t in x.queue}
+    for tid in state.observed.paired:
+        if tid in state.observed.stats[name].sample or tid in queued:
             continue
-        if m.id in state.running_on.get(tid, {}):
+        if m.id in state.tasks.running_on.get(tid, {}):
             continue  # another slot of ``m`` runs it already
-        if state.task_state[tid] is TaskState.PENDING:
+        if state.tasks.task_state[tid] is TaskState.PENDING:
             s.do(Assign(tid, m.id))
             return True
-        if state.task_state[tid] is TaskState.DONE or state.task_state[tid] is (TaskState.RUNNING):
+        if state.tasks.task_state[tid] is TaskState.DONE or state.tasks.task_state[tid] is (
+            TaskState.RUNNING
+        ):
             s.do(Replicate(tid, m.id))
             return True
     if name == ref:
         return False
-    if len(state.paired) < state.paired_target:
-        if state.pending:
-            s.do(Assign(state.pending[0], m.id))
+    if len(state.observed.paired) < state.observed.paired_target:
+        if state.tasks.pending:
+            s.do(Assign(state.tasks.pending[0], m.id))
             return True
         return False
-    if state.target.get(name, 0) > 0:
-        counts = {**state.target, name: 0}
+    if state.decisions.target.get(name, 0) > 0:
+        counts = {**state.decisions.target, name: 0}
         why = (
-            f"compact sampling: {name} has its {state.paired_target} replicated tasks; "
+            f"compact sampling: {name} has its {state.observed.paired_target} replicated tasks; "
             "its machines go at the end of their paid time"
         )
         s.do(Configure(counts, None, None, why))
@@ -202,10 +204,11 @@ def probe(settings: ControllerSettings, s: Step, m: Machine) -> bool:
 def probing(state: RunState, m: Machine) -> bool:
     """Whether ``m`` runs a replicated task's counted run during compact sampling."""
     return (
-        bool(state.paired_runs)
-        and not state.stopped
-        and not planned(state)
+        bool(state.observed.paired_runs)
+        and not state.money.stopped
+        and not planned(state.decisions)
         and any(
-            t in state.paired_runs and m.type.name not in state.paired_runs[t] for t in m.running
+            t in state.observed.paired_runs and m.type.name not in state.observed.paired_runs[t]
+            for t in m.running
         )
     )

@@ -6,8 +6,9 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+from autoscaler.core.decisions import Decisions
+from autoscaler.core.money_ledger import Money
 from autoscaler.core.solve import Solver
-from autoscaler.core.state import RunState
 
 EPS = 1e-6
 
@@ -36,11 +37,11 @@ class ControllerSettings:
     group_s: float = 0.0  # task groups: expected work handed to a machine at once (run s)
 
 
-def planned(state: RunState) -> bool:
+def planned(decisions: Decisions) -> bool:
     """Whether a plan has been chosen: sampling configurations predict nothing."""
-    return state.plan() is not None
+    return decisions.plan() is not None
 
 
-def money_left(state: RunState) -> float:
+def money_left(money: Money) -> float:
     """The budget not yet committed (infinite without a budget)."""
-    return math.inf if state.budget is None else state.budget - state.committed
+    return math.inf if money.budget is None else money.budget - money.committed

@@ -11,9 +11,11 @@ import numpy as np
 from autoscaler.budget.boundaries import can_extend
 from autoscaler.budget.sampling import stats
 from autoscaler.budget.settings import ControllerSettings
+from autoscaler.core.machine_ledger import Fleet
 from autoscaler.core.model import Move, Release, Replicate, TaskState
-from autoscaler.core.state import Machine, RunState
+from autoscaler.core.state import Machine
 from autoscaler.core.step import Step
+from autoscaler.core.task_ledger import Tasks
 from autoscaler.learn.stats import tail_estimates
 
 _RUNNING = TaskState.RUNNING  # an enum member read once: it is asked of every running task
@@ -48,7 +50,7 @@ class _Candidates:
     machines (``_scan``); and when each is expected to finish (start + τ_e at its age on
     its machine's type), worked out once per step (``_refresh``): at a tick every idle
     machine asks. Kept on the state while no task has joined them
-    (``RunRecords.solo_gains``): the tasks running once now are these, less those that
+    (``Tasks.solo_gains``): the tasks running once now are these, less those that
     ended or were replicated since. Those are not looked for (a pass over every
     candidate at every step of the tail): one found no longer running once when it comes
     out on top is marked ``gone`` and passed over from then on."""
@@ -66,13 +68,13 @@ class _Candidates:
     paid: np.ndarray = field(default_factory=lambda: np.empty(0))  # each host's paid_until
 
 
-def _scan(state: RunState) -> _Candidates:
+def _scan(fleet: Fleet, tasks: Tasks) -> _Candidates:
     """The tasks running once (one run, and running) as ``running_on`` orders them."""
     tids: list[int] = []
     starts: list[float] = []
     hosts: list[Machine] = []
-    task_state, machines, running = state.task_state, state.machines, _RUNNING
-    for tid, runs in state.running_on.items():  # every step of the tail: kept lean
+    task_state, machines, running = tasks.task_state, fleet.machines, _RUNNING
+    for tid, runs in tasks.running_on.items():  # every step of the tail: kept lean
         if len(runs) == 1 and task_state[tid] is running:
             for other, start in runs.items():
                 tids.append(tid)
@@ -85,7 +87,7 @@ def _scan(state: RunState) -> _Candidates:
         index = {n: k for k, n in enumerate(kinds)}
         code = np.array([index[n] for n in names])
     gone = np.zeros(len(tids), dtype=bool)
-    return _Candidates(state.solo_gains, tids, hosts, np.array(starts), kinds, code, gone)
+    return _Candidates(tasks.solo_gains, tids, hosts, np.array(starts), kinds, code, gone)
 
 
 def _refresh(settings: ControllerSettings, s: Step, kept: _Candidates) -> None:
@@ -114,10 +116,10 @@ def last_to_finish(settings: ControllerSettings, s: Step, m: Machine) -> tuple[f
     idle machines: no run starts or ends); a task replicated since, or running on
     ``m``, is passed over when it comes first."""
     state = s.state
-    kept = state.memo.get("tail")
-    if not isinstance(kept, _Candidates) or kept.gains != state.solo_gains:
-        kept = _scan(state)
-        state.memo["tail"] = kept
+    kept = state.tasks.memo.get("tail")
+    if not isinstance(kept, _Candidates) or kept.gains != state.tasks.solo_gains:
+        kept = _scan(state.fleet, state.tasks)
+        state.tasks.memo["tail"] = kept
     if kept.step is not s or not all(
         isinstance(a, Replicate | Release) for a in s.actions[kept.actions :]
     ):
@@ -135,8 +137,8 @@ def last_to_finish(settings: ControllerSettings, s: Step, m: Machine) -> tuple[f
         if finish[best] == -math.inf:
             return None
         tid, host = kept.tids[best], kept.hosts[best]
-        runs = state.running_on.get(tid, {})
-        if len(runs) != 1 or state.task_state[tid] is not TaskState.RUNNING:
+        runs = state.tasks.running_on.get(tid, {})
+        if len(runs) != 1 or state.tasks.task_state[tid] is not TaskState.RUNNING:
             kept.gone[best] = True  # ended or replicated since the scan: for good
             kept.finish[best] = -math.inf
         elif host is not m:
@@ -150,7 +152,7 @@ def take_back(s: Step, m: Machine) -> bool:
     outlasts one task of ``m``'s and ``m`` can run one within its paid time (paper 004:
     a group is taken back, not waited for)."""
     state = s.state
-    mine = state.stats[m.type.name]
+    mine = state.observed.stats[m.type.name]
     if mine.done == 0:
         return False
     margin = state.billing.boundary_margin_s()
@@ -159,12 +161,12 @@ def take_back(s: Step, m: Machine) -> bool:
     # The longest wait; among equal ones the machine launched first (the order of
     # ``alive_machines``). Only machines with a queue can be it (``state.queued``).
     best: tuple[float, int, Machine] | None = None
-    for host in state.queued.values():
+    for host in state.fleet.queued.values():
         if host is m:
             continue
-        theirs = state.stats[host.type.name]
+        theirs = state.observed.stats[host.type.name]
         wait = len(host.queue) * (theirs.mean() if theirs.done else mine.mean()) / host.type.slots
-        place = state.launch_index[host.id]
+        place = state.fleet.launch_index[host.id]
         if best is None or wait > best[0] or (wait == best[0] and place < best[1]):
             best = (wait, place, host)
     if best is None or best[0] <= mine.mean():

@@ -33,11 +33,13 @@ def shortfall(
 ) -> dict[int, int]:
     """How many more runs on ``type_name`` each large category needs to have ``per``
     (those that need none left out)."""
-    ran = {c: int(runs[0]) for (c, t), runs in state.category_runs.items() if t == type_name}
-    cat = state.task_category
+    ran = {
+        c: int(runs[0]) for (c, t), runs in state.observed.category_runs.items() if t == type_name
+    }
+    cat = state.tasks.task_category
     busy = Counter(
         cat[t]
-        for m in state.alive_machines()
+        for m in state.fleet.alive_machines()
         if m.type.name == type_name
         for t in (*m.running, *m.queue)
         if t < len(cat)

@@ -328,12 +328,12 @@ def _progress(total: int) -> Iterator[Callable[[RunState], None]]:
             if now - last[0] < 0.1:
                 return
             last[0] = now
-            machines = sum(1 for _ in state.alive_machines())
+            machines = sum(1 for _ in state.fleet.alive_machines())
             bar.update(
                 job,
-                completed=state.done + state.failed,
+                completed=state.tasks.done + state.tasks.failed,
                 description=f"t={state.now / 3600:.1f}h machines={machines} "
-                f"committed={state.committed:.2f}",
+                f"committed={state.money.committed:.2f}",
             )
 
         yield update

@@ -29,3 +29,9 @@ class ConfigError(AutoscalerError):
         self.source = source
         self.problems = problems
         super().__init__(f"{source}: " + "; ".join(problems))
+
+
+class StateError(AutoscalerError):
+    """An event or action that does not fit the state (a bug or a corrupt journal)."""
+
+    code = "StateError"

@@ -10,8 +10,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from autoscaler.core.machine_ledger import Machine
 from autoscaler.core.model import QuotaSet
-from autoscaler.core.records import Machine
 from autoscaler.core.state import RunState
 
 
@@ -35,7 +35,7 @@ def max_alive(state: RunState, type_name: str) -> int:
     """How many machines of ``type_name`` the run may have at once: its ``max_count``,
     or less where a service's quota leaves it less."""
     most = state.types[type_name].max_count
-    quota = state.quota
+    quota = state.capacity.quota
     if quota is None:
         return most
     return max(0, min(most, quota.types.get(type_name, most)))
@@ -56,14 +56,14 @@ def quota_grew(state: RunState, old: QuotaSet | None, new: QuotaSet) -> bool:
     ) or any(
         most(new, "providers", p.name, p.max_machines)
         > most(old, "providers", p.name, p.max_machines)
-        for p in state.limits
+        for p in state.capacity.limits
     )
 
 
 def quota_bound(state: RunState, type_name: str) -> bool:
     """Whether the service's quota, not the type's own maximum, keeps the run from more
     machines of ``type_name``: its launches wait for other jobs to free some."""
-    quota = state.quota
+    quota = state.capacity.quota
     if quota is None:
         return False
     if max_alive(state, type_name) < state.types[type_name].max_count:
@@ -73,7 +73,7 @@ def quota_bound(state: RunState, type_name: str) -> bool:
         limit.name == provider
         and limit.max_machines is not None
         and quota.providers[provider] < limit.max_machines
-        for limit in state.limits
+        for limit in state.capacity.limits
     )
 
 
@@ -81,13 +81,15 @@ def rooms(state: RunState) -> list[Room]:
     """The room left under each limited provider of the run (``state.limits``; its
     machines at once as the service's quota leaves them, if it has one)."""
     out = []
-    quota = state.quota.providers if state.quota is not None else {}
-    for limit in state.limits:
+    quota = state.capacity.quota.providers if state.capacity.quota is not None else {}
+    for limit in state.capacity.limits:
         if limit.max_machines is None and limit.machine_s is None:
             continue
         types = tuple(n for n, t in state.types.items() if t.provider == limit.name)
         used = sum(
-            m.paid_until - m.launched_at for m in state.machines.values() if m.type.name in types
+            m.paid_until - m.launched_at
+            for m in state.fleet.machines.values()
+            if m.type.name in types
         )
         seconds = None if limit.machine_s is None else max(0.0, limit.machine_s - used)
         machines = limit.max_machines
@@ -120,12 +122,12 @@ def new_caps(state: RunState) -> dict[str, int]:
     those, and the machine time for one unit each) shared among its types in proportion
     to that."""
     flying = dict.fromkeys(state.types, 0)
-    for name, count in state.pending_launches.values():
+    for name, count in state.fleet.pending_launches.values():
         flying[name] = flying.get(name, 0) + count
-    caps = {n: max(0, max_alive(state, n) - state.count_alive(n)) for n in state.types}
+    caps = {n: max(0, max_alive(state, n) - state.fleet.count_alive(n)) for n in state.types}
     unit_s = state.billing.first_step_s
     for room in rooms(state):
-        used = sum(state.count_alive(n) for n in room.types)  # launches in flight too
+        used = sum(state.fleet.count_alive(n) for n in room.types)  # launches in flight too
         seconds = (
             None
             if room.seconds is None
@@ -161,11 +163,11 @@ def no_extension(state: RunState, m: Machine) -> str | None:
 def quota_waits(state: RunState) -> dict[str, int]:
     """Machines per type the run's configuration wants and does not have because other
     jobs of the service hold them (``quota_bound``)."""
-    if state.quota is None or state.stopped or state.awaiting_budget:
+    if state.capacity.quota is None or state.money.stopped or state.money.awaiting_budget:
         return {}
-    alive = state.alive_counts(include_marked=False)
+    alive = state.fleet.alive_counts(include_marked=False)
     out = {}
-    for name, want in state.target.items():
+    for name, want in state.decisions.target.items():
         short = want - alive.get(name, 0)
         if short > 0 and quota_bound(state, name):
             out[name] = short

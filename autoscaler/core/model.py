@@ -209,7 +209,7 @@ class LaunchFailed:
     type's machines failed their set-up too often) or ``unready`` (its machines kept
     ending before their agents were ready); a type given up (``GIVEN_UP_KINDS``, until
     ``NEVER``) is avoided as for ``capacity``, for good. After ``until`` the types
-    avoided count less, regaining full weight over ``recover_s`` (``RunRecords.weight``).
+    avoided count less, regaining full weight over ``recover_s`` (``Capacity.weight``).
     """
 
     token: str

@@ -32,8 +32,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from autoscaler.categories.metrics import fill, time_only
 from autoscaler.categories.sampling import shortfall
 from autoscaler.categories.sort import Category
+from autoscaler.core.job_ledger import Jobs
 from autoscaler.core.model import JobSpec
+from autoscaler.core.observations import Observations
 from autoscaler.core.state import Machine, RunState
+from autoscaler.core.task_ledger import Tasks
 from autoscaler.deadline.jobs import (
     CATEGORY_SEP,
     DeadlineSettings,
@@ -45,22 +48,22 @@ from autoscaler.deadline.jobs import (
 from autoscaler.deadline.prior import mean_sd
 
 
-def keyed(cfg: DeadlineSettings, state: RunState) -> bool:
+def keyed(cfg: DeadlineSettings, tasks: Tasks) -> bool:
     """Whether this run plans by category."""
-    return bool(cfg.categories) and bool(state.task_category)
+    return bool(cfg.categories) and bool(tasks.task_category)
 
 
-def key_of(cfg: DeadlineSettings, state: RunState, tid: int) -> str:
+def key_of(cfg: DeadlineSettings, tasks: Tasks, work: Jobs, tid: int) -> str:
     """The name ``tid`` is planned under: its job's, or its job's part of its category."""
-    name = state.job_of(tid).name
-    cat = state.task_category
+    name = work.job_of(tid).name
+    cat = tasks.task_category
     if not cfg.categories or tid >= len(cat) or cat[tid] < 0:
         return name
     return f"{name}{CATEGORY_SEP}{cat[tid]}"
 
 
-def job_of_key(state: RunState, key: str) -> JobSpec:
-    return state.job_named(key.partition(CATEGORY_SEP)[0])
+def job_of_key(work: Jobs, key: str) -> JobSpec:
+    return work.job_named(key.partition(CATEGORY_SEP)[0])
 
 
 def category_of_key(key: str) -> int | None:
@@ -72,21 +75,21 @@ def by_key(
     cfg: DeadlineSettings, state: RunState, tasks: Mapping[str, Sequence[int]]
 ) -> dict[str, list[int]]:
     """``tasks`` (by job name) by key: one part per (job, category) with categories."""
-    if not keyed(cfg, state):
+    if not keyed(cfg, state.tasks):
         return {name: list(tids) for name, tids in tasks.items()}
     out: dict[str, list[int]] = {}
     for tids in tasks.values():
         for tid in tids:
-            out.setdefault(key_of(cfg, state, tid), []).append(tid)
+            out.setdefault(key_of(cfg, state.tasks, state.work, tid), []).append(tid)
     return out
 
 
 def all_keys(cfg: DeadlineSettings, state: RunState) -> list[str]:
     """Every key of the run: each job's name, and with categories its parts, one per
     category it has."""
-    out = [j.name for j in state.jobs]
-    if keyed(cfg, state):
-        for j in state.jobs:
+    out = [j.name for j in state.work.jobs]
+    if keyed(cfg, state.tasks):
+        for j in state.work.jobs:
             out += [f"{j.name}{CATEGORY_SEP}{c}" for c in sorted(job_categories(state, j))]
     return out
 
@@ -95,13 +98,13 @@ def by_job(state: RunState, keys: Iterable[str]) -> dict[str, list[str]]:
     """The keys of each job."""
     out: dict[str, list[str]] = {}
     for key in keys:
-        out.setdefault(job_of_key(state, key).name, []).append(key)
+        out.setdefault(job_of_key(state.work, key).name, []).append(key)
     return out
 
 
 def key_times(cfg: DeadlineSettings, state: RunState, key: str) -> dict[str, float]:
     """The planned time per task of ``key`` per type (``jobs.task_times`` for a job)."""
-    job = job_of_key(state, key)
+    job = job_of_key(state.work, key)
     cat = category_of_key(key)
     if cat is None:
         return task_times(cfg, state, job)
@@ -114,10 +117,10 @@ def category_times(
     """The time per task of ``job``'s tasks of category ``cat`` on each type that can
     run them: measured, else by the ratio rule, else scaled from the declared time."""
     types = [t for t in state.types if not job.task_s or t in job.task_s]
-    filled = _ratio_rule(cfg, state, types)
+    filled = _ratio_rule(cfg, state.observed, types)
     out: dict[str, float] = {}
     for t in types:
-        runs = state.category_runs.get((cat, t))
+        runs = state.observed.category_runs.get((cat, t))
         if runs is not None and runs[0] > 0:
             mean, sd = mean_sd(runs)
             out[t] = mean + cfg.z * sd / math.sqrt(runs[0])
@@ -131,10 +134,10 @@ def category_times(
 def machine_key_s(cfg: DeadlineSettings, state: RunState, m: Machine, key: str) -> float | None:
     """``m``'s time per task of ``key``: for a category, what its type showed of it,
     else its planned time there; else (and for a job) ``jobs.machine_task_s``."""
-    job = job_of_key(state, key)
+    job = job_of_key(state.work, key)
     cat = category_of_key(key)
     if cat is not None:
-        runs = state.category_runs.get((cat, m.type.name))
+        runs = state.observed.category_runs.get((cat, m.type.name))
         if runs is not None and runs[0] > 0:
             return runs[1] / runs[0]
         planned = category_times(cfg, state, job, cat).get(m.type.name)
@@ -147,7 +150,7 @@ def planned_s(cfg: DeadlineSettings, state: RunState, key: str, type_name: str) 
     """The time per task of ``key`` on a machine of ``type_name`` not yet up."""
     if category_of_key(key) is not None:
         return key_times(cfg, state, key).get(type_name, 0.0)
-    return task_times(cfg, state, job_of_key(state, key)).get(type_name, 0.0)
+    return task_times(cfg, state, job_of_key(state.work, key)).get(type_name, 0.0)
 
 
 def sample_first(
@@ -158,10 +161,10 @@ def sample_first(
     task of each category in turn, the largest first (beyond the paper: samples beyond
     the large categories' measure the others rather than repeat them), the bag's order
     within a category."""
-    if not keyed(cfg, state):
+    if not keyed(cfg, state.tasks):
         return list(pending)
     need = shortfall(state, cfg.categories, type_name, cfg.category_per, cfg.category_share)
-    cat = state.task_category
+    cat = state.tasks.task_category
     per_cat: dict[int, list[int]] = {}
     for t in pending:
         per_cat.setdefault(cat[t] if t < len(cat) else -1, []).append(t)
@@ -176,11 +179,13 @@ def sample_first(
 
 
 def _ratio_rule(
-    cfg: DeadlineSettings, state: RunState, types: Sequence[str]
+    cfg: DeadlineSettings, observed: Observations, types: Sequence[str]
 ) -> dict[tuple[int, str], float]:
     """Each (category, type)'s mean time by the ratio rule, for the types in ``types``
     with some category measured."""
-    runs = tuple((c, t, n, total) for (c, t), (n, total, _) in state.category_runs.items() if n > 0)
+    runs = tuple(
+        (c, t, n, total) for (c, t), (n, total, _) in observed.category_runs.items() if n > 0
+    )
     return _ratio_table(cfg.categories, runs, tuple(types))
 
 
@@ -205,7 +210,7 @@ def _estimate_scale(cfg: DeadlineSettings, state: RunState, job: JobSpec, cat: i
     mine = by_id.get(cat)
     if mine is None or mine.avg_estimate_s is None:
         return 1.0
-    counts = category_counts(state, job)
+    counts = category_counts(state.tasks, job)
     total = weight = 0.0
     for c, n in counts.items():
         est = by_id[c].avg_estimate_s if c in by_id else None

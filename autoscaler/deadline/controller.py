@@ -94,26 +94,37 @@ class DeadlineController:
         seen = _read(s, events)
         for action in seen.cancels:
             s.do(action)
-        if state.shutdown:
-            for m in list(state.alive_machines()):
+        if state.money.shutdown:
+            for m in list(state.fleet.alive_machines()):
                 s.do(Release(m.id, "shutdown"))
             return s.decided()
         for mid in seen.boundaries:
-            at_boundary(s, state.machines[mid])
+            at_boundary(s, state.fleet.machines[mid])
         # The bag changes only with news, at a boundary (a released machine's queue goes
         # back), or when a sampled job's samples come in; ticks re-plan what is left.
-        sampled = seen.done and any(not j.task_s for j in state.jobs if j.name in state.arrived)
+        sampled = seen.done and any(
+            not j.task_s for j in state.work.jobs if j.name in state.work.arrived
+        )
         wake = (
-            seen.news or seen.tick or bool(seen.boundaries) or sampled or not state.configurations
+            seen.news
+            or seen.tick
+            or bool(seen.boundaries)
+            or sampled
+            or not state.decisions.configurations
         )
         cfg = self.settings
-        if not state.stopped:
+        if not state.money.stopped:
             if seen.done:
                 say_learned(cfg, s)
             sample(cfg, s)
             planned = plan_jobs(cfg, s) if wake else False
             if seen.withdrawn:
-                forecast(cfg, s, still_open(state), "withdrawn: " + ", ".join(seen.withdrawn))
+                forecast(
+                    cfg,
+                    s,
+                    still_open(state.tasks, state.work),
+                    "withdrawn: " + ", ".join(seen.withdrawn),
+                )
             if seen.tick and cfg.reassign:
                 move_late(cfg, s)
             if seen.tick or planned or seen.news:
@@ -150,7 +161,7 @@ def _read(s: PlanStep, events: Iterable[Event]) -> _Seen:
     tick = done = news = False
     for event in events:
         if isinstance(event, JobWithdrawn):
-            cancels.extend(withdrawn_runs(state, event.job))
+            cancels.extend(withdrawn_runs(state.fleet, state.work, event.job))
         s.feed(event)
         match event:
             case Tick():
@@ -175,6 +186,6 @@ def _read(s: PlanStep, events: Iterable[Event]) -> _Seen:
                 withdrawn.append(name)
                 news = True
             case Shutdown(reason=reason):
-                if not state.stopped:
+                if not state.money.stopped:
                     s.do(Stop(reason))
     return _Seen(tuple(boundaries), tick, done, news, tuple(withdrawn), tuple(cancels))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+from autoscaler.core.job_ledger import Jobs
 from autoscaler.core.limits import may_extend, no_extension
 from autoscaler.core.model import Extend, Release, Stop
 from autoscaler.core.state import Machine, RunState
@@ -17,20 +18,20 @@ from autoscaler.deadline.planning import ready_jobs
 
 def can_extend(state: RunState, m: Machine) -> bool:
     """Whether the budget (if any) and the provider's machine time pay ``m``'s next step."""
-    if state.budget is None:
+    if state.money.budget is None:
         return may_extend(state, m)
     extra = state.billing.extension_cost(m.type.price, m.launched_at, m.paid_until)
-    return state.committed + extra <= state.budget + EPS and may_extend(state, m)
+    return state.money.committed + extra <= state.money.budget + EPS and may_extend(state, m)
 
 
-def wanted_soon(state: RunState, m: Machine, until: float) -> bool:
+def wanted_soon(work: Jobs, m: Machine, until: float) -> bool:
     """Whether a job that has not arrived yet arrives before ``until`` and can run on
     ``m``'s type."""
     return any(
-        job.name not in state.arrived
+        job.name not in work.arrived
         and job.at < until
         and (not job.task_s or m.type.name in job.task_s)
-        for job in state.jobs
+        for job in work.jobs
     )
 
 
@@ -40,9 +41,9 @@ def at_boundary(s: Step, m: Machine) -> None:
     if not m.alive or m.paid_until - s.now > margin + EPS:
         return
     work = bool(m.running or m.queue)
-    if state.stopped:
+    if state.money.stopped:
         s.do(Release(m.id, "end of paid time: run stopping"))
-    elif not work and not wanted_soon(state, m, m.paid_until + state.billing.step_s):
+    elif not work and not wanted_soon(state.work, m, m.paid_until + state.billing.step_s):
         s.do(Release(m.id, "end of paid time: no work left"))
     elif can_extend(state, m):
         s.do(Extend(m.id, m.paid_until + state.billing.step_s))
@@ -57,11 +58,11 @@ def release_idle(cfg: DeadlineSettings, s: Step) -> None:
     state = s.state
     if state.billing.mode == "fixed":
         return
-    idle = [m for m in state.alive_machines() if m.idle]
+    idle = [m for m in state.fleet.alive_machines() if m.idle]
     if not idle or ready_jobs(cfg, state):
         return
     for m in idle:
-        if not wanted_soon(state, m, m.paid_until):
+        if not wanted_soon(state.work, m, m.paid_until):
             s.do(Release(m.id, "idle: no work left"))
 
 
@@ -70,26 +71,28 @@ def finish_run(cfg: DeadlineSettings, s: Step) -> None:
     if cfg.keep_open:
         return  # a pool ends on Shutdown or Interrupted only; idle machines go as above
     if state.finished:
-        for m in list(state.alive_machines()):
+        for m in list(state.fleet.alive_machines()):
             s.do(Release(m.id, "every job finished"))
-        if not state.stopped:
+        if not state.money.stopped:
             s.do(Stop(None))
         return
-    if state.stopped or state.pending_launches or state.any_alive():
+    if state.money.stopped or state.fleet.pending_launches or state.fleet.any_alive():
         return
     none_left = state.none_left()
     if none_left is not None:
         s.do(Stop(none_left))
         return
-    if len(state.arrived) < len(state.jobs):
+    if len(state.work.arrived) < len(state.work.jobs):
         return  # waiting for jobs to arrive
-    left = state.budget - state.committed if state.budget is not None else math.inf
+    left = (
+        state.money.budget - state.money.committed if state.money.budget is not None else math.inf
+    )
     s.do(
         Stop(
             f"{counted(state.tasks_left, 'task')} left and no machine can be bought for them "
             + (
                 f"({max(left, 0):.2f} of the budget left cannot pay a unit)"
-                if state.budget is not None
+                if state.money.budget is not None
                 else "(no type can run them, or none is available)"
             )
         )

@@ -27,15 +27,15 @@ def forecast(cfg: DeadlineSettings, s: Step, jobs: set[str], why: str) -> None:
     deadlines = job_deadlines(cfg, state)
     # Each machine, alive or being launched: (queue, launched, paid until, type).
     queues: list[tuple[Queue, float, float, str]] = []
-    for m in state.alive_machines():
+    for m in state.fleet.alive_machines():
         queues.append((queue_of(cfg, state, m, s.now), m.launched_at, m.paid_until, m.type.name))
-    for token, planned in state.launch_queues.items():
-        tname = state.pending_launches.get(token, ("", 0))[0]
+    for token, planned in state.work.launch_queues.items():
+        tname = state.fleet.pending_launches.get(token, ("", 0))[0]
         if not tname:
             continue
         t = state.types[tname]
         for tasks in planned:
-            named = [(tid, key_of(cfg, state, tid)) for tid in tasks]
+            named = [(tid, key_of(cfg, state.tasks, state.work, tid)) for tid in tasks]
             times = {name: planned_s(cfg, state, name, tname) for _, name in named}
             paid = s.now + state.billing.first_step_s
             margin = state.billing.boundary_margin_s()
@@ -44,14 +44,14 @@ def forecast(cfg: DeadlineSettings, s: Step, jobs: set[str], why: str) -> None:
             q = Queue(f"{token}?", start, paid - margin, named, times)
             queues.append((q, s.now, paid, tname))
     base = (
-        state.committed
+        state.money.committed
         - sum(  # committed money of machines not counted below
             state.billing.cost(m.type.price, m.paid_until - m.launched_at)
-            for m in state.alive_machines()
+            for m in state.fleet.alive_machines()
         )
         - sum(
             c * state.billing.cost(state.types[tn].price, state.billing.first_step_s)
-            for tn, c in state.pending_launches.values()
+            for tn, c in state.fleet.pending_launches.values()
         )
     )
     counts: dict[str, int] = {}
@@ -121,7 +121,7 @@ def _expect(
         total += machine_cost
         seconds: dict[str, float] = {}
         for _, key in q.tasks:
-            name = job_of_key(state, key).name
+            name = job_of_key(state.work, key).name
             seconds[name] = seconds.get(name, 0.0) + q.task_s.get(key, 0.0)
         busy = sum(seconds.values())
         per_s = price / state.billing.atu_s
@@ -132,7 +132,7 @@ def _expect(
                 c = share if side == 0 else per_s * sec if side < 0 else share + idle
                 cost[name] = cost.get(name, 0.0) + c
         for key, end_j in ends.items():
-            name = job_of_key(state, key).name
+            name = job_of_key(state.work, key).name
             end_j += side * q.task_s.get(key, 0.0)
             finish[name] = max(finish.get(name, 0.0), end_j)
     return finish, cost, total
@@ -146,10 +146,10 @@ def _spread(state: RunState, z: float, queues: int) -> tuple[Scale, Scale]:
     widest of them. A job with fewer than two runs seen to end is planned on its
     declared (or sampled) mean, and its runs are taken to spread by ``PRIOR_SPREAD``."""
     runs: dict[tuple[str, str], list[float]] = {}
-    for seg in state.segments:
-        m = state.machines.get(seg.machine)
+    for seg in state.tasks.segments:
+        m = state.fleet.machines.get(seg.machine)
         if seg.outcome == "done" and m is not None and seg.end > seg.start:
-            runs.setdefault((state.job_of(seg.task).name, m.type.name), []).append(
+            runs.setdefault((state.work.job_of(seg.task).name, m.type.name), []).append(
                 seg.end - seg.start
             )
     shares: dict[str, list[float]] = {}
@@ -165,7 +165,7 @@ def _spread(state: RunState, z: float, queues: int) -> tuple[Scale, Scale]:
     def factor(sign: float, z_q: float) -> Scale:
         def f(q: Queue, tname: str) -> float:
             widest = 0.0
-            for job in {job_of_key(state, key).name for _, key in q.tasks}:
+            for job in {job_of_key(state.work, key).name for _, key in q.tasks}:
                 seen = spread.get(job)
                 mean_err = 0.0 if seen is None else z * seen[0] / math.sqrt(seen[1])
                 r = PRIOR_SPREAD if seen is None else seen[0]

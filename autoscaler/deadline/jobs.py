@@ -12,9 +12,12 @@ from typing import Literal
 
 from autoscaler.categories.sampling import large
 from autoscaler.categories.sort import Category
+from autoscaler.core.job_ledger import Jobs
 from autoscaler.core.model import JobSpec
+from autoscaler.core.observations import Observations
 from autoscaler.core.solve import Solver
 from autoscaler.core.state import Machine, RunState
+from autoscaler.core.task_ledger import Tasks
 from autoscaler.deadline.prior import Blend, blend, mean_sd, pooled
 
 EPS = 1e-6
@@ -49,10 +52,14 @@ def task_times(cfg: DeadlineSettings, state: RunState, job: JobSpec) -> dict[str
     with the runs seen, ``learned``), else sampled (mean + z·σ/√n, once ``sample`` runs
     ended there); types missing cannot run it (yet)."""
     if job.task_s:
-        return {t: learned(cfg, state, job, t).planned_s for t in job.task_s if t in state.types}
+        return {
+            t: learned(cfg, state.work, state.observed, job, t).planned_s
+            for t in job.task_s
+            if t in state.types
+        }
     out: dict[str, float] = {}
     for name in state.types:
-        runs = state.job_runs.get((job.name, name))
+        runs = state.observed.job_runs.get((job.name, name))
         if runs is None or runs[0] < min(cfg.sample, job.count):
             continue
         mean, sd = mean_sd(runs)
@@ -60,7 +67,9 @@ def task_times(cfg: DeadlineSettings, state: RunState, job: JobSpec) -> dict[str
     return out
 
 
-def learned(cfg: DeadlineSettings, state: RunState, job: JobSpec, type_name: str) -> Blend:
+def learned(
+    cfg: DeadlineSettings, work: Jobs, observed: Observations, job: JobSpec, type_name: str
+) -> Blend:
     """``job``'s declared time on ``type_name`` blended with the runs that ended there of
     its application's jobs (itself included; ``deadline.prior``); the declared time
     alone without ``learn_task_times``."""
@@ -70,8 +79,8 @@ def learned(cfg: DeadlineSettings, state: RunState, job: JobSpec, type_name: str
     app = job.application
     runs = [
         r
-        for j in state.jobs
-        if j.application == app and (r := state.job_runs.get((j.name, type_name)))
+        for j in work.jobs
+        if j.application == app and (r := observed.job_runs.get((j.name, type_name)))
     ]
     return blend(declared, pooled(runs), cfg.prior_cv, cfg.z)
 
@@ -81,13 +90,13 @@ def machine_task_s(
 ) -> float | None:
     """``m``'s time per task of ``job``: what it showed, else its type's, else planned."""
     for runs in (
-        state.machine_job_runs.get((m.id, job.name)),
-        state.job_runs.get((job.name, m.type.name)),
+        state.observed.machine_job_runs.get((m.id, job.name)),
+        state.observed.job_runs.get((job.name, m.type.name)),
     ):
         if runs is not None and runs[0] > 0:
             return runs[1] / runs[0]
     if m.type.name in job.task_s:
-        return learned(cfg, state, job, m.type.name).planned_s
+        return learned(cfg, state.work, state.observed, job, m.type.name).planned_s
     return None
 
 
@@ -97,7 +106,7 @@ def is_sampling(cfg: DeadlineSettings, state: RunState, job: JobSpec) -> bool:
         return False
     want = sample_want(cfg, state, job)
     return any(
-        launchable(state, name) and (state.job_runs.get((job.name, name)) or [0])[0] < want
+        launchable(state, name) and (state.observed.job_runs.get((job.name, name)) or [0])[0] < want
         for name in state.types
     ) or not task_times(cfg, state, job)
 
@@ -106,7 +115,7 @@ def sample_want(cfg: DeadlineSettings, state: RunState, job: JobSpec) -> int:
     """Sample runs of ``job`` per type: ``sample``, or with categories enough to run
     ``category_per`` of each large category the job has (``deadline.sampling``)."""
     want = cfg.sample
-    if cfg.categories and state.task_category:
+    if cfg.categories and state.tasks.task_category:
         big = large(cfg.categories, cfg.category_share) & job_categories(state, job)
         want = max(want, cfg.category_per * len(big))
     return min(want, job.count)
@@ -114,16 +123,16 @@ def sample_want(cfg: DeadlineSettings, state: RunState, job: JobSpec) -> int:
 
 def job_categories(state: RunState, job: JobSpec) -> set[int]:
     """The categories ``job``'s tasks fall in (none without categories)."""
-    return {c for c in category_counts(state, job) if c >= 0}
+    return {c for c in category_counts(state.tasks, job) if c >= 0}
 
 
 _COUNTS: dict[tuple[int, int, int], tuple[tuple[int, ...], Counter[int]]] = {}
 
 
-def category_counts(state: RunState, job: JobSpec) -> Counter[int]:
+def category_counts(tasks: Tasks, job: JobSpec) -> Counter[int]:
     """How many of ``job``'s tasks fall in each category (-1: none). Kept per run's
     categories (an immutable tuple), as it is asked for every machine at every step."""
-    cat = state.task_category
+    cat = tasks.task_category
     key = (id(cat), job.first, job.count)
     hit = _COUNTS.get(key)
     if hit is not None and hit[0] is cat:
@@ -136,7 +145,7 @@ def category_counts(state: RunState, job: JobSpec) -> Counter[int]:
 
 
 def launchable(state: RunState, name: str) -> bool:
-    return state.types[name].max_count > 0 and state.available(name, state.now)
+    return state.types[name].max_count > 0 and state.capacity.available(name, state.now)
 
 
 class Deadlines(dict[str, float]):
@@ -160,17 +169,17 @@ def job_deadlines(cfg: DeadlineSettings, state: RunState, guarded: bool = False)
     its tasks (the largest sd seen on a type), what plans and moves aim for, so the
     last task's own noise does not carry it past the deadline."""
     return Deadlines(
-        {j.name: j.deadline - (guard(cfg, state, j) if guarded else 0.0) for j in state.jobs}
+        {j.name: j.deadline - (guard(cfg, state, j) if guarded else 0.0) for j in state.work.jobs}
     )
 
 
 def guard(cfg: DeadlineSettings, state: RunState, job: JobSpec) -> float:
     """With categories, the spread is that of a task of one of the job's categories on
     a type (a job of several categories is not one spread of times)."""
-    if cfg.categories and state.task_category:
+    if cfg.categories and state.tasks.task_category:
         mine = job_categories(state, job)
-        seen = [r for (c, _), r in state.category_runs.items() if c in mine]
+        seen = [r for (c, _), r in state.observed.category_runs.items() if c in mine]
     else:
-        seen = [r for name in state.types if (r := state.job_runs.get((job.name, name)))]
+        seen = [r for name in state.types if (r := state.observed.job_runs.get((job.name, name)))]
     worst = max((mean_sd(r)[1] for r in seen if r[0] >= 2), default=0.0)
     return cfg.guard_z * worst

@@ -16,13 +16,13 @@ def say_learned(cfg: DeadlineSettings, s: Step) -> None:
     state = s.state
     if not cfg.learn_task_times:
         return
-    for job in state.jobs:
-        if not job.task_s or job.name not in state.arrived:
+    for job in state.work.jobs:
+        if not job.task_s or job.name not in state.work.arrived:
             continue
         for tname in job.task_s:
-            if tname not in state.types or (job.name, tname) in state.learned:
+            if tname not in state.types or (job.name, tname) in state.work.learned:
                 continue
-            b = learned(cfg, state, job, tname)
+            b = learned(cfg, state.work, state.observed, job, tname)
             if not b.deviates(cfg.note_share, cfg.z, cfg.note_runs):
                 continue
             change = b.mean_s / b.declared_s - 1.0

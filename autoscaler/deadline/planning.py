@@ -46,13 +46,15 @@ class PlanStep(Step):
 def ready_jobs(cfg: DeadlineSettings, state: RunState) -> dict[str, list[int]]:
     """Tasks in the bag per arrived job that can be planned (sampled or known)."""
     ready = {
-        j.name: j for j in state.jobs if j.name in state.arrived and not is_sampling(cfg, state, j)
+        j.name: j
+        for j in state.work.jobs
+        if j.name in state.work.arrived and not is_sampling(cfg, state, j)
     }
     out: dict[str, list[int]] = {}
     if not ready:
         return out
-    for tid in state.pending:
-        job = state.job_of(tid)
+    for tid in state.tasks.pending:
+        job = state.work.job_of(tid)
         if job.name in ready:
             out.setdefault(job.name, []).append(tid)
     return out
@@ -61,7 +63,7 @@ def ready_jobs(cfg: DeadlineSettings, state: RunState) -> dict[str, list[int]]:
 def running_machines(cfg: DeadlineSettings, state: RunState, now: float) -> list[RunningMachine]:
     margin = state.billing.boundary_margin_s()
     out = []
-    for m in state.alive_machines():
+    for m in state.fleet.alive_machines():
         if m.marked:
             continue
         q = queue_of(cfg, state, m, now)
@@ -73,7 +75,7 @@ def running_machines(cfg: DeadlineSettings, state: RunState, now: float) -> list
 def plan_types(state: RunState) -> list[MachineType]:
     """The types new machines may come from, each with how many it may launch (its
     provider's limits shared among the provider's types: ``core.limits.new_caps``),
-    each as much as it counts (``RunRecords.weight``).
+    each as much as it counts (``Capacity.weight``).
 
     None of a type avoided (no capacity, or its provider held by a limit). "Counts
     less": a type recovering from a refused launch, at weight w < 1, is priced c_i / w
@@ -85,10 +87,10 @@ def plan_types(state: RunState) -> list[MachineType]:
     caps = new_caps(state)
     out = []
     for t in state.types.values():
-        w = state.weight(t.name, state.now)
+        w = state.capacity.weight(t.name, state.now)
         room = caps[t.name] if w > 0 else 0
         price = t.price / w if w > 0 else t.price
-        out.append(MachineType(t.name, price, state.boot_s(t.name), room))  # β as measured
+        out.append(MachineType(t.name, price, state.fleet.boot_s(t.name), room))  # β as measured
     return out
 
 
@@ -126,7 +128,7 @@ def plan_jobs(cfg: DeadlineSettings, s: PlanStep) -> bool:
     for factor in (1.0, *RELAX):
         relaxed = [relax(j, s.now, factor, types) for j in jobs]
         problem = DeadlineProblem(
-            relaxed, types, state.billing, s.now, machines, fastest_first=keyed(cfg, state)
+            relaxed, types, state.billing, s.now, machines, fastest_first=keyed(cfg, state.tasks)
         )
         result = solve_plan(cfg, problem)
         if result.plan is not None:
@@ -166,13 +168,13 @@ def carry_out(
         for name in edf_names(state, per_job):
             for tid in take(name, per_job[name]):
                 s.do(Assign(tid, mid))
-    money = math.inf if state.budget is None else state.budget - state.committed
+    money = math.inf if state.money.budget is None else state.money.budget - state.money.committed
     bought: dict[str, list[tuple[int, ...]]] = {}
     # The machines doing the most per unit of money first, when money is short.
     for new in sorted(plan.new, key=lambda m: -sum(m.tasks.values()) / max(m.cost, EPS)):
         first = state.billing.cost(state.types[new.type].price, state.billing.first_step_s)
         if first > money + EPS:
-            s.unpaid.update(job_of_key(state, n).name for n, k in new.tasks.items() if k > 0)
+            s.unpaid.update(job_of_key(state.work, n).name for n, k in new.tasks.items() if k > 0)
             continue
         money -= max(first, min(new.cost, money))
         queue: list[int] = []
@@ -180,14 +182,14 @@ def carry_out(
             queue.extend(take(name, new.tasks[name]))
         bought.setdefault(new.type, []).append(tuple(queue))
     for name, queues in bought.items():
-        s.do(Launch(name, len(queues), state.next_token(), tuple(queues)))
+        s.do(Launch(name, len(queues), state.fleet.next_token(), tuple(queues)))
     rest = {name: tids for name, tids in left.items() if tids}
     if rest:
         crowd(cfg, s, rest, running_machines(cfg, state, s.now))
 
 
 def edf_names(state: RunState, per_job: Mapping[str, int]) -> list[str]:
-    return sorted(per_job, key=lambda name: (job_of_key(state, name).deadline, name))
+    return sorted(per_job, key=lambda name: (job_of_key(state.work, name).deadline, name))
 
 
 def crowd(
@@ -201,14 +203,14 @@ def crowd(
     says so. Without a machine that can run a job, its tasks stay in the bag."""
     state = s.state
     free = {m.id: m.free_at for m in machines}
-    for name in sorted(tasks, key=lambda n: job_of_key(state, n).deadline):
+    for name in sorted(tasks, key=lambda n: job_of_key(state.work, n).deadline):
         for tid in tasks[name]:
             best: tuple[float, str] | None = None
             for m in machines:
-                e = machine_key_s(cfg, state, state.machines[m.id], name)
+                e = machine_key_s(cfg, state, state.fleet.machines[m.id], name)
                 if e is None:
                     continue
-                e /= state.machines[m.id].type.slots
+                e /= state.fleet.machines[m.id].type.slots
                 if best is None or free[m.id] + e < best[0]:
                     best = (free[m.id] + e, m.id)
             if best is None:

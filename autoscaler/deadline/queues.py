@@ -26,13 +26,13 @@ def queue_of(cfg: DeadlineSettings, state: RunState, m: Machine, now: float) -> 
     booting = m.state is MachineState.BOOTING
     busy = max(now, m.launched_at + m.type.boot_s) if booting else now
     ready = busy
-    running = {tid: key_of(cfg, state, tid) for tid in m.running}
+    running = {tid: key_of(cfg, state.tasks, state.work, tid) for tid in m.running}
     for tid, start in m.running.items():
         e = times.get(running[tid], 0.0)
         busy = max(busy, start + e, now)
-    tasks = [(tid, key_of(cfg, state, tid)) for tid in m.queue]
+    tasks = [(tid, key_of(cfg, state.tasks, state.work, tid)) for tid in m.queue]
     for _, key in tasks:
-        times.setdefault(key, job_of_key(state, key).task_s.get(m.type.name, 0.0))
+        times.setdefault(key, job_of_key(state.work, key).task_s.get(m.type.name, 0.0))
     if m.type.slots > 1:
         busy, times = _slotted(m, ready, times, running)
     return Queue(m.id, busy, m.paid_until - state.billing.boundary_margin_s(), tasks, times)
@@ -51,4 +51,4 @@ def _slotted(
 
 
 def all_queues(cfg: DeadlineSettings, state: RunState, now: float) -> list[Queue]:
-    return [queue_of(cfg, state, m, now) for m in state.alive_machines()]
+    return [queue_of(cfg, state, m, now) for m in state.fleet.alive_machines()]

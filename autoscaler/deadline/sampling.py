@@ -16,26 +16,26 @@ from autoscaler.deadline.jobs import EPS, DeadlineSettings, is_sampling, launcha
 
 def sample(cfg: DeadlineSettings, s: Step) -> None:
     state = s.state
-    for job in state.jobs:
-        if job.name not in state.arrived or not is_sampling(cfg, state, job):
+    for job in state.work.jobs:
+        if job.name not in state.work.arrived or not is_sampling(cfg, state, job):
             continue
-        pending = [t for t in state.pending if job.owns(t)]
+        pending = [t for t in state.tasks.pending if job.owns(t)]
         for name in state.types:
             if not pending or not launchable(state, name):
                 continue
             want = sample_want(cfg, state, job)
-            have = (state.job_runs.get((job.name, name)) or [0])[0]
+            have = (state.observed.job_runs.get((job.name, name)) or [0])[0]
             have += sum(
                 1
-                for m in state.alive_machines()
+                for m in state.fleet.alive_machines()
                 if m.type.name == name
                 for t in (*m.running, *m.queue)
                 if job.owns(t)
             )
             have += sum(
                 1
-                for token, queues in state.launch_queues.items()
-                if state.pending_launches.get(token, ("", 0))[0] == name
+                for token, queues in state.work.launch_queues.items()
+                if state.fleet.pending_launches.get(token, ("", 0))[0] == name
                 for q in queues
                 for t in q
                 if job.owns(t)
@@ -56,20 +56,20 @@ def spread_sample(s: Step, name: str, tasks: list[int]) -> None:
     their times are the times per task at that slot count."""
     state = s.state
     slots = state.types[name].slots
-    mine = [m for m in state.alive_machines() if m.type.name == name and not m.marked]
+    mine = [m for m in state.fleet.alive_machines() if m.type.name == name and not m.marked]
     for m in mine:
         if m.state is not MachineState.READY:
             continue
         while tasks and len(m.running) + len(m.queue) < m.type.slots:
             s.do(Assign(tasks.pop(0), m.id))
     room = new_caps(state)[name]
-    if state.budget is not None:
+    if state.money.budget is not None:
         unit = state.billing.cost(state.types[name].price, state.billing.first_step_s)
-        room = min(room, math.floor((state.budget - state.committed) / unit + EPS))
+        room = min(room, math.floor((state.money.budget - state.money.committed) / unit + EPS))
     count = min(room, -(-len(tasks) // slots))
-    if count > 0 and state.launchable(name, s.now):
+    if count > 0 and state.capacity.launchable(name, s.now):
         queues = tuple(tuple(tasks[i * slots : (i + 1) * slots]) for i in range(count))
-        s.do(Launch(name, count, state.next_token(), queues))
+        s.do(Launch(name, count, state.fleet.next_token(), queues))
         tasks = tasks[count * slots :]
     host = min(mine, key=lambda m: len(m.queue) + len(m.running), default=None)
     if host is not None:

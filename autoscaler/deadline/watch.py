@@ -55,11 +55,11 @@ def watch(cfg: DeadlineSettings, s: PlanStep, buy: bool) -> None:
         if at_risk:
             _, cause = buy_for_late(cfg, s, at_risk, guarded)
     late_by_job = per_job(s.state, lateness(all_queues(cfg, state, s.now), deadlines))
-    for job in state.jobs:
-        if job.name in state.withdrawn:
+    for job in state.work.jobs:
+        if job.name in state.work.withdrawn:
             continue  # nothing of it is left to be late
         item = late_by_job.get(job.name)
-        said = state.late.get(job.name)
+        said = state.work.late.get(job.name)
         if item is None:
             if said is not None and said.tasks > 0:
                 s.do(Late(job.name, 0, 0.0, "", f"job {job.name}: expected on time again"))
@@ -120,14 +120,14 @@ def buy_for_late(
         return False, "deadline"
     jobs = []
     for name, items in taken.items():
-        times = key_times(cfg, state, name) or dict(job_of_key(state, name).task_s)
+        times = key_times(cfg, state, name) or dict(job_of_key(state.work, name).task_s)
         if times:
             jobs.append(DeadlineJob(name, len(items), deadlines[name], times))
     jobs, types = slotted(jobs, plan_types(state), type_slots(state))
     result = solve_new(jobs, types, state.billing, s.now, solver=cfg.solver)
     if result.plan is None:
         return False, "deadline"
-    money = math.inf if state.budget is None else state.budget - state.committed
+    money = math.inf if state.money.budget is None else state.money.budget - state.money.committed
     if result.plan.cost > money + EPS:
         return False, "budget"
     for items in taken.values():

@@ -5,32 +5,34 @@ them before, as it reads a finished task's other runs."""
 
 from __future__ import annotations
 
+from autoscaler.core.job_ledger import Jobs
+from autoscaler.core.machine_ledger import Fleet
 from autoscaler.core.model import Cancel, TaskState
-from autoscaler.core.state import RunState
+from autoscaler.core.task_ledger import Tasks
 
 _OPEN = (TaskState.PENDING, TaskState.RUNNING)
 
 
-def withdrawn_runs(state: RunState, name: str) -> list[Cancel]:
+def withdrawn_runs(fleet: Fleet, work: Jobs, name: str) -> list[Cancel]:
     """A ``Cancel`` for each task of job ``name`` queued or running on a machine alive,
     read before the state folds its withdrawal (nothing if it was withdrawn already)."""
-    if name in state.withdrawn or name not in {j.name for j in state.jobs}:
+    if name in work.withdrawn or name not in {j.name for j in work.jobs}:
         return []
-    job = state.job_named(name)
+    job = work.job_named(name)
     return [
         Cancel(tid, m.id, f"job {name} withdrawn")
-        for m in state.alive_machines()
+        for m in fleet.alive_machines()
         for tid in (*m.queue, *m.running)
         if job.owns(tid)
     ]
 
 
-def still_open(state: RunState) -> set[str]:
+def still_open(tasks: Tasks, work: Jobs) -> set[str]:
     """The jobs that have arrived, are not withdrawn, and have tasks not ended."""
     return {
         j.name
-        for j in state.jobs
-        if j.name in state.arrived
-        and j.name not in state.withdrawn
-        and any(state.task_state[t] in _OPEN for t in range(j.first, j.first + j.count))
+        for j in work.jobs
+        if j.name in work.arrived
+        and j.name not in work.withdrawn
+        and any(tasks.task_state[t] in _OPEN for t in range(j.first, j.first + j.count))
     }

@@ -54,7 +54,7 @@ def covered(
 def activity(state: RunState, buckets: int) -> Activity:
     """Each machine's life and runs over ``buckets`` equal buckets of the run's time,
     machines ordered by type, then launch time."""
-    machines = sorted(state.machines.values(), key=lambda m: (m.type.name, m.launched_at))
+    machines = sorted(state.fleet.machines.values(), key=lambda m: (m.type.name, m.launched_at))
     row_of = {m.id: i for i, m in enumerate(machines)}
     span = max(state.now, 1.0)
     bucket_s = span / buckets
@@ -65,7 +65,7 @@ def activity(state: RunState, buckets: int) -> Activity:
     )
     alive = covered(np.arange(n), life_start, life_end / bucket_s, n, buckets)
     slots = np.array([max(1, m.type.slots) for m in machines], dtype=float)[:, None]
-    segs = state.segments
+    segs = state.tasks.segments
     n_segs = len(segs)  # a million runs: map and attrgetter, not generators
     machine, start, end, how = (attrgetter(f) for f in ("machine", "start", "end", "outcome"))
     rows = np.fromiter(map(row_of.__getitem__, map(machine, segs)), np.int64, count=n_segs)

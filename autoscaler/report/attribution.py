@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import math
 
+from autoscaler.core.job_ledger import Jobs
 from autoscaler.core.model import JobSpec, Late, TaskState
 from autoscaler.core.state import Machine, RunState
+from autoscaler.core.task_ledger import Tasks
 from autoscaler.report.format import inside, rounded, rounded_pair
 from autoscaler.report.records import EPS, GaveWay, JobOutcome, LateNote, LearnedNote
 
@@ -18,14 +20,14 @@ def machine_cost(state: RunState, machine: Machine) -> float:
     return state.billing.cost(machine.type.price, end - machine.launched_at)
 
 
-def job_shares(state: RunState) -> dict[str, dict[str, float]]:
+def job_shares(tasks: Tasks, work: Jobs) -> dict[str, dict[str, float]]:
     """Per machine id, the share of the machine each job bears (deadline mode): the
     seconds it ran the job's tasks (runs of any outcome) over the seconds it ran any
     task. The shares of a machine sum to 1; a machine that ran no task has none."""
     seconds: dict[str, dict[str, float]] = {}
-    for seg in state.segments:
+    for seg in tasks.segments:
         per_job = seconds.setdefault(seg.machine, {})
-        name = state.job_of(seg.task).name
+        name = work.job_of(seg.task).name
         per_job[name] = per_job.get(name, 0.0) + (seg.end - seg.start)
     shares: dict[str, dict[str, float]] = {}
     for machine, per_job in seconds.items():
@@ -42,10 +44,10 @@ def job_costs(state: RunState) -> tuple[dict[str, float], float]:
     proportion to the seconds it ran each job's tasks; its idle and boot time is shared
     the same way. A machine that ran no task is charged to no job.
     """
-    shares = job_shares(state)
-    costs = {j.name: 0.0 for j in state.jobs}
+    shares = job_shares(state.tasks, state.work)
+    costs = {j.name: 0.0 for j in state.work.jobs}
     unattributed = 0.0
-    for m in state.machines.values():
+    for m in state.fleet.machines.values():
         cost = machine_cost(state, m)
         if m.id not in shares:
             unattributed += cost
@@ -58,21 +60,21 @@ def job_costs(state: RunState) -> tuple[dict[str, float], float]:
 def job_outcomes(state: RunState) -> tuple[tuple[JobOutcome, ...], float]:
     """Each job of a deadline-mode run against its deadline, and the unattributed cost."""
     done_at: dict[int, float] = {}
-    for seg in state.segments:
+    for seg in state.tasks.segments:
         if seg.outcome == "done":
             done_at[seg.task] = min(seg.end, done_at.get(seg.task, math.inf))
     costs, unattributed = job_costs(state)
     firsts: dict[str, tuple[float, Late]] = {}
     said: dict[str, int] = {}
-    for t, note in state.late_log:
+    for t, note in state.work.late_log:
         if note.tasks > 0:
             firsts.setdefault(note.job, (t, note))
             said[note.job] = said.get(note.job, 0) + 1
     out = []
-    for job in state.jobs:
+    for job in state.work.jobs:
         ids = range(job.first, job.first + job.count)
         ends = [done_at[t] for t in ids if t in done_at]
-        states = [state.task_state[t] for t in ids]
+        states = [state.tasks.task_state[t] for t in ids]
         done = sum(s is TaskState.DONE for s in states)
         failed = sum(s is TaskState.FAILED for s in states)
         finish = max(ends, default=None)
@@ -80,7 +82,7 @@ def job_outcomes(state: RunState) -> tuple[tuple[JobOutcome, ...], float]:
         if state.now > job.deadline + EPS:
             late += job.count - len(ends)
         end = finish if len(ends) == job.count else max(state.now, finish or 0.0)
-        forecast = state.forecasts.get(job.name)
+        forecast = state.work.forecasts.get(job.name)
         first = firsts.get(job.name)
         out.append(
             JobOutcome(
@@ -109,7 +111,7 @@ def job_outcomes(state: RunState) -> tuple[tuple[JobOutcome, ...], float]:
                 ),
                 warnings=said.get(job.name, 0),
                 gave_way=_gave_way(job, late, costs[job.name]),
-                learned=learned_notes(state, job.name),
+                learned=learned_notes(state.work, job.name),
                 predicted_finish_interval_s=None
                 if forecast is None
                 else rounded_pair(forecast.finish_interval, 3),
@@ -138,9 +140,9 @@ def _gave_way(job: JobSpec, tasks_late: int, cost: float) -> GaveWay | None:
     return "budget" if over else "none"
 
 
-def learned_notes(state: RunState, job: str) -> tuple[LearnedNote, ...]:
+def learned_notes(work: Jobs, job: str) -> tuple[LearnedNote, ...]:
     """What was said of ``job``'s declared task times (``Learned``), in the order said."""
-    said = sorted((t, n) for (name, _), (t, n) in state.learned.items() if name == job)
+    said = sorted((t, n) for (name, _), (t, n) in work.learned.items() if name == job)
     return tuple(
         LearnedNote(
             at_s=round(t, 3),

@@ -38,7 +38,7 @@ def makespan_s(state: RunState) -> float:
     """The last task's end if the bag is finished, else the run's time so far."""
     if not state.finished:
         return state.now
-    return max((seg.end for seg in state.segments if seg.outcome == "done"), default=0.0)
+    return max((seg.end for seg in state.tasks.segments if seg.outcome == "done"), default=0.0)
 
 
 def unfinished_tasks(state: RunState, tasks: Sequence[TaskSpec]) -> tuple[UnfinishedTask, ...]:
@@ -48,9 +48,9 @@ def unfinished_tasks(state: RunState, tasks: Sequence[TaskSpec]) -> tuple[Unfini
     nor failed for good was cut off; one that never ran was not started.
     """
     commands = {t.id: t.command for t in tasks}
-    ran = {seg.task for seg in state.segments}
+    ran = {seg.task for seg in state.tasks.segments}
     out = []
-    for tid, st in enumerate(state.task_state):
+    for tid, st in enumerate(state.tasks.task_state):
         if st is TaskState.DONE:
             continue
         why: UnfinishedWhy
@@ -62,7 +62,7 @@ def unfinished_tasks(state: RunState, tasks: Sequence[TaskSpec]) -> tuple[Unfini
             why = "not_started"
         out.append(
             UnfinishedTask(
-                task=tid, command=commands.get(tid), why=why, error=state.task_errors.get(tid)
+                task=tid, command=commands.get(tid), why=why, error=state.tasks.task_errors.get(tid)
             )
         )
     return tuple(out)
@@ -91,7 +91,7 @@ def _out_of_money(state: RunState) -> bool | None:
     the bag was finished; None, the run ended otherwise or goes on."""
     if state.finished:
         return False
-    if state.stopped and (state.stop_reason or "").startswith(OUT_OF_MONEY):
+    if state.money.stopped and (state.money.stop_reason or "").startswith(OUT_OF_MONEY):
         return True
     return None
 
@@ -137,10 +137,10 @@ def build_report(
     """The report of ``state`` run under ``cfg`` on the bag ``tasks``; ``time_scale`` and
     ``refused_agents`` are a real run's (the daemon's) and left out of a dry run's report."""
     billing = state.billing
-    budget = state.budget_of(cfg.constraint.budget)
+    budget = state.money.budget_of(cfg.constraint.budget)
     machines = []
     totals = {t.name: _TypeTotals(slots=t.slots or 1) for t in cfg.machine_types}
-    for m in state.machines.values():
+    for m in state.fleet.machines.values():
         end = m.ended_at if m.ended_at is not None else state.now
         life = end - m.launched_at
         boot = (m.ready_at if m.ready_at is not None else end) - m.launched_at
@@ -177,11 +177,11 @@ def build_report(
             makespan_interval_s=rounded_pair(c.makespan_interval_s, 3),
             best_effort=c.best_effort,
         )
-        for t, c in state.configurations
+        for t, c in state.decisions.configurations
     )
     makespan = round(makespan_s(state), 3)
     first_plan, replaced_at = _followed_plan(configurations)
-    if state.deadline_mode:
+    if state.work.deadline_mode:
         first_plan = None
     report = Report(
         run_id=run_id,
@@ -193,13 +193,15 @@ def build_report(
         seed=seed,
         budget=budget,
         cost=round(cost, 4),
-        committed=round(state.committed, 4),
+        committed=round(state.money.committed, 4),
         within_budget=budget is None or cost <= budget + EPS,
         makespan_s=makespan,
         tasks_total=state.n_tasks,
-        tasks_done=state.done,
-        tasks_failed=state.failed,
-        stop_reason=HELD if state.awaiting_budget and not state.finished else state.stop_reason,
+        tasks_done=state.tasks.done,
+        tasks_failed=state.tasks.failed,
+        stop_reason=HELD
+        if state.money.awaiting_budget and not state.finished
+        else state.money.stop_reason,
         predicted=None
         if first_plan is None
         else Prediction(
@@ -215,8 +217,8 @@ def build_report(
             best_effort=first_plan.best_effort,
             replaced_best_effort_at_s=replaced_at,
         ),
-        shortfall=_first_note(state.shortfalls, _out_of_money(state)),
-        risk=_first_note(state.risks, _out_of_money(state)),
+        shortfall=_first_note(state.decisions.shortfalls, _out_of_money(state)),
+        risk=_first_note(state.decisions.risks, _out_of_money(state)),
         categories=category_lines(cfg, state),
         billing=BillingTerms(
             mode=billing.mode,
@@ -227,13 +229,17 @@ def build_report(
         machine_types={name: t.summary() for name, t in totals.items()},
         machines=tuple(machines),
         failed_tasks=tuple(
-            FailedTask(task=tid, attempts=state.attempts[tid], error=state.task_errors.get(tid, ""))
-            for tid, st in enumerate(state.task_state)
+            FailedTask(
+                task=tid,
+                attempts=state.tasks.attempts[tid],
+                error=state.tasks.task_errors.get(tid, ""),
+            )
+            for tid, st in enumerate(state.tasks.task_state)
             if st.value == "failed"
         ),
         launch_problems=tuple(
             LaunchProblem(t_s=round(t, 3), type=tname, kind=kind, reason=reason)
-            for t, tname, kind, reason in state.launch_problems
+            for t, tname, kind, reason in state.capacity.launch_problems
         ),
         wall_s=rounded(wall_s),
         unfinished_tasks=unfinished_tasks(state, tasks),
@@ -242,7 +248,7 @@ def build_report(
         providers=provider_summaries(cfg, totals),
         outputs=None if time_scale is None else outputs_summary(state, tasks),
     )
-    if not state.deadline_mode:
+    if not state.work.deadline_mode:
         return report
     jobs, unattributed = job_outcomes(state)
     fields = {f.name: getattr(report, f.name) for f in dataclasses.fields(report)}
@@ -258,7 +264,7 @@ def build_report(
 def outputs_summary(state: RunState, tasks: Sequence[TaskSpec]) -> OutputsSummary | None:
     """Where the task files that came back are (None: the run's tasks have none)."""
     stored = []
-    for tid, st in sorted(state.stored.items()):
+    for tid, st in sorted(state.tasks.stored.items()):
         spec = tasks[tid].files if tid < len(tasks) else None
         where = task_location(spec, tid) if spec is not None else f"outputs/{tid}/"
         stored.append(TaskOutputs(tid, where, st.files, st.bytes))

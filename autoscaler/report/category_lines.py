@@ -43,22 +43,22 @@ class CategoryLine:
 def category_lines(cfg: RunConfig, state: RunState) -> tuple[CategoryLine, ...]:
     """The report's categories of a run of ``cfg``, sorted as its state's were (none
     without them)."""
-    found = categories_of(cfg) if state.task_category else None
+    found = categories_of(cfg) if state.tasks.task_category else None
     if not found:
         return ()
     done = Counter(
-        state.task_category[t]
-        for t, st in enumerate(state.task_state)
-        if st is TaskState.DONE and t < len(state.task_category)
+        state.tasks.task_category[t]
+        for t, st in enumerate(state.tasks.task_state)
+        if st is TaskState.DONE and t < len(state.tasks.task_category)
     )
-    tasks = Counter(state.task_category)  # a pool's: its jobs added since too
+    tasks = Counter(state.tasks.task_category)  # a pool's: its jobs added since too
     return tuple(_line(state, cat, tasks[cat.id], done[cat.id]) for cat in found)
 
 
 def _line(state: RunState, cat: Category, tasks: int, done: int) -> CategoryLine:
     on_types = []
     for t in sorted(state.types):
-        runs = state.category_runs.get((cat.id, t))
+        runs = state.observed.category_runs.get((cat.id, t))
         if not runs or runs[0] <= 0:
             continue
         n, total, squares = runs

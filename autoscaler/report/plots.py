@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from autoscaler.core.job_ledger import Jobs
 from autoscaler.core.model import JobSpec
 from autoscaler.core.state import RunState
 from autoscaler.core.words import counted
@@ -49,16 +50,16 @@ def gantt_figure(state: RunState) -> Figure:
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
 
-    if len(state.machines) > BIG_MACHINES or len(state.segments) > BIG_RUNS:
+    if len(state.fleet.machines) > BIG_MACHINES or len(state.tasks.segments) > BIG_RUNS:
         return _bucket_gantt(state)
-    machines = sorted(state.machines.values(), key=lambda m: (m.type.name, m.launched_at))
+    machines = sorted(state.fleet.machines.values(), key=lambda m: (m.type.name, m.launched_at))
     colours = colormaps["tab10"]
     type_colour = {name: colours(i % 10) for i, name in enumerate(sorted(state.types))}
-    job_colour = _job_colours(state)
+    job_colour = _job_colours(state.work)
     life_grey = (0.5, 0.5, 0.5, 1.0)
     by_machine: dict[str, list[tuple[float, float, str, str]]] = {}
-    for seg in state.segments:
-        job = state.job_of(seg.task).name if state.deadline_mode else ""
+    for seg in state.tasks.segments:
+        job = state.work.job_of(seg.task).name if state.work.deadline_mode else ""
         by_machine.setdefault(seg.machine, []).append((seg.start, seg.end, seg.outcome, job))
     fig = Figure(figsize=(12, min(40.0, 2.5 + 0.12 * len(machines))), layout="constrained")
     ax = fig.subplots()
@@ -89,10 +90,10 @@ def gantt_figure(state: RunState) -> Figure:
     ax.set_title(
         "Machines over time: life (pale) and tasks (solid; red failed, grey cancelled, black lost)"
     )
-    for spec in state.jobs:
+    for spec in state.work.jobs:
         ax.axvline(spec.at / _HOUR, color=job_colour[spec.name], linewidth=0.8, linestyle=":")
     ran = sorted({m.type.name for m in machines})
-    if state.deadline_mode:
+    if state.work.deadline_mode:
         ax.set_title(
             "Machines over time: life (pale) and tasks (solid, by job; red failed, "
             "grey cancelled, black lost); deadlines solid, arrivals dotted"
@@ -101,11 +102,11 @@ def gantt_figure(state: RunState) -> Figure:
         fig.legend(  # a job's tasks (the square) and deadline (the line) in its colour
             [
                 Line2D([], [], color=job_colour[j.name], linewidth=1.5, marker="s", markersize=7)
-                for j in state.jobs
+                for j in state.work.jobs
             ],
-            [f"{j.name}, due {hms(j.deadline)}" for j in state.jobs],
+            [f"{j.name}, due {hms(j.deadline)}" for j in state.work.jobs],
             loc="outside lower center",
-            ncol=min(len(state.jobs), 6),
+            ncol=min(len(state.work.jobs), 6),
             fontsize=8,
             frameon=False,
         )
@@ -121,7 +122,7 @@ def gantt_figure(state: RunState) -> Figure:
                 annotation_clip=False,
                 bbox={"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none"},
             )
-            for j in state.jobs
+            for j in state.work.jobs
         ]
         # Below the top of the axes, right of the line (left of it at the right edge),
         # lower the more names share a place.
@@ -177,12 +178,12 @@ def _bucket_gantt(state: RunState) -> Figure:
     ax.set_ylabel(f"{counted(n, 'machine', spec=',')}, by type then launch")
     ax.set_xlabel("hours since start")
     ax.set_title(
-        f"Machines over time, {counted(len(state.segments), 'run', spec=',')} in buckets of "
+        f"Machines over time, {counted(len(state.tasks.segments), 'run', spec=',')} in buckets of "
         f"{hms(act.bucket_s)}:\n"
         "share of slot time busy (type colour; red failed, grey cancelled, black lost), "
         "life pale"
     )
-    for spec in state.jobs:
+    for spec in state.work.jobs:
         ax.axvline(spec.deadline / _HOUR, color="black", linewidth=0.8)
     ran = sorted(set(act.types))
     _type_legend(fig, ran, type_colour)
@@ -194,9 +195,9 @@ def _deadline_lines(
 ) -> dict[str, Line2D]:
     """Each job's deadline as a line in its colour. Deadlines that would be drawn on one
     another (closer than a few pixels) are dashed in turn, so every colour shows."""
-    span = max(state.now, max((j.deadline for j in state.jobs), default=0.0), 1.0)
+    span = max(state.now, max((j.deadline for j in state.work.jobs), default=0.0), 1.0)
     groups: list[list[JobSpec]] = []
-    for spec in sorted(state.jobs, key=lambda j: j.deadline):
+    for spec in sorted(state.work.jobs, key=lambda j: j.deadline):
         if groups and spec.deadline - groups[-1][0].deadline <= _COINCIDE * span:
             groups[-1].append(spec)
         else:
@@ -223,15 +224,15 @@ _DASH = 4.0
 """The length of a dash of a deadline drawn with others, in points (times the width)."""
 
 
-def _job_colours(state: RunState) -> dict[str, tuple[float, float, float, float]]:
+def _job_colours(work: Jobs) -> dict[str, tuple[float, float, float, float]]:
     """A colour per job (deadline mode), in the jobs' order; none in budget mode. Reds
     and greys are left out: they mean failed and cancelled runs."""
     from matplotlib import colormaps
 
-    many = len(state.jobs) > len(_TAB10_FOR_JOBS)
+    many = len(work.jobs) > len(_TAB10_FOR_JOBS)
     name, picks = ("tab20", _TAB20_FOR_JOBS) if many else ("tab10", _TAB10_FOR_JOBS)
     colours = colormaps[name]
-    return {j.name: colours(picks[i % len(picks)]) for i, j in enumerate(state.jobs)}
+    return {j.name: colours(picks[i % len(picks)]) for i, j in enumerate(work.jobs)}
 
 
 _TAB10_FOR_JOBS = (0, 1, 2, 4, 5, 6, 8, 9)
@@ -245,7 +246,7 @@ def spend_curve(state: RunState, points: int = 400) -> tuple[list[float], list[f
 
     end = max(state.now, 1.0)
     times = [end * i / points for i in range(points + 1)]
-    machines = list(state.machines.values())
+    machines = list(state.fleet.machines.values())
     launched = np.array([m.launched_at for m in machines], dtype=float)
     ended = np.array(
         [m.ended_at if m.ended_at is not None else state.now for m in machines], dtype=float
@@ -297,8 +298,8 @@ def spend_figure(state: RunState, budget: float | None) -> Figure:
         label=_SPEND_LABELS["spent"],
     )
     ax.step(
-        [t / _HOUR for t, _ in state.spend_log] + [state.now / _HOUR],
-        [v for _, v in state.spend_log] + [state.spend_log[-1][1]],
+        [t / _HOUR for t, _ in state.money.spend_log] + [state.now / _HOUR],
+        [v for _, v in state.money.spend_log] + [state.money.spend_log[-1][1]],
         where="post",
         color="tab:blue",
         linewidth=1.5,

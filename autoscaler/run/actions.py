@@ -63,7 +63,7 @@ class Executor:
         for event in events:
             match event:
                 case MachineLaunched(machine=mid):
-                    self.track(state.machines[mid])
+                    self.track(state.fleet.machines[mid])
                     self.lifecycle.boot(mid)
                 case MachineLost(machine=mid, reason=reason):
                     self.log.warning("machine lost", machine=mid, reason=reason)
@@ -74,7 +74,7 @@ class Executor:
                 case Launch():
                     self.lifecycle.launch(action)
                 case Extend(machine=mid):
-                    self.timers.boundary(state.machines[mid])
+                    self.timers.boundary(state.fleet.machines[mid])
                     touched.add(mid)
                 case Release(machine=mid):
                     self.forget(mid)
@@ -90,7 +90,7 @@ class Executor:
                 case Move(source=src, target=dst):
                     touched.update((src, dst))
                 case Defer(types=types) if types:
-                    at = state.launchable_at(types)
+                    at = state.capacity.launchable_at(types)
                     if state.now < at < NEVER:  # (types given up wait for nothing)
                         self.timers.wake(at + WAKE_AFTER_S)
                 case _:
@@ -113,7 +113,7 @@ class Executor:
 
         ``gone``: machines already found gone in this step, left out, and those found
         here added: checks that queued up while the loop was busy make one event each."""
-        alive = [m for m in state.alive_machines() if m.id not in gone]
+        alive = [m for m in state.fleet.alive_machines() if m.id not in gone]
         mono = time.monotonic()
         for m in alive:
             if m.id not in self.since:
@@ -147,27 +147,27 @@ class Executor:
             self.dispatcher.files.recover(state)
         events: list[Event] = []
         adopted: set[str] = set()
-        for token, (tname, count) in list(state.pending_launches.items()):
+        for token, (tname, count) in list(state.fleet.pending_launches.items()):
             done = lifecycle.launch_now(Launch(tname, count, token))
             events.extend(launch_events(done, state, lifecycle.cfg, now(), self.log))
             adopted.update(r.id for r in done.records)
         live = {s.id for s in provider.describe() if s.state is not ProviderState.TERMINATED}
-        for m in state.alive_machines():
+        for m in state.fleet.alive_machines():
             if m.id in live:
                 self.track(m)
                 lifecycle.boot(m.id)
             else:
                 events.append(MachineLost(m.id, "ended while the daemon was down"))
-        known = {m.id for m in state.alive_machines()} | adopted
+        known = {m.id for m in state.fleet.alive_machines()} | adopted
         strays = sorted(live - known)
         if strays:
             self.log.warning("terminating strays", machines=strays)
             provider.terminate(strays)
         self.log.info(
             "resumed",
-            machines=sorted(m.id for m in state.alive_machines()),
+            machines=sorted(m.id for m in state.fleet.alive_machines()),
             relaunched=sorted(adopted),
-            committed=round(state.committed, 4),
-            done=state.done,
+            committed=round(state.money.committed, 4),
+            done=state.tasks.done,
         )
         return events

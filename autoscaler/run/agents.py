@@ -71,7 +71,7 @@ class Agents:
         ``seen`` holds (machine, run) pairs already taken in this step ((machine, 0): its
         first report): an agent repeats results until they are acknowledged.
         """
-        m = state.machines.get(poll.machine)
+        m = state.fleet.machines.get(poll.machine)
         if m is None or not m.alive:
             return []
         events: list[Event] = []
@@ -80,16 +80,16 @@ class Agents:
         for r in poll.results:
             current = m.run_no.get(r.task) == r.run
             # A task taken back from this agent's group that it had already run: its
-            # result counts once, if nothing else ended the task first (core.fold).
+            # result counts once, if nothing else ended the task first (core.state).
             late = (
                 not current
                 and r.ok
                 and r.task in m.taken
-                and state.task_state[r.task] in (TaskState.RUNNING, TaskState.PENDING)
+                and state.tasks.task_state[r.task] in (TaskState.RUNNING, TaskState.PENDING)
             )
             if not (current or late) or (m.id, r.run) in seen:
                 continue  # a late or repeated result: already counted, or cancelled
-            once = r.ok and r.task not in state.paired_runs  # pairs: a result per type
+            once = r.ok and r.task not in state.observed.paired_runs  # pairs: a result per type
             if once and ("", r.task) in seen:
                 continue  # done by another machine's result in this step: that one wins
             seen.add((m.id, r.run))
@@ -139,7 +139,7 @@ class Agents:
             seen.add((m.id, _SETUP_LOST))
             failed = sum(
                 1
-                for x in state.machines.values()
+                for x in state.fleet.machines.values()
                 if x.type.name == m.type.name
                 and (SETUP_REASON in (x.end_reason or "") or (x.id, _SETUP_LOST) in seen)
             )
@@ -175,7 +175,7 @@ class Agents:
     def answer(self, state: RunState, poll: Poll, timeline: Timeline) -> None:
         """Answer ``poll`` now, or park it: an idle agent hears nothing until there is
         work for it, its machine goes, or its lease needs renewing."""
-        m = state.machines.get(poll.machine)
+        m = state.fleet.machines.get(poll.machine)
         if m is None or not m.alive:
             poll.reply.send({"ack": True, "tasks": [], "cancel": [], "release": True})
             return

@@ -214,7 +214,7 @@ class Daemon:
         if self.resume:
             self.state = rebuild_state(files, self.journal)
             files.keep_tasks(self.state.n_tasks)
-            gone = {m.id for m in self.state.machines.values() if not m.alive}
+            gone = {m.id for m in self.state.fleet.machines.values() if not m.alive}
             self._settle_outputs()
         else:
             self.state = new_state(cfg, len(self.tasks), files.seed)
@@ -324,10 +324,12 @@ class Daemon:
         events: list[Event] = []
         if self.resume:
             events = self.executor.reconcile(self.state, self.now)
-        if self.resumed is not None and self.state.interrupted:
+        if self.resumed is not None and self.state.money.interrupted:
             events.append(Resumed(self.resumed))
         if self.budget is not None:
-            check_budget(self.budget.budget, committed=self.state.committed, holder="this run")
+            check_budget(
+                self.budget.budget, committed=self.state.money.committed, holder="this run"
+            )
             events.append(self.budget)
         events.extend(self.timers.arrivals(self.state, self.now()))
         self._step([*self.share.news(self.state), *events], [])
@@ -365,11 +367,11 @@ class Daemon:
                     polls.append(item)
                     events.extend(self.agents.poll_events(self.state, item, seen))
                 case TickDue():
-                    if not self.state.stopped:
+                    if not self.state.money.stopped:
                         events.append(Tick())
                 case BoundaryDue(machine=mid):
                     events.extend(
-                        self.timers.boundary_event(self.state.machines.get(mid), self.now())
+                        self.timers.boundary_event(self.state.fleet.machines.get(mid), self.now())
                     )
                 case LaunchDone():
                     events.extend(launch_events(item, self.state, self.cfg, self.now(), self.log))
@@ -378,26 +380,28 @@ class Daemon:
                     events.extend(self.executor.health(self.state, self.cfg, gone))
                 case Ended(machines=ended, reasons=reasons):
                     for mid in sorted(ended):
-                        m = self.state.machines.get(mid)
+                        m = self.state.fleet.machines.get(mid)
                         if m is not None and m.alive and mid in self._since and mid not in gone:
                             gone.add(mid)  # several reports of one end make one event
                             why = reasons.get(mid)
                             said = f"{ENDED_REASON}: {why}" if why else ENDED_REASON
                             events.append(MachineLost(mid, said))
                 case BootFailed(machine=mid, reason=reason):
-                    m = self.state.machines.get(mid)
+                    m = self.state.fleet.machines.get(mid)
                     if m is not None and m.alive and mid not in gone:
                         gone.add(mid)
                         self.log.error("bootstrap failed", machine=mid, error=reason)
                         events.append(MachineLost(mid, f"{BOOT_REASON}: {reason}"))
                 case SignalReceived(signum=signum) if signum == HANDOVER_SIGNAL:
-                    if self.state.awaiting_budget:
+                    if self.state.money.awaiting_budget:
                         handing = "the plan's budget was chosen"
                     else:
                         self.log.warning("hand-over asked for a run that does not wait: ignored")
                 case SignalReceived(signum=signum):
                     name = signal.Signals(signum).name
-                    if not self.state.shutdown and not any(isinstance(e, Shutdown) for e in events):
+                    if not self.state.money.shutdown and not any(
+                        isinstance(e, Shutdown) for e in events
+                    ):
                         self.log.warning("signal: releasing every machine", signal=name)
                         events.append(Shutdown(f"interrupted by {name}"))
                     else:
@@ -407,7 +411,7 @@ class Daemon:
                 case Told(event=told):
                     events.extend(admit(self.state, told, self.log))
                 case ArrivalsDue(jobs=arrivals):
-                    events.extend(a for a in arrivals if a.job not in self.state.arrived)
+                    events.extend(a for a in arrivals if a.job not in self.state.work.arrived)
                 case AddJob():
                     added = self._add(item, [a for _, a in adding], events)
                     if added is not None:
@@ -431,7 +435,7 @@ class Daemon:
     def _step(self, events: list[Event], polls: list[Poll]) -> None:
         """Controller.step, the journal, then the actions; then the agents' answers."""
         state = self.state
-        if events or not state.configurations:
+        if events or not state.decisions.configurations:
             now = self.now()
             actions = self.controller.step(state, events, now)
             outputs = self.agents.outputs_of(events)
@@ -476,7 +480,7 @@ class Daemon:
         self.log.info(
             "handing the run over: its machines are kept",
             reason=reason,
-            machines=sorted(m.id for m in self.state.alive_machines()),
+            machines=sorted(m.id for m in self.state.fleet.alive_machines()),
         )
 
     # --- from the outside world to events -----------------------------------------------
@@ -524,11 +528,11 @@ class Daemon:
             answer.set_exception(AutoscalerError(f"job {job.name!r}: the daemon ended"))
         self._answers.clear()
         if self.handed_over and error is None:
-            self.log.info("daemon end: handed over", committed=round(self.state.committed, 4))
+            self.log.info("daemon end: handed over", committed=round(self.state.money.committed, 4))
             return
         # A second signal while machines are being released kills them all.
         self.lifecycle.wind_down(lambda: self._signals > 1, self.executor.kill_all)
-        if error is not None and not self.state.stopped:
+        if error is not None and not self.state.money.stopped:
             try:
                 now = self.now()
                 for event in all_gone(self.state, "daemon error"):
@@ -538,8 +542,8 @@ class Daemon:
                 self.log.error("the state could not record the daemon error", error=repr(exc))
         self.log.info(
             "daemon end",
-            done=self.state.done,
-            failed=self.state.failed,
-            committed=round(self.state.committed, 4),
-            stop_reason=self.state.stop_reason,
+            done=self.state.tasks.done,
+            failed=self.state.tasks.failed,
+            committed=round(self.state.money.committed, 4),
+            stop_reason=self.state.money.stop_reason,
         )

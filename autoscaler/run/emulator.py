@@ -170,8 +170,8 @@ class Emulator:
 
     def _run(self) -> RunState:
         self._at(self.interval, Tick())
-        for job in self.state.jobs:
-            if job.name not in self.state.arrived:
+        for job in self.state.work.jobs:
+            if job.name not in self.state.work.arrived:
                 self._at(job.at, JobArrived(job.name))
         self._step([])
         heap, pop, realise, state = self._heap, heapq.heappop, self._realise, self.state
@@ -212,11 +212,11 @@ class Emulator:
             return self._ended(item)
         match item:
             case Tick():
-                if not self.state.stopped:
+                if not self.state.money.stopped:
                     self._at(self.now + self.interval, Tick())
                 return item
             case _Wake():
-                return None if self.state.stopped else Tick()
+                return None if self.state.money.stopped else Tick()
             case MachineReady(machine=mid):
                 box = self._boxes[mid]
                 if box.gone:
@@ -235,11 +235,11 @@ class Emulator:
             case MachineLaunched(machine=mid, token=token):
                 # The tasks the launch was bought for: the state queues them on the
                 # machines in the order their launch events come, as here.
-                queues = self.state.launch_queues.get(token, ())
+                queues = self.state.work.launch_queues.get(token, ())
                 i = self._launch_seen.get(token, 0)
                 self._launch_seen[token] = i + 1
                 if i < len(queues):
-                    self.state.enqueue(self._boxes[mid].queue, queues[i])
+                    self.state.work.enqueue(self._boxes[mid].queue, queues[i])
                 return item
             case JobAdded(job=job):
                 means = JobMeans(job.name, dict(job.task_s)) if job.task_s else None
@@ -308,7 +308,7 @@ class Emulator:
             case Extend(machine=mid, until=until):
                 self._at(self._boundary_at(until), BoundaryNear(mid))
             case Defer(types=types) if types:  # tried again once its hold lifts
-                at = self.state.launchable_at(types)
+                at = self.state.capacity.launchable_at(types)
                 if at > self.now:
                     self._at(at, _Wake())
             case Release(machine=mid):
@@ -340,7 +340,7 @@ class Emulator:
 
     def _queue(self, mid: str, tids: tuple[int, ...]) -> None:
         """Queue ``tids`` on ``mid`` (an assignment, a group, a move) and start what fits."""
-        self.state.enqueue(self._boxes[mid].queue, tids)
+        self.state.work.enqueue(self._boxes[mid].queue, tids)
         self._start_next(mid)
 
     def _start_next(self, mid: str) -> None:

@@ -7,9 +7,9 @@ ever ready, ``UNREADY_MAX`` in a row since the type's last machine that came up:
 batch job the scheduler could not start (its log path unwritable, its working directory
 missing on the node, a partition or queue it may not use), an instance whose agent
 never came up. Either gives the type up the same way, a ``LaunchFailed`` of its kind
-until ``NEVER``: the state avoids the type for good (``RunRecords.given_up``), the
+until ``NEVER``: the state avoids the type for good (``Capacity.given_up``), the
 controllers plan without it, and stop, saying why, once no type is left
-(``RunRecords.none_left``), instead of buying machine after machine that never starts.
+(``Capacity.none_left``), instead of buying machine after machine that never starts.
 
 A machine the scheduler still queues when the daemon stops waiting for it does not
 count: a busy cluster is not a broken type (``lost_contact`` names it apart).
@@ -71,16 +71,16 @@ def unready_give_ups(state: RunState, events: Sequence[Event], log: Any) -> list
     ready = {e.machine for e in events if isinstance(e, MachineReady)}
     for event in events:
         if isinstance(event, MachineLost) and _unready_cause(event.reason):
-            m = state.machines.get(event.machine)
+            m = state.fleet.machines.get(event.machine)
             booting = m is not None and m.alive and m.state is MachineState.BOOTING
             if booting and event.machine not in ready:
                 lost[event.machine] = event.reason
     given = {e.type for e in events if isinstance(e, LaunchFailed) and e.kind in GIVEN_UP_KINDS}
     out: list[LaunchFailed] = []
-    for type_name in dict.fromkeys(state.machines[mid].type.name for mid in lost):
-        if type_name in given or state.given_up(type_name):
+    for type_name in dict.fromkeys(state.fleet.machines[mid].type.name for mid in lost):
+        if type_name in given or state.capacity.given_up(type_name):
             continue
-        mine = [m for m in state.machines.values() if m.type.name == type_name]
+        mine = [m for m in state.fleet.machines.values() if m.type.name == type_name]
         came_up = max((m.ready_at for m in mine if m.ready_at is not None), default=-1.0)
         streak = sum(
             1

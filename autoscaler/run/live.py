@@ -13,6 +13,7 @@ from rich.table import Table
 from autoscaler.config.schema import RunConfig
 from autoscaler.core.model import JobSpec, MachineState, TaskState
 from autoscaler.core.state import RunState
+from autoscaler.core.task_ledger import Tasks
 from autoscaler.core.words import counted
 from autoscaler.report.build import makespan_s
 from autoscaler.report.format import hms
@@ -23,15 +24,15 @@ Update = Callable[[RunState, float | None], None]
 def machine_counts(state: RunState) -> dict[str, dict[str, int]]:
     """Live machines per type: booting and ready."""
     out = {name: {"booting": 0, "ready": 0} for name in state.types}
-    for m in state.alive_machines():
+    for m in state.fleet.alive_machines():
         key = "booting" if m.state is MachineState.BOOTING else "ready"
         out[m.type.name][key] += 1
     return out
 
 
 def summary_rows(cfg: RunConfig, state: RunState, estimate: float | None) -> list[tuple[str, str]]:
-    budget = state.budget_of(cfg.constraint.budget)
-    money = f"{state.committed:.2f}" + ("" if budget is None else f" of {budget:g}")
+    budget = state.money.budget_of(cfg.constraint.budget)
+    money = f"{state.money.committed:.2f}" + ("" if budget is None else f" of {budget:g}")
     machines = ", ".join(
         f"{name} {c['ready']}" + (f" (+{c['booting']} booting)" if c["booting"] else "")
         for name, c in machine_counts(state).items()
@@ -39,34 +40,35 @@ def summary_rows(cfg: RunConfig, state: RunState, estimate: float | None) -> lis
     rows = [
         (
             "tasks",
-            f"{state.done} done, {state.failed} failed, {len(state.running_on)} running, "
-            f"{len(state.pending)} waiting, of {state.n_tasks}",
+            f"{state.tasks.done} done, {state.tasks.failed} failed, "
+            f"{len(state.tasks.running_on)} running, "
+            f"{len(state.tasks.pending)} waiting, of {state.n_tasks}",
         ),
         ("machines", machines),
         ("committed", money),
         ("run time", hms(state.now)),
     ]
     # Once the run is over its finish is known: show it, not the last plan's estimate.
-    over = state.stopped and not state.any_alive()
+    over = state.money.stopped and not state.fleet.any_alive()
     if state.finished:
         rows.append(("finished at", hms(makespan_s(state))))
     elif over:
         rows.append(("stopped at", hms(state.now)))
     else:
         rows.append(("estimated finish", "not planned yet" if estimate is None else hms(estimate)))
-        plan = state.plan()
+        plan = state.decisions.plan()
         interval = None if plan is None else plan.makespan_interval_s
         if interval is not None:
             rows.append(("finish interval", f"{hms(interval[0])} – {hms(interval[1])}"))
-    if state.risks:
-        at, risk = state.risks[-1]
+    if state.decisions.risks:
+        at, risk = state.decisions.risks[-1]
         rows.append(("risk", f"at {hms(at)}: {risk.message}"))
-    if state.shortfalls:
-        at, warning = state.shortfalls[-1]
+    if state.decisions.shortfalls:
+        at, warning = state.decisions.shortfalls[-1]
         rows.append(("warning", f"at {hms(at)}: {warning.message}"))
     rows += job_rows(state)
     if len(cfg.provider_names()) > 1:
-        per = state.by_provider()
+        per = state.fleet.by_provider()
         rows.append(
             (
                 "providers",
@@ -78,15 +80,15 @@ def summary_rows(cfg: RunConfig, state: RunState, estimate: float | None) -> lis
                 ),
             )
         )
-    if state.stopped:
-        rows.append(("ended" if over else "stopping", state.stop_reason or "bag finished"))
+    if state.money.stopped:
+        rows.append(("ended" if over else "stopping", state.money.stop_reason or "bag finished"))
     return rows
 
 
-def job_done(state: RunState, job: JobSpec) -> int:
+def job_done(tasks: Tasks, job: JobSpec) -> int:
     """Tasks of ``job`` done so far."""
     return sum(
-        state.task_state[t] is TaskState.DONE for t in range(job.first, job.first + job.count)
+        tasks.task_state[t] is TaskState.DONE for t in range(job.first, job.first + job.count)
     )
 
 
@@ -94,17 +96,19 @@ def job_rows(state: RunState) -> list[tuple[str, str]]:
     """Deadline mode: per job, its tasks done of all, its deadline, and the lateness last
     said of it (none in budget mode)."""
     rows = []
-    for job in state.jobs:
-        text = f"{job_done(state, job)}/{job.count} done, due at {hms(job.deadline)}"
-        if job.name not in state.arrived:
+    for job in state.work.jobs:
+        text = f"{job_done(state.tasks, job)}/{job.count} done, due at {hms(job.deadline)}"
+        if job.name not in state.work.arrived:
             text += f", arrives at {hms(job.at)}"
-        late = state.late.get(job.name)
+        late = state.work.late.get(job.name)
         if late is not None and late.tasks > 0:
             text += (
                 f"; expected late: {counted(late.tasks, 'task')}, by {late.seconds:.0f} s "
                 f"({late.cause})"
             )
-        learned = [n for (name, _), (_, n) in sorted(state.learned.items()) if name == job.name]
+        learned = [
+            n for (name, _), (_, n) in sorted(state.work.learned.items()) if name == job.name
+        ]
         for n in learned:
             text += f"; learned {n.type} {n.learned_s:.1f} s (declared {n.declared_s:g} s)"
         rows.append((f"job {job.name}", text))
@@ -144,14 +148,14 @@ def status_lines(
     daemon = f"running (pid {pid})" if pid else "not running"
     lines = [f"run {run_id}: daemon {daemon}; journal up to run time {hms(state.now)}"]
     lines += [f"  {key}: {value}" for key, value in summary_rows(cfg, state, planned_finish(state))]
-    over = state.finished or (state.stopped and not state.any_alive())
+    over = state.finished or (state.money.stopped and not state.fleet.any_alive())
     if service is not None:
         if not pid and not over:
             lines.append(
                 f"  a job of the service in {service}: it carries on when the service starts "
                 f"again: autoscaler serve <its service config> --state-dir {service}"
             )
-    elif state.awaiting_budget and not state.interrupted:
+    elif state.money.awaiting_budget and not state.money.interrupted:
         lines.append(
             "  the samples are in and the run waits for a budget: "
             "autoscaler run --plan <plan dir> --option N (or --resume <run dir> --budget B)"
@@ -162,5 +166,5 @@ def status_lines(
 
 
 def planned_finish(state: RunState) -> float | None:
-    plan = state.plan()
+    plan = state.decisions.plan()
     return None if plan is None else plan.predicted_makespan_s

@@ -90,11 +90,11 @@ def launch_events(
     """What a launch's result tells the controller: the machines it started, and a
     ``LaunchFailed`` for those it did not, with how long to avoid what refused."""
     launch = done.launch
-    if launch.token not in state.pending_launches:
+    if launch.token not in state.fleet.pending_launches:
         return []
     events: list[Event] = []
     for rec in done.records[: launch.count]:
-        if rec.id in state.machines:
+        if rec.id in state.fleet.machines:
             continue
         events.append(
             MachineLaunched(

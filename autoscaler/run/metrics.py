@@ -94,31 +94,31 @@ class Metrics:
         return metrics
 
     def update(self, state: RunState, estimate: float | None) -> None:
-        running = len(state.running_on)
-        self.tasks.labels("done").set(state.done)
-        self.tasks.labels("failed").set(state.failed)
+        running = len(state.tasks.running_on)
+        self.tasks.labels("done").set(state.tasks.done)
+        self.tasks.labels("failed").set(state.tasks.failed)
         self.tasks.labels("running").set(running)
-        self.tasks.labels("pending").set(len(state.pending))
+        self.tasks.labels("pending").set(len(state.tasks.pending))
         for name, counts in machine_counts(state).items():
             for key, n in counts.items():
                 self.machines.labels(name, key).set(n)
-        self.spend.set(state.committed)
-        for name, (alive, money) in state.by_provider().items():
+        self.spend.set(state.money.committed)
+        for name, (alive, money) in state.fleet.by_provider().items():
             self.provider_machines.labels(name).set(alive)
             self.provider_spend.labels(name).set(money)
-        budget = state.budget_of(self.configured_budget)
+        budget = state.money.budget_of(self.configured_budget)
         if budget is not None:
             self.budget.set(budget)
-        if state.shortfalls:
+        if state.decisions.shortfalls:
             self.shortfall.set(1)
-            self.needed.set(state.shortfalls[-1][1].needed_budget or 0.0)
+            self.needed.set(state.decisions.shortfalls[-1][1].needed_budget or 0.0)
         if estimate is not None:
             self.makespan.set(estimate)
-        for job in state.jobs:
-            self.job_tasks.labels(job.name, "done").set(job_done(state, job))
+        for job in state.work.jobs:
+            self.job_tasks.labels(job.name, "done").set(job_done(state.tasks, job))
             self.job_tasks.labels(job.name, "total").set(job.count)
             self.job_deadline.labels(job.name).set(job.deadline)
-            late = state.late.get(job.name)
+            late = state.work.late.get(job.name)
             self.job_late_tasks.labels(job.name).set(0 if late is None else late.tasks)
             self.job_late_seconds.labels(job.name).set(0.0 if late is None else late.seconds)
 

@@ -11,6 +11,7 @@ from autoscaler.categories.of_config import categories_of_tasks
 from autoscaler.config.bag import task_means
 from autoscaler.config.schema import JobMeans, RunConfig
 from autoscaler.core.errors import AutoscalerError
+from autoscaler.core.job_ledger import Jobs
 from autoscaler.core.model import (
     BudgetSet,
     DeadlineSet,
@@ -25,6 +26,7 @@ from autoscaler.core.model import (
     MachineReady,
     Shutdown,
 )
+from autoscaler.core.money_ledger import Money
 from autoscaler.core.state import RunState
 from autoscaler.deadline.controller import DeadlineController
 from autoscaler.run.build import added_job
@@ -34,29 +36,30 @@ from autoscaler.run.inbox import AddJob
 def admit(state: RunState, event: Event, log: Any) -> list[Event]:
     """An owner's event, unless the run is past it or it does not fit the run."""
     match event:
-        case BudgetSet(budget=budget) if budget < state.committed - 1e-9:
+        case BudgetSet(budget=budget) if budget < state.money.committed - 1e-9:
             log.warning(
                 "budget update refused: below what is committed",
                 budget=budget,
-                committed=round(state.committed, 4),
+                committed=round(state.money.committed, 4),
             )
             return []
-        case DeadlineSet(job=name) if name not in {j.name for j in state.jobs}:
+        case DeadlineSet(job=name) if name not in {j.name for j in state.work.jobs}:
             log.warning("deadline update refused: no such job", job=name)
             return []
-        case JobWithdrawn(job=name) if name not in {j.name for j in state.jobs}:
+        case JobWithdrawn(job=name) if name not in {j.name for j in state.work.jobs}:
             log.warning("withdrawal refused: no such job", job=name)
             return []
-        case Interrupted() if state.stopped or state.interrupted:
-            return [Shutdown(event.reason)] if not state.shutdown else []
-        case Shutdown() if state.shutdown:
+        case Interrupted() if state.money.stopped or state.money.interrupted:
+            return [Shutdown(event.reason)] if not state.money.shutdown else []
+        case Shutdown() if state.money.shutdown:
             return []
     log.info("told", kind=type(event).__name__, detail=repr(event))
     return [event]
 
 
 def refusal(
-    state: RunState,
+    money: Money,
+    work: Jobs,
     controller: Controller | DeadlineController,
     item: AddJob,
     batch: list[JobSpec],
@@ -64,10 +67,10 @@ def refusal(
 ) -> str | None:
     """Why the run cannot take the job of ``item``; None if it can. ``batch``: jobs added
     in this step already; ``events``: the step's events so far."""
-    names = {j.name for j in (*state.jobs, *batch)}
+    names = {j.name for j in (*work.jobs, *batch)}
     if not isinstance(controller, DeadlineController):
         return "a budget-mode run takes no jobs"
-    if state.stopped or state.shutdown or any(isinstance(e, Shutdown) for e in events):
+    if money.stopped or money.shutdown or any(isinstance(e, Shutdown) for e in events):
         return "the run is ending"
     if item.job.name in names:
         return f"the run has a job named {item.job.name!r} already"
@@ -89,13 +92,13 @@ def pool_job(
     """The event of the job of ``item`` joining the pool, its tasks numbered after the
     run's and ``batch``'s and sorted into the run's categories (``categories_of_tasks``)
     where it has them; None, and ``item`` answered why, if the run cannot take it."""
-    why = refusal(state, controller, item, batch, events)
+    why = refusal(state.money, state.work, controller, item, batch, events)
     if why is not None:
         item.answer.set_exception(AutoscalerError(f"job {item.job.name!r} refused: {why}"))
         return None
     first = state.n_tasks + sum(j.count for j in batch)
     cats: tuple[int, ...] = ()
-    if state.task_category and isinstance(controller, DeadlineController):
+    if state.tasks.task_category and isinstance(controller, DeadlineController):
         cats = categories_of_tasks(cfg, controller.settings.categories, item.tasks)
     job = dataclasses.replace(item.job, count=len(item.tasks))
     return added_job(job, first, now, seed, cats)
@@ -104,9 +107,9 @@ def pool_job(
 def all_gone(state: RunState, why: str, *, launches: bool = False) -> list[Event]:
     """Every live machine lost for ``why`` (and, with ``launches``, every launch under way
     abandoned): what the state learns when the daemon ends them all at once."""
-    events: list[Event] = [MachineLost(m.id, why) for m in state.alive_machines()]
+    events: list[Event] = [MachineLost(m.id, why) for m in state.fleet.alive_machines()]
     if launches:
-        for token, (tname, count) in list(state.pending_launches.items()):
+        for token, (tname, count) in list(state.fleet.pending_launches.items()):
             events.append(LaunchFailed(token, tname, count, f"abandoned: {why}"))
     return events
 
@@ -123,7 +126,7 @@ def all_task_means(
     (``task_means``), and for the jobs added since (numbered from ``config_tasks``), each
     one's own."""
     means = task_means(cfg, n_tasks)
-    for job in state.jobs:
+    for job in state.work.jobs:
         if job.first >= config_tasks:
             means[job.first : job.first + job.count] = [job_means(job)] * job.count
     return means

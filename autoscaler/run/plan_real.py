@@ -39,7 +39,7 @@ def sampling_offer(cfg: RunConfig, n_tasks: int, seed: int) -> SamplingOffer:
         c * billing.cost(state.types[n].price, billing.first_step_s)
         for n, c in sampling.counts.items()
     )
-    return SamplingOffer(dict(sampling.counts), sampling.reason, first, state.budget)
+    return SamplingOffer(dict(sampling.counts), sampling.reason, first, state.money.budget)
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ class Frontiers:
     def _show(self, controller: Controller, state: RunState, now: float) -> None:
         try:
             made = frontier(controller, state, now)
-            paid = max((m.paid_until for m in state.alive_machines()), default=now)
+            paid = max((m.paid_until for m in state.fleet.alive_machines()), default=now)
             self.shown(HeldFrontier(made, (paid - now) / self.time_scale))
         except (AutoscalerError, ValueError) as exc:
             self.failed(str(exc))

@@ -59,7 +59,7 @@ def launched(actions: Sequence[Action]) -> dict[str, int]:
 
 def held(state: RunState, asked: Mapping[str, int]) -> dict[str, int]:
     """Machines per type the run holds without the launches ``asked`` in this step."""
-    counts = state.alive_counts()
+    counts = state.fleet.alive_counts()
     return {n: c - asked.get(n, 0) for n, c in counts.items()}
 
 
@@ -104,7 +104,7 @@ class Share:
         if self.quota is None:
             return []
         room = self.quota.room(self.holder)
-        return [] if room is None or room == state.quota else [room]
+        return [] if room is None or room == state.capacity.quota else [room]
 
     def granted(self, state: RunState, actions: list[Action]) -> list[Action]:
         """A journaled step's actions as the quota grants their launches."""

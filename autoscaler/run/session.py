@@ -82,11 +82,11 @@ def ending_of(outcome: Outcome, handed_over: bool) -> Ending:
     state = outcome.state
     if handed_over:
         return Ending.HANDED_OVER
-    if state.interrupted:
+    if state.money.interrupted:
         return Ending.INTERRUPTED
     if outcome.report.stop_reason is None and state.finished:
         return Ending.DONE
-    if state.awaiting_budget and not state.finished:
+    if state.money.awaiting_budget and not state.finished:
         return Ending.HELD
     return Ending.STOPPED
 
@@ -223,7 +223,7 @@ def check_same_bag(cfg: RunConfig, tasks: Sequence[TaskSpec], run_dir: Path, nam
 def check_budget_covers(run_dir: Path, budget: float) -> None:
     """Refuse a budget below what the run in ``run_dir`` has committed, before anything
     is taken over (a held run commits nothing more, so its journal's figure holds)."""
-    committed = read_run(run_dir)[1].committed
+    committed = read_run(run_dir)[1].money.committed
     check_budget(budget, committed=committed, holder=f"the run in {run_dir}")
 
 

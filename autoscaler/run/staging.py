@@ -202,7 +202,7 @@ class Staging:
         try:
             for e in events:
                 if isinstance(e, TaskDone) and e.stored is not None:
-                    if state.stored.get(e.task) == e.stored:
+                    if state.tasks.stored.get(e.task) == e.stored:
                         self._commit(e.task, e.stored.attempt)
                     else:
                         self._drop(e.task, e.stored.attempt)
@@ -215,10 +215,10 @@ class Staging:
     def recover(self, state: RunState) -> None:
         """A resumed run: finish the commits the journal holds, drop every other attempt,
         and know again the attempts of the runs still going."""
-        for task, stored in state.stored.items():
+        for task, stored in state.tasks.stored.items():
             self._commit(task, stored.attempt)
         self.sweep()
-        for m in state.alive_machines():
+        for m in state.fleet.alive_machines():
             for task, run in m.run_no.items():
                 if self.tasks[task].files is not None:
                     attempt = attempt_name(task, m.id, run)

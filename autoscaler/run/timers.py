@@ -49,8 +49,8 @@ class Timers:
         together are planned together); those due already (a restart) arrive now."""
         due: list[Event] = []
         at: dict[float, list[JobArrived]] = {}
-        for job in state.jobs:
-            if job.name in state.arrived:
+        for job in state.work.jobs:
+            if job.name in state.work.arrived:
                 continue
             if job.at <= now:
                 due.append(JobArrived(job.name))

@@ -156,8 +156,8 @@ def _add_run(recs: Sequence[JobRun], days: dict[date, _Day]) -> None:
     if whole and len(recs) > 1:
         raise AutoscalerError(f"job {first.id}: a run has one record, or one per job of it")
     by_job = {r.job: (r.id, r.name) for r in recs if r.job is not None}
-    shares = job_shares(state) if by_job else {}
-    for m in state.machines.values():
+    shares = job_shares(state.tasks, state.work) if by_job else {}
+    for m in state.fleet.machines.values():
         cost = machine_cost(state, m)
         end = m.ended_at if m.ended_at is not None else state.now
         hours = (end - m.launched_at) / 3600

@@ -62,5 +62,5 @@ def said(note: dict[str, Any]) -> str:
 
 def job_runs(state: RunState, job: str) -> tuple[str, dict[str, list[float]]]:
     """``job``'s application and the runs of its tasks per machine type."""
-    app = state.job_named(job).application
-    return app, {t: list(r) for (j, t), r in state.job_runs.items() if j == job}
+    app = state.work.job_named(job).application
+    return app, {t: list(r) for (j, t), r in state.observed.job_runs.items() if j == job}

@@ -145,8 +145,8 @@ class Pool:
         ended: list[tuple[str, bool]] = []  # (job, cancelled)
         views = job_views(state, self.files.cfg, self.run_clock, self.run_dir, list(self.jobs))
         for job_id, view in views.items():
-            job = state.job_named(job_id)
-            if job_id in state.withdrawn:
+            job = state.work.job_named(job_id)
+            if job_id in state.work.withdrawn:
                 view = view.stopped("cancelled by the user")
             self.views[job_id] = view
             if point:
@@ -154,7 +154,7 @@ class Pool:
                 history.append((round(now, 3), view.done, view.cost))
             if view.done + view.failed == job.count:
                 ended.append((job_id, False))
-            elif job_id in state.withdrawn:
+            elif job_id in state.work.withdrawn:
                 ended.append((job_id, True))
         for job_id, cancelled in ended:
             self._end(job_id, state, cancelled)
@@ -182,10 +182,12 @@ class Pool:
         if row.task_times is not None:
             report["task_times_from"] = row.task_times
         if cancelled:
-            job = state.job_named(job_id)
+            job = state.work.job_named(job_id)
             ids = range(job.first, job.first + job.count)
-            report["tasks_cancelled"] = sum(state.task_state[t] is TaskState.CANCELLED for t in ids)
-            report["cancelled_at"] = self.run_clock.wall(state.withdrawn[job_id])
+            report["tasks_cancelled"] = sum(
+                state.tasks.task_state[t] is TaskState.CANCELLED for t in ids
+            )
+            report["cancelled_at"] = self.run_clock.wall(state.work.withdrawn[job_id])
         row.run_dir.mkdir(parents=True, exist_ok=True)
         (row.run_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
         text = _markdown(row.name, job_id, outcome, self.run_dir)
@@ -206,13 +208,13 @@ def job_views(
     from autoscaler.report.attribution import job_costs
 
     costs, _ = job_costs(state)
-    names = {j.name for j in state.jobs}
+    names = {j.name for j in state.work.jobs}
     return {
         job_id: progress(
             state,
             cfg,
             clock,
-            job=state.job_named(job_id),
+            job=state.work.job_named(job_id),
             cost=costs.get(job_id, 0.0),
             pool=str(run_dir),
         )

@@ -234,7 +234,7 @@ class Pump:
             state = ending.outcome.state
             self.run_states.keep(runner.job_id, state, files)
             if ending.state is not JobState.INTERRUPTED:
-                for job in state.jobs:
+                for job in state.work.jobs:
                     self._remember(*job_runs(state, job.name))
         view = ending.progress
         with self.cond:

@@ -94,7 +94,11 @@ class Runner:
             return
         assert deadline_s is not None
         at = self.daemon.now() + deadline_s
-        names = [self.job_id] if self.pool is not None else [j.name for j in self.daemon.state.jobs]
+        names = (
+            [self.job_id]
+            if self.pool is not None
+            else [j.name for j in self.daemon.state.work.jobs]
+        )
         for name in names:
             self.daemon.tell(DeadlineSet(name, at, "updated by the user"))
 
@@ -241,7 +245,7 @@ def run_own(runner: Runner, fallback: Progress) -> Ending:
     met = all(j.met_deadline for j in report.jobs) if isinstance(report, DeadlineReport) else True
     view = replace(
         progress(state, files.cfg, clock),
-        met_deadline=met if state.deadline_mode else None,
+        met_deadline=met if state.work.deadline_mode else None,
     )
     kept = ended.ending in (RunEnding.HANDED_OVER, RunEnding.INTERRUPTED)
     if "interrupt" in runner.told and kept:

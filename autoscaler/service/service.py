@@ -181,7 +181,7 @@ class Service:
         for holder, run_dir in dirs.items():
             if (run_dir / JOURNAL_DB).is_file():
                 _, state = read_run(run_dir)
-                self.quota.hold(holder, state.alive_counts())
+                self.quota.hold(holder, state.fleet.alive_counts())
 
     # --- jobs in ----------------------------------------------------------------------
 

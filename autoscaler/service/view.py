@@ -150,29 +150,31 @@ def progress(
     ``estimate``: the budget planner's finish, run time), or of ``job`` in a shared run
     (its tasks, the machines that hold them, ``cost`` attributed to it)."""
     if job is None:
-        states = list(state.task_state)
-        machines = list(state.alive_machines())
+        states = list(state.tasks.task_state)
+        machines = list(state.fleet.alive_machines())
         finish: float | None = estimate
         deadline: float | None = None
-        if state.jobs:
-            deadline = max(j.deadline for j in state.jobs)
-            forecasts = [f.finish for f in state.forecasts.values()]
+        if state.work.jobs:
+            deadline = max(j.deadline for j in state.work.jobs)
+            forecasts = [f.finish for f in state.work.forecasts.values()]
             finish = max(forecasts) if forecasts else None
-        spend = round(state.committed, 4)
+        spend = round(state.money.committed, 4)
         money = round(state.actual_cost(), 4)
-        late = sum(n.tasks for n in state.late.values())
-        budget = state.budget_of(cfg.constraint.budget)
-        mode = "deadline" if state.deadline_mode else "budget"
+        late = sum(n.tasks for n in state.work.late.values())
+        budget = state.money.budget_of(cfg.constraint.budget)
+        mode = "deadline" if state.work.deadline_mode else "budget"
     else:
-        states = [state.task_state[t] for t in range(job.first, job.first + job.count)]
+        states = [state.tasks.task_state[t] for t in range(job.first, job.first + job.count)]
         machines = [
-            m for m in state.alive_machines() if any(job.owns(t) for t in (*m.queue, *m.running))
+            m
+            for m in state.fleet.alive_machines()
+            if any(job.owns(t) for t in (*m.queue, *m.running))
         ]
-        forecast = state.forecasts.get(job.name)
+        forecast = state.work.forecasts.get(job.name)
         finish = forecast.finish if forecast else None
         deadline = job.deadline
         spend = money = round(cost or 0.0, 4)
-        late = state.late[job.name].tasks if job.name in state.late else 0
+        late = state.work.late[job.name].tasks if job.name in state.work.late else 0
         budget = None
         mode = "deadline"
     return Progress(
@@ -189,7 +191,7 @@ def progress(
         machines=tuple(
             MachineView(m.id, m.type.name, m.state.value, m.type.provider) for m in machines
         ),
-        stop_reason=state.stop_reason if job is None else None,
+        stop_reason=state.money.stop_reason if job is None else None,
         late_tasks=late,
         pool=pool,
     )

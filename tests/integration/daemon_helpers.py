@@ -221,7 +221,7 @@ def committed_over_time(run_dir: Path) -> list[float]:
         out = []
         for _, step in itertools.groupby(journal.records(), key=lambda record: record.t):
             replay(state, step)
-            out.append(state.committed)
+            out.append(state.money.committed)
     finally:
         journal.close()
     return out

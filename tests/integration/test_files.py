@@ -109,7 +109,7 @@ def test_outputs_come_back_to_the_run_directory(tmp_path: Path) -> None:
     rows = stored_rows(run_dir)
     assert sorted(r["task"] for r in rows) == [0, 1, 2, 3]
     _, state = read_run(run_dir)
-    assert {t: s.attempt for t, s in state.stored.items()} == {
+    assert {t: s.attempt for t, s in state.tasks.stored.items()} == {
         r["task"]: r["stored"]["attempt"] for r in rows
     }
 
@@ -220,7 +220,7 @@ def test_a_replica_that_loses_the_race_leaves_nothing(tmp_path: Path) -> None:
     _, state = read_run(run_dir)
     for task in twice:
         assert [p.name for p in (outputs / str(task)).iterdir()] == ["who.txt"]
-        winner = state.stored[task].attempt.split(".", 1)[1].rsplit("-", 1)[0]
+        winner = state.tasks.stored[task].attempt.split(".", 1)[1].rsplit("-", 1)[0]
         assert (outputs / str(task) / "who.txt").read_text().split()[-1] == str(task)
         first = next(d for d in done if d["task"] == task)
         assert first["machine"] == winner  # the first result counted, its copy was kept

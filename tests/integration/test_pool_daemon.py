@@ -82,8 +82,8 @@ def test_a_job_added_to_a_live_pool_runs_on_its_machines_and_the_pool_ends_on_sh
         wait_for(
             lambda: (
                 hasattr(daemon, "state")
-                and any(m.state is MachineState.READY for m in daemon.state.machines.values())
-                and daemon.state.done >= 5
+                and any(m.state is MachineState.READY for m in daemon.state.fleet.machines.values())
+                and daemon.state.tasks.done >= 5
             ),
             120,
             "the pool's machines never ran the first job",
@@ -94,10 +94,10 @@ def test_a_job_added_to_a_live_pool_runs_on_its_machines_and_the_pool_ends_on_sh
         second = answer.result(timeout=60)
         assert (second.first, second.count) == (40, 30)
         assert second.at >= now
-        wait_for(lambda: daemon.state.done == 70, 240, "the pool never finished both jobs")
+        wait_for(lambda: daemon.state.tasks.done == 70, 240, "the pool never finished both jobs")
         # Open with no work: still running, not stopped.
         assert thread.is_alive()
-        assert not daemon.state.stopped
+        assert not daemon.state.money.stopped
         daemon.tell(Shutdown("the service stops"))
         thread.join(120)
         assert not thread.is_alive()
@@ -106,20 +106,20 @@ def test_a_job_added_to_a_live_pool_runs_on_its_machines_and_the_pool_ends_on_sh
     (outcome,) = result
     assert isinstance(outcome, Outcome), outcome
     state = outcome.state
-    assert state.stop_reason == "the service stops"
-    assert not state.any_alive()
+    assert state.money.stop_reason == "the service stops"
+    assert not state.fleet.any_alive()
     assert agents_of(files.run_id) == []
     # Every task of both jobs done exactly once, each job by its deadline.
     done = done_counts(run_dir)
     assert sorted(done) == list(range(70))
     assert max(done.values()) == 1
-    for job in state.jobs:
-        ends = [s.end for s in state.segments if s.outcome == "done" and job.owns(s.task)]
+    for job in state.work.jobs:
+        ends = [s.end for s in state.tasks.segments if s.outcome == "done" and job.owns(s.task)]
         assert len(ends) == job.count
         assert max(ends) <= job.deadline, job.name
     # The added job went onto the machines that ran (Algorithm 1) in the step it came.
     (added_t, _, _), *_ = journal_rows(run_dir, "JobAdded")
-    running = {m.id for m in state.machines.values() if m.launched_at < added_t}
+    running = {m.id for m in state.fleet.machines.values() if m.launched_at < added_t}
     assigned = {
         d["machine"]
         for t, _, d in assigned_rows(run_dir)

@@ -45,7 +45,9 @@ def _example_service(tmp: Path, max_machines: int | None = None) -> tuple[Path, 
 def _machine_names(run_dirs: list[Path]) -> list[tuple[str, str]]:
     """(job's run directory name, machine id) of every machine of every job's run."""
     return [
-        (run_dir.name, m.id) for run_dir in run_dirs for m in read_run(run_dir)[1].machines.values()
+        (run_dir.name, m.id)
+        for run_dir in run_dirs
+        for m in read_run(run_dir)[1].fleet.machines.values()
     ]
 
 
@@ -58,7 +60,7 @@ def _most_alive_at_once(run_dirs: list[Path]) -> dict[str, int]:
     for run_dir in run_dirs:
         files, state = read_run(run_dir)
         start, scale = files.start_wall, files.cfg.time_scale
-        for m in state.machines.values():
+        for m in state.fleet.machines.values():
             if m.ended_at is None:
                 assert run_dir.name == "pool", f"{m.id} of {run_dir.name} never ended"
                 end = float("inf")

@@ -42,7 +42,7 @@ def deadline_run(
 
     class Sim(SimProvider):
         def run_time(self, task: int, machine: str) -> float:
-            job = state.job_of(task)
+            job = state.work.job_of(task)
             r = random.Random(f"{task}:{machine}:{seed}")
             base = job.task_s[self.machines[machine].type]
             return slow * base * (1 + r.uniform(-noise, noise))

@@ -51,7 +51,7 @@ def poll(machine: str, results: list[AgentResult], running: list[int]) -> Poll:
 
 def test_a_result_sent_again_after_a_lost_ack_is_counted_once() -> None:
     state, agents, mid = machine_with_tasks([3])
-    run = state.machines[mid].run_no[3]
+    run = state.fleet.machines[mid].run_no[3]
     result = AgentResult(run, 3, 0, 1.5, None)
 
     first = agents.poll_events(state, poll(mid, [result], []), set())
@@ -59,12 +59,12 @@ def test_a_result_sent_again_after_a_lost_ack_is_counted_once() -> None:
     for event in first:
         state.apply(2.0, event)
     assert agents.poll_events(state, poll(mid, [result], []), set()) == []
-    assert state.done == 1
+    assert state.tasks.done == 1
 
 
 def test_a_result_repeated_within_one_step_is_counted_once() -> None:
     state, agents, mid = machine_with_tasks([3])
-    result = AgentResult(state.machines[mid].run_no[3], 3, 0, 1.5, None)
+    result = AgentResult(state.fleet.machines[mid].run_no[3], 3, 0, 1.5, None)
     seen: set[tuple[str, int]] = set()
     events = agents.poll_events(state, poll(mid, [result], []), seen)
     events += agents.poll_events(state, poll(mid, [result, result], []), seen)
@@ -73,7 +73,7 @@ def test_a_result_repeated_within_one_step_is_counted_once() -> None:
 
 def test_the_answer_gives_the_runs_the_agent_lacks_and_the_slots() -> None:
     state, agents, mid = machine_with_tasks([3, 4, 5])
-    m = state.machines[mid]
+    m = state.fleet.machines[mid]
     runs = sorted(m.run_no.values())
     assert len(runs) >= 2  # two slots: at least two runs at once
     asked = poll(mid, [], [runs[0]])
@@ -93,7 +93,7 @@ def test_a_result_of_a_run_taken_back_from_the_group_counts_once() -> None:
     state.apply(1.0, Launch("w", 1, "tok2"))
     state.apply(1.0, MachineLaunched("m2", "w", "tok2"))
     state.apply(1.0, MachineReady("m2"))
-    m = state.machines[mid]
+    m = state.fleet.machines[mid]
     assert list(m.queue) == [5]
     run = m.run_no[5]
     state.apply(2.0, Move((5,), mid, "m2"))
@@ -102,8 +102,8 @@ def test_a_result_of_a_run_taken_back_from_the_group_counts_once() -> None:
     assert events == [TaskDone(5, mid, 0.5 * CFG.time_scale)]
     for event in events:
         state.apply(3.0, event)
-    assert state.done == 1
-    assert 5 not in state.machines["m2"].running
+    assert state.tasks.done == 1
+    assert 5 not in state.fleet.machines["m2"].running
     assert agents.poll_events(state, poll(mid, [result], []), set()) == []
     failed = AgentResult(run, 5, 1, 0.5, "exit 1")
     assert agents.poll_events(state, poll(mid, [failed], []), set()) == []
@@ -116,9 +116,9 @@ def test_two_results_of_one_task_in_one_step_make_one_done() -> None:
     state.apply(1.0, Launch("w", 1, "tok2"))
     state.apply(1.0, MachineLaunched("m2", "w", "tok2"))
     state.apply(1.0, MachineReady("m2"))
-    run = state.machines[mid].run_no[5]
+    run = state.fleet.machines[mid].run_no[5]
     state.apply(2.0, Move((5,), mid, "m2"))
-    moved = state.machines["m2"].run_no[5]
+    moved = state.fleet.machines["m2"].run_no[5]
     seen: set[tuple[str, int]] = set()
     events = agents.poll_events(state, poll(mid, [AgentResult(run, 5, 0, 0.5, None)], []), seen)
     events += agents.poll_events(state, poll("m2", [AgentResult(moved, 5, 0, 0.4, None)], []), seen)

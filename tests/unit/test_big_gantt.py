@@ -44,22 +44,22 @@ def test_a_big_runs_chart_is_one_image_of_buckets_and_its_busy_time_adds_up() ->
     """Past BIG_MACHINES machines the chart is a single rasterised image, a row per
     machine, and the busy time in its buckets is the time the machines' runs took."""
     state = _run(plots.BIG_MACHINES // 2 + 1)
-    assert len(state.machines) > plots.BIG_MACHINES
+    assert len(state.fleet.machines) > plots.BIG_MACHINES
     fig = plots.gantt_figure(state)
     FigureCanvasAgg(fig).draw()
     (ax,) = fig.axes
     images = [a for a in ax.get_children() if isinstance(a, AxesImage)]
     assert len(images) == 1
-    assert images[0].get_array().shape[:2] == (len(state.machines), plots._BUCKETS)
+    assert images[0].get_array().shape[:2] == (len(state.fleet.machines), plots._BUCKETS)
     assert not ax.collections  # no bar per task
     act = activity(state, 50)
-    slots = np.array([state.machines[m].type.slots for m in act.machines])[:, None]
+    slots = np.array([state.fleet.machines[m].type.slots for m in act.machines])[:, None]
     busy_s = float((sum(act.busy.values()) * slots).sum() * act.bucket_s)
-    assert np.isclose(busy_s, sum(s.end - s.start for s in state.segments), rtol=1e-9)
+    assert np.isclose(busy_s, sum(s.end - s.start for s in state.tasks.segments), rtol=1e-9)
     alive_s = float(act.alive.sum() * act.bucket_s)
     lives = sum(
         (m.ended_at if m.ended_at is not None else state.now) - m.launched_at
-        for m in state.machines.values()
+        for m in state.fleet.machines.values()
     )
     assert np.isclose(alive_s, lives, rtol=1e-9)
 
@@ -70,4 +70,4 @@ def test_a_small_runs_chart_keeps_a_bar_per_task() -> None:
     fig = plots.gantt_figure(state)
     (ax,) = fig.axes
     assert not [a for a in ax.get_children() if isinstance(a, AxesImage)]
-    assert len(ax.collections) >= len(state.machines)
+    assert len(ax.collections) >= len(state.fleet.machines)

@@ -98,12 +98,12 @@ def test_without_categories_or_their_samples_the_plan_is_the_planners(tmp_path: 
     state, now = first_plan_state(cfg)
     settings = controller(cfg, True).settings
     est, n_e = outlook(settings, state, now)
-    money = money_left(state) + 40  # a budget where the mixes differ
+    money = money_left(state.money) + 40  # a budget where the mixes differ
     expected = plan(settings, state, now, est, n_e, money, [])
     found, means = plan_mix(settings, state, now, est, n_e, money, [], categories=None)
     assert found == expected
     assert means == est
-    unsampled = replace(state, category_runs={})
+    unsampled = replace(state, observed=replace(state.observed, category_runs={}))
     cats = controller(cfg, True).categories
     assert cats is not None
     found, means = plan_mix(settings, unsampled, now, est, n_e, money, [], 0.0, cats.categories)
@@ -129,17 +129,19 @@ def test_the_category_aware_mix_finishes_sooner_within_budget_and_as_predicted(
     aware_state, aware = run(cfg, mix=True)
     for state, report in ((blind_state, blind), (aware_state, aware)):
         assert report.tasks_done == 600
-        done = Counter(s.task for s in state.segments if s.outcome == "done")
+        done = Counter(s.task for s in state.tasks.segments if s.outcome == "done")
         assert set(done) == set(range(600))
         assert set(done.values()) == {1}
         assert report.cost <= 70
     assert aware.makespan_s < blind.makespan_s, (aware.makespan_s, blind.makespan_s)
     # the assignment follows the mix: after the plan, a (4x slower at io) runs next to none
-    planned_at = next(t for t, c in aware_state.configurations if c.predicted_makespan_s)
+    planned_at = next(t for t, c in aware_state.decisions.configurations if c.predicted_makespan_s)
     io_on = Counter(
-        aware_state.machines[s.machine].type.name
-        for s in aware_state.segments
-        if s.outcome == "done" and s.start >= planned_at and aware_state.task_category[s.task] == 1
+        aware_state.fleet.machines[s.machine].type.name
+        for s in aware_state.tasks.segments
+        if s.outcome == "done"
+        and s.start >= planned_at
+        and aware_state.tasks.task_category[s.task] == 1
     )
     assert io_on["a"] <= 0.05 * io_on.total()
     assert aware.predicted is not None
@@ -161,7 +163,7 @@ def test_a_budget_too_small_keeps_to_one_most_profitable_type(tmp_path: Path) ->
     assert report.cost <= 60
     picks = [
         next(n for n, c in conf.counts.items() if c)
-        for _, conf in state.configurations
+        for _, conf in state.decisions.configurations
         if "most profitable type only" in conf.reason
     ]
     assert picks
@@ -180,7 +182,7 @@ def test_a_plan_option_s_mix_is_the_one_a_run_with_its_budget_buys(tmp_path: Pat
     for option in options:
         budget = cfg.constraint.model_copy(update={"budget": option.budget})
         ran, _ = run(cfg.model_copy(update={"constraint": budget}), mix=True)
-        first = next(c for _, c in ran.configurations if c.predicted_makespan_s)
+        first = next(c for _, c in ran.decisions.configurations if c.predicted_makespan_s)
         assert first.counts == option.counts, option.label
 
 
@@ -206,21 +208,21 @@ def test_the_least_budget_plan_offers_does_the_whole_bag(tmp_path: Path) -> None
     assert least.counts["b"] > 0
     budget = cfg.constraint.model_copy(update={"budget": least.budget})
     ran, report = run(cfg.model_copy(update={"constraint": budget}), mix=True)
-    done = Counter(s.task for s in ran.segments if s.outcome == "done")
+    done = Counter(s.task for s in ran.tasks.segments if s.outcome == "done")
     assert len(done) == ran.n_tasks
     assert set(done.values()) == {1}
     assert report.cost <= least.budget + 1e-9
     assert least.makespan_s == pytest.approx(report.makespan_s, rel=0.2)
-    planned_at = next(t for t, c in ran.configurations if c.predicted_makespan_s)
+    planned_at = next(t for t, c in ran.decisions.configurations if c.predicted_makespan_s)
     leaving = {  # the b machines sampled and not kept: gone at the end of their hour
         m.id
-        for m in ran.machines.values()
+        for m in ran.fleet.machines.values()
         if m.type.name == "b" and m.ended_at is not None and m.ended_at <= 3600.0 + 60.0
     }
     assert leaving
     on_b = Counter(
-        ran.task_category[s.task]
-        for s in ran.segments
+        ran.tasks.task_category[s.task]
+        for s in ran.tasks.segments
         if s.outcome == "done" and s.start >= planned_at and s.machine in leaving
     )
     assert on_b[1] > 4 * on_b[0], on_b  # category 1 is io
@@ -243,7 +245,7 @@ def test_the_report_gives_each_categorys_time_on_each_type(tmp_path: Path) -> No
     assert mean["io", "b"] * 3 < mean["io", "a"]
     runs = sum(t.runs for c in lines.values() for t in c.on_types)
     # every run that ended with a result, but the replicas that lost their race
-    assert 0.95 * 600 <= runs <= sum(1 for s in state.segments if s.outcome == "done")
+    assert 0.95 * 600 <= runs <= sum(1 for s in state.tasks.segments if s.outcome == "done")
     write_report(report, None, tmp_path)
     assert read_report(tmp_path) == report
     text = (tmp_path / "report.md").read_text()
@@ -299,7 +301,7 @@ def test_the_least_budget_does_the_whole_bag_at_per_second_billing(
     assert least.label == "minimum"
     budget = cfg.constraint.model_copy(update={"budget": least.budget})
     ran, report = run(cfg.model_copy(update={"constraint": budget}), mix=True)
-    done = Counter(s.task for s in ran.segments if s.outcome == "done")
+    done = Counter(s.task for s in ran.tasks.segments if s.outcome == "done")
     assert len(done) == ran.n_tasks == 600
     assert set(done.values()) == {1}
     assert report.cost <= least.budget + 1e-9

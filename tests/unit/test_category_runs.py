@@ -45,8 +45,8 @@ def run(tmp_path: Path, categories: bool) -> tuple[DryRun, list[str]]:
 def where(done: DryRun, labels: list[str]) -> Counter[tuple[str, str]]:
     state = done.state
     return Counter(
-        (labels[s.task], state.machines[s.machine].type.name)
-        for s in state.segments
+        (labels[s.task], state.fleet.machines[s.machine].type.name)
+        for s in state.tasks.segments
         if s.outcome == "done"
     )
 
@@ -70,6 +70,6 @@ def test_each_type_gets_the_categories_it_is_fast_at_and_the_run_is_cheaper(
 def test_sampling_covers_every_large_category_on_every_type(tmp_path: Path) -> None:
     done, _ = run(tmp_path, categories=True)
     state = done.state
-    assert set(state.task_category) == {0, 1}
+    assert set(state.tasks.task_category) == {0, 1}
     for key in ((0, "a"), (0, "b"), (1, "a"), (1, "b")):
-        assert state.category_runs[key][0] >= 2, key
+        assert state.observed.category_runs[key][0] >= 2, key

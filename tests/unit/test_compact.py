@@ -119,7 +119,7 @@ def first_plan(cfg: RunConfig, tasks: int) -> FirstPlan:
             seen.update(plan=plans[0], cost=before[0])
             seen["records"] = [*records, *step_records(len(records), now, events, [])]
         records.extend(step_records(len(records), now, events, actions))
-        before[0] = state.committed
+        before[0] = state.money.committed
 
     make_emulator(cfg, tasks, on_step=on_step).run()
     assert seen, "no plan was made"
@@ -138,14 +138,14 @@ def test_compact_dry_run_finishes_within_budget_with_estimates_near_the_truth() 
     d = dry_run(cfg, expand_bag(cfg), plots=False)
     assert d.report.within_budget
     assert d.report.tasks_done == tasks
-    assert d.state.committed <= cfg.constraint.budget + 1e-6
+    assert d.state.money.committed <= cfg.constraint.budget + 1e-6
 
     fp = first_plan(cfg, tasks)
     state, controller = fp.state, fp.controller
     k = cfg.sampling.replicated
-    assert len(state.paired) == k
-    assert all(set(state.paired_runs[t]) == set(PRICES) for t in state.paired)
-    first = state.configurations[0][1].counts
+    assert len(state.observed.paired) == k
+    assert all(set(state.observed.paired_runs[t]) == set(PRICES) for t in state.observed.paired)
+    first = state.decisions.configurations[0][1].counts
     ref = controller.reference(state)
     assert ref == "small"  # every type can start iw machines: the cheapest
     assert all(c == k for n, c in first.items() if n != ref)
@@ -170,20 +170,23 @@ def test_compact_sampling_fills_every_slot_with_replicated_tasks() -> None:
     most: dict[str, int] = {}
 
     def hook(now: float, events: list[Event], actions: list[Action], state: RunState) -> None:
-        if state.configurations and state.configurations[-1][1].predicted_makespan_s:
+        if (
+            state.decisions.configurations
+            and state.decisions.configurations[-1][1].predicted_makespan_s
+        ):
             return  # planned: sampling is over
-        for m in state.alive_machines():
-            held = len(set(state.paired) & {*m.running, *m.queue})
+        for m in state.fleet.alive_machines():
+            held = len(set(state.observed.paired) & {*m.running, *m.queue})
             most[m.type.name] = max(most.get(m.type.name, 0), held)
 
     state = make_emulator(cfg, 400, on_step=hook).run()
     assert most["mid"] >= 2, most
     assert most["fast"] >= 2, most
-    assert state.done == 400
-    assert state.committed <= cfg.constraint.budget + 1e-6
-    done = Counter(seg.task for seg in state.segments if seg.outcome == "done")
+    assert state.tasks.done == 400
+    assert state.money.committed <= cfg.constraint.budget + 1e-6
+    done = Counter(seg.task for seg in state.tasks.segments if seg.outcome == "done")
     assert set(done) == set(range(400))
-    assert {t for t, n in done.items() if n > 1} <= set(state.paired)  # run on every type
+    assert {t for t, n in done.items() if n > 1} <= set(state.observed.paired)  # run on every type
 
 
 def test_derived_estimates_carry_the_fits_error() -> None:
@@ -193,7 +196,7 @@ def test_derived_estimates_carry_the_fits_error() -> None:
     fp = first_plan(config("compact", tasks), tasks)
     state, controller, plan = fp.state, fp.controller, fp.plan
     ref = controller.reference(state)
-    derived = [n for n in PRICES if n != ref and state.stats[n].done < sample_size(tasks)]
+    derived = [n for n in PRICES if n != ref and state.observed.stats[n].done < sample_size(tasks)]
     assert derived, "every other type had a sample of its own by the first plan"
     ref_width = plan.assumed_hi_s[ref] - plan.assumed_lo_s[ref]
     for name in derived:
@@ -213,12 +216,12 @@ def test_plain_mode_replicates_nothing_and_ignores_the_compact_setting() -> None
     a = dry_run(config("plain", tasks), expand_bag(config("plain", tasks)), plots=False)
     b_cfg = config("plain", tasks, replicated=4)
     b = dry_run(b_cfg, expand_bag(b_cfg), plots=False)
-    assert a.state.paired == []
-    assert b.state.paired == []
+    assert a.state.observed.paired == []
+    assert b.state.observed.paired == []
     iw = min(tasks // 10, sample_size(tasks))
-    assert a.state.configurations[0][1].counts == {n: min(iw, 15) for n in PRICES}
-    assert a.state.segments == b.state.segments
-    assert a.state.committed == b.state.committed
+    assert a.state.decisions.configurations[0][1].counts == {n: min(iw, 15) for n in PRICES}
+    assert a.state.tasks.segments == b.state.tasks.segments
+    assert a.state.money.committed == b.state.money.committed
 
 
 def test_compact_controller_setting_comes_from_the_config() -> None:
@@ -264,5 +267,5 @@ def test_a_compact_runs_journal_replays_to_its_final_state(tmp_path: Path) -> No
     replayed = new_state(cfg, tasks, cfg.emulator.seed)
     replay(replayed, list(journal.records()))
     journal.close()
-    assert replayed.paired
+    assert replayed.observed.paired
     assert replayed == run.state

@@ -70,17 +70,17 @@ def test_machine_is_extended_at_its_boundary_when_the_budget_pays() -> None:
     controller, state = one_machine_state(budget=100.0)
     actions = controller.step(state, [BoundaryNear("m0")], 3540.0)
     assert Extend("m0", 7200.0) in actions
-    assert state.committed <= 100.0
+    assert state.money.committed <= 100.0
 
 
 def test_machine_is_released_at_its_boundary_when_the_budget_cannot_pay() -> None:
     """With every unit committed, the next boundary releases the machine."""
     controller, state = one_machine_state(budget=2.0)  # one unit of one machine
-    assert state.committed == pytest.approx(2.0)
+    assert state.money.committed == pytest.approx(2.0)
     actions = controller.step(state, [BoundaryNear("m0")], 3540.0)
     assert any(isinstance(a, Release) and a.machine == "m0" for a in actions)
     assert not any(isinstance(a, Extend) for a in actions)
-    assert state.committed <= 2.0
+    assert state.money.committed <= 2.0
     # Nothing runs and nothing can be paid for: the run stops and says why.
     stop = next(a for a in actions if isinstance(a, Stop))
     assert stop.reason is not None
@@ -90,9 +90,9 @@ def test_machine_is_released_at_its_boundary_when_the_budget_cannot_pay() -> Non
 def test_boundary_event_for_an_already_extended_machine_is_ignored() -> None:
     controller, state = one_machine_state(budget=100.0)
     controller.step(state, [BoundaryNear("m0")], 3540.0)
-    committed = state.committed
+    committed = state.money.committed
     assert controller.step(state, [BoundaryNear("m0")], 3545.0) == []
-    assert state.committed == committed
+    assert state.money.committed == committed
 
 
 # --- whole dry runs ----------------------------------------------------------------------
@@ -103,7 +103,7 @@ def test_machines_leave_just_before_a_boundary_or_when_idle() -> None:
     cfg = make_config(bag={"synthetic": 300}, constraint={"budget": 60.0})
     state, _ = run(cfg)
     margin = state.billing.boundary_margin_s()
-    for m in state.machines.values():
+    for m in state.fleet.machines.values():
         assert m.ended_at is not None
         into_unit = (m.ended_at - m.launched_at) % 3600.0
         if m.end_reason and m.end_reason.startswith("end of paid time"):
@@ -136,7 +136,7 @@ def test_bats_samples_with_initial_workers_then_plans() -> None:
     state, journal = run(cfg)
     first = [r.item for r in journal if isinstance(r.item, Launch) and r.t == 0.0]
     assert {a.type: a.count for a in first} == {"slow": 10, "fast": 10}
-    reasons = [c.reason for _, c in state.configurations]
+    reasons = [c.reason for _, c in state.decisions.configurations]
     assert reasons[0].startswith("sampling")
     assert "plan after sampling" in reasons[1]
 
@@ -152,16 +152,16 @@ def test_failing_tasks_are_retried_then_reported() -> None:
         },
     )
     state, _journal = run(cfg)
-    assert state.failed > 0
-    assert state.done + state.failed == 60
-    for tid, st in enumerate(state.task_state):
+    assert state.tasks.failed > 0
+    assert state.tasks.done + state.tasks.failed == 60
+    for tid, st in enumerate(state.tasks.task_state):
         if st is TaskState.FAILED:
-            assert state.attempts[tid] == 2
-            assert "emulated task failure" in state.task_errors[tid]
+            assert state.tasks.attempts[tid] == 2
+            assert "emulated task failure" in state.tasks.task_errors[tid]
     retried = [
         tid
         for tid in range(60)
-        if state.attempts[tid] == 1 and state.task_state[tid] is TaskState.DONE
+        if state.tasks.attempts[tid] == 1 and state.tasks.task_state[tid] is TaskState.DONE
     ]
     assert retried, "some task failed once and then succeeded"
 
@@ -177,13 +177,13 @@ def test_a_lost_machine_has_its_task_requeued_and_done_elsewhere() -> None:
         },
     )
     state, _ = run(cfg)
-    lost = [s for s in state.segments if s.outcome == "lost"]
+    lost = [s for s in state.tasks.segments if s.outcome == "lost"]
     assert len(lost) == 1
-    assert state.machines["slow-0"].end_reason == "lost: emulated machine failure"
-    later = [s for s in state.segments if s.task == lost[0].task and s.outcome == "done"]
+    assert state.fleet.machines["slow-0"].end_reason == "lost: emulated machine failure"
+    later = [s for s in state.tasks.segments if s.task == lost[0].task and s.outcome == "done"]
     assert later
     assert later[0].machine != "slow-0"
-    assert state.done == 100
+    assert state.tasks.done == 100
 
 
 def _too_small(on_shortfall: str) -> tuple[RunState, list[Record]]:
@@ -207,13 +207,13 @@ def test_a_budget_too_small_is_said_early_with_the_budget_needed_and_the_run_goe
     assert t < 3600.0
     assert first.needed_budget is not None
     assert first.needed_budget > 30.0
-    assert state.done < 1000
+    assert state.tasks.done < 1000
     done_by_then = sum(1 for r in journal if isinstance(r.item, TaskDone) and r.t <= t)
-    assert state.done > done_by_then, "nothing was done after the warning: the run stopped"
-    assert state.stop_reason is not None
-    assert "budget exhausted" in state.stop_reason
+    assert state.tasks.done > done_by_then, "nothing was done after the warning: the run stopped"
+    assert state.money.stop_reason is not None
+    assert "budget exhausted" in state.money.stop_reason
     assert state.actual_cost() <= 30.0 + 1e-9
-    assert not any(True for _ in state.alive_machines())
+    assert not any(True for _ in state.fleet.alive_machines())
 
 
 def test_on_shortfall_stop_ends_the_run_when_the_shortfall_is_known() -> None:
@@ -221,10 +221,10 @@ def test_on_shortfall_stop_ends_the_run_when_the_shortfall_is_known() -> None:
     stop_at = next(r.t for r in journal if isinstance(r.item, Stop))
     warned_at = next(r.t for r in journal if isinstance(r.item, Shortfall))
     assert stop_at == warned_at < 3600.0  # known within the first unit
-    assert state.stop_reason is not None
-    assert "budget unlikely" in state.stop_reason
+    assert state.money.stop_reason is not None
+    assert "budget unlikely" in state.money.stop_reason
     assert state.actual_cost() <= 30.0
-    assert not any(True for _ in state.alive_machines())
+    assert not any(True for _ in state.fleet.alive_machines())
 
 
 def test_tail_replicas_run_once_the_bag_is_empty_and_each_task_counts_once() -> None:
@@ -240,10 +240,12 @@ def test_tail_replicas_run_once_the_bag_is_empty_and_each_task_counts_once() -> 
     state, journal = run(cfg)
     replicas = [r.item for r in journal if isinstance(r.item, Replicate)]
     assert replicas
-    done = Counter(s.task for s in state.segments if s.outcome == "done")
-    assert state.done == 120
+    done = Counter(s.task for s in state.tasks.segments if s.outcome == "done")
+    assert state.tasks.done == 120
     assert set(done.values()) == {1}, "a task was counted done twice"
-    assert any(s.outcome == "cancelled" for s in state.segments), "no losing replica cancelled"
+    assert any(s.outcome == "cancelled" for s in state.tasks.segments), (
+        "no losing replica cancelled"
+    )
 
 
 def test_tail_replicas_use_the_free_slots_of_busy_machines() -> None:
@@ -267,13 +269,13 @@ def test_tail_replicas_use_the_free_slots_of_busy_machines() -> None:
 
     def hook(now: float, events: list[Event], actions: list[Action], state: RunState) -> None:
         for a in actions:
-            if isinstance(a, Replicate) and set(state.machines[a.machine].running) - {a.task}:
+            if isinstance(a, Replicate) and set(state.fleet.machines[a.machine].running) - {a.task}:
                 busy.append((a.task, a.machine))
 
     state = make_emulator(cfg, 160, on_step=hook).run()
     assert busy, "no replica went to a machine with a task running"
-    done = Counter(s.task for s in state.segments if s.outcome == "done")
-    assert state.done == 160
+    done = Counter(s.task for s in state.tasks.segments if s.outcome == "done")
+    assert state.tasks.done == 160
     assert set(done.values()) == {1}
 
 
@@ -287,7 +289,9 @@ def test_cbc_and_highs_drive_the_same_run() -> None:
     """The solver is a setting; both find the same plans, so the run is the same."""
     highs, _ = run(make_config(bag={"synthetic": 300}, solver="highs"))
     cbc, _ = run(make_config(bag={"synthetic": 300}, solver="cbc"))
-    assert [c.counts for _, c in highs.configurations] == [c.counts for _, c in cbc.configurations]
+    assert [c.counts for _, c in highs.decisions.configurations] == [
+        c.counts for _, c in cbc.decisions.configurations
+    ]
     assert highs.now == cbc.now
     assert highs.actual_cost() == cbc.actual_cost()
 
@@ -333,17 +337,17 @@ def test_a_type_without_capacity_is_avoided_until_its_outage_ends() -> None:
     b = launches["b"]
     failed = LaunchFailed(b.token, "b", b.count, "no capacity", "capacity", until=600.0)
     actions = controller.step(state, [failed], 1.0)
-    assert not state.available("b", 1.0)
+    assert not state.capacity.available("b", 1.0)
     assert "b" not in launched(actions)
     assert Defer(("b",)) in actions  # journaled: a replay knows a tick must try again
-    assert state.committed == pytest.approx(launches["a"].count * 1.0)  # b's money freed
+    assert state.money.committed == pytest.approx(launches["a"].count * 1.0)  # b's money freed
     assert "b" not in launched(controller.step(state, [Tick()], 300.0))
     # After the outage a tick tries the type again.
     actions = controller.step(state, [Tick()], 700.0)
     assert "b" in launched(actions)
     assert Defer(()) in actions
-    assert not state.deferred
-    assert state.launch_problems[0][1:3] == ("b", "capacity")
+    assert not state.decisions.deferred
+    assert state.capacity.launch_problems[0][1:3] == ("b", "capacity")
 
 
 def test_an_account_limit_holds_every_scale_up_and_never_stops_the_run() -> None:
@@ -355,12 +359,12 @@ def test_an_account_limit_holds_every_scale_up_and_never_stops_the_run() -> None
         LaunchFailed(b.token, "b", b.count, limit, "limit", until=900.0),
     ]
     actions = controller.step(state, events, 1.0)
-    assert state.held(1.0)
+    assert state.capacity.held(1.0)
     assert not launched(actions)
     assert not any(isinstance(x, Stop) for x in actions)  # nothing runs, but it waits
     assert not launched(controller.step(state, [Tick()], 600.0))
     assert launched(controller.step(state, [Tick()], 950.0)) == {"a", "b"}
-    assert state.committed <= 100.0
+    assert state.money.committed <= 100.0
 
 
 def first_configurations(cfg: RunConfig) -> list[Configure]:

@@ -244,7 +244,7 @@ def test_a_result_heard_in_the_step_that_loses_its_machine_counts_and_is_not_run
         state.apply(2.0, Assign(0, "m0"))
         for e in events:
             state.apply(40.0, e)
-        outcomes[name] = (state.task_state[0], 0 in state.pending)
+        outcomes[name] = (state.tasks.task_state[0], 0 in state.tasks.pending)
     assert outcomes["as queued"] == (TaskState.PENDING, True)  # what happened before
     assert outcomes["step_order"] == (TaskState.DONE, False)
     ready = [MachineLost("m1", "x"), TaskDone(1, "m2", 3.0), MachineReady("m2")]

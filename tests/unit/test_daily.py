@@ -62,10 +62,10 @@ def on_day(before: float, first: bool) -> float:
 
 
 def seconds_per_job(state: RunState, m: Machine) -> dict[str, float]:
-    out = {j.name: 0.0 for j in state.jobs}
-    for seg in state.segments:
+    out = {j.name: 0.0 for j in state.work.jobs}
+    for seg in state.tasks.segments:
         if seg.machine == m.id:
-            out[state.job_of(seg.task).name] += seg.end - seg.start
+            out[state.work.job_of(seg.task).name] += seg.end - seg.start
     return out
 
 
@@ -79,7 +79,7 @@ def test_a_budget_run_across_midnight_is_split_by_wall_seconds(budget_state: Run
     start_wall = MIDNIGHT - 1800
     days = daily_costs([JobRun("j1", "quickstart", budget_state, start_wall)])
     assert [d.day for d in days] == ["2025-02-28", "2025-03-01"]
-    machines = list(budget_state.machines.values())
+    machines = list(budget_state.fleet.machines.values())
     parts = [before_midnight(m, start_wall, 1.0) for m in machines]
     assert all(0 < p < 1 for p in parts), "every machine should span midnight"
     for day, first in zip(days, (True, False), strict=True):
@@ -116,26 +116,26 @@ def test_a_run_over_several_days_adds_up_to_its_machines_cost(budget_state: RunS
     assert days[0].day == "2025-03-01"
     assert total(days) == pytest.approx(budget_state.actual_cost())
     assert sum(d.machine_hours for d in days) == pytest.approx(
-        sum((life(m)[1] - life(m)[0]) / 3600 for m in budget_state.machines.values())
+        sum((life(m)[1] - life(m)[0]) / 3600 for m in budget_state.fleet.machines.values())
     )
     alive = [sum(t.machines for t in d.machine_types) for d in days]
-    early = sum(life(m)[1] < 3200 for m in budget_state.machines.values())
-    assert alive[0] == len(budget_state.machines)
-    assert alive[-1] == len(budget_state.machines) - early
+    early = sum(life(m)[1] < 3200 for m in budget_state.fleet.machines.values())
+    assert alive[0] == len(budget_state.fleet.machines)
+    assert alive[-1] == len(budget_state.fleet.machines) - early
 
 
 def test_a_deadline_run_is_shared_by_its_jobs_each_day(deadline_state: RunState) -> None:
     """A record per job of the run: each machine's day share split by the seconds it ran
     each job's tasks; a job without a record is charged to no one."""
     start_wall = MIDNIGHT - 600
-    names = [j.name for j in deadline_state.jobs]
+    names = [j.name for j in deadline_state.work.jobs]
     recs = [
         JobRun(f"j{i}", name, deadline_state, start_wall, job=name)
         for i, name in enumerate(names[:2])
     ]
     days = daily_costs(recs)
     assert [d.day for d in days] == ["2025-02-28", "2025-03-01"]
-    machines = list(deadline_state.machines.values())
+    machines = list(deadline_state.fleet.machines.values())
     for day, first in zip(days, (True, False), strict=True):
         expected = dict.fromkeys(names, 0.0)
         for m in machines:
@@ -158,7 +158,7 @@ def test_runs_together_add_up(budget_state: RunState, deadline_state: RunState) 
     recs = [JobRun("b", "quickstart", budget_state, MIDNIGHT - 60, 60.0)]
     recs += [
         JobRun(f"d{i}", j.name, deadline_state, MIDNIGHT - 3600, 1.0, job=j.name)
-        for i, j in enumerate(deadline_state.jobs)
+        for i, j in enumerate(deadline_state.work.jobs)
     ]
     days = daily_costs(recs)
     assert total(days) == pytest.approx(budget_state.actual_cost() + deadline_state.actual_cost())
@@ -167,12 +167,14 @@ def test_runs_together_add_up(budget_state: RunState, deadline_state: RunState) 
     assert sum(j.cost for j in first.jobs) == pytest.approx(first.cost)
     small = next(t for t in first.machine_types if t.type == "small")
     assert small.machines == sum(
-        m.type.name == "small" for s in (budget_state, deadline_state) for m in s.machines.values()
+        m.type.name == "small"
+        for s in (budget_state, deadline_state)
+        for m in s.fleet.machines.values()
     )
 
 
 def test_one_run_with_two_clocks_is_refused(deadline_state: RunState) -> None:
-    a, b = (j.name for j in deadline_state.jobs[:2])
+    a, b = (j.name for j in deadline_state.work.jobs[:2])
     with pytest.raises(AutoscalerError, match="clocks"):
         daily_costs(
             [

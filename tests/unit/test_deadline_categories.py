@@ -20,8 +20,8 @@ import pytest
 from autoscaler.categories.of_config import categories_of_tasks
 from autoscaler.config.bag import expand_bag
 from autoscaler.config.load import load_config
+from autoscaler.core.errors import StateError
 from autoscaler.core.model import JobSpec, Shutdown, TaskSpec
-from autoscaler.core.records import StateError
 from autoscaler.core.state import RunState
 from autoscaler.deadline.categories import category_times
 from autoscaler.deadline.controller import DeadlineController
@@ -74,15 +74,15 @@ def placed(done: DryRun) -> Counter[tuple[str, str]]:
     labels = labels_of()
     state = done.state
     return Counter(
-        (labels[s.task], state.machines[s.machine].type.name)
-        for s in state.segments
+        (labels[s.task], state.fleet.machines[s.machine].type.name)
+        for s in state.tasks.segments
         if s.outcome == "done"
     )
 
 
 def done_once(done: DryRun) -> None:
     """Every task ended with a result exactly once."""
-    ended = Counter(s.task for s in done.state.segments if s.outcome == "done")
+    ended = Counter(s.task for s in done.state.tasks.segments if s.outcome == "done")
     assert sorted(ended) == list(range(200))
     assert set(ended.values()) == {1}
 
@@ -103,7 +103,7 @@ def test_with_categories_each_type_runs_what_it_is_fast_at_and_the_run_costs_les
     assert placed(without)["cpu", "a"] < 0.7 * 100  # one time per type mixes them
     # The plan's forecast, its queues seen task by task at their category's time,
     # is what the run cost.
-    first = next(c for _, c in with_.state.configurations if "planned" in c.reason)
+    first = next(c for _, c in with_.state.decisions.configurations if "planned" in c.reason)
     assert first.predicted_cost == pytest.approx(with_.report.cost, rel=0.1)
 
 
@@ -114,12 +114,12 @@ def test_sampling_measures_each_category_on_each_type_before_the_plan(tmp_path: 
     seen: dict[tuple[int, str], float] = {}
 
     def progress(state: RunState) -> None:
-        planned = any("planned" in c.reason for _, c in state.configurations)
+        planned = any("planned" in c.reason for _, c in state.decisions.configurations)
         if planned and not seen:
-            seen.update({key: runs[0] for key, runs in state.category_runs.items()})
+            seen.update({key: runs[0] for key, runs in state.observed.category_runs.items()})
 
     done = run(tmp_path, "{by: label}", progress=progress)
-    assert set(done.state.task_category) == {0, 1}
+    assert set(done.state.tasks.task_category) == {0, 1}
     assert seen, "the job was never planned"
     for key in ((0, "a"), (0, "b"), (1, "a"), (1, "b")):
         assert seen.get(key, 0) >= 1, key
@@ -134,7 +134,7 @@ def test_a_deadline_that_cannot_be_met_is_reported_late_and_no_task_is_lost(
     job = done.report.jobs[0]
     assert job.tasks_late > 0
     assert not job.met_deadline
-    said = [t for t, note in done.state.late_log if note.tasks > 0]
+    said = [t for t, note in done.state.work.late_log if note.tasks > 0]
     assert said
     assert said[0] < 1800  # warned before the deadline
 
@@ -144,13 +144,13 @@ def test_without_categories_the_run_is_the_controller_s_without_them(tmp_path: P
     none (the deadline controller as it was)."""
     built = run(tmp_path, None)
     plain = run(tmp_path, None, plain=True)
-    assert built.state.task_category == ()
-    assert built.state.segments == plain.state.segments
+    assert built.state.tasks.task_category == ()
+    assert built.state.tasks.segments == plain.state.tasks.segments
     assert built.report.cost == plain.report.cost
     # With categories in the state but not in the controller: still the same run.
     counted = run(tmp_path, "{by: label}", plain=True)
-    assert counted.state.task_category != ()
-    assert counted.state.segments == plain.state.segments
+    assert counted.state.tasks.task_category != ()
+    assert counted.state.tasks.segments == plain.state.tasks.segments
 
 
 def test_a_category_s_time_is_measured_else_the_ratio_rule_else_the_declared_time_scaled(
@@ -174,12 +174,12 @@ def test_a_category_s_time_is_measured_else_the_ratio_rule_else_the_declared_tim
     cfg = load_config(path)
     settings = deadline_settings(cfg)
     state = new_state(cfg, 20, seed=1)
-    job = state.job_named("j")
-    short, long_ = state.task_category[1], state.task_category[0]
+    job = state.work.job_named("j")
+    short, long_ = state.tasks.task_category[1], state.tasks.task_category[0]
     assert short != long_
     assert category_times(settings, state, job, short) == pytest.approx({"a": 50, "b": 50})
     assert category_times(settings, state, job, long_) == pytest.approx({"a": 150, "b": 150})
-    state.category_runs[short, "a"] = [2.0, 80.0, 3200.0]  # two runs of 40 s
+    state.observed.category_runs[short, "a"] = [2.0, 80.0, 3200.0]  # two runs of 40 s
     assert category_times(settings, state, job, short) == pytest.approx({"a": 40, "b": 50})
     assert category_times(settings, state, job, long_) == pytest.approx({"a": 120, "b": 150})
 
@@ -207,11 +207,11 @@ def pool_run(tmp_path: Path, carry: bool, seed: int) -> tuple[RunState, Counter[
     em.tell(1800.0, added_job(job, 200, 1800.0, seed, cats), later)
     em.tell(30000.0, Shutdown("the service stops"))
     state = em.run()
-    second = state.job_named("second")
-    ended = [s for s in state.segments if s.outcome == "done" and second.owns(s.task)]
+    second = state.work.job_named("second")
+    ended = [s for s in state.tasks.segments if s.outcome == "done" and second.owns(s.task)]
     assert sorted(s.task for s in ended) == list(range(200, 260))  # each once
     assert max(s.end for s in ended) <= second.deadline
-    where = Counter((later[s.task - 200], state.machines[s.machine].type.name) for s in ended)
+    where = Counter((later[s.task - 200], state.fleet.machines[s.machine].type.name) for s in ended)
     return state, where
 
 
@@ -225,19 +225,19 @@ def test_a_job_joining_a_pool_is_planned_by_the_pool_s_categories(
     the pool's labels, each kind runs where it is fast, in far less machine time."""
     state, where = pool_run(tmp_path, True, seed)
     labels = {c.key: c.id for c in deadline_settings(load_config(tmp_path / "run.yaml")).categories}
-    assert set(state.task_category[200:]) == {labels["cpu"], labels["io"]}
+    assert set(state.tasks.task_category[200:]) == {labels["cpu"], labels["io"]}
     assert where["cpu", "a"] >= 27
     assert where["io", "b"] >= 27
     blind_state, blind = pool_run(tmp_path, False, seed)
-    assert blind_state.task_category[200:] == (-1,) * 60
+    assert blind_state.tasks.task_category[200:] == (-1,) * 60
     assert blind["cpu", "a"] + blind["io", "b"] < where["cpu", "a"] + where["io", "b"]
     assert busy_s(state) < 0.75 * busy_s(blind_state)
 
 
 def busy_s(state: RunState) -> float:
     """Machine time the second job's tasks took (each kind 4x faster where it fits)."""
-    second = state.job_named("second")
-    return sum(s.end - s.start for s in state.segments if second.owns(s.task))
+    second = state.work.job_named("second")
+    return sum(s.end - s.start for s in state.tasks.segments if second.owns(s.task))
 
 
 def test_an_added_task_whose_label_the_pool_lacks_is_planned_with_its_job(tmp_path: Path) -> None:
@@ -256,6 +256,6 @@ def test_an_added_task_whose_label_the_pool_lacks_is_planned_with_its_job(tmp_pa
     assert event is not None
     assert event.categories == (ids["io"], -1, -1)
     state.apply(0.0, event)
-    assert state.task_category[200:] == (ids["io"], -1, -1)
+    assert state.tasks.task_category[200:] == (ids["io"], -1, -1)
     with pytest.raises(StateError):  # one category per task, or none
         state.apply(0.0, added_job(JobSpec("c", 0, 3, 0.0, 900.0), 203, 0.0, 2, (0, 1)))

@@ -6,18 +6,18 @@ from benchmarks.deadline_cloud import STRATEGIES, jobs, lateness, run_one, scena
 
 def test_one_seed_finishes_and_money_matches_billed_hours() -> None:
     state = scenario(STRATEGIES["multi.dyna"], 0.1, 0).run()
-    assert state.done == state.n_tasks == sum(j.count for j in jobs())
-    assert state.stop_reason is None
-    assert abs(state.committed - state.actual_cost()) < 1e-9
+    assert state.tasks.done == state.n_tasks == sum(j.count for j in jobs())
+    assert state.money.stop_reason is None
+    assert abs(state.money.committed - state.actual_cost()) < 1e-9
     late, seconds, per = lateness(state)
-    assert set(per) == {j.name for j in state.jobs}
+    assert set(per) == {j.name for j in state.work.jobs}
     assert (late == 0) == (seconds == 0.0)
 
 
 def test_homogeneous_baseline_uses_only_its_type() -> None:
     state = scenario(STRATEGIES["large.nodyna"], 0.3, 1).run()
-    assert {m.type.name for m in state.machines.values()} == {"large"}
-    assert state.done == state.n_tasks
+    assert {m.type.name for m in state.fleet.machines.values()} == {"large"}
+    assert state.tasks.done == state.n_tasks
 
 
 def test_a_seed_repeats_and_another_differs() -> None:

@@ -72,7 +72,7 @@ class _World(SimProvider):
         return records
 
     def run_time(self, task: int, machine: str) -> float:
-        job = self.state.job_of(task)
+        job = self.state.work.job_of(task)
         kind = self.machines[machine].type
         r = random.Random(f"{task}:{machine}:{self.rng_seed}")
         t = self.truth[job.name][kind] * (1 + r.uniform(-self.noise, self.noise))
@@ -117,7 +117,7 @@ def run(
     steps: list[tuple[float, list[Event], list[Action], float]] = []
 
     def hook(now, events, actions, st):
-        steps.append((now, list(events), list(actions), st.committed))
+        steps.append((now, list(events), list(actions), st.money.committed))
 
     em = Emulator(DeadlineController(settings), state, world, interval, on_step=hook)
     holder.append(em)
@@ -127,10 +127,10 @@ def run(
 def finish_and_late(state: RunState) -> tuple[dict[str, float], dict[str, int]]:
     finish: dict[str, float] = {}
     late: dict[str, int] = {}
-    for seg in state.segments:
+    for seg in state.tasks.segments:
         if seg.outcome != "done":
             continue
-        job = state.job_of(seg.task)
+        job = state.work.job_of(seg.task)
         finish[job.name] = max(finish.get(job.name, 0.0), seg.end)
         if seg.end > job.deadline + 1e-9:
             late[job.name] = late.get(job.name, 0) + 1
@@ -144,15 +144,15 @@ def actions(steps, kind):
 def test_two_batches_finish_in_time_once_each_without_noise():
     jobs = _jobs(((0.0, 40, 1200.0), (300.0, 60, 1200.0)))
     state, steps = run(jobs)
-    assert state.stop_reason is None
-    assert state.done == state.n_tasks
-    assert all(s is TaskState.DONE for s in state.task_state)
-    done = [seg.task for seg in state.segments if seg.outcome == "done"]
+    assert state.money.stop_reason is None
+    assert state.tasks.done == state.n_tasks
+    assert all(s is TaskState.DONE for s in state.tasks.task_state)
+    done = [seg.task for seg in state.tasks.segments if seg.outcome == "done"]
     assert sorted(done) == list(range(state.n_tasks))  # each task once
     _, late = finish_and_late(state)
     assert late == {}
     assert not any(a.tasks > 0 for _, a in actions(steps, Late))
-    assert not state.any_alive()
+    assert not state.fleet.any_alive()
     # The second batch was planned when it arrived, not before.
     second = [j for j in jobs if j.at == 300.0]
     placed = [
@@ -175,14 +175,15 @@ def test_cost_is_what_the_machines_billed_and_forecast_is_checked():
     jobs = _jobs(((0.0, 50, 1200.0),))
     state, _ = run(jobs)
     billed = sum(
-        HOURLY.cost(m.type.price, m.paid_until - m.launched_at) for m in state.machines.values()
+        HOURLY.cost(m.type.price, m.paid_until - m.launched_at)
+        for m in state.fleet.machines.values()
     )
-    assert state.committed == pytest.approx(billed)
+    assert state.money.committed == pytest.approx(billed)
     # Without noise the plan's forecast of each job's finish holds (it is met, not beaten
     # by more than the plan's slack of one task).
     finish, _ = finish_and_late(state)
     for job in jobs:
-        forecast = state.forecasts[job.name]
+        forecast = state.work.forecasts[job.name]
         assert finish[job.name] <= forecast.finish + 1e-6
         assert forecast.finish <= job.deadline + 1e-6
 
@@ -198,7 +199,7 @@ def test_an_unmeetable_deadline_is_said_before_it_passes():
     assert said[0][1].cause == "deadline"
     _, late = finish_and_late(state)
     assert late["tight"] > 0
-    assert state.done == 60
+    assert state.tasks.done == 60
     # What was said is what happened, within the task time.
     assert said[0][1].tasks == pytest.approx(late["tight"], abs=2)
 
@@ -210,33 +211,33 @@ def test_reassignment_moves_work_off_a_slow_machine_and_cuts_lateness():
     without, _ = run(jobs, settings=DeadlineSettings(reassign=False), **kw)
     moves = [a for _, a in actions(steps, Move)]
     assert moves
-    slow_id = next(m for m in with_r.machines if m.endswith("-0"))
+    slow_id = next(m for m in with_r.fleet.machines if m.endswith("-0"))
     assert all(m.source == slow_id for m in moves[:1])
     late_secs = lambda st: sum(  # noqa: E731
-        max(0.0, f - st.job_named(j).deadline) for j, f in finish_and_late(st)[0].items()
+        max(0.0, f - st.work.job_named(j).deadline) for j, f in finish_and_late(st)[0].items()
     )
     assert late_secs(with_r) < late_secs(without)
-    assert with_r.done == without.done == with_r.n_tasks
+    assert with_r.tasks.done == without.tasks.done == with_r.n_tasks
 
 
 def test_a_budget_holds_and_says_it_gave_way():
     jobs = _jobs(((0.0, 100, 900.0),))
     unlimited, _ = run(jobs)
-    budget = 0.5 * unlimited.committed
+    budget = 0.5 * unlimited.money.committed
     state, steps = run(jobs, budget=budget)
     assert max(c for *_, c in steps) <= budget + 1e-9
     said = [a for _, a in actions(steps, Late) if a.tasks > 0]
     assert said
     assert said[0].cause == "budget"
-    assert state.done + state.tasks_left == state.n_tasks
-    assert state.stop_reason is None or "budget" in state.stop_reason
+    assert state.tasks.done + state.tasks_left == state.n_tasks
+    assert state.money.stop_reason is None or "budget" in state.money.stop_reason
 
 
 def test_a_job_without_known_times_is_sampled_then_planned():
     truth = {"b0a0": APPS[0], "b0a1": APPS[1]}
     jobs = _jobs(((0.0, 60, 2400.0),), known=False)
     state, _steps = run(jobs, truth=truth, noise=0.1, seed=1)
-    assert state.done == state.n_tasks
+    assert state.tasks.done == state.n_tasks
     ctl = DeadlineController()
     for job in jobs:
         est = ctl.task_times(state, job)
@@ -251,12 +252,12 @@ def test_never_extends_a_machine_for_nothing_and_releases_every_machine():
     jobs = _jobs(((0.0, 20, 1200.0), (4000.0, 20, 1200.0)))
     state, steps = run(jobs)
     for _, a in actions(steps, Extend):
-        m = state.machines[a.machine]
+        m = state.fleet.machines[a.machine]
         assert any(
-            seg.machine == m.id and seg.start >= a.until - 3600 - 1 for seg in state.segments
+            seg.machine == m.id and seg.start >= a.until - 3600 - 1 for seg in state.tasks.segments
         )
-    assert not state.any_alive()
-    assert state.done == state.n_tasks
+    assert not state.fleet.any_alive()
+    assert state.tasks.done == state.n_tasks
 
 
 def test_the_journal_replays_to_the_live_state():
@@ -270,13 +271,13 @@ def test_the_journal_replays_to_the_live_state():
             records.append(Record(seq, now, "event" if item in events else "action", item))
             seq += 1
     replay(fresh, records)
-    assert fresh.committed == pytest.approx(live.committed)
-    assert fresh.task_state == live.task_state
-    assert {k: (m.state, m.paid_until) for k, m in fresh.machines.items()} == {
-        k: (m.state, m.paid_until) for k, m in live.machines.items()
+    assert fresh.money.committed == pytest.approx(live.money.committed)
+    assert fresh.tasks.task_state == live.tasks.task_state
+    assert {k: (m.state, m.paid_until) for k, m in fresh.fleet.machines.items()} == {
+        k: (m.state, m.paid_until) for k, m in live.fleet.machines.items()
     }
-    assert fresh.late == live.late
-    assert fresh.forecasts == live.forecasts
+    assert fresh.work.late == live.work.late
+    assert fresh.work.forecasts == live.work.forecasts
 
 
 def test_a_machine_queue_keeps_earliest_deadline_first_whatever_comes_in():
@@ -290,10 +291,10 @@ def test_a_machine_queue_keeps_earliest_deadline_first_whatever_comes_in():
     state.apply(0.0, Launch("m", 2, "L0", ((3, 4, 0), (5,))))
     state.apply(0.0, MachineLaunched("m-0", "m", "L0"))
     state.apply(0.0, MachineLaunched("m-1", "m", "L0"))
-    assert list(state.machines["m-0"].queue) == [0, 3, 4]
+    assert list(state.fleet.machines["m-0"].queue) == [0, 3, 4]
     state.apply(1.0, Move((0,), "m-0", "m-1"))
-    assert list(state.machines["m-1"].queue) == [0, 5]
+    assert list(state.fleet.machines["m-1"].queue) == [0, 5]
     state.apply(2.0, Assign(1, "m-1"))
     state.apply(2.0, Assign(2, "m-0"))
-    assert list(state.machines["m-1"].queue) == [0, 1, 5]
-    assert list(state.machines["m-0"].queue) == [2, 3, 4]
+    assert list(state.fleet.machines["m-1"].queue) == [0, 1, 5]
+    assert list(state.fleet.machines["m-0"].queue) == [2, 3, 4]

@@ -104,7 +104,7 @@ def test_planning_means_learn_from_the_application() -> None:
     a2 = JobSpec("a2", 10, 10, 300.0, 1200.0, None, {"m": 60.0, "l": 30.0}, app="A")
     b1 = JobSpec("b1", 20, 10, 0.0, 900.0, None, {"m": 60.0, "l": 30.0})
     state = _state([a1, a2, b1])
-    state.job_runs["a1", "m"] = runs_of(noisy(78.0, 8, 0.1))
+    state.observed.job_runs["a1", "m"] = runs_of(noisy(78.0, 8, 0.1))
     learn, believe = (
         DeadlineController(),
         DeadlineController(DeadlineSettings(learn_task_times=False)),
@@ -120,10 +120,10 @@ def test_planning_means_learn_from_the_application() -> None:
 def _second_batch_on_m(state: RunState) -> int:
     return sum(
         1
-        for seg in state.segments
+        for seg in state.tasks.segments
         if seg.outcome == "done"
-        and state.job_of(seg.task).name.startswith("b1")
-        and state.machines[seg.machine].type.name == "m"
+        and state.work.job_of(seg.task).name.startswith("b1")
+        and state.fleet.machines[seg.machine].type.name == "m"
     )
 
 
@@ -141,7 +141,7 @@ def test_a_slow_type_is_said_once_per_job_and_planned_on() -> None:
     assert len(said) == len(seen) > 0
     assert {t for _, t in seen} == {"m"}
     assert all(a.learned_s > 1.3 * a.declared_s for a in said)
-    assert set(state.learned) == seen
+    assert set(state.work.learned) == seen
     believed, _ = run(
         jobs, truth=truth, noise=0.1, settings=DeadlineSettings(learn_task_times=False)
     )
@@ -154,7 +154,7 @@ def test_a_slow_type_is_said_once_per_job_and_planned_on() -> None:
             fresh.apply(now, e)
         for a in acts:
             fresh.apply(now, a)
-    assert set(fresh.learned) == seen
+    assert set(fresh.work.learned) == seen
 
 
 def test_learned_times_are_in_status_and_report(tmp_path: Path) -> None:
@@ -164,9 +164,9 @@ def test_learned_times_are_in_status_and_report(tmp_path: Path) -> None:
     run as declared says none."""
     cfg = load_config(CONFIG_DIR / "examples" / "quickstart.yaml")
     slow = deadline_run(jobs(3, 20), slow=1.3)
-    assert slow.learned
+    assert slow.work.learned
     lines = status_lines("d", cfg, slow, None)
-    for job, tname in slow.learned:
+    for job, tname in slow.work.learned:
         line = next(x for x in lines if f"job {job}:" in x)
         assert f"learned {tname} " in line
     report = build_report(cfg, slow, tasks=[], run_id="d", seed=1)
@@ -177,15 +177,15 @@ def test_learned_times_are_in_status_and_report(tmp_path: Path) -> None:
     jsonschema.validate(data, schema)
     assert read_report(tmp_path) == report
     notes = {(j["name"], n["type"]): n for j in data["jobs"] for n in j["learned"]}
-    assert set(notes) == set(slow.learned)
+    assert set(notes) == set(slow.work.learned)
     for (job, tname), note in notes.items():
-        declared = next(s for s in slow.jobs if s.name == job).task_s[tname]
+        declared = next(s for s in slow.work.jobs if s.name == job).task_s[tname]
         assert note["declared_s"] == declared
         assert note["learned_s"] > 1.2 * declared
     md = (tmp_path / REPORT_MD).read_text(encoding="utf-8")
     assert md.count("**Task times learned at") == len(notes)
     as_declared = deadline_run(jobs(3, 20), slow=1.0)
-    assert not as_declared.learned
+    assert not as_declared.work.learned
     report = build_report(cfg, as_declared, tasks=[], run_id="d", seed=1)
     assert isinstance(report, DeadlineReport)
     assert all(j.learned == () for j in report.jobs)

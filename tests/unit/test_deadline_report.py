@@ -55,7 +55,7 @@ def report_of(cfg: RunConfig, state: RunState) -> DeadlineReport:
 
 def first_done(state: RunState) -> dict[int, float]:
     out: dict[int, float] = {}
-    for seg in state.segments:
+    for seg in state.tasks.segments:
         if seg.outcome == "done":
             out[seg.task] = min(seg.end, out.get(seg.task, seg.end))
     return out
@@ -69,15 +69,15 @@ def test_per_job_figures_are_the_segments(
     state: RunState = request.getfixturevalue(which)
     report = report_of(cfg, state)
     done = first_done(state)
-    assert [j.name for j in report.jobs] == [j.name for j in state.jobs]
-    for spec, out in zip(state.jobs, report.jobs, strict=True):
+    assert [j.name for j in report.jobs] == [j.name for j in state.work.jobs]
+    for spec, out in zip(state.work.jobs, report.jobs, strict=True):
         ends = [done[t] for t in range(spec.first, spec.first + spec.count) if t in done]
         assert out.done == len(ends) == spec.count
         assert out.finish_s == pytest.approx(max(ends), abs=1e-3)
         assert out.tasks_late == sum(e > spec.deadline for e in ends)
         assert out.seconds_late == pytest.approx(max(0.0, max(ends) - spec.deadline), abs=1e-3)
         assert out.met_deadline == (out.tasks_late == 0)
-        forecast = state.forecasts[spec.name]
+        forecast = state.work.forecasts[spec.name]
         assert out.predicted_finish_s == pytest.approx(forecast.finish, abs=1e-3)
     assert report.jobs_met_deadline == sum(j.met_deadline for j in report.jobs)
 
@@ -90,14 +90,14 @@ def test_cost_shares_add_up_to_the_machines_cost(
     cost add up to what the machines cost."""
     state: RunState = request.getfixturevalue(which)
     report = report_of(cfg, state)
-    expected = {j.name: 0.0 for j in state.jobs}
-    for m in state.machines.values():
+    expected = {j.name: 0.0 for j in state.work.jobs}
+    for m in state.fleet.machines.values():
         assert m.ended_at is not None
         cost = state.billing.cost(m.type.price, m.ended_at - m.launched_at)
-        secs = {j.name: 0.0 for j in state.jobs}
-        for seg in state.segments:
+        secs = {j.name: 0.0 for j in state.work.jobs}
+        for seg in state.tasks.segments:
             if seg.machine == m.id:
-                secs[state.job_of(seg.task).name] += seg.end - seg.start
+                secs[state.work.job_of(seg.task).name] += seg.end - seg.start
         for name, s in secs.items():
             expected[name] += cost * s / sum(secs.values())
     for out in report.jobs:
@@ -114,8 +114,8 @@ def test_a_late_run_reports_late_tasks_and_was_warned_before_the_deadline(
     lateish = [j for j in report.jobs if j.tasks_late > 0]
     assert lateish, "the slow run finished every job in time"
     for out in lateish:
-        spec = late.job_named(out.name)
-        said = [t for t, note in late.late_log if note.job == out.name and note.tasks > 0]
+        spec = late.work.job_named(out.name)
+        said = [t for t, note in late.work.late_log if note.job == out.name and note.tasks > 0]
         assert said
         assert said[0] < spec.deadline
         assert out.first_warning is not None
@@ -165,11 +165,11 @@ def test_gantt_colours_tasks_by_job_and_draws_deadlines(cfg: RunConfig, late: Ru
     fig = gantt_figure(late)
     FigureCanvasAgg(fig)
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
-    assert legend == [f"{j.name}, due {hms(j.deadline)}" for j in late.jobs]
+    assert legend == [f"{j.name}, due {hms(j.deadline)}" for j in late.work.jobs]
     ax = fig.axes[0]
     xs = {round(line.get_xdata()[0] * 3600, 3) for line in ax.get_lines()}
-    assert {j.deadline for j in late.jobs} <= xs
-    assert {j.at for j in late.jobs} <= xs
+    assert {j.deadline for j in late.work.jobs} <= xs
+    assert {j.at for j in late.work.jobs} <= xs
 
 
 def test_gantt_deadlines_that_coincide_stay_distinct_and_each_is_named() -> None:
@@ -214,18 +214,18 @@ def test_gantt_deadlines_that_coincide_stay_distinct_and_each_is_named() -> None
 
 def test_status_and_metrics_show_each_job_and_its_lateness(cfg: RunConfig, late: RunState) -> None:
     lines = status_lines("d", cfg, late, None)
-    for spec in late.jobs:
+    for spec in late.work.jobs:
         line = next(x for x in lines if f"job {spec.name}:" in x)
         assert f"{spec.count}/{spec.count} done" in line
-        said = late.late.get(spec.name)
+        said = late.work.late.get(spec.name)
         assert ("expected late" in line) == (said is not None and said.tasks > 0)
     metrics = Metrics(cfg)
     metrics.update(late, None)
     from prometheus_client import generate_latest
 
     text = generate_latest(metrics.registry).decode()
-    for spec in late.jobs:
-        said = late.late.get(spec.name)
+    for spec in late.work.jobs:
+        said = late.work.late.get(spec.name)
         tasks = 0 if said is None else said.tasks
         assert f'autoscaler_job_late_tasks{{job="{spec.name}"}} {float(tasks)}' in text
         assert (
@@ -275,7 +275,7 @@ def test_each_jobs_forecast_has_an_interval_set_against_the_outcome(
 ) -> None:
     """Issue 22: a job's forecast finish and cost carry intervals around the point; the
     report says whether the outcome fell inside, and the markdown shows them."""
-    for f in on_time.forecasts.values():
+    for f in on_time.work.forecasts.values():
         assert f.finish_interval is not None
         assert f.cost_interval is not None
         assert f.finish_interval[0] <= f.finish <= f.finish_interval[1]

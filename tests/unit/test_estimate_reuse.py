@@ -40,7 +40,7 @@ def _task_by_task(state: RunState, now: float, means: dict[str, float]) -> float
     """Σ ft_m as ``paid_completions`` read it before, one ``tail_estimate`` per task."""
     margin = state.billing.boundary_margin_s()
     total = 0.0
-    for m in (m for m in state.alive_machines() if m.type.name in means):
+    for m in (m for m in state.fleet.alive_machines() if m.type.name in means):
         mean = means[m.type.name]
         boot_left = m.launched_at + m.type.boot_s - now
         booting = m.state is MachineState.BOOTING
@@ -50,7 +50,7 @@ def _task_by_task(state: RunState, now: float, means: dict[str, float]) -> float
             lane = i % len(lanes)
             age = now - start
             if lanes[lane] >= 0:  # a lane spent asks nothing more
-                rest = max(0.0, state.stats[m.type.name].tail_estimate(age) - age)
+                rest = max(0.0, state.observed.stats[m.type.name].tail_estimate(age) - age)
                 fits = rest <= lanes[lane]
                 total += fits
                 lanes[lane] = lanes[lane] - rest if fits else -1.0
@@ -61,7 +61,7 @@ def _task_by_task(state: RunState, now: float, means: dict[str, float]) -> float
         n
         * state.types[t].slots
         * max(0, math.floor((first - state.types[t].boot_s) / means[t] + _EPS))
-        for t, n in state.pending_launches.values()
+        for t, n in state.fleet.pending_launches.values()
         if t in means
     )
 
@@ -81,13 +81,13 @@ def test_paid_completions_at_once_are_the_task_by_task_reading(data: st.DataObje
         events = [] if step == 0 else _launch_events(data, state, now)
         events += [] if step == 0 else _machine_events(data, state, now)
         journal.step(now, events, controller.step(state, events, now))
-        means = {n: s.mean() for n, s in state.stats.items() if s.done > 0}
+        means = {n: s.mean() for n, s in state.observed.stats.items() if s.done > 0}
         for at in (now, now + 30.0, now + 2000.0):
             at_once = paid_completions(
-                state, at, means, lambda n, ages: tail_estimates(state.stats[n], ages)
+                state, at, means, lambda n, ages: tail_estimates(state.observed.stats[n], ages)
             )
             assert at_once == _task_by_task(state, at, means)
-            compared += any(m.running for m in state.alive_machines()) and bool(means)
+            compared += any(m.running for m in state.fleet.alive_machines()) and bool(means)
         if state.over:
             break
         now += data.draw(st.sampled_from([1.0, 60.0, 900.0, 1750.0]), label="dt")

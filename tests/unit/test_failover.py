@@ -101,7 +101,7 @@ def emulate(
     steps: list[Step] = []
 
     def hook(now: float, events: list[Event], actions: list[Action], st: RunState) -> None:
-        steps.append((now, list(events), list(actions), st.committed))
+        steps.append((now, list(events), list(actions), st.money.committed))
 
     em = Emulator(controller, state, world, interval, on_step=hook, holds=lambda _: Holds())
     holder.append(em)
@@ -166,8 +166,8 @@ def test_a_limit_holds_the_refusing_providers_types_and_a_capacity_error_one_typ
     assert quota.types == ("e1", "e2")
     state.apply(0.0, Launch("e1", 2, "L0"))
     state.apply(0.0, quota)
-    assert [state.launchable(n, 10.0) for n in ("e1", "e2", "w1")] == [False, False, True]
-    assert not state.held(10.0)  # no hold of every type
+    assert [state.capacity.launchable(n, 10.0) for n in ("e1", "e2", "w1")] == [False, False, True]
+    assert not state.capacity.held(10.0)  # no hold of every type
     state.apply(10.0, Launch("w1", 1, "L1"))
     state.apply(
         10.0,
@@ -175,11 +175,11 @@ def test_a_limit_holds_the_refusing_providers_types_and_a_capacity_error_one_typ
             Launch("w1", 1, "L1"), 1, "none", "SpotMaxPriceTooLow", False, ("w1",), holds, 10.0
         ),
     )
-    assert not state.launchable("w1", 20.0)
-    assert state.launchable("w1", 611.0)
-    assert not state.launchable("e2", 611.0)
-    assert state.launchable("e2", 901.0)
-    assert state.committed == 0.0  # the launches never happened: nothing is paid
+    assert not state.capacity.launchable("w1", 20.0)
+    assert state.capacity.launchable("w1", 611.0)
+    assert not state.capacity.launchable("e2", 611.0)
+    assert state.capacity.launchable("e2", 901.0)
+    assert state.money.committed == 0.0  # the launches never happened: nothing is paid
 
 
 class Log:
@@ -240,15 +240,15 @@ def test_a_type_refused_comes_back_at_half_weight_and_regains_it_over_the_window
     state = RunState.new(types, HOURLY, 100.0, 10, list(range(10)))
     state.apply(0.0, Launch("b", 1, "L0"))
     state.apply(0.0, LaunchFailed("L0", "b", 1, "none", "capacity", 600.0, recover_s=1800.0))
-    assert [state.weight("b", t) for t in (0.0, 599.0)] == [0.0, 0.0]
-    assert state.weight("b", 600.0) == pytest.approx(0.5)
-    assert state.weight("b", 1500.0) == pytest.approx(0.75)
-    assert state.weight("b", 2400.0) == 1.0
-    assert state.weight("a", 0.0) == 1.0
+    assert [state.capacity.weight("b", t) for t in (0.0, 599.0)] == [0.0, 0.0]
+    assert state.capacity.weight("b", 600.0) == pytest.approx(0.5)
+    assert state.capacity.weight("b", 1500.0) == pytest.approx(0.75)
+    assert state.capacity.weight("b", 2400.0) == 1.0
+    assert state.capacity.weight("a", 0.0) == 1.0
     # A machine of the type launched meanwhile proves its capacity back.
     state.apply(700.0, Launch("b", 1, "L1"))
     state.apply(700.0, MachineLaunched("m", "b", "L1"))
-    assert state.weight("b", 700.0) == 1.0
+    assert state.capacity.weight("b", 700.0) == 1.0
 
 
 def recovering_state() -> RunState:
@@ -348,10 +348,10 @@ def test_a_capacity_error_after_the_plan_replans_onto_the_other_type_at_once(cod
     _, _, actions, _ = refused_step(steps, "fast")
     plan = next(a for a in actions if isinstance(a, Configure))
     assert "fast unavailable" in plan.reason
-    alive_fast = sum(1 for m in state.machines.values() if m.type.name == "fast")
+    alive_fast = sum(1 for m in state.fleet.machines.values() if m.type.name == "fast")
     assert plan.counts["fast"] == alive_fast  # keeps what runs, asks for no more
     assert launches(actions).get("slow", 0) > 0  # more of the other type, in that same step
-    assert state.done == 400
+    assert state.tasks.done == 400
     assert max(c for *_, c in steps) <= cfg.constraint.budget  # type: ignore[union-attr]
 
 
@@ -365,7 +365,7 @@ def test_a_quota_in_one_provider_replans_onto_the_other_providers_type_at_once()
     plan = next(a for a in actions if isinstance(a, Configure))
     assert plan.reason.startswith("fast held by their provider's limit")
     assert launches(actions).get("slow", 0) > 0
-    assert state.done == 400
+    assert state.tasks.done == 400
     assert max(c for *_, c in steps) <= 80.0
 
 
@@ -378,7 +378,7 @@ def test_a_quota_of_the_only_provider_waits_for_its_hold_as_before() -> None:
     assert not any(isinstance(a, Configure) for a in actions)
     assert not launches(actions)
     assert any(isinstance(a, Defer) and "fast" in a.types for a in actions)
-    assert state.done == 400
+    assert state.tasks.done == 400
     assert max(c for *_, c in steps) <= 80.0
 
 
@@ -416,8 +416,8 @@ def test_a_deadline_job_refused_its_cheapest_type_is_replanned_onto_another_at_o
     now, _, actions, _ = refused_step(steps, "cheap")
     assert now == first[0]  # heard at once, re-planned in that step
     assert launches(actions).keys() == {"dear"}
-    assert state.done == 60
-    assert max(seg.end for seg in state.segments) <= job.deadline
+    assert state.tasks.done == 60
+    assert max(seg.end for seg in state.tasks.segments) <= job.deadline
 
 
 def test_a_refusal_not_understood_is_retried_after_a_wait_not_at_every_step() -> None:
@@ -436,7 +436,7 @@ def test_a_refusal_not_understood_is_retried_after_a_wait_not_at_every_step() ->
     assert all(gap >= 60.0 - 1e-6 for gap in gaps), gaps
     span = refused[-1] - refused[0]
     assert len(refused) <= span / 60.0 + 2
-    assert state.done == 400
+    assert state.tasks.done == 400
     assert max(c for *_, c in steps) <= cfg.constraint.budget  # type: ignore[union-attr]
 
 

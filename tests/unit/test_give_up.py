@@ -55,9 +55,9 @@ def test_machines_ending_before_ready_give_their_type_up_at_the_third_in_a_row()
         f"{UNREADY_MAX} machines of slow in a row ended before their agent was ready; "
         "last: never reported in"
     )
-    assert state.given_up("slow")
-    assert not state.given_up("fast")
-    assert not state.launchable("slow", 1e9)
+    assert state.capacity.given_up("slow")
+    assert not state.capacity.given_up("fast")
+    assert not state.capacity.launchable("slow", 1e9)
     assert step(state, 4.0, [MachineLost("m3", ENDED)]) == []  # said once
 
 
@@ -113,7 +113,7 @@ def test_a_run_with_every_type_given_up_stops_saying_why(constraint: dict[str, A
     assert {a.type for a in launches} == {"slow", "fast"}
     machines = [(f"{a.type}-{i}", a) for a in launches for i in range(a.count)]
     controller.step(state, [MachineLaunched(m, a.type, a.token) for m, a in machines], 1.0)
-    committed = state.committed
+    committed = state.money.committed
     lost: list[Event] = [MachineLost(m, ENDED) for m, _ in machines]
     events = [*unready_give_ups(state, lost, LOG), *lost]
     actions = controller.step(state, events, 2.0)
@@ -122,5 +122,5 @@ def test_a_run_with_every_type_given_up_stops_saying_why(constraint: dict[str, A
     assert stop.reason is not None
     assert stop.reason.startswith("every machine type was given up, 100 tasks left (slow: ")
     assert "ended before their agent was ready" in stop.reason
-    assert state.stopped
-    assert state.committed <= committed
+    assert state.money.stopped
+    assert state.money.committed <= committed

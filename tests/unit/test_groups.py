@@ -105,7 +105,7 @@ def test_a_step_merges_assigns_to_one_machine_into_a_group_and_replays_equal() -
     journal.step(11.0, [], decided)
     replay(replayed, journal.records())
     assert replayed == live
-    a0, b0 = live.machines["a0"], live.machines["b0"]
+    a0, b0 = live.fleet.machines["a0"], live.fleet.machines["b0"]
     assert list(a0.running) == [0]
     assert list(a0.queue) == [1, 2, 4]
     assert list(b0.running) == [3]  # three slots, one task
@@ -115,25 +115,25 @@ def test_a_step_merges_assigns_to_one_machine_into_a_group_and_replays_equal() -
 def test_slots_run_at_once_and_a_result_of_a_queued_task_is_taken() -> None:
     state = two_machines()
     state.apply(11.0, AssignGroup((0, 1, 2, 3, 4), "b0"))
-    b0 = state.machines["b0"]
+    b0 = state.fleet.machines["b0"]
     assert sorted(b0.running) == [0, 1, 2]
     assert list(b0.queue) == [3, 4]
     # The agent ran task 4 before the state expected (its slots freed early): counted.
     state.apply(20.0, TaskDone(4, "b0", 3.0))
-    assert state.task_state[4] is TaskState.DONE
+    assert state.tasks.task_state[4] is TaskState.DONE
     assert list(b0.queue) == [3]
     assert sorted(b0.running) == [0, 1, 2]
     state.apply(21.0, TaskDone(0, "b0", 10.0))
     assert sorted(b0.running) == [1, 2, 3]
     assert not b0.queue
-    assert state.done == 2
+    assert state.tasks.done == 2
 
 
 def test_a_queued_task_moved_away_loses_its_run_number_there() -> None:
     state = two_machines()
     state.apply(11.0, AssignGroup((0, 1, 2), "a0"))
     state.apply(12.0, Move((2,), "a0", "b0"))
-    a0, b0 = state.machines["a0"], state.machines["b0"]
+    a0, b0 = state.fleet.machines["a0"], state.fleet.machines["b0"]
     assert 2 not in a0.run_no
     assert list(a0.queue) == [1]
     assert 2 in b0.running
@@ -176,8 +176,8 @@ def emulate(
         state.types.values(), state.billing, 40.0, 600, list(range(600)), sample_target=30
     )
     replay(replayed, journal.records())
-    assert replayed.done == state.done
-    assert replayed.task_state == state.task_state
+    assert replayed.tasks.done == state.tasks.done
+    assert replayed.tasks.task_state == state.tasks.task_state
     journal.close()
     return state, taken
 
@@ -191,9 +191,9 @@ def test_groups_hand_out_many_tasks_per_record_and_finish_every_task_once(
     one, one_actions = emulate(tmp_path, 0.0, policy=policy)
     grouped, actions = emulate(tmp_path, 120.0, policy=policy)
     for state in (one, grouped):
-        assert state.done == 600
-        assert state.committed <= 40.0 + 1e-9
-        done = Counter(s.task for s in state.segments if s.outcome == "done")
+        assert state.tasks.done == 600
+        assert state.money.committed <= 40.0 + 1e-9
+        done = Counter(s.task for s in state.tasks.segments if s.outcome == "done")
         assert set(done) == set(range(600))
         assert max(done.values()) == 1
     groups = [a for a in actions if isinstance(a, AssignGroup)]
@@ -209,7 +209,7 @@ def test_an_idle_machine_takes_back_the_end_of_another_machines_group(tmp_path: 
     state, actions = emulate(tmp_path, 600.0)
     moves = [a for a in actions if isinstance(a, Move)]
     assert moves, "the bag's end is balanced by taking queued tasks back"
-    assert state.done == 600
+    assert state.tasks.done == 600
 
 
 def test_a_task_taken_back_that_its_agent_had_finished_counts_once() -> None:
@@ -221,12 +221,12 @@ def test_a_task_taken_back_that_its_agent_had_finished_counts_once() -> None:
     state.apply(11.0, Assign(4, "b0"))
     state.apply(11.0, Assign(5, "b0"))  # b0's three slots busy: 2 waits in its queue
     state.apply(12.0, Move((2,), "a0", "b0"))
-    b0 = state.machines["b0"]
+    b0 = state.fleet.machines["b0"]
     assert list(b0.queue) == [2]
     state.apply(13.0, TaskDone(2, "a0", 0.5))  # the late result of the run taken back
-    assert state.task_state[2] is TaskState.DONE
-    assert state.done == 1
+    assert state.tasks.task_state[2] is TaskState.DONE
+    assert state.tasks.done == 1
     assert 2 not in b0.queue
     assert 2 not in b0.run_no
     state.apply(14.0, TaskDone(2, "a0", 0.5))  # sent again: counted once
-    assert state.done == 1
+    assert state.tasks.done == 1

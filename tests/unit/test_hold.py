@@ -35,14 +35,14 @@ def test_a_planning_run_holds_once_sampled_and_commits_nothing_more() -> None:
     after = [a for t, actions in steps if t >= held_at for a in actions]
     assert not [a for a in after if isinstance(a, Launch | Extend)]
     assert not [a for a in after if isinstance(a, Configure) and a.predicted_cost is not None]
-    committed_at_hold = max(c for t, c in state.spend_log if t <= held_at)
-    assert state.committed <= committed_at_hold + 1e-9
+    committed_at_hold = max(c for t, c in state.money.spend_log if t <= held_at)
+    assert state.money.committed <= committed_at_hold + 1e-9
     # The machines worked on the bag in their paid time, then went; the run waits.
-    assert state.awaiting_budget
-    assert not state.stopped
+    assert state.money.awaiting_budget
+    assert not state.money.stopped
     assert state.over
-    assert any(seg.outcome == "done" and seg.start > held_at for seg in state.segments)
-    for m in state.machines.values():
+    assert any(seg.outcome == "done" and seg.start > held_at for seg in state.tasks.segments)
+    for m in state.fleet.machines.values():
         assert m.ended_at is not None
         assert m.ended_at <= m.paid_until + 1e-9
     assert state.tasks_left > 0
@@ -50,7 +50,7 @@ def test_a_planning_run_holds_once_sampled_and_commits_nothing_more() -> None:
 
 def test_a_budget_set_on_a_held_run_plans_from_its_samples() -> None:
     state, _ = held_run()
-    committed = state.committed
+    committed = state.money.committed
     budget = committed + 40.0
     controller = Controller(controller_settings(make_config()))
     actions = controller.step(state, [BudgetSet(budget, "option 2")], state.now + 60.0)
@@ -61,11 +61,11 @@ def test_a_budget_set_on_a_held_run_plans_from_its_samples() -> None:
     assert plan.predicted_cost <= budget + 1e-9
     assert plan.reason.startswith("plan after sampling")
     assert [a for a in actions if isinstance(a, Launch)]
-    assert state.budget == budget
-    assert not state.awaiting_budget
-    assert state.committed <= budget + 1e-9
+    assert state.money.budget == budget
+    assert not state.money.awaiting_budget
+    assert state.money.committed <= budget + 1e-9
     # One sampling configuration in all: the samples were not taken again.
-    sampling = [c for _, c in state.configurations if c.reason.startswith("sampling")]
+    sampling = [c for _, c in state.decisions.configurations if c.reason.startswith("sampling")]
     assert len(sampling) == 1
 
 
@@ -73,9 +73,11 @@ def test_a_budget_below_what_is_committed_buys_nothing() -> None:
     """A held run given less than it has committed launches nothing and says so."""
     state, _ = held_run()
     controller = Controller(controller_settings(make_config()))
-    actions = controller.step(state, [BudgetSet(state.committed, "too little")], state.now + 60)
+    actions = controller.step(
+        state, [BudgetSet(state.money.committed, "too little")], state.now + 60
+    )
     assert not [a for a in actions if isinstance(a, Launch)]
-    assert state.stopped or state.shortfalls
+    assert state.money.stopped or state.decisions.shortfalls
 
 
 def test_the_report_of_a_held_run_says_it_waits_for_a_budget() -> None:
@@ -103,8 +105,8 @@ def test_a_held_run_keeps_its_estimates_and_a_later_risk_says_how_they_moved() -
 
     state, steps = held_run()
     held = [a for _, actions in steps for a in actions if isinstance(a, Hold)]
-    assert state.held_means == dict(held[0].means)
-    assert set(state.held_means) == {"slow", "fast"}
+    assert state.money.held_means == dict(held[0].means)
+    assert set(state.money.held_means) == {"slow", "fast"}
     settings = replace(controller_settings(make_config()), reserve_z=5.0)
     now = state.now + 60.0
     est, n_e = runtimes.outlook(settings, state, now)
@@ -112,7 +114,7 @@ def test_a_held_run_keeps_its_estimates_and_a_later_risk_says_how_they_moved() -
     def least(problem: BudgetProblem) -> float:
         more = minimum_budget(problem, rel_tol=1e-6)
         assert more is not None
-        return state.committed + more
+        return state.money.committed + more
 
     at_means = least(plans.bare_problem(settings, state, now, est, n_e, 0.0))
     reserved = least(plans.budget_problem(settings, state, now, est, n_e, 0.0))
@@ -125,7 +127,7 @@ def test_a_held_run_keeps_its_estimates_and_a_later_risk_says_how_they_moved() -
 
     said = risks((at_means + reserved) / 2)
     assert len(said) == 1
-    for name, mean in state.held_means.items():
+    for name, mean in state.money.held_means.items():
         assert f"{mean:.0f} s when the plan's options were made" in said[0].message
         assert f"estimate {est[name].mean_s:.0f} s from" in said[0].message
     assert not risks(cents_up(reserved + runtimes.end_reserve(state, est)))

@@ -217,7 +217,7 @@ def test_a_launch_adopted_late_is_paid_from_when_it_started() -> None:
     state = _state()
     state.apply(0.0, Launch("slow", 1, "L0"))
     state.apply(500.0, MachineLaunched("slow-L0-0", "slow", "L0", at=120.0))
-    m = state.machines["slow-L0-0"]
+    m = state.fleet.machines["slow-L0-0"]
     assert m.launched_at == 120.0
     assert m.paid_until == 120.0 + 3600.0
 
@@ -227,11 +227,11 @@ def test_news_of_an_end_after_the_paid_time_dates_the_end_to_the_paid_time() -> 
     state = _state()
     state.apply(0.0, Launch("slow", 1, "L0"))
     state.apply(0.0, MachineLaunched("slow-L0-0", "slow", "L0"))
-    committed = state.committed
+    committed = state.money.committed
     state.apply(3600.0 + 900.0, MachineLost("slow-L0-0", "ended while the daemon was down"))
-    m = state.machines["slow-L0-0"]
+    m = state.fleet.machines["slow-L0-0"]
     assert m.ended_at == 3600.0
-    assert state.committed == committed
+    assert state.money.committed == committed
     assert state.actual_cost() == pytest.approx(1.0)
 
 
@@ -252,11 +252,11 @@ def test_shutdown_stops_the_run_and_releases_every_machine() -> None:
     actions = controller.step(state, [Shutdown("interrupted by SIGTERM")], 100.0)
     assert Stop("interrupted by SIGTERM") in actions
     released = {a.machine for a in actions if isinstance(a, Release)}
-    assert released == set(state.machines)
-    assert not state.any_alive()
-    assert state.pending
-    assert not state.running_on
-    assert state.stop_reason == "interrupted by SIGTERM"
+    assert released == set(state.fleet.machines)
+    assert not state.fleet.any_alive()
+    assert state.tasks.pending
+    assert not state.tasks.running_on
+    assert state.money.stop_reason == "interrupted by SIGTERM"
 
 
 @pytest.mark.parametrize(

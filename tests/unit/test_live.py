@@ -27,7 +27,7 @@ def test_a_finished_run_shows_its_finish_not_an_estimate() -> None:
     under_way: list[list[str]] = []
 
     def watch(state: RunState) -> None:
-        if state.done >= 250 and not under_way:
+        if state.tasks.done >= 250 and not under_way:
             under_way.append(status_lines("r", cfg, state, None))
 
     d = dry_run(cfg, expand_bag(cfg), seed=1, out_dir=None, run_id="r", progress=watch)
@@ -71,7 +71,7 @@ def test_a_shortfall_shows_in_status_and_metrics_as_soon_as_it_is_said() -> None
     seen: list[tuple[dict[str, str], float | None, float | None]] = []
 
     def watch(state: RunState) -> None:
-        if state.shortfalls and not seen:
+        if state.decisions.shortfalls and not seen:
             metrics.update(state, None)
             needed = metrics.registry.get_sample_value("autoscaler_budget_needed")
             flag = metrics.registry.get_sample_value("autoscaler_budget_shortfall")
@@ -80,7 +80,7 @@ def test_a_shortfall_shows_in_status_and_metrics_as_soon_as_it_is_said() -> None
     result = dry_run(cfg, expand_bag(cfg), progress=watch, plots=False)
     assert seen, "no shortfall was said"
     status, needed, flag = seen[0]
-    warning = result.state.shortfalls[0][1]
+    warning = result.state.decisions.shortfalls[0][1]
     assert warning.needed_budget is not None
     assert warning.needed_budget > 30.0
     assert "budget unlikely to finish the bag" in status["warning"]
@@ -102,7 +102,7 @@ def test_status_advises_what_carries_the_run_on_as_what_it_is() -> None:
         """The run is stopped here, a hundred tasks done, as a killed daemon leaves it."""
 
     def watch(state: RunState) -> None:
-        if state.done >= 100:
+        if state.tasks.done >= 100:
             states.append(state)
             raise UnderWay
 

@@ -75,10 +75,10 @@ def test_committed_spend_never_exceeds_the_budget(cfg: RunConfig) -> None:
     worst: list[tuple[float, float]] = []
 
     def check(now: float, events: list[Event], actions: list[Action], state: RunState) -> None:
-        if state.committed > budget + 1e-6:
-            worst.append((now, state.committed))
+        if state.money.committed > budget + 1e-6:
+            worst.append((now, state.money.committed))
         # What the machines have used so far never exceeds what was committed.
-        assert state.actual_cost() <= state.committed + 1e-6
+        assert state.actual_cost() <= state.money.committed + 1e-6
 
     n = cfg.bag.synthetic
     assert n is not None
@@ -86,15 +86,15 @@ def test_committed_spend_never_exceeds_the_budget(cfg: RunConfig) -> None:
 
     assert worst == [], f"committed spend above budget {budget} at {worst[:3]}"
     assert state.actual_cost() <= budget + 1e-6
-    assert not any(True for _ in state.alive_machines()), "a machine outlived the run"
-    assert not state.pending_launches
+    assert not any(True for _ in state.fleet.alive_machines()), "a machine outlived the run"
+    assert not state.fleet.pending_launches
     # Nothing lost: every task is done, failed, or (only if the run stopped) still pending.
-    states = [state.task_state[t] for t in range(n)]
+    states = [state.tasks.task_state[t] for t in range(n)]
     assert TaskState.RUNNING not in states
-    assert states.count(TaskState.DONE) == state.done
-    assert states.count(TaskState.FAILED) == state.failed
-    if state.stop_reason is None:
-        assert state.done + state.failed == n
+    assert states.count(TaskState.DONE) == state.tasks.done
+    assert states.count(TaskState.FAILED) == state.tasks.failed
+    if state.money.stop_reason is None:
+        assert state.tasks.done + state.tasks.failed == n
     else:
-        assert state.done + state.failed < n
-        assert len(state.pending) == n - state.done - state.failed
+        assert state.tasks.done + state.tasks.failed < n
+        assert len(state.tasks.pending) == n - state.tasks.done - state.tasks.failed

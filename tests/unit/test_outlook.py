@@ -97,12 +97,12 @@ def test_potential_counts_whole_units_the_money_left_pays_for() -> None:
     up(state, "fast", "c", 0.0)
     state.apply(10.0, Mark("c", release=True))
     state.apply(10.0, Launch("fast", 1, "L3"))
-    assert state.committed == pytest.approx(13.0)
+    assert state.money.committed == pytest.approx(13.0)
     means, sds = {"slow": 600.0, "fast": 200.0}, {"slow": 0.0, "fast": 0.0}
     # left 7 < 9 per unit: no whole unit
     assert potential(state, means, sds) == 0.0
     state.apply(10.0, Mark("c", release=False))  # kept again: 13 per unit, still none
-    state.budget = 35.0  # left 22: one whole unit of the 13-per-unit mix
+    state.money.budget = 35.0  # left 22: one whole unit of the 13-per-unit mix
     assert potential(state, means, sds) == pytest.approx(5.75 + 3 * 17.75)
 
 
@@ -112,7 +112,7 @@ def test_potential_under_per_second_billing_uses_fractional_units() -> None:
         list(range(10)),
     )  # fmt: skip
     up(state, "slow", "a", 0.0)
-    left = 2.0 - state.committed  # 2 − 300/3600
+    left = 2.0 - state.money.committed  # 2 − 300/3600
     expected = left * 3600 / 600 - 0.25
     assert potential(state, {"slow": 600.0}, {"slow": 0.0}) == pytest.approx(expected)
 

@@ -28,7 +28,7 @@ def by_machine(state: RunState, now: float, means: dict[str, float]) -> float:
     out: they are counted apart)."""
     margin = state.billing.boundary_margin_s()
     total = 0.0
-    for m in state.alive_machines():
+    for m in state.fleet.alive_machines():
         mean = means.get(m.type.name)
         if mean is None:
             continue
@@ -42,7 +42,9 @@ def by_machine(state: RunState, now: float, means: dict[str, float]) -> float:
                 if lanes[lane] < 0:
                     continue
                 age = now - start
-                done_at = float(tail_estimates(state.stats[m.type.name], np.array([age]))[0])
+                done_at = float(
+                    tail_estimates(state.observed.stats[m.type.name], np.array([age]))[0]
+                )
                 rest = max(0.0, done_at - age)
                 if rest > lanes[lane]:
                     lanes[lane] = -1.0
@@ -59,17 +61,17 @@ def _checked(cfg: RunConfig) -> int:
 
     def check(now: float, events: list[Event], actions: list[Action], state: RunState) -> None:
         nonlocal compared
-        means = {n: s.mean() for n, s in state.stats.items() if s.done > 0}
-        if not means or not state.any_alive():
+        means = {n: s.mean() for n, s in state.observed.stats.items() if s.done > 0}
+        if not means or not state.fleet.any_alive():
             return
-        launches = dict(state.pending_launches)
-        state.pending_launches.clear()  # counted apart: compared without them
+        launches = dict(state.fleet.pending_launches)
+        state.fleet.pending_launches.clear()  # counted apart: compared without them
         try:
             got = paid_completions(
-                state, now, means, lambda n, ages: tail_estimates(state.stats[n], ages)
+                state, now, means, lambda n, ages: tail_estimates(state.observed.stats[n], ages)
             )
         finally:
-            state.pending_launches.update(launches)
+            state.fleet.pending_launches.update(launches)
         assert got == by_machine(state, now, means)
         compared += 1
 

@@ -57,7 +57,7 @@ def test_two_identical_types_do_not_trade_machines_on_noise(seed: int) -> None:
     cfg = load_config(EXAMPLES / "bats_s1_1.yaml")
     run = dry_run(cfg, expand_bag(cfg), seed=seed, plots=False)
     assert run.report.tasks_done == run.report.tasks_total
-    assert len(run.state.configurations) <= 4
+    assert len(run.state.decisions.configurations) <= 4
     predicted = run.report.predicted
     assert predicted is not None
     assert predicted.makespan_interval_s is not None

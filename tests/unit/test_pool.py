@@ -92,11 +92,11 @@ def test_a_job_added_grows_the_bag_in_its_order_and_has_arrived() -> None:
     assert sorted(event.order) == list(range(40, 45))
     state.apply(100.0, event)
     assert state.n_tasks == 45
-    assert len(state.task_state) == len(state.attempts) == 45
-    assert state.task_state[40:] == [TaskState.PENDING] * 5
-    assert list(state.pending)[-5:] == list(event.order)
-    assert "b" in state.arrived
-    assert state.job_of(44).name == "b"
+    assert len(state.tasks.task_state) == len(state.tasks.attempts) == 45
+    assert state.tasks.task_state[40:] == [TaskState.PENDING] * 5
+    assert list(state.tasks.pending)[-5:] == list(event.order)
+    assert "b" in state.work.arrived
+    assert state.work.job_of(44).name == "b"
     assert not state.finished
 
 
@@ -121,9 +121,9 @@ def test_a_job_added_with_the_wrong_numbers_or_name_is_refused() -> None:
 def test_the_run_budget_stays_the_jobs_sum_while_every_job_has_one() -> None:
     state = _state(JobSpec("a", 0, 4, 0.0, 900.0, 10.0, APP), budget=10.0)
     state.apply(1.0, JobAdded(JobSpec("b", 4, 2, 1.0, 900.0, 2.5, APP), (4, 5)))
-    assert state.budget == pytest.approx(12.5)
+    assert state.money.budget == pytest.approx(12.5)
     state.apply(2.0, JobAdded(JobSpec("c", 6, 2, 2.0, 900.0, None, APP), (6, 7)))
-    assert state.budget is None
+    assert state.money.budget is None
 
 
 # --- the controller: a pool in virtual time --------------------------------------------------
@@ -183,7 +183,7 @@ def test_a_job_added_to_a_live_pool_fills_the_running_machines_first_and_is_on_t
     at_add = next(i for i, (_, events, _) in enumerate(steps) if added in events)
     alive_then = {
         m.id
-        for m in state.machines.values()
+        for m in state.fleet.machines.values()
         if m.launched_at < 630.0 and (m.ended_at is None or m.ended_at > 630.0)
     }
     assert alive_then
@@ -196,13 +196,13 @@ def test_a_job_added_to_a_live_pool_fills_the_running_machines_first_and_is_on_t
     # Both jobs on time, every task done exactly once.
     _, late = finish_and_late(state)
     assert late == {}
-    done = sorted(seg.task for seg in state.segments if seg.outcome == "done")
+    done = sorted(seg.task for seg in state.tasks.segments if seg.outcome == "done")
     assert done == list(range(state.n_tasks)) == list(range(70))
 
 
 def test_a_pool_stays_open_when_its_work_is_done_and_ends_on_shutdown() -> None:
     state, steps, _ = _pool(FIRST, [(630.0, 30, 1500.0)], shutdown_at=8000.0)
-    finished_at = max(seg.end for seg in state.segments)
+    finished_at = max(seg.end for seg in state.tasks.segments)
     stops = [(now, a) for now, _, acts in steps for a in acts if isinstance(a, Stop)]
     assert [(now, a.reason) for now, a in stops] == [(8000.0, "the service stops")]
     # Idle machines went at the end of their paid unit, not when the work ran out.
@@ -211,16 +211,18 @@ def test_a_pool_stays_open_when_its_work_is_done_and_ends_on_shutdown() -> None:
     ]
     assert releases
     for now, a in releases:
-        m = state.machines[a.machine]
+        m = state.fleet.machines[a.machine]
         assert now > finished_at
         assert m.paid_until - now <= HOURLY.boundary_margin_s() + 1e-6
     assert state.over
-    assert not state.any_alive()
+    assert not state.fleet.any_alive()
 
 
 def test_a_job_added_after_the_machines_went_buys_new_ones() -> None:
     state, steps, (added,) = _pool(FIRST, [(5030.0, 20, 1200.0)], shutdown_at=9000.0)
-    first_gone = max(m.ended_at or 0.0 for m in state.machines.values() if m.launched_at < 5000)
+    first_gone = max(
+        m.ended_at or 0.0 for m in state.fleet.machines.values() if m.launched_at < 5000
+    )
     assert first_gone < 5000.0
     launched = [
         a
@@ -233,7 +235,7 @@ def test_a_job_added_after_the_machines_went_buys_new_ones() -> None:
     assert launched
     _, late = finish_and_late(state)
     assert late == {}
-    assert state.done == state.n_tasks == 60
+    assert state.tasks.done == state.n_tasks == 60
 
 
 def test_a_pool_replays_from_its_first_jobs_and_its_journal() -> None:
@@ -249,11 +251,11 @@ def test_a_pool_replays_from_its_first_jobs_and_its_journal() -> None:
     fresh = _state(FIRST)
     replay(fresh, records)
     assert fresh.n_tasks == live.n_tasks == 85
-    assert fresh.jobs == live.jobs
-    assert fresh.task_state == live.task_state
-    assert fresh.committed == pytest.approx(live.committed)
-    assert fresh.segments == live.segments
-    assert fresh.forecasts == live.forecasts
+    assert fresh.work.jobs == live.work.jobs
+    assert fresh.tasks.task_state == live.tasks.task_state
+    assert fresh.money.committed == pytest.approx(live.money.committed)
+    assert fresh.tasks.segments == live.tasks.segments
+    assert fresh.work.forecasts == live.work.forecasts
     assert fresh.over
 
 
@@ -292,10 +294,10 @@ def test_a_withdrawn_jobs_tasks_stop_and_the_other_job_keeps_its_deadline() -> N
     )
     a_tasks = range(FIRST.first, FIRST.first + FIRST.count)
     # Nothing of a starts after the withdrawal; what ran then was cut off there.
-    for seg in live.segments:
+    for seg in live.tasks.segments:
         if seg.task in a_tasks and seg.end > withdraw_at:
             raise AssertionError(f"a's task {seg.task} ran after its withdrawal: {seg}")
-    cut = [seg for seg in live.segments if seg.task in a_tasks and seg.outcome == "cancelled"]
+    cut = [seg for seg in live.tasks.segments if seg.task in a_tasks and seg.outcome == "cancelled"]
     assert cut
     assert all(seg.end == withdraw_at for seg in cut)
     # Each run of a at the withdrawal got a Cancel for its agent.
@@ -304,14 +306,16 @@ def test_a_withdrawn_jobs_tasks_stop_and_the_other_job_keeps_its_deadline() -> N
     )
     cancels = {(a.task, a.machine) for a in at_withdraw if isinstance(a, Cancel)}
     assert {(seg.task, seg.machine) for seg in cut} <= cancels
-    states = [live.task_state[t] for t in a_tasks]
+    states = [live.tasks.task_state[t] for t in a_tasks]
     assert TaskState.CANCELLED in states
     assert set(states) <= {TaskState.DONE, TaskState.CANCELLED}
-    assert live.cancelled == states.count(TaskState.CANCELLED)
-    assert live.withdrawn == {"a": withdraw_at}
+    assert live.tasks.cancelled == states.count(TaskState.CANCELLED)
+    assert live.work.withdrawn == {"a": withdraw_at}
     # The other job: every task done once, all by its deadline.
     job = added.job
-    done = sorted(seg.task for seg in live.segments if seg.outcome == "done" and job.owns(seg.task))
+    done = sorted(
+        seg.task for seg in live.tasks.segments if seg.outcome == "done" and job.owns(seg.task)
+    )
     assert done == list(range(job.first, job.first + job.count))
     finish, late = finish_and_late(live)
     assert late.get(job.name, 0) == 0
@@ -319,12 +323,12 @@ def test_a_withdrawn_jobs_tasks_stop_and_the_other_job_keeps_its_deadline() -> N
     assert live.finished
     # The journal is the truth.
     fresh = _replayed(steps, FIRST)
-    assert fresh.task_state == live.task_state
-    assert fresh.segments == live.segments
-    assert fresh.withdrawn == live.withdrawn
-    assert fresh.cancelled == live.cancelled
-    assert fresh.committed == pytest.approx(live.committed)
-    assert fresh.forecasts == live.forecasts
+    assert fresh.tasks.task_state == live.tasks.task_state
+    assert fresh.tasks.segments == live.tasks.segments
+    assert fresh.work.withdrawn == live.work.withdrawn
+    assert fresh.tasks.cancelled == live.tasks.cancelled
+    assert fresh.money.committed == pytest.approx(live.money.committed)
+    assert fresh.work.forecasts == live.work.forecasts
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -341,28 +345,28 @@ def test_whenever_a_job_is_withdrawn_its_tasks_stop_and_the_journal_replays(
         FIRST, [(300.0, 30, 1500.0)], shutdown_at=8000.0, withdraw=((at, name),)
     )
     job = FIRST if name == "a" else added.job
-    assert not [seg for seg in live.segments if job.owns(seg.task) and seg.end > at]
+    assert not [seg for seg in live.tasks.segments if job.owns(seg.task) and seg.end > at]
     other = added.job if name == "a" else FIRST
-    others = [live.task_state[t] for t in range(other.first, other.first + other.count)]
+    others = [live.tasks.task_state[t] for t in range(other.first, other.first + other.count)]
     assert set(others) == {TaskState.DONE}
     _, late = finish_and_late(live)
     assert late.get(other.name, 0) == 0
     fresh = _replayed(steps, FIRST)
-    assert fresh.task_state == live.task_state
-    assert fresh.segments == live.segments
-    assert fresh.cancelled == live.cancelled
-    assert fresh.committed == pytest.approx(live.committed)
+    assert fresh.tasks.task_state == live.tasks.task_state
+    assert fresh.tasks.segments == live.tasks.segments
+    assert fresh.tasks.cancelled == live.tasks.cancelled
+    assert fresh.money.committed == pytest.approx(live.money.committed)
 
 
 def test_withdrawing_a_job_again_or_after_it_ended_changes_nothing() -> None:
     state = _state(FIRST)
     state.apply(10.0, JobWithdrawn("a", "cancelled"))
-    assert state.cancelled == FIRST.count
-    assert not state.pending
+    assert state.tasks.cancelled == FIRST.count
+    assert not state.tasks.pending
     assert state.finished
     state.apply(20.0, JobWithdrawn("a", "cancelled again"))
-    assert state.cancelled == FIRST.count
-    assert state.withdrawn == {"a": 10.0}
+    assert state.tasks.cancelled == FIRST.count
+    assert state.work.withdrawn == {"a": 10.0}
     with pytest.raises(StateError):
         state.apply(30.0, JobWithdrawn("nobody", "cancelled"))
 
@@ -413,9 +417,9 @@ def test_a_resumed_pool_knows_its_added_tasks_once_and_drops_those_never_journal
     finally:
         journal.close()
     assert rebuilt.n_tasks == live.n_tasks == 7
-    assert rebuilt.jobs == live.jobs
-    assert list(rebuilt.pending) == list(live.pending)
-    assert rebuilt.task_state == live.task_state
+    assert rebuilt.work.jobs == live.work.jobs
+    assert list(rebuilt.tasks.pending) == list(live.tasks.pending)
+    assert rebuilt.tasks.task_state == live.tasks.task_state
     assert len(again.tasks) == 8  # reading changes nothing
     again.keep_tasks(rebuilt.n_tasks)  # the resuming daemon's part
     assert [t.id for t in again.tasks] == list(range(7))

@@ -54,7 +54,7 @@ def test_a_run_whose_machines_others_hold_waits_and_does_not_stop() -> None:
     assert _launched(actions) == {}
     assert not any(isinstance(a, Stop) for a in actions)
     assert any(isinstance(a, Configure) for a in actions)
-    assert set(state.deferred) == {"small", "fast"}
+    assert set(state.decisions.deferred) == {"small", "fast"}
     assert quota_waits(state) == {"small": 6, "fast": 6}
     actions = controller.step(state, [QuotaSet({"small": 2, "fast": 1})], 60.0)
     assert _launched(actions) == {"small": 2, "fast": 1}

@@ -30,13 +30,15 @@ def _speeds(cfg: RunConfig) -> list[tuple[float, float]]:
 
     def check(now: float, events: list[Event], actions: list[Action], state: RunState) -> None:
         assert em is not None
-        if state.plan() is None or not any(isinstance(e, Tick) for e in events):
+        if state.decisions.plan() is None or not any(isinstance(e, Tick) for e in events):
             return
         controller = em.controller
         est, n_e = controller.outlook(state, now)
-        if not est or state.budget is None:
+        if not est or state.money.budget is None:
             return
-        found = controller.mix_plan(state, now, est, n_e, state.budget - state.committed)
+        found = controller.mix_plan(
+            state, now, est, n_e, state.money.budget - state.money.committed
+        )
         if found is not None:
             seen.append((found.speed, _bound(est)))
 

@@ -47,10 +47,10 @@ BILLINGS = [BillingModel("fixed", 3600.0), BillingModel("per_second", 3600.0, 60
 def _launch_events(data: st.DataObject, state: RunState, now: float) -> list[Event]:
     """Each launch in flight: started (all or some), refused, or still under way."""
     events: list[Event] = []
-    for token, (tname, count) in sorted(state.pending_launches.items()):
+    for token, (tname, count) in sorted(state.fleet.pending_launches.items()):
         started = data.draw(st.integers(0, count))
         refused = data.draw(st.integers(0, count - started))
-        made = sum(1 for m in state.machines.values() if m.token == token)
+        made = sum(1 for m in state.fleet.machines.values() if m.token == token)
         events += [
             MachineLaunched(f"{tname}-{token}-{made + i}", tname, token) for i in range(started)
         ]
@@ -67,7 +67,7 @@ def _machine_events(data: st.DataObject, state: RunState, now: float) -> list[Ev
     """Machines boot, are lost, finish or fail their tasks, or reach their paid end."""
     events: list[Event] = []
     margin = state.billing.boundary_margin_s()
-    for m in sorted(state.alive_machines(), key=lambda m: m.id):
+    for m in sorted(state.fleet.alive_machines(), key=lambda m: m.id):
         if m.state is MachineState.BOOTING and data.draw(st.integers(0, 3)) > 0:
             events.append(MachineReady(m.id))
         for tid, start in sorted(m.running.items()):
@@ -95,20 +95,20 @@ def _machine_events(data: st.DataObject, state: RunState, now: float) -> list[Ev
 def assert_indexes_kept(state: RunState) -> None:
     """The state's indexes are what a scan of its machines finds: ``queued`` the alive
     machines with a queue, ``launch_index`` the order machines were launched in."""
-    want = {m.id for m in state.alive_machines() if m.queue}
-    assert set(state.queued) == want
-    assert list(state.launch_index) == list(state.machines)
-    assert sorted(state.launch_index.values()) == list(range(len(state.machines)))
+    want = {m.id for m in state.fleet.alive_machines() if m.queue}
+    assert set(state.fleet.queued) == want
+    assert list(state.fleet.launch_index) == list(state.fleet.machines)
+    assert sorted(state.fleet.launch_index.values()) == list(range(len(state.fleet.machines)))
 
 
 def assert_every_task_somewhere(state: RunState) -> None:
     """No task lost: each is ended, in the bag, or held by a machine or a launch."""
-    held = set(state.pending)
-    for m in state.alive_machines():
+    held = set(state.tasks.pending)
+    for m in state.fleet.alive_machines():
         held.update(m.queue, m.running)
-    for queues in state.launch_queues.values():
+    for queues in state.work.launch_queues.values():
         held.update(t for q in queues for t in q)
-    for tid, st_ in enumerate(state.task_state):
+    for tid, st_ in enumerate(state.tasks.task_state):
         if st_ in (TaskState.PENDING, TaskState.RUNNING):
             assert tid in held, f"task {tid} ({st_.value}) is nowhere"
 
@@ -158,9 +158,9 @@ def test_the_state_replayed_from_the_journal_is_the_live_state_after_every_step(
         events += [] if step == 0 else _machine_events(data, live, now)
         if step == signal_at:
             events.append(Shutdown("interrupted by SIGTERM"))
-        if 0 <= budget_at <= step and live.awaiting_budget:
+        if 0 <= budget_at <= step and live.money.awaiting_budget:
             more = data.draw(st.sampled_from([0.0, 1.0, 5.0, 50.0]), label="budget over committed")
-            events.append(BudgetSet(live.committed + more, "test"))
+            events.append(BudgetSet(live.money.committed + more, "test"))
             controller = Controller(ControllerSettings(policy=policy, group_s=group_s))
             budget_at = -1
         actions = controller.step(live, events, now)
@@ -172,11 +172,13 @@ def test_the_state_replayed_from_the_journal_is_the_live_state_after_every_step(
         assert_indexes_kept(live)
         assert_indexes_kept(replayed)
         assert_every_task_somewhere(live)
-        assert all(live.task_state[t] is TaskState.DONE for t in live.stored)  # outputs kept
-        if live.budget is not None:
-            assert live.committed <= live.budget + 1e-9
+        assert all(
+            live.tasks.task_state[t] is TaskState.DONE for t in live.tasks.stored
+        )  # outputs kept
+        if live.money.budget is not None:
+            assert live.money.committed <= live.money.budget + 1e-9
         if live.over:
-            if not live.awaiting_budget or budget_at < 0:
+            if not live.money.awaiting_budget or budget_at < 0:
                 break
             budget_at = min(budget_at, step + 1)  # nothing runs: the budget comes now
         now += data.draw(st.sampled_from([1.0, 60.0, 300.0, 900.0, 1750.0]), label="dt")
@@ -195,8 +197,10 @@ def test_the_state_replayed_from_the_journal_is_the_live_state_after_every_step(
         "BudgetSet",
     ):
         event(f"{name} {'seen' if name in kinds else 'not seen'}")
-    event(f"planned: {any(c.predicted_makespan_s is not None for _, c in live.configurations)}")
-    event(f"stop: {(live.stop_reason or 'bag finished' if live.stopped else 'running')[:24]}")
+    planned = any(c.predicted_makespan_s is not None for _, c in live.decisions.configurations)
+    event(f"planned: {planned}")
+    stop = live.money.stop_reason or "bag finished" if live.money.stopped else "running"
+    event(f"stop: {stop[:24]}")
     from_scratch = fresh()
     replay(from_scratch, journal.records())
     assert from_scratch == live

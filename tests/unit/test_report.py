@@ -365,10 +365,10 @@ def tight(tmp_path_factory: pytest.TempPathFactory) -> DryRun:
 def test_the_report_lists_every_task_not_done_with_its_command_and_why(tight: DryRun) -> None:
     state, report = tight.state, tight.report
     assert report.stop_reason is not None
-    not_done = [tid for tid, st in enumerate(state.task_state) if st is not TaskState.DONE]
+    not_done = [tid for tid, st in enumerate(state.tasks.task_state) if st is not TaskState.DONE]
     assert [t.task for t in report.unfinished_tasks] == not_done
     assert len(not_done) == report.tasks_total - report.tasks_done
-    ran = {seg.task for seg in state.segments}
+    ran = {seg.task for seg in state.tasks.segments}
     by_why = {
         why: {t.task for t in report.unfinished_tasks if t.why == why}
         for why in ("not_started", "cut_off", "failed")
@@ -404,7 +404,7 @@ def test_unfinished_txt_is_a_bag_of_exactly_the_tasks_not_done(
     assert [t.command for t in again] == [t.command for t in tight.report.unfinished_tasks]
     done = {
         f"echo {'xy'[tid // 100]} {tid % 100}"
-        for tid, st in enumerate(tight.state.task_state)
+        for tid, st in enumerate(tight.state.tasks.task_state)
         if st is TaskState.DONE
     }
     assert len(again) + len(done) == 200

@@ -61,7 +61,7 @@ def _first_risk(d: DryRun) -> ShortfallNote:
 
 
 def _committed_at(d: DryRun, t: float) -> float:
-    log = d.state.spend_log
+    log = d.state.money.spend_log
     i = bisect.bisect_right([s for s, _ in log], t + 1e-9)
     return log[i - 1][1] if i else 0.0
 
@@ -95,8 +95,8 @@ def test_the_risk_is_said_once_in_the_state_status_and_markdown(
     knife_edge: tuple[RunConfig, DryRun],
 ) -> None:
     cfg, d = knife_edge
-    assert len(d.state.risks) == 1
-    assert isinstance(d.state.risks[0][1], Risk)
+    assert len(d.state.decisions.risks) == 1
+    assert isinstance(d.state.decisions.risks[0][1], Risk)
     rows = dict(summary_rows(cfg, d.state, None))
     assert "budget at risk" in rows["risk"]
     assert "**Risk at" in render_markdown(d.report)
@@ -106,8 +106,8 @@ def test_a_generous_budget_is_not_said_at_risk() -> None:
     _, d = _run(2 * 139.02)
     assert d.report.tasks_done == d.report.tasks_total
     assert d.report.risk is None
-    assert not d.state.risks
-    assert not d.state.shortfalls
+    assert not d.state.decisions.risks
+    assert not d.state.decisions.shortfalls
 
 
 def test_a_replaced_best_effort_first_plan_gives_way_to_the_plan_the_run_followed(
@@ -118,19 +118,21 @@ def test_a_replaced_best_effort_first_plan_gives_way_to_the_plan_the_run_followe
     the run followed, and the markdown says what the first was."""
     cfg, d = knife_edge
     state = d.state
-    plans = [i for i, (_, c) in enumerate(state.configurations) if c.predicted_cost is not None]
+    plans = [
+        i for i, (_, c) in enumerate(state.decisions.configurations) if c.predicted_cost is not None
+    ]
     assert len(plans) >= 2
     first, second = plans[0], plans[1]
-    t0, c0 = state.configurations[first]
-    state.configurations[first] = (
+    t0, c0 = state.decisions.configurations[first]
+    state.decisions.configurations[first] = (
         t0,
         dataclasses.replace(c0, best_effort=True, predicted_makespan_s=1e6),
     )
     try:
         report = build_report(cfg, state, tasks=expand_bag(cfg), run_id="r", seed=0, wall_s=0.0)
     finally:
-        state.configurations[first] = (t0, c0)
-    t1, c1 = state.configurations[second]
+        state.decisions.configurations[first] = (t0, c0)
+    t1, c1 = state.decisions.configurations[second]
     assert report.predicted is not None
     assert report.predicted.at_s == pytest.approx(t1, abs=1e-3)
     assert report.predicted.makespan_s == pytest.approx(c1.predicted_makespan_s, abs=1e-3)
@@ -145,15 +147,15 @@ def test_a_best_effort_plan_never_replaced_is_said_plainly(
 ) -> None:
     cfg, d = knife_edge
     state = d.state
-    saved = list(state.configurations)
-    state.configurations[:] = [
+    saved = list(state.decisions.configurations)
+    state.decisions.configurations[:] = [
         (t, dataclasses.replace(c, best_effort=True) if c.predicted_cost is not None else c)
         for t, c in saved
     ]
     try:
         report = build_report(cfg, state, tasks=expand_bag(cfg), run_id="r", seed=0, wall_s=0.0)
     finally:
-        state.configurations[:] = saved
+        state.decisions.configurations[:] = saved
     assert report.predicted is not None
     assert report.predicted.best_effort
     assert report.predicted.replaced_best_effort_at_s is None
@@ -189,7 +191,7 @@ def test_sampling_past_half_the_budget_is_not_said_at_risk(
     and the shortfall says so once the runtimes are known, borne out by the run."""
     _cfg, d = fixed_knife_edge
     assert _committed_at(d, 0.0) == pytest.approx(80.0)
-    assert not any(r.at_start for _, r in d.state.risks)
+    assert not any(r.at_start for _, r in d.state.decisions.risks)
     assert d.report.tasks_done < d.report.tasks_total
     sf = d.report.shortfall
     assert sf is not None
@@ -205,6 +207,6 @@ def test_a_shortfall_keeps_the_money_committed_when_it_was_said(
     sf = d.report.shortfall
     assert sf is not None
     assert sf.committed is not None
-    before = max((v for t, v in d.state.spend_log if t < sf.at_s), default=0.0)
+    before = max((v for t, v in d.state.money.spend_log if t < sf.at_s), default=0.0)
     assert before - 0.01 <= sf.committed <= _committed_at(d, sf.at_s) + 0.01
     assert f"{sf.committed:,.2f} committed): budget unlikely" in render_markdown(d.report)

@@ -23,15 +23,15 @@ def test_a_types_start_up_is_measured_once_a_machine_comes_up() -> None:
     set-up included), averaged over the machines that came up."""
     types = [TypeSpec("a", 1.0, 4, 120.0), TypeSpec("b", 1.0, 4, 60.0)]
     state = RunState.new(types, BillingModel("fixed", 3600.0), 100.0, 4, [0, 1, 2, 3])
-    assert state.boot_s("a") == 120.0
+    assert state.fleet.boot_s("a") == 120.0
     state.apply(0.0, Launch("a", 2, "L0"))
     state.apply(0.0, MachineLaunched("a-0", "a", "L0"))
     state.apply(0.0, MachineLaunched("a-1", "a", "L0"))
     state.apply(300.0, MachineReady("a-0"))
-    assert state.boot_s("a") == 300.0
+    assert state.fleet.boot_s("a") == 300.0
     state.apply(500.0, MachineReady("a-1"))
-    assert state.boot_s("a") == 400.0
-    assert state.boot_s("b") == 60.0  # none of b came up: as declared
+    assert state.fleet.boot_s("a") == 400.0
+    assert state.fleet.boot_s("b") == 60.0  # none of b came up: as declared
 
 
 def test_the_agent_reads_a_set_up_and_refuses_a_bad_one() -> None:

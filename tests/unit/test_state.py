@@ -54,30 +54,30 @@ def _state(records: list[tuple[float, Event | Action]]) -> RunState:
 
 def test_move_takes_queued_tasks_to_another_machine_where_they_start_when_it_is_free() -> None:
     state = _state([*_three_machines(), (100.0, Move((1,), "m0", "m1"))])
-    m0, m1 = state.machines["m0"], state.machines["m1"]
+    m0, m1 = state.fleet.machines["m0"], state.fleet.machines["m1"]
     assert list(m0.running) == [0]
     assert list(m0.queue) == [2]
     assert m1.running == {1: 100.0}
     assert not m1.queue
-    assert state.running_on[1] == {"m1": 100.0}
-    assert state.task_state[1] is TaskState.RUNNING
+    assert state.tasks.running_on[1] == {"m1": 100.0}
+    assert state.tasks.task_state[1] is TaskState.RUNNING
     state.apply(700.0, TaskDone(1, "m1", 600.0))
-    assert state.done == 1
-    assert [(s.task, s.machine, s.start, s.end) for s in state.segments] == [
+    assert state.tasks.done == 1
+    assert [(s.task, s.machine, s.start, s.end) for s in state.tasks.segments] == [
         (1, "m1", 100.0, 700.0)
     ]
 
 
 def test_tasks_moved_to_a_booting_machine_wait_until_it_is_ready() -> None:
     state = _state([*_three_machines(), (100.0, Move((2, 1), "m0", "m2"))])
-    m2 = state.machines["m2"]
+    m2 = state.fleet.machines["m2"]
     assert list(m2.queue) == [2, 1]
     assert not m2.running
-    assert 2 not in state.running_on
+    assert 2 not in state.tasks.running_on
     state.apply(150.0, MachineReady("m2"))
     assert m2.running == {2: 150.0}
     assert list(m2.queue) == [1]
-    assert not state.machines["m0"].queue
+    assert not state.fleet.machines["m0"].queue
 
 
 @pytest.mark.parametrize(
@@ -113,10 +113,10 @@ def test_states_compare_by_value_down_to_the_runtime_samples() -> None:
     one, other = _state(_three_machines()), _state(_three_machines())
     assert one == other
     assert one is not other
-    other.stats["a"].record(5.0)
+    other.observed.stats["a"].record(5.0)
     assert one != other
     other = _state(_three_machines())
-    other.machines["m0"].queue.rotate(1)
+    other.fleet.machines["m0"].queue.rotate(1)
     assert one != other
 
 
@@ -131,7 +131,7 @@ def test_boot_time_kept_between_machines_coming_up_is_the_mean_over_all_of_them(
     def scratch(name: str) -> float:
         seen = [
             m.ready_at - m.launched_at
-            for m in state.machines.values()
+            for m in state.fleet.machines.values()
             if m.type.name == name and m.ready_at is not None
         ]
         return sum(seen) / len(seen) if seen else state.types[name].boot_s
@@ -149,10 +149,10 @@ def test_boot_time_kept_between_machines_coming_up_is_the_mean_over_all_of_them(
             launched += 1
         elif roll < 0.7 and booting:
             state.apply(now, MachineReady(booting.pop(rng.randrange(len(booting)))))
-        elif roll < 0.85 and state.alive:
-            state.apply(now, MachineLost(rng.choice(list(state.alive)), "gone"))
-        elif state.alive:
-            state.apply(now, Release(rng.choice(list(state.alive)), "let go"))
+        elif roll < 0.85 and state.fleet.alive:
+            state.apply(now, MachineLost(rng.choice(list(state.fleet.alive)), "gone"))
+        elif state.fleet.alive:
+            state.apply(now, Release(rng.choice(list(state.fleet.alive)), "let go"))
         for name in ("a", "b"):
-            assert state.boot_s(name) == scratch(name)
-    assert state.readies > 0
+            assert state.fleet.boot_s(name) == scratch(name)
+    assert state.fleet.readies > 0

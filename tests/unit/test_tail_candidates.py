@@ -1,5 +1,5 @@
 """The tail's candidates (the tasks running once) are kept on the state from step to
-step until a task joins them (``RunRecords.solo_gains``), those that ended or were
+step until a task joins them (``Tasks.solo_gains``), those that ended or were
 replicated since dropped: the task ``last_to_finish`` picks must be the one a scan of
 ``running_on`` from scratch picks, at every step of random runs with tail replication,
 failed tasks and lost machines (a replicated task back to one run)."""
@@ -32,15 +32,15 @@ def scratch(state: RunState, now: float, m: Machine) -> tuple[float, int] | None
     ends counted as ending never."""
     margin = state.billing.boundary_margin_s()
     best: tuple[float, int] | None = None
-    for tid, runs in state.running_on.items():
-        if len(runs) != 1 or state.task_state[tid] is not TaskState.RUNNING:
+    for tid, runs in state.tasks.running_on.items():
+        if len(runs) != 1 or state.tasks.task_state[tid] is not TaskState.RUNNING:
             continue
         ((mid, start),) = runs.items()
-        host = state.machines[mid]
+        host = state.fleet.machines[mid]
         if host is m:
             continue
         age = np.array([now - start])
-        finish = start + float(tail_estimates(state.stats[host.type.name], age)[0])
+        finish = start + float(tail_estimates(state.observed.stats[host.type.name], age)[0])
         if finish > host.paid_until - margin and not can_extend(state, host):
             finish = math.inf
         if best is None or finish > best[0]:
@@ -59,11 +59,11 @@ def _checked(cfg: RunConfig) -> tuple[int, int]:
     def check(now: float, events: list[Event], actions: list[Action], state: RunState) -> None:
         nonlocal asked, joined, gains
         assert em is not None
-        if state.pending or not state.running_on:
+        if state.tasks.pending or not state.tasks.running_on:
             return
-        joined += 0 <= gains != state.solo_gains
-        gains = state.solo_gains
-        for m in state.alive_machines():
+        joined += 0 <= gains != state.tasks.solo_gains
+        gains = state.tasks.solo_gains
+        for m in state.fleet.alive_machines():
             if m.state is MachineState.READY:
                 got = last_to_finish(rules, Step(state, now), m)
                 assert got == scratch(state, now, m)

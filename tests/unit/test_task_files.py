@@ -174,7 +174,7 @@ def test_an_attempt_is_committed_whole_and_the_losing_one_is_dropped(tmp_path: P
     assert isinstance(stored_b, Stored)
 
     state = new_state(load_config(_config(tmp_path, {"outputs": ["*.txt"]})), 3, 1)
-    state.stored[1] = stored_a  # as the fold of the first TaskDone left it
+    state.tasks.stored[1] = stored_a  # as the fold of the first TaskDone left it
     staging.settle(state, [TaskDone(1, "m-a", 1.0, stored_a), TaskDone(1, "m-b", 1.0, stored_b)])
     root = tmp_path / "outputs"
     assert (root / "1" / "r.txt").read_bytes() == b"from a"
@@ -207,7 +207,7 @@ def test_a_loser_s_upload_racing_the_commit_leaves_nothing(tmp_path: Path, when:
     stored_a = staging.check(2, "m-a", 1, said_a)
     assert isinstance(stored_a, Stored)
     state = new_state(load_config(_config(tmp_path, {"outputs": ["*.txt"]})), 3, 1)
-    state.stored[2] = stored_a
+    state.tasks.stored[2] = stored_a
 
     def commit() -> None:
         staging.settle(state, [TaskDone(2, "m-a", 1.0, stored_a)])
@@ -266,7 +266,7 @@ def test_a_restart_finishes_the_journaled_commit_and_drops_the_rest(tmp_path: Pa
     assert isinstance(stored, Stored)
     cfg = load_config(_config(tmp_path, {"outputs": ["*.txt"]}))
     state = new_state(cfg, 3, 1)
-    state.stored[2] = stored  # as the fold of that TaskDone left it
+    state.tasks.stored[2] = stored  # as the fold of that TaskDone left it
     fresh = _staging(tmp_path)
     fresh.recover(state)
     assert (tmp_path / "outputs" / "2" / "r.txt").read_bytes() == b"kept"
