@@ -54,7 +54,7 @@ from autoscaler.config.schema import RunConfig
 from autoscaler.core.model import Action, Configure, Event
 from autoscaler.core.state import RunState
 from autoscaler.report.build import build_report
-from autoscaler.run.build import make_controller
+from autoscaler.run.assemble import make_controller
 from autoscaler.run.start import make_emulator
 from benchmarks.bats_scenarios import library_digest, library_state, pooled, render_table
 

@@ -40,7 +40,7 @@ from autoscaler.config.schema import RunConfig
 from autoscaler.core.model import TaskSpec
 from autoscaler.core.state import RunState
 from autoscaler.learn.stats import sample_size
-from autoscaler.run.build import controller_settings
+from autoscaler.run.assemble import controller_settings
 from autoscaler.run.start import dry_run
 from benchmarks.bats_scenarios import (
     library_digest,

@@ -74,7 +74,7 @@ from autoscaler.core.model import (
     TypeSpec,
 )
 from autoscaler.core.state import RunState
-from autoscaler.deadline.controller import DeadlineController, DeadlineSettings
+from autoscaler.deadline.deadline_controller import DeadlineController, DeadlineSettings
 from autoscaler.providers.base import Capabilities
 from autoscaler.providers.sim import SimProvider
 from autoscaler.report.attribution import job_outcomes

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from autoscaler.core.model import JobSpec, TypeSpec
 from autoscaler.core.state import RunState
-from autoscaler.deadline.controller import DeadlineController, DeadlineSettings
+from autoscaler.deadline.deadline_controller import DeadlineController, DeadlineSettings
 from autoscaler.providers.base import Capabilities
 from autoscaler.run.emulator import Emulator
 from benchmarks.bats_scenarios import pooled, render_table

@@ -41,7 +41,7 @@ from autoscaler.config.bag import expand_bag
 from autoscaler.config.schema import RunConfig
 from autoscaler.core.model import TaskSpec
 from autoscaler.report.records import ShortfallNote
-from autoscaler.run.build import billing_model
+from autoscaler.run.assemble import billing_model
 from autoscaler.run.start import dry_run, plan_dry
 from benchmarks.bats_scenarios import (
     library_digest,

@@ -45,8 +45,8 @@ import yaml
 
 from autoscaler.bootstrap.agent_start import AGENT
 from autoscaler.config.schema import RunConfig
-from autoscaler.core.files import FileSpec
 from autoscaler.core.model import TaskSpec
+from autoscaler.core.task_files import FileSpec
 from autoscaler.run.dispatch import Dispatcher
 from autoscaler.run.staging import Staging
 from benchmarks.bats_scenarios import library_state, render_table

@@ -135,7 +135,7 @@ def emulated(cfg: RunConfig, group: str, slots: int, slowdown: float) -> Row:
 
 def local(cfg: RunConfig, group: str, slots: int, slowdown: float) -> Row:
     from autoscaler.providers.local import run_processes, terminate_tagged
-    from autoscaler.run.build import new_run_id
+    from autoscaler.run.assemble import new_run_id
     from autoscaler.run.daemon import Daemon
     from autoscaler.run.rundir import RunFiles
 

@@ -39,7 +39,7 @@ Experiments:
    splits of the overhead between deployment and packing that keep one-by-one near the
    paper's 141.40 min (the paper does not give its overheads; the gain follows them).
 2. Table 6 and Table 7's budgets and deadlines, with policies 1–7 and: our MILP
-   (``categories.milp``), the GA (``categories.ga``), or no plan. A plan is made when
+   (``categories.counts``), the GA (``categories.ga``), or no plan. A plan is made when
    the first resource finishes its benchmark, again after every G x 2 group
    deployments, and when a resource has used up its allocation. Per resource, the
    metrics are averaged again after every 2 groups.
@@ -65,10 +65,10 @@ from pathlib import Path
 if __name__ == "__main__" and not __package__:  # ``python benchmarks/task_groups.py``
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from autoscaler.categories.counts import plan_max_tasks
+from autoscaler.categories.deployment import Metrics, Observation, average, benchmark_tasks, fill
 from autoscaler.categories.ga import GAProblem, evolve
-from autoscaler.categories.metrics import Metrics, Observation, average, benchmark_tasks, fill
-from autoscaler.categories.milp import plan_max_tasks
-from autoscaler.categories.policies import ALL, RESOURCE, Limits, group_size
+from autoscaler.categories.resizing import ALL, RESOURCE, Limits, group_size
 from autoscaler.categories.sort import Category, ClassIntervals, Requirements, categorise
 from benchmarks.bats_scenarios import library_digest, library_state, render_table
 

@@ -22,8 +22,8 @@ from autoscaler.config.needs import Needs, Row, fill_needs, is_table, read_table
 from autoscaler.config.schema import Bag, IntRange, Job, JobMeans, RunConfig, SweepValues
 from autoscaler.config.size import check_run_size
 from autoscaler.core.errors import AutoscalerError, ConfigError
-from autoscaler.core.files import FileSpec
 from autoscaler.core.model import TaskSpec
+from autoscaler.core.task_files import FileSpec
 
 _NO_TASKS = "bag has no tasks"
 

@@ -26,9 +26,9 @@ from pathlib import Path
 
 from pydantic import ConfigDict, Field, field_validator
 
-from autoscaler.config.base import ConfigModel
 from autoscaler.config.needs import Bytes
-from autoscaler.core.files import OUTPUTS_MAX_BYTES, FileSpec, InputFile, safe_relative
+from autoscaler.config.strict import ConfigModel
+from autoscaler.core.task_files import OUTPUTS_MAX_BYTES, FileSpec, InputFile, safe_relative
 
 
 class Input(ConfigModel):

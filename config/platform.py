@@ -17,8 +17,8 @@ from pydantic import (
     model_validator,
 )
 
-from autoscaler.config.base import ConfigModel, Name
 from autoscaler.config.durations import Seconds
+from autoscaler.config.strict import ConfigModel, Name
 
 # --- billing, machine types -----------------------------------------------------------
 

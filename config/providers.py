@@ -22,8 +22,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt
 
-from autoscaler.config.base import ConfigModel
 from autoscaler.config.platform import Ec2, Local, Sge, Slurm
+from autoscaler.config.strict import ConfigModel
 
 
 class Limits(ConfigModel):

@@ -22,7 +22,7 @@ from pydantic_core import PydanticUndefined
 
 from autoscaler.config.durations import Seconds
 from autoscaler.config.schema import RunConfig
-from autoscaler.config.service import JOB_FIELDS, WORK_FIELDS, ServiceSettings
+from autoscaler.config.service_schema import JOB_FIELDS, WORK_FIELDS, ServiceSettings
 
 PAPERS = (
     (

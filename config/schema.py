@@ -2,7 +2,7 @@
 
 The ``Platform`` is where and how work runs: the machine types, billing, the provider
 and its section, the daemon, the emulator, sampling, deadline planning and monitoring.
-A service config is a platform plus ``service:`` (``config.service``). The work
+A service config is a platform plus ``service:`` (``config.service_schema``). The work
 (``config.work``) is one bag with its constraint, or deadline jobs. A ``RunConfig`` is
 both, in one flat file. Every model forbids unknown fields so a typo is an error that
 names the field, never a silently ignored setting.
@@ -17,9 +17,8 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from autoscaler.config.base import ConfigModel, Name, known_types
 from autoscaler.config.durations import Seconds
-from autoscaler.config.emulator import (
+from autoscaler.config.emulation import (
     Affine,
     BimodalRuntime,
     ConstantRuntime,
@@ -50,6 +49,7 @@ from autoscaler.config.platform import (
     Ssh,
 )
 from autoscaler.config.providers import SECTIONS, Limits, ProviderEntry
+from autoscaler.config.strict import ConfigModel, Name, known_types
 from autoscaler.config.work import (
     Bag,
     Budget,

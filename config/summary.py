@@ -12,7 +12,7 @@ from typing import Literal
 from autoscaler.config.load import config_warnings
 from autoscaler.config.platform import Billing, MachineType
 from autoscaler.config.schema import RunConfig
-from autoscaler.config.service import (
+from autoscaler.config.service_schema import (
     JOB_FIELDS,
     WORK_FIELDS,
     ServiceConfig,

@@ -18,11 +18,11 @@ from pydantic import (
     model_validator,
 )
 
-from autoscaler.config.base import ConfigModel, Name, known_types
 from autoscaler.config.budgets import budget_problem
 from autoscaler.config.durations import Seconds
 from autoscaler.config.files import BagFiles
 from autoscaler.config.needs import Bytes
+from autoscaler.config.strict import ConfigModel, Name, known_types
 from autoscaler.core.errors import AutoscalerError
 
 

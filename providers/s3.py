@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autoscaler.config.schema import Platform
-from autoscaler.core.files import ATTEMPTS_DIR
+from autoscaler.core.task_files import ATTEMPTS_DIR
 from autoscaler.providers.aws import aws_errors, s3_client
 
 PRESIGN_S = 3600

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from autoscaler.config.schema import RunConfig
-from autoscaler.run.registry import STATE_DIR_ENV
+from autoscaler.run.live_runs import STATE_DIR_ENV
 
 # The integration tests' services as fixtures (moto, sshd, Grid Engine, the EC2 world, a
 # browser): registered here, the top-level conftest, so test modules use them by name

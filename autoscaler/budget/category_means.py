@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from autoscaler.budget.problem import TypeEstimate, first_tasks
-from autoscaler.categories.metrics import Key, Metrics, fill, time_only
+from autoscaler.categories.deployment import Key, Metrics, fill, time_only
 from autoscaler.categories.share import Share, share_makespan
 from autoscaler.categories.sort import Category
 from autoscaler.core.billing import BillingModel

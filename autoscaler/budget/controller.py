@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from autoscaler.budget import monitor, plans, runtimes
 from autoscaler.budget import sampling as sampling_
 from autoscaler.budget.boundaries import boundary, can_extend, standby
-from autoscaler.budget.categories import CategoryChoice
 from autoscaler.budget.category_means import aware
 from autoscaler.budget.category_mix import least_money, plan_mix
+from autoscaler.budget.category_order import CategoryChoice
 from autoscaler.budget.fleet import meet_target
 from autoscaler.budget.problem import BudgetProblem, Plan, TypeEstimate
 from autoscaler.budget.settings import ControllerSettings, money_left, planned

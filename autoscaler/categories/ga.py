@@ -34,7 +34,7 @@ from operator import mul
 
 import numpy as np
 
-from autoscaler.categories.metrics import Key
+from autoscaler.categories.deployment import Key
 
 POPULATION = 80
 GENERATIONS = 500

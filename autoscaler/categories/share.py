@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import pulp
 
-from autoscaler.categories.metrics import Key
+from autoscaler.categories.deployment import Key
 from autoscaler.core.solve import SolveOutcome, solve_lp
 
 _TIE = 1e-3  # ε above: the weight of the machine time against the makespan

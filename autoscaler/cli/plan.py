@@ -104,7 +104,7 @@ def _plan_real(
 ) -> None:
     """``plan`` on a real provider: ask, sample for real, hold, print the frontier."""
     from autoscaler.report.format import hms
-    from autoscaler.run.build import new_run_id
+    from autoscaler.run.assemble import new_run_id
     from autoscaler.run.plan_real import Frontiers, HeldFrontier, sampling_offer
     from autoscaler.run.session import Ending, Session
 

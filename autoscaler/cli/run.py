@@ -102,8 +102,8 @@ def run(
         raise AutoscalerError("give a config file (or --resume RUN_DIR)")
     if job:
         from autoscaler.cli.service_run import run_service_jobs
-        from autoscaler.config.service import load_service_config
-        from autoscaler.run.build import new_run_id
+        from autoscaler.config.service_schema import load_service_config
+        from autoscaler.run.assemble import new_run_id
 
         out_dir = out or Path("runs") / new_run_id(load_service_config(config))
         code = run_service_jobs(config, job, dry_run=dry_run, seed=seed, out=out_dir)
@@ -125,7 +125,7 @@ def run(
     if chosen is not None:
         constraint = cfg.constraint.model_copy(update={"budget": chosen.budget})
         cfg = cfg.model_copy(update={"constraint": constraint})
-    from autoscaler.run.build import new_run_id
+    from autoscaler.run.assemble import new_run_id
 
     run_id = new_run_id(cfg)
     out_dir = out if out is not None else Path("runs") / run_id
@@ -244,7 +244,7 @@ def cleanup(
     machines and machines of a live run are never touched.
     """
     from autoscaler.config.schema import Platform
-    from autoscaler.config.service import WORK_FIELDS, load_service_config, load_yaml
+    from autoscaler.config.service_schema import WORK_FIELDS, load_service_config, load_yaml
     from autoscaler.run.cleanup import find_strays, terminate_strays
 
     cfg: Platform

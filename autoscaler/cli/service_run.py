@@ -53,7 +53,7 @@ def run_service_jobs(
     # Imported here: the command group starts without the config models (start-up time).
     from rich.table import Table
 
-    from autoscaler.config.service import load_service_config
+    from autoscaler.config.service_schema import load_service_config
     from autoscaler.service.arrivals import dry_run_jobs, exit_code, load_jobs, serve_jobs
 
     svc = load_service_config(config)

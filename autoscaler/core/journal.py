@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import IO, Any, Literal, Protocol
 
 from autoscaler.core.errors import AutoscalerError
-from autoscaler.core.files import Stored
 from autoscaler.core.model import (
     ACTION_TYPES,
     EVENT_TYPES,
@@ -42,6 +41,7 @@ from autoscaler.core.model import (
     TaskDone,
 )
 from autoscaler.core.state import RunState
+from autoscaler.core.task_files import Stored
 
 JOURNAL_DB = "journal.sqlite"
 JOURNAL_JSONL = "journal.jsonl"

@@ -34,7 +34,7 @@ from autoscaler.core.actions import (
     Shortfall,
     Stop,
 )
-from autoscaler.core.files import FileSpec, Stored
+from autoscaler.core.task_files import FileSpec, Stored
 
 __all__ = [
     "ACTION_TYPES",

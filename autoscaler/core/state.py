@@ -26,7 +26,6 @@ from autoscaler.core.billing import BillingModel
 from autoscaler.core.capacity import Capacity
 from autoscaler.core.decisions import Decisions
 from autoscaler.core.errors import StateError
-from autoscaler.core.files import Stored
 from autoscaler.core.job_ledger import Jobs
 from autoscaler.core.machine_ledger import Fleet, Machine
 from autoscaler.core.model import (
@@ -76,6 +75,7 @@ from autoscaler.core.model import (
 )
 from autoscaler.core.money_ledger import Money
 from autoscaler.core.observations import Observations
+from autoscaler.core.task_files import Stored
 from autoscaler.core.task_ledger import Segment, Tasks
 from autoscaler.learn.stats import RuntimeStats
 

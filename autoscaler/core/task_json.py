@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from autoscaler.core.files import spec_from_json, spec_json
 from autoscaler.core.model import TaskSpec
+from autoscaler.core.task_files import spec_from_json, spec_json
 
 NEEDS = ("input_bytes", "estimate_s", "output_bytes", "category")
 """What a task says it needs (paper 004's sizes and estimate, or a user's category)."""

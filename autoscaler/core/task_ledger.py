@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from autoscaler.core.files import Stored
 from autoscaler.core.model import TaskState
+from autoscaler.core.task_files import Stored
 
 # Enum members looked up once: reading ``TaskState.RUNNING`` calls a descriptor.
 _PENDING = TaskState.PENDING

@@ -13,11 +13,11 @@ from statistics import NormalDist
 from autoscaler.core.model import Configure, Forecast
 from autoscaler.core.state import RunState
 from autoscaler.core.step import Step
-from autoscaler.deadline.categories import job_of_key, key_of, planned_s
+from autoscaler.deadline.category_parts import job_of_key, key_of, planned_s
 from autoscaler.deadline.jobs import DeadlineSettings, job_deadlines
 from autoscaler.deadline.queues import queue_of
 from autoscaler.deadline.reassign import Queue, finish_times
-from autoscaler.deadline.slots import cushion, on_slots
+from autoscaler.deadline.slot_queues import cushion, on_slots
 
 
 def forecast(cfg: DeadlineSettings, s: Step, jobs: set[str], why: str) -> None:

@@ -10,7 +10,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Literal
 
-from autoscaler.categories.sampling import large
+from autoscaler.categories.sample_order import large
 from autoscaler.categories.sort import Category
 from autoscaler.core.job_ledger import Jobs
 from autoscaler.core.model import JobSpec
@@ -40,7 +40,7 @@ class DeadlineSettings:
     late_change: float = 0.1  # a lateness is said again when it changes by this share
     guard_z: float = 2.0  # plans and moves aim this many task-time sds before a deadline
     keep_open: bool = False  # a pool: no Stop when the work is done; jobs join (JobAdded)
-    # Categories (paper 004; ``deadline.categories``): the bag's, none without
+    # Categories (paper 004; ``deadline.category_parts``): the bag's, none without
     # ``categories:``; sample runs of each large category per type, the share that is large.
     categories: tuple[Category, ...] = ()
     category_per: int = 2
@@ -113,7 +113,7 @@ def is_sampling(cfg: DeadlineSettings, state: RunState, job: JobSpec) -> bool:
 
 def sample_want(cfg: DeadlineSettings, state: RunState, job: JobSpec) -> int:
     """Sample runs of ``job`` per type: ``sample``, or with categories enough to run
-    ``category_per`` of each large category the job has (``deadline.sampling``)."""
+    ``category_per`` of each large category the job has (``deadline.job_sampling``)."""
     want = cfg.sample
     if cfg.categories and state.tasks.task_category:
         big = large(cfg.categories, cfg.category_share) & job_categories(state, job)
@@ -150,7 +150,7 @@ def launchable(state: RunState, name: str) -> bool:
 
 class Deadlines(dict[str, float]):
     """Deadlines by job name; a part of a job planned by category (``job#c3``,
-    ``deadline.categories``) has its job's."""
+    ``deadline.category_parts``) has its job's."""
 
     def __missing__(self, key: str) -> float:
         job, sep, _ = key.partition(CATEGORY_SEP)

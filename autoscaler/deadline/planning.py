@@ -13,7 +13,7 @@ from autoscaler.core.model import Assign, Launch
 from autoscaler.core.state import RunState
 from autoscaler.core.step import Step
 from autoscaler.deadline.assign import handle_multi, handle_single
-from autoscaler.deadline.categories import by_key, job_of_key, key_times, keyed, machine_key_s
+from autoscaler.deadline.category_parts import by_key, job_of_key, key_times, keyed, machine_key_s
 from autoscaler.deadline.forecast import forecast
 from autoscaler.deadline.instance import (
     DeadlineJob,
@@ -30,7 +30,7 @@ from autoscaler.deadline.jobs import (
     job_deadlines,
 )
 from autoscaler.deadline.queues import queue_of
-from autoscaler.deadline.slots import slotted
+from autoscaler.deadline.slot_queues import slotted
 
 RELAX = (1.5, 2.0, 4.0, 8.0, 32.0)  # deadline windows tried when no plan meets them
 
@@ -107,7 +107,7 @@ def solve_plan(cfg: DeadlineSettings, problem: DeadlineProblem) -> DeadlineResul
 def plan_jobs(cfg: DeadlineSettings, s: PlanStep) -> bool:
     """Plan every task of an arrived job in the bag; True if anything was planned.
     With categories, each job's part of each category is planned as a job of its own
-    (``deadline.categories``)."""
+    (``deadline.category_parts``)."""
     state = s.state
     ready = ready_jobs(cfg, state)
     if not ready:

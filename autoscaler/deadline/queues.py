@@ -1,23 +1,23 @@
 """A machine's queue as the reassignment and the forecasts see it (``reassign.Queue``):
 when its current tasks end by its observed speed, its queued tasks by key (their job, or
-with categories their job's part of their category: ``deadline.categories``), and its
+with categories their job's part of their category: ``deadline.category_parts``), and its
 time per task of each key it can run."""
 
 from __future__ import annotations
 
 from autoscaler.core.model import MachineState
 from autoscaler.core.state import Machine, RunState
-from autoscaler.deadline.categories import all_keys, job_of_key, key_of, machine_key_s
+from autoscaler.deadline.category_parts import all_keys, job_of_key, key_of, machine_key_s
 from autoscaler.deadline.jobs import DeadlineSettings
 from autoscaler.deadline.reassign import Queue
-from autoscaler.deadline.slots import cushion, on_slots
+from autoscaler.deadline.slot_queues import cushion, on_slots
 
 
 def queue_of(cfg: DeadlineSettings, state: RunState, m: Machine, now: float) -> Queue:
     """``m`` as the reassignment sees it: when its current task ends (by its observed
     speed), its queue, and its time per task of each job it can run. A machine of s > 1
     slots is seen as one that runs a task at a time in e/s, busy until the rest of its
-    running tasks over s plus the cushion (``deadline.slots``)."""
+    running tasks over s plus the cushion (``deadline.slot_queues``)."""
     times: dict[str, float] = {}
     for key in all_keys(cfg, state):
         e = machine_key_s(cfg, state, m, key)

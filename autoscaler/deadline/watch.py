@@ -13,7 +13,7 @@ from autoscaler.core.state import RunState
 from autoscaler.core.step import Step
 from autoscaler.core.words import counted
 from autoscaler.deadline.assign import solve_new
-from autoscaler.deadline.categories import by_job, job_of_key, key_times
+from autoscaler.deadline.category_parts import by_job, job_of_key, key_times
 from autoscaler.deadline.instance import DeadlineJob
 from autoscaler.deadline.jobs import (
     EPS,
@@ -28,7 +28,7 @@ from autoscaler.deadline.reassign import (
     lateness,
     reassign,
 )
-from autoscaler.deadline.slots import slotted
+from autoscaler.deadline.slot_queues import slotted
 
 CAUSES = {
     "budget": "the budget cannot pay for machines that would finish it in time",

@@ -10,18 +10,18 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from autoscaler.offers import policies
+from autoscaler.offers import composition
 from autoscaler.offers.allocation import Allocation, OffersError, earliest_finish
 from autoscaler.providers.offer import Offer, OfferRequest
 
 Policy = Callable[[OfferRequest, Sequence[Offer]], Allocation]
 
 POLICIES: dict[str, Policy] = {
-    "no_lb": policies.no_lb,
-    "plb": policies.plb,
-    "dplb": policies.dplb,
-    "dplb_v2": policies.dplb_v2,
-    "free_time_slots": policies.free_time_slots,
+    "no_lb": composition.no_lb,
+    "plb": composition.plb,
+    "dplb": composition.dplb,
+    "dplb_v2": composition.dplb_v2,
+    "free_time_slots": composition.free_time_slots,
 }
 """The composition policies by the name a config gives."""
 

@@ -9,9 +9,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from autoscaler.config.schema import RunConfig
-from autoscaler.core.files import task_location
 from autoscaler.core.model import OUT_OF_MONEY, Risk, Shortfall, TaskSpec, TaskState
 from autoscaler.core.state import RunState
+from autoscaler.core.task_files import task_location
 from autoscaler.report.attribution import job_outcomes
 from autoscaler.report.category_lines import category_lines
 from autoscaler.report.format import inside, rounded, rounded_pair

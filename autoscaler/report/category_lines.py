@@ -12,7 +12,7 @@ from autoscaler.categories.sort import Category
 from autoscaler.config.schema import RunConfig
 from autoscaler.core.model import TaskState
 from autoscaler.core.state import RunState
-from autoscaler.report.record import record as _record
+from autoscaler.report.json_record import record as _record
 
 
 @_record

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from autoscaler.report.record import record
+from autoscaler.report.json_record import record
 
 
 @record

@@ -20,8 +20,8 @@ from pydantic import Discriminator, Tag, TypeAdapter, ValidationError
 
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.report.category_lines import CategoryLine
+from autoscaler.report.json_record import record as _record
 from autoscaler.report.outputs import OutputsSummary
-from autoscaler.report.record import record as _record
 
 REPORT_JSON = "report.json"
 REPORT_MD = "report.md"

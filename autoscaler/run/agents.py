@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from autoscaler.config.schema import JobMeans, RunConfig
-from autoscaler.core.files import Stored
 from autoscaler.core.leases import Timeline, lease, renew_at
 from autoscaler.core.model import (
     NOTICE_REASON,
@@ -34,6 +33,7 @@ from autoscaler.core.model import (
     TaskState,
 )
 from autoscaler.core.state import Machine, RunState
+from autoscaler.core.task_files import Stored
 from autoscaler.core.words import counted
 from autoscaler.providers.sim import share_factor, type_runtime
 from autoscaler.run.dispatch import AgentResult, Poll

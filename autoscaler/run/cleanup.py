@@ -5,7 +5,7 @@ local agent's environment). A run is live while a daemon holds the lock of its r
 directory; a machine of any other run is a stray: a daemon killed and never resumed, or
 a bug. Untagged machines are not ours and are never listed.
 
-Live runs are found where every daemon registers itself (``autoscaler.run.registry``), so
+Live runs are found where every daemon registers itself (``autoscaler.run.live_runs``), so
 wherever a run's directory is and wherever cleanup is started; run directories under
 ``--runs`` count too (runs started before the registry, or under another state
 directory). Liveness is always the run directory's lock, never an entry's existence.
@@ -23,7 +23,7 @@ from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.journal import JOURNAL_DB, SqliteJournal
 from autoscaler.providers import multi, registry
 from autoscaler.providers.kind import Sweeper
-from autoscaler.run.registry import (
+from autoscaler.run.live_runs import (
     RunEntry,
     Unreadable,
     entry_path,

@@ -74,13 +74,14 @@ from autoscaler.core.state import RunState
 from autoscaler.providers.base import Provider
 from autoscaler.providers.sim import draw_runtimes
 from autoscaler.report.build import build_report
-from autoscaler.report.files import write_report
 from autoscaler.report.records import Report
+from autoscaler.report.write import write_report
 from autoscaler.run import offers
-from autoscaler.run.actions import Executor
 from autoscaler.run.agents import Agents
-from autoscaler.run.build import json_logger, make_controller, new_state
+from autoscaler.run.assemble import json_logger, make_controller, new_state
+from autoscaler.run.carry_out import Executor
 from autoscaler.run.dispatch import Dispatcher, Poll
+from autoscaler.run.gauges import Metrics
 from autoscaler.run.giveup import BOOT_REASON, ENDED_REASON, unready_give_ups
 from autoscaler.run.inbox import (
     AddJob,
@@ -92,6 +93,7 @@ from autoscaler.run.inbox import (
     Told,
 )
 from autoscaler.run.live import planned_finish
+from autoscaler.run.live_runs import register
 from autoscaler.run.machines import (
     BootFailed,
     Ended,
@@ -100,7 +102,6 @@ from autoscaler.run.machines import (
     Wake,
     launch_events,
 )
-from autoscaler.run.metrics import Metrics
 from autoscaler.run.owner import (
     admit,
     all_gone,
@@ -110,7 +111,6 @@ from autoscaler.run.owner import (
     step_order,
 )
 from autoscaler.run.quota import Quota, Share
-from autoscaler.run.registry import register
 from autoscaler.run.results import JOURNALED_META, OutputsFile, settle
 from autoscaler.run.rundir import OUTPUTS_FILE, RunFiles, rebuild_state, run_lock
 from autoscaler.run.staging import Staging

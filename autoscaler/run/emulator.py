@@ -49,7 +49,7 @@ from autoscaler.core.model import (
     Tick,
 )
 from autoscaler.core.state import RunState
-from autoscaler.deadline.controller import DeadlineController
+from autoscaler.deadline.deadline_controller import DeadlineController
 from autoscaler.providers.sim import SimProvider, share_factor
 from autoscaler.run.refusals import Holds, refusal
 

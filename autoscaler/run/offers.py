@@ -27,7 +27,7 @@ from autoscaler.offers.cloud import CloudType, cloud_offers
 from autoscaler.offers.decide import compose
 from autoscaler.providers.offer import Offer, OfferRequest, slice_sizes
 from autoscaler.report.format import hms
-from autoscaler.run.build import write_config
+from autoscaler.run.assemble import write_config
 
 
 def split_run(

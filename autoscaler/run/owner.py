@@ -28,8 +28,8 @@ from autoscaler.core.model import (
 )
 from autoscaler.core.money_ledger import Money
 from autoscaler.core.state import RunState
-from autoscaler.deadline.controller import DeadlineController
-from autoscaler.run.build import added_job
+from autoscaler.deadline.deadline_controller import DeadlineController
+from autoscaler.run.assemble import added_job
 from autoscaler.run.inbox import AddJob
 
 

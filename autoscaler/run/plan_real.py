@@ -16,7 +16,7 @@ from autoscaler.budget.frontier import Frontier, frontier
 from autoscaler.config.schema import RunConfig
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.state import RunState
-from autoscaler.run.build import new_state, planning_settings
+from autoscaler.run.assemble import new_state, planning_settings
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from autoscaler.core.journal import JOURNAL_DB, SqliteJournal, replay
 from autoscaler.core.model import TaskSpec
 from autoscaler.core.state import RunState
 from autoscaler.core.task_json import task_extra, task_of
-from autoscaler.run.build import CONFIG_FILE, new_state, write_config
+from autoscaler.run.assemble import CONFIG_FILE, new_state, write_config
 
 TOKEN_FILE = "token"
 TASKS_FILE = "tasks.jsonl"

@@ -1,5 +1,5 @@
 """Task files on the daemon's side: inputs served, outputs staged per attempt, the attempt
-that counts committed, every other dropped (``core.files``).
+that counts committed, every other dropped (``core.task_files``).
 
 Outputs go to ``<run dir>/outputs/<task>/`` (or ``s3://bucket/prefix/<task>/``, through
 ``providers.s3``). An agent asks where to put an attempt's files (``POST /v1/files``,
@@ -27,7 +27,9 @@ from typing import IO, TYPE_CHECKING, Any
 
 from autoscaler.config.schema import RunConfig
 from autoscaler.core.errors import AutoscalerError
-from autoscaler.core.files import (
+from autoscaler.core.model import Event, TaskDone, TaskSpec
+from autoscaler.core.state import RunState
+from autoscaler.core.task_files import (
     ATTEMPTS_DIR,
     FileSpec,
     Stored,
@@ -35,8 +37,6 @@ from autoscaler.core.files import (
     megabytes,
     safe_relative,
 )
-from autoscaler.core.model import Event, TaskDone, TaskSpec
-from autoscaler.core.state import RunState
 
 if TYPE_CHECKING:
     # boto3 is imported only by a run that puts outputs in S3: about 0.4 s of CPU that

@@ -26,16 +26,16 @@ from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.journal import JOURNAL_JSONL, Journal, JsonlJournal
 from autoscaler.core.model import Action, Event, Hold, TaskSpec
 from autoscaler.core.state import RunState
-from autoscaler.deadline.controller import DeadlineController
+from autoscaler.deadline.deadline_controller import DeadlineController
 from autoscaler.providers.base import Capabilities
 from autoscaler.providers.sim import SimProvider
 from autoscaler.report.build import build_report
-from autoscaler.report.files import write_report
 from autoscaler.report.records import Report
+from autoscaler.report.write import write_report
 
 # Importers of these names from here (tests, benchmarks, the service) keep working; they
-# live in ``autoscaler.run.build``, which the daemon and the run directory use.
-from autoscaler.run.build import (
+# live in ``autoscaler.run.assemble``, which the daemon and the run directory use.
+from autoscaler.run.assemble import (
     billing_model,
     json_logger,
     log_action,

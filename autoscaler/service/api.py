@@ -275,7 +275,7 @@ def make_app(service: Service, token: str) -> FastAPI:
     @app.get("/metrics", response_class=Response, responses=_ERRORS)
     async def metrics() -> Response:
         """Prometheus text, per job."""
-        from autoscaler.service.metrics import render_metrics
+        from autoscaler.service.prometheus import render_metrics
 
         views, quota = await _on_daemon_thread(lambda: (service.job_views(), service.quota.usage()))
         text, content_type = render_metrics(views, quota)

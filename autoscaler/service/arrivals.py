@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from autoscaler.config.schema import RunConfig
-from autoscaler.config.service import ServiceConfig, job_config, load_yaml
+from autoscaler.config.service_schema import ServiceConfig, job_config, load_yaml
 from autoscaler.core.model import TaskSpec
 from autoscaler.report.records import DeadlineReport
 from autoscaler.run.start import start_run

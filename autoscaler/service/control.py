@@ -41,7 +41,7 @@ def submit(where: Path, path: Path, name: str | None = None) -> str:
     """Submit to the service of ``where`` the job file ``path`` (its relative paths are
     the file's; ``name``: the job's name instead of the file's); its id, once the service
     journaled it. The service checks the job: a bad one is refused naming its fields."""
-    from autoscaler.config.service import load_yaml  # the config models: see the module
+    from autoscaler.config.service_schema import load_yaml  # the config models: see the module
 
     job = load_yaml(path, "job fields (bag, constraint, ...)")
     if name is not None:

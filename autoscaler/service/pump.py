@@ -11,14 +11,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from autoscaler.config.service import ServiceConfig
+from autoscaler.config.service_schema import ServiceConfig
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.model import Interrupted
 from autoscaler.core.state import RunState
 from autoscaler.service.job_states import ENDED, JobState
 from autoscaler.service.memory import application, job_runs, said, with_memory
 from autoscaler.service.pool import POOL_HOLDER, Pool, shares_the_pool
-from autoscaler.service.quota import QuotaLedger
+from autoscaler.service.quota_ledger import QuotaLedger
 from autoscaler.service.runners import (
     Runner,
     RunStates,

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from autoscaler.config.schema import RunConfig
-from autoscaler.config.service import ServiceConfig, job_config
+from autoscaler.config.service_schema import ServiceConfig, job_config
 from autoscaler.core.errors import AutoscalerError, ConfigError
 from autoscaler.core.journal import JOURNAL_DB
 from autoscaler.core.model import Shutdown, TaskSpec
@@ -39,7 +39,7 @@ from autoscaler.providers import registry
 from autoscaler.service.job_states import ENDED, JobState
 from autoscaler.service.pool import POOL_DIR, POOL_HOLDER
 from autoscaler.service.pump import JOBS_DIR, Closing, Pump
-from autoscaler.service.quota import QuotaLedger
+from autoscaler.service.quota_ledger import QuotaLedger
 from autoscaler.service.runners import Runner, check_change, with_constraint
 from autoscaler.service.store import DB_FILE, JobNotFound, JobRow, Store, lock_state_dir
 from autoscaler.service.view import (
@@ -123,7 +123,7 @@ class Service:
         os.chmod(self.state_dir, 0o700)
         self._lock_fd = lock_state_dir(self.state_dir / LOCK_FILE)
         (self.state_dir / JOBS_DIR).mkdir(exist_ok=True)
-        from autoscaler.run.build import json_logger  # lazy: a client's import stays light
+        from autoscaler.run.assemble import json_logger  # lazy: a client's import stays light
 
         self._log_file = (self.state_dir / LOG_FILE).open("a", encoding="utf-8")
         self.log = json_logger(self._log_file).bind(service=self.config.name)

@@ -23,7 +23,7 @@ import yaml
 from autoscaler.config.bag import expand_bag
 from autoscaler.config.load import load_config
 from autoscaler.providers.local import run_processes
-from autoscaler.run.build import new_run_id
+from autoscaler.run.assemble import new_run_id
 from autoscaler.run.daemon import Daemon
 from autoscaler.run.rundir import RunFiles
 
@@ -211,7 +211,7 @@ def kill_agents(run_id: str) -> None:
 def committed_over_time(run_dir: Path) -> list[float]:
     """Committed spend after every step, recomputed by replaying the journal."""
     from autoscaler.core.journal import SqliteJournal, replay
-    from autoscaler.run.build import new_state
+    from autoscaler.run.assemble import new_state
     from autoscaler.run.rundir import RunFiles
 
     files = RunFiles.open(run_dir)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from autoscaler.cli.main import EXIT_CONFIG
-from autoscaler.config.service import job_config, service_config
+from autoscaler.config.service_schema import job_config, service_config
 from autoscaler.core.errors import ConfigError
 from autoscaler.service.client import ApiError
 from tests.integration.daemon_helpers import local_fields, wait_for

@@ -36,7 +36,7 @@ from autoscaler.providers.ec2 import LAUNCH_TAG, RUN_TAG, TYPE_TAG
 from autoscaler.providers.local import tagged_processes
 from autoscaler.providers.sge import list_tagged
 from autoscaler.providers.sge_output import job_name
-from autoscaler.run.registry import RunEntry, read_entries, write_entry
+from autoscaler.run.live_runs import RunEntry, read_entries, write_entry
 from autoscaler.run.rundir import run_lock
 from tests.integration.daemon_helpers import (
     ROOT,

@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from autoscaler.providers.ec2 import LAUNCH_TAG, RUN_TAG, TYPE_TAG
-from autoscaler.run.registry import RunEntry, read_entries, write_entry
+from autoscaler.run.live_runs import RunEntry, read_entries, write_entry
 from tests.integration.daemon_helpers import (
     adopted,
     assert_deadline_end,

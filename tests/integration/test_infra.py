@@ -28,7 +28,7 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from autoscaler.run.registry import STATE_DIR_ENV
+from autoscaler.run.live_runs import STATE_DIR_ENV
 from tests.integration.services import MotoServer, fake_aws_credentials
 
 pytestmark = pytest.mark.integration

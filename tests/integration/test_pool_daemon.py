@@ -14,7 +14,7 @@ import yaml
 from autoscaler.config.bag import expand_bag
 from autoscaler.config.load import load_config
 from autoscaler.core.model import JobSpec, MachineState, Shutdown, TaskSpec
-from autoscaler.run.build import new_run_id
+from autoscaler.run.assemble import new_run_id
 from autoscaler.run.daemon import Daemon, Outcome
 from autoscaler.run.rundir import RunFiles
 from tests.integration.daemon_helpers import (

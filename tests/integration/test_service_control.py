@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from autoscaler.config.service import load_service_config
+from autoscaler.config.service_schema import load_service_config
 from autoscaler.core.errors import AutoscalerError, ConfigError
 from autoscaler.service import control
 from autoscaler.service.client import API_FILE, Client

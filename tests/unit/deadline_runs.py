@@ -13,7 +13,7 @@ from autoscaler.config.schema import Emulator as EmulatorModel
 from autoscaler.core.billing import BillingModel
 from autoscaler.core.model import JobSpec, TypeSpec
 from autoscaler.core.state import RunState
-from autoscaler.deadline.controller import DeadlineController
+from autoscaler.deadline.deadline_controller import DeadlineController
 from autoscaler.providers.base import Capabilities
 from autoscaler.providers.sim import SimProvider
 from autoscaler.run.emulator import Emulator

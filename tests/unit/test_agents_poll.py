@@ -23,7 +23,7 @@ from autoscaler.core.model import (
 )
 from autoscaler.core.state import RunState
 from autoscaler.run.agents import Agents
-from autoscaler.run.build import new_state
+from autoscaler.run.assemble import new_state
 from autoscaler.run.dispatch import AgentResult, Poll
 from tests.conftest import make_config
 

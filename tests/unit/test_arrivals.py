@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from autoscaler.config.service import load_service_config
+from autoscaler.config.service_schema import load_service_config
 from autoscaler.service.arrivals import JobLine, dry_run_jobs, exit_code, load_jobs, pool_names
 
 EXAMPLES = Path(__file__).parents[2] / "config" / "examples"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from autoscaler.categories.metrics import Observation, average, benchmark_tasks, fill
+from autoscaler.categories.deployment import Observation, average, benchmark_tasks, fill
 from autoscaler.categories.sort import (
     MISSING,
     ClassIntervals,

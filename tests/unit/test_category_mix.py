@@ -231,8 +231,8 @@ def test_the_least_budget_plan_offers_does_the_whole_bag(tmp_path: Path) -> None
 def test_the_report_gives_each_categorys_time_on_each_type(tmp_path: Path) -> None:
     """report.json and report.md list each category with what its tasks took on each
     type: ``a`` is 4x faster at cpu, ``b`` at io, and the report's means say so."""
-    from autoscaler.report.files import write_report
     from autoscaler.report.records import read_report
+    from autoscaler.report.write import write_report
 
     cfg = config("crossed", 3, tmp_path)
     state, report = run(cfg, mix=True)

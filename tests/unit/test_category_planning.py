@@ -7,10 +7,10 @@ import itertools
 
 import pytest
 
+from autoscaler.categories.counts import plan_categories, plan_max_tasks, plan_min_cost
+from autoscaler.categories.deployment import Metrics
 from autoscaler.categories.ga import GAProblem, evolve, fitness
-from autoscaler.categories.metrics import Metrics
-from autoscaler.categories.milp import plan_categories, plan_max_tasks, plan_min_cost
-from autoscaler.categories.policies import Limits, group_size, machine_group_size
+from autoscaler.categories.resizing import Limits, group_size, machine_group_size
 
 # One task of category 0: 10 s CPU, 12 s wall, 3 s transfer, 1 MB, 20 s turnaround, 7.
 M = Metrics(cpu_s=10, wall_s=12, transfer_s=3, turnaround_s=20, cost=7, space_bytes=1e6)

@@ -20,7 +20,7 @@ from autoscaler.core.state import RunState
 from autoscaler.learn.affine import fit_affine
 from autoscaler.learn.stats import sample_size
 from autoscaler.providers.sim import type_runtime
-from autoscaler.run.build import controller_settings, new_state
+from autoscaler.run.assemble import controller_settings, new_state
 from autoscaler.run.start import dry_run, make_emulator
 
 AFFINE = {

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from autoscaler.cli.main import EXIT_CONFIG, app
 from autoscaler.config.reference import config_markdown
 from autoscaler.config.schema import RunConfig
-from autoscaler.config.service import ServiceSettings
+from autoscaler.config.service_schema import ServiceSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "docs" / "config.md"

@@ -10,7 +10,7 @@ import yaml
 from autoscaler.config.bag import expand_bag
 from autoscaler.config.load import load_config
 from autoscaler.config.schema import RunConfig
-from autoscaler.config.service import load_service_config
+from autoscaler.config.service_schema import load_service_config
 from autoscaler.config.summary import (
     Checked,
     check_file,

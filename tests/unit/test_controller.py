@@ -32,7 +32,7 @@ from autoscaler.core.model import (
     TypeSpec,
 )
 from autoscaler.core.state import RunState
-from autoscaler.run.build import controller_settings, new_state
+from autoscaler.run.assemble import controller_settings, new_state
 from autoscaler.run.start import make_emulator
 from tests.conftest import make_config
 

@@ -29,9 +29,9 @@ from autoscaler.core.model import (
 )
 from autoscaler.core.state import Machine, RunState
 from autoscaler.providers.base import Capabilities, MachineRecord, MachineStatus, ProviderState
-from autoscaler.run.actions import Executor
 from autoscaler.run.agents import lost_contact
-from autoscaler.run.build import controller_settings, new_state
+from autoscaler.run.assemble import controller_settings, new_state
+from autoscaler.run.carry_out import Executor
 from autoscaler.run.dispatch import Dispatcher
 from autoscaler.run.machines import LaunchDone, MachineLifecycle, launch_events
 from autoscaler.run.owner import step_order

@@ -23,10 +23,10 @@ from autoscaler.config.load import load_config
 from autoscaler.core.errors import StateError
 from autoscaler.core.model import JobSpec, Shutdown, TaskSpec
 from autoscaler.core.state import RunState
-from autoscaler.deadline.categories import category_times
-from autoscaler.deadline.controller import DeadlineController
+from autoscaler.deadline.category_parts import category_times
+from autoscaler.deadline.deadline_controller import DeadlineController
 from autoscaler.report.build import build_report
-from autoscaler.run.build import added_job, deadline_settings, new_state
+from autoscaler.run.assemble import added_job, deadline_settings, new_state
 from autoscaler.run.inbox import AddJob
 from autoscaler.run.owner import pool_job
 from autoscaler.run.start import DryRun, dry_run, make_emulator

@@ -29,7 +29,7 @@ from autoscaler.core.model import (
 )
 from autoscaler.core.state import RunState
 from autoscaler.core.step import assignments
-from autoscaler.deadline.controller import DeadlineController, DeadlineSettings
+from autoscaler.deadline.deadline_controller import DeadlineController, DeadlineSettings
 from autoscaler.providers.base import Capabilities
 from autoscaler.providers.sim import SimProvider
 from autoscaler.run.emulator import Emulator

@@ -15,11 +15,11 @@ from autoscaler.config.load import load_config
 from autoscaler.core.billing import BillingModel
 from autoscaler.core.model import JobSpec, Learned, TypeSpec
 from autoscaler.core.state import RunState
-from autoscaler.deadline.controller import DeadlineController, DeadlineSettings
+from autoscaler.deadline.deadline_controller import DeadlineController, DeadlineSettings
 from autoscaler.deadline.prior import blend
 from autoscaler.report.build import build_report
-from autoscaler.report.files import write_report
 from autoscaler.report.records import REPORT_JSON, REPORT_MD, DeadlineReport, read_report
+from autoscaler.report.write import write_report
 from autoscaler.run.live import status_lines
 from tests.unit.deadline_runs import deadline_run, jobs
 from tests.unit.test_deadline_control import _jobs, _types, finish_and_late, run

@@ -19,13 +19,13 @@ from autoscaler.config.schema import RunConfig
 from autoscaler.core.model import JobSpec
 from autoscaler.core.state import RunState
 from autoscaler.report.build import build_report
-from autoscaler.report.files import write_report
 from autoscaler.report.format import hms
 from autoscaler.report.markdown import render_head, render_markdown
 from autoscaler.report.plots import gantt_figure
 from autoscaler.report.records import REPORT_JSON, REPORT_MD, DeadlineReport, read_report
+from autoscaler.report.write import write_report
+from autoscaler.run.gauges import Metrics
 from autoscaler.run.live import status_lines
-from autoscaler.run.metrics import Metrics
 from tests.unit.deadline_runs import TASK_S, deadline_run, jobs
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"

@@ -34,11 +34,11 @@ from autoscaler.core.model import (
     TypeSpec,
 )
 from autoscaler.core.state import RunState
-from autoscaler.deadline.controller import DeadlineController
+from autoscaler.deadline.deadline_controller import DeadlineController
 from autoscaler.deadline.planning import plan_types
 from autoscaler.providers.base import Capabilities, MachineRecord, failure_kind
 from autoscaler.providers.sim import SimProvider
-from autoscaler.run.build import make_controller, new_state
+from autoscaler.run.assemble import make_controller, new_state
 from autoscaler.run.emulator import Emulator
 from autoscaler.run.machines import LaunchDone, launch_events
 from autoscaler.run.refusals import Holds, refusal

@@ -20,7 +20,7 @@ from autoscaler.core.model import (
     Stop,
 )
 from autoscaler.core.state import RunState
-from autoscaler.run.build import make_controller, new_state
+from autoscaler.run.assemble import make_controller, new_state
 from autoscaler.run.giveup import UNREADY_MAX, unready_give_ups
 from tests.conftest import make_config
 

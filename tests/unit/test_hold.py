@@ -9,7 +9,7 @@ from autoscaler.core.model import Action, BudgetSet, Configure, Event, Extend, H
 from autoscaler.core.state import RunState
 from autoscaler.report.build import build_report
 from autoscaler.report.markdown import render_head
-from autoscaler.run.build import controller_settings, planning_settings
+from autoscaler.run.assemble import controller_settings, planning_settings
 from autoscaler.run.start import make_emulator
 from tests.conftest import make_config
 

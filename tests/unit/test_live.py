@@ -59,7 +59,7 @@ def test_a_run_stopped_early_shows_when_and_why(tmp_path: Path) -> None:
 def test_a_shortfall_shows_in_status_and_metrics_as_soon_as_it_is_said() -> None:
     """The step the run says its budget cannot finish the bag, `status` shows the warning
     with the budget needed and the Prometheus gauges turn to it."""
-    from autoscaler.run.metrics import Metrics
+    from autoscaler.run.gauges import Metrics
     from tests.conftest import make_config
 
     cfg = make_config(

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from autoscaler.offers.allocation import OffersError, earliest_finish, split
+from autoscaler.offers.composition import dplb, dplb_v2, no_lb, plb
 from autoscaler.offers.decide import POLICIES, clock, compose
-from autoscaler.offers.policies import dplb, dplb_v2, no_lb, plb
 from autoscaler.providers.offer import Offer, OfferRequest
 
 TABLE_1 = [

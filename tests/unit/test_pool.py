@@ -39,9 +39,9 @@ from autoscaler.core.model import (
 )
 from autoscaler.core.state import RunState, StateError
 from autoscaler.core.step import assignments
-from autoscaler.deadline.controller import DeadlineController, DeadlineSettings
+from autoscaler.deadline.deadline_controller import DeadlineController, DeadlineSettings
 from autoscaler.providers.base import Capabilities
-from autoscaler.run.build import added_job, new_state
+from autoscaler.run.assemble import added_job, new_state
 from autoscaler.run.emulator import Emulator
 from autoscaler.run.rundir import RunFiles, rebuild_state
 from tests.conftest import make_config

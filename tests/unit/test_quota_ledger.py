@@ -8,7 +8,7 @@ import threading
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autoscaler.service.quota import Limit, QuotaLedger
+from autoscaler.service.quota_ledger import Limit, QuotaLedger
 
 TYPES = {"small": 3, "fast": 2, "big": 5}
 PROVIDERS = {"campus": Limit("campus", ("small", "fast"), 4)}

@@ -9,9 +9,9 @@ import structlog
 from autoscaler.config.load import load_config
 from autoscaler.core.actions import Launch
 from autoscaler.core.model import LaunchFailed, QuotaSet
-from autoscaler.run.build import new_state
+from autoscaler.run.assemble import new_state
 from autoscaler.run.quota import QUOTA_KIND, Share
-from autoscaler.service.quota import QuotaLedger
+from autoscaler.service.quota_ledger import QuotaLedger
 
 EXAMPLES = Path(__file__).parents[2] / "config" / "examples"
 

@@ -19,7 +19,7 @@ from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.journal import JOURNAL_DB, SqliteJournal
 from autoscaler.run.cleanup import live_runs
 from autoscaler.run.daemon import run_lock
-from autoscaler.run.registry import (
+from autoscaler.run.live_runs import (
     LIVE_DIR,
     STATE_DIR_ENV,
     RunEntry,

@@ -20,7 +20,6 @@ from hypothesis import strategies as st
 from autoscaler.budget.controller import Controller
 from autoscaler.budget.settings import ControllerSettings
 from autoscaler.core.billing import BillingModel
-from autoscaler.core.files import Stored
 from autoscaler.core.journal import Journal, SqliteJournal, replay
 from autoscaler.core.model import (
     BoundaryNear,
@@ -39,6 +38,7 @@ from autoscaler.core.model import (
     TypeSpec,
 )
 from autoscaler.core.state import RunState
+from autoscaler.core.task_files import Stored
 
 TYPES = [TypeSpec("a", 1.0, 3, 60.0), TypeSpec("b", 3.0, 2, 120.0, slots=2)]
 BILLINGS = [BillingModel("fixed", 3600.0), BillingModel("per_second", 3600.0, 60.0, 600.0)]

@@ -20,7 +20,6 @@ from autoscaler.config.bag import expand_bag
 from autoscaler.config.load import load_config
 from autoscaler.core.errors import AutoscalerError, ConfigError
 from autoscaler.core.model import TaskState
-from autoscaler.report.files import write_report
 from autoscaler.report.plots import frontier_figure, gantt_figure, spend_figure
 from autoscaler.report.records import (
     REPORT_JSON,
@@ -33,6 +32,7 @@ from autoscaler.report.records import (
     read_report,
     report_json_schema,
 )
+from autoscaler.report.write import write_report
 from autoscaler.run.start import DryRun, dry_run
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"

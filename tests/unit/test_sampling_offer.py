@@ -11,7 +11,7 @@ from autoscaler.config.bag import expand_bag
 from autoscaler.config.load import load_config
 from autoscaler.core.model import Action, Event, Hold
 from autoscaler.core.state import RunState
-from autoscaler.run.build import make_controller
+from autoscaler.run.assemble import make_controller
 from autoscaler.run.plan_real import Frontiers, HeldFrontier, sampling_offer
 from autoscaler.run.start import make_emulator, plan_dry
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from autoscaler.config.service import (
+from autoscaler.config.service_schema import (
     job_config,
     load_service_config,
     load_yaml,

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from autoscaler.service.metrics import JOB_STATES, render_metrics
-from autoscaler.service.quota import Usage
+from autoscaler.service.prometheus import JOB_STATES, render_metrics
+from autoscaler.service.quota_ledger import Usage
 from autoscaler.service.view import JobView
 
 

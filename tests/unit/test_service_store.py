@@ -9,9 +9,9 @@ import tracemalloc
 from pathlib import Path
 
 from autoscaler.config.schema import RunConfig
-from autoscaler.config.service import job_config
-from autoscaler.core.files import FileSpec, InputFile
+from autoscaler.config.service_schema import job_config
 from autoscaler.core.model import TaskSpec
+from autoscaler.core.task_files import FileSpec, InputFile
 from autoscaler.service.store import Store
 from tests.unit.test_service_config import EXAMPLES, NOW, service
 

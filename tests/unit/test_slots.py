@@ -20,7 +20,7 @@ from autoscaler.core.billing import BillingModel
 from autoscaler.core.model import Action, Event, TaskDone
 from autoscaler.core.state import RunState
 from autoscaler.deadline.instance import DeadlineJob, MachineType
-from autoscaler.deadline.slots import cushion, slotted
+from autoscaler.deadline.slot_queues import cushion, slotted
 from autoscaler.providers.sge import SgeProvider
 from autoscaler.providers.sim import share_factor
 from autoscaler.providers.slurm import SlurmProvider

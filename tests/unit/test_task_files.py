@@ -16,7 +16,8 @@ import yaml
 
 from autoscaler.config.bag import expand_bag
 from autoscaler.config.load import load_config
-from autoscaler.core.files import (
+from autoscaler.core.model import TaskDone, TaskSpec
+from autoscaler.core.task_files import (
     FileSpec,
     InputFile,
     Stored,
@@ -25,8 +26,7 @@ from autoscaler.core.files import (
     spec_from_json,
     spec_json,
 )
-from autoscaler.core.model import TaskDone, TaskSpec
-from autoscaler.run.build import new_state
+from autoscaler.run.assemble import new_state
 from autoscaler.run.staging import Staging
 from tests.unit.test_cli_process import autoscaler
 

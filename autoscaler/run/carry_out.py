@@ -34,7 +34,7 @@ from autoscaler.core.model import (
 from autoscaler.core.state import Machine, RunState
 from autoscaler.providers.base import ProviderState
 from autoscaler.run.agents import lost_contact
-from autoscaler.run.build import log_action
+from autoscaler.run.assemble import log_action
 from autoscaler.run.dispatch import Dispatcher
 from autoscaler.run.machines import MachineLifecycle, launch_events
 from autoscaler.run.timers import Timers

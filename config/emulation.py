@@ -9,8 +9,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field, PositiveFloat, field_validator, model_validator
 
-from autoscaler.config.base import ConfigModel
 from autoscaler.config.durations import Seconds
+from autoscaler.config.strict import ConfigModel
 
 
 class NormalRuntime(ConfigModel):

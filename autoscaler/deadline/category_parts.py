@@ -20,7 +20,7 @@ A category's time per task on a type (``category_times``), in this order:
    or unchanged when the bag gives no estimates.
 
 A type with none of these cannot run the part yet (a sampled job samples first:
-``deadline.sampling`` takes the large categories first on each type).
+``deadline.job_sampling`` takes the large categories first on each type).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ import functools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 
-from autoscaler.categories.metrics import fill, time_only
-from autoscaler.categories.sampling import shortfall
+from autoscaler.categories.deployment import fill, time_only
+from autoscaler.categories.sample_order import shortfall
 from autoscaler.categories.sort import Category
 from autoscaler.core.job_ledger import Jobs
 from autoscaler.core.model import JobSpec
@@ -157,7 +157,7 @@ def sample_first(
     cfg: DeadlineSettings, state: RunState, type_name: str, pending: Sequence[int]
 ) -> list[int]:
     """``pending`` in the order ``type_name`` samples it: first what the large
-    categories still need there (``categories.sampling``, as budget mode), then one
+    categories still need there (``categories.sample_order``, as budget mode), then one
     task of each category in turn, the largest first (beyond the paper: samples beyond
     the large categories' measure the others rather than repeat them), the bag's order
     within a category."""

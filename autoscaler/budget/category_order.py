@@ -35,8 +35,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from autoscaler.budget.category_means import category_times, tasks_left
-from autoscaler.categories.metrics import Key
-from autoscaler.categories.sampling import large, to_sample
+from autoscaler.categories.deployment import Key
+from autoscaler.categories.sample_order import large, to_sample
 from autoscaler.categories.sort import Category
 from autoscaler.core.state import RunState
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from autoscaler.service.job_states import JobState
-from autoscaler.service.quota import Usage
+from autoscaler.service.quota_ledger import Usage
 from autoscaler.service.view import JobView
 
 JOB_STATES = tuple(s.value for s in JobState)

@@ -1,7 +1,7 @@
 """Sampling a job without known task times: ``sample`` runs of it on each type that can
 be launched, side by side, before the job is planned. With categories, each type takes
 first the tasks of the large categories it has run fewer than ``category_per`` times
-(``categories.sampling``, as budget mode), and samples enough to cover them."""
+(``categories.sample_order``, as budget mode), and samples enough to cover them."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import math
 from autoscaler.core.limits import new_caps
 from autoscaler.core.model import Assign, Launch, MachineState
 from autoscaler.core.step import Step
-from autoscaler.deadline.categories import sample_first
+from autoscaler.deadline.category_parts import sample_first
 from autoscaler.deadline.jobs import EPS, DeadlineSettings, is_sampling, launchable, sample_want
 
 

@@ -14,14 +14,14 @@ from typing import Any, TextIO
 import structlog
 import yaml
 
-from autoscaler.budget.categories import CategoryChoice
+from autoscaler.budget.category_order import CategoryChoice
 from autoscaler.budget.controller import Controller
 from autoscaler.budget.settings import ControllerSettings
 from autoscaler.categories.of_config import categories_of
 from autoscaler.categories.sort import Category, category_of
 from autoscaler.config.bag import expand_jobs
 from autoscaler.config.schema import RunConfig
-from autoscaler.config.service import ServiceConfig
+from autoscaler.config.service_schema import ServiceConfig
 from autoscaler.core.billing import BillingModel
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.model import (
@@ -43,7 +43,7 @@ from autoscaler.core.model import (
     TypeSpec,
 )
 from autoscaler.core.state import RunState
-from autoscaler.deadline.controller import DeadlineController, DeadlineSettings
+from autoscaler.deadline.deadline_controller import DeadlineController, DeadlineSettings
 from autoscaler.learn.stats import sample_size
 from autoscaler.providers import registry
 

@@ -25,7 +25,7 @@ from autoscaler.cli.app import app, console
 from autoscaler.cli.service_run import attach_daily_reports
 from autoscaler.cli.text import money, when
 from autoscaler.core.words import counted
-from autoscaler.run.registry import state_dir
+from autoscaler.run.live_runs import state_dir
 
 if TYPE_CHECKING:
     from autoscaler.service.control import JobLine
@@ -74,7 +74,7 @@ def serve(
     new machines.
     """
     # FastAPI, uvicorn and the service's run machinery load for `serve` only.
-    from autoscaler.config.service import load_service_config
+    from autoscaler.config.service_schema import load_service_config
     from autoscaler.service.service import Service
     from autoscaler.service.serving import StopSignals, serving, stop
 

@@ -18,7 +18,6 @@ from typing import Any
 from pydantic import AwareDatetime, Field, NaiveDatetime, PositiveInt, ValidationError
 
 from autoscaler.config.bag import expand_bag
-from autoscaler.config.base import ConfigModel
 from autoscaler.config.load import (
     check_files,
     read_yaml,
@@ -28,6 +27,7 @@ from autoscaler.config.load import (
 )
 from autoscaler.config.schema import Name, Platform, RunConfig, Work
 from autoscaler.config.size import check_job_size
+from autoscaler.config.strict import ConfigModel
 from autoscaler.core.errors import ConfigError
 from autoscaler.core.model import TaskSpec
 

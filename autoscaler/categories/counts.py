@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import pulp
 
-from autoscaler.categories.metrics import Key
+from autoscaler.categories.deployment import Key
 from autoscaler.core.solve import SolveOutcome, solve_lp
 
 

@@ -73,10 +73,10 @@ from autoscaler.core.model import (
 from autoscaler.core.state import RunState
 from autoscaler.deadline.ends import at_boundary, finish_run, release_idle
 from autoscaler.deadline.forecast import forecast
+from autoscaler.deadline.job_sampling import sample
 from autoscaler.deadline.jobs import DeadlineSettings, task_times
 from autoscaler.deadline.learning import say_learned
 from autoscaler.deadline.planning import PlanStep, plan_jobs
-from autoscaler.deadline.sampling import sample
 from autoscaler.deadline.watch import move_late, watch
 from autoscaler.deadline.withdraw import still_open, withdrawn_runs
 

@@ -25,7 +25,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from autoscaler.categories.metrics import Metrics
+from autoscaler.categories.deployment import Metrics
 
 ALL = frozenset(range(1, 8))
 RESOURCE = frozenset({1, 2, 3, 4, 7})
