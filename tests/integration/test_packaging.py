@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from autoscaler.cli.check import config_kind
+from autoscaler.config.summary import config_kind
 from tests.package_dirs import package_dirs
 
 ROOT = Path(__file__).resolve().parents[2]
