@@ -28,6 +28,7 @@ from autoscaler.core.words import counted
 if TYPE_CHECKING:
     from autoscaler.core.model import BudgetSet
     from autoscaler.core.state import RunState
+    from autoscaler.run.session import Session
 
 
 @app.command()
@@ -139,13 +140,7 @@ def run(
             )
         from autoscaler.run.session import Session
 
-        console.print(
-            f"run {run_id}: {counted(len(tasks), 'task')}, directory {out_dir}",
-            markup=False,
-            soft_wrap=True,
-        )
-        session = Session.start("new", out_dir, cfg, tasks, run_id=run_id, seed=seed)
-        conclude(session.run(err_console).report, out_dir)
+        _foreground(Session.start("new", out_dir, cfg, tasks, run_id=run_id, seed=seed), out_dir)
         return
     from autoscaler.run.start import start_run
 
@@ -193,7 +188,12 @@ def _resume(run_dir: Path, budget: BudgetSet | None) -> None:
     """Carry on the real run in ``run_dir`` from its journal, in the foreground."""
     from autoscaler.run.session import Session
 
-    session = Session.start("resume", run_dir, budget=budget)
+    _foreground(Session.start("resume", run_dir, budget=budget), run_dir)
+
+
+def _foreground(session: Session, run_dir: Path) -> None:
+    """A real run's session in the foreground, its directory ``run_dir`` as the user gave
+    it: its line, its live view, its report."""
     files = session.files
     console.print(
         f"run {files.run_id}: {counted(len(files.tasks), 'task')}, directory {run_dir}",
