@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.journal import JOURNAL_DB, SqliteJournal
 from autoscaler.run.daemon import Outcome
 from autoscaler.run.session import (
+    SIGNALS,
     DaemonBroke,
     Ending,
     Session,
@@ -40,8 +42,13 @@ def test_a_foreground_session_takes_the_signals_a_services_does_not(tmp_path: Pa
     tasks = expand_bag(cfg)
     mine = Session.start("new", tmp_path / "a", cfg, tasks, run_id="a", seed=1)
     theirs = Session.start("new", tmp_path / "b", cfg, tasks, foreground=False)
-    assert mine.foreground
-    assert not theirs.foreground
+    before = {signum: signal.getsignal(signum) for signum in SIGNALS}
+    with theirs._signals():
+        assert {signum: signal.getsignal(signum) for signum in SIGNALS} == before
+    with mine._signals():
+        taken = {signum: signal.getsignal(signum) for signum in SIGNALS}
+        assert all(taken[signum] is not before[signum] for signum in SIGNALS)
+    assert {signum: signal.getsignal(signum) for signum in SIGNALS} == before
     assert (mine.files.run_id, mine.files.seed) == ("a", 1)
     assert Session.start("plan", tmp_path / "c", cfg, tasks).daemon.hold
 
