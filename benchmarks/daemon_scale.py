@@ -80,7 +80,6 @@ from benchmarks.bats_scenarios import REPO, library_state, render_table
 from benchmarks.daemon_scale_run import Spec, run_config
 from benchmarks.sim_agents import H_BUCKETS, quantile
 
-DEFAULT_AGENTS = (500, 1000, 2500, 5000)
 STEADY = (0.05, 0.95)
 STOP_WAIT_S = 60.0
 EXTRAPOLATE = 1_000_000
@@ -330,8 +329,8 @@ def profile_lines(path: Path, top: int) -> str:
             who = "main loop"
             for f in set(frames[loop + 1 :]):
                 inside[f] += n
-        elif any("process_request_thread" in f or "_Handler." in f for f in frames):
-            who = "HTTP handler threads"
+        elif any("(run/dispatch.py)" in f or "process_request_thread" in f for f in frames):
+            who = "dispatcher"
         else:
             who = "other threads"
         threads[who] += n
@@ -376,14 +375,125 @@ def _frame(text: str) -> str:
     return f"{name} ({'/'.join(file.split('/')[-2:])})" if file else name
 
 
+# --- targets (issue 36) -----------------------------------------------------------------------
+
+CPU_TIMES_EMULATOR = 2.0  # steady daemon CPU per task at most this × the emulator's with journal
+RATE_SHARE = 0.90  # steady tasks/s at least this share of the lesser of ideal and CPU bound
+RTT_P99_S = 0.25
+RSS_MB = 2000.0
+WALL_TIMES_BOUND = 1.25  # a run to the end: wall time within this × its ideal or CPU bound
+
+
+@dataclass(frozen=True)
+class RowSpec:
+    """One row as asked for: agents, mean task seconds, tasks in the bag."""
+
+    agents: int
+    task_s: float
+    tasks: int
+
+    @classmethod
+    def parse(cls, text: str) -> RowSpec:
+        """``AGENTS:TASK_S:TASKS`` (TASKS may end in k or M), e.g. ``5000:2:1M``."""
+        try:
+            a, t, n = text.split(":")
+            scale = {"k": 1_000, "M": 1_000_000}.get(n[-1:], 1)
+            tasks = int(float(n.rstrip("kM").replace("_", "")) * scale)
+            row = cls(int(a.replace("_", "")), float(t), tasks)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"--row {text!r}: expected AGENTS:TASK_S:TASKS, e.g. 5000:2:1M"
+            ) from None
+        if row.agents < 1 or row.task_s <= 0 or row.tasks < 1:
+            raise argparse.ArgumentTypeError(f"--row {text!r}: every part must be positive")
+        return row
+
+
+DEFAULT_ROWS = (
+    RowSpec(10_000, 10.0, 100_000),
+    RowSpec(5_000, 2.0, 100_000),
+    RowSpec(5_000, 2.0, 1_000_000),
+)
+
+
+def cores_rate(r: Row) -> float:
+    """Tasks/s the host's cores allow at the row's steady CPU per task (daemon and
+    generators, which share the cores)."""
+    s = r.steady
+    per_task = (s.get("cpu_us", 0.0) + s.get("gen_us", 0.0)) / 1e6
+    return (os.cpu_count() or 1) / per_task if per_task > 0 else float("inf")
+
+
+def target_lines(rows: Sequence[Row], emulator_us: dict[str, float]) -> str:
+    """Each row's figures against the issue's targets, checked."""
+    header = ["row", "lost = 0", f"µs/task ≤ {CPU_TIMES_EMULATOR:g}× emulator"]
+    header += ["tasks/s ≥ 90 % of min(ideal, cores)", "rtt p99 ≤ 250 ms", "peak RSS ≤ 2 GB"]
+    header += ["wall ≤ 1.25× max(ideal, CPU)"]
+    out = []
+    for r in rows:
+        s, f = r.steady, r.figures
+        name = f"{r.label} {r.spec.agents:,} × {r.spec.task_s:g} s, {r.tasks:,}"
+        emu = emulator_us.get(r.label)
+        cells = [name, _check(r.lost == 0, str(r.lost))]
+        if s and emu:
+            limit = CPU_TIMES_EMULATOR * emu
+            cells.append(_check(s["cpu_us"] <= limit, f"{s['cpu_us']:,.0f} vs {limit:,.0f}"))
+        else:
+            cells.append("-")
+        if s:
+            ideal = r.spec.agents / r.spec.task_s
+            bound = min(ideal, cores_rate(r))
+            cells.append(
+                _check(
+                    s["rate"] >= RATE_SHARE * bound,
+                    f"{s['rate']:,.0f} vs {bound:,.0f} (ideal {ideal:,.0f}, "
+                    f"cores {cores_rate(r):,.0f})",
+                )
+            )
+        else:
+            cells.append("-")
+        p99 = quantile(r.rtt, 0.99)
+        cells.append(_check(p99 <= RTT_P99_S, f"{1e3 * p99:,.0f} ms"))
+        cells.append(_check(f["peak_rss_mb"] <= RSS_MB, f"{f['peak_rss_mb']:,.0f} MB"))
+        if r.tasks >= 1_000_000:
+            ideal_s = r.tasks * r.spec.task_s / r.spec.agents
+            gen_s = sum(g.get("cpu_s", 0.0) for g in f.get("generators", []))
+            cpu_s = (f["cpu_s"] + gen_s) / (os.cpu_count() or 1)
+            bound_s = max(ideal_s, cpu_s)
+            cells.append(
+                _check(
+                    f["wall_s"] <= WALL_TIMES_BOUND * bound_s,
+                    f"{f['wall_s']:,.0f} s vs {bound_s:,.0f} s (ideal {ideal_s:,.0f}, "
+                    f"CPU {cpu_s:,.0f})",
+                )
+            )
+        else:
+            cells.append("-")
+        out.append(cells)
+    return render_table(header, out, left=1)
+
+
+def _check(ok: bool, text: str) -> str:
+    return f"{'ok' if ok else 'MISSED'} ({text})"
+
+
 # --- main ------------------------------------------------------------------------------------
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--agents", type=int, action="append", help=f"repeat; {DEFAULT_AGENTS}")
-    p.add_argument("--tasks-per-agent", type=int, default=20)
-    p.add_argument("--task-s", type=float, default=2.0)
+    p.add_argument(
+        "--row",
+        type=RowSpec.parse,
+        action="append",
+        metavar="A:S:N",
+        help="a row of A agents, S s tasks, N tasks (repeat; default "
+        + ", ".join(f"{r.agents}:{r.task_s:g}:{r.tasks}" for r in DEFAULT_ROWS)
+        + ")",
+    )
+    p.add_argument("--agents", type=int, action="append", help="rows of --task-s tasks, repeat")
+    p.add_argument("--tasks-per-agent", type=int, default=20, help="with --agents")
+    p.add_argument("--task-s", type=float, default=2.0, help="with --agents")
     p.add_argument("--per-process", type=int, default=1250, help="agents per generator")
     p.add_argument(
         "--ramp-s", type=float, default=RAMP_S, help="agents come up over S s (0: at once)"
@@ -393,12 +503,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("--baseline-agents", type=int, default=16, help="0: no such row")
     p.add_argument("--no-emulator", action="store_true", help="skip the emulator's rows")
-    p.add_argument("--profile", type=float, default=0.0, metavar="S", help="py-spy for S s")
+    p.add_argument(
+        "--profile",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="py-spy on the row of most agents for S s (in the row's own run)",
+    )
+    p.add_argument(
+        "--main-profile", action="store_true", help="and one more run of it under cProfile"
+    )
     p.add_argument("--top", type=int, default=15)
     p.add_argument("--extrapolate", type=int, default=EXTRAPOLATE)
     p.add_argument("--keep", action="store_true", help="keep the run directories")
     args = p.parse_args(argv)
-    agents = sorted(args.agents or DEFAULT_AGENTS)
+    asked: list[RowSpec] = list(args.row or [])
+    asked += [RowSpec(a, args.task_s, a * args.tasks_per_agent) for a in args.agents or []]
+    asked = asked or list(DEFAULT_ROWS)
     started = time.perf_counter()
     print(f"Library: {library_state()}")
     print(
@@ -407,65 +528,96 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     tmp = Path(tempfile.mkdtemp(prefix="daemon-scale-"))
     rows: list[Row] = []
-    profiled: Path | None = None
+    emulator_us: dict[str, float] = {}
+    emulated: dict[RowSpec, tuple[float, float, int]] = {}
+    biggest = max(asked, key=lambda r: (r.agents, r.tasks))
     try:
 
-        def spec(a: int, tag: str, profile_s: float = 0.0) -> Spec:
-            """Row ``tag`` of ``a`` agents; profiled (py-spy, and cProfile on the main
-            thread) if ``profile_s``."""
-            n = a * args.tasks_per_agent
-            out = str(tmp / f"{tag}-{a}")
+        def spec(r: RowSpec, tag: str, profile_s: float = 0.0, main: bool = False) -> Spec:
+            """Row ``tag`` of ``r``; py-spy for ``profile_s`` s, cProfile of the main thread
+            if ``main``."""
+            out = str(tmp / f"{tag}-{r.agents}-{r.task_s:g}-{r.tasks}")
             return Spec(
-                a,
-                n,
-                args.task_s,
+                r.agents,
+                r.tasks,
+                r.task_s,
                 args.per_process,
                 out,
                 profile_s=profile_s,
                 ramp_s=args.ramp_s,
                 switch_s=args.switch_interval,
-                main_profile=profile_s > 0,
+                main_profile=main,
             )
 
-        plan = [("baseline", args.baseline_agents)] if args.baseline_agents else []
-        plan += [("row", a) for a in agents]
-        for tag, a in plan:
-            row = measure(tag, spec(a, tag))
+        plan: list[tuple[str, RowSpec]] = []
+        if args.baseline_agents:
+            b = args.baseline_agents
+            plan.append(("baseline", RowSpec(b, biggest.task_s, b * 20)))
+        plan += [(f"row{i + 1}", r) for i, r in enumerate(asked)]
+        profiled: Row | None = None
+        for tag, r in plan:
+            profile_s = args.profile if r is biggest and tag != "baseline" else 0.0
+            row = measure(tag, spec(r, tag, profile_s))
             rows.append(row)
+            if profile_s:
+                profiled = row
             print(
-                f"{tag} {a:,} agents: {row.done:,} done, {row.rate:,.0f} tasks/s", file=sys.stderr
+                f"{tag} {r.agents:,} agents x {r.task_s:g} s: {row.done:,} done, "
+                f"{row.rate:,.0f} tasks/s",
+                file=sys.stderr,
             )
+            if not args.no_emulator and tag != "baseline" and r not in emulated:
+                cpu, done = emulator_row(spec(r, "emulated"), None)
+                cpu_w, _ = emulator_row(spec(r, "emulated"), tmp / f"emulator-{tag}")
+                emulated[r] = (cpu, cpu_w, done)
+            if r in emulated:
+                emulator_us[tag] = 1e6 * emulated[r][1] / r.tasks
         print()
         print(
-            f"The real daemon on simulated agents: {args.task_s:g} s tasks, "
-            f"{args.tasks_per_agent} per agent, up to {args.per_process:,} agents per "
+            f"The real daemon on simulated agents, up to {args.per_process:,} agents per "
             "generator process"
         )
         print(main_table(rows))
-        if not args.no_emulator:
-            big = spec(agents[-1], "emulator")
-            cpu, done = emulator_row(big, None)
-            cpu_w, _ = emulator_row(big, tmp / "emulator-written")
+        if emulated:
             print()
+            print("Emulator baseline (dry run, the same config and bag as the row):")
+            emu_rows = [
+                [
+                    f"{r.agents:,} × {r.task_s:g} s",
+                    f"{done:,}",
+                    f"{1e6 * cpu / r.tasks:,.0f}",
+                    f"{1e6 * cpu_w / r.tasks:,.0f}",
+                ]
+                for r, (cpu, cpu_w, done) in emulated.items()
+            ]
             print(
-                f"Emulator baseline (dry run, same config and bag as the {agents[-1]:,}-agent "
-                f"row, {done:,} tasks): controller CPU {1e6 * cpu / big.tasks:,.0f} µs/task "
-                f"without writing, {1e6 * cpu_w / big.tasks:,.0f} µs/task with journal, "
-                "report and plots."
+                render_table(
+                    ["row", "tasks done", "µs/task", "with journal, report and plots"],
+                    emu_rows,
+                    left=1,
+                )
             )
         print()
-        print(extrapolation(rows[-1], args.extrapolate))
-        if args.profile > 0:
-            row = measure("profiled", spec(agents[-1], "profiled", args.profile))
-            profiled = Path(row.spec.out) / "profile.txt"
+        print("Targets (issue 36):")
+        print(target_lines([r for r in rows if r.label != "baseline"], emulator_us))
+        if all(r.tasks < args.extrapolate for r in rows):
+            print()
+            print(extrapolation(rows[-1], args.extrapolate))
+        if profiled is not None:
             print()
             print(
-                f"Profile: one more run of the {agents[-1]:,}-agent row under py-spy and "
-                "cProfile (main thread) "
-                f"({args.profile:g} s from 10 % done; {row.rate:,.0f} tasks/s, "
-                f"{1e6 * row.figures['cpu_s'] / row.tasks:,.0f} daemon µs/task under it)"
+                f"Profile of the {profiled.spec.agents:,}-agent row, in its own run (py-spy, "
+                f"{args.profile:g} s from 10 % done, 50 samples a second):"
             )
-            print(profile_lines(profiled, args.top))
+            print(profile_lines(Path(profiled.spec.out) / "profile.txt", args.top))
+        if args.main_profile:
+            row = measure("cprofiled", spec(biggest, "cprofiled", main=True))
+            print()
+            print(
+                f"One more run of the {biggest.agents:,}-agent row, its main thread under "
+                f"cProfile ({row.rate:,.0f} tasks/s, "
+                f"{1e6 * row.figures['cpu_s'] / row.tasks:,.0f} daemon µs/task under it):"
+            )
             print(main_thread_lines(Path(row.spec.out) / "main.prof", row.tasks, args.top))
         left = [(r.label, r.spec.agents, r.leftovers) for r in rows if r.leftovers]
         print()

@@ -56,4 +56,8 @@ def test_the_benchmark_prints_its_rows_baselines_and_extrapolation(
     assert all(" yes " in line for line in rows)  # every task done once
     assert "Emulator baseline" in out
     assert "1,000,000 tasks on 20 agents" in out
+    targets = out.split("Targets (issue 36):")[1].split("\n\n")[0]
+    (checked,) = [line for line in targets.splitlines() if line.startswith("row1 ")]
+    assert checked.startswith("row1 20 × 0.5 s, 100")
+    assert "ok (0)" in checked  # no machine lost: the only target that holds on any host
     assert "No process of any row was left behind." in out
