@@ -198,9 +198,16 @@ class Daemon(ConfigModel):
 
     host: str = Field(default="127.0.0.1", description="address the dispatcher binds")
     port: int = Field(default=0, ge=0, le=65535, description="0: any free port")
-    heartbeat_s: float = Field(default=2.0, gt=0, description="agents report this often")
+    heartbeat_s: float = Field(
+        default=2.0,
+        gt=0,
+        description="agents report this often; past 500 × this many machines, less often "
+        "(the fleet's heartbeats held to 500 a second)",
+    )
     lost_after_s: float = Field(
-        default=15.0, gt=0, description="a machine silent this long is lost"
+        default=15.0,
+        gt=0,
+        description="a machine silent this long is lost (stretched as the heartbeat is)",
     )
     orphan_after_s: float = Field(
         default=60.0, gt=0, description="an agent that cannot reach the daemon this long exits"

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from autoscaler.config.schema import Daemon as DaemonSettings
 from autoscaler.config.schema import JobMeans, RunConfig
 from autoscaler.core.leases import Timeline, lease, renew_at
 from autoscaler.core.model import (
@@ -185,7 +186,7 @@ class Agents:
         tasks = [self._payload(m, run, task) for run, task in runs if run not in known]
         cancel = [run for run in poll.running if run not in current]
         margin = state.billing.boundary_margin_s()
-        base = self._base(m, poll, timeline, margin)
+        base = self._base(m, poll, timeline, margin, len(state.fleet.alive))
         setting_up = poll.setup is None and "setup" in base  # told of its set-up at once
         if tasks or cancel or poll.results or poll.running or poll.wait_s <= 0 or setting_up:
             poll.reply.send({**base, "tasks": tasks, "cancel": cancel})
@@ -201,7 +202,9 @@ class Agents:
         """The parked poll of ``machine``, taken out to be answered again."""
         return self.parked.pop(machine, None)
 
-    def _base(self, m: Machine, poll: Poll, timeline: Timeline, margin: float) -> dict[str, Any]:
+    def _base(
+        self, m: Machine, poll: Poll, timeline: Timeline, margin: float, fleet: int
+    ) -> dict[str, Any]:
         floor = SCALED_LEASE_FLOOR_S if self.cfg.time_scale > 1 else 0.0
         held = lease(timeline, m.paid_until, margin, poll.arrived, floor)
         return {
@@ -211,7 +214,7 @@ class Agents:
             "release": False,
             "lease_s": held.lease_s,
             "renew_in_s": held.renew_in_s,
-            "heartbeat_s": self.cfg.daemon.heartbeat_s,
+            "heartbeat_s": heartbeat_s(self.cfg.daemon, fleet),
             "slots": m.type.slots,
             "report_s": self.cfg.daemon.report_s,
             **self._setup(m),
@@ -258,6 +261,25 @@ class Agents:
         return payload
 
 
+HEARTBEATS_PER_S = 500.0
+"""The most heartbeats a second the daemon asks of its whole fleet. A busy agent reports
+every ``heartbeat_s`` even with nothing to say; at 10,000 agents and the default 2 s that
+is 5,000 requests a second, six for every 10 s task, and the daemon's CPU goes on them.
+Past ``HEARTBEATS_PER_S × heartbeat_s`` machines (1,000 with the defaults) each agent is
+told to report less often, and silence is judged against the longer interval."""
+
+
+def heartbeat_s(d: DaemonSettings, machines: int) -> float:
+    """How often each of ``machines`` agents is asked to report while busy."""
+    return max(d.heartbeat_s, machines / HEARTBEATS_PER_S)
+
+
+def lost_after_s(d: DaemonSettings, machines: int) -> float:
+    """How long an agent of a fleet of ``machines`` may be silent: the config's
+    ``lost_after_s``, stretched as the heartbeat is (the same number of missed reports)."""
+    return d.lost_after_s * heartbeat_s(d, machines) / d.heartbeat_s
+
+
 SCALED_LEASE_FLOOR_S = 2.0
 """A time-scaled run's leases end at least this many real seconds after the agent asks
 again: at 360x a release margin of a tenth of an hour is one real second, and a daemon
@@ -281,7 +303,7 @@ def lost_contact(
     one its provider still queues then (``queued``) never started, which says nothing
     of its type (``giveup``).
     """
-    d = cfg.daemon
+    limit = lost_after_s(cfg.daemon, len(alive))
     events: list[MachineLost] = []
     for m in alive:
         start = since.get(m.id)
@@ -289,9 +311,9 @@ def lost_contact(
             continue
         if m.state is MachineState.READY or m.id in last_seen:  # (a set-up in progress)
             silent = mono - max(start, last_seen.get(m.id, 0.0))
-            if silent > d.lost_after_s:
+            if silent > limit:
                 events.append(MachineLost(m.id, f"no contact for {silent:.0f}s"))
-        elif mono - start > m.type.boot_s / cfg.time_scale + d.lost_after_s:
+        elif mono - start > m.type.boot_s / cfg.time_scale + limit:
             waited = mono - start
             if m.id in queued:
                 events.append(MachineLost(m.id, f"{QUEUED_REASON}: queued for {waited:.0f}s"))

@@ -29,7 +29,7 @@ from autoscaler.core.model import (
 )
 from autoscaler.core.state import Machine, RunState
 from autoscaler.providers.base import Capabilities, MachineRecord, MachineStatus, ProviderState
-from autoscaler.run.agents import lost_contact
+from autoscaler.run.agents import HEARTBEATS_PER_S, heartbeat_s, lost_after_s, lost_contact
 from autoscaler.run.assemble import controller_settings, new_state
 from autoscaler.run.carry_out import Executor
 from autoscaler.run.dispatch import Dispatcher
@@ -73,6 +73,25 @@ def test_a_booting_machine_has_its_boot_time_before_it_is_lost() -> None:
 
 def test_a_machine_the_daemon_does_not_track_is_not_judged() -> None:
     assert lost_contact([machine("m", MachineState.READY)], {}, {}, mono=1e9, cfg=CFG) == []
+
+
+def test_a_large_fleet_is_asked_to_report_less_often_and_judged_by_it() -> None:
+    d = CFG.daemon  # heartbeat 2 s, lost after 10 s
+    small = int(HEARTBEATS_PER_S * d.heartbeat_s)
+    assert heartbeat_s(d, small) == d.heartbeat_s
+    assert lost_after_s(d, small) == d.lost_after_s
+    big = 4 * small
+    assert heartbeat_s(d, big) == 4 * d.heartbeat_s  # the fleet's heartbeats a second hold
+    assert big / heartbeat_s(d, big) == HEARTBEATS_PER_S
+    assert lost_after_s(d, big) == 4 * d.lost_after_s  # as many missed reports as before
+    fleet = [machine(f"m{i}", MachineState.READY) for i in range(big)]
+    since = {m.id: 0.0 for m in fleet}
+    seen = {m.id: 100.0 for m in fleet}
+    seen["m0"] = 100.0 - 3 * d.lost_after_s  # silent 3× the small fleet's limit: kept
+    seen["m1"] = 100.0 - 5 * d.lost_after_s  # silent past 4×: lost
+    assert lost_contact(fleet, since, seen, mono=100.0, cfg=CFG) == [
+        MachineLost("m1", "no contact for 50s")
+    ]
 
 
 def first_launch() -> tuple[RunState, Launch]:
