@@ -38,6 +38,7 @@ from autoscaler.core.words import counted
 from autoscaler.providers.sim import share_factor, type_runtime
 from autoscaler.run.dispatch import AgentResult, Poll
 from autoscaler.run.giveup import QUEUED_REASON, UNSEEN_REASON, give_up
+from autoscaler.run.hearing import Hearing
 from autoscaler.run.staging import Staging
 
 _SETUP_LOST = -2
@@ -273,31 +274,52 @@ def lost_contact(
     mono: float,
     cfg: RunConfig,
     queued: Container[str] = (),
+    hearing: Hearing | None = None,
 ) -> list[MachineLost]:
     """Machines whose agents went silent, or never reported in, by monotonic time ``mono``.
 
     ``since``: when each machine the daemon tracks was launched or adopted; ``last_seen``:
     each agent's last request. A machine booting may take its type's boot time first;
     one its provider still queues then (``queued``) never started, which says nothing
-    of its type (``giveup``).
+    of its type (``giveup``). Silence is counted only while the daemon could hear
+    (``hearing``): a daemon that stalled loses no machine for its own deafness.
     """
     d = cfg.daemon
+    deaf = hearing.deaf_s if hearing is not None else _never_deaf
     events: list[MachineLost] = []
     for m in alive:
         start = since.get(m.id)
         if start is None:
             continue
         if m.state is MachineState.READY or m.id in last_seen:  # (a set-up in progress)
-            silent = mono - max(start, last_seen.get(m.id, 0.0))
+            heard = max(start, last_seen.get(m.id, 0.0))
+            silent = mono - heard
             if silent > d.lost_after_s:
-                events.append(MachineLost(m.id, f"no contact for {silent:.0f}s"))
+                silent -= deaf(heard, mono)
+                if silent > d.lost_after_s:
+                    events.append(MachineLost(m.id, f"no contact for {silent:.0f}s"))
         elif mono - start > m.type.boot_s / cfg.time_scale + d.lost_after_s:
-            waited = mono - start
+            waited = mono - start - deaf(start, mono)
+            if waited <= m.type.boot_s / cfg.time_scale + d.lost_after_s:
+                continue
             if m.id in queued:
                 events.append(MachineLost(m.id, f"{QUEUED_REASON}: queued for {waited:.0f}s"))
             else:
                 events.append(MachineLost(m.id, UNSEEN_REASON))
     return events
+
+
+def _never_deaf(start: float, end: float) -> float:
+    return 0.0
+
+
+def heard_since(
+    alive: Sequence[Machine], since: Mapping[str, float], last_seen: Mapping[str, float]
+) -> float | None:
+    """The oldest time a health check of ``alive`` asks about (``Hearing.forget_before``):
+    the earliest of their last contacts; None if none is tracked."""
+    times = [max(since[m.id], last_seen.get(m.id, 0.0)) for m in alive if m.id in since]
+    return min(times) if times else None
 
 
 def _output_line(m: Machine, r: AgentResult) -> str:
