@@ -70,18 +70,21 @@ class Agents:
         """The events a poll brings: the machine's first report, results not yet counted.
 
         ``seen`` holds (machine, run) pairs already taken in this step ((machine, 0): its
-        first report): an agent repeats results until they are acknowledged.
+        first report): an agent repeats results until they are acknowledged. A machine
+        lost meanwhile (its agent does not know yet) brings only the results of runs it
+        had: they count (``core.state``), if nothing else ended their tasks first.
         """
         m = state.fleet.machines.get(poll.machine)
-        if m is None or not m.alive:
+        if m is None:
             return []
         events: list[Event] = []
         if m.state is MachineState.BOOTING and (m.id, 0) not in seen:
             events += self._first_report(state, m, poll, seen)
         for r in poll.results:
             current = m.run_no.get(r.task) == r.run
-            # A task taken back from this agent's group that it had already run: its
-            # result counts once, if nothing else ended the task first (core.state).
+            # A task taken back from this agent's group, or from its machine lost, that
+            # it had already run: its result counts once, if nothing else ended the task
+            # first (core.state).
             late = (
                 not current
                 and r.ok
@@ -108,7 +111,7 @@ class Agents:
                 self.log.info("task failed", task=r.task, machine=m.id, error=r.error)
             self._lines[id(result)] = (result, _output_line(m, r))
             events.append(result)
-        if poll.notice is not None and (m.id, -1) not in seen:
+        if poll.notice is not None and m.alive and (m.id, -1) not in seen:
             # Taken back by its provider: the machine is gone for planning now, and its
             # tasks go back to the bag, not minutes later when it stops answering.
             seen.add((m.id, -1))
