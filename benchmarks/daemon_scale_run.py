@@ -64,6 +64,10 @@ class Spec:
     ramp_s: float = 0.0  # the agents come up over this long (0: all at once)
     switch_s: float = 0.0  # sys.setswitchinterval of the daemon's process (0: Python's)
     main_profile: bool = False  # cProfile the main thread (its CPU time) into main.prof
+    # The main loop stalls on purpose for ``stall_s`` once ``stall_at_done`` tasks are done
+    # (its progress hook sleeps; the dispatcher's threads go on): a daemon's own stall.
+    stall_s: float = 0.0
+    stall_at_done: int = 0
 
 
 def time_scale(task_s: float) -> float:
@@ -145,6 +149,9 @@ def run(spec: Spec) -> dict[str, Any]:
         )
         if spec.profile_s > 0 and not profiler and state.tasks.done >= PROFILE_FROM * spec.tasks:
             profiler.append(start_profile(out, spec.profile_s))
+        if spec.stall_s > 0 and "stalled" not in figures and state.tasks.done >= spec.stall_at_done:
+            figures["stalled"] = [time.monotonic(), state.tasks.done]
+            time.sleep(spec.stall_s)
 
     if spec.switch_s > 0:
         sys.setswitchinterval(spec.switch_s)

@@ -35,6 +35,7 @@ class Machine:
     queue: deque[int] = field(default_factory=deque)  # assigned, not yet started
     replicas: set[int] = field(default_factory=set)  # running copies of tasks run elsewhere
     taken: set[int] = field(default_factory=set)  # queued here, taken back: may still end here
+    lost_runs: set[int] = field(default_factory=set)  # of ``taken``: counted runs its end cut
     tasks_done: int = 0
     busy_s: float = 0.0  # time spent on tasks that finished (any outcome)
 

@@ -12,7 +12,10 @@ ledgers (a machine's queue and runs, the task's state, what a run that ended tea
 the money its machine commits), and are folded here: a task queued on a machine gets its
 run number there (its agent is sent the whole queue, a task group), starts as the
 machine's slots free up, and ends with a result, without one, or taken back from the
-queue. It decides nothing: that is the controller's job.
+queue. A result that arrives counts, whatever came before it: a run taken back, or cut
+short by its machine's end (lost for its silence while its agent went on), that had
+ended there is the task's result if nothing else ended the task first. It decides
+nothing: that is the controller's job.
 """
 
 from __future__ import annotations
@@ -309,19 +312,27 @@ def _assign(s: RunState, m: Machine, tids: Sequence[int]) -> None:
 
 
 def _done_after_all(s: RunState, m: Machine, tid: int, runtime_s: float) -> None:
-    """A task taken back from ``m``'s queue that its agent had started (or finished)
-    before it heard: its result counts, and the copies queued or running elsewhere
-    end (the first result wins), so it never runs to success twice."""
+    """A task taken back from ``m`` that its agent had started (or finished) before it
+    heard: taken back from its queue, or ``m`` lost while its agent went on (lost for
+    its silence, say, while the result was on its way). Its result counts, whatever
+    came between, and the copies queued or running elsewhere end (the first result
+    wins), so it never runs to success twice. A counted run the loss ended records its
+    runtime now (the loss censored it at its age then: a bound the runtime agrees
+    with); a run taken back from a queue had not begun, as far as the state knew."""
     tasks = s.tasks
     if tid not in m.taken or tasks.task_state[tid] not in (_RUNNING, _PENDING):
         return
     m.taken.discard(tid)
+    if tid in m.lost_runs:
+        m.lost_runs.discard(tid)
+        _observe(s, m, tid, runtime_s, True)
     if tasks.task_state[tid] is _PENDING:
         tasks.pending.remove(tid)
     tasks.task_state[tid] = _DONE
     tasks.done += 1
     m.tasks_done += 1
-    tasks.segments.append(Segment(tid, m.id, max(0.0, s.now - runtime_s), s.now, "done"))
+    end = s.now if m.ended_at is None else min(s.now, m.ended_at)
+    tasks.segments.append(Segment(tid, m.id, max(0.0, end - runtime_s), end, "done"))
     for other in s.fleet.alive_machines():
         if tid in other.queue or tid in other.running:
             _cancel(s, tid, other.id)
@@ -475,9 +486,13 @@ def _end_machine(s: RunState, mid: str, reason: str, outcome: str) -> None:
     tasks = s.tasks
     for tid, start in list(m.running.items()):
         m.busy_s += max(0.0, end - start)
+        if tid not in m.replicas:
+            m.lost_runs.add(tid)
         _observe(s, m, tid, end - start, False)
         tasks.segments.append(Segment(tid, mid, start, max(start, end), outcome))
         tasks.drop_run(tid, mid)
+    # Its agent may have run them, and its result may yet come (``_done_after_all``).
+    m.taken.update(m.running, m.queue)
     m.running.clear()
     m.run_no.clear()
     for tid in m.queue:

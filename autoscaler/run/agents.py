@@ -39,6 +39,7 @@ from autoscaler.core.words import counted
 from autoscaler.providers.sim import share_factor, type_runtime
 from autoscaler.run.dispatch import AgentResult, Poll
 from autoscaler.run.giveup import QUEUED_REASON, UNSEEN_REASON, give_up
+from autoscaler.run.hearing import Hearing
 from autoscaler.run.staging import Staging
 
 _SETUP_LOST = -2
@@ -70,18 +71,21 @@ class Agents:
         """The events a poll brings: the machine's first report, results not yet counted.
 
         ``seen`` holds (machine, run) pairs already taken in this step ((machine, 0): its
-        first report): an agent repeats results until they are acknowledged.
+        first report): an agent repeats results until they are acknowledged. A machine
+        lost meanwhile (its agent does not know yet) brings only the results of runs it
+        had: they count (``core.state``), if nothing else ended their tasks first.
         """
         m = state.fleet.machines.get(poll.machine)
-        if m is None or not m.alive:
+        if m is None:
             return []
         events: list[Event] = []
         if m.state is MachineState.BOOTING and (m.id, 0) not in seen:
             events += self._first_report(state, m, poll, seen)
         for r in poll.results:
             current = m.run_no.get(r.task) == r.run
-            # A task taken back from this agent's group that it had already run: its
-            # result counts once, if nothing else ended the task first (core.state).
+            # A task taken back from this agent's group, or from its machine lost, that
+            # it had already run: its result counts once, if nothing else ended the task
+            # first (core.state).
             late = (
                 not current
                 and r.ok
@@ -108,7 +112,7 @@ class Agents:
                 self.log.info("task failed", task=r.task, machine=m.id, error=r.error)
             self._lines[id(result)] = (result, _output_line(m, r))
             events.append(result)
-        if poll.notice is not None and (m.id, -1) not in seen:
+        if poll.notice is not None and m.alive and (m.id, -1) not in seen:
             # Taken back by its provider: the machine is gone for planning now, and its
             # tasks go back to the bag, not minutes later when it stops answering.
             seen.add((m.id, -1))
@@ -295,31 +299,52 @@ def lost_contact(
     mono: float,
     cfg: RunConfig,
     queued: Container[str] = (),
+    hearing: Hearing | None = None,
 ) -> list[MachineLost]:
     """Machines whose agents went silent, or never reported in, by monotonic time ``mono``.
 
     ``since``: when each machine the daemon tracks was launched or adopted; ``last_seen``:
     each agent's last request. A machine booting may take its type's boot time first;
     one its provider still queues then (``queued``) never started, which says nothing
-    of its type (``giveup``).
+    of its type (``giveup``). Silence is counted only while the daemon could hear
+    (``hearing``): a daemon that stalled loses no machine for its own deafness.
     """
     limit = lost_after_s(cfg.daemon, len(alive))
+    deaf = hearing.deaf_s if hearing is not None else _never_deaf
     events: list[MachineLost] = []
     for m in alive:
         start = since.get(m.id)
         if start is None:
             continue
         if m.state is MachineState.READY or m.id in last_seen:  # (a set-up in progress)
-            silent = mono - max(start, last_seen.get(m.id, 0.0))
+            heard = max(start, last_seen.get(m.id, 0.0))
+            silent = mono - heard
             if silent > limit:
-                events.append(MachineLost(m.id, f"no contact for {silent:.0f}s"))
+                silent -= deaf(heard, mono)
+                if silent > limit:
+                    events.append(MachineLost(m.id, f"no contact for {silent:.0f}s"))
         elif mono - start > m.type.boot_s / cfg.time_scale + limit:
-            waited = mono - start
+            waited = mono - start - deaf(start, mono)
+            if waited <= m.type.boot_s / cfg.time_scale + limit:
+                continue
             if m.id in queued:
                 events.append(MachineLost(m.id, f"{QUEUED_REASON}: queued for {waited:.0f}s"))
             else:
                 events.append(MachineLost(m.id, UNSEEN_REASON))
     return events
+
+
+def _never_deaf(start: float, end: float) -> float:
+    return 0.0
+
+
+def heard_since(
+    alive: Sequence[Machine], since: Mapping[str, float], last_seen: Mapping[str, float]
+) -> float | None:
+    """The oldest time a health check of ``alive`` asks about (``Hearing.forget_before``):
+    the earliest of their last contacts; None if none is tracked."""
+    times = [max(since[m.id], last_seen.get(m.id, 0.0)) for m in alive if m.id in since]
+    return min(times) if times else None
 
 
 def _output_line(m: Machine, r: AgentResult) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from autoscaler.config.schema import RunConfig
@@ -33,9 +33,10 @@ from autoscaler.core.model import (
 )
 from autoscaler.core.state import Machine, RunState
 from autoscaler.providers.base import ProviderState
-from autoscaler.run.agents import lost_contact
+from autoscaler.run.agents import heard_since, lost_contact
 from autoscaler.run.assemble import log_action
 from autoscaler.run.dispatch import Dispatcher
+from autoscaler.run.hearing import Hearing
 from autoscaler.run.machines import MachineLifecycle, launch_events
 from autoscaler.run.timers import Timers
 
@@ -54,6 +55,7 @@ class Executor:
     log: Any
     since: dict[str, float]
     killed: bool = False  # every machine was ended at once (a second signal)
+    hearing: Hearing = field(default_factory=Hearing)  # when the daemon could not hear
 
     def apply(self, state: RunState, events: list[Event], actions: list[Action]) -> set[str]:
         """Carry out a journaled step; the machines whose agents have news."""
@@ -109,7 +111,8 @@ class Executor:
         self.timers.cancel_boundary(mid)
 
     def health(self, state: RunState, cfg: RunConfig, gone: set[str]) -> list[MachineLost]:
-        """Machines that went silent, or that never came up; dropped tunnels reopened.
+        """Machines that went silent while the daemon could hear (``hearing``), or that
+        never came up; dropped tunnels reopened.
 
         ``gone``: machines already found gone in this step, left out, and those found
         here added: checks that queued up while the loop was busy make one event each."""
@@ -124,8 +127,10 @@ class Executor:
                 self.since[m.id] = mono
             else:
                 self.lifecycle.keep_tunnel(m.id)
-        queued = self.lifecycle.queued
-        lost = lost_contact(alive, self.since, self.dispatcher.last_seen, mono, cfg, queued)
+        queued, seen = self.lifecycle.queued, self.dispatcher.last_seen
+        lost = lost_contact(alive, self.since, seen, mono, cfg, queued, self.hearing)
+        oldest = heard_since(alive, self.since, seen)
+        self.hearing.forget_before(mono if oldest is None else oldest)
         gone.update(e.machine for e in lost)
         return lost
 

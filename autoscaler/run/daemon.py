@@ -29,7 +29,8 @@ The parts: ``rundir`` (the run directory and its lock), ``inbox`` (what the queu
 restart), ``owner`` (the owner's events and jobs let in or turned away), ``machines``
 (provider and SSH calls on worker threads), ``agents`` (polls to events, the state to
 answers), ``leases`` (the lease and clock arithmetic), ``metrics`` (Prometheus gauges),
-``quota`` (the run's side of limits shared with other runs). Its ``session`` runs it:
+``quota`` (the run's side of limits shared with other runs), ``hearing`` (when the daemon
+itself could not hear its agents: no machine is lost for that). Its ``session`` runs it:
 the process's signals, the live view, how it ended. This module is the loop that ties
 them together.
 """
@@ -38,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import queue
 import random
@@ -83,6 +85,7 @@ from autoscaler.run.carry_out import Executor
 from autoscaler.run.dispatch import Dispatcher, Poll
 from autoscaler.run.gauges import Metrics
 from autoscaler.run.giveup import BOOT_REASON, ENDED_REASON, unready_give_ups
+from autoscaler.run.hearing import Hearing
 from autoscaler.run.inbox import (
     AddJob,
     ArrivalsDue,
@@ -273,8 +276,15 @@ class Daemon:
         )
         margin_s = self.state.billing.boundary_margin_s()
         self.timers = Timers(scheduler, self._inbox.put, self.timeline, margin_s)
+        self.hearing = Hearing()
+        self.dispatcher.on_tick = functools.partial(self.hearing.note, "dispatcher")
         self.executor = Executor(
-            self.lifecycle, self.dispatcher, self.timers, self.log, self._since
+            self.lifecycle,
+            self.dispatcher,
+            self.timers,
+            self.log,
+            self._since,
+            hearing=self.hearing,
         )
         self.share = Share(self.quota, self.holder, lambda: self._inbox.put(Wake()), self.log)
         metrics = Metrics.start(cfg) if cfg.daemon.metrics_port is not None else None
@@ -342,6 +352,7 @@ class Daemon:
             with contextlib.suppress(queue.Empty):
                 while len(items) < 5000:
                     items.append(self._inbox.get_nowait())
+            self._listened(items, time.monotonic())
             self._handle(items)
             mono = time.monotonic()
             if mono - last_view >= 0.2:
@@ -351,6 +362,15 @@ class Daemon:
                     self.progress(self.state, estimate)
                 if metrics is not None:
                     metrics.update(self.state, estimate)
+
+    def _listened(self, items: list[object], mono: float) -> None:
+        """The main loop goes round at ``mono`` with ``items``: when it was deaf (a long
+        step, the process stopped, polls left unread), known before a health check
+        among the items judges any machine's silence (``run.hearing``)."""
+        self.hearing.note("main", mono)
+        arrived = [item.arrived for item in items if type(item) is Poll]
+        if arrived:
+            self.hearing.unread(min(arrived), mono)
 
     def _handle(self, items: list[object]) -> None:
         """Queued items to events, then one step; a second signal kills every machine."""

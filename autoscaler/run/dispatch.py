@@ -18,6 +18,7 @@ import secrets
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -205,7 +206,13 @@ class _Server(ThreadingHTTPServer):
 
 
 class Dispatcher:
-    """Serves ``POST /v1/poll`` for the machines the daemon lets in; everything else is 4xx."""
+    """Serves ``POST /v1/poll`` for the machines the daemon lets in; everything else is 4xx.
+
+    ``on_tick``, if set before ``start``, is called with the monotonic time every
+    ``TICK_S`` from the dispatcher's side while it runs: how the daemon learns when the
+    dispatcher could not hear its agents (``run.hearing``)."""
+
+    TICK_S = 0.25
 
     def __init__(
         self,
@@ -225,6 +232,8 @@ class Dispatcher:
         self.refused = 0
         self.polls = 0  # polls taken to the daemon (a statistic: counted without a lock)
         self.files: Any = None  # task files (``run.staging.Staging``), if the run has any
+        self.on_tick: Callable[[float], None] | None = None
+        self._closed = threading.Event()
         handler = type("Handler", (_Handler,), {"dispatcher": self})
         self._server = _Server((host, port), handler)
         self._thread: threading.Thread | None = None
@@ -244,8 +253,15 @@ class Dispatcher:
             target=self._server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True
         )
         self._thread.start()
+        if self.on_tick is not None:
+            threading.Thread(target=self._tick, args=(self.on_tick,), daemon=True).start()
+
+    def _tick(self, on_tick: Callable[[float], None]) -> None:
+        while not self._closed.wait(self.TICK_S):
+            on_tick(time.monotonic())
 
     def close(self) -> None:
+        self._closed.set()
         self._server.shutdown()
         self._server.server_close()
 

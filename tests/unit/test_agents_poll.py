@@ -20,11 +20,12 @@ from autoscaler.core.model import (
     MachineReady,
     Move,
     TaskDone,
+    TaskState,
 )
 from autoscaler.core.state import RunState
 from autoscaler.run.agents import Agents
 from autoscaler.run.assemble import new_state
-from autoscaler.run.dispatch import AgentResult, Poll
+from autoscaler.run.dispatch import AgentResult, Notice, Poll
 from tests.conftest import make_config
 
 CFG = make_config(
@@ -158,3 +159,33 @@ def test_set_ups_failing_in_one_step_give_the_type_up_once_at_the_limit() -> Non
         state.apply(1.0, event)
     later = report("m3", set())
     assert [type(e) for e in later] == [MachineLost]
+
+
+def test_a_lost_machines_results_of_runs_it_had_count_once_and_end_the_run_elsewhere() -> None:
+    """Lost for its silence while its agent went on: the poll it sent before it knew
+    brings the results of the runs it had. Each counts (the task re-run elsewhere is
+    cancelled there); a repeat, a failure, or a result of a task it never had does not,
+    and nothing else of the poll (a notice) is taken from a machine gone."""
+    state, agents, mid = machine_with_tasks([3, 4, 5])
+    m = state.fleet.machines[mid]
+    runs = dict(m.run_no)
+    state.apply(5.0, MachineLost(mid, "no contact for 16s"))
+    state.apply(5.0, Launch("w", 1, "tok2"))
+    state.apply(5.0, MachineLaunched("m2", "w", "tok2"))
+    state.apply(5.0, MachineReady("m2"))
+    state.apply(5.0, Assign(3, "m2"))  # the bag's front: task 3 runs again on m2
+    assert 3 in state.fleet.machines["m2"].running
+    late = poll(mid, [AgentResult(runs[3], 3, 0, 4.0, None)], [])
+    late.notice = Notice("terminate", "2026-12-02T00:00:00Z")
+    events = agents.poll_events(state, late, set())
+    assert events == [TaskDone(3, mid, 4.0 * CFG.time_scale)]
+    for event in events:
+        state.apply(6.0, event)
+    assert state.tasks.task_state[3] is TaskState.DONE
+    assert state.tasks.done == 1
+    assert 3 not in state.fleet.machines["m2"].running  # its re-run ends
+    assert agents.poll_events(state, late, set()) == []  # counted once
+    failed = poll(mid, [AgentResult(runs[4], 4, 1, 1.0, "exit 1")], [])
+    assert agents.poll_events(state, failed, set()) == []
+    never = poll(mid, [AgentResult(99, 7, 0, 1.0, None)], [])
+    assert agents.poll_events(state, never, set()) == []

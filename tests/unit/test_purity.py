@@ -48,6 +48,7 @@ PURE = [
     "autoscaler.core.decisions",
     "autoscaler.core.billing",
     "autoscaler.core.model",
+    "autoscaler.run.hearing",
     "autoscaler.offers.allocation",
     "autoscaler.offers.composition",
     "autoscaler.offers.decide",
