@@ -40,7 +40,7 @@ from typing import IO, Any
 
 from autoscaler.run.auth import bearer_token, token_matches
 from autoscaler.run.http1 import (
-    HEAD_MAX,
+    STREAM_LIMIT,
     HttpError,
     Request,
     head_bytes,
@@ -335,7 +335,7 @@ class Dispatcher:
         try:
             self._server = loop.run_until_complete(
                 asyncio.start_server(
-                    self._serve, sock=self._sock, limit=HEAD_MAX, backlog=SOMAXCONN
+                    self._serve, sock=self._sock, limit=STREAM_LIMIT, backlog=SOMAXCONN
                 )
             )
         except BaseException as exc:  # the caller of start raises it
@@ -395,8 +395,8 @@ class Dispatcher:
                     keep = False
                 if writer.transport.get_write_buffer_size() > _BLOCK:
                     await writer.drain()  # a client that reads slowly is not written past that
-        except ConnectionError:
-            pass  # the agent went (released, killed) meanwhile
+        except (ConnectionError, asyncio.CancelledError):
+            pass  # the agent went (released, killed) meanwhile, or the dispatcher closes
         finally:
             self._writers.discard(writer)
             writer.close()

@@ -19,6 +19,11 @@ from http import HTTPStatus
 HEAD_MAX = 64 << 10
 """Bytes of a request's line and headers together (``http.client``'s line limit)."""
 HEADERS_MAX = 100
+STREAM_LIMIT = 1 << 20
+"""Bytes a connection's reader buffers before it stops reading the socket (the asyncio
+stream's ``limit``): an uploaded file's block at a time; a head is held to ``HEAD_MAX``
+apart. At the stream's default of 64 KiB an upload paused and resumed the socket's
+reading sixteen times a block."""
 _METHOD_CHARS = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ")
 _TOKEN_CHARS = frozenset(
     b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -105,12 +110,15 @@ def parse_head(head: bytes) -> Request:
 async def read_request(reader: asyncio.StreamReader) -> Request | None:
     """The next request's head from ``reader``; None once the client closed the connection
     between requests (or went in the middle of a head: nothing to answer)."""
+    too_long = HttpError(431, f"request line and headers exceed {HEAD_MAX} bytes")
     try:
         head = await reader.readuntil(b"\r\n\r\n")
     except asyncio.IncompleteReadError:
         return None
     except asyncio.LimitOverrunError:
-        raise HttpError(431, f"request line and headers exceed {HEAD_MAX} bytes") from None
+        raise too_long from None
+    if len(head) > HEAD_MAX:
+        raise too_long
     return parse_head(head)
 
 

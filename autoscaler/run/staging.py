@@ -121,9 +121,7 @@ class Staging:
             return 200, {"dir": str(folder)}
         return 200, {"put": [f"{PUT_PATH}{attempt}/{urllib.parse.quote(p)}" for p, _ in files]}
 
-    def receive(
-        self, path: str, stream: Body, length: int, seen: Callable[[str], None]
-    ) -> Answer:
+    def receive(self, path: str, stream: Body, length: int, seen: Callable[[str], None]) -> Answer:
         """One file of an attempt, ``length`` bytes read from ``stream``: whole, or not at
         all under its name. ``seen(machine)`` as each block arrives: an agent uploading
         is in touch, however long it takes (it sends no poll meanwhile)."""
@@ -277,9 +275,7 @@ class Staging:
             shutil.rmtree(self.root / ATTEMPTS_DIR / attempt, ignore_errors=True)
 
 
-def _copy(
-    stream: Body, write: Callable[[bytes], Any], left: int, seen: Callable[[], None]
-) -> int:
+def _copy(stream: Body, write: Callable[[bytes], Any], left: int, seen: Callable[[], None]) -> int:
     """Up to ``left`` bytes from ``stream`` to ``write``, block by block: what was short."""
     while left > 0:
         chunk = stream.read(min(BLOCK, left))
