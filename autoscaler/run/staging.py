@@ -11,8 +11,8 @@ that against what arrived (``check``) before the result becomes a ``TaskDone`` c
 (``settle``). A restarted daemon finishes the renames its journal holds and drops every
 attempt not committed (``recover``); the run's end drops what is left (``sweep``).
 
-``plan``, ``receive`` and ``input_file`` run on the dispatcher's threads; the rest on the
-daemon's.
+``plan`` and ``receive`` run on the dispatcher's file threads, ``input_file`` on its loop;
+the rest on the daemon's thread.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import shutil
 import urllib.parse
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from autoscaler.config.schema import RunConfig
 from autoscaler.core.errors import AutoscalerError
@@ -49,6 +49,13 @@ INPUT_PATH = "/v1/input/"
 BLOCK = 1 << 20
 
 Answer = tuple[int, dict[str, Any]]
+
+
+class Body(Protocol):
+    """A request's body as ``receive`` reads it: ``read(n)`` gives up to ``n`` bytes, and
+    b"" at its end (a file, or the dispatcher's reads from its loop)."""
+
+    def read(self, size: int, /) -> bytes: ...
 
 
 class Staging:
@@ -83,7 +90,7 @@ class Staging:
         files = {"inputs": inputs, "outputs": list(spec.outputs), "max_bytes": spec.max_bytes}
         return cwd, files
 
-    # --- the agents' requests (dispatcher threads) ----------------------------------------
+    # --- the agents' requests (the dispatcher's) ------------------------------------------
 
     def plan(self, body: bytes) -> Answer:
         """Where an attempt's files go: presigned or our own PUT URLs, or a directory."""
@@ -114,9 +121,7 @@ class Staging:
             return 200, {"dir": str(folder)}
         return 200, {"put": [f"{PUT_PATH}{attempt}/{urllib.parse.quote(p)}" for p, _ in files]}
 
-    def receive(
-        self, path: str, stream: IO[bytes], length: int, seen: Callable[[str], None]
-    ) -> Answer:
+    def receive(self, path: str, stream: Body, length: int, seen: Callable[[str], None]) -> Answer:
         """One file of an attempt, ``length`` bytes read from ``stream``: whole, or not at
         all under its name. ``seen(machine)`` as each block arrives: an agent uploading
         is in touch, however long it takes (it sends no poll meanwhile)."""
@@ -270,9 +275,7 @@ class Staging:
             shutil.rmtree(self.root / ATTEMPTS_DIR / attempt, ignore_errors=True)
 
 
-def _copy(
-    stream: IO[bytes], write: Callable[[bytes], Any], left: int, seen: Callable[[], None]
-) -> int:
+def _copy(stream: Body, write: Callable[[bytes], Any], left: int, seen: Callable[[], None]) -> int:
     """Up to ``left`` bytes from ``stream`` to ``write``, block by block: what was short."""
     while left > 0:
         chunk = stream.read(min(BLOCK, left))

@@ -1,0 +1,158 @@
+"""HTTP/1.1 requests read strictly from an asyncio stream, and the answers written back.
+
+Only what the agents speak (``bootstrap/agent.py``: its own ``Link`` for polls,
+``http.client`` for task files): a request line, headers, a body of ``Content-Length``
+bytes, keep-alive unless ``Connection: close`` (or HTTP/1.0 without ``keep-alive``). A
+chunked body, a malformed line, a bad or conflicting length or an oversized head is an
+``HttpError`` naming the problem: the server answers it with its 4xx and closes, since
+what follows on the connection cannot be framed. A parser of our own rather than
+``http.server``'s: that one reads headers through the ``email`` package, about ten
+times the CPU of the few lines the requests need, paid on every poll of every agent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from http import HTTPStatus
+
+HEAD_MAX = 64 << 10
+"""Bytes of a request's line and headers together (``http.client``'s line limit)."""
+HEADERS_MAX = 100
+STREAM_LIMIT = 1 << 20
+"""Bytes a connection's reader buffers before it stops reading the socket (the asyncio
+stream's ``limit``): an uploaded file's block at a time; a head is held to ``HEAD_MAX``
+apart. At the stream's default of 64 KiB an upload paused and resumed the socket's
+reading sixteen times a block."""
+_METHOD_CHARS = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+_TOKEN_CHARS = frozenset(
+    b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+)
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+
+
+class HttpError(Exception):
+    """A request that cannot be served or framed: answered with ``status``, then closed."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One request's head; its body (``length`` bytes) is still on the stream."""
+
+    method: str
+    target: str  # as sent: path and query
+    headers: dict[str, str]  # names in lower case; a repeated header keeps its last value
+    length: int  # Content-Length; 0 without one
+    keep_alive: bool
+    expects_continue: bool  # ``Expect: 100-continue``: the client waits to send its body
+
+
+def parse_head(head: bytes) -> Request:
+    """The request whose line and headers are ``head`` (ending in the blank line's CRLF);
+    ``HttpError`` naming what is wrong."""
+    lines = head.split(b"\r\n")
+    if lines[-2:] == [b"", b""]:
+        del lines[-2:]
+    parts = lines[0].split(b" ")
+    if len(parts) != 3 or not parts[0] or not set(parts[0]) <= _METHOD_CHARS:
+        raise HttpError(400, f"malformed request line {_show(lines[0])}")
+    method, target, version = parts
+    if not version.startswith(b"HTTP/") or len(version) != 8 or version[6:7] != b".":
+        raise HttpError(400, f"malformed request line {_show(lines[0])}")
+    if version not in (b"HTTP/1.1", b"HTTP/1.0"):
+        raise HttpError(505, f"{_show(version)} is not served: HTTP/1.1 only")
+    if not target.startswith(b"/"):
+        raise HttpError(400, f"request target {_show(target)} is not a path")
+    if len(lines) - 1 > HEADERS_MAX:
+        raise HttpError(431, f"more than {HEADERS_MAX} header lines")
+    headers: dict[str, str] = {}
+    lengths: set[bytes] = set()
+    for line in lines[1:]:
+        name, colon, value = line.partition(b":")
+        if not colon or not name or not set(name) <= _TOKEN_CHARS:
+            raise HttpError(400, f"malformed header line {_show(line)}")
+        value = value.strip(b" \t")
+        key = name.decode("ascii").lower()
+        if key == "content-length":
+            lengths.add(value)
+        headers[key] = value.decode("latin-1")
+    if "transfer-encoding" in headers:
+        coding = headers["transfer-encoding"]
+        raise HttpError(411, f"Transfer-Encoding {coding[:40]!r} is not read: send Content-Length")
+    length = 0
+    if lengths:
+        if len(lengths) > 1:
+            raise HttpError(400, "Content-Length: conflicting values")
+        value = lengths.pop()
+        if not value.isdigit() or len(value) > 18:
+            raise HttpError(400, f"Content-Length: {_show(value)} is not a byte count")
+        length = int(value)
+    tokens = {t.strip() for t in headers.get("connection", "").lower().split(",")}
+    keep_alive = "close" not in tokens and (version == b"HTTP/1.1" or "keep-alive" in tokens)
+    expect = headers.get("expect", "").lower()
+    if expect not in ("", "100-continue"):
+        raise HttpError(417, f"Expect: {expect[:40]!r} is not met")
+    return Request(
+        method.decode("ascii"),
+        target.decode("latin-1"),
+        headers,
+        length,
+        keep_alive,
+        expect == "100-continue",
+    )
+
+
+async def read_request(reader: asyncio.StreamReader) -> Request | None:
+    """The next request's head from ``reader``; None once the client closed the connection
+    between requests (or went in the middle of a head: nothing to answer)."""
+    too_long = HttpError(431, f"request line and headers exceed {HEAD_MAX} bytes")
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+    except asyncio.IncompleteReadError:
+        return None
+    except asyncio.LimitOverrunError:
+        raise too_long from None
+    if len(head) > HEAD_MAX:
+        raise too_long
+    return parse_head(head)
+
+
+async def read_body(reader: asyncio.StreamReader, request: Request) -> bytes | None:
+    """The request's whole body; None if the client went before sending it all."""
+    if request.length == 0:
+        return b""
+    try:
+        return await reader.readexactly(request.length)
+    except asyncio.IncompleteReadError:
+        return None
+
+
+def interim(writer: asyncio.StreamWriter, request: Request) -> None:
+    """``100 Continue`` for a client that waits for it before it sends its body."""
+    if request.expects_continue and request.length > 0:
+        writer.write(_CONTINUE)
+
+
+_STATUS_LINES = {s.value: f"HTTP/1.1 {s.value} {s.phrase}\r\n".encode() for s in HTTPStatus}
+
+
+def head_bytes(status: int, length: int, close: bool, content_type: bytes | None) -> bytes:
+    """A response's status line and headers for a body of ``length`` bytes."""
+    kind = b"Content-Type: %s\r\n" % content_type if content_type is not None else b""
+    shut = b"Connection: close\r\n" if close else b""
+    return b"%sServer: autoscaler\r\n%sContent-Length: %d\r\n%s\r\n" % (
+        _STATUS_LINES[status],
+        kind,
+        length,
+        shut,
+    )
+
+
+def _show(text: bytes) -> str:
+    """A piece of a request, quoted and cut short for a message."""
+    return repr(text[:80].decode("latin-1"))

@@ -1,0 +1,428 @@
+"""The dispatcher's one event loop on real loopback sockets (issue 36 §1): keep-alive
+connections, requests it cannot serve refused with a 4xx naming the problem, held polls
+answered at their time, polls the daemon never takes answered 503, backpressure when
+the daemon falls behind or connections pass the limit, a close that ends every
+connection at once, and a thousand agents' connections held together. The test plays
+the daemon: it takes ``Poll``s from the dispatcher's queue and answers them, as
+``run/daemon.py`` does from its main thread."""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import json
+import queue
+import resource
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog
+import structlog.testing
+
+from autoscaler.config.schema import RunConfig
+from autoscaler.core.model import TaskSpec
+from autoscaler.core.task_files import FileSpec, InputFile
+from autoscaler.run.dispatch import MAX_BODY, POLL_PATH, PROCESS_TIMEOUT_S, Dispatcher, Poll
+from autoscaler.run.staging import Staging
+
+pytestmark = pytest.mark.integration
+
+TOKEN = "loop-token"
+ANSWER = {"ack": True, "tasks": [], "cancel": [], "release": False}
+
+
+def poll_request(machine: str, wait_s: float = 0.0, close: bool = False) -> bytes:
+    body = json.dumps({"machine": machine, "results": [], "running": [], "wait_s": wait_s})
+    shut = "Connection: close\r\n" if close else ""
+    return (
+        f"POST {POLL_PATH} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+        f"Content-Type: application/json\r\n{shut}Content-Length: {len(body)}\r\n\r\n{body}"
+    ).encode()
+
+
+def read_answer(stream: Any) -> tuple[int, dict[str, str], bytes]:
+    """One answer from a socket's file: status, headers (lower case), body."""
+    line = stream.readline()
+    assert line.startswith(b"HTTP/1.1 "), line
+    headers = {}
+    while (header := stream.readline()) not in (b"\r\n", b""):
+        name, _, value = header.decode().partition(":")
+        headers[name.strip().lower()] = value.strip()
+    body = stream.read(int(headers["content-length"]))
+    return int(line.split()[1]), headers, body
+
+
+def closed_by_server(sock: socket.socket) -> bool:
+    """Whether the server closed the connection (EOF or a reset on the next read)."""
+    sock.settimeout(30)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+class Daemon:
+    """The daemon's side of the queue: each poll taken is answered by ``answer``."""
+
+    def __init__(self, dispatcher: Dispatcher, answer: Callable[[Poll], None]) -> None:
+        self.inbox = dispatcher.inbox
+        self.answer = answer
+        self.taken: list[Poll] = []
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while (poll := self.inbox.get()) is not None:
+            assert isinstance(poll, Poll)
+            self.taken.append(poll)
+            self.answer(poll)
+
+    def stop(self) -> None:
+        self.inbox.put(None)
+        self.thread.join(30)
+
+
+class World:
+    """Dispatchers, the daemon's side of their queues and raw agent connections, all
+    closed at the end of the test."""
+
+    def __init__(self) -> None:
+        self.dispatchers: list[Dispatcher] = []
+        self.daemons: list[Daemon] = []
+        self.socks: list[socket.socket] = []
+
+    def dispatcher(self, **limits: Any) -> Dispatcher:
+        d = Dispatcher(TOKEN, queue.SimpleQueue(), **limits)
+        d.allowed.update(f"m{i}" for i in range(2000))
+        d.start()
+        self.dispatchers.append(d)
+        return d
+
+    def daemon(self, d: Dispatcher, answer: Callable[[Poll], None] | None = None) -> Daemon:
+        daemon = Daemon(d, answer or echo)
+        self.daemons.append(daemon)
+        return daemon
+
+    def connect(self, d: Dispatcher) -> tuple[socket.socket, Any]:
+        sock = socket.create_connection(d.address, timeout=30)
+        self.socks.append(sock)
+        return sock, sock.makefile("rb")
+
+    def close(self) -> None:
+        for daemon in self.daemons:
+            daemon.stop()
+        for sock in self.socks:
+            sock.close()
+        for d in self.dispatchers:
+            d.close()
+
+
+def echo(poll: Poll) -> None:
+    poll.reply.send({**ANSWER, "tasks": [poll.machine]})
+
+
+@pytest.fixture
+def world() -> Iterator[World]:
+    made = World()
+    yield made
+    made.close()
+
+
+def test_one_connection_carries_many_polls(world: World) -> None:
+    """An agent's polls, one after the other on one keep-alive connection, each answered."""
+    d = world.dispatcher()
+    world.daemon(d)
+    sock, stream = world.connect(d)
+    for i in range(200):
+        sock.sendall(poll_request(f"m{i}"))
+        status, headers, body = read_answer(stream)
+        assert status == 200
+        assert "connection" not in headers
+        assert json.loads(body) == {"epoch": d.epoch, **ANSWER, "tasks": [f"m{i}"]}
+    sock.sendall(poll_request("m0", close=True))
+    status, headers, _ = read_answer(stream)
+    assert (status, headers["connection"]) == (200, "close")
+    assert closed_by_server(sock)
+    assert d.polls == 201
+
+
+def test_polls_sent_back_to_back_are_answered_in_order(world: World) -> None:
+    d = world.dispatcher()
+    world.daemon(d)
+    sock, stream = world.connect(d)
+    sock.sendall(b"".join(poll_request(f"m{i}") for i in range(20)))
+    said = [json.loads(read_answer(stream)[2])["tasks"] for _ in range(20)]
+    assert said == [[f"m{i}"] for i in range(20)]
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "status", "problem"),
+    [
+        (b"POST /v1/poll\r\nHost: x\r\n\r\n", 400, "malformed request line 'POST /v1/poll'"),
+        (b"GARBAGE\r\n\r\n", 400, "malformed request line 'GARBAGE'"),
+        (
+            b"POST /v1/poll HTTP/1.1\r\nContent-Length: ten\r\n\r\n",
+            400,
+            "Content-Length: 'ten' is not a byte count",
+        ),
+        (
+            b"POST /v1/poll HTTP/1.1\r\nContent-Length: %d\r\n\r\n" % (MAX_BODY + 1),
+            413,
+            f"body of {MAX_BODY + 1} bytes: more than {MAX_BODY}",
+        ),
+        (
+            b"POST /v1/poll HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+            411,
+            "Transfer-Encoding 'chunked' is not read: send Content-Length",
+        ),
+        (
+            b"POST /v1/poll HTTP/1.1\r\nX-Big: " + b"y" * (70 << 10) + b"\r\n\r\n",
+            431,
+            "request line and headers exceed",
+        ),
+        (b"DELETE /v1/poll HTTP/1.1\r\n\r\n", 405, "method DELETE is not served"),
+    ],
+)
+def test_a_request_it_cannot_serve_gets_a_4xx_naming_the_problem_and_the_connection_closes(
+    world: World, request_bytes: bytes, status: int, problem: str
+) -> None:
+    d = world.dispatcher()
+    sock, stream = world.connect(d)
+    sock.sendall(request_bytes)
+    said, headers, body = read_answer(stream)
+    assert said == status
+    assert problem in json.loads(body)["error"]
+    assert headers["connection"] == "close"
+    assert closed_by_server(sock)
+    assert d.inbox.empty()
+
+
+def test_a_bad_poll_body_is_refused_and_the_connection_kept(world: World) -> None:
+    """The body framed right but not a poll: 400 naming the field, and the next poll on the
+    same connection is served."""
+    d = world.dispatcher()
+    world.daemon(d)
+    sock, stream = world.connect(d)
+    body = b'{"machine": 7}'
+    sock.sendall(
+        b"POST /v1/poll HTTP/1.1\r\nAuthorization: Bearer %s\r\nContent-Length: %d\r\n\r\n%s"
+        % (TOKEN.encode(), len(body), body)
+    )
+    status, _, said = read_answer(stream)
+    assert (status, json.loads(said)) == (400, {"error": "machine: must be a non-empty string"})
+    sock.sendall(poll_request("m1"))
+    assert read_answer(stream)[0] == 200
+
+
+def test_a_held_poll_is_answered_with_its_base_at_its_time(world: World) -> None:
+    """The daemon holds an idle agent's poll: nothing is sent before ``hold_until``, the
+    base answer then. A second poll held and then sent (work came) gets the full answer."""
+    d = world.dispatcher()
+    held_for = 1.0
+
+    def answer(poll: Poll) -> None:
+        if poll.machine == "m1":
+            poll.reply.hold({**ANSWER, "held": True}, time.monotonic() + held_for)
+        else:
+            poll.reply.hold({**ANSWER, "held": True}, time.monotonic() + 60)
+            assert poll.reply.send({**ANSWER, "tasks": ["work"]})
+
+    daemon = world.daemon(d, answer)
+    sock, stream = world.connect(d)
+    started = time.monotonic()
+    sock.sendall(poll_request("m1", wait_s=30))
+    status, _, body = read_answer(stream)
+    waited = time.monotonic() - started
+    sock.sendall(poll_request("m2", wait_s=30))
+    second = read_answer(stream)
+    assert (status, json.loads(body)["held"]) == (200, True)
+    assert waited >= held_for
+    assert json.loads(second[2])["tasks"] == ["work"]
+    assert not daemon.taken[0].reply.send(ANSWER)  # answered: too late for another
+
+
+def test_a_poll_the_daemon_never_takes_is_answered_503_and_a_late_answer_is_refused(
+    world: World,
+) -> None:
+    d = world.dispatcher()
+    sock, stream = world.connect(d)
+    started = time.monotonic()
+    sock.sendall(poll_request("m1", wait_s=0.5))
+    status, headers, body = read_answer(stream)
+    waited = time.monotonic() - started
+    assert (status, json.loads(body)) == (503, {"error": "controller busy, try again"})
+    assert "connection" not in headers  # the agent polls again on it
+    assert waited >= 0.5 + PROCESS_TIMEOUT_S
+    late = d.inbox.get_nowait()
+    assert isinstance(late, Poll)
+    assert not late.reply.send(ANSWER)
+
+
+def test_polls_beyond_the_backlog_are_answered_503_at_once(world: World) -> None:
+    """The daemon has not taken two polls: a third is not queued but refused; once the
+    daemon catches up, polls are queued again."""
+    d = world.dispatcher(max_backlog=2)
+    waiting = [world.connect(d) for _ in range(2)]
+    for i, (sock, _) in enumerate(waiting):
+        sock.sendall(poll_request(f"m{i}", wait_s=30))
+    queued: list[Poll] = [d.inbox.get(timeout=30), d.inbox.get(timeout=30)]
+    sock, stream = world.connect(d)
+    sock.sendall(poll_request("m9"))
+    status, _, body = read_answer(stream)
+    assert (status, json.loads(body)) == (503, {"error": "controller busy, try again"})
+    assert d.busy == 1
+    assert d.last_seen["m9"] > 0  # refused, but heard: the machine is in touch
+    for poll in queued:
+        assert poll.reply.send(ANSWER)
+    assert [read_answer(s)[0] for _, s in waiting] == [200, 200]
+    world.daemon(d)
+    sock.sendall(poll_request("m9"))
+    assert read_answer(stream)[0] == 200
+    assert d.polls == 3
+
+
+def test_connections_past_the_limit_are_answered_503_and_closed(world: World) -> None:
+    d = world.dispatcher(max_connections=2)
+    world.daemon(d)
+    first, second = world.connect(d), world.connect(d)
+    for i, (sock, stream) in enumerate((first, second)):
+        sock.sendall(poll_request(f"m{i}"))
+        assert read_answer(stream)[0] == 200
+    sock, stream = world.connect(d)
+    sock.sendall(poll_request("m2"))
+    status, headers, body = read_answer(stream)
+    assert status == 503
+    assert "more than 2 connections" in json.loads(body)["error"]
+    assert headers["connection"] == "close"
+    assert closed_by_server(sock)
+    first[0].sendall(poll_request("m0"))  # those within the limit are still served
+    assert read_answer(first[1])[0] == 200
+    assert d.crowded == 1
+
+
+def test_close_ends_every_connection_at_once(world: World) -> None:
+    """Agents with polls held for a minute: close() cuts them all (no answer is sent, the
+    held replies refuse a late send), logs no error and returns."""
+    d = world.dispatcher(log=structlog.get_logger())
+    held: list[Poll] = []
+
+    def hold(poll: Poll) -> None:
+        poll.reply.hold(ANSWER, time.monotonic() + 60)
+        held.append(poll)
+
+    world.daemon(d, hold)
+    conns = [world.connect(d) for _ in range(20)]
+    idle = world.connect(d)  # between polls
+    for i, (sock, _) in enumerate(conns):
+        sock.sendall(poll_request(f"m{i}", wait_s=60))
+    while len(held) < len(conns):
+        time.sleep(0.01)
+    time.sleep(0.1)  # the loop has moved the polls' timers to the holds' end
+    with structlog.testing.capture_logs() as logs:
+        d.close()
+    assert [e for e in logs if e["log_level"] == "error"] == []
+    assert all(closed_by_server(sock) for sock, _ in [*conns, idle])
+    assert not any(poll.reply.send(ANSWER) for poll in held)
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(d.address, timeout=5).close()
+
+
+def test_close_before_start_frees_the_port() -> None:
+    d = Dispatcher(TOKEN, queue.SimpleQueue())
+    d.close()
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(d.address, timeout=5).close()
+
+
+def test_the_loop_calls_on_tick_with_the_monotonic_clock(world: World) -> None:
+    d = world.dispatcher()
+    ticks: list[tuple[float, str]] = []
+    d.on_tick = lambda now: ticks.append((now, threading.current_thread().name))
+    while len(ticks) < 3:
+        time.sleep(0.05)
+    times = [t for t, _ in ticks]
+    assert times == sorted(times)
+    assert times[-1] <= time.monotonic()
+    assert {name for _, name in ticks} == {"dispatcher"}
+
+
+def test_a_thousand_keep_alive_connections_are_served_at_once(world: World) -> None:
+    """1,000 agents, each on its own connection, all open before any polls: three polls
+    each, every one answered on the connection it came on."""
+    agents = 1000
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 3 * agents:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4 * agents), hard))
+    d = world.dispatcher()
+    world.daemon(d)
+    host, port = d.address
+
+    async def agent(i: int, opened: asyncio.Event, count: list[int]) -> list[str]:
+        reader, writer = await asyncio.open_connection(host, port)
+        count[0] += 1
+        if count[0] == agents:
+            opened.set()
+        await opened.wait()  # every connection open before any polls
+        said = []
+        for _ in range(3):
+            writer.write(poll_request(f"m{i}"))
+            head = await reader.readuntil(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 200 "), head
+            length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+            said.extend(json.loads(await reader.readexactly(length))["tasks"])
+        writer.close()
+        return said
+
+    async def fleet() -> list[list[str]]:
+        opened = asyncio.Event()
+        count = [0]
+        return await asyncio.gather(*(agent(i, opened, count) for i in range(agents)))
+
+    said = asyncio.run(fleet())
+    assert said == [[f"m{i}"] * 3 for i in range(agents)]
+    assert d.polls == 3 * agents
+
+
+def test_an_output_file_is_streamed_in_and_an_input_file_out(world: World, tmp_path: Path) -> None:
+    """Task files through the loop: a 5 MiB output PUT in blocks by the file threads,
+    whole under its name; an input GET on the same keep-alive connection after it."""
+    source = tmp_path / "input.bin"
+    source.write_bytes(bytes(range(256)) * 4096)  # 1 MiB
+    spec = FileSpec((InputFile(str(source), source.name),), ("*.bin",), 1 << 30, None)
+    cfg = RunConfig.model_validate(
+        {
+            "bag": {"command": "true"},
+            "constraint": {"budget": 1},
+            "machine_types": [{"name": "a", "price": 1, "max_count": 1}],
+            "provider": "local",
+        }
+    )
+    log = structlog.wrap_logger(structlog.ReturnLogger())
+    staging = Staging(cfg, tmp_path / "run", [TaskSpec(0, "true", files=spec)], log)
+    d = world.dispatcher()
+    d.files = staging
+    staging.payload(spec, 0, "m1", 1, False)
+    output = bytes(range(251)) * (5 * 4177)  # 5 MiB and a bit, not a block multiple
+    conn = http.client.HTTPConnection(*d.address, timeout=30)
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    ask = {"machine": "m1", "run": 1, "task": 0, "files": [["out.bin", len(output)]]}
+    conn.request("POST", "/v1/files", json.dumps(ask), auth)
+    plan = conn.getresponse()
+    where = json.loads(plan.read())["put"][0]
+    conn.request("PUT", where, output, {**auth, "Content-Length": str(len(output))})
+    put = conn.getresponse()
+    assert (put.status, json.loads(put.read())) == (200, {})
+    conn.request("GET", "/v1/input/0/0", headers=auth)
+    got = conn.getresponse()
+    data = got.read()
+    conn.close()
+    assert (plan.status, got.status) == (200, 200)
+    assert data == source.read_bytes()
+    stored = tmp_path / "run" / "outputs" / ".attempts" / "0.m1-1" / "out.bin"
+    assert stored.read_bytes() == output
+    assert d.last_seen["m1"] > 0  # an uploading agent is in touch
