@@ -474,9 +474,15 @@ class Dispatcher:
         except BadRequest as exc:
             return self._send(writer, request, 400, {"error": str(exc)})
         if poll.machine not in self.allowed:
-            if poll.machine in self.gone:
+            if poll.machine in self.gone and not poll.results:
                 gone = {"error": f"machine {poll.machine!r} was released"}
                 return self._send(writer, request, 410, gone)
+            if poll.machine in self.gone:  # results of a machine given up on still count
+                self.polls += 1  # (``Agents.poll_events``); the answer releases its agent
+                answer = await self._handed(poll)
+                if answer is None:
+                    return self._send(writer, request, 503, {"error": "controller busy"})
+                return self._send(writer, request, 200, {"epoch": self.epoch, **answer})
             # launched a moment ago: the daemon has not heard of it yet
             return self._send(writer, request, 503, {"error": "machine not known yet"})
         self.last_seen[poll.machine] = arrived

@@ -5,7 +5,7 @@ silence the daemon could have heard. Two listeners keep the agents heard, and ei
 stalled silences them: the dispatcher, which reads their requests (``last_seen`` is set
 as one arrives), and the main loop, which answers them (an agent whose request is held
 unanswered does not ask again). Each listener notes the monotonic time as it goes round
-(``note``): the dispatcher from its own thread every ``Dispatcher.TICK_S``, the main loop
+(``note``): the dispatcher from its own thread every ``run.dispatch.TICK_S``, the main loop
 each time it takes its queue (a health check falls due every ``timers.HEALTH_S``, so an
 idle loop goes round as often). A gap between two notes of a listener longer than
 ``DEAF_AFTER_S`` is time the daemon was deaf: the whole process stopped (SIGSTOP, a

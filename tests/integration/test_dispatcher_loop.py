@@ -36,8 +36,12 @@ TOKEN = "loop-token"
 ANSWER = {"ack": True, "tasks": [], "cancel": [], "release": False}
 
 
-def poll_request(machine: str, wait_s: float = 0.0, close: bool = False) -> bytes:
-    body = json.dumps({"machine": machine, "results": [], "running": [], "wait_s": wait_s})
+def poll_request(
+    machine: str, wait_s: float = 0.0, close: bool = False, results: list[Any] | None = None
+) -> bytes:
+    body = json.dumps(
+        {"machine": machine, "results": results or [], "running": [], "wait_s": wait_s}
+    )
     shut = "Connection: close\r\n" if close else ""
     return (
         f"POST {POLL_PATH} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
@@ -149,6 +153,30 @@ def test_one_connection_carries_many_polls(world: World) -> None:
     assert (status, headers["connection"]) == (200, "close")
     assert closed_by_server(sock)
     assert d.polls == 201
+
+
+def test_a_machine_given_up_on_still_hands_in_its_results_and_is_then_told_to_go(
+    world: World,
+) -> None:
+    """A machine the daemon lost (a false loss, a notice) whose agent still holds results:
+    the poll that carries them reaches the daemon, which counts them and releases the
+    agent; a poll without results is told 410 at once (issue 36 §4)."""
+    d = world.dispatcher()
+    daemon = world.daemon(d, lambda p: p.reply.send({**ANSWER, "release": True}))
+    d.allowed.discard("m7")
+    d.gone.add("m7")
+    sock, stream = world.connect(d)
+    result = {"run": 3, "task": 12, "exit_code": 0, "runtime_s": 1.5}
+    sock.sendall(poll_request("m7", results=[result]))
+    status, _, body = read_answer(stream)
+    assert status == 200
+    assert json.loads(body)["release"] is True
+    assert [(p.machine, [r.task for r in p.results]) for p in daemon.taken] == [("m7", [12])]
+    sock.sendall(poll_request("m7"))
+    status, _, body = read_answer(stream)
+    assert status == 410
+    assert "was released" in json.loads(body)["error"]
+    assert len(daemon.taken) == 1
 
 
 def test_polls_sent_back_to_back_are_answered_in_order(world: World) -> None:
