@@ -687,7 +687,19 @@ def _listen(host: str, port: int) -> socket.socket:
 
 
 def _connection_limit() -> int:
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    """How many agents' connections this process may hold. A soft file limit under what
+    ``MAX_CONNECTIONS`` needs is raised as far as the hard limit allows (no privilege
+    needed): the common soft limit of 1,024 would otherwise serve 768 agents."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = MAX_CONNECTIONS + FD_RESERVE
+    if soft != resource.RLIM_INFINITY and soft < want:
+        raised = want if hard == resource.RLIM_INFINITY else min(want, hard)
+        if raised > soft:
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+                soft = raised
+            except (ValueError, OSError):
+                pass  # kept as it was: the limit below says how many are served
     if soft == resource.RLIM_INFINITY:
         return MAX_CONNECTIONS
     return max(1, min(MAX_CONNECTIONS, soft - FD_RESERVE))

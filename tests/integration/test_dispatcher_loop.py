@@ -14,6 +14,8 @@ import json
 import queue
 import resource
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -454,3 +456,30 @@ def test_an_output_file_is_streamed_in_and_an_input_file_out(world: World, tmp_p
     stored = tmp_path / "run" / "outputs" / ".attempts" / "0.m1-1" / "out.bin"
     assert stored.read_bytes() == output
     assert d.last_seen["m1"] > 0  # an uploading agent is in touch
+
+
+def test_a_low_soft_file_limit_is_raised_so_that_agents_are_served() -> None:
+    """A daemon started under the common soft limit of 1,024 open files would serve 768
+    agents; it raises its soft limit as far as the hard one allows."""
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    code = (
+        "import queue, resource\n"
+        "from autoscaler.run.dispatch import Dispatcher\n"
+        "d = Dispatcher('t', queue.SimpleQueue())\n"
+        "print(d.max_connections, resource.getrlimit(resource.RLIMIT_NOFILE)[0])\n"
+    )
+
+    def low() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))
+
+    proc = subprocess.run(
+        [sys.executable, "-c", code], preexec_fn=low, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    served, soft = map(int, proc.stdout.split())
+    want = 20_000 + 256
+    expected = want if hard == resource.RLIM_INFINITY else min(want, hard)
+    assert soft == max(expected, 1024)
+    assert served == min(20_000, soft - 256)
+    if hard >= want:
+        assert served == 20_000
