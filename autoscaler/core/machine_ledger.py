@@ -4,6 +4,7 @@ has had (those alive and their slots, those with a queue, the launch order)."""
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -48,6 +49,57 @@ class Machine:
 
 
 @dataclass
+class QueueLengths:
+    """The alive machines with a queue, by kind (type name and slots) and queue length,
+    each length's in launch order: the longest queue of each kind and the first launched
+    among equals, without a pass over every machine (the tail's take-back asks once per
+    idle machine). A heap per kind and length; an entry whose machine's queue changed
+    length since is dropped when it comes to the top, and a heap mostly of such entries
+    is rebuilt."""
+
+    lengths: dict[str, int] = field(default_factory=dict)  # machine -> its queue's length
+    counts: dict[tuple[str, int], dict[int, int]] = field(default_factory=dict)
+    heaps: dict[tuple[str, int], dict[int, list[tuple[int, str]]]] = field(default_factory=dict)
+
+    def set(self, m: Machine, n: int, place: int) -> None:
+        """``m`` (launched ``place``-th) has ``n`` tasks queued now (0: none, or gone)."""
+        old = self.lengths.get(m.id, 0)
+        if n == old:
+            return
+        kind = (m.type.name, m.type.slots)
+        counts = self.counts.setdefault(kind, {})
+        if old:
+            left = counts[old] - 1
+            if left:
+                counts[old] = left
+            else:
+                del counts[old]
+        if not n:
+            del self.lengths[m.id]
+            return
+        self.lengths[m.id] = n
+        counts[n] = counts.get(n, 0) + 1
+        heap = self.heaps.setdefault(kind, {}).setdefault(n, [])
+        heapq.heappush(heap, (place, m.id))
+        if len(heap) > 2 * counts[n] + 8:
+            live = {e for e in heap if self.lengths.get(e[1]) == n}
+            heap[:] = sorted(live)
+
+    def longest(self) -> Iterator[tuple[str, int]]:
+        """Per kind, the machine with the longest queue (the first launched among
+        equals) and that length."""
+        lengths = self.lengths
+        for kind, counts in self.counts.items():
+            if not counts:
+                continue
+            n = max(counts)
+            heap = self.heaps[kind][n]
+            while lengths.get(heap[0][1]) != n:
+                heapq.heappop(heap)
+            yield heap[0][1], n
+
+
+@dataclass
 class Fleet:
     """Every machine the run has had and the launches it has in flight. ``types`` and
     ``billing`` are the run's (``RunState``), kept here for the questions asked of the
@@ -63,6 +115,7 @@ class Fleet:
     # Of the alive ones, those with tasks queued (in no order; ``launch_index`` orders
     # them): the tail's take-back looks at these, not at every machine, per idle one.
     queued: dict[str, Machine] = field(default_factory=dict, compare=False, repr=False)
+    queue_lengths: QueueLengths = field(default_factory=QueueLengths, compare=False, repr=False)
     launch_index: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
     readies: int = field(default=0, compare=False)  # machines that came up (MachineReady)
     # ``boot_s`` per type, with the (machines, readies) it was worked out at
@@ -143,8 +196,8 @@ class Fleet:
         """``m`` (its runs ended) is gone at ``end``: the money committed beyond its end
         that is not spent (0 or less, to commit)."""
         m.queue.clear()
-        self.queued.pop(m.id, None)
         m.state = _GONE
+        self.track_queue(m)
         if self.alive.pop(m.id, None) is not None:
             self.alive_slots -= m.type.slots
         m.ended_at = end
@@ -157,8 +210,10 @@ class Fleet:
         """Keep ``queued`` (the alive machines with a queue) after ``m``'s queue changed."""
         if m.queue and m.alive:
             self.queued[m.id] = m
+            self.queue_lengths.set(m, len(m.queue), self.launch_index[m.id])
         else:
             self.queued.pop(m.id, None)
+            self.queue_lengths.set(m, 0, 0)
 
     def first_cost(self, type_name: str) -> float:
         """What one machine of ``type_name`` commits when launched: its first step."""
