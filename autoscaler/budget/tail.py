@@ -161,10 +161,10 @@ def take_back(s: Step, m: Machine) -> bool:
     # The longest wait; among equal ones the machine launched first (the order of
     # ``alive_machines``). Only machines with a queue can be it, and of each kind (type
     # and slots) the one with the longest queue, the first launched among equals
-    # (``Fleet.queue_lengths``): a longer queue waits longer. (``m`` is idle: not one.)
+    # (``Fleet.longest_queues``): a longer queue waits longer. (``m`` is idle: not one.)
     best: tuple[float, int, Machine] | None = None
     fleet = state.fleet
-    for mid, n in fleet.queue_lengths.longest():
+    for mid, n in fleet.longest_queues():
         host = fleet.machines[mid]
         theirs = state.observed.stats[host.type.name]
         wait = n * (theirs.mean() if theirs.done else mine.mean()) / host.type.slots

@@ -55,8 +55,9 @@ class QueueLengths:
     among equals, without a pass over every machine (the tail's take-back asks once per
     idle machine). A heap per kind and length; an entry whose machine's queue changed
     length since is dropped when it comes to the top, and a heap mostly of such entries
-    is rebuilt."""
+    is rebuilt. Kept only once asked (``Fleet.longest_queues``)."""
 
+    kept: bool = False  # kept up to date (``Fleet.longest_queues``)
     lengths: dict[str, int] = field(default_factory=dict)  # machine -> its queue's length
     counts: dict[tuple[str, int], dict[int, int]] = field(default_factory=dict)
     heaps: dict[tuple[str, int], dict[int, list[tuple[int, str]]]] = field(default_factory=dict)
@@ -113,7 +114,8 @@ class Fleet:
     alive: dict[str, Machine] = field(default_factory=dict, compare=False, repr=False)
     alive_slots: int = field(default=0, compare=False)
     # Of the alive ones, those with tasks queued (in no order; ``launch_index`` orders
-    # them): the tail's take-back looks at these, not at every machine, per idle one.
+    # them), and the longest queue of each kind, which the tail's take-back reads per
+    # idle machine (``longest_queues``).
     queued: dict[str, Machine] = field(default_factory=dict, compare=False, repr=False)
     queue_lengths: QueueLengths = field(default_factory=QueueLengths, compare=False, repr=False)
     launch_index: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
@@ -207,13 +209,27 @@ class Fleet:
         return min(0.0, spent - committed)
 
     def track_queue(self, m: Machine) -> None:
-        """Keep ``queued`` (the alive machines with a queue) after ``m``'s queue changed."""
-        if m.queue and m.alive:
+        """Keep ``queued`` (the alive machines with a queue), and ``queue_lengths`` once
+        it is kept, after ``m``'s queue changed."""
+        n = len(m.queue) if m.alive else 0
+        if n:
             self.queued[m.id] = m
-            self.queue_lengths.set(m, len(m.queue), self.launch_index[m.id])
         else:
             self.queued.pop(m.id, None)
-            self.queue_lengths.set(m, 0, 0)
+        if self.queue_lengths.kept:
+            self.queue_lengths.set(m, n, self.launch_index[m.id])
+
+    def longest_queues(self) -> Iterator[tuple[str, int]]:
+        """Per kind of machine (type and slots), the one with the longest queue, the first
+        launched among equals, and that length (``QueueLengths``: kept from the first
+        time it is asked, the tail, on; the queues of the rest of the run change at
+        every task and nothing asks)."""
+        index = self.queue_lengths
+        if not index.kept:
+            index.kept = True
+            for m in self.queued.values():
+                index.set(m, len(m.queue), self.launch_index[m.id])
+        return index.longest()
 
     def first_cost(self, type_name: str) -> float:
         """What one machine of ``type_name`` commits when launched: its first step."""
