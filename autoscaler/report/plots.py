@@ -153,9 +153,12 @@ def _bucket_gantt(state: RunState) -> Figure:
     row_colour = np.array([type_colour[t] for t in act.types]).reshape(-1, 1, 3)
     used = sum(act.busy.values())
     life = np.clip(act.alive - used, 0.0, 1.0) * 0.25
-    image = np.ones((*act.alive.shape, 3)) * (1.0 - life - np.clip(used, 0.0, 1.0))[..., None]
+    image = np.empty((*act.alive.shape, 3))  # a cell per machine, bucket and colour
+    image[...] = (1.0 - life - np.clip(used, 0.0, 1.0))[..., None]
     image += life[..., None] * row_colour
     for outcome, colour in _OUTCOME_COLOURS:
+        if not act.busy[outcome].any():  # no run ended so (most big runs lose none)
+            continue
         share = np.clip(act.busy[outcome], 0.0, 1.0)[..., None]
         image += share * (row_colour if colour is None else np.array(to_rgb(colour)))
     n = len(act.machines)
