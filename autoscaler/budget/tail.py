@@ -159,14 +159,16 @@ def take_back(s: Step, m: Machine) -> bool:
     if not can_extend(state, m) and s.now + mine.mean() + mine.stddev() > m.paid_until - margin:
         return False
     # The longest wait; among equal ones the machine launched first (the order of
-    # ``alive_machines``). Only machines with a queue can be it (``state.queued``).
+    # ``alive_machines``). Only machines with a queue can be it, and of each kind (type
+    # and slots) the one with the longest queue, the first launched among equals
+    # (``Fleet.longest_queues``): a longer queue waits longer. (``m`` is idle: not one.)
     best: tuple[float, int, Machine] | None = None
-    for host in state.fleet.queued.values():
-        if host is m:
-            continue
+    fleet = state.fleet
+    for mid, n in fleet.longest_queues():
+        host = fleet.machines[mid]
         theirs = state.observed.stats[host.type.name]
-        wait = len(host.queue) * (theirs.mean() if theirs.done else mine.mean()) / host.type.slots
-        place = state.fleet.launch_index[host.id]
+        wait = n * (theirs.mean() if theirs.done else mine.mean()) / host.type.slots
+        place = fleet.launch_index[mid]
         if best is None or wait > best[0] or (wait == best[0] and place < best[1]):
             best = (wait, place, host)
     if best is None or best[0] <= mine.mean():

@@ -34,6 +34,7 @@ from autoscaler.core.model import (
     EVENT_TYPES,
     Action,
     Assign,
+    AssignGroup,
     BoundaryNear,
     Event,
     Extend,
@@ -137,7 +138,13 @@ def _plain(value: object) -> Any:
 
 
 def encode(item: Event | Action) -> str:
-    """The fields of an event or action as JSON."""
+    """The fields of an event or action as compact JSON (the SQLite journal's ``data``):
+    the common records formatted directly (``_FAST``), to the same text."""
+    fast = _FAST.get(type(item))
+    if fast is not None:
+        data: str | None = fast[1](item, _COMPACT)
+        if data is not None:
+            return data
     return _ENCODER.encode(fields(item))
 
 
@@ -157,6 +164,18 @@ def decode(kind: str, type_name: str, data: str | dict[str, Any]) -> Event | Act
     except TypeError as exc:
         raise JournalError(f"journal record {type_name} {values!r} does not fit: {exc}") from None
     return item
+
+
+_KINDS: dict[type, tuple[Kind, str]] = {}  # a record type's kind and name, looked up once
+
+
+def _row(now: float, item: Event | Action) -> tuple[float, str, str, str]:
+    """A record's row of the SQLite journal."""
+    cls = type(item)
+    known = _KINDS.get(cls)
+    if known is None:
+        known = _KINDS[cls] = (kind_of(item), cls.__name__)
+    return (now, known[0], known[1], encode(item))
 
 
 def step_records(
@@ -213,10 +232,7 @@ class SqliteJournal:
     ) -> None:
         """Write one step's events and actions in one transaction, with ``outputs``:
         (index in ``events``, line) of the results whose outputs file lines they are."""
-        rows = [
-            (r.t, r.kind, type(r.item).__name__, encode(r.item))
-            for r in step_records(0, now, events, actions)
-        ]
+        rows = [_row(now, item) for item in (*events, *actions)]  # as ``step_records``
         if not rows:
             return
         self._db.execute("BEGIN")
@@ -250,13 +266,26 @@ class SqliteJournal:
 _ASCII = json.encoder.encode_basestring_ascii  # a string as ``json.dumps`` writes it
 
 
-def _assign_data(item: Assign) -> str | None:
+_SPACED = (", ", ": ")  # ``json.dumps``'s separators: the JSONL journal's
+_COMPACT = (",", ":")  # ``_ENCODER``'s: the SQLite journal's
+
+
+def _assign_data(item: Assign, sep: tuple[str, str]) -> str | None:
     if type(item.task) is int and type(item.machine) is str:
-        return f'{{"task": {item.task}, "machine": {_ASCII(item.machine)}}}'
+        c, k = sep
+        return f'{{"task"{k}{item.task}{c}"machine"{k}{_ASCII(item.machine)}}}'
     return None
 
 
-def _done_data(item: TaskDone) -> str | None:
+def _group_data(item: AssignGroup, sep: tuple[str, str]) -> str | None:
+    if type(item.machine) is str and all(type(t) is int for t in item.tasks):
+        c, k = sep
+        tasks = c.join(map(str, item.tasks))
+        return f'{{"tasks"{k}[{tasks}]{c}"machine"{k}{_ASCII(item.machine)}}}'
+    return None
+
+
+def _done_data(item: TaskDone, sep: tuple[str, str]) -> str | None:
     if (
         item.stored is None
         and type(item.task) is int
@@ -264,32 +293,36 @@ def _done_data(item: TaskDone) -> str | None:
         and type(item.runtime_s) is float
         and math.isfinite(item.runtime_s)
     ):
+        c, k = sep
         return (
-            f'{{"task": {item.task}, "machine": {_ASCII(item.machine)}, '
-            f'"runtime_s": {item.runtime_s!r}, "stored": null}}'
+            f'{{"task"{k}{item.task}{c}"machine"{k}{_ASCII(item.machine)}{c}'
+            f'"runtime_s"{k}{item.runtime_s!r}{c}"stored"{k}null}}'
         )
     return None
 
 
-def _near_data(item: BoundaryNear) -> str | None:
-    return f'{{"machine": {_ASCII(item.machine)}}}' if type(item.machine) is str else None
+def _near_data(item: BoundaryNear, sep: tuple[str, str]) -> str | None:
+    return f'{{"machine"{sep[1]}{_ASCII(item.machine)}}}' if type(item.machine) is str else None
 
 
-def _extend_data(item: Extend) -> str | None:
+def _extend_data(item: Extend, sep: tuple[str, str]) -> str | None:
     if type(item.machine) is str and type(item.until) is float and math.isfinite(item.until):
-        return f'{{"machine": {_ASCII(item.machine)}, "until": {item.until!r}}}'
+        c, k = sep
+        return f'{{"machine"{k}{_ASCII(item.machine)}{c}"until"{k}{item.until!r}}}'
     return None
 
 
 _FAST: dict[type, tuple[str, Any]] = {
     Assign: ('"action", "type": "Assign"', _assign_data),
+    AssignGroup: ('"action", "type": "AssignGroup"', _group_data),
     TaskDone: ('"event", "type": "TaskDone"', _done_data),
     BoundaryNear: ('"event", "type": "BoundaryNear"', _near_data),
     Extend: ('"action", "type": "Extend"', _extend_data),
 }
-"""The records a run makes by the million (a task's ``Assign`` and ``TaskDone``) and by
-the hundred thousand (a machine's ``BoundaryNear`` and ``Extend`` each paid unit): their
-``data`` formatted directly, None for a value ``json.dumps`` would write otherwise."""
+"""The records a run makes by the million (a task's ``Assign`` or its group's
+``AssignGroup``, and its ``TaskDone``) and by the hundred thousand (a machine's
+``BoundaryNear`` and ``Extend`` each paid unit): their ``data`` formatted directly, with
+the separators of the journal's JSON, None for a value the encoder would write otherwise."""
 
 
 def jsonl_line(seq: int, t: float, item: Event | Action) -> str:
@@ -297,7 +330,7 @@ def jsonl_line(seq: int, t: float, item: Event | Action) -> str:
     lines of the common records (``_FAST``) formatted directly, to the same text."""
     fast = _FAST.get(type(item))
     if fast is not None and type(t) is float and math.isfinite(t):
-        data = fast[1](item)
+        data = fast[1](item, _SPACED)
         if data is not None:
             return f'{{"seq": {seq}, "t": {t!r}, "kind": {fast[0]}, "data": {data}}}'
     kind, name = kind_of(item), type(item).__name__

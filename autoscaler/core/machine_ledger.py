@@ -4,6 +4,7 @@ has had (those alive and their slots, those with a queue, the launch order)."""
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -49,6 +50,58 @@ class Machine:
 
 
 @dataclass
+class QueueLengths:
+    """The alive machines with a queue, by kind (type name and slots) and queue length,
+    each length's in launch order: the longest queue of each kind and the first launched
+    among equals, without a pass over every machine (the tail's take-back asks once per
+    idle machine). A heap per kind and length; an entry whose machine's queue changed
+    length since is dropped when it comes to the top, and a heap mostly of such entries
+    is rebuilt. Kept only once asked (``Fleet.longest_queues``)."""
+
+    kept: bool = False  # kept up to date (``Fleet.longest_queues``)
+    lengths: dict[str, int] = field(default_factory=dict)  # machine -> its queue's length
+    counts: dict[tuple[str, int], dict[int, int]] = field(default_factory=dict)
+    heaps: dict[tuple[str, int], dict[int, list[tuple[int, str]]]] = field(default_factory=dict)
+
+    def set(self, m: Machine, n: int, place: int) -> None:
+        """``m`` (launched ``place``-th) has ``n`` tasks queued now (0: none, or gone)."""
+        old = self.lengths.get(m.id, 0)
+        if n == old:
+            return
+        kind = (m.type.name, m.type.slots)
+        counts = self.counts.setdefault(kind, {})
+        if old:
+            left = counts[old] - 1
+            if left:
+                counts[old] = left
+            else:
+                del counts[old]
+        if not n:
+            del self.lengths[m.id]
+            return
+        self.lengths[m.id] = n
+        counts[n] = counts.get(n, 0) + 1
+        heap = self.heaps.setdefault(kind, {}).setdefault(n, [])
+        heapq.heappush(heap, (place, m.id))
+        if len(heap) > 2 * counts[n] + 8:
+            live = {e for e in heap if self.lengths.get(e[1]) == n}
+            heap[:] = sorted(live)
+
+    def longest(self) -> Iterator[tuple[str, int]]:
+        """Per kind, the machine with the longest queue (the first launched among
+        equals) and that length."""
+        lengths = self.lengths
+        for kind, counts in self.counts.items():
+            if not counts:
+                continue
+            n = max(counts)
+            heap = self.heaps[kind][n]
+            while lengths.get(heap[0][1]) != n:
+                heapq.heappop(heap)
+            yield heap[0][1], n
+
+
+@dataclass
 class Fleet:
     """Every machine the run has had and the launches it has in flight. ``types`` and
     ``billing`` are the run's (``RunState``), kept here for the questions asked of the
@@ -62,8 +115,10 @@ class Fleet:
     alive: dict[str, Machine] = field(default_factory=dict, compare=False, repr=False)
     alive_slots: int = field(default=0, compare=False)
     # Of the alive ones, those with tasks queued (in no order; ``launch_index`` orders
-    # them): the tail's take-back looks at these, not at every machine, per idle one.
+    # them), and the longest queue of each kind, which the tail's take-back reads per
+    # idle machine (``longest_queues``).
     queued: dict[str, Machine] = field(default_factory=dict, compare=False, repr=False)
+    queue_lengths: QueueLengths = field(default_factory=QueueLengths, compare=False, repr=False)
     launch_index: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
     readies: int = field(default=0, compare=False)  # machines that came up (MachineReady)
     # ``boot_s`` per type, with the (machines, readies) it was worked out at
@@ -144,8 +199,8 @@ class Fleet:
         """``m`` (its runs ended) is gone at ``end``: the money committed beyond its end
         that is not spent (0 or less, to commit)."""
         m.queue.clear()
-        self.queued.pop(m.id, None)
         m.state = _GONE
+        self.track_queue(m)
         if self.alive.pop(m.id, None) is not None:
             self.alive_slots -= m.type.slots
         m.ended_at = end
@@ -155,11 +210,27 @@ class Fleet:
         return min(0.0, spent - committed)
 
     def track_queue(self, m: Machine) -> None:
-        """Keep ``queued`` (the alive machines with a queue) after ``m``'s queue changed."""
-        if m.queue and m.alive:
+        """Keep ``queued`` (the alive machines with a queue), and ``queue_lengths`` once
+        it is kept, after ``m``'s queue changed."""
+        n = len(m.queue) if m.alive else 0
+        if n:
             self.queued[m.id] = m
         else:
             self.queued.pop(m.id, None)
+        if self.queue_lengths.kept:
+            self.queue_lengths.set(m, n, self.launch_index[m.id])
+
+    def longest_queues(self) -> Iterator[tuple[str, int]]:
+        """Per kind of machine (type and slots), the one with the longest queue, the first
+        launched among equals, and that length (``QueueLengths``: kept from the first
+        time it is asked, the tail, on; the queues of the rest of the run change at
+        every task and nothing asks)."""
+        index = self.queue_lengths
+        if not index.kept:
+            index.kept = True
+            for m in self.queued.values():
+                index.set(m, len(m.queue), self.launch_index[m.id])
+        return index.longest()
 
     def first_cost(self, type_name: str) -> float:
         """What one machine of ``type_name`` commits when launched: its first step."""

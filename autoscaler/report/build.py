@@ -33,6 +33,8 @@ from autoscaler.report.records import (
     UnfinishedWhy,
 )
 
+_DONE = TaskState.DONE  # an enum member read once: it is asked of every task
+
 
 def makespan_s(state: RunState) -> float:
     """The last task's end if the bag is finished, else the run's time so far."""
@@ -47,12 +49,13 @@ def unfinished_tasks(state: RunState, tasks: Sequence[TaskSpec]) -> tuple[Unfini
     A task that ran at least once (a Gantt segment, of any outcome) and is neither done
     nor failed for good was cut off; one that never ran was not started.
     """
+    left = [(tid, st) for tid, st in enumerate(state.tasks.task_state) if st is not _DONE]
+    if not left:  # a finished bag: no pass over every task's command and run
+        return ()
     commands = {t.id: t.command for t in tasks}
     ran = {seg.task for seg in state.tasks.segments}
     out = []
-    for tid, st in enumerate(state.tasks.task_state):
-        if st is TaskState.DONE:
-            continue
+    for tid, st in left:
         why: UnfinishedWhy
         if st is TaskState.FAILED:
             why = "failed"

@@ -153,9 +153,12 @@ def _bucket_gantt(state: RunState) -> Figure:
     row_colour = np.array([type_colour[t] for t in act.types]).reshape(-1, 1, 3)
     used = sum(act.busy.values())
     life = np.clip(act.alive - used, 0.0, 1.0) * 0.25
-    image = np.ones((*act.alive.shape, 3)) * (1.0 - life - np.clip(used, 0.0, 1.0))[..., None]
+    image = np.empty((*act.alive.shape, 3))  # a cell per machine, bucket and colour
+    image[...] = (1.0 - life - np.clip(used, 0.0, 1.0))[..., None]
     image += life[..., None] * row_colour
     for outcome, colour in _OUTCOME_COLOURS:
+        if not act.busy[outcome].any():  # no run ended so (most big runs lose none)
+            continue
         share = np.clip(act.busy[outcome], 0.0, 1.0)[..., None]
         image += share * (row_colour if colour is None else np.array(to_rgb(colour)))
     n = len(act.machines)
@@ -241,7 +244,7 @@ _TAB20_FOR_JOBS = (0, 1, 2, 3, 4, 5, 8, 9, 10, 11, 12, 13, 16, 17, 18, 19)
 
 def spend_curve(state: RunState, points: int = 400) -> tuple[list[float], list[float]]:
     """Actual spend over time: every machine billed for its life up to each instant
-    (``BillingModel.costs`` over all machines at once, per instant)."""
+    (``BillingModel.spend_at``)."""
     import numpy as np
 
     end = max(state.now, 1.0)
@@ -252,12 +255,8 @@ def spend_curve(state: RunState, points: int = 400) -> tuple[list[float], list[f
         [m.ended_at if m.ended_at is not None else state.now for m in machines], dtype=float
     )
     prices = np.array([m.type.price for m in machines], dtype=float)
-    spent = []
-    for t in times:
-        on = launched <= t
-        lives = np.minimum(t, ended[on]) - launched[on]
-        spent.append(float(state.billing.costs(prices[on], lives).sum()))
-    return times, spent
+    spent = state.billing.spend_at(np.array(times), prices, launched, ended)
+    return times, spent.tolist()
 
 
 _SPEND_LABELS = {

@@ -60,6 +60,12 @@ class Agents:
     staging: Staging | None = None  # task files, when the run's tasks have any
     # A result's event (by id, kept alive so that no other takes its id) and its line.
     _lines: dict[int, tuple[Event, str]] = field(init=False, default_factory=dict)
+    # Read of the config once: each poll's answer asks (``time_scale`` is worked out).
+    _scale: float = field(init=False, default=1.0)
+    _setups: dict[str, dict[str, Any]] = field(init=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._scale = self.cfg.time_scale
 
     def add_means(self, means: Sequence[JobMeans | None]) -> None:
         """Tasks added to the run (a job for a pool): their jobs' mean task times."""
@@ -100,7 +106,7 @@ class Agents:
             seen.add((m.id, r.run))
             if once:
                 seen.add(("", r.task))
-            runtime = float(r.runtime_s) * self.cfg.time_scale
+            runtime = float(r.runtime_s) * self._scale
             stored = self._stored(m, r)
             if isinstance(stored, str):  # it ran, but its outputs are not safely stored
                 r, stored = dataclasses.replace(r, error=stored), None
@@ -209,7 +215,7 @@ class Agents:
     def _base(
         self, m: Machine, poll: Poll, timeline: Timeline, margin: float, fleet: int
     ) -> dict[str, Any]:
-        floor = SCALED_LEASE_FLOOR_S if self.cfg.time_scale > 1 else 0.0
+        floor = SCALED_LEASE_FLOOR_S if self._scale > 1 else 0.0
         held = lease(timeline, m.paid_until, margin, poll.arrived, floor)
         return {
             "ack": True,
@@ -226,10 +232,15 @@ class Agents:
 
     def _setup(self, m: Machine) -> dict[str, Any]:
         """The set-up a booting machine's agent is to run, if its type has one."""
-        commands = self.cfg.setup_for(m.type.name)
-        if m.state is not MachineState.BOOTING or not commands:
+        if m.state is not MachineState.BOOTING:
             return {}
-        return {"setup": {"commands": list(commands), "timeout_s": self.cfg.setup_timeout_s}}
+        said = self._setups.get(m.type.name)
+        if said is None:
+            commands = self.cfg.setup_for(m.type.name)
+            timeout = self.cfg.setup_timeout_s
+            said = {"commands": list(commands), "timeout_s": timeout} if commands else {}
+            self._setups[m.type.name] = said
+        return {"setup": said} if said else {}
 
     def _payload(self, m: Machine, run: int, task: int) -> dict[str, Any]:
         spec = self.tasks[task]
@@ -242,7 +253,7 @@ class Agents:
                 "run": run,
                 "task": task,
                 "command": None,
-                "sleep_s": runtime * slowdown / self.cfg.time_scale,
+                "sleep_s": runtime * slowdown / self._scale,
                 "env": {},
                 "cwd": None,
                 "timeout_s": None,

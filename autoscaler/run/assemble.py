@@ -27,6 +27,7 @@ from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.model import (
     Action,
     Assign,
+    AssignGroup,
     Configure,
     Hold,
     JobAdded,
@@ -287,9 +288,12 @@ def json_logger(stream: TextIO) -> Any:
     )
 
 
+_UNLOGGED = frozenset({Assign, AssignGroup})
+
+
 def log_action(log: Any, now: float, action: Action) -> None:
     """The actions worth a log line (not every task assignment)."""
-    if type(action) is Assign:  # one per task: not worth the match below
+    if type(action) in _UNLOGGED:  # one per task or group: not worth the match below
         return
     match action:
         case Launch(type=t, count=c, token=token):

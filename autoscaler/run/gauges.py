@@ -9,7 +9,7 @@ from typing import Any
 from autoscaler.config.schema import RunConfig
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.state import RunState
-from autoscaler.run.live import job_done, machine_counts
+from autoscaler.run.live import jobs_done, machine_counts
 
 
 class Metrics:
@@ -114,8 +114,9 @@ class Metrics:
             self.needed.set(state.decisions.shortfalls[-1][1].needed_budget or 0.0)
         if estimate is not None:
             self.makespan.set(estimate)
+        done = jobs_done(state)
         for job in state.work.jobs:
-            self.job_tasks.labels(job.name, "done").set(job_done(state.tasks, job))
+            self.job_tasks.labels(job.name, "done").set(done[job.name])
             self.job_tasks.labels(job.name, "total").set(job.count)
             self.job_deadline.labels(job.name).set(job.deadline)
             late = state.work.late.get(job.name)

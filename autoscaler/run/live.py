@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import bisect
 import contextlib
+import itertools
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -11,9 +13,8 @@ from rich.live import Live
 from rich.table import Table
 
 from autoscaler.config.schema import RunConfig
-from autoscaler.core.model import JobSpec, MachineState, TaskState
+from autoscaler.core.model import MachineState, TaskState
 from autoscaler.core.state import RunState
-from autoscaler.core.task_ledger import Tasks
 from autoscaler.core.words import counted
 from autoscaler.report.build import makespan_s
 from autoscaler.report.format import hms
@@ -85,19 +86,64 @@ def summary_rows(cfg: RunConfig, state: RunState, estimate: float | None) -> lis
     return rows
 
 
-def job_done(tasks: Tasks, job: JobSpec) -> int:
-    """Tasks of ``job`` done so far."""
-    return sum(
-        tasks.task_state[t] is TaskState.DONE for t in range(job.first, job.first + job.count)
-    )
+def jobs_done(state: RunState) -> dict[str, int]:
+    """Per job, its tasks done so far (``DoneByJob``, kept on the state's tasks)."""
+    if not state.work.jobs:
+        return {}
+    kept = state.tasks.memo.get(_DONE_BY_JOB)
+    if not isinstance(kept, DoneByJob):
+        kept = state.tasks.memo[_DONE_BY_JOB] = DoneByJob()
+    return kept.count(state)
+
+
+_DONE_BY_JOB = "done by job"
+
+
+class DoneByJob:
+    """Each job's tasks done, counted from the runs that ended since it last looked
+    (``segments``, in order): a task is done once one of its runs ended done, in the
+    same record that made it so. The live view and the gauges ask five times a second:
+    a pass over every task of every job each time was a pass over the whole bag."""
+
+    def __init__(self) -> None:
+        self._read = 0  # segments read so far
+        self._counted = bytearray()  # per task: counted already (a pair's second run)
+        self._done: dict[str, int] = {}
+        self._firsts: list[int] = []  # the jobs' first tasks, ascending
+        self._names: list[str] = []
+        self._jobs = 0  # jobs when ``_firsts`` was made
+
+    def count(self, state: RunState) -> dict[str, int]:
+        jobs = state.work.jobs
+        if len(jobs) != self._jobs:
+            order = sorted(jobs, key=lambda j: j.first)
+            self._firsts, self._names = [j.first for j in order], [j.name for j in order]
+            self._jobs = len(jobs)
+        task_state, segments = state.tasks.task_state, state.tasks.segments
+        if len(self._counted) < len(task_state):
+            self._counted.extend(bytes(len(task_state) - len(self._counted)))
+        counted_, done = self._counted, self._done
+        for seg in itertools.islice(segments, self._read, None):
+            tid = seg.task
+            if seg.outcome == "done" and not counted_[tid] and task_state[tid] is _DONE:
+                counted_[tid] = 1
+                at = bisect.bisect_right(self._firsts, tid) - 1
+                if at >= 0:
+                    done[self._names[at]] = done.get(self._names[at], 0) + 1
+        self._read = len(segments)
+        return {j.name: done.get(j.name, 0) for j in jobs}
+
+
+_DONE = TaskState.DONE
 
 
 def job_rows(state: RunState) -> list[tuple[str, str]]:
     """Deadline mode: per job, its tasks done of all, its deadline, and the lateness last
     said of it (none in budget mode)."""
     rows = []
+    done = jobs_done(state)
     for job in state.work.jobs:
-        text = f"{job_done(state.tasks, job)}/{job.count} done, due at {hms(job.deadline)}"
+        text = f"{done[job.name]}/{job.count} done, due at {hms(job.deadline)}"
         if job.name not in state.work.arrived:
             text += f", arrives at {hms(job.at)}"
         late = state.work.late.get(job.name)

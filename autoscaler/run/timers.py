@@ -31,9 +31,15 @@ class Timers:
         margin_s: float,
     ) -> None:
         self.scheduler = scheduler
-        self._put = put
+        self._put_item = put
         self._timeline = timeline
         self._margin_s = margin_s
+
+    def _put(self, item: object) -> None:
+        """The jobs' function: a Python one, not the queue's ``put`` (a builtin): a job
+        added checks its function's signature, and a builtin's is parsed from its
+        docstring (about 0.9 ms against 0.1, for each machine's boundary timer)."""
+        self._put_item(item)
 
     def checks(self, tick_s: float, describe_s: float, describe: Callable[[], None]) -> None:
         """The periodic jobs: the monitoring tick every ``tick_s`` real seconds, the health

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from autoscaler.core.billing import BillingModel
 
@@ -58,3 +60,71 @@ def test_costs_of_many_machines_are_each_ones_cost(billing: BillingModel) -> Non
     lives = [0.0, 1.0, 59.9, 3600.0, 3600.0 + 1e-12, 7300.5]
     got = billing.costs(np.array(prices), np.array(lives)).tolist()
     assert got == [billing.cost(p, d) for p, d in zip(prices, lives, strict=True)]
+
+
+def _per_instant(
+    billing: BillingModel, times: list[float], machines: list[tuple[float, float, float]]
+) -> list[float]:
+    """The spend at each instant as the report once summed it: ``costs`` over every
+    machine launched by then, instant by instant."""
+    import numpy as np
+
+    prices, launched, ended = (np.array(c, dtype=float) for c in zip(*machines, strict=True))
+    out = []
+    for t in times:
+        on = launched <= t
+        out.append(float(billing.costs(prices[on], np.minimum(t, ended[on]) - launched[on]).sum()))
+    return out
+
+
+_ATU = st.sampled_from([60.0, 600.0, 3600.0])
+_FLEET = st.lists(
+    st.tuples(
+        st.sampled_from([0.5, 1.0, 3.0, 7.25]),  # price
+        st.integers(0, 40).map(lambda k: k * 300.0) | st.floats(0.0, 12_000.0),  # launch
+        st.integers(0, 40).map(lambda k: k * 300.0) | st.floats(0.0, 12_000.0),  # life
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+@given(
+    mode=st.sampled_from(["fixed", "per_second"]),
+    atu=_ATU,
+    fleet=_FLEET,
+    end=st.sampled_from([12_000.0, 24_000.0]) | st.floats(1.0, 30_000.0),
+    points=st.sampled_from([1, 7, 40, 400]),
+)
+@settings(max_examples=300, deadline=None)
+def test_spend_over_time_is_each_instants_sum_of_costs(
+    mode: str, atu: float, fleet: list[tuple[float, float, float]], end: float, points: int
+) -> None:
+    """``spend_at`` (a sweep over the instants the sum changes) gives, at every instant,
+    the sum of ``costs`` over the machines launched by then, billed up to it or to their
+    end; instants on a unit's boundary (whole multiples of the ATU apart) included."""
+    import numpy as np
+
+    billing = BillingModel(mode, atu, min_charge_s=60.0)  # type: ignore[arg-type]
+    machines = [(p, start, min(start + life, end)) for p, start, life in fleet if start <= end]
+    times = [end * i / points for i in range(points + 1)]
+    if not machines:
+        return
+    prices, launched, ended = (np.array(c, dtype=float) for c in zip(*machines, strict=True))
+    got = billing.spend_at(np.array(times), prices, launched, ended).tolist()
+    want = _per_instant(billing, times, machines)
+    scale = max(want) or 1.0
+    assert got == pytest.approx(want, rel=1e-9, abs=1e-9 * scale)
+
+
+def test_spend_over_time_with_units_shorter_than_its_instants() -> None:
+    """Many more paid units than instants times machines: summed per instant, same
+    figures."""
+    import numpy as np
+
+    billing = BillingModel("fixed", 1.0)
+    machines = [(2.0, 0.0, 5000.0), (1.0, 10.0, 4000.5)]
+    times = [5000.0 * i / 4 for i in range(5)]
+    prices, launched, ended = (np.array(c, dtype=float) for c in zip(*machines, strict=True))
+    got = billing.spend_at(np.array(times), prices, launched, ended).tolist()
+    assert got == _per_instant(billing, times, machines)

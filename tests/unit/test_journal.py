@@ -152,6 +152,28 @@ def test_a_jsonl_line_is_json_dumps_of_the_record_whichever_way_it_is_written() 
             assert jsonl_line(seq, t, item) == json.dumps(line)
 
 
+def test_a_sqlite_record_is_compact_json_of_its_fields_whichever_way_it_is_written() -> None:
+    """The SQLite journal's ``data`` of the common records is formatted directly; each is
+    the compact JSON of the record's fields, odd values included."""
+    items: list[Event | Action] = [
+        Assign(7, "sim-cluster0-3"),
+        Assign(0, 'a "quoted" \\ name, ünïcode'),
+        AssignGroup((1, 2, 3), "m"),
+        AssignGroup((4,), 'm "q" ü'),
+        AssignGroup((True, 2), "m"),  # a bool is no task id: the general path
+        TaskDone(12, "sim-cluster1-0", 901.2345678901234),
+        TaskDone(3, "m\n", 1e-300),
+        TaskDone(4, "m", float("inf")),
+        TaskDone(5, "m", 60),
+        MachineReady("m"),
+        BoundaryNear('m "q" ü'),
+        Extend("sim-cluster0-3", 7200.000000000001),
+        Extend("m", float("nan")),
+    ]
+    for item in items:
+        assert encode(item) == json.dumps(fields(item), separators=(",", ":"))
+
+
 def test_a_jsonl_journal_writes_every_step_by_close_and_before_reading(tmp_path: Path) -> None:
     """Lines go out in batches; what was stepped is in the file when it is read back or
     closed, in order and numbered on."""

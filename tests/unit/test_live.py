@@ -9,9 +9,10 @@ import yaml
 
 from autoscaler.config.bag import expand_bag
 from autoscaler.config.load import load_config
+from autoscaler.core.model import TaskState
 from autoscaler.core.state import RunState
 from autoscaler.report.format import hms
-from autoscaler.run.live import status_lines
+from autoscaler.run.live import jobs_done, status_lines
 from autoscaler.run.start import dry_run
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "config" / "examples"
@@ -123,3 +124,26 @@ def test_status_advises_what_carries_the_run_on_as_what_it_is() -> None:
     state.apply(state.now, Resumed("the service started again"))
     state.apply(state.now, Hold("the samples are in"))
     assert "autoscaler run --plan <plan dir> --option N" in advice(state, None)
+
+
+def test_each_jobs_tasks_done_as_the_live_view_counts_them_is_a_count_of_its_tasks() -> None:
+    """``jobs_done`` counts from the runs ended since it last looked (kept on the state);
+    asked at every step of a deadline run of several jobs, it is each job's tasks done."""
+    cfg = load_config(EXAMPLES / "deadline.yaml")
+    seen = 0
+
+    def watch(state: RunState) -> None:
+        nonlocal seen
+        seen += 1
+        assert jobs_done(state) == {
+            j.name: sum(
+                state.tasks.task_state[t] is TaskState.DONE
+                for t in range(j.first, j.first + j.count)
+            )
+            for j in state.work.jobs
+        }
+
+    d = dry_run(cfg, expand_bag(cfg), seed=1, out_dir=None, run_id="r", progress=watch)
+    assert seen > 100
+    assert len(d.state.work.jobs) > 1
+    assert sum(jobs_done(d.state).values()) == d.state.tasks.done > 0
