@@ -31,7 +31,7 @@ from autoscaler.core.state import Machine, RunState
 from autoscaler.providers.base import Capabilities, MachineRecord, MachineStatus, ProviderState
 from autoscaler.run.agents import HEARTBEATS_PER_S, heartbeat_s, lost_after_s, lost_contact
 from autoscaler.run.assemble import controller_settings, new_state
-from autoscaler.run.carry_out import Executor
+from autoscaler.run.carry_out import SCANS_PER_LIMIT, Executor
 from autoscaler.run.dispatch import Dispatcher
 from autoscaler.run.machines import LaunchDone, MachineLifecycle, launch_events
 from autoscaler.run.owner import step_order
@@ -244,6 +244,28 @@ def test_health_checks_queued_up_in_one_step_lose_each_silent_machine_once() -> 
     assert [e.machine for e in first] == ["m0"]
     assert again == []
     assert gone == {"m0", "m1"}
+
+
+def test_a_health_check_looks_at_the_fleet_at_most_twenty_times_in_its_silence_limit() -> None:
+    """Every machine is looked at in a check: checks due every 0.25 s are done only once
+    a twentieth of ``lost_after_s`` has passed since the last one."""
+    state, launch = first_launch()
+    state.apply(1.0, MachineLaunched("m0", launch.type, launch.token, at=1.0))
+    dispatcher = Dispatcher("token", queue.SimpleQueue())
+    dispatcher.start()
+    try:
+        scheduler = BackgroundScheduler()
+        timers = Timers(scheduler, lambda item: None, Timeline(0.0, 0.0, 1.0), 0.0)
+        executor = Executor(lifecycle(Refusing(0)), dispatcher, timers, Log(), {"m0": 0.0})
+        first = executor.health(state, CFG, set())
+        soon = executor.health(state, CFG, set())  # m0 still silent: not looked at yet
+        executor._scanned -= CFG.daemon.lost_after_s / SCANS_PER_LIMIT  # that long later
+        later = executor.health(state, CFG, set())
+    finally:
+        dispatcher.close()
+    assert [e.machine for e in first] == ["m0"]
+    assert soon == []
+    assert [e.machine for e in later] == ["m0"]
 
 
 # --- a result and its machine's loss in one step ---------------------------------------------
