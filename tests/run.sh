@@ -145,7 +145,7 @@ run_pytest integration no tests/integration -q --durations=25 -n 6 --dist loadgr
 # people's work at a load average of 8).
 alone_rc=0
 if [ "$integration_rc" -eq 0 ]; then
-  run_pytest "integration (alone)" yes tests/integration -q --durations=8 -n 4 -m alone ||
+  run_pytest "integration (alone)" yes tests/integration -q --durations=8 -n 4 --dist loadgroup -m alone ||
     alone_rc=$?
 fi
 unit_rc=0

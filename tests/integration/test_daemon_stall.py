@@ -52,6 +52,9 @@ pytestmark = [
     # 1,000 agents and their dispatcher threads on the host: a host loaded beside them
     # starves the agents themselves, which a daemon rightly loses.
     pytest.mark.alone,
+    # The variants one after another on one worker: two runs of 1,000 agents beside
+    # each other would starve each other's agents.
+    pytest.mark.xdist_group("stall"),
 ]
 
 AGENTS, TASKS_EACH, TASK_S, PER_PROCESS = 1000, 3, 10.0, 500
