@@ -1,14 +1,16 @@
-"""The real daemon at thousands of agents: dispatcher and journal, measured (issue 22 §3).
+"""The real daemon at thousands of agents: dispatcher and journal, measured (issues 22 §3, 36).
 
-Each row is one run of the real daemon (``autoscaler.run.daemon.Daemon``, as
-``autoscaler run`` starts it) in a process of its own (``benchmarks/daemon_scale_run.py``):
-round robin on one machine type of A machines, a budget that never binds, a 1-hour ATU,
-``tail_replication`` off, the daemon's settings at their defaults (heartbeat 2 s, task
-groups of ``group_s`` 2 s, ``report_s`` 0.25 s), synthetic tasks of ``--task-s`` real
-seconds (normal, sd 10 %), ``--tasks-per-agent`` of them per machine. Its machines are
-simulated agents (``benchmarks/sim_agents.py``, ``--per-process`` of them in each asyncio
-load-generator process, one keep-alive HTTP connection each), which speak the agent's
-protocol and "run" a task by a timer of its ``sleep_s``.
+Each row (``--row A:S:N``: A agents, S-second tasks, N tasks; by default issue 36's
+10,000 × 10 s, 5,000 × 2 s and a million tasks on 5,000 agents) is one run of the real
+daemon (``autoscaler.run.daemon.Daemon``, as ``autoscaler run`` starts it) in a process
+of its own (``benchmarks/daemon_scale_run.py``): round robin on one machine type of A
+machines, a budget that never binds, a 1-hour ATU, ``tail_replication`` off, the
+daemon's settings at their defaults (heartbeat 2 s, stretched past 1,000 machines; task
+groups of ``group_s`` 2 s, ``report_s`` 0.25 s), synthetic tasks of S real seconds
+(normal, sd 10 %). Its machines are simulated agents (``benchmarks/sim_agents.py``,
+``--per-process`` of them in each asyncio load-generator process, one keep-alive HTTP
+connection each), which speak the agent's protocol and "run" a task by a timer of its
+``sleep_s``.
 
 Per row:
 
@@ -28,15 +30,15 @@ Per row:
   highest resident size sampled in the steady window.
 
 Baselines in the same run: the same per-agent load at ``--baseline-agents`` (16) agents,
-and the emulator (``autoscaler.run.start.dry_run``, the same config and bag as the
-largest row, in a process of its own) with and without writing its run directory: the
-controller's own CPU per task, without HTTP, threads or SQLite. The last lines
-extrapolate the largest row to ``--extrapolate`` (1,000,000) tasks at its steady rate
-and costs. ``--profile S`` adds one run of the largest row under ``py-spy record`` (S
+and for each row the emulator (``autoscaler.run.start.dry_run``, the row's config and
+bag, in a process of its own) with and without writing its run directory: the
+controller's own CPU per task, without HTTP, threads or SQLite. Then each row against
+issue 36's targets (``target_lines``), each ``ok`` or ``MISSED`` with its numbers.
+``--profile S`` runs ``py-spy record`` inside the run of the row of most agents (S
 seconds from 10 % of the bag done, the thread holding the GIL, 50 samples a second) and
-prints where the interpreter's time goes: by thread (main loop, HTTP handler threads,
-other), the top frames by own time, and the top frames by time inside them below the
-main loop.
+prints where the interpreter's time goes: by thread (main loop, dispatcher, other), the
+top frames by own time, and the top frames by time inside them below the main loop;
+``--main-profile`` adds one more run of that row with cProfile on its main thread.
 
 Every process a row starts is ended by pid: the daemon (SIGTERM, then SIGKILL after
 60 s), then any generator or profiler it started that is still alive (their pids are in
@@ -45,8 +47,8 @@ input closes).
 
 Run from the repository root::
 
-    .venv/bin/python -m benchmarks.daemon_scale [--agents 500 --agents 5000 ...] \\
-        [--tasks-per-agent 20] [--task-s 2] [--per-process 1250] [--profile 20]
+    .venv/bin/python -m benchmarks.daemon_scale [--row 10000:10:100k --row 5000:2:1M ...] \\
+        [--per-process 1250] [--profile 20]
 """
 
 from __future__ import annotations
@@ -552,7 +554,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         plan: list[tuple[str, RowSpec]] = []
         if args.baseline_agents:
             b = args.baseline_agents
-            plan.append(("baseline", RowSpec(b, biggest.task_s, b * 20)))
+            plan.append(("baseline", RowSpec(b, min(r.task_s for r in asked), b * 20)))
         plan += [(f"row{i + 1}", r) for i, r in enumerate(asked)]
         profiled: Row | None = None
         for tag, r in plan:
