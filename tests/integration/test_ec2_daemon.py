@@ -29,7 +29,6 @@ from tests.integration.daemon_helpers import (
     adopted,
     assert_deadline_end,
     assert_sampled_once,
-    assigned_rows,
     committed_over_time,
     journal_rows,
     plan_in_background,
@@ -425,10 +424,31 @@ def test_a_spot_instance_terminated_from_outside_has_its_tasks_requeued(world: E
     assert proc.returncode == 0, out[-3000:]
     lost = [d for _, _, d in journal_rows(run_dir, "MachineLost") if d["machine"] == victim]
     assert lost, "the interrupted instance was not seen as lost"
-    given = {d["task"] for _, _, d in assigned_rows(run_dir) if d["machine"] == victim}
-    done_by = {d["task"]: d["machine"] for _, _, d in journal_rows(run_dir, "TaskDone")}
-    requeued = {t for t in given if done_by[t] != victim}
-    assert requeued, "the instance held no task when it went"
+    # The tasks it held when it went (given, not done) went back to the bag: each was given
+    # to another machine, unless the instance's agent (moto's termination does not end the
+    # local process) handed its result in first, which counts (issue 36 §4); and
+    # check_every_task_once: each is done once either way.
+    held: set[int] = set()
+    again: set[int] = set()
+    late: set[int] = set()
+    went = False
+    for _, kind, d in journal_rows(run_dir):
+        tasks = d.get("tasks") or ([d["task"]] if "task" in d else [])
+        to = d.get("target", d.get("machine"))
+        if kind in ("Assign", "AssignGroup", "Move") and went:
+            again.update(t for t in tasks if t in held and to != victim)
+        elif kind in ("Assign", "AssignGroup", "Move") and to == victim:
+            held.update(tasks)
+        elif kind == "Move" and d.get("source") == victim:
+            held.difference_update(tasks)
+        elif kind == "TaskDone" and not went:
+            held.discard(d["task"])
+        elif kind == "TaskDone" and d["machine"] == victim:
+            late.add(d["task"])
+        elif kind == "MachineLost" and d["machine"] == victim:
+            went = True
+    assert held, "the instance held no task when it went"
+    assert held <= again | late
     check_every_task_once(run_dir, n)
     check_spend(run_dir)
     report = report_of(run_dir)
