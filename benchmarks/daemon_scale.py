@@ -67,7 +67,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -132,9 +132,14 @@ def alive_pids(pids_file: Path, words: Sequence[str]) -> list[int]:
     return out
 
 
-def run_child(spec: Spec) -> tuple[dict[str, Any], list[int]]:
+def run_child(
+    spec: Spec,
+    during: Callable[[subprocess.Popen[bytes]], None] | None = None,
+    limit_s: float | None = None,
+) -> tuple[dict[str, Any], list[int]]:
     """The row's daemon in a process of its own; its figures and the pids it left alive
-    (killed)."""
+    (killed). ``during``: what to do to the running daemon before waiting for its end (a
+    test's stall); ``limit_s``: how long to wait for that end before ending it."""
     out = Path(spec.out)
     out.mkdir(parents=True, exist_ok=True)
     spec_file = out / "spec.json"
@@ -143,7 +148,9 @@ def run_child(spec: Spec) -> tuple[dict[str, Any], list[int]]:
     with (out / "daemon.log").open("ab") as log:
         proc = subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
         try:
-            proc.wait()
+            if during is not None:
+                during(proc)
+            proc.wait(limit_s)
         finally:
             if proc.poll() is None:  # interrupted: the daemon releases its machines first
                 proc.send_signal(signal.SIGTERM)

@@ -473,22 +473,18 @@ class Dispatcher:
             poll = parse_poll(body, arrived)
         except BadRequest as exc:
             return self._send(writer, request, 400, {"error": str(exc)})
-        if poll.machine not in self.allowed:
-            if poll.machine in self.gone and not poll.results:
-                gone = {"error": f"machine {poll.machine!r} was released"}
-                return self._send(writer, request, 410, gone)
-            if poll.machine in self.gone:  # results of a machine given up on still count
-                self.polls += 1  # (``Agents.poll_events``); the answer releases its agent
-                answer = await self._handed(poll)
-                if answer is None:
-                    return self._send(writer, request, 503, {"error": "controller busy"})
-                return self._send(writer, request, 200, {"epoch": self.epoch, **answer})
-            # launched a moment ago: the daemon has not heard of it yet
+        if poll.machine in self.allowed:
+            self.last_seen[poll.machine] = arrived
+            if self._put - self._taken >= self.max_backlog:
+                self.busy += 1
+                return self._send(writer, request, 503, {"error": "controller busy, try again"})
+        elif poll.machine not in self.gone:  # launched a moment ago: not known to us yet
             return self._send(writer, request, 503, {"error": "machine not known yet"})
-        self.last_seen[poll.machine] = arrived
-        if self._put - self._taken >= self.max_backlog:
-            self.busy += 1
-            return self._send(writer, request, 503, {"error": "controller busy, try again"})
+        elif not poll.results:
+            gone = {"error": f"machine {poll.machine!r} was released"}
+            return self._send(writer, request, 410, gone)
+        # (a machine given up on whose poll carries results: they still count,
+        # ``Agents.poll_events``, and the daemon's answer releases its agent)
         self.polls += 1
         answer = await self._handed(poll)
         if answer is None:

@@ -25,24 +25,21 @@ and shorter than the agents' patience (``orphan_after_s``, 60 s).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from autoscaler.core.journal import JOURNAL_DB, SqliteJournal
 from autoscaler.core.model import Assign, AssignGroup, MachineLost, MachineReady, TaskDone
-from benchmarks.bats_scenarios import REPO
-from benchmarks.daemon_scale import alive_pids
+from benchmarks.daemon_scale import alive_pids, run_child
 from benchmarks.daemon_scale_run import Spec
 
 pytestmark = [
@@ -61,7 +58,6 @@ AGENTS, TASKS_EACH, TASK_S, PER_PROCESS = 1000, 3, 10.0, 500
 STALL_S = 30.0
 AGENTS_LATE_S = 3.0
 UP_WITHIN_S = 600.0  # patience for the run to reach the stall, and to end: never a check
-STOP_WAIT_S = 60.0
 
 
 def journal_counts(run_dir: Path) -> tuple[int, int]:
@@ -105,54 +101,36 @@ def generators(out: Path) -> list[int]:
     return alive_pids(out / "generators.pids", ("benchmarks.sim_agents",))
 
 
-def run_with_stall(out: Path, stall: str) -> tuple[Path, dict[str, object]]:
+def run_with_stall(out: Path, stall: str) -> tuple[Path, dict[str, Any]]:
     """The run, stalled once every machine is up and tasks are running; its run
-    directory and figures. Every process it started is ended, by pid."""
+    directory and figures. Every process it started is ended, by pid (``run_child``)."""
     tasks = AGENTS * TASKS_EACH
     spec = Spec(AGENTS, tasks, TASK_S, PER_PROCESS, str(out))
     if stall == "main-loop":  # as ``stall_due``: the first result is in
         spec = Spec(AGENTS, tasks, TASK_S, PER_PROCESS, str(out), stall_s=STALL_S, stall_at_done=1)
-    out.mkdir(parents=True)
-    (out / "spec.json").write_text(json.dumps(asdict(spec)), encoding="utf-8")
-    argv = [sys.executable, "-m", "benchmarks.daemon_scale_run", str(out / "spec.json")]
     run_dir = out / "run"
-    stopped: list[int] = []
-    with (out / "daemon.log").open("ab") as log:
-        proc = subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+
+    def stop_and_go(proc: subprocess.Popen[bytes]) -> None:
+        """SIGSTOP the daemon (and the agents, for ``host``) for ``STALL_S``."""
+        if stall == "main-loop":
+            return  # the daemon's own progress hook sleeps
+        wait_for("every machine up and a task done", proc, lambda: stall_due(run_dir))
+        agents = [] if stall == "daemon" else generators(out)
+        stopped: list[int] = []
         try:
-            if stall != "main-loop":
-                wait_for("every machine up and a task done", proc, lambda: stall_due(run_dir))
-                agents = [] if stall == "daemon" else generators(out)
-                for pid in [*agents, proc.pid]:
-                    os.kill(pid, signal.SIGSTOP)
-                    stopped.append(pid)
-                time.sleep(STALL_S)
-                os.kill(proc.pid, signal.SIGCONT)
-                if agents:
-                    time.sleep(AGENTS_LATE_S)
-                for pid in agents:
-                    os.kill(pid, signal.SIGCONT)
-                stopped.clear()
-            proc.wait(UP_WITHIN_S)
+            for pid in [*agents, proc.pid]:
+                os.kill(pid, signal.SIGSTOP)
+                stopped.append(pid)
+            time.sleep(STALL_S)
+            os.kill(proc.pid, signal.SIGCONT)
+            if agents:
+                time.sleep(AGENTS_LATE_S)
         finally:
             for pid in stopped:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGCONT)
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)  # the daemon releases its machines
-                try:
-                    proc.wait(STOP_WAIT_S)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-            time.sleep(0.5)  # generators end as their input closes
-            for pid in generators(out):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-    if proc.returncode != 0:
-        tail = (out / "daemon.log").read_text(errors="replace")[-3000:]
-        raise AssertionError(f"the daemon exited {proc.returncode}:\n{tail}")
-    figures = json.loads((out / "figures.json").read_text(encoding="utf-8"))
+
+    figures, _ = run_child(spec, during=stop_and_go, limit_s=UP_WITHIN_S)
     return run_dir, figures
 
 
