@@ -230,10 +230,7 @@ class Daemon:
             self._settle_outputs()
         else:
             self.state = new_state(cfg, len(self.tasks), files.seed)
-            # The run's facts with the journal's first write: a daemon killed before its
-            # dispatcher listens (its address comes later) leaves a journal a service
-            # can resume, not one that lacks the run's id.
-            self.journal.set_meta(**{JOURNALED_META: 1}, **files.journal_meta())
+            # (``RunFiles.create`` wrote the run's facts, before the tasks file.)
         self.outputs = OutputsFile(files.run_dir / OUTPUTS_FILE)
         means = all_task_means(cfg, self.state, len(self.tasks), files.config_tasks)
         staging = Staging(cfg, files.run_dir, self.tasks, self.log)  # task files

@@ -36,6 +36,7 @@ from autoscaler.core.model import TaskSpec
 from autoscaler.core.state import RunState
 from autoscaler.core.task_json import task_extra, task_of
 from autoscaler.run.assemble import CONFIG_FILE, new_state, write_config
+from autoscaler.run.results import JOURNALED_META
 
 TOKEN_FILE = "token"
 TASKS_FILE = "tasks.jsonl"
@@ -69,13 +70,22 @@ class RunFiles:
         run_dir.mkdir(parents=True, exist_ok=True)
         if (run_dir / JOURNAL_DB).exists():
             raise AutoscalerError(f"{run_dir} already holds a run: use --resume {run_dir}")
-        write_config(cfg, run_dir)
-        (run_dir / TASKS_FILE).write_text(_task_lines(tasks), encoding="utf-8")
         token = secrets.token_urlsafe(32)
+        files = cls(run_dir, run_id, cfg, list(tasks), token, seed, time.time())
+        # The journal first, holding the run's facts: a run killed at any point after
+        # this is one ``--resume`` can name (or says what it lacks), and the tasks file,
+        # written whole and last, shows the directory complete.
+        journal = SqliteJournal(run_dir / JOURNAL_DB)
+        try:
+            journal.set_meta(**{JOURNALED_META: 1}, **files.journal_meta())
+        finally:
+            journal.close()
+        write_config(cfg, run_dir)
         fd = os.open(run_dir / TOKEN_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(token)
-        return cls(run_dir, run_id, cfg, list(tasks), token, seed, time.time())
+        write_atomic(run_dir / TASKS_FILE, _task_lines(tasks))
+        return files
 
     @classmethod
     def open(cls, run_dir: Path) -> RunFiles:

@@ -67,3 +67,21 @@ def test_resume_takes_its_config_from_the_run_directory(tmp_path: Path) -> None:
         start_run("resume", tmp_path, cfg)
     with pytest.raises(AutoscalerError, match=f"no {JOURNAL_DB} here"):
         start_run("resume", tmp_path)
+
+
+def test_a_run_killed_before_its_daemon_started_can_be_resumed(tmp_path: Path) -> None:
+    """The run directory names its run from the moment its tasks file shows: a daemon
+    killed right after (``kill -9`` once ``tasks.jsonl`` appears, as docs/runs.md does)
+    left a journal without the run's facts, and ``--resume`` refused the run."""
+    cfg = load_config(EXAMPLES / "local.yaml")
+    tasks = expand_bag(cfg)
+    new = start_run("new", tmp_path / "run", cfg, tasks, run_id="k", seed=5)
+    assert isinstance(new, Daemon)  # created, never run: killed here
+    resumed = start_run("resume", tmp_path / "run")
+    assert isinstance(resumed, Daemon)
+    files = resumed.files
+    assert (files.run_id, files.seed, files.start_wall) == ("k", 5, new.files.start_wall)
+    assert files.tasks == tasks
+    assert files.address is None  # no dispatcher listened yet
+    with pytest.raises(AutoscalerError, match="already holds a run: use --resume"):
+        start_run("new", tmp_path / "run", cfg, tasks, run_id="k2", seed=5)
