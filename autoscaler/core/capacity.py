@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from autoscaler.core.model import GIVEN_UP_KINDS, NEVER, LaunchFailed, ProviderLimit, QuotaSet
+from autoscaler.core.words import counted
 
 RECOVERING_WEIGHT = 0.5
 """What a type counts in a plan the moment its avoidance after a refused launch ends."""
@@ -43,7 +44,7 @@ class Capacity:
             return None
         why = {t: reason for _, t, kind, reason in self.launch_problems if kind in GIVEN_UP_KINDS}
         said = "; ".join(f"{t}: {why[t]}" if t in why else t for t in types)
-        return f"every machine type was given up, {tasks_left} tasks left ({said})"
+        return f"every machine type was given up, {counted(tasks_left, 'task')} left ({said})"
 
     def held(self, now: float, type_name: str | None = None) -> bool:
         """Whether scale-up waits at ``now`` for a limit or throttling to lift: of every

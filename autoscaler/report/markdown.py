@@ -389,16 +389,18 @@ def _notices_section(report: Report) -> list[str]:
 
 
 def _unfinished_sentence(tasks: Sequence[UnfinishedTask]) -> str:
+    n = counted(len(tasks), "task")
     if all(t.command is None for t in tasks):
+        are, they = ("is", "it") if len(tasks) == 1 else ("are", "they")
         return (
-            f"The {len(tasks)} tasks not done are synthetic: `{UNFINISHED_TXT}` lists their ids, "
-            "but they cannot be re-run as commands."
+            f"The {n} not done {are} synthetic: `{UNFINISHED_TXT}` lists "
+            f"{'its id' if len(tasks) == 1 else 'their ids'}, but {they} cannot be re-run "
+            "as commands."
         )
     runnable = sum(_bag_line(t.command) is not None for t in tasks)
     which = "the" if runnable == len(tasks) else f"{runnable} of the"
     return (
-        f"The commands of {which} {len(tasks)} tasks not done are in `{UNFINISHED_TXT}`, "
-        "a bag file for a new run."
+        f"The commands of {which} {n} not done are in `{UNFINISHED_TXT}`, a bag file for a new run."
     )
 
 

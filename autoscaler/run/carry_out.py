@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autoscaler.config.schema import RunConfig
+from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.model import (
     NEVER,
     Action,
@@ -36,6 +37,7 @@ from autoscaler.providers.base import ProviderState
 from autoscaler.run.agents import heard_since, lost_after_s, lost_contact
 from autoscaler.run.assemble import log_action
 from autoscaler.run.dispatch import Dispatcher
+from autoscaler.run.giveup import UNSEEN_REASON
 from autoscaler.run.hearing import Hearing
 from autoscaler.run.machines import MachineLifecycle, launch_events
 from autoscaler.run.timers import Timers
@@ -140,11 +142,31 @@ class Executor:
             else:
                 self.lifecycle.keep_tunnel(m.id)
         queued, seen = self.lifecycle.queued, self.dispatcher.last_seen
-        lost = lost_contact(alive, self.since, seen, mono, cfg, queued, self.hearing)
+        lost = self._scheduler_says(
+            lost_contact(alive, self.since, seen, mono, cfg, queued, self.hearing)
+        )
         oldest = heard_since(alive, self.since, seen)
         self.hearing.forget_before(mono if oldest is None else oldest)
         gone.update(e.machine for e in lost)
         return lost
+
+    def _scheduler_says(self, lost: list[MachineLost]) -> list[MachineLost]:
+        """Machines whose agents never reported in, with what their provider says of
+        them when it says anything (a batch job in an error state, its log's tail): a
+        host too busy to read the scheduler before the boot limit passed still names
+        the scheduler's reason, not only the silence (losses are few: one look each)."""
+        unseen = [e.machine for e in lost if e.reason == UNSEEN_REASON]
+        if not unseen:
+            return lost
+        try:
+            said = {s.id: s.reason for s in self.lifecycle.provider.describe(unseen) if s.reason}
+        except AutoscalerError as exc:
+            self.log.warning("provider not asked why machines never reported in", error=str(exc))
+            return lost
+        return [
+            MachineLost(e.machine, f"{e.reason}; {said[e.machine]}") if e.machine in said else e
+            for e in lost
+        ]
 
     def kill_all(self) -> None:
         """The second signal: every machine the run knows ends now, without grace."""

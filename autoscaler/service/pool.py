@@ -238,9 +238,10 @@ def _markdown(name: str, job_id: str, o: Any, run_dir: Path) -> str:
     )
     return (
         f"# Job {job_id} ({name})\n\n"
-        f"A deadline job in the service's shared pool ({run_dir}): {o.done} of {o.tasks} "
-        f"tasks done, {o.failed} failed; it {met}. Finish {o.finish_s} s, deadline "
-        f"{o.deadline_s} s (pool run time). Cost attributed: {o.cost:.4f}"
+        f"A deadline job in the service's shared pool ({run_dir}): {o.done} of "
+        f"{counted(o.tasks, 'task')} done, {o.failed} failed; it {met}. "
+        f"Finish {o.finish_s} s, deadline {o.deadline_s} s (pool run time). "
+        f"Cost attributed: {o.cost:.4f}"
         + (f" (forecast {o.predicted_cost:.4f})" if o.predicted_cost is not None else "")
         + ".\n\nThe pool's own report, Gantt and journal are in its run directory.\n"
     )

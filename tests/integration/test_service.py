@@ -569,3 +569,20 @@ def test_a_real_run_keeps_its_run_id_and_seed(tmp_path: Path) -> None:
     report = json.loads((run_dir / "report.json").read_text())
     assert report["run_id"] == printed == run_id_of(run_dir)
     assert report["seed"] == 7
+
+
+def test_a_pool_job_one_task_late_says_so_in_the_singular(tmp_path: Path) -> None:
+    """A one-task deadline job whose task takes an hour, not the 200 s declared, misses
+    its 20-minute deadline: its report in the service said "(1 tasks late)"."""
+    svc = ServiceProcess(service_config(tmp_path), tmp_path / "state")
+    try:
+        slow = {"small": 3600, "fast": 3600}
+        job = svc.submit({**_deadline_job("tight", 1, "20m"), "emulator_task_s": slow})
+        waited = svc.cli("wait", job, timeout=240)
+        assert waited.returncode == 4, waited.stdout + waited.stderr  # late
+        text = (Path(svc.view(job)["run_dir"]) / "report.md").read_text(encoding="utf-8")
+        assert "1 of 1 tasks done" not in text
+        assert "missed its deadline (1 task late)" in text
+        assert "1 tasks" not in text
+    finally:
+        assert svc.stop() == 0

@@ -72,3 +72,31 @@ def test_one_late_task_is_said_in_the_singular(tmp_path: Path) -> None:
     report = (out / "report.md").read_text(encoding="utf-8")
     assert "late by 1 task in all" in report
     assert not re.search(r"\b1 tasks", report)
+
+
+@pytest.mark.parametrize(
+    ("commands", "said"),
+    [
+        ([None], "The 1 task not done is synthetic: `unfinished.txt` lists its id, but it"),
+        ([None, None], "The 2 tasks not done are synthetic: `unfinished.txt` lists their ids"),
+        (["echo 1"], "The commands of the 1 task not done are in `unfinished.txt`"),
+        (["echo 1", "echo 2"], "The commands of the 2 tasks not done are in"),
+    ],
+)
+def test_the_report_counts_the_tasks_not_done(commands: list[str | None], said: str) -> None:
+    """report.md's line on what is left said "The 1 tasks not done are synthetic"."""
+    from autoscaler.report.markdown import _unfinished_sentence
+    from autoscaler.report.records import UnfinishedTask
+
+    tasks = [UnfinishedTask(i, c, "not_started", None) for i, c in enumerate(commands)]
+    assert _unfinished_sentence(tasks).startswith(said)
+
+
+def test_a_run_with_every_type_given_up_counts_the_tasks_left() -> None:
+    from autoscaler.core.capacity import Capacity
+    from autoscaler.core.model import NEVER
+
+    capacity = Capacity(unavailable={"small": NEVER})
+    assert (
+        capacity.none_left(["small"], 1) == "every machine type was given up, 1 task left (small)"
+    )

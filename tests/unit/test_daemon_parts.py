@@ -7,6 +7,7 @@ import queue
 import threading
 from collections.abc import Mapping, Sequence
 
+import pytest
 import structlog
 from apscheduler.schedulers.background import BackgroundScheduler
 from structlog.testing import capture_logs
@@ -33,6 +34,7 @@ from autoscaler.run.agents import HEARTBEATS_PER_S, heartbeat_s, lost_after_s, l
 from autoscaler.run.assemble import controller_settings, new_state
 from autoscaler.run.carry_out import SCANS_PER_LIMIT, Executor
 from autoscaler.run.dispatch import Dispatcher
+from autoscaler.run.giveup import UNSEEN_REASON
 from autoscaler.run.machines import LaunchDone, MachineLifecycle, launch_events
 from autoscaler.run.owner import step_order
 from autoscaler.run.timers import Timers
@@ -266,6 +268,45 @@ def test_a_health_check_looks_at_the_fleet_at_most_twenty_times_in_its_silence_l
     assert [e.machine for e in first] == ["m0"]
     assert soon == []
     assert [e.machine for e in later] == ["m0"]
+
+
+class Telling(Refusing):
+    """A batch scheduler that knows why a job never ran (a job in Eqw)."""
+
+    def __init__(self, reason: str | None):
+        super().__init__(0)
+        self.reason = reason
+        self.asked: list[list[str]] = []
+
+    def describe(self, ids: Sequence[str] | None = None) -> list[MachineStatus]:
+        self.asked.append(list(ids or []))
+        return [
+            MachineStatus(i, "slow", ProviderState.PENDING, reason=self.reason) for i in ids or []
+        ]
+
+
+@pytest.mark.parametrize("reason", ["sge job 7: Eqw, error: can't open output file", None])
+def test_a_machine_that_never_reported_in_is_lost_with_what_its_provider_says(
+    reason: str | None,
+) -> None:
+    """A host too busy to read the scheduler before a machine's boot limit passed lost a
+    Grid Engine job in Eqw as "never reported in", and its type was given up without
+    the scheduler's reason (test_batch_unready, seen in CI on a loaded host)."""
+    state, launch = first_launch()
+    state.apply(1.0, MachineLaunched("m0", launch.type, launch.token, at=1.0))
+    dispatcher = Dispatcher("token", queue.SimpleQueue())
+    dispatcher.start()
+    provider = Telling(reason)
+    try:
+        scheduler = BackgroundScheduler()
+        timers = Timers(scheduler, lambda item: None, Timeline(0.0, 0.0, 1.0), 0.0)
+        executor = Executor(lifecycle(provider), dispatcher, timers, Log(), {"m0": 0.0})
+        (lost,) = executor.health(state, CFG, set())
+    finally:
+        dispatcher.close()
+    assert provider.asked == [["m0"]]
+    said = UNSEEN_REASON if reason is None else f"{UNSEEN_REASON}; {reason}"
+    assert lost == MachineLost("m0", said)
 
 
 # --- a result and its machine's loss in one step ---------------------------------------------

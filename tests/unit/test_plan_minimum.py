@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.unit.test_cli_process import EXAMPLES, autoscaler
 
@@ -67,10 +68,27 @@ def test_running_the_plans_minimum_says_no_risk(tmp_path: Path) -> None:
     assert report["tasks_done"] == report["tasks_total"]
 
 
-@pytest.mark.parametrize(
-    "example",
-    ["quickstart", "bats_s1_1", "bats_s4_3", "local", "sge", "sweep"],
-)
+def _budget_examples() -> list[str]:
+    """Every example run config with a budget (job files, which have no machine types,
+    run in the service's dry run below)."""
+    out = []
+    for path in sorted(EXAMPLES.glob("*.yaml")):
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        if "machine_types" in data and "budget" in (data.get("constraint") or {}):
+            out.append(path.stem)
+    return out
+
+
+BUDGET_EXAMPLES = _budget_examples()
+
+
+def test_the_budget_examples_are_found() -> None:
+    assert {"quickstart", "bats_s1_1", "bats_s4_3", "local", "sge", "slurm", "ec2"} <= set(
+        BUDGET_EXAMPLES
+    )
+
+
+@pytest.mark.parametrize("example", BUDGET_EXAMPLES)
 def test_an_example_that_finishes_within_its_budget_is_warned_of_nothing(
     example: str, tmp_path: Path
 ) -> None:
@@ -87,3 +105,26 @@ def test_an_example_that_finishes_within_its_budget_is_warned_of_nothing(
     assert not [w for w in WARNINGS if w in printed], printed
     assert report["risk"] is None
     assert report["shortfall"] is None
+
+
+def test_the_service_example_s_jobs_are_warned_of_nothing(tmp_path: Path) -> None:
+    """The service example's dry run with its two job files (docs/service.md), each
+    job done within its budget or by its deadline, and no warning said."""
+    done = autoscaler(
+        "run",
+        str(EXAMPLES / "service.yaml"),
+        "--dry-run",
+        "--job",
+        str(EXAMPLES / "job.yaml"),
+        "--job",
+        str(EXAMPLES / "job_deadline.yaml"),
+        "--out",
+        str(tmp_path),
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    printed = " ".join((done.stdout + done.stderr).split())
+    assert not [w for w in WARNINGS if w in printed], printed
+    budget_job = json.loads(next(tmp_path.glob("*-*/report.json")).read_text(encoding="utf-8"))
+    assert budget_job["tasks_done"] == budget_job["tasks_total"]
+    assert budget_job["risk"] is None
+    assert budget_job["shortfall"] is None
