@@ -376,7 +376,10 @@ def journal_progress(rows: list[JobRow], pool_dir: Path) -> dict[str, Progress]:
     for row in rows:
         if row.in_pool or row.final is not None or not (row.run_dir / JOURNAL_DB).is_file():
             continue
-        files, state = read_run(row.run_dir)
+        try:
+            files, state = read_run(row.run_dir)
+        except AutoscalerError:
+            continue  # shown as the service's store has it; its start says why
         clock = Clock(files.start_wall, files.cfg.time_scale)
         out[row.id] = progress(state, files.cfg, clock, planned_finish(state))
     return out

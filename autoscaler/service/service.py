@@ -179,9 +179,17 @@ class Service:
         if POOL_HOLDER in dirs:
             dirs[POOL_HOLDER] = self.state_dir / POOL_DIR
         for holder, run_dir in dirs.items():
-            if (run_dir / JOURNAL_DB).is_file():
+            if not (run_dir / JOURNAL_DB).is_file():
+                continue
+            try:
                 _, state = read_run(run_dir)
-                self.quota.hold(holder, state.fleet.alive_counts())
+            except AutoscalerError as exc:
+                # That job alone cannot go on (its start fails it, saying why); the
+                # service and its other jobs do.
+                if self.log is not None:
+                    self.log.error("a job's run cannot be read", job=holder, error=exc.message)
+                continue
+            self.quota.hold(holder, state.fleet.alive_counts())
 
     # --- jobs in ----------------------------------------------------------------------
 

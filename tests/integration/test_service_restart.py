@@ -205,3 +205,46 @@ def test_the_deadline_pool_is_handed_over_and_adopted_by_the_next_service(
     assert not [d for d in lost if d["reason"] == "ended while the daemon was down"], lost
     done = [d["task"] for _, kind, d in rows if kind == "TaskDone"]
     assert sorted(done) == list(range(40)), "a task was lost or done twice"
+
+
+@pytest.mark.alone  # time-scaled budget jobs, the service killed meanwhile
+def test_a_job_whose_run_cannot_be_read_fails_alone_and_the_service_starts(
+    tmp_path: Path,
+) -> None:
+    """A service killed -9 with two jobs running, one of whose journals has lost its
+    run's facts: the service starts again (it refused to start, exit 2: "the journal
+    lacks 'run_id'"), that job fails saying why, the other is resumed and finishes, and
+    `jobs` lists both. The unreadable job's machines, adopted by nobody, end by
+    themselves."""
+    import sqlite3
+
+    state_dir = tmp_path / "state"
+    config = service_config(tmp_path)
+    svc = ServiceProcess(config, state_dir)
+    broken = svc.submit(budget_job("broken", 600, 100))
+    fine = svc.submit(budget_job("fine", 200, 60))
+    wait_for(
+        lambda: svc.view(broken)["done"] >= 3 and svc.view(fine)["done"] >= 3,
+        90,
+        "tasks of both jobs done",
+    )
+    svc.kill9()
+    run_dir = state_dir / "jobs" / broken
+    run_id = run_id_of(run_dir)
+    with sqlite3.connect(run_dir / "journal.sqlite") as db:
+        db.execute("DELETE FROM meta WHERE key = 'run_id'")
+    svc = ServiceProcess(config, state_dir)
+    try:
+        waited = svc.cli("wait", fine, timeout=240)
+        assert waited.returncode == 0, waited.stdout + waited.stderr + svc.events()
+        assert svc.view(fine)["done"] == 200
+        view = svc.view(broken)
+        assert view["state"] == "failed", view
+        assert "the journal lacks 'run_id'" in view["stop_reason"], view
+        listed = svc.cli("jobs")
+        assert listed.returncode == 0, listed.stderr
+        assert broken in listed.stdout
+        assert fine in listed.stdout
+    finally:
+        assert svc.stop() == 0
+    wait_for(lambda: agents_of(run_id) == [], 90, "the unread job's machines to end")
