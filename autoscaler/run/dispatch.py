@@ -6,7 +6,9 @@ connection is idle or held most of the time (a long poll): with a thread per con
 (the standard library's ``ThreadingHTTPServer``, before) thousands of threads took turns
 at the GIL and ``http.server`` parsed every header through ``email``, 2.8 ms of the
 daemon's CPU per task at 2,000 agents. On the loop a request costs what its bytes and its
-JSON cost, and a held poll a future and a timer.
+JSON cost, and a held poll a timer: each connection is a protocol whose callbacks frame
+and answer its requests (``_Connection``), not asyncio streams with a coroutine, a future
+per read and a future per poll.
 
 The handler decides nothing: it checks the run's token, parses the request into a
 ``Poll`` and puts it on the daemon's queue, then waits for the daemon's answer
@@ -32,22 +34,14 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from socket import SOMAXCONN
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from autoscaler.run.auth import bearer_token, token_matches
-from autoscaler.run.http1 import (
-    STREAM_LIMIT,
-    HttpError,
-    Request,
-    head_bytes,
-    interim,
-    read_body,
-    read_request,
-)
+from autoscaler.run.http1 import CONTINUE, STREAM_LIMIT, HttpError, Request, head_bytes, take_head
 
 POLL_PATH = "/v1/poll"
 FILES_PATH = "/v1/files"
@@ -69,6 +63,7 @@ FILE_THREADS = 8
 CLOSE_S = 5.0
 _BLOCK = 1 << 20
 _JSON = b"application/json"
+_BUSY = {"error": "controller busy, try again"}
 
 
 class Reply:
@@ -84,7 +79,7 @@ class Reply:
     """
 
     __slots__ = (
-        "_answer",
+        "_conn",
         "_lock",
         "_taken",
         "_timer",
@@ -103,7 +98,7 @@ class Reply:
         self.closed = False
         self._taken = False  # the daemon has sent or held it
         self._to: Dispatcher | None = None  # set before the poll goes on the daemon's queue
-        self._answer: asyncio.Future[dict[str, Any] | None] | None = None  # the loop's
+        self._conn: _Connection | None = None  # the loop's: the connection it answers
         self._timer: asyncio.TimerHandle | None = None  # the loop's: give up, or end a hold
 
     def send(self, body: dict[str, Any]) -> bool:
@@ -282,7 +277,7 @@ class Dispatcher:
         self._thread: threading.Thread | None = None
         self._server: asyncio.Server | None = None
         self._ticker: asyncio.TimerHandle | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
+        self._connections: set[_Connection] = set()
         self._put = 0  # polls put on the daemon's queue (the loop's count)
         self._taken = 0  # of them, sent or held by the daemon (counted under _lock)
         self._lock = threading.Lock()
@@ -334,9 +329,7 @@ class Dispatcher:
         asyncio.set_event_loop(loop)
         try:
             self._server = loop.run_until_complete(
-                asyncio.start_server(
-                    self._serve, sock=self._sock, limit=STREAM_LIMIT, backlog=SOMAXCONN
-                )
+                loop.create_server(lambda: _Connection(self), sock=self._sock, backlog=SOMAXCONN)
             )
         except BaseException as exc:  # the caller of start raises it
             ready.set_exception(exc)
@@ -350,8 +343,8 @@ class Dispatcher:
             self._server.close()
         if self._ticker is not None:
             self._ticker.cancel()
-        for writer in self._writers:
-            writer.transport.abort()
+        for connection in list(self._connections):
+            connection.abort()
         tasks = asyncio.all_tasks() - {asyncio.current_task()}
         for task in tasks:
             task.cancel()
@@ -376,137 +369,55 @@ class Dispatcher:
             "dispatcher error", error=repr(exc) if exc is not None else context.get("message")
         )
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """One connection: its requests one after the other, until either side closes it."""
-        crowded = len(self._writers) >= self.max_connections
-        self._writers.add(writer)
-        try:
-            keep = True
-            while keep:
-                try:
-                    request = await read_request(reader)
-                    if request is None:
-                        break
-                    interim(writer, request)
-                    keep = await self._answer(request, reader, writer, crowded)
-                except HttpError as exc:
-                    data = _ENCODER.encode({"error": exc.message}).encode()
-                    writer.write(head_bytes(exc.status, len(data), True, _JSON) + data)
-                    keep = False
-                if writer.transport.get_write_buffer_size() > _BLOCK:
-                    await writer.drain()  # a client that reads slowly is not written past that
-        except (ConnectionError, asyncio.CancelledError):
-            pass  # the agent went (released, killed) meanwhile, or the dispatcher closes
-        finally:
-            self._writers.discard(writer)
-            writer.close()
-
-    def _send(
-        self,
-        writer: asyncio.StreamWriter,
-        request: Request,
-        status: int,
-        body: dict[str, Any],
-        keep: bool = True,
-    ) -> bool:
-        """Write a JSON answer; whether the connection stays open for the next request."""
-        keep = keep and request.keep_alive
-        data = _ENCODER.encode(body).encode()
-        writer.write(head_bytes(status, len(data), not keep, _JSON) + data)
-        return keep
-
-    async def _answer(
-        self,
-        request: Request,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        crowded: bool,
-    ) -> bool:
-        """Answer one request; whether the connection stays open for the next."""
-        method = request.method
-        if method == "POST":
-            if request.length > MAX_BODY:
-                too_big = f"body of {request.length} bytes: more than {MAX_BODY}"
-                return self._send(writer, request, 413, {"error": too_big}, keep=False)
-            arrived = time.monotonic()
-            body = await read_body(reader, request)
-            if body is None:
-                return False
-            if crowded:
-                return self._crowded(writer, request)
-            if request.target == FILES_PATH:
-                return await self._plan(request, writer, body)
-            if request.target != POLL_PATH:
-                no_such = {"error": f"no such endpoint {request.target[:100]}"}
-                return self._send(writer, request, 404, no_such)
-            return await self._poll(request, writer, body, arrived)
-        if crowded:
-            return self._crowded(writer, request)
-        if method == "GET":
-            return await self._input(request, writer)
-        if method == "PUT":
-            return await self._receive(request, reader, writer)
-        unknown = {"error": f"method {method} is not served: agents POST to {POLL_PATH}"}
-        return self._send(writer, request, 405, unknown, keep=False)
-
-    def _crowded(self, writer: asyncio.StreamWriter, request: Request) -> bool:
+    def _crowded(self, connection: _Connection, request: Request) -> None:
         self.crowded += 1
         busy = {"error": f"more than {self.max_connections} connections: try again"}
-        return self._send(writer, request, 503, busy, keep=False)
+        connection.send(request, 503, busy, keep=False)
 
     # --- polls ------------------------------------------------------------------------------
 
-    async def _poll(
-        self, request: Request, writer: asyncio.StreamWriter, body: bytes, arrived: float
-    ) -> bool:
+    def _poll(self, connection: _Connection, request: Request, body: bytes, arrived: float) -> None:
+        """Answer a poll at once, or hand it to the daemon: ``_settle`` writes its answer
+        when the daemon's reply comes (``_flush``) or its time is up (``_expire``)."""
         if not self.authorised(request.headers.get("authorization")):
             self.refused += 1
             if self.log is not None:
-                peer = writer.get_extra_info("peername")
+                peer = connection.transport.get_extra_info("peername")
                 self.log.warning(
                     "agent refused: wrong or missing token",
                     peer=peer[0] if peer else None,
                     machine=_claimed_machine(body),
                 )
-            return self._send(writer, request, 401, {"error": "wrong or missing token"})
+            connection.send(request, 401, {"error": "wrong or missing token"})
+            return
         try:
             poll = parse_poll(body, arrived)
         except BadRequest as exc:
-            return self._send(writer, request, 400, {"error": str(exc)})
+            connection.send(request, 400, {"error": str(exc)})
+            return
         if poll.machine in self.allowed:
             self.last_seen[poll.machine] = arrived
             if self._put - self._taken >= self.max_backlog:
                 self.busy += 1
-                return self._send(writer, request, 503, {"error": "controller busy, try again"})
+                connection.send(request, 503, _BUSY)
+                return
         elif poll.machine not in self.gone:  # launched a moment ago: not known to us yet
-            return self._send(writer, request, 503, {"error": "machine not known yet"})
+            connection.send(request, 503, {"error": "machine not known yet"})
+            return
         elif not poll.results:
-            gone = {"error": f"machine {poll.machine!r} was released"}
-            return self._send(writer, request, 410, gone)
+            connection.send(request, 410, {"error": f"machine {poll.machine!r} was released"})
+            return
         # (a machine given up on whose poll carries results: they still count,
         # ``Agents.poll_events``, and the daemon's answer releases its agent)
         self.polls += 1
-        answer = await self._handed(poll)
-        if answer is None:
-            return self._send(writer, request, 503, {"error": "controller busy, try again"})
-        return self._send(writer, request, 200, {"epoch": self.epoch, **answer})
-
-    async def _handed(self, poll: Poll) -> dict[str, Any] | None:
-        """The daemon's answer to ``poll``; None if it did not take it in time."""
         reply = poll.reply
-        loop = self._loop
-        answer: asyncio.Future[dict[str, Any] | None] = loop.create_future()
-        reply._answer = answer
+        reply._conn = connection
         give_up_at = poll.arrived + poll.wait_s + PROCESS_TIMEOUT_S
-        reply._timer = loop.call_at(give_up_at, self._expire, reply)
+        reply._timer = self._loop.call_at(give_up_at, self._expire, reply)
         reply._to = self
+        connection.wait_for(reply, request)
         self._put += 1
         self.inbox.put(poll)
-        try:
-            return await answer
-        finally:
-            reply._timer.cancel()
-            reply._close()
 
     def _wake(self, reply: Reply, first: bool, settle: bool) -> None:
         """(The daemon's thread.) ``reply`` was sent or held: the loop settles it, with
@@ -528,28 +439,34 @@ class Dispatcher:
             replies, self._pending = self._pending, []
             self._flush_due = False
         for reply in replies:
-            answer = reply._answer
-            if answer is None or answer.done() or reply._timer is None:
+            if reply._conn is None or reply._timer is None:
                 continue
             if reply.body is not None:
-                answer.set_result(reply._close())
+                self._settle(reply)
             else:  # held: the timer moves to the hold's end
                 reply._timer.cancel()
                 reply._timer = self._loop.call_at(reply.hold_until, self._expire, reply)
 
     def _expire(self, reply: Reply) -> None:
         """A poll's time is up: the daemon's answer if it came meanwhile, the held base
-        answer at its time, else None."""
-        answer = reply._answer
-        if answer is None or answer.done():
+        answer at its time, else 503."""
+        if reply._conn is None:
             return
         if reply.body is None and reply.base is not None and reply.hold_until > self._loop.time():
             # held just now; the flush that moves the timer has not run yet
             reply._timer = self._loop.call_at(reply.hold_until, self._expire, reply)
             return
-        answer.set_result(reply._close())
+        self._settle(reply)
 
-    # --- task files (their I/O on the file threads) -----------------------------------------
+    def _settle(self, reply: Reply) -> None:
+        connection, reply._conn = reply._conn, None
+        if reply._timer is not None:
+            reply._timer.cancel()
+        answer = reply._close()
+        if connection is not None:
+            connection.answered(None if answer is None else {"epoch": self.epoch, **answer})
+
+    # --- task files (coroutines; their I/O on the file threads) -----------------------------
 
     def _files_refused(self, request: Request) -> tuple[int, dict[str, Any]] | None:
         if self.files is None:
@@ -558,75 +475,379 @@ class Dispatcher:
             return 401, {"error": "wrong or missing token"}
         return None
 
-    async def _plan(self, request: Request, writer: asyncio.StreamWriter, body: bytes) -> bool:
+    async def _plan(self, request: Request, connection: _Connection, body: bytes) -> bool:
         refused = self._files_refused(request)
         if refused is not None:
-            return self._send(writer, request, *refused, keep=False)
+            return connection.write_answer(request, *refused, keep=False)
         status, answer = await self._loop.run_in_executor(self._pool, self.files.plan, body)
-        return self._send(writer, request, status, answer)
+        return connection.write_answer(request, status, answer)
 
-    async def _input(self, request: Request, writer: asyncio.StreamWriter) -> bool:
+    async def _input(self, request: Request, connection: _Connection) -> bool:
         """``GET`` an input file, streamed block by block."""
         refused = self._files_refused(request)
         if refused is not None:
-            return self._send(writer, request, *refused, keep=False)
+            return connection.write_answer(request, *refused, keep=False)
         keep = request.length == 0  # a body sent with a GET is not read
         path = self.files.input_file(request.target)
         if path is None:
             missing = {"error": "agents POST to " + POLL_PATH}
-            return self._send(writer, request, 404, missing, keep)
+            return connection.write_answer(request, 404, missing, keep)
         loop = self._loop
         try:
             stream, size = await loop.run_in_executor(self._pool, _open_input, path)
         except OSError as exc:
-            return self._send(writer, request, 404, {"error": f"input: {exc.strerror}"}, keep)
+            failed = {"error": f"input: {exc.strerror}"}
+            return connection.write_answer(request, 404, failed, keep)
         keep = keep and request.keep_alive
         sent = 0
         try:
-            writer.write(head_bytes(200, size, not keep, None))
+            connection.write(head_bytes(200, size, not keep, None))
             while sent < size:
                 block = await loop.run_in_executor(
                     self._pool, stream.read, min(_BLOCK, size - sent)
                 )
                 if not block:
                     break  # the file shrank: the answer is cut short, the connection closed
-                writer.write(block)
+                connection.write(block)
                 sent += len(block)
-                await writer.drain()
+                await connection.drain()
         finally:
             stream.close()
         return keep and sent == size
 
-    async def _receive(
-        self, request: Request, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> bool:
+    async def _receive(self, request: Request, connection: _Connection) -> bool:
         """``PUT`` an output file: ``Staging.receive`` on a file thread, reading the body
         from the loop a block at a time (a file is never held whole in memory)."""
         refused = self._files_refused(request)
         if refused is not None:
-            return self._send(writer, request, *refused, keep=False)
+            return connection.write_answer(request, *refused, keep=False)
         seen = self.last_seen
         status, answer = await self._loop.run_in_executor(
             self._pool,
             self.files.receive,
             request.target,
-            _Body(reader, self._loop, self._closing),
+            _Body(connection, self._loop, self._closing),
             request.length,
             lambda machine: seen.__setitem__(machine, time.monotonic()),
         )
-        return self._send(writer, request, status, answer, keep=status == 200)  # else unread
+        return connection.write_answer(request, status, answer, keep=status == 200)  # else unread
+
+
+class _Connection(asyncio.Protocol):
+    """One agent's connection on the loop: its requests framed from the bytes as they
+    arrive and answered one after the other, without a coroutine per request. A poll is
+    handed to the daemon and its answer written when the daemon's reply comes; the
+    connection reads nothing more meanwhile (at most one poll outstanding, answers in
+    order). The rare task-file requests run as a coroutine that reads its body from here
+    (``read``) and waits for the client to read what it wrote (``drain``).
+
+    Nothing buffers without bound: the socket is not read while a poll is outstanding or
+    the client is a block behind reading answers (bytes that arrive meanwhile stop the
+    reading, so at most one read's worth waits), nor past ``STREAM_LIMIT`` bytes of an
+    uploaded body that the file thread has not taken."""
+
+    __slots__ = (
+        "arrived",
+        "blocked",
+        "buf",
+        "crowded",
+        "d",
+        "ended",
+        "eof",
+        "held",
+        "linger",
+        "lost",
+        "paused",
+        "reply",
+        "request",
+        "searched",
+        "task",
+        "transport",
+        "waiter",
+        "wanted",
+    )
+
+    def __init__(self, dispatcher: Dispatcher) -> None:
+        self.d = dispatcher
+        self.transport: asyncio.Transport
+        self.buf = bytearray()  # received, not yet served
+        self.searched = 0  # bytes of buf searched for the end of a head
+        self.request: Request | None = None  # a POST whose body is arriving
+        self.arrived = 0.0  # when its head came
+        self.reply: Reply | None = None  # the poll the daemon has not answered yet
+        self.held: Request | None = None  # its request
+        self.task: asyncio.Task[None] | None = None  # a task-file request being served
+        self.waiter: asyncio.Future[None] | None = None  # the task's read or drain
+        self.wanted = 0  # bytes the task's read waits for
+        self.crowded = False  # past max_connections: every request 503
+        self.paused = False  # the socket is not read
+        self.blocked = False  # the client is a block behind reading answers
+        self.eof = False  # the client sent its last byte
+        self.lost = False
+        self.ended = False  # nothing more is served: closing
+        self.linger: asyncio.TimerHandle | None = None
+
+    # --- asyncio's calls --------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        self.transport.set_write_buffer_limits(_BLOCK)
+        connections = self.d._connections
+        self.crowded = len(connections) >= self.d.max_connections
+        connections.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        if self.ended:
+            return  # refused: what follows is not read
+        self.buf += data
+        if self.task is not None:
+            self._wake()
+            self._flow()
+        elif self.reply is None and not self.blocked:
+            self._serve()
+        elif not self.paused:
+            self.paused = True
+            self.transport.pause_reading()
+
+    def eof_received(self) -> bool:
+        self.eof = True
+        self._wake()
+        if not self.ended and self.reply is None and self.task is None and not self.blocked:
+            self._serve()
+        return not self.ended  # open, to answer the requests already in
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = self.ended = True
+        self._wake()
+        if self.linger is not None:
+            self.linger.cancel()
+        if self.reply is None:
+            self.d._connections.discard(self)
+        # else a late answer: the connection is let go once it is settled
+
+    def pause_writing(self) -> None:
+        self.blocked = True
+
+    def resume_writing(self) -> None:
+        self.blocked = False
+        self._wake()
+        if self.reply is None and self.task is None:
+            self._next()
+
+    # --- the dispatcher's calls -------------------------------------------------------------
+
+    def write(self, data: bytes) -> None:
+        if not self.lost:
+            self.transport.write(data)
+
+    def write_answer(
+        self, request: Request, status: int, body: dict[str, Any], keep: bool = True
+    ) -> bool:
+        """Write a JSON answer; whether the connection stays open for the next request."""
+        keep = keep and request.keep_alive
+        data = _ENCODER.encode(body).encode()
+        self.write(head_bytes(status, len(data), not keep, _JSON) + data)
+        return keep
+
+    def send(self, request: Request, status: int, body: dict[str, Any], keep: bool = True) -> None:
+        """Answer a request at once; the next is served after it (unless it closes)."""
+        if not self.write_answer(request, status, body, keep):
+            self._end()
+
+    def wait_for(self, reply: Reply, request: Request) -> None:
+        """The poll ``request`` is the daemon's: nothing more is served until ``answered``."""
+        self.reply, self.held = reply, request
+
+    def answered(self, answer: dict[str, Any] | None) -> None:
+        """The daemon's answer to the poll outstanding (None: it did not take it in time)."""
+        request, self.reply, self.held = self.held, None, None
+        if self.lost or request is None:
+            self.d._connections.discard(self)
+            return
+        if answer is None:
+            self.send(request, 503, _BUSY)
+        else:
+            self.send(request, 200, answer)
+        self._next()
+
+    def abort(self) -> None:
+        """(The dispatcher closes.) Cut the connection at once; the poll outstanding, if
+        any, is given up unanswered (a late ``send`` returns False)."""
+        self.ended = True
+        reply, self.reply = self.reply, None
+        if reply is not None:
+            reply._conn = None
+            if reply._timer is not None:
+                reply._timer.cancel()
+            reply._close()
+        self.transport.abort()
+
+    async def read(self, size: int) -> bytes:
+        """The next ``size`` bytes of the body being read; fewer only once the client
+        closed the connection."""
+        while len(self.buf) < size and not self.eof and not self.lost:
+            self.wanted = size
+            self._flow()
+            await self._wait()
+        self.wanted = 0
+        chunk = bytes(self.buf[:size])
+        del self.buf[:size]
+        self._flow()
+        return chunk
+
+    async def drain(self) -> None:
+        """Once the client has read what was written down to the low-water mark."""
+        while self.blocked and not self.lost:
+            await self._wait()
+
+    # --- serving ----------------------------------------------------------------------------
+
+    def _serve(self) -> None:
+        """Serve the requests the buffer holds, one after the other, until one is
+        outstanding or the rest has not arrived yet."""
+        while self.reply is None and self.task is None and not self.blocked and not self.ended:
+            try:
+                served = self._step()
+            except HttpError as exc:
+                data = _ENCODER.encode({"error": exc.message}).encode()
+                self.write(head_bytes(exc.status, len(data), True, _JSON) + data)
+                self._end()
+                return
+            if not served:
+                if self.eof:  # the client closed, in the middle of a request or between two
+                    self._end()
+                return
+
+    def _step(self) -> bool:
+        """Serve the next request if the buffer holds it: whether it did."""
+        request = self.request
+        if request is None:
+            request = take_head(self.buf, self.searched)
+            if request is None:
+                self.searched = len(self.buf)
+                return False
+            self.searched = 0
+            self._begin(request)
+        elif len(self.buf) >= request.length:
+            self.request = None
+            body = bytes(self.buf[: request.length])
+            del self.buf[: request.length]
+            self._posted(request, body)
+        else:
+            return False
+        return True
+
+    def _begin(self, request: Request) -> None:
+        """A request whose head is in: a POST waits for its body; the rest are served."""
+        if request.expects_continue and request.length > 0:
+            self.write(CONTINUE)
+        method = request.method
+        if method == "POST":
+            if request.length > MAX_BODY:
+                too_big = f"body of {request.length} bytes: more than {MAX_BODY}"
+                self.send(request, 413, {"error": too_big}, keep=False)
+                return
+            self.request = request
+            self.arrived = time.monotonic()
+        elif self.crowded:
+            self.d._crowded(self, request)
+        elif method == "GET":
+            self._start(self.d._input(request, self))
+        elif method == "PUT":
+            self._start(self.d._receive(request, self))
+        else:
+            unknown = {"error": f"method {method} is not served: agents POST to {POLL_PATH}"}
+            self.send(request, 405, unknown, keep=False)
+
+    def _posted(self, request: Request, body: bytes) -> None:
+        if self.crowded:
+            self.d._crowded(self, request)
+        elif request.target == POLL_PATH:
+            self.d._poll(self, request, body, self.arrived)
+        elif request.target == FILES_PATH:
+            self._start(self.d._plan(request, self, body))
+        else:
+            self.send(request, 404, {"error": f"no such endpoint {request.target[:100]}"})
+
+    def _next(self) -> None:
+        """Serve on after an answer: the requests already in, then the socket's."""
+        if self.paused and not self.ended:
+            self.paused = False
+            self.transport.resume_reading()
+        self._serve()
+
+    def _end(self) -> None:
+        """Serve no more; close once the answers are written. A client still sending (a
+        request refused before its body was read) is read and ignored until it closes:
+        a socket closed with bytes unread resets the connection, and the reset can
+        overtake the answer."""
+        if self.ended:
+            return
+        self.ended = True
+        if self.eof:
+            self.transport.close()
+            return
+        self.transport.write_eof()
+        if self.paused:
+            self.paused = False
+            self.transport.resume_reading()
+        self.linger = self.d._loop.call_later(CLOSE_S, self._linger)
+
+    def _linger(self) -> None:
+        """The client has not closed: cut it once it has read the answers."""
+        if self.transport.get_write_buffer_size() > 0:
+            self.linger = self.d._loop.call_later(CLOSE_S, self._linger)
+        else:
+            self.transport.abort()
+
+    # --- task files -------------------------------------------------------------------------
+
+    def _start(self, exchange: Coroutine[Any, Any, bool]) -> None:
+        self.task = self.d._loop.create_task(self._exchange(exchange))
+
+    async def _exchange(self, exchange: Coroutine[Any, Any, bool]) -> None:
+        keep = False
+        try:
+            keep = await exchange
+        except ConnectionError:
+            pass  # the agent went (released, killed) meanwhile
+        finally:
+            self.task = None
+            if keep:
+                self._next()
+            else:
+                self._end()
+
+    def _flow(self) -> None:
+        """(A task-file request.) Read the socket while the buffer holds less than a block
+        or less than the body's reader waits for."""
+        stop = len(self.buf) >= max(STREAM_LIMIT, self.wanted)
+        if stop != self.paused and not self.ended:
+            self.paused = stop
+            if stop:
+                self.transport.pause_reading()
+            else:
+                self.transport.resume_reading()
+
+    async def _wait(self) -> None:
+        self.waiter = self.d._loop.create_future()
+        try:
+            await self.waiter
+        finally:
+            self.waiter = None
+
+    def _wake(self) -> None:
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(None)
 
 
 class _Body:
     """A request's body, read on the loop, as the blocking stream a file thread reads."""
 
     def __init__(
-        self,
-        reader: asyncio.StreamReader,
-        loop: asyncio.AbstractEventLoop,
-        closing: threading.Event,
+        self, connection: _Connection, loop: asyncio.AbstractEventLoop, closing: threading.Event
     ) -> None:
-        self._reader = reader
+        self._connection = connection
         self._loop = loop
         self._closing = closing
 
@@ -634,7 +855,7 @@ class _Body:
         """Up to ``size`` bytes (fewer only at the end of the connection); b"" once the
         dispatcher closes."""
         try:
-            future = asyncio.run_coroutine_threadsafe(self._read(size), self._loop)
+            future = asyncio.run_coroutine_threadsafe(self._connection.read(size), self._loop)
         except RuntimeError:  # the loop is closed
             return b""
         while True:
@@ -646,14 +867,6 @@ class _Body:
                     return b""
             except concurrent.futures.CancelledError:
                 return b""
-
-    async def _read(self, size: int) -> bytes:
-        try:
-            return await self._reader.readexactly(size)
-        except asyncio.IncompleteReadError as exc:
-            return exc.partial
-        except ConnectionError:
-            return b""
 
 
 def _open_input(path: Path) -> tuple[IO[bytes], int]:

@@ -1,4 +1,4 @@
-"""HTTP/1.1 requests read strictly from an asyncio stream, and the answers written back.
+"""HTTP/1.1 requests framed strictly from a connection's bytes, and the answers' heads.
 
 Only what the agents speak (``bootstrap/agent.py``: its own ``Link`` for polls,
 ``http.client`` for task files): a request line, headers, a body of ``Content-Length``
@@ -12,7 +12,6 @@ times the CPU of the few lines the requests need, paid on every poll of every ag
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from http import HTTPStatus
 
@@ -20,15 +19,17 @@ HEAD_MAX = 64 << 10
 """Bytes of a request's line and headers together (``http.client``'s line limit)."""
 HEADERS_MAX = 100
 STREAM_LIMIT = 1 << 20
-"""Bytes a connection's reader buffers before it stops reading the socket (the asyncio
-stream's ``limit``): an uploaded file's block at a time; a head is held to ``HEAD_MAX``
-apart. At the stream's default of 64 KiB an upload paused and resumed the socket's
-reading sixteen times a block."""
+"""Bytes of an uploaded body a connection buffers before it stops reading the socket: a
+file's block at a time. At asyncio streams' default of 64 KiB an upload paused and
+resumed the socket's reading sixteen times a block."""
 _METHOD_CHARS = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ")
 _TOKEN_CHARS = frozenset(
     b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 )
-_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+"""The interim answer to a client that waits for it (``Expect: 100-continue``) before it
+sends its body."""
+_END = b"\r\n\r\n"
 
 
 class HttpError(Exception):
@@ -42,7 +43,7 @@ class HttpError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    """One request's head; its body (``length`` bytes) is still on the stream."""
+    """One request's head; its body (``length`` bytes) follows it on the connection."""
 
     method: str
     target: str  # as sent: path and query
@@ -107,35 +108,19 @@ def parse_head(head: bytes) -> Request:
     )
 
 
-async def read_request(reader: asyncio.StreamReader) -> Request | None:
-    """The next request's head from ``reader``; None once the client closed the connection
-    between requests (or went in the middle of a head: nothing to answer)."""
-    too_long = HttpError(431, f"request line and headers exceed {HEAD_MAX} bytes")
-    try:
-        head = await reader.readuntil(b"\r\n\r\n")
-    except asyncio.IncompleteReadError:
+def take_head(buffer: bytearray, searched: int) -> Request | None:
+    """The request whose head ``buffer`` starts with, cut from it; None while the head's
+    end has not arrived. ``searched``: bytes at the start already searched for the end
+    (the head arrives in pieces; each piece is searched once). A head past ``HEAD_MAX``
+    is ``HttpError`` 431 as soon as that many bytes are there without its end."""
+    end = buffer.find(_END, max(0, searched - 3)) + len(_END)
+    if end < len(_END) and len(buffer) < HEAD_MAX:
         return None
-    except asyncio.LimitOverrunError:
-        raise too_long from None
-    if len(head) > HEAD_MAX:
-        raise too_long
+    if not len(_END) <= end <= HEAD_MAX:
+        raise HttpError(431, f"request line and headers exceed {HEAD_MAX} bytes")
+    head = bytes(buffer[:end])
+    del buffer[:end]
     return parse_head(head)
-
-
-async def read_body(reader: asyncio.StreamReader, request: Request) -> bytes | None:
-    """The request's whole body; None if the client went before sending it all."""
-    if request.length == 0:
-        return b""
-    try:
-        return await reader.readexactly(request.length)
-    except asyncio.IncompleteReadError:
-        return None
-
-
-def interim(writer: asyncio.StreamWriter, request: Request) -> None:
-    """``100 Continue`` for a client that waits for it before it sends its body."""
-    if request.expects_continue and request.length > 0:
-        writer.write(_CONTINUE)
 
 
 _STATUS_LINES = {s.value: f"HTTP/1.1 {s.value} {s.phrase}\r\n".encode() for s in HTTPStatus}
