@@ -30,6 +30,7 @@ from autoscaler.config.schema import RunConfig
 from autoscaler.core.model import TaskSpec
 from autoscaler.core.task_files import FileSpec, InputFile
 from autoscaler.run.dispatch import MAX_BODY, POLL_PATH, PROCESS_TIMEOUT_S, Dispatcher, Poll
+from autoscaler.run.http1 import HEAD_MAX
 from autoscaler.run.staging import Staging
 
 pytestmark = pytest.mark.integration
@@ -39,10 +40,14 @@ ANSWER = {"ack": True, "tasks": [], "cancel": [], "release": False}
 
 
 def poll_request(
-    machine: str, wait_s: float = 0.0, close: bool = False, results: list[Any] | None = None
+    machine: str,
+    wait_s: float = 0.0,
+    close: bool = False,
+    results: list[Any] | None = None,
+    **more: Any,
 ) -> bytes:
     body = json.dumps(
-        {"machine": machine, "results": results or [], "running": [], "wait_s": wait_s}
+        {"machine": machine, "results": results or [], "running": [], "wait_s": wait_s, **more}
     )
     shut = "Connection: close\r\n" if close else ""
     return (
@@ -483,3 +488,155 @@ def test_a_low_soft_file_limit_is_raised_so_that_agents_are_served() -> None:
     assert served == min(20_000, soft - 256)
     if hard >= want:
         assert served == 20_000
+
+
+# --- framing: requests as the bytes arrive (one protocol per connection) --------------------
+
+
+def test_a_poll_sent_byte_by_byte_is_answered(world: World) -> None:
+    d = world.dispatcher()
+    world.daemon(d)
+    sock, stream = world.connect(d)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    for byte in poll_request("m3"):
+        sock.send(bytes([byte]))
+    status, _, body = read_answer(stream)
+    assert (status, json.loads(body)["tasks"]) == (200, ["m3"])
+
+
+def test_a_body_sent_after_its_head_is_read_when_it_comes(world: World) -> None:
+    """A client that waits for ``100 Continue`` sends its body only once the head was
+    read and answered: the body then completes the request."""
+    d = world.dispatcher()
+    world.daemon(d)
+    sock, stream = world.connect(d)
+    request = poll_request("m4")
+    head, _, body = request.partition(b"\r\n\r\n")
+    sock.sendall(head.replace(b"Host: x", b"Host: x\r\nExpect: 100-continue") + b"\r\n\r\n")
+    assert stream.readline() == b"HTTP/1.1 100 Continue\r\n"
+    assert stream.readline() == b"\r\n"
+    sock.sendall(body)
+    status, _, said = read_answer(stream)
+    assert (status, json.loads(said)["tasks"]) == (200, ["m4"])
+
+
+def test_a_request_behind_a_held_poll_waits_for_its_answer(world: World) -> None:
+    """Two polls in one segment, the first held by the daemon: the second is not read
+    until the first is answered, and the answers come in order; a request that cannot
+    be framed behind them is refused after them."""
+    d = world.dispatcher()
+    sock, stream = world.connect(d)
+    sock.sendall(poll_request("m1", wait_s=30) + poll_request("m2") + b"GARBAGE\r\n\r\n")
+    first = d.inbox.get(timeout=30)
+    assert isinstance(first, Poll)
+    with pytest.raises(queue.Empty):
+        d.inbox.get(timeout=0.5)  # the second waits behind the first
+    assert first.reply.send({**ANSWER, "tasks": ["first"]})
+    second = d.inbox.get(timeout=30)
+    assert isinstance(second, Poll)
+    assert second.reply.send({**ANSWER, "tasks": ["second"]})
+    said = [read_answer(stream) for _ in range(3)]
+    assert [(s, json.loads(b).get("tasks")) for s, _, b in said[:2]] == [
+        (200, ["first"]),
+        (200, ["second"]),
+    ]
+    assert said[2][0] == 400
+    assert closed_by_server(sock)
+
+
+def test_a_head_past_the_limit_is_refused_before_its_end_comes(world: World) -> None:
+    """431 once ``HEAD_MAX`` bytes came without the blank line: the dispatcher does not
+    wait for (or buffer) more. The client may go on sending; the answer still reaches it."""
+    d = world.dispatcher()
+    sock, stream = world.connect(d)
+    sock.sendall(b"POST /v1/poll HTTP/1.1\r\nX-Big: " + b"y" * HEAD_MAX)
+    status, headers, body = read_answer(stream)
+    assert status == 431
+    assert headers["connection"] == "close"
+    assert "request line and headers exceed" in json.loads(body)["error"]
+    sock.sendall(b"y" * HEAD_MAX)  # read and ignored, not a reset before the answer
+    assert closed_by_server(sock)
+    assert d.inbox.empty()
+
+
+def test_answers_before_a_refusal_reach_a_client_that_is_still_sending(world: World) -> None:
+    """A request refused while its client is still sending (bytes unread) and has not
+    read the answers before it yet: they and the refusal all reach the client before the
+    connection closes. A socket closed with bytes unread resets the connection, and the
+    reset drops whatever the kernel had not sent yet."""
+    pad = "x" * (4 << 20)
+    d = world.dispatcher()
+    world.daemon(d, lambda p: p.reply.send({**ANSWER, "pad": pad}))
+    sock, stream = world.connect(d)
+    sending = poll_request("m1") + b"GARBAGE\r\n\r\n" + b"y" * (2 << 20)
+    sender = threading.Thread(target=sock.sendall, args=(sending,), daemon=True)
+    sender.start()
+    status, _, body = read_answer(stream)
+    assert (status, len(json.loads(body)["pad"])) == (200, len(pad))
+    status, headers, body = read_answer(stream)
+    assert (status, headers["connection"]) == (400, "close")
+    assert "malformed request line 'GARBAGE'" in json.loads(body)["error"]
+    sender.join(30)
+    assert closed_by_server(sock)
+
+
+def test_a_client_that_closes_in_the_middle_of_a_body_is_not_answered(world: World) -> None:
+    d = world.dispatcher()
+    world.daemon(d)
+    sock, _ = world.connect(d)
+    request = poll_request("m5")
+    sock.sendall(request[:-10])
+    sock.shutdown(socket.SHUT_WR)
+    assert closed_by_server(sock)
+    other, stream = world.connect(d)
+    other.sendall(poll_request("m6"))
+    assert read_answer(stream)[0] == 200
+    assert d.polls == 1
+
+
+def test_a_client_that_shuts_its_side_after_a_poll_still_gets_the_answer(world: World) -> None:
+    d = world.dispatcher()
+    world.daemon(d)
+    sock, stream = world.connect(d)
+    sock.sendall(poll_request("m7"))
+    sock.shutdown(socket.SHUT_WR)
+    status, _, body = read_answer(stream)
+    assert (status, json.loads(body)["tasks"]) == (200, ["m7"])
+    assert closed_by_server(sock)
+
+
+def test_a_client_that_does_not_read_its_answers_is_not_read_either(world: World) -> None:
+    """Polls sent without reading the answers: once a block of answers waits unread the
+    dispatcher stops reading the connection instead of buffering answers without bound
+    (the daemon takes no more than the kernel's buffers and a block hold of answers);
+    once the client reads, every poll is answered, in order."""
+    pad = "x" * (64 << 10)
+    d = world.dispatcher()
+    world.daemon(d, lambda p: p.reply.send({**ANSWER, "tasks": [p.machine], "pad": pad}))
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 256 << 10)
+    sock.connect(d.address)
+    world.socks.append(sock)
+    unread = (
+        (1 << 20) + _sysctl_max("tcp_wmem") + sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
+    )
+    at_most = unread // len(pad) + 3  # answers unread, one on its way, one poll outstanding
+    sent = 3 * at_most
+    payload = b"".join(poll_request(f"m{i}", pad=pad) for i in range(sent))
+    sender = threading.Thread(target=sock.sendall, args=(payload,), daemon=True)
+    sender.start()
+    while d.polls < (1 << 20) // len(pad):  # a block of answers: taken in any case
+        time.sleep(0.01)
+    time.sleep(1.0)  # time to take every poll, were the connection read on
+    assert d.polls <= at_most
+    stream = sock.makefile("rb")
+    said = [read_answer(stream) for _ in range(sent)]
+    sender.join(30)
+    assert [(s, json.loads(b)["tasks"]) for s, _, b in said] == [
+        (200, [f"m{i}"]) for i in range(sent)
+    ]
+    assert d.polls == sent
+
+
+def _sysctl_max(name: str) -> int:
+    return int(Path(f"/proc/sys/net/ipv4/{name}").read_text().split()[2])

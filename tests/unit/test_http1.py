@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from autoscaler.run.http1 import HEADERS_MAX, HttpError, head_bytes, parse_head
+from autoscaler.run.http1 import HEAD_MAX, HEADERS_MAX, HttpError, head_bytes, parse_head, take_head
 
 AGENT = (
     b"POST /v1/poll HTTP/1.1\r\nHost: 127.0.0.1:8750\r\nAuthorization: Bearer t\r\n"
@@ -99,3 +99,46 @@ def test_an_answer_s_head_says_its_length_and_whether_the_connection_closes() ->
     assert closed.startswith(b"HTTP/1.1 413 ")
     assert b"Connection: close\r\n" in closed
     assert b"Content-Type" not in closed
+
+
+def test_a_head_that_arrives_byte_by_byte_is_framed_at_its_last_byte() -> None:
+    """Each piece is searched once (``searched``), and the blank line's four bytes are
+    found even when they come in four pieces."""
+    buffer, searched = bytearray(), 0
+    for i, byte in enumerate(AGENT):
+        buffer.append(byte)
+        request = take_head(buffer, searched)
+        if i < len(AGENT) - 1:
+            assert request is None
+            searched = len(buffer)
+    assert request is not None
+    assert (request.target, request.length) == ("/v1/poll", 120)
+    assert buffer == b""
+
+
+def test_the_body_and_the_next_request_stay_in_the_buffer() -> None:
+    body = b"x" * 120
+    buffer = bytearray(AGENT + body + AGENT)
+    first = take_head(buffer, 0)
+    assert first is not None
+    assert bytes(buffer[: first.length]) == body
+    del buffer[: first.length]
+    assert take_head(buffer, 0) == first
+    assert buffer == b""
+
+
+def test_a_head_without_its_end_is_refused_once_it_reaches_the_limit() -> None:
+    """431 as soon as ``HEAD_MAX`` bytes are in without the blank line, not after more
+    is buffered; a head of exactly ``HEAD_MAX`` bytes is read."""
+    start = b"POST /v1/poll HTTP/1.1\r\nX-Big: "
+    short = bytearray(start + b"y" * (HEAD_MAX - len(start) - 1))
+    assert take_head(short, 0) is None
+    short.append(ord("y"))
+    with pytest.raises(HttpError) as caught:
+        take_head(short, len(short) - 1)
+    assert caught.value.status == 431
+    whole = start + b"y" * (HEAD_MAX - len(start) - 4) + b"\r\n\r\n"
+    assert len(whole) == HEAD_MAX
+    assert take_head(bytearray(whole), 0) is not None
+    with pytest.raises(HttpError):
+        take_head(bytearray(start + b"y" + whole[len(start) :]), 0)
