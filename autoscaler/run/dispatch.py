@@ -8,7 +8,9 @@ at the GIL and ``http.server`` parsed every header through ``email``, 2.8 ms of 
 daemon's CPU per task at 2,000 agents. On the loop a request costs what its bytes and its
 JSON cost, and a held poll a timer: each connection is a protocol whose callbacks frame
 and answer its requests (``_Connection``), not asyncio streams with a coroutine, a future
-per read and a future per poll.
+per read and a future per poll: at 5,000 agents on 2 s tasks the dispatcher's thread
+took about 135 µs a task, kernel included, against about 160 with streams, and the p99
+round trip fell from 40-200 ms to 15-33 ms (``benchmarks.daemon_scale``).
 
 The handler decides nothing: it checks the run's token, parses the request into a
 ``Poll`` and puts it on the daemon's queue, then waits for the daemon's answer
