@@ -37,9 +37,9 @@ from autoscaler.core.state import Machine, RunState
 from autoscaler.core.task_files import Stored
 from autoscaler.core.words import counted
 from autoscaler.providers.sim import share_factor, type_runtime
-from autoscaler.run.dispatch import AgentResult, Poll
 from autoscaler.run.giveup import QUEUED_REASON, UNSEEN_REASON, give_up
 from autoscaler.run.hearing import Hearing
+from autoscaler.run.polls import AgentResult, Poll
 from autoscaler.run.staging import Staging
 
 _SETUP_LOST = -2

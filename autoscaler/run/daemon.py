@@ -83,7 +83,7 @@ from autoscaler.run import offers
 from autoscaler.run.agents import Agents
 from autoscaler.run.assemble import json_logger, make_controller, new_state
 from autoscaler.run.carry_out import Executor
-from autoscaler.run.dispatch import Dispatcher, Poll
+from autoscaler.run.dispatch import Dispatcher
 from autoscaler.run.gauges import Metrics
 from autoscaler.run.giveup import BOOT_REASON, ENDED_REASON, unready_give_ups
 from autoscaler.run.hearing import Hearing
@@ -114,6 +114,7 @@ from autoscaler.run.owner import (
     pool_job,
     step_order,
 )
+from autoscaler.run.polls import Poll
 from autoscaler.run.quota import Quota, Share
 from autoscaler.run.results import JOURNALED_META, OutputsFile, settle
 from autoscaler.run.rundir import OUTPUTS_FILE, RunFiles, rebuild_state, run_lock

@@ -29,8 +29,9 @@ import structlog.testing
 from autoscaler.config.schema import RunConfig
 from autoscaler.core.model import TaskSpec
 from autoscaler.core.task_files import FileSpec, InputFile
-from autoscaler.run.dispatch import MAX_BODY, POLL_PATH, PROCESS_TIMEOUT_S, Dispatcher, Poll
+from autoscaler.run.dispatch import MAX_BODY, POLL_PATH, PROCESS_TIMEOUT_S, Dispatcher
 from autoscaler.run.http1 import HEAD_MAX
+from autoscaler.run.polls import Poll
 from autoscaler.run.staging import Staging
 
 pytestmark = pytest.mark.integration

@@ -25,7 +25,7 @@ from autoscaler.core.model import (
 from autoscaler.core.state import RunState
 from autoscaler.run.agents import Agents
 from autoscaler.run.assemble import new_state
-from autoscaler.run.dispatch import AgentResult, Notice, Poll
+from autoscaler.run.polls import AgentResult, Notice, Poll
 from tests.conftest import make_config
 
 CFG = make_config(

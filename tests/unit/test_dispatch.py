@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from autoscaler.run.dispatch import AgentResult, BadRequest, parse_poll
+from autoscaler.run.polls import AgentResult, BadRequest, parse_poll
 
 GOOD = {"run": 4, "task": 2, "exit_code": 0, "runtime_s": 1.5, "stdout": "hi\n", "stderr": ""}
 

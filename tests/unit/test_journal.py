@@ -42,7 +42,7 @@ from autoscaler.core.model import (
 )
 from autoscaler.core.state import RunState
 from autoscaler.run.assemble import new_state
-from autoscaler.run.dispatch import BadRequest, parse_poll
+from autoscaler.run.polls import BadRequest, parse_poll
 from autoscaler.run.start import dry_run, make_emulator
 from tests.conftest import make_config
 

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from autoscaler.bootstrap.agent import read_notice
-from autoscaler.run.dispatch import BadRequest, Notice, parse_poll
+from autoscaler.run.polls import BadRequest, Notice, parse_poll
 from tests.integration.notices import NoticeServer
 
 
