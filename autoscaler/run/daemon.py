@@ -231,7 +231,6 @@ class Daemon:
             self._settle_outputs()
         else:
             self.state = new_state(cfg, len(self.tasks), files.seed)
-            # (``RunFiles.create`` wrote the run's facts, before the tasks file.)
         self.outputs = OutputsFile(files.run_dir / OUTPUTS_FILE)
         means = all_task_means(cfg, self.state, len(self.tasks), files.config_tasks)
         staging = Staging(cfg, files.run_dir, self.tasks, self.log)  # task files
