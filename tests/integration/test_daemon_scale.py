@@ -7,12 +7,14 @@ latencies recorded, and no process of the run left behind.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 from benchmarks.daemon_scale import alive_pids, main, measure
 from benchmarks.daemon_scale_run import Spec
+from benchmarks.dispatch_floor import main as floor_main
 from benchmarks.sim_agents import quantile
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -58,3 +60,16 @@ def test_the_benchmark_prints_its_rows_baselines_and_extrapolation(
     assert checked.startswith("row1 20 × 0.5 s, 100")
     assert "ok (0)" in checked  # no machine lost: the only target that holds on any host
     assert "No process of any row was left behind." in out
+
+
+def test_the_floor_hands_out_every_task_once_and_prints_its_row(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert floor_main(["--row", f"{AGENTS}:0.5:{TASKS}", "--per-process", str(PER_PROCESS)]) == 0
+    out = capsys.readouterr().out
+    (row,) = [line for line in out.splitlines() if line.startswith(f"{AGENTS} × 0.5 s, {TASKS} ")]
+    _, results, us, kernel, rate = re.split(r"\s{2,}", row.strip())
+    assert int(results) == TASKS  # every result came back once: none lost, none twice
+    assert float(us.replace(",", "")) > 0
+    assert kernel.endswith(" %")
+    assert float(rate.replace(",", "")) > 0
