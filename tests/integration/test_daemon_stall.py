@@ -2,7 +2,7 @@
 
 The real daemon (``benchmarks/daemon_scale_run.py``, as ``autoscaler run`` starts it) runs
 1,000 simulated agents (``benchmarks/sim_agents.py``) in a process of its own, each with
-three synthetic tasks of about 10 s. Once every machine is up and tasks are running, the
+two synthetic tasks of about 8 s. Once every machine is up and tasks are running, the
 daemon is stalled for 30 s on purpose:
 
 * ``daemon``: the whole process stopped (SIGSTOP, then SIGCONT: the dispatcher is deaf
@@ -54,7 +54,7 @@ pytestmark = [
     pytest.mark.xdist_group("stall"),
 ]
 
-AGENTS, TASKS_EACH, TASK_S, PER_PROCESS = 1000, 3, 10.0, 500
+AGENTS, TASKS_EACH, TASK_S, PER_PROCESS = 1000, 2, 8.0, 500
 STALL_S = 30.0
 AGENTS_LATE_S = 3.0
 UP_WITHIN_S = 600.0  # patience for the run to reach the stall, and to end: never a check
