@@ -14,6 +14,7 @@ import ctypes
 import gc
 import heapq
 import itertools
+import math
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -148,6 +149,8 @@ class Emulator:
         self._attempts: dict[int, int] = {}
         self._launch_seen: dict[str, int] = {}
         self._labels: dict[str, Sequence[str | None]] = {}  # an added job's, for the world
+        self._means: dict[str, Sequence[JobMeans | None]] = {}  # likewise, when told
+        self._begun = False
 
     def clock(self) -> float:
         return self.now
@@ -155,7 +158,10 @@ class Emulator:
     def _at(self, when: float, item: object) -> None:
         heapq.heappush(self._heap, (when, next(self._seq), item))
 
-    def run(self) -> RunState:
+    def run(self, until: float = math.inf) -> RunState:
+        """Run to the end; with ``until``, up to the last instant before it, when the owner
+        tells what happens at ``until`` (a service's dry run admits a job arriving then,
+        as the service does, with what it remembers by then) and runs on."""
         # The run makes a few objects per event that live as long as it does (its
         # records); the collector's default young generation (700 allocations) would
         # walk them every few events. Collected less often while it runs, the same.
@@ -164,21 +170,25 @@ class Emulator:
             gc.set_threshold(max(threshold[0], GC_YOUNG), *threshold[1:])
         keep_freed_memory()
         try:
-            return self._run()
+            return self._run(until)
         finally:
             gc.set_threshold(*threshold)
 
-    def _run(self) -> RunState:
-        self._at(self.interval, Tick())
-        for job in self.state.work.jobs:
-            if job.name not in self.state.work.arrived:
-                self._at(job.at, JobArrived(job.name))
-        self._step([])
+    def _run(self, until: float) -> RunState:
+        if not self._begun:
+            self._begun = True
+            self._at(self.interval, Tick())
+            for job in self.state.work.jobs:
+                if job.name not in self.state.work.arrived:
+                    self._at(job.at, JobArrived(job.name))
+            self._step([])
         heap, pop, realise, state = self._heap, heapq.heappop, self._realise, self.state
         while not state.over:
             if not heap:
                 raise AutoscalerError("emulator: nothing left to happen but the run is not over")
             when = heap[0][0]
+            if when >= until:
+                break
             if when > self.max_time_s:
                 raise AutoscalerError(f"emulator: run exceeds {self.max_time_s:.0f} virtual s")
             self.now = when
@@ -191,12 +201,23 @@ class Emulator:
                 self._step(events)
         return self.state
 
-    def tell(self, when: float, event: Told, labels: Sequence[str | None] | None = None) -> None:
+    def tell(
+        self,
+        when: float,
+        event: Told,
+        labels: Sequence[str | None] | None = None,
+        means: Sequence[JobMeans | None] | None = None,
+    ) -> None:
         """An owner's event at virtual time ``when`` (a job added to a pool, a user's
         update, a shutdown), stepped like the world's; an added job's tasks' category
-        ``labels`` (in id order) for the world's ``emulator.category_speed``."""
+        ``labels`` (in id order) for the world's ``emulator.category_speed``, and their
+        mean times as the world runs them (``means``, in id order; default: the job's
+        ``task_s``, or the runtime model without them). A service's dry run plans a job
+        on times it remembers while its tasks run as its file says."""
         if isinstance(event, JobAdded) and labels is not None:
             self._labels[event.job.name] = labels
+        if isinstance(event, JobAdded) and means is not None:
+            self._means[event.job.name] = means
         self._at(when, event)
 
     def _step(self, events: list[Event]) -> None:
@@ -243,11 +264,12 @@ class Emulator:
                 return item
             case JobAdded(job=job):
                 means = JobMeans(job.name, dict(job.task_s)) if job.task_s else None
+                world = self._means.pop(job.name, [means] * job.count)
                 labels = self._labels.pop(job.name, None)
                 if labels is None:
-                    self.sim.add_tasks([means] * job.count)
+                    self.sim.add_tasks(world)
                 else:
-                    self.sim.add_tasks([means] * job.count, labels)
+                    self.sim.add_tasks(world, labels)
                 return item
             case (
                 JobArrived()

@@ -21,7 +21,7 @@ import structlog
 
 from autoscaler.budget.controller import Controller
 from autoscaler.config.bag import expand_bag, task_means
-from autoscaler.config.schema import RunConfig
+from autoscaler.config.schema import JobMeans, RunConfig
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.journal import JOURNAL_JSONL, Journal, JsonlJournal
 from autoscaler.core.model import Action, Event, Hold, TaskSpec
@@ -61,8 +61,11 @@ def make_emulator(
     on_step: StepHook | None = None,
     run_tag: str = "dry-run",
     controller: Controller | DeadlineController | None = None,
+    world: Sequence[JobMeans | None] | None = None,
 ) -> Emulator:
-    """Everything a dry run needs, wired together; ``seed`` overrides the config's."""
+    """Everything a dry run needs, wired together; ``seed`` overrides the config's;
+    ``world``: per task, its mean times as the world runs them, when they are not what
+    its job declares (a service's dry run plans on remembered times, ``service.memory``)."""
     seed = cfg.emulator.seed if seed is None else seed
     state = new_state(cfg, n_tasks, seed)
     caps = Capabilities(
@@ -82,7 +85,7 @@ def make_emulator(
         n_tasks,
         clock=lambda: holder[0].now,
         seed=seed,
-        task_means=task_means(cfg, n_tasks),
+        task_means=task_means(cfg, n_tasks) if world is None else list(world),
         task_labels=[t.category for t in expand_bag(cfg)] if cfg.emulator.category_speed else None,
     )
     emulator = Emulator(
@@ -99,6 +102,15 @@ def make_emulator(
 
 
 # --- a dry run ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Who drives a dry run besides its world: a service's dry run, whose pool takes
+    jobs as they arrive (``Emulator.run(until)`` and ``Emulator.tell``)."""
+
+    added: Sequence[TaskSpec]  # the tasks it adds to the config's, in order (the report's)
+    drive: Callable[[Emulator], RunState]  # runs the emulator to its end
 
 
 @dataclass
@@ -119,8 +131,11 @@ def dry_run(
     run_id: str | None = None,
     progress: Callable[[RunState], None] | None = None,
     plots: bool = True,
+    world: Sequence[JobMeans | None] | None = None,
+    owner: Owner | None = None,
 ) -> DryRun:
-    """Run the bag against the emulator; write the run directory if ``out_dir`` is given."""
+    """Run the bag against the emulator; write the run directory if ``out_dir`` is given.
+    ``world``: as ``make_emulator``'s; ``owner``: drives the run, adding jobs to it."""
     run_id = run_id or new_run_id(cfg)
     seed = cfg.emulator.seed if seed is None else seed
     cfg, notes = compose_offers(cfg, billing_model(cfg))
@@ -147,9 +162,13 @@ def dry_run(
 
     started = time.perf_counter()
     try:
-        emulator = make_emulator(cfg, len(tasks), seed, on_step=on_step, run_tag=run_id)
-        state = emulator.run()
+        emulator = make_emulator(
+            cfg, len(tasks), seed, on_step=on_step, run_tag=run_id, world=world
+        )
+        state = emulator.run() if owner is None else owner.drive(emulator)
         wall = time.perf_counter() - started
+        if owner is not None:
+            tasks = [*tasks, *owner.added]
         report = build_report(cfg, state, tasks=tasks, run_id=run_id, seed=seed, wall_s=wall)
         log.info(
             "run end",
@@ -225,6 +244,8 @@ class EmulatedRun:
     run_dir: Path | None
     progress: ProgressHook | None = None
     plots: bool = True
+    world: Sequence[JobMeans | None] | None = None
+    owner: Owner | None = None
 
     def run(self) -> DryRun:
         progress = self.progress
@@ -236,6 +257,8 @@ class EmulatedRun:
             run_id=self.run_id,
             progress=None if progress is None else lambda state: progress(state, None),
             plots=self.plots,
+            world=self.world,
+            owner=self.owner,
         )
 
 
@@ -250,6 +273,8 @@ def start_run(
     seed: int | None = None,
     progress: ProgressHook | None = None,
     plots: bool = True,
+    world: Sequence[JobMeans | None] | None = None,
+    owner: Owner | None = None,
 ) -> EmulatedRun: ...
 
 
@@ -283,6 +308,8 @@ def start_run(
     budget: BudgetSet | None = None,
     on_hold: HoldHook | None = None,
     resumed: str | None = None,
+    world: Sequence[JobMeans | None] | None = None,
+    owner: Owner | None = None,
 ) -> EmulatedRun | Daemon:
     """Start the run of ``cfg`` and its ``tasks`` in ``mode``, in ``run_dir``: ready to
     ``run()`` to its end.
@@ -292,7 +319,8 @@ def start_run(
     run writes one only when ``run_dir`` is given. ``resume`` takes neither config nor
     tasks: the run directory holds them. A real run is a ``Daemon`` (``budget``: a new
     budget set in its first step; ``on_hold``: called when a ``plan`` run holds;
-    ``resumed``: why an interrupted run carries on), a dry run an ``EmulatedRun``.
+    ``resumed``: why an interrupted run carries on), a dry run an ``EmulatedRun``
+    (``world`` and ``owner``: as ``dry_run``'s).
     """
     if mode == "resume":
         if cfg is not None or tasks:
@@ -317,7 +345,8 @@ def start_run(
     run_id = run_id or new_run_id(cfg)
     seed = cfg.emulator.seed if seed is None else seed
     if mode == "dry":
-        return EmulatedRun(cfg, tasks, run_id, seed, run_dir, progress, plots and cfg.plots)
+        plots = plots and cfg.plots
+        return EmulatedRun(cfg, tasks, run_id, seed, run_dir, progress, plots, world, owner)
     if run_dir is None:
         raise AutoscalerError(f"a {mode} run needs a run directory")
     return _daemon(

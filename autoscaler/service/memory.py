@@ -12,6 +12,7 @@ several deadline jobs, or with ``task_s`` of its own, is left as it is.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from autoscaler.config.schema import RunConfig
@@ -26,6 +27,19 @@ def application(cfg: RunConfig) -> str | None:
     if cfg.jobs:
         return cfg.jobs[0].app or cfg.jobs[0].name
     return cfg.name
+
+
+def admitted(
+    cfg: RunConfig, remembered: Callable[[str], dict[str, list[float]]]
+) -> tuple[RunConfig, dict[str, Any]] | None:
+    """``cfg`` as the service starts it, with its application's task times from
+    ``remembered`` (an application's runs per type: ``Store.remembered``), and the note
+    of where they came from; None when memory does not apply. The service and its dry
+    run both admit a job with it."""
+    app = application(cfg)
+    if app is None:
+        return None
+    return with_memory(cfg, remembered(app), cfg.deadline.sample)
 
 
 def with_memory(

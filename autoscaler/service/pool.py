@@ -59,6 +59,22 @@ def _task_s(cfg: RunConfig) -> dict[str, float]:
     return dict(cfg.jobs[0].task_s) if cfg.jobs else {}
 
 
+def pool_spec(cfg: RunConfig, name: str, count: int, deadline: float) -> JobSpec:
+    """A job of ``count`` tasks joining the running pool as ``name``, due at run time
+    ``deadline``: its known task times (its own, or from memory) and its application.
+    The pool numbers its tasks and sets when it arrived."""
+    return JobSpec(
+        name=name,
+        first=0,
+        count=count,
+        at=0.0,
+        deadline=deadline,
+        budget=None,
+        task_s=_task_s(cfg),
+        app=application(cfg) or "",
+    )
+
+
 POOL_HOLDER = "pool"
 """The deadline pool's name where the jobs' are their ids: in the quota ledger, and
 first in its machines' names."""
@@ -115,16 +131,7 @@ class Pool:
         assert deadline_at is not None, "a pool job has a deadline"
         if deadline_at <= self.clock():
             raise DeadlinePassed("its deadline passed while it was queued")
-        spec = JobSpec(
-            name=row.id,
-            first=0,
-            count=len(tasks),
-            at=0.0,
-            deadline=self.run_time(deadline_at),
-            budget=None,
-            task_s=_task_s(cfg),
-            app=application(cfg) or "",
-        )
+        spec = pool_spec(cfg, row.id, len(tasks), self.run_time(deadline_at))
         self.daemon.add_job(spec, tasks).result(timeout=120)
 
     def withdraw(self, job_id: str) -> None:

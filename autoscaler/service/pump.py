@@ -16,7 +16,7 @@ from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.model import Interrupted
 from autoscaler.core.state import RunState
 from autoscaler.service.job_states import ENDED, JobState
-from autoscaler.service.memory import application, job_runs, said, with_memory
+from autoscaler.service.memory import admitted, job_runs, said
 from autoscaler.service.pool import POOL_HOLDER, Pool, shares_the_pool
 from autoscaler.service.quota_ledger import QuotaLedger
 from autoscaler.service.runners import (
@@ -207,11 +207,10 @@ class Pump:
     def _from_memory(self, row: JobRow) -> JobRow:
         """A deadline job without ``task_s``, starting: its application's remembered task
         times instead of sampling, when the service has them (``service.memory``)."""
-        app = application(row.config)
-        if row.started_at is not None or row.task_times is not None or app is None:
+        if row.started_at is not None or row.task_times is not None:
             return row
         store = self.store
-        found = with_memory(row.config, store.remembered(app), row.config.deadline.sample)
+        found = admitted(row.config, store.remembered)
         if found is None:
             return row
         cfg, note = found

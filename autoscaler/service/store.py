@@ -277,6 +277,18 @@ class Store:
             ).fetchall()
         return {t: [n, total, squares] for t, n, total, squares in rows}
 
+    def memory(self) -> dict[str, dict[str, list[float]]]:
+        """Every application's remembered runs (``remembered``), to start another
+        memory from (a dry run's, ``autoscaler run SERVICE --dry-run --memory``)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT app, type, count, total, squares FROM app_runs ORDER BY app, type"
+            ).fetchall()
+        out: dict[str, dict[str, list[float]]] = {}
+        for app, t, n, total, squares in rows:
+            out.setdefault(app, {})[t] = [n, total, squares]
+        return out
+
     def log_update(self, job_id: str, now: float, kind: str, data: dict[str, Any]) -> None:
         with self._tx() as db:
             db.execute(
