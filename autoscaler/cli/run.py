@@ -63,6 +63,15 @@ def run(
             "(FILE or FILE@AT; repeatable)",
         ),
     ] = None,
+    memory: Annotated[
+        Path | None,
+        typer.Option(
+            "--memory",
+            help="with a service config's --dry-run: start the dry run's memory of "
+            "applications from this service state directory's (read, never written; "
+            "default: empty)",
+        ),
+    ] = None,
 ) -> None:
     """Run a bag. With --dry-run nothing is rented: the emulator shows what it would cost.
 
@@ -101,13 +110,17 @@ def run(
         return
     if config is None:
         raise AutoscalerError("give a config file (or --resume RUN_DIR)")
+    if memory is not None and not (job and dry_run):
+        raise AutoscalerError(
+            "--memory STATE_DIR starts a service dry run's memory: give it with --dry-run and --job"
+        )
     if job:
         from autoscaler.cli.service_run import run_service_jobs
         from autoscaler.config.service_schema import load_service_config
         from autoscaler.run.assemble import new_run_id
 
         out_dir = out or Path("runs") / new_run_id(load_service_config(config))
-        code = run_service_jobs(config, job, dry_run=dry_run, seed=seed, out=out_dir)
+        code = run_service_jobs(config, job, dry_run=dry_run, seed=seed, out=out_dir, memory=memory)
         raise typer.Exit(code)
     from autoscaler.config.summary import config_kind  # the config models: not at start
 

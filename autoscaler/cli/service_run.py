@@ -44,22 +44,30 @@ def _job_arg(text: str) -> tuple[Path, float]:
 
 
 def run_service_jobs(
-    config: Path, jobs: list[str], *, dry_run: bool, seed: int | None, out: Path
+    config: Path,
+    jobs: list[str],
+    *,
+    dry_run: bool,
+    seed: int | None,
+    out: Path,
+    memory: Path | None = None,
 ) -> int:
     """Run a service config's jobs, each arriving at its time, and print how each ended:
-    in the emulator (run directories under ``out``), or for real through a service whose
-    state directory is ``out/service``. The exit code: 0 when every job is done (and on
-    time), else the first other job's `wait` code."""
+    in the emulator (run directories under ``out``, its memory of applications started
+    from ``memory``'s, a state directory), or for real through a service whose state
+    directory is ``out/service``. The exit code: 0 when every job is done (and on time),
+    else the first other job's `wait` code."""
     # Imported here: the command group starts without the config models (start-up time).
     from rich.table import Table
 
     from autoscaler.config.service_schema import load_service_config
     from autoscaler.service.arrivals import dry_run_jobs, exit_code, load_jobs, serve_jobs
+    from autoscaler.service.memory import said
 
     svc = load_service_config(config)
     given = load_jobs(svc, [_job_arg(j) for j in jobs])
     if dry_run:
-        lines = dry_run_jobs(svc, given, seed=seed, out=out)
+        lines = dry_run_jobs(svc, given, seed=seed, out=out, memory_from=memory)
     else:
 
         def submitted(job_id: str, job: GivenJob) -> None:
@@ -86,9 +94,13 @@ def run_service_jobs(
             line.outcome + (f" ({line.stop_reason})" if line.stop_reason else ""),
         )
     console.print(table)
+    for line in lines:
+        if line.task_times is not None:
+            console.print(f"{line.name}: {said(line.task_times)}", markup=False, soft_wrap=True)
     if dry_run:
         console.print(
-            f"run directories: {out}/<n>-<job> (and {out}/pool for deadline jobs that share)",
+            f"run directories: {out}/<n>-<job> (and {out}/pool for deadline jobs that share); "
+            f"what it remembers of applications: {out}/memory.db",
             markup=False,
             soft_wrap=True,
         )

@@ -115,7 +115,7 @@ def dry_memory(out: Path, memory_from: Path | None) -> Store:
                 f"--memory {memory_from}: no service state there ({DB_FILE}), nor a service "
                 f"dry run's memory ({MEMORY_FILE})"
             )
-        source = Store(found[0], read_only=True)
+        source = Store(found[0], read_only=True, untouched=True)
         try:
             seed = source.memory()
         finally:

@@ -145,13 +145,18 @@ class Store:
     """The service's jobs in SQLite (WAL, synchronous FULL): a write returns once it is
     on disk. One connection, used under a lock by every thread."""
 
-    def __init__(self, path: Path, *, read_only: bool = False) -> None:
+    def __init__(self, path: Path, *, read_only: bool = False, untouched: bool = False) -> None:
         """``read_only``: the store of a service that is not running (``jobs``), read as
-        it was left, with nothing created or changed."""
+        it was left, with nothing created or changed. ``untouched`` (read only): not even
+        SQLite's shared-memory and log files beside it, when no log is there (a service
+        that is not running; a dry run reads the memory of a user's service so)."""
         self._lock = threading.Lock()
         if read_only:
+            still = untouched and not path.with_name(f"{path.name}-wal").exists()
             self._db = sqlite3.connect(
-                f"{path.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False
+                f"{path.resolve().as_uri()}?mode=ro{'&immutable=1' if still else ''}",
+                uri=True,
+                check_same_thread=False,
             )
             have = {r[1] for r in self._db.execute("PRAGMA table_info(jobs)")}
             self._added = {c: c if c in have else "NULL" for c in _COLUMNS_ADDED}
