@@ -6,6 +6,7 @@ the command's table shows of it, and its exit code as ``autoscaler wait`` gives 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -17,8 +18,9 @@ from autoscaler.config.bag import task_means
 from autoscaler.config.schema import RunConfig
 from autoscaler.config.service_schema import ServiceConfig, job_config, load_yaml
 from autoscaler.core.errors import AutoscalerError
-from autoscaler.core.model import JobSpec, Shutdown, TaskSpec, TaskState
+from autoscaler.core.model import JobSpec, TaskSpec, TaskState
 from autoscaler.core.state import RunState
+from autoscaler.deadline.deadline_controller import DeadlineController
 from autoscaler.report.records import DeadlineReport, JobOutcome, Report
 from autoscaler.run.emulator import Emulator
 from autoscaler.run.inbox import AddJob
@@ -164,36 +166,30 @@ class _Admissions:
 class _DryPool:
     """The deadline pool of a service's dry run: the first pooled job's run, kept open as
     the service's pool is, each later pooled job added at its arrival (``pool_job``, as
-    ``Daemon.add_job`` adds it), and shut down once every job has ended. A job's runs are
-    remembered when its last task ends, as ``Pool`` remembers them."""
+    ``Daemon.add_job`` adds it). A job's runs are remembered when its last task ends, as
+    ``Pool`` remembers them. Once the last job has arrived the pool is closed: it ends
+    when its work is done, as a run of those jobs would."""
 
     cfg: RunConfig
     seed: int
     admissions: _Admissions
     names: dict[str, int]  # pool job name -> job index
     added: list[TaskSpec] = field(default_factory=list)
-    emulator: Emulator | None = None
     open_jobs: set[str] = field(default_factory=set)
-    all_told: bool = False
     _counted: int = -1
 
     def progress(self, state: RunState) -> None:
-        """After each step: the jobs that ended are remembered; the pool is shut down
-        once every job has arrived and ended, or nothing can run what is left."""
+        """After each step: the jobs whose every task has ended are remembered."""
         ended = state.tasks.done + state.tasks.failed + state.tasks.cancelled
-        if ended != self._counted:
-            self._counted = ended
-            for name in sorted(self.open_jobs):
-                job = state.work.job_named(name)
-                states = state.tasks.task_state[job.first : job.first + job.count]
-                if all(st in _OVER for st in states):
-                    self.open_jobs.discard(name)
-                    self.admissions.memory.remember(*job_runs(state, name))
-        if not self.all_told or state.money.shutdown or self.emulator is None:
+        if ended == self._counted:
             return
-        stuck = not state.fleet.pending_launches and not state.fleet.any_alive()
-        if not self.open_jobs or (stuck and state.none_left() is not None):
-            self.emulator.tell(state.now, Shutdown("the service stops"))
+        self._counted = ended
+        for name in sorted(self.open_jobs):
+            job = state.work.job_named(name)
+            states = state.tasks.task_state[job.first : job.first + job.count]
+            if all(st in _OVER for st in states):
+                self.open_jobs.discard(name)
+                self.admissions.memory.remember(*job_runs(state, name))
 
     def drive(
         self, arrivals: list[tuple[int, GivenJob, str | None]], own: OwnRun
@@ -202,7 +198,6 @@ class _DryPool:
         (pooled: added; else run on its own machines), then the run to its end."""
 
         def run(emulator: Emulator) -> RunState:
-            self.emulator = emulator
             self.open_jobs = {j.name for j in emulator.state.work.jobs}
             batch: list[JobSpec] = []
             for i, job, name in arrivals:
@@ -212,8 +207,10 @@ class _DryPool:
                     own(i, job)
                     continue
                 batch.append(self._add(emulator, i, job, name, batch))
-            self.all_told = True
-            self.progress(emulator.state)
+            controller = emulator.controller
+            assert isinstance(controller, DeadlineController)
+            closed = dataclasses.replace(controller.settings, keep_open=False)
+            emulator.controller = DeadlineController(closed)
             return emulator.run()
 
         return run
