@@ -107,8 +107,6 @@ def dry_memory(out: Path, memory_from: Path | None) -> Store:
     """The dry run's memory, ``out/memory.db``: empty, or what the service whose state
     directory is ``memory_from`` remembers (or an earlier dry run, its directory), read
     and never written."""
-    for path in (out / MEMORY_FILE, *(out / f"{MEMORY_FILE}-{x}" for x in ("wal", "shm"))):
-        path.unlink(missing_ok=True)
     seed: dict[str, dict[str, list[float]]] = {}
     if memory_from is not None:
         found = [memory_from / n for n in (DB_FILE, MEMORY_FILE) if (memory_from / n).is_file()]
@@ -122,6 +120,8 @@ def dry_memory(out: Path, memory_from: Path | None) -> Store:
             seed = source.memory()
         finally:
             source.close()
+    for path in (out / MEMORY_FILE, *(out / f"{MEMORY_FILE}-{x}" for x in ("wal", "shm"))):
+        path.unlink(missing_ok=True)
     out.mkdir(parents=True, exist_ok=True)
     memory = Store(out / MEMORY_FILE)
     for app, runs in seed.items():

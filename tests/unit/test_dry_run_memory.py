@@ -210,13 +210,16 @@ def test_memory_is_refused_without_a_service_dry_run_or_a_state_there(tmp_path: 
 
 
 def test_a_dry_run_started_over_in_its_directory_starts_its_memory_empty(tmp_path: Path) -> None:
+    """Unless asked to start from the memory there (an earlier dry run's): then it grows."""
     service, (a, _, _) = _files(tmp_path)
     svc = load_service_config(service)
     jobs = load_jobs(svc, [(a, 0.0)])
+    out = tmp_path / "out"
     for _ in range(2):
-        dry_run_jobs(svc, jobs, seed=None, out=tmp_path / "out")
-        memory = _remembered(tmp_path / "out" / MEMORY_FILE)["sweep"]
-        assert sum(r[0] for r in memory.values()) == 40
+        dry_run_jobs(svc, jobs, seed=None, out=out)
+        assert sum(r[0] for r in _remembered(out / MEMORY_FILE)["sweep"].values()) == 40
+    dry_run_jobs(svc, jobs, seed=None, out=out, memory_from=out)
+    assert sum(r[0] for r in _remembered(out / MEMORY_FILE)["sweep"].values()) == 80
 
 
 def test_a_job_is_admitted_from_memory_only_when_each_type_has_its_sample() -> None:
@@ -255,3 +258,41 @@ def test_an_emulator_run_in_pieces_ends_as_a_run_in_one() -> None:
     pieces = em.run()
     assert pieces.tasks.segments == whole.tasks.segments
     assert pieces.money.committed == whole.money.committed
+
+
+def test_a_job_arriving_before_the_first_has_ended_samples_as_in_the_service(
+    tmp_path: Path,
+) -> None:
+    """The service remembers a job's runs when it ends: B, 5 min after A, finds nothing."""
+    service, (a, b, c) = _files(tmp_path)
+    svc = load_service_config(service)
+    lines = dry_run_jobs(
+        svc, load_jobs(svc, [(a, 0.0), (b, 300.0), (c, 3600.0)]), seed=None, out=tmp_path / "o"
+    )
+    assert [line.task_times is not None for line in lines] == [False, False, True]
+    jobs = _pool(tmp_path / "o")
+    assert jobs["sweep-b"]["task_s"] == {}
+    assert jobs["sweep-b"]["sampled"] == 10
+    assert jobs["sweep-c"]["sampled"] == 0
+
+
+def test_jobs_on_their_own_machines_remember_and_are_admitted_in_run_time(
+    tmp_path: Path,
+) -> None:
+    """Without the pool each job runs on its own machines; B, after A's run has ended,
+    starts from A's runs; C, arriving while B runs, from A's alone."""
+    _, (a, b, c) = _files(tmp_path)
+    own = tmp_path / "own.yaml"
+    own.write_text(yaml.safe_dump({**SERVICE, "service": {"share_deadline_jobs": False}}))
+    svc = load_service_config(own)
+    given = [(a, 0.0), (b, 1800.0), (c, 1900.0)]
+    lines = dry_run_jobs(svc, load_jobs(svc, given), seed=None, out=tmp_path / "o")
+    assert [line.name for line in lines] == ["sweep-a", "sweep-b", "sweep-c"]
+    notes = [line.task_times for line in lines]
+    assert notes[0] is None
+    assert notes[1] is not None
+    assert notes[2] is not None
+    assert sum(notes[1]["runs"].values()) == sum(notes[2]["runs"].values()) == 40
+    config = yaml.safe_load((tmp_path / "o" / "2-sweep-b" / "config.yaml").read_text())
+    assert config["jobs"][0]["task_s"] == notes[1]["task_s"]
+    assert sum(r[0] for r in _remembered(tmp_path / "o" / MEMORY_FILE)["sweep"].values()) == 120
