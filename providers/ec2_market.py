@@ -1,0 +1,92 @@
+"""Spot prices from EC2's spot price history, for ``ec2.spot_prices: market``.
+
+``spot_price_history`` asks DescribeSpotPriceHistory (Linux/UNIX) for the instance
+types' price changes in a window, in every zone of the region; ``type_prices`` turns
+them into one price per instance type over time: at each change, the highest price in
+force among the zones (a launch walks the subnets and may land in any zone, so a plan
+or a bill made on the highest is never short). The client is ``providers/aws.py``'s; its
+errors come out as ``AutoscalerError`` (``aws_errors``). Tested in
+``tests/unit/test_ec2_market.py`` on handmade answers and in
+``tests/integration/test_ec2_market.py`` against moto.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from autoscaler.providers.aws import aws_errors
+
+if TYPE_CHECKING:
+    from mypy_boto3_ec2 import EC2Client
+
+PRODUCT = "Linux/UNIX"
+"""The product whose spot prices are read: Linux instances (in a VPC, as ours are)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SpotRecord:
+    """One line of EC2's spot price history."""
+
+    instance_type: str
+    zone: str
+    at: datetime  # when the price took effect
+    usd_per_hour: float
+
+
+def parse_history(items: Iterable[Any]) -> list[SpotRecord]:
+    """The records of DescribeSpotPriceHistory's ``SpotPriceHistory``, oldest first; a
+    line without a price or a time is left out."""
+    out = []
+    for item in items:
+        price, at = item.get("SpotPrice"), item.get("Timestamp")
+        if price is None or not isinstance(at, datetime):
+            continue
+        out.append(
+            SpotRecord(
+                str(item.get("InstanceType", "")),
+                str(item.get("AvailabilityZone", "")),
+                at,
+                float(price),
+            )
+        )
+    return sorted(out, key=lambda r: r.at)
+
+
+def type_prices(records: Sequence[SpotRecord]) -> dict[str, list[tuple[datetime, float]]]:
+    """Per instance type, its price over time: at each change in any zone, the highest
+    price then in force among the zones that have one (oldest first, changes only)."""
+    out: dict[str, list[tuple[datetime, float]]] = {}
+    in_force: dict[str, dict[str, float]] = {}
+    for r in sorted(records, key=lambda r: r.at):
+        zones = in_force.setdefault(r.instance_type, {})
+        zones[r.zone] = r.usd_per_hour
+        price = max(zones.values())
+        series = out.setdefault(r.instance_type, [])
+        if series and series[-1][0] == r.at:
+            series[-1] = (r.at, price)
+        elif not series or series[-1][1] != price:
+            series.append((r.at, price))
+    return out
+
+
+def spot_price_history(
+    client: EC2Client, instance_types: Sequence[str], start: datetime, end: datetime
+) -> list[SpotRecord]:
+    """The price changes of ``instance_types`` between ``start`` and ``end``, in every
+    zone of the client's region, with the price in force at ``start`` (EC2 includes it,
+    dated when it was set)."""
+    records: list[SpotRecord] = []
+    what = f"reading the spot price history of {', '.join(instance_types)}"
+    with aws_errors(what):
+        pages = client.get_paginator("describe_spot_price_history").paginate(
+            InstanceTypes=list(instance_types),  # type: ignore[arg-type]
+            ProductDescriptions=[PRODUCT],
+            StartTime=start,
+            EndTime=end,
+        )
+        for page in pages:
+            records += parse_history(page.get("SpotPriceHistory", []))
+    return records
