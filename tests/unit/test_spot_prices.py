@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from autoscaler.config.load import load_config
 from autoscaler.core.billing import BillingModel
@@ -181,3 +183,50 @@ def test_committed_spend_never_passes_the_budget_when_the_spot_price_rises_to_th
     assert any(m.ended_at is None or m.ended_at > 1800 for m in spot)
     machines = state.fleet.machines.values()
     assert sum(state.fleet.billed(m, m.ended_at or state.now) for m in machines) <= budget
+
+
+# --- whatever the market does ------------------------------------------------------------
+
+
+@st.composite
+def _markets(draw: st.DrawFn) -> tuple[list[tuple[float, float]], list[float], float, float]:
+    """A price path at or below the cap (1.0), the times it is read, and a machine's life."""
+    times = sorted(draw(st.sets(st.integers(0, 20_000), min_size=1, max_size=8)))
+    path = [(float(t), draw(st.floats(0.0, 1.0))) for t in times]
+    reads = sorted(draw(st.sets(st.integers(0, 20_000), min_size=1, max_size=6)))
+    launched = float(draw(st.integers(0, 15_000)))
+    life = float(draw(st.integers(0, 8_000)))
+    return path, [float(r) for r in reads], launched, launched + life
+
+
+@pytest.mark.parametrize("billing", [PER_SECOND, FIXED], ids=["per_second", "fixed"])
+@settings(max_examples=300, deadline=None)
+@given(market=_markets())
+def test_what_is_counted_is_never_less_than_what_the_market_bills(
+    billing: BillingModel, market: tuple[list[tuple[float, float]], list[float], float, float]
+) -> None:
+    """Read at any times, a machine's cost (what the ledger commits) is never below what
+    it is billed at the prices in force, which the full path knows."""
+    path, reads, launched, end = market
+    known = PriceHistory()
+    for read in reads:
+        shown = [(t, p) for t, p in path if t <= read]
+        known.record(
+            read,
+            tuple("s" for _ in shown),
+            tuple(t for t, _ in shown),
+            tuple(p for _, p in shown),
+            "market",
+        )
+    truth = PriceHistory()
+    truth.record(
+        1e9,
+        tuple("s" for _ in path),
+        tuple(t for t, _ in path),
+        tuple(p for _, p in path),
+        "market",
+    )
+    assert (
+        known.cost(billing, "s", 1.0, launched, end)
+        >= truth.cost(billing, "s", 1.0, launched, end) - 1e-9
+    )
