@@ -11,11 +11,14 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from autoscaler.config.bag import expand_bag
 from autoscaler.config.load import load_config
 from autoscaler.core.billing import BillingModel
 from autoscaler.core.model import Event, Launch, MachineLaunched, PricesSeen, TypeSpec
 from autoscaler.core.spot_prices import PriceHistory
 from autoscaler.core.state import RunState
+from autoscaler.report.build import build_report
+from autoscaler.report.plots import spend_curve
 from autoscaler.run.start import make_emulator
 
 PER_SECOND = BillingModel("per_second", 3600.0, min_charge_s=60.0, commit_s=300.0)
@@ -230,3 +233,24 @@ def test_what_is_counted_is_never_less_than_what_the_market_bills(
         known.cost(billing, "s", 1.0, launched, end)
         >= truth.cost(billing, "s", 1.0, launched, end) - 1e-9
     )
+
+
+def test_the_report_bills_spot_machines_at_the_trace_and_its_spend_curve_ends_there(
+    tmp_path: Path,
+) -> None:
+    """The report's cost is each machine billed at the prices in force, below what the
+    caps would have cost; the spend plot's curve ends at it."""
+    cfg = load_config(_spot_config(tmp_path, 50.0, [[0, 0.2], [1800, 0.6]]))
+    state = make_emulator(cfg, 300).run()
+    report = build_report(cfg, state, tasks=expand_bag(cfg), run_id="r", seed=3)
+    spot = report.spot_prices
+    assert spot is not None
+    assert spot.source == "trace"
+    line = spot.types["spot"]
+    assert line.cap == 1.0
+    assert line.last_price == 0.6
+    assert 0 < line.billed < line.at_cap
+    od = sum(m.cost for m in report.machines if m.type == "od")
+    assert report.cost == pytest.approx(od + line.billed, abs=1e-3)
+    _, spent = spend_curve(state)
+    assert spent[-1] == pytest.approx(report.cost, abs=1e-3)
