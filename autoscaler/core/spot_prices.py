@@ -64,16 +64,17 @@ class PriceHistory:
         self.refreshes += 1
 
     def price_at(self, name: str, t: float, cap: float, *, holds: bool = False) -> float:
-        """The price in force for ``name`` at ``t``: its last price set by ``t``, or
-        ``cap`` where it is not known (before its first price, and after the last
-        refresh unless the last price ``holds``)."""
+        """The price ``name`` is billed at ``t``: its last price set by ``t``, at most
+        ``cap`` (EC2 bills no more than the MaxPrice; above it, it takes the machine
+        back), or ``cap`` where it is not known (before its first price, and after the
+        last refresh unless the last price ``holds``)."""
         if self.known_until is None or (t >= self.known_until - _EPS and not holds):
             return cap
         ts = self.times.get(name)
         if not ts:
             return cap
         i = bisect.bisect_right(ts, t + _EPS) - 1
-        return cap if i < 0 else self.prices[name][i]
+        return cap if i < 0 else min(self.prices[name][i], cap)
 
     def last(self, name: str) -> float | None:
         """The last price seen of ``name`` (None: none)."""

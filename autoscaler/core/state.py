@@ -514,8 +514,10 @@ def _prices_seen(s: RunState, event: PricesSeen) -> None:
     for name in dict.fromkeys(event.types):
         t = s.types.get(name)
         last = s.fleet.market.last(name)
-        if t is not None and t.cap is not None and last is not None and last != t.price:
-            s.types[name] = replace(t, price=last)
+        if t is not None and t.cap is not None and last is not None:
+            price = min(last, t.cap)  # never billed above its cap
+            if price != t.price:
+                s.types[name] = replace(t, price=price)
 
 
 def _extend(s: RunState, action: Extend) -> None:

@@ -254,3 +254,14 @@ def test_the_report_bills_spot_machines_at_the_trace_and_its_spend_curve_ends_th
     assert report.cost == pytest.approx(od + line.billed, abs=1e-3)
     _, spent = spend_curve(state)
     assert spent[-1] == pytest.approx(report.cost, abs=1e-3)
+
+
+def test_a_market_price_above_the_cap_is_billed_and_planned_at_the_cap() -> None:
+    """EC2 bills no more than a spot request's MaxPrice (it takes the machine back
+    instead): a reading above the cap commits no more money than the cap did."""
+    state = _state(cap=3.6)
+    _launch(state, 0.0)
+    before = state.money.committed
+    state.apply(200.0, _seen(200.0, ("spot", 0.0, 9.0)))
+    assert state.money.committed == pytest.approx(before)
+    assert state.types["spot"].price == 3.6
