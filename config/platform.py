@@ -332,7 +332,8 @@ class Ec2(ConfigModel):
         default="config",
         description="config: a spot type costs its machine type's price; market: its price "
         "comes from EC2's spot price history (DescribeSpotPriceHistory, Linux/UNIX, the "
-        "highest of the region's zones), read each monitoring interval; the budget commits "
+        "highest among the zones of the subnets, or of the region), read each monitoring "
+        "interval; the budget commits "
         "its time at its cap (max_price, else its machine type's price, sent to EC2 as "
         "MaxPrice) and the report bills it at the prices in force",
     )

@@ -59,7 +59,7 @@ from autoscaler.providers.base import (
     ProviderState,
     check_launch,
 )
-from autoscaler.providers.ec2_market import spot_price_history, type_prices
+from autoscaler.providers.ec2_market import spot_price_history, subnet_zones, type_prices
 from autoscaler.providers.ec2_ssh import ec2_agent_args, ssh_bootstrap
 from autoscaler.providers.kind import (
     ProviderKind,
@@ -185,6 +185,7 @@ class Ec2Provider:
         # once would both count the instances alive and both pass its maximum. A type's
         # launches (count, then RunInstances) take turns; other types' do not wait.
         self._launching: dict[str, threading.Lock] = {}
+        self._zones: frozenset[str] | None = None  # of the subnets, once asked (the market)
 
     @property
     def capabilities(self) -> Capabilities:
@@ -271,9 +272,9 @@ class Ec2Provider:
 
     def spot_prices(self, since: float | None, now: float) -> list[PricePoint]:
         """The spot price changes of our spot types after ``since`` up to ``now`` (the
-        driver's clock), per ATU: for each, the highest price in force among the
-        region's zones (``ec2_market``), with the price in force at ``since`` (or now)
-        dated when EC2 set it."""
+        driver's clock), per ATU: for each, the highest price in force among the zones
+        of the subnets (all the region's without subnets; ``ec2_market``), with the
+        price in force at ``since`` (or now) dated when EC2 set it."""
         names = self.market_types()
         if not names:
             return []
@@ -281,8 +282,11 @@ class Ec2Provider:
         end = datetime.fromtimestamp(wall, UTC)
         start = end if since is None else datetime.fromtimestamp(wall - (now - since), UTC)
         itypes = {name: self.settings.instances[name].instance_type for name in names}
+        if self._zones is None:
+            subnets = self.settings.subnets
+            self._zones = subnet_zones(self.client, subnets) if subnets else frozenset()
         records = spot_price_history(self.client, sorted(set(itypes.values())), start, end)
-        series = type_prices(records)
+        series = type_prices(records, self._zones)
         per_atu = self._capabilities.billing.atu_s / 3600.0
         out = [
             PricePoint(name, now - (wall - at.timestamp()), usd * per_atu)

@@ -3,8 +3,9 @@
 ``spot_price_history`` asks DescribeSpotPriceHistory (Linux/UNIX) for the instance
 types' price changes in a window, in every zone of the region; ``type_prices`` turns
 them into one price per instance type over time: at each change, the highest price in
-force among the zones (a launch walks the subnets and may land in any zone, so a plan
-or a bill made on the highest is never short). The client is ``providers/aws.py``'s; its
+force among the zones of the run's subnets (every zone without subnets): a launch walks
+the subnets and may land in any of their zones, so a plan or a bill made on the highest
+is never short. ``subnet_zones`` finds the subnets' zones. The client is ``providers/aws.py``'s; its
 errors come out as ``AutoscalerError`` (``aws_errors``). Tested in
 ``tests/unit/test_ec2_market.py`` on handmade answers and in
 ``tests/integration/test_ec2_market.py`` against moto.
@@ -12,7 +13,7 @@ errors come out as ``AutoscalerError`` (``aws_errors``). Tested in
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -55,15 +56,20 @@ def parse_history(items: Iterable[Any]) -> list[SpotRecord]:
     return sorted(out, key=lambda r: r.at)
 
 
-def type_prices(records: Sequence[SpotRecord]) -> dict[str, list[tuple[datetime, float]]]:
-    """Per instance type, its price over time: at each change in any zone, the highest
-    price then in force among the zones that have one (oldest first, changes only)."""
+def type_prices(
+    records: Sequence[SpotRecord], zones: Collection[str] = ()
+) -> dict[str, list[tuple[datetime, float]]]:
+    """Per instance type, its price over time: at each change in any of ``zones`` (none
+    given: every zone), the highest price then in force among those zones that have one
+    (oldest first, changes only)."""
     out: dict[str, list[tuple[datetime, float]]] = {}
     in_force: dict[str, dict[str, float]] = {}
     for r in sorted(records, key=lambda r: r.at):
-        zones = in_force.setdefault(r.instance_type, {})
-        zones[r.zone] = r.usd_per_hour
-        price = max(zones.values())
+        if zones and r.zone not in zones:
+            continue
+        by_zone = in_force.setdefault(r.instance_type, {})
+        by_zone[r.zone] = r.usd_per_hour
+        price = max(by_zone.values())
         series = out.setdefault(r.instance_type, [])
         if series and series[-1][0] == r.at:
             series[-1] = (r.at, price)
@@ -90,3 +96,10 @@ def spot_price_history(
         for page in pages:
             records += parse_history(page.get("SpotPriceHistory", []))
     return records
+
+
+def subnet_zones(client: EC2Client, subnets: Sequence[str]) -> frozenset[str]:
+    """The availability zones of ``subnets`` (DescribeSubnets)."""
+    with aws_errors(f"finding the zones of subnets {', '.join(subnets)}"):
+        reply = client.describe_subnets(SubnetIds=list(subnets))
+    return frozenset(s["AvailabilityZone"] for s in reply.get("Subnets", []))

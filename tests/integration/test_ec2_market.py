@@ -15,6 +15,7 @@ from typing import Any
 
 import boto3
 import pytest
+import yaml
 
 from autoscaler.core.billing import BillingModel
 from autoscaler.providers.base import Capabilities
@@ -56,6 +57,7 @@ def test_the_provider_reads_each_spot_type_s_price_per_atu_from_the_history(
         assert provider.market_types() == ("cheap",)
         points = provider.spot_prices(None, NOW)
         [request] = proxy.requests("DescribeSpotPriceHistory")
+        assert not proxy.requests("DescribeSubnets")  # no subnets: every zone
     # The price in force (dated when moto set it, long before the run) for the one spot
     # type, at the hour's price scaled to the 60 s ATU; the on-demand type is not asked.
     assert [p.type for p in points] == ["cheap"]
@@ -109,6 +111,11 @@ def test_a_run_on_the_spot_market_plans_and_bills_at_its_prices(world: Ec2World)
     per_atu = MOTO_PRICE * 60 / 3600  # the world's ATU is 60 s
     assert seen[0][2]["prices"] == [pytest.approx(per_atu)]
     assert world.proxy.requests("DescribeSpotPriceHistory")
+    [subnets] = world.proxy.requests("DescribeSubnets")  # the subnets' zones, asked once
+    asked = {k: v[0] for k, v in subnets.params.items()}
+    assert {asked["SubnetId.1"], asked["SubnetId.2"]} == set(
+        yaml.safe_load((run_dir / "config.yaml").read_text())["ec2"]["subnets"]
+    )
 
     spot = report["spot_prices"]
     assert spot["source"] == "market"

@@ -20,6 +20,7 @@ from autoscaler.providers.ec2_market import (
     SpotRecord,
     parse_history,
     spot_price_history,
+    subnet_zones,
     type_prices,
 )
 
@@ -113,6 +114,37 @@ def test_a_type_costs_the_highest_price_in_force_among_its_zones() -> None:
         (T0 + timedelta(minutes=20), 0.035),
     ]
     assert series["t3.micro"] == [(T0 + timedelta(minutes=5), 0.004)]
+
+
+def test_only_the_zones_of_the_subnets_price_a_type() -> None:
+    """A zone none of the run's subnets is in cannot take its machines: its price is
+    left out (us-east-1c's 0.09 here)."""
+    records = parse_history(
+        [
+            line("c5.large", "us-east-1a", 0, "0.030"),
+            line("c5.large", "us-east-1c", 0, "0.090"),
+            line("c5.large", "us-east-1b", 5, "0.040"),
+        ]
+    )
+    series = type_prices(records, frozenset({"us-east-1a", "us-east-1b"}))
+    assert series["c5.large"] == [(T0, 0.03), (T0 + timedelta(minutes=5), 0.04)]
+    assert type_prices(records)["c5.large"] == [(T0, 0.09)]
+
+
+def test_the_zones_of_the_subnets_are_asked_once() -> None:
+    client = ec2_client()
+    with Stubber(client) as stub:
+        stub.add_response(
+            "describe_subnets",
+            {
+                "Subnets": [
+                    {"SubnetId": "subnet-a", "AvailabilityZone": "us-east-1a"},
+                    {"SubnetId": "subnet-b", "AvailabilityZone": "us-east-1d"},
+                ]
+            },
+            {"SubnetIds": ["subnet-a", "subnet-b"]},
+        )
+        assert subnet_zones(client, ["subnet-a", "subnet-b"]) == {"us-east-1a", "us-east-1d"}
 
 
 def test_no_line_no_price() -> None:
