@@ -198,3 +198,25 @@ class Emulator(ConfigModel):
         "1 + share_slowdown·(n − 1)/(s − 1) times its runtime (memory bandwidth); 0: none",
     )
     machine_failures: list[MachineFailure] = Field(default_factory=list)
+    spot_prices: dict[str, list[tuple[Seconds, float]] | Path] = Field(
+        default_factory=dict,
+        description="per machine type: its price per ATU over time in a dry run, as "
+        "[[time, price], ...] (run time, ascending; each price holds until the next) or "
+        "a CSV file of time_s,price lines; the dry run reads it each monitoring interval "
+        "as a real run reads the spot market (ec2.spot_prices: market)",
+    )
+
+
+def check_price_trace(field: str, trace: list[tuple[float, float]]) -> None:
+    """Refuse a price trace that is empty, goes back in time or has a negative price."""
+    if not trace:
+        raise ValueError(f"{field}: give at least one [time, price] point")
+    last: float | None = None
+    for i, (at, price) in enumerate(trace):
+        if not (math.isfinite(at) and at >= 0):
+            raise ValueError(f"{field}[{i}]: time {at:g} must be 0 or more")
+        if last is not None and at <= last:
+            raise ValueError(f"{field}[{i}]: times must increase ({at:g} s after {last:g} s)")
+        if not (math.isfinite(price) and price >= 0):
+            raise ValueError(f"{field}[{i}]: price {price:g} must be 0 or more")
+        last = at

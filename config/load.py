@@ -27,6 +27,7 @@ __all__ = [
     "config_json_schema",
     "config_warnings",
     "load_config",
+    "load_price_trace",
     "load_trace",
     "read_text",
     "read_yaml",
@@ -60,6 +61,7 @@ def load_config(
     path = Path(path)
     source = str(path)
     data = read_yaml(path, "fields (bag, constraint, ...)")
+    _read_price_traces(data, path.absolute().parent, source)
     if prices is not None:
         _fill_prices(data, prices, source)
     if vcpus is not None:
@@ -215,6 +217,47 @@ def load_trace(path: str | Path) -> list[float]:
     if not runtimes:
         raise ConfigError(source, ["the trace has no runtimes"])
     return runtimes
+
+
+def _read_price_traces(data: dict[str, Any], base: Path, source: str) -> None:
+    """Put the points of each ``emulator.spot_prices`` trace given as a file (relative
+    to ``base``) into the raw config, so validation sees every trace alike."""
+    emulator = data.get("emulator")
+    traces = emulator.get("spot_prices") if isinstance(emulator, dict) else None
+    if not isinstance(traces, dict):
+        return
+    for name, trace in traces.items():
+        if isinstance(trace, str):
+            file = Path(trace).expanduser()
+            file = file if file.is_absolute() else base / file
+            field = f"emulator.spot_prices.{name}"
+            traces[name] = [list(p) for p in load_price_trace(file, source, field)]
+
+
+def load_price_trace(path: Path, source: str, field: str) -> list[tuple[float, float]]:
+    """A price trace's points from a CSV file: ``time_s,price`` lines (a first line that
+    does not parse is a header; blank lines and ``#`` comments are skipped). A
+    ``ConfigError`` of ``source`` names ``field``, the file and the bad line."""
+    points: list[tuple[float, float]] = []
+    header = False
+    lines = read_text(path, source, field).splitlines()
+    for number, line in enumerate(lines, start=1):
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        cells = [c.strip() for c in text.split(",")]
+        try:
+            if len(cells) != 2:
+                raise ValueError
+            points.append((float(cells[0]), float(cells[1])))
+        except ValueError:
+            if not points and not header:
+                header = True
+                continue
+            raise ConfigError(
+                source, [f"{field}: {path} line {number}: not time_s,price (got {text!r})"]
+            ) from None
+    return points
 
 
 def read_text(path: Path, source: str, field: str = "") -> str:

@@ -328,6 +328,15 @@ class Ec2(ConfigModel):
         default=False,
         description="fill machine types without a price from the AWS Pricing API (on-demand)",
     )
+    spot_prices: Literal["config", "market"] = Field(
+        default="config",
+        description="config: a spot type costs its machine type's price; market: its price "
+        "comes from EC2's spot price history (DescribeSpotPriceHistory, Linux/UNIX, the "
+        "highest among the zones of the subnets, or of the region), read each monitoring "
+        "interval; the budget commits "
+        "its time at its cap (max_price, else its machine type's price, sent to EC2 as "
+        "MaxPrice) and the report bills it at the prices in force",
+    )
     lookup_slots: bool = Field(
         default=False,
         description="give machine types without slots the instance type's vCPUs divided by "

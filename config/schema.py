@@ -31,6 +31,7 @@ from autoscaler.config.emulation import (
     TraceRuntime,
     UniformRuntime,
     WeibullRuntime,
+    check_price_trace,
     weibull_mean_factor,
 )
 from autoscaler.config.platform import (
@@ -183,6 +184,18 @@ class Platform(ConfigModel):
                     f"emulator.machine_failures names unknown machine type {failure.type!r}"
                 )
         self._provider_section(names)
+        known_types("emulator.spot_prices", self.emulator.spot_prices, names)
+        for name, trace in self.emulator.spot_prices.items():
+            if isinstance(trace, list):
+                check_price_trace(f"emulator.spot_prices.{name}", trace)
+            cap = self.price_cap(name)
+            for i, (_, price) in enumerate(trace if isinstance(trace, list) else ()):
+                if cap is not None and price > cap + 1e-12:
+                    raise ValueError(
+                        f"emulator.spot_prices.{name}[{i}]: price {price:g} is above the "
+                        f"type's cap {cap:g} (its max_price, else its price): a spot "
+                        "machine is never billed above it"
+                    )
 
     def _provider_section(self, names: set[str]) -> None:
         if self.providers is not None:
@@ -308,6 +321,44 @@ class Platform(ConfigModel):
 
     def type_names(self) -> set[str]:
         return {t.name for t in self.machine_types}
+
+    def ec2_type(self, type_name: str) -> Ec2Type | None:
+        """What machine type ``type_name`` is on EC2, and its provider's section (None:
+        not an EC2 type)."""
+        section = self.ec2_section(type_name)
+        return None if section is None else section.types.get(type_name)
+
+    def ec2_section(self, type_name: str) -> Ec2 | None:
+        """The EC2 section machine type ``type_name`` comes from (None: not EC2's)."""
+        provider = self.provider_of(type_name)
+        if self.providers is not None:
+            entry = self.providers.get(provider)
+            return entry if isinstance(entry, Ec2) else None
+        return self.ec2 if self.provider == "ec2" else None
+
+    def market_priced(self, type_name: str) -> bool:
+        """Whether ``type_name``'s price moves: a spot type of an EC2 section that reads
+        the market (``spot_prices: market``), or a type a dry run's trace prices."""
+        if type_name in self.emulator.spot_prices:
+            return True
+        section, spec = self.ec2_section(type_name), self.ec2_type(type_name)
+        return (
+            section is not None
+            and spec is not None
+            and spec.spot
+            and (section.spot_prices == "market")
+        )
+
+    def price_cap(self, type_name: str) -> float | None:
+        """Per ATU, the most a machine of a market-priced type may be billed: its EC2
+        ``max_price`` (USD per hour) at the ATU, else its machine type's price; None
+        for a type whose price does not move."""
+        if not self.market_priced(type_name):
+            return None
+        spec = self.ec2_type(type_name)
+        if spec is not None and spec.max_price is not None:
+            return spec.max_price * self.billing.atu_s / 3600.0
+        return self.type_named(type_name).price
 
     @property
     def time_scale(self) -> float:

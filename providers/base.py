@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from autoscaler.core.billing import BillingModel
 from autoscaler.core.errors import AutoscalerError
@@ -167,4 +167,30 @@ class Provider(Protocol):
     def terminate(self, ids: Sequence[str], *, now: bool = False) -> list[str]:
         """End the machines of ``ids`` (only this run's); the ids terminated. ``now``: no
         grace for the agents to end their tasks (the user's second Ctrl-C)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class PricePoint:
+    """A market price: a machine of our type ``type`` costs ``price`` per ATU from
+    ``at`` (the driver's clock) on."""
+
+    type: str
+    at: float
+    price: float
+
+
+@runtime_checkable
+class SpotMarket(Protocol):
+    """A provider whose types' prices move (EC2's spot market, a dry run's traces)."""
+
+    def market_types(self) -> tuple[str, ...]:
+        """Our machine types whose prices it reads (none: it reads no market)."""
+        ...
+
+    def spot_prices(self, since: float | None, now: float) -> list[PricePoint]:
+        """The price changes of ``market_types`` after ``since`` up to ``now`` (the
+        driver's clock), oldest first, each with the time it took effect (``since``
+        None: from the start, with the prices in force then); a price that took effect
+        before ``since`` and still holds may come again, dated when it took effect."""
         ...

@@ -33,7 +33,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -54,10 +54,12 @@ from autoscaler.providers.base import (
     Capabilities,
     MachineRecord,
     MachineStatus,
+    PricePoint,
     Provider,
     ProviderState,
     check_launch,
 )
+from autoscaler.providers.ec2_market import spot_price_history, subnet_zones, type_prices
 from autoscaler.providers.ec2_ssh import ec2_agent_args, ssh_bootstrap
 from autoscaler.providers.kind import (
     ProviderKind,
@@ -117,6 +119,7 @@ class Ec2Settings:
     user_data: str | bytes | None = None  # a cloud-init script (rendered elsewhere), or gzip
     max_attempts: int = 8  # requests per call, the first included (botocore standard mode)
     profile: str | None = None  # a named AWS profile: this provider's credentials
+    spot_market: bool = False  # spot types' prices come from the spot price history
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +185,7 @@ class Ec2Provider:
         # once would both count the instances alive and both pass its maximum. A type's
         # launches (count, then RunInstances) take turns; other types' do not wait.
         self._launching: dict[str, threading.Lock] = {}
+        self._zones: frozenset[str] | None = None  # of the subnets, once asked (the market)
 
     @property
     def capabilities(self) -> Capabilities:
@@ -257,6 +261,39 @@ class Ec2Provider:
         with aws_errors(f"reading the console of {machine}"):
             reply = self.client.get_console_output(InstanceId=machine)
         return str(reply.get("Output") or "")
+
+    # --- the spot market (``ec2.spot_prices: market``) -------------------------------------
+
+    def market_types(self) -> tuple[str, ...]:
+        """Our spot types, when their prices come from the market."""
+        if not self.settings.spot_market:
+            return ()
+        return tuple(name for name, spec in self.settings.instances.items() if spec.spot)
+
+    def spot_prices(self, since: float | None, now: float) -> list[PricePoint]:
+        """The spot price changes of our spot types after ``since`` up to ``now`` (the
+        driver's clock), per ATU: for each, the highest price in force among the zones
+        of the subnets (all the region's without subnets; ``ec2_market``), with the
+        price in force at ``since`` (or now) dated when EC2 set it."""
+        names = self.market_types()
+        if not names:
+            return []
+        wall = time.time()
+        end = datetime.fromtimestamp(wall, UTC)
+        start = end if since is None else datetime.fromtimestamp(wall - (now - since), UTC)
+        itypes = {name: self.settings.instances[name].instance_type for name in names}
+        if self._zones is None:
+            subnets = self.settings.subnets
+            self._zones = subnet_zones(self.client, subnets) if subnets else frozenset()
+        records = spot_price_history(self.client, sorted(set(itypes.values())), start, end)
+        series = type_prices(records, self._zones)
+        per_atu = self._capabilities.billing.atu_s / 3600.0
+        out = [
+            PricePoint(name, now - (wall - at.timestamp()), usd * per_atu)
+            for name, itype in itypes.items()
+            for at, usd in series.get(itype, [])
+        ]
+        return sorted(out, key=lambda p: p.at)
 
     # --- EC2 ----------------------------------------------------------------------------
 
@@ -452,7 +489,7 @@ def ec2_settings(cfg: Platform, user_data: str | bytes | None = None) -> Ec2Sett
         region=e.region,
         ami=e.ami,
         instances={
-            name: InstanceSpec(t.instance_type, spot=t.spot, max_price=t.max_price)
+            name: InstanceSpec(t.instance_type, spot=t.spot, max_price=_max_price(cfg, name))
             for name, t in e.types.items()
         },
         subnets=tuple(e.subnets),
@@ -464,7 +501,21 @@ def ec2_settings(cfg: Platform, user_data: str | bytes | None = None) -> Ec2Sett
         user_data=user_data,
         max_attempts=e.max_attempts,
         profile=e.profile,
+        spot_market=e.spot_prices == "market",
     )
+
+
+def _max_price(cfg: Platform, name: str) -> float | None:
+    """The MaxPrice (USD per hour) of type ``name``'s spot requests: its ``max_price``;
+    for a type whose price is the market's, its cap (``Platform.price_cap``) at the hour
+    either way, so EC2 never bills a machine more than the budget committed on it."""
+    spec = cfg.ec2_type(name)
+    cap = cfg.price_cap(name)
+    if spec is None or not spec.spot:
+        return None
+    if cap is None or spec.max_price is not None:
+        return spec.max_price
+    return cap * 3600.0 / cfg.billing.atu_s
 
 
 def build(cfg: Platform, ctx: RunContext) -> Provider:

@@ -19,7 +19,14 @@ from typing import TYPE_CHECKING
 
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.providers import registry
-from autoscaler.providers.base import Capabilities, MachineRecord, MachineStatus, Provider
+from autoscaler.providers.base import (
+    Capabilities,
+    MachineRecord,
+    MachineStatus,
+    PricePoint,
+    Provider,
+    SpotMarket,
+)
 from autoscaler.providers.kind import (
     BootContext,
     Bootstrapper,
@@ -82,6 +89,22 @@ class MultiProvider:
         records = part.launch(type, count, token, {**tags, "autoscaler:provider": name})
         self._own(name, (r.id for r in records))
         return records
+
+    def market_types(self) -> tuple[str, ...]:
+        """The market-priced types of every part that reads a market."""
+        return tuple(
+            t for p in self.parts.values() if isinstance(p, SpotMarket) for t in p.market_types()
+        )
+
+    def spot_prices(self, since: float | None, now: float) -> list[PricePoint]:
+        """Every market's price changes, oldest first."""
+        points = [
+            point
+            for p in self.parts.values()
+            if isinstance(p, SpotMarket) and p.market_types()
+            for point in p.spot_prices(since, now)
+        ]
+        return sorted(points, key=lambda p: p.at)
 
     def describe(self, ids: Sequence[str] | None = None) -> list[MachineStatus]:
         if ids is None:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from autoscaler.config.load import load_trace
+from autoscaler.config.load import load_price_trace, load_trace
 from autoscaler.config.schema import (
     BimodalRuntime,
     ConstantRuntime,
@@ -38,6 +38,7 @@ from autoscaler.providers.base import (
     Capabilities,
     MachineRecord,
     MachineStatus,
+    PricePoint,
     ProviderState,
     check_launch,
 )
@@ -274,6 +275,27 @@ class SimProvider:
             ):
                 return failure.at_s
         return None
+
+    # --- the spot market of a dry run: ``emulator.spot_prices`` ---------------------------
+
+    def market_types(self) -> tuple[str, ...]:
+        return tuple(self._model.spot_prices)
+
+    def spot_prices(self, since: float | None, now: float) -> list[PricePoint]:
+        """The traces' points after ``since`` up to ``now`` (per ATU, as written)."""
+        out = []
+        for name, trace in self._model.spot_prices.items():
+            points = (
+                load_price_trace(trace, str(trace), f"emulator.spot_prices.{name}")
+                if isinstance(trace, Path)
+                else trace
+            )
+            out += [
+                PricePoint(name, at, price)
+                for at, price in points
+                if at <= now and (since is None or at > since)
+            ]
+        return sorted(out, key=lambda p: p.at)
 
     @staticmethod
     def _record(m: SimMachine) -> MachineRecord:

@@ -18,7 +18,7 @@ def can_extend(state: RunState, m: Machine) -> bool:
         return False
     if state.money.budget is None:
         return may_extend(state, m)
-    extra = state.billing.extension_cost(m.type.price, m.launched_at, m.paid_until)
+    extra = state.billing.extension_cost(m.type.commit_price, m.launched_at, m.paid_until)
     return state.money.committed + extra <= state.money.budget + EPS and may_extend(state, m)
 
 

@@ -42,7 +42,7 @@ def _launch_or_mark(s: Step) -> tuple[str, ...]:
                 have += 1
             count = min(want - have, t.max_count - len(alive) - in_flight)
             if state.money.budget is not None:
-                unit = state.billing.cost(t.price, state.billing.first_step_s)
+                unit = state.billing.cost(t.commit_price, state.billing.first_step_s)
                 count = min(
                     count, math.floor((state.money.budget - state.money.committed) / unit + EPS)
                 )

@@ -59,7 +59,7 @@ def _affordable(state: RunState, counts: dict[str, int]) -> dict[str, int]:
     if state.money.budget is None:
         return counts
     first = state.billing.first_step_s
-    price = {n: state.billing.cost(t.price, first) for n, t in state.types.items()}
+    price = {n: state.billing.cost(t.commit_price, first) for n, t in state.types.items()}
 
     def cost() -> float:
         return sum(c * price[n] for n, c in counts.items())

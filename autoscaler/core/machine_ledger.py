@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 
 from autoscaler.core.billing import BillingModel
 from autoscaler.core.errors import StateError
-from autoscaler.core.model import MachineState, TypeSpec
+from autoscaler.core.model import MachineState, PricesSeen, TypeSpec
+from autoscaler.core.spot_prices import PriceHistory
 
 # Enum members looked up once: reading ``MachineState.READY`` calls a descriptor.
 _GONE = MachineState.GONE
@@ -128,6 +129,7 @@ class Fleet:
     pending_launches: dict[str, tuple[str, int]] = field(default_factory=dict)
     launch_seq: int = 0  # launches decided so far; names the next launch token
     launch_prefix: str = ""  # launch tokens (and so machine names) start with it
+    market: PriceHistory = field(default_factory=PriceHistory)  # the spot prices seen
 
     def next_token(self) -> str:
         """The token of the next launch: ``L<n>``, after the run's prefix if it has one
@@ -187,10 +189,43 @@ class Fleet:
     def extend(self, mid: str, until: float) -> float:
         """Machine ``mid`` is paid until ``until``: the money that commits."""
         m = self.machines[mid]
-        old = self.billing.cost(m.type.price, m.paid_until - m.launched_at)
-        new = self.billing.cost(m.type.price, until - m.launched_at)
+        old = self.cost(m, m.paid_until)
+        new = self.cost(m, until)
         m.paid_until = until
         return new - old
+
+    def cost(self, m: Machine, until: float) -> float:
+        """What ``m`` costs billed until ``until``: at its type's price, or, for a
+        market-priced type, at the prices seen and its cap beyond them (``market``)."""
+        t = m.type
+        if t.cap is None:
+            return self.billing.cost(t.price, until - m.launched_at)
+        return self.market.cost(self.billing, t.name, t.cap, m.launched_at, until)
+
+    def billed(self, m: Machine, end: float) -> float:
+        """What ``m`` is billed for its life to ``end``: at its type's price, or at the
+        market's prices in force, the last seen taken to hold since (a report's actual
+        spend; ``cost`` is what is committed)."""
+        t = m.type
+        if t.cap is None:
+            return self.billing.cost(t.price, end - m.launched_at)
+        return self.market.cost(self.billing, t.name, t.cap, m.launched_at, end, holds=True)
+
+    def reprice(self, now: float, event: PricesSeen) -> float:
+        """Market prices seen at ``now``: the money to commit (0 or less) as the time of
+        market-priced machines is priced by the market instead of by their caps."""
+        known = self.market.known_until
+        priced = [
+            (m, end)
+            for m in self.machines.values()
+            if m.type.cap is not None
+            for end in (m.ended_at if m.ended_at is not None else m.paid_until,)
+            if known is None or end > known
+        ]
+        old = [self.cost(m, end) for m, end in priced]
+        self.market.record(now, event.types, event.at, event.prices, event.source)
+        new = [self.cost(m, end) for m, end in priced]
+        return sum(new) - sum(old)
 
     def mark(self, mid: str, release: bool) -> None:
         self.machines[mid].marked = release
@@ -205,8 +240,8 @@ class Fleet:
             self.alive_slots -= m.type.slots
         m.ended_at = end
         m.end_reason = reason
-        spent = self.billing.cost(m.type.price, end - m.launched_at)
-        committed = self.billing.cost(m.type.price, m.paid_until - m.launched_at)
+        spent = self.cost(m, end)
+        committed = self.cost(m, m.paid_until)
         return min(0.0, spent - committed)
 
     def track_queue(self, m: Machine) -> None:
@@ -234,7 +269,7 @@ class Fleet:
 
     def first_cost(self, type_name: str) -> float:
         """What one machine of ``type_name`` commits when launched: its first step."""
-        return self.billing.cost(self.types[type_name].price, self.billing.first_step_s)
+        return self.billing.cost(self.types[type_name].commit_price, self.billing.first_step_s)
 
     def alive_machines(self) -> Iterator[Machine]:
         return iter([m for m in self.alive.values() if m.state is not _GONE])
@@ -279,7 +314,7 @@ class Fleet:
         total = 0.0
         for m in self.machines.values():
             end = m.ended_at if m.ended_at is not None else now
-            total += self.billing.cost(m.type.price, end - m.launched_at)
+            total += self.cost(m, end)
         return total
 
     def by_provider(self) -> dict[str, tuple[int, float]]:
@@ -287,6 +322,6 @@ class Fleet:
         out: dict[str, tuple[int, float]] = {}
         for m in self.machines.values():
             alive, money = out.get(m.type.provider, (0, 0.0))
-            paid = self.billing.cost(m.type.price, m.paid_until - m.launched_at)
+            paid = self.cost(m, m.paid_until)
             out[m.type.provider] = (alive + (m.ended_at is None), money + paid)
         return out

@@ -73,6 +73,7 @@ __all__ = [
     "MachineState",
     "Mark",
     "Move",
+    "PricesSeen",
     "ProviderLimit",
     "QuotaSet",
     "Release",
@@ -124,6 +125,14 @@ class TypeSpec:
     slots: int = 1  # tasks a machine runs at once
     group_max_s: float | None = None  # a task group's expected time at most this
     group_max_tasks: int | None = None  # tasks in one group at most this
+    cap: float | None = None  # per ATU: the most a machine may be billed (a spot market's)
+
+    @property
+    def commit_price(self) -> float:
+        """The price per ATU money is committed at: the cap of a type whose price moves
+        (``PricesSeen``), else its price. Committing a spot machine at the most it may be
+        billed keeps the budget whatever the market does."""
+        return self.price if self.cap is None else self.cap
 
 
 @dataclass(frozen=True, slots=True)
@@ -376,6 +385,21 @@ class JobWithdrawn:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class PricesSeen:
+    """The prices of market-priced types (those with a ``TypeSpec.cap``), per ATU, as
+    the market (or a dry run's trace) says: ``types[i]`` cost ``prices[i]`` from run
+    time ``at[i]`` on, and the market is known up to now. Each type's last price is
+    what the planners see from now on; what its machines are billed is reconciled from
+    the history (``core.spot_prices``). ``source``: where they come from (``market``,
+    ``trace``)."""
+
+    types: tuple[str, ...]
+    at: tuple[float, ...]
+    prices: tuple[float, ...]
+    source: str = "market"
+
+
 Event = (
     MachineLaunched
     | LaunchFailed
@@ -395,6 +419,7 @@ Event = (
     | Resumed
     | JobWithdrawn
     | QuotaSet
+    | PricesSeen
 )
 
 
@@ -417,4 +442,5 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     Resumed,
     JobWithdrawn,
     QuotaSet,
+    PricesSeen,
 )

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from autoscaler.core.billing import BillingModel
@@ -61,6 +61,7 @@ from autoscaler.core.model import (
     MachineState,
     Mark,
     Move,
+    PricesSeen,
     ProviderLimit,
     QuotaSet,
     Release,
@@ -503,6 +504,22 @@ def _end_machine(s: RunState, mid: str, reason: str, outcome: str) -> None:
         s.money.commit(s.now, unspent)
 
 
+def _prices_seen(s: RunState, event: PricesSeen) -> None:
+    """Market prices: the machines' time known since is priced by them (committed money
+    comes back where they are below the caps), and each market-priced type's last price
+    is the one the planners see from now on. A type without a cap keeps its price."""
+    delta = s.fleet.reprice(s.now, event)
+    if delta:
+        s.money.commit(s.now, delta)
+    for name in dict.fromkeys(event.types):
+        t = s.types.get(name)
+        last = s.fleet.market.last(name)
+        if t is not None and t.cap is not None and last is not None:
+            price = min(last, t.cap)  # never billed above its cap
+            if price != t.price:
+                s.types[name] = replace(t, price=price)
+
+
 def _extend(s: RunState, action: Extend) -> None:
     s.money.commit(s.now, s.fleet.extend(action.machine, action.until))
 
@@ -607,6 +624,7 @@ FOLD: dict[type, Handler] = {
     Interrupted: lambda s, e: s.money.interrupt(True),
     Resumed: lambda s, e: s.money.interrupt(False),
     QuotaSet: lambda s, e: s.capacity.quota_set(e),
+    PricesSeen: _prices_seen,
     Tick: _nothing,
     BoundaryNear: _nothing,
     HandedOver: _nothing,

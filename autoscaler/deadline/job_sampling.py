@@ -64,7 +64,7 @@ def spread_sample(s: Step, name: str, tasks: list[int]) -> None:
             s.do(Assign(tasks.pop(0), m.id))
     room = new_caps(state)[name]
     if state.money.budget is not None:
-        unit = state.billing.cost(state.types[name].price, state.billing.first_step_s)
+        unit = state.billing.cost(state.types[name].commit_price, state.billing.first_step_s)
         room = min(room, math.floor((state.money.budget - state.money.committed) / unit + EPS))
     count = min(room, -(-len(tasks) // slots))
     if count > 0 and state.capacity.launchable(name, s.now):

@@ -172,7 +172,7 @@ def carry_out(
     bought: dict[str, list[tuple[int, ...]]] = {}
     # The machines doing the most per unit of money first, when money is short.
     for new in sorted(plan.new, key=lambda m: -sum(m.tasks.values()) / max(m.cost, EPS)):
-        first = state.billing.cost(state.types[new.type].price, state.billing.first_step_s)
+        first = state.billing.cost(state.types[new.type].commit_price, state.billing.first_step_s)
         if first > money + EPS:
             s.unpaid.update(job_of_key(state.work, n).name for n, k in new.tasks.items() if k > 0)
             continue

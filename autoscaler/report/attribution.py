@@ -15,9 +15,9 @@ from autoscaler.report.records import EPS, GaveWay, JobOutcome, LateNote, Learne
 
 def machine_cost(state: RunState, machine: Machine) -> float:
     """What ``machine`` cost under the billing model: its life, to ``state.now`` while it
-    is alive (as ``RunState.actual_cost``)."""
+    is alive, at its price or a spot market's prices in force (``Fleet.billed``)."""
     end = machine.ended_at if machine.ended_at is not None else state.now
-    return state.billing.cost(machine.type.price, end - machine.launched_at)
+    return state.fleet.billed(machine, end)
 
 
 def job_shares(tasks: Tasks, work: Jobs) -> dict[str, dict[str, float]]:

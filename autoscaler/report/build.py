@@ -28,6 +28,8 @@ from autoscaler.report.records import (
     ProviderSummary,
     Report,
     ShortfallNote,
+    SpotPrices,
+    SpotTypeLine,
     TypeSummary,
     UnfinishedTask,
     UnfinishedWhy,
@@ -147,7 +149,7 @@ def build_report(
         end = m.ended_at if m.ended_at is not None else state.now
         life = end - m.launched_at
         boot = (m.ready_at if m.ready_at is not None else end) - m.launched_at
-        cost = billing.cost(m.type.price, life)
+        cost = state.fleet.billed(m, end)
         units = billing.paid_units(life)
         idle = max(0.0, m.type.slots * (life - boot) - m.busy_s)
         machines.append(
@@ -250,6 +252,7 @@ def build_report(
         refused_agents=refused_agents,
         providers=provider_summaries(cfg, totals),
         outputs=None if time_scale is None else outputs_summary(state, tasks),
+        spot_prices=spot_prices(state),
     )
     if not state.work.deadline_mode:
         return report
@@ -261,6 +264,31 @@ def build_report(
         jobs=jobs,
         jobs_met_deadline=sum(j.met_deadline for j in jobs),
         unattributed_cost=round(unattributed, 4),
+    )
+
+
+def spot_prices(state: RunState) -> SpotPrices | None:
+    """The prices of ``state``'s market-priced types and what their machines cost at
+    their caps and at the prices in force (None: the run has no such type)."""
+    capped = {name: t.cap for name, t in state.types.items() if t.cap is not None}
+    if not capped:
+        return None
+    market, fleet = state.fleet.market, state.fleet
+    lines = {}
+    for name, cap in capped.items():
+        mine = [m for m in fleet.machines.values() if m.type.name == name]
+        ends = [(m, m.ended_at if m.ended_at is not None else state.now) for m in mine]
+        lines[name] = SpotTypeLine(
+            cap=round(cap, 6),
+            last_price=market.last(name),
+            at_cap=round(sum(state.billing.cost(cap, e - m.launched_at) for m, e in ends), 4),
+            billed=round(sum(fleet.billed(m, e) for m, e in ends), 4),
+        )
+    return SpotPrices(
+        source=market.source if market.refreshes else "config",
+        refreshed_at_s=rounded(market.known_until),
+        refreshes=market.refreshes,
+        types=lines,
     )
 
 

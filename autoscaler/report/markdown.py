@@ -66,7 +66,7 @@ def render_markdown(report: Report) -> str:
     if report.outputs is not None:
         lines += ["", _outputs_sentence(report.outputs)]
     if isinstance(report, DeadlineReport):
-        lines += ["", *_deadline_head(report)]
+        lines += ["", *_deadline_head(report), *_spot_lines(report)]
         lines += ["", HEAD_END, *_types_table(report), *_jobs_section(report)]
         return _tail(report, lines)
     predicted = report.predicted or Prediction(None, None, None)
@@ -86,6 +86,7 @@ def render_markdown(report: Report) -> str:
     ]
     if report.predicted is not None:
         lines.append(_made_when(report.predicted))
+    lines += _spot_lines(report)
     if report.risk is not None:
         r = report.risk
         lines += [
@@ -100,6 +101,25 @@ def render_markdown(report: Report) -> str:
         ]
     lines += ["", HEAD_END, *_types_table(report)]
     return _tail(report, lines)
+
+
+def _spot_lines(report: Report) -> list[str]:
+    """Which prices the market-priced types ran at, and their machines at the caps (what
+    the budget committed) against at the prices in force (what they are billed)."""
+    spot = report.spot_prices
+    if spot is None:
+        return []
+    if spot.source == "config" or spot.refreshed_at_s is None:
+        said = "the config's (no market price was read)"
+    else:
+        where = "EC2's spot price history" if spot.source == "market" else "the dry run's trace"
+        said = f"{where}, read {spot.refreshes} times, last at {hms(spot.refreshed_at_s)}"
+    parts = [
+        f"{name} {money(t.billed)} billed, {money(t.at_cap)} at its cap {t.cap:g} an ATU"
+        + ("" if t.last_price is None else f" (last price {t.last_price:g})")
+        for name, t in spot.types.items()
+    ]
+    return ["", f"Spot prices: {said}; " + "; ".join(parts) + "."]
 
 
 def _borne_out(note: ShortfallNote) -> str:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from autoscaler.core.job_ledger import Jobs
 from autoscaler.core.model import JobSpec
-from autoscaler.core.state import RunState
+from autoscaler.core.state import Machine, RunState
 from autoscaler.core.words import counted
 from autoscaler.report.activity import activity
 from autoscaler.report.format import hms
@@ -244,7 +244,9 @@ _TAB20_FOR_JOBS = (0, 1, 2, 3, 4, 5, 8, 9, 10, 11, 12, 13, 16, 17, 18, 19)
 
 def spend_curve(state: RunState, points: int = 400) -> tuple[list[float], list[float]]:
     """Actual spend over time: every machine billed for its life up to each instant
-    (``BillingModel.spend_at``)."""
+    (``BillingModel.spend_at``); a spot machine of a market-priced type at the mean
+    price it is billed over its life (``Fleet.billed``), so the curve ends at the
+    report's cost."""
     import numpy as np
 
     end = max(state.now, 1.0)
@@ -254,9 +256,19 @@ def spend_curve(state: RunState, points: int = 400) -> tuple[list[float], list[f
     ended = np.array(
         [m.ended_at if m.ended_at is not None else state.now for m in machines], dtype=float
     )
-    prices = np.array([m.type.price for m in machines], dtype=float)
+    prices = np.array([_mean_price(state, m) for m in machines], dtype=float)
     spent = state.billing.spend_at(np.array(times), prices, launched, ended)
     return times, spent.tolist()
+
+
+def _mean_price(state: RunState, m: Machine) -> float:
+    """``m``'s price per ATU, or for a market-priced type what it is billed for its life
+    over what a price of 1 would bill."""
+    if m.type.cap is None:
+        return m.type.price
+    end = m.ended_at if m.ended_at is not None else state.now
+    unit = state.billing.cost(1.0, end - m.launched_at)
+    return state.fleet.billed(m, end) / unit if unit > 0 else m.type.price
 
 
 _SPEND_LABELS = {

@@ -193,6 +193,36 @@ class ProviderSummary:
 
 
 @_record
+class SpotTypeLine:
+    """One market-priced machine type: what its machines were committed at and billed."""
+
+    cap: float
+    """Its price cap per ATU, which the budget committed its machines' time at."""
+    last_price: float | None
+    """The last price seen per ATU (null: none was read)."""
+    at_cap: float
+    """What its machines would cost at the cap: the most they could be billed."""
+    billed: float
+    """What its machines are billed: per second at the prices in force (the last seen
+    taken to hold since it was read)."""
+
+
+@_record
+class SpotPrices:
+    """Where the prices of the run's market-priced types came from."""
+
+    source: str
+    """market (EC2's spot price history), trace (a dry run's emulator.spot_prices), or
+    config (no price was read: the config's prices, committed at the caps)."""
+    refreshed_at_s: float | None
+    """Run time of the last reading (null: none)."""
+    refreshes: int
+    """Readings taken."""
+    types: Mapping[str, SpotTypeLine]
+    """Per market-priced machine type."""
+
+
+@_record
 class FailedTask:
     """A task that failed on every attempt."""
 
@@ -399,6 +429,10 @@ class Report:
     """A real run only: agent requests refused (wrong token or run; absent from a dry run's)."""
     outputs: OutputsSummary | None = None
     """A real run with task files only: where their outputs are and how much came back."""
+    spot_prices: SpotPrices | None = None
+    """A run with market-priced types (ec2.spot_prices: market, emulator.spot_prices):
+    where their prices came from, and their machines committed against billed (null:
+    every price is the config's)."""
 
     @property
     def emulated(self) -> bool:
@@ -409,7 +443,7 @@ class Report:
     def to_json(self) -> dict[str, Any]:
         """The ``report.json`` document: the fields in order, a real run's extras only there."""
         data: dict[str, Any] = _REPORT.dump_python(self, mode="json")
-        for key in _REAL_RUN_ONLY:
+        for key in _LEFT_OUT_WHEN_NULL:
             if data[key] is None:
                 del data[key]
         return data
@@ -431,6 +465,7 @@ class DeadlineReport(Report):
 
 
 _REAL_RUN_ONLY = ("time_scale", "refused_agents", "outputs")
+_LEFT_OUT_WHEN_NULL = (*_REAL_RUN_ONLY, "spot_prices")  # a run without a spot market: absent
 
 
 def _mode(report: Any) -> str:

@@ -88,6 +88,7 @@ def type_specs(cfg: RunConfig) -> list[TypeSpec]:
                 slots,
                 t.group_max_s,
                 t.group_max_tasks,
+                cfg.price_cap(t.name),
             )
         )
     return out

@@ -106,6 +106,7 @@ from autoscaler.run.machines import (
     Wake,
     launch_events,
 )
+from autoscaler.run.market import MarketWatch, watch_market
 from autoscaler.run.owner import (
     admit,
     all_gone,
@@ -163,6 +164,7 @@ class Daemon:
     quota: Quota | None = None  # the limits it shares with other runs (a service's jobs)
     holder: str = ""  # its name for ``quota``
     handed_over: bool = field(init=False, default=False)
+    market: MarketWatch | None = field(init=False, default=None)  # the spot market read
     state: RunState = field(init=False)
     _inbox: queue.SimpleQueue[object] = field(init=False, default_factory=queue.SimpleQueue)
 
@@ -303,6 +305,9 @@ class Daemon:
             describe_s = self.provider.status_polling_interval
             tick_s = cfg.monitoring_interval_s / self.ts
             self.timers.checks(tick_s, describe_s, self.lifecycle.describe_soon)
+            self.market = watch_market(self.provider, self.now, self.tell, self.log)
+            if self.market is not None:
+                self.market.start(scheduler, tick_s)
             scheduler.start()
             self._begin()
             self._loop(metrics)
@@ -352,6 +357,8 @@ class Daemon:
             )
             events.append(self.budget)
         events.extend(self.timers.arrivals(self.state, self.now()))
+        if self.market is not None:
+            events.extend(self.market.first())
         self._step([*self.share.news(self.state), *events], [])
 
     def _loop(self, metrics: Metrics | None) -> None:

@@ -52,6 +52,7 @@ from autoscaler.core.model import (
 from autoscaler.core.state import RunState
 from autoscaler.deadline.deadline_controller import DeadlineController
 from autoscaler.providers.sim import SimProvider, share_factor
+from autoscaler.run.market import MarketReader, market_of
 from autoscaler.run.refusals import Holds, refusal
 
 GC_YOUNG = 100_000
@@ -97,6 +98,11 @@ class _Run:
     started: float
     fails: bool  # the emulated world decided at the start that this run fails
     live: bool = True
+
+
+@dataclass(frozen=True)
+class _Market:
+    """The spot market is read, just before a tick (``run.market``)."""
 
 
 @dataclass(frozen=True)
@@ -151,6 +157,8 @@ class Emulator:
         self._labels: dict[str, Sequence[str | None]] = {}  # an added job's, for the world
         self._means: dict[str, Sequence[JobMeans | None]] = {}  # likewise, when told
         self._begun = False
+        market = market_of(sim)
+        self.market = None if market is None else MarketReader(market, "trace")
 
     def clock(self) -> float:
         return self.now
@@ -177,11 +185,11 @@ class Emulator:
     def _run(self, until: float) -> RunState:
         if not self._begun:
             self._begun = True
-            self._at(self.interval, Tick())
+            self._tick_at(self.interval)
             for job in self.state.work.jobs:
                 if job.name not in self.state.work.arrived:
                     self._at(job.at, JobArrived(job.name))
-            self._step([])
+            self._step([] if self.market is None else [self.market.read(self.now)])
         heap, pop, realise, state = self._heap, heapq.heappop, self._realise, self.state
         while not state.over:
             if not heap:
@@ -234,8 +242,10 @@ class Emulator:
         match item:
             case Tick():
                 if not self.state.money.stopped:
-                    self._at(self.now + self.interval, Tick())
+                    self._tick_at(self.now + self.interval)
                 return item
+            case _Market():
+                return None if self.market is None else self.market.read(self.now)
             case _Wake():
                 return None if self.state.money.stopped else Tick()
             case MachineReady(machine=mid):
@@ -294,6 +304,12 @@ class Emulator:
             self._attempts[run.task] = self._attempts.get(run.task, 0) + 1
             return TaskFailed(run.task, run.machine, runtime, "emulated task failure")
         return TaskDone(run.task, run.machine, runtime)
+
+    def _tick_at(self, when: float) -> None:
+        """The next tick at ``when``, the market read just before it (in the same step)."""
+        if self.market is not None:
+            self._at(when, _Market())
+        self._at(when, Tick())
 
     def _refused(self, launch: Launch, err: AutoscalerError) -> LaunchFailed:
         if self.holds is None:

@@ -36,7 +36,7 @@ def sampling_offer(cfg: RunConfig, n_tasks: int, seed: int) -> SamplingOffer:
     sampling = Controller(planning_settings(cfg)).sampling(state)
     billing = state.billing
     first = sum(
-        c * billing.cost(state.types[n].price, billing.first_step_s)
+        c * billing.cost(state.types[n].commit_price, billing.first_step_s)
         for n, c in sampling.counts.items()
     )
     return SamplingOffer(dict(sampling.counts), sampling.reason, first, state.money.budget)

@@ -78,6 +78,7 @@ DRY = [
         "bats_s4_3",
         "ec2",
         "hybrid",
+        "spot_market",
     )
 ]
 LOCAL = [Example("local.yaml"), Example("files.yaml"), Example("deadline.yaml")]
