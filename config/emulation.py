@@ -145,6 +145,59 @@ class MachineFailure(ConfigModel):
     index: int = Field(default=0, ge=0)
 
 
+Rate = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+"""Events per hour."""
+
+RefusalCode = Literal[
+    "InsufficientInstanceCapacity",
+    "InsufficientCapacity",
+    "UnfulfillableCapacity",
+    "SpotMaxPriceTooLow",
+    "Unsupported",
+    "InstanceLimitExceeded",
+    "VcpuLimitExceeded",
+    "MaxSpotInstanceCountExceeded",
+]
+"""The EC2 error codes a refusal can rehearse: no capacity for the type (avoided for a
+while) or the account's quota (its provider's types held), as ``providers.base`` reads
+them."""
+
+
+class Refusal(ConfigModel):
+    """Emulator only: launches of ``type`` refused with EC2's error ``code`` from
+    ``from_s`` until ``until_s`` (run seconds), as a real launch is refused: the run
+    reacts as it does to EC2. ``share`` below 1 refuses that share of the launches in the
+    window, each drawn once with the run's seed."""
+
+    type: str
+    from_s: Seconds = Field(default=0.0, ge=0, description="the window opens (run seconds)")
+    until_s: Seconds | None = Field(
+        default=None, description="the window closes (run seconds); none: never"
+    )
+    code: RefusalCode = Field(
+        default="InsufficientInstanceCapacity", description="the error code EC2 would send"
+    )
+    share: float = Field(
+        default=1.0, gt=0, le=1, description="the share of launches in the window refused"
+    )
+
+    @model_validator(mode="after")
+    def _window(self) -> Refusal:
+        if self.until_s is not None and self.until_s <= self.from_s:
+            raise ValueError(
+                f"until_s ({self.until_s:g} s) must be after from_s ({self.from_s:g} s)"
+            )
+        return self
+
+    def refuses(self, type: str, now: float) -> bool:
+        """Whether the window covers a launch of ``type`` at ``now`` (``share`` aside)."""
+        return (
+            type == self.type
+            and now >= self.from_s
+            and (self.until_s is None or now < self.until_s)
+        )
+
+
 class Affine(ConfigModel):
     """Emulator only: how a type's runtimes relate to the drawn ones, not in proportion.
 
@@ -204,6 +257,17 @@ class Emulator(ConfigModel):
         "[[time, price], ...] (run time, ascending; each price holds until the next) or "
         "a CSV file of time_s,price lines; the dry run reads it each monitoring interval "
         "as a real run reads the spot market (ec2.spot_prices: market)",
+    )
+    refusals: list[Refusal] = Field(
+        default_factory=list,
+        description="launches of a type refused over a window of the run, with EC2's "
+        "error codes: rehearse a capacity outage or a quota",
+    )
+    reclaim_per_hour: dict[str, Rate] = Field(
+        default_factory=dict,
+        description="per spot machine type: the hourly rate at which its provider takes a "
+        "machine back (each machine's time drawn from an exponential with the run's seed), "
+        "as an interruption notice on EC2 does; its tasks go back to the bag",
     )
 
 

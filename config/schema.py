@@ -27,6 +27,7 @@ from autoscaler.config.emulation import (
     MachineFailure,
     NormalRuntime,
     ParetoRuntime,
+    Refusal,
     Runtime,
     TraceRuntime,
     UniformRuntime,
@@ -88,6 +89,7 @@ __all__ = [
     "ParetoRuntime",
     "Platform",
     "ProviderEntry",
+    "Refusal",
     "RunConfig",
     "Runtime",
     "Sampling",
@@ -183,6 +185,14 @@ class Platform(ConfigModel):
                 raise ValueError(
                     f"emulator.machine_failures names unknown machine type {failure.type!r}"
                 )
+        known_types("emulator.refusals", (r.type for r in self.emulator.refusals), names)
+        known_types("emulator.reclaim_per_hour", self.emulator.reclaim_per_hour, names)
+        for name in self.emulator.reclaim_per_hour:
+            if self._on_demand_ec2(name):
+                raise ValueError(
+                    f"emulator.reclaim_per_hour names {name!r}, an on-demand EC2 type: only "
+                    "spot machines are taken back (give the type spot: true, or leave it out)"
+                )
         self._provider_section(names)
         known_types("emulator.spot_prices", self.emulator.spot_prices, names)
         for name, trace in self.emulator.spot_prices.items():
@@ -196,6 +206,18 @@ class Platform(ConfigModel):
                         f"type's cap {cap:g} (its max_price, else its price): a spot "
                         "machine is never billed above it"
                     )
+
+    def _on_demand_ec2(self, type_name: str) -> bool:
+        """Whether ``type_name`` is an EC2 type of an on-demand instance."""
+        entry: object
+        if self.providers is not None:
+            entry = self.providers.get(self.type_named(type_name).provider or "")
+        else:
+            entry = self.ec2 if self.provider == "ec2" else None
+        if not isinstance(entry, Ec2):
+            return False
+        spec = entry.types.get(type_name)
+        return spec is not None and not spec.spot
 
     def _provider_section(self, names: set[str]) -> None:
         if self.providers is not None:

@@ -1,6 +1,11 @@
 """The virtual world of a dry run: machines that boot, run tasks at their type's speed,
 and fail when told to. Time is whatever the emulator's clock says.
 
+What goes wrong is told by the ``emulator`` section and reaches the run as it would from
+the real provider: a launch refused in a window (``refusals``) raises the error EC2's
+``RunInstances`` does, with its code; a spot machine taken back (``reclaim_per_hour``)
+is lost with an interruption notice, as an agent reports EC2's.
+
 Task runtimes are drawn once per run from the configured distribution with the run's
 seed; a task takes ``runtime / speed`` on a machine of a type with that ``speed`` (its
 ``affine`` relation applied first, if it has one: ``type_runtime``), every time it runs
@@ -34,6 +39,8 @@ from autoscaler.config.schema import (
     WeibullRuntime,
     weibull_mean_factor,
 )
+from autoscaler.core.errors import AutoscalerError
+from autoscaler.core.model import NOTICE_REASON
 from autoscaler.providers.base import (
     Capabilities,
     MachineRecord,
@@ -45,6 +52,9 @@ from autoscaler.providers.base import (
 from autoscaler.providers.kind import ProviderKind
 
 _MIN_RUNTIME_S = 1.0
+_HOUR_S = 3600.0
+NOTICE_LEAD_S = 120.0
+"""EC2 warns of a spot interruption this long before it takes the machine back."""
 
 
 def draw_runtimes(model: Emulator, n_tasks: int, rng: random.Random) -> list[float]:
@@ -138,6 +148,14 @@ def share_factor(slowdown: float, sharing: int, slots: int) -> float:
     return 1.0 + slowdown * (min(sharing, slots) - 1) / (slots - 1)
 
 
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A machine's end the emulated world decided at its launch."""
+
+    at_s: float  # run seconds
+    reason: str  # as ``MachineLost`` says it
+
+
 @dataclass
 class SimMachine:
     id: str
@@ -190,6 +208,7 @@ class SimProvider:
             return [self._record(self.machines[i]) for i in self._by_token[token]]
         alive = sum(1 for m in self.machines.values() if m.type == type and m.terminated_at is None)
         check_launch(self._capabilities, type, alive, count)
+        self._refuse(type, count, token)
         ids = []
         for _ in range(count):
             index = self._launched.get(type, 0)
@@ -264,17 +283,46 @@ class SimProvider:
         rng = random.Random(f"{self.seed}:{task}:{attempt}")
         return rng.random() if rng.random() < p else None
 
-    def failure_time(self, machine: str) -> float | None:
-        """When this machine is told to die, if it is."""
+    def failure(self, machine: str) -> Failure | None:
+        """How this machine ends by itself, if it does: told to die
+        (``machine_failures``), or taken back first (``reclaim_per_hour``: an exponential
+        time from its launch, drawn from the run's seed and the machine's name)."""
         m = self.machines[machine]
+        ends: list[Failure] = []
         for failure in self._model.machine_failures:
             if (
                 failure.type == m.type
                 and failure.index == m.index
                 and failure.at_s >= m.launched_at
             ):
-                return failure.at_s
-        return None
+                ends.append(Failure(failure.at_s, "emulated machine failure"))
+                break
+        rate = self._model.reclaim_per_hour.get(m.type, 0.0)
+        if rate > 0:
+            at = m.launched_at + random.Random(f"{self.seed}:reclaim:{m.id}").expovariate(
+                rate / _HOUR_S
+            )
+            said = f"terminate at {at + NOTICE_LEAD_S:.0f} s, emulated"
+            ends.append(Failure(at, f"{NOTICE_REASON} ({said})"))
+        return min(ends, key=lambda f: f.at_s, default=None)
+
+    def _refuse(self, type: str, count: int, token: str) -> None:
+        """Raise what EC2 raises for a refused ``RunInstances`` (``providers.ec2``: the
+        code, retryable only for ``InsufficientInstanceCapacity``) if a window of
+        ``refusals`` covers this launch now; a ``share`` below 1 is drawn per launch."""
+        now = self._clock()
+        for r in self._model.refusals:
+            if not r.refuses(type, now):
+                continue
+            if r.share < 1 and random.Random(f"{self.seed}:refuse:{token}").random() >= r.share:
+                continue
+            until = "" if r.until_s is None else f" until {r.until_s:.0f} s"
+            raise AutoscalerError(
+                f"launching {count} x {type} (type {type!r}): {r.code}: emulated refusal "
+                f"(emulator.refusals, from {r.from_s:.0f} s{until})",
+                retryable=r.code == "InsufficientInstanceCapacity",
+                code=r.code,
+            )
 
     # --- the spot market of a dry run: ``emulator.spot_prices`` ---------------------------
 

@@ -340,9 +340,9 @@ class Emulator:
                     self._at(self.now + self.sim.boot_time(rec.id), MachineReady(rec.id))
                     first_end = self.now + self.state.billing.first_step_s
                     self._at(self._boundary_at(first_end), BoundaryNear(rec.id))
-                    dies = self.sim.failure_time(rec.id)
-                    if dies is not None:
-                        self._at(dies, MachineLost(rec.id, "emulated machine failure"))
+                    ends = self.sim.failure(rec.id)
+                    if ends is not None:
+                        self._at(ends.at_s, MachineLost(rec.id, ends.reason))
             case Extend(machine=mid, until=until):
                 self._at(self._boundary_at(until), BoundaryNear(mid))
             case Defer(types=types) if types:  # tried again once its hold lifts

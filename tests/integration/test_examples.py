@@ -79,6 +79,7 @@ DRY = [
         "ec2",
         "hybrid",
         "spot_market",
+        "rehearse",
     )
 ]
 LOCAL = [Example("local.yaml"), Example("files.yaml"), Example("deadline.yaml")]

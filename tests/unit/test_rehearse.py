@@ -1,0 +1,214 @@
+"""Dry runs that rehearse what goes wrong: the emulator refuses launches over a window
+with EC2's error codes (``emulator.refusals``) and takes spot machines back at an hourly
+rate (``emulator.reclaim_per_hour``), and the run meets them as it meets the real ones.
+
+The provider's side is the real ``SimProvider``; the run's side the real controllers
+under the real emulator, as ``autoscaler run --dry-run`` drives them.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from typing import Any, get_args
+
+import pytest
+
+from autoscaler.config.schema import Emulator as EmulatorModel
+from autoscaler.config.schema import Refusal
+from autoscaler.core.billing import BillingModel
+from autoscaler.core.errors import AutoscalerError
+from autoscaler.core.model import NOTICE_REASON, Action, Event, LaunchFailed, TaskDone
+from autoscaler.core.state import RunState
+from autoscaler.providers.base import CAPACITY_CODES, LIMIT_CODES, Capabilities, failure_kind
+from autoscaler.providers.sim import SimProvider
+from autoscaler.run.start import make_emulator
+from tests.conftest import make_config
+
+HOURLY = BillingModel("fixed", 3600.0, 60.0, 300.0)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def provider(emulator: dict[str, Any], clock: Clock, seed: int | None = None) -> SimProvider:
+    caps = Capabilities(HOURLY, max_counts={"c5": 5000, "m5": 5000})
+    return SimProvider(caps, EmulatorModel.model_validate(emulator), 10, clock, seed=seed)
+
+
+# --- refusals ------------------------------------------------------------------------------
+
+
+def test_a_launch_in_the_window_is_refused_with_ec2s_code_and_none_outside_it() -> None:
+    clock = Clock()
+    sim = provider({"refusals": [{"type": "c5", "from_s": "10m", "until_s": "40m"}]}, clock)
+    clock.now = 599.0
+    assert len(sim.launch("c5", 2, "L0", {})) == 2
+    clock.now = 600.0
+    with pytest.raises(AutoscalerError) as refused:
+        sim.launch("c5", 2, "L1", {})
+    assert refused.value.code == "InsufficientInstanceCapacity"
+    assert failure_kind(refused.value.code, refused.value.retryable) == "capacity"
+    assert "InsufficientInstanceCapacity" in refused.value.message
+    assert len(sim.launch("m5", 1, "L2", {})) == 1  # another type is not refused
+    assert len(sim.launch("c5", 2, "L0", {})) == 2  # a launch that was made stays made
+    clock.now = 2400.0
+    assert [r.id for r in sim.launch("c5", 1, "L3", {})] == ["c5-2"]  # refused ones took no id
+
+
+def test_a_quota_code_is_a_limit_as_ec2s_is() -> None:
+    clock = Clock()
+    sim = provider({"refusals": [{"type": "c5", "code": "InstanceLimitExceeded"}]}, clock)
+    with pytest.raises(AutoscalerError) as refused:
+        sim.launch("c5", 1, "L0", {})
+    assert refused.value.code == "InstanceLimitExceeded"
+    assert not refused.value.retryable
+    assert failure_kind(refused.value.code, refused.value.retryable) == "limit"
+
+
+def _refused(share: float, seed: int) -> list[str]:
+    clock = Clock()
+    sim = provider({"refusals": [{"type": "c5", "share": share}]}, clock, seed=seed)
+    out = []
+    for i in range(200):
+        try:
+            sim.launch("c5", 1, f"L{i}", {})
+        except AutoscalerError:
+            out.append(f"L{i}")
+    return out
+
+
+def test_a_share_refuses_that_share_of_launches_the_same_for_a_seed() -> None:
+    first = _refused(0.3, seed=1)
+    assert first == _refused(0.3, seed=1)
+    assert first != _refused(0.3, seed=2)
+    assert 40 <= len(first) <= 80  # 60 expected of 200
+
+
+# --- reclaims ------------------------------------------------------------------------------
+
+
+def test_reclaim_times_are_exponential_at_the_rate_and_the_same_for_a_seed() -> None:
+    clock = Clock()
+    sim = provider({"reclaim_per_hour": {"c5": 0.5}}, clock, seed=3)
+    clock.now = 100.0
+    sim.launch("c5", 2000, "L0", {})
+    sim.launch("m5", 5, "L1", {})
+    ends = [sim.failure(f"c5-{i}") for i in range(2000)]
+    assert all(e is not None and e.at_s > 100.0 for e in ends)
+    lifetimes = [e.at_s - 100.0 for e in ends if e is not None]
+    assert statistics.fmean(lifetimes) == pytest.approx(7200.0, rel=0.08)  # 1 / (0.5 per h)
+    assert all(e is not None and e.reason.startswith(NOTICE_REASON) for e in ends)
+    assert all(sim.failure(f"m5-{i}") is None for i in range(5))  # no rate: never
+    again = provider({"reclaim_per_hour": {"c5": 0.5}}, clock, seed=4)
+    again.launch("c5", 3, "L0", {})
+    twin = provider({"reclaim_per_hour": {"c5": 0.5}}, clock, seed=3)
+    twin.launch("c5", 3, "L0", {})
+    first = [sim.failure(f"c5-{i}") for i in range(3)]
+    assert [twin.failure(f"c5-{i}") for i in range(3)] == first
+    assert [again.failure(f"c5-{i}") for i in range(3)] != first
+
+
+def test_a_machine_failure_before_its_reclaim_is_what_ends_it() -> None:
+    clock = Clock()
+    told = {"machine_failures": [{"type": "c5", "at_s": 1}], "reclaim_per_hour": {"c5": 0.01}}
+    sim = provider(told, clock)
+    sim.launch("c5", 1, "L0", {})
+    end = sim.failure("c5-0")
+    assert end is not None
+    assert (end.at_s, end.reason) == (1.0, "emulated machine failure")
+
+
+# --- through the emulator ------------------------------------------------------------------
+
+
+def emulate(**overrides: Any) -> tuple[RunState, list[float], list[Event]]:
+    """A dry run of ``make_config(**overrides)``: its state, the money committed after
+    every step, every event."""
+    cfg = make_config(**overrides)
+    committed: list[float] = []
+    events: list[Event] = []
+
+    def hook(now: float, stepped: list[Event], actions: list[Action], state: RunState) -> None:
+        committed.append(state.money.committed)
+        events.extend(stepped)
+
+    state = make_emulator(cfg, cfg.bag.synthetic, on_step=hook).run()
+    return state, committed, events
+
+
+EMULATOR = {"seed": 1, "runtime": {"dist": "normal", "mean_s": 600, "sd_s": 60}}
+
+
+def test_reclaimed_tasks_are_requeued_and_every_task_is_done_once_without_a_retry() -> None:
+    """A reclaim never counts towards a task's retries: with ``max_retries: 0`` a task cut
+    by a reclaim still runs again, and the bag is done, each task once."""
+    state, committed, events = emulate(
+        bag={"synthetic": 200, "max_retries": 0},
+        constraint={"budget": 150.0},
+        emulator={**EMULATOR, "speed": {"fast": 3.0}, "reclaim_per_hour": {"fast": 1.0}},
+    )
+    reclaimed = [m for m in state.fleet.machines.values() if NOTICE_REASON in (m.end_reason or "")]
+    assert len(reclaimed) >= 3
+    cut = [s for s in state.tasks.segments if s.outcome == "lost"]
+    assert cut, "some reclaim cut a task short"
+    assert state.tasks.done == 200
+    assert state.tasks.failed == 0
+    done = Counter(e.task for e in events if isinstance(e, TaskDone))
+    assert set(done) == set(range(200))
+    assert all(state.tasks.attempts[s.task] == 0 for s in cut)
+    assert max(committed) <= 150.0 + 1e-9
+
+
+@pytest.mark.parametrize("rate", [0.5, 2.0, 6.0])
+def test_committed_spend_never_passes_the_budget_under_reclaims(rate: float) -> None:
+    state, committed, _ = emulate(
+        bag={"synthetic": 300},
+        constraint={"budget": 60.0},
+        emulator={
+            **EMULATOR,
+            "speed": {"fast": 3.0},
+            "reclaim_per_hour": {"fast": rate, "slow": rate},
+        },
+    )
+    assert max(committed) <= 60.0 + 1e-9
+    assert all(not m.alive for m in state.fleet.machines.values())
+
+
+def test_a_refusal_window_keeps_the_type_out_until_it_closes_and_the_run_pays_in_time() -> None:
+    """slow (the plan's choice after sampling) is refused for an hour from minute 5: every
+    refusal is a capacity error for slow alone, no slow machine starts in the window, and
+    the bag is done later than without the outage, within the budget."""
+    types = [
+        {"name": "slow", "price": 1.0, "max_count": 60, "boot_s": 60},
+        {"name": "fast", "price": 4.0, "max_count": 60, "boot_s": 60},
+    ]
+    run = {"bag": {"synthetic": 1500}, "constraint": {"budget": 300.0}, "machine_types": types}
+    window = [{"type": "slow", "from_s": "5m", "until_s": "65m"}]
+    world = {**EMULATOR, "speed": {"fast": 3.0}}
+    state, committed, events = emulate(**run, emulator={**world, "refusals": window})
+    calm, _, _ = emulate(**run, emulator=world)
+    refused = [e for e in events if isinstance(e, LaunchFailed)]
+    assert refused
+    assert {(e.type, e.kind) for e in refused} == {("slow", "capacity")}
+    slow = [m.launched_at for m in state.fleet.machines.values() if m.type.name == "slow"]
+    assert not [t for t in slow if 300.0 <= t < 3900.0]
+    assert [t for t in slow if t >= 3900.0], "slow is bought again after its window"
+    assert state.tasks.done == 1500
+    assert max(committed) <= 300.0 + 1e-9
+    assert makespan(state) > makespan(calm)
+
+
+def makespan(state: RunState) -> float:
+    return max(s.end for s in state.tasks.segments if s.outcome == "done")
+
+
+def test_every_code_a_refusal_takes_is_one_the_run_reads_as_capacity_or_limit() -> None:
+    codes = get_args(Refusal.model_fields["code"].annotation)
+    assert codes
+    assert set(codes) <= CAPACITY_CODES | LIMIT_CODES
