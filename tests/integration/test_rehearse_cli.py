@@ -1,0 +1,141 @@
+"""Rehearsing what goes wrong, as a user does it: ``autoscaler run
+config/examples/rehearse.yaml --dry-run`` (no c5 for half an hour, spot taken back at
+20 % an hour) and variations of it, each a process of its own; what the run did is read
+from its run directory (report, journal) as a user would.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from autoscaler.config.load import load_config
+from autoscaler.core.journal import JOURNAL_JSONL, JsonlJournal, replay
+from autoscaler.run.assemble import new_state
+from tests.integration.daemon_helpers import ROOT, run_cli
+
+pytestmark = pytest.mark.integration
+
+EXAMPLE = ROOT / "config" / "examples" / "rehearse.yaml"
+
+
+def example(**emulator: Any) -> dict[str, Any]:
+    """The example config, its ``emulator`` section's fields replaced by ``emulator``."""
+    data: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text(encoding="utf-8"))
+    data["emulator"] = {**data["emulator"], **emulator}
+    return data
+
+
+def dry_run(tmp_path: Path, data: dict[str, Any]) -> tuple[Path, dict[str, Any], str]:
+    """``autoscaler run CONFIG --dry-run --out DIR`` on ``data``: the run directory, its
+    report and what the command printed."""
+    config = tmp_path / "rehearse.yaml"
+    config.write_text(yaml.safe_dump(data), encoding="utf-8")
+    out = tmp_path / "run"
+    done = run_cli("run", str(config), "--dry-run", "--out", str(out), timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report: dict[str, Any] = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    return out, report, done.stdout + done.stderr
+
+
+def journal(run_dir: Path) -> list[tuple[float, str, dict[str, Any]]]:
+    with (run_dir / JOURNAL_JSONL).open(encoding="utf-8") as f:
+        return [(r["t"], r["type"], r["data"]) for r in map(json.loads, f)]
+
+
+def committed_over_time(run_dir: Path, report: dict[str, Any]) -> list[float]:
+    """Committed spend after every step, by replaying the dry run's journal."""
+    cfg = load_config(run_dir / "config.yaml")
+    state = new_state(cfg, report["tasks_total"], report["seed"])
+    stream = JsonlJournal(run_dir / JOURNAL_JSONL)
+    try:
+        out = []
+        for _, step in itertools.groupby(stream.records(), key=lambda record: record.t):
+            replay(state, step)
+            out.append(state.money.committed)
+    finally:
+        stream.close()
+    return out
+
+
+def test_the_example_rehearses_an_outage_and_reclaims_and_says_what_they_cost(
+    tmp_path: Path,
+) -> None:
+    """No c5 from minute 10 to 40: the launch of c5 the plan wants in the window is refused
+    with EC2's code, and no c5 machine starts until the window closes; spot machines taken
+    back have their tasks done elsewhere, every task once; the report lists both."""
+    run_dir, report, out = dry_run(tmp_path, example())
+    assert report["tasks_done"] == report["tasks_total"] == 2000
+    refused = report["launch_problems"]
+    assert refused
+    assert {p["kind"] for p in refused} == {"capacity"}
+    assert all("InsufficientInstanceCapacity" in p["reason"] for p in refused)
+    assert all(600 <= p["t_s"] < 2400 for p in refused)
+    c5 = [m["start_s"] for m in report["machines"] if m["type"] == "c5"]
+    assert not [t for t in c5 if 600 <= t < 2400]
+    taken = [m for m in report["machines"] if "interruption notice" in (m["end_reason"] or "")]
+    assert taken
+    assert {m["type"] for m in taken} == {"c5_spot"}
+    rows = journal(run_dir)
+    done = Counter(data["task"] for _, kind, data in rows if kind == "TaskDone")
+    assert set(done) == set(range(2000))
+    assert set(done.values()) == {1}
+    lost = [data["machine"] for _, kind, data in rows if kind == "MachineLost"]
+    assert sorted(lost) == sorted(m["id"] for m in taken)
+    text = (run_dir / "report.md").read_text(encoding="utf-8")
+    assert "## Launches the provider refused" in text
+    assert "## Interruption notices" in text
+    assert max(committed_over_time(run_dir, report)) <= report["budget"] + 1e-9
+    assert "Traceback" not in out
+
+
+def test_a_quota_refusal_holds_every_type_of_the_provider(tmp_path: Path) -> None:
+    """InstanceLimitExceeded on c5 from minute 10 to 40 holds scale-up of the provider's
+    types (ec2.limit_hold_s): no launch of any type is made until the hold lifts."""
+    refusals = [{"type": "c5", "from_s": "10m", "until_s": "40m", "code": "InstanceLimitExceeded"}]
+    run_dir, report, _ = dry_run(tmp_path, example(refusals=refusals, reclaim_per_hour={}))
+    assert report["launch_problems"]
+    assert {p["kind"] for p in report["launch_problems"]} == {"limit"}
+    rows = journal(run_dir)
+    holds = [(t, data) for t, kind, data in rows if kind == "LaunchFailed"]
+    for at, data in holds:
+        assert set(data["types"]) == {"m5", "c5", "c5_spot"}
+        assert data["until"] == pytest.approx(at + 900)
+        assert not [t for t, kind, _ in rows if kind == "Launch" and at < t < data["until"]]
+    assert report["tasks_done"] == report["tasks_total"]
+
+
+@pytest.mark.parametrize(
+    ("emulator", "named"),
+    [
+        ({"refusals": [{"type": "c5", "from_s": "40m", "until_s": "10m"}]}, "emulator.refusals[0]"),
+        ({"refusals": [{"type": "c5", "from_s": "soon"}]}, "emulator.refusals[0].from_s"),
+        ({"refusals": [{"type": "c6"}]}, "emulator.refusals names unknown machine type 'c6'"),
+        ({"reclaim_per_hour": {"c9": 0.2}}, "emulator.reclaim_per_hour names unknown"),
+        ({"reclaim_per_hour": {"c5_spot": -0.2}}, "emulator.reclaim_per_hour.c5_spot"),
+        ({"reclaim_per_hour": {"c5": 0.2}}, "'c5', an on-demand EC2 type"),
+        ({"refusals": [{"type": "c5", "code": "Nope"}]}, "emulator.refusals[0].code"),
+    ],
+)
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_a_bad_rehearsal_is_one_line_naming_the_field(
+    tmp_path: Path, emulator: dict[str, Any], named: str, command: str
+) -> None:
+    config = tmp_path / "bad.yaml"
+    config.write_text(yaml.safe_dump(example(**emulator)), encoding="utf-8")
+    args = [command, str(config)] + (
+        ["--dry-run", "--out", str(tmp_path / "r")] * (command == "run")
+    )
+    done = run_cli(*args)
+    assert done.returncode == 2, done.stdout + done.stderr
+    problems = [line for line in done.stderr.splitlines() if line.startswith("  ")]
+    assert len(problems) == 1, done.stderr
+    assert named in problems[0]
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "r").exists()
