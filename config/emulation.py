@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, PositiveFloat, field_validator, model_validator
+from pydantic import Field, PositiveFloat, PositiveInt, field_validator, model_validator
 
 from autoscaler.config.durations import Seconds
 from autoscaler.config.strict import ConfigModel
@@ -198,6 +198,34 @@ class Refusal(ConfigModel):
         )
 
 
+class LocalLoad(ConfigModel):
+    """Emulator only: a cluster provider's own users, as paper 003 emulates a cluster
+    (``autoscaler.offers.cluster``): rigid jobs of 1 to ``max_procs`` processors and
+    ``min_job_s`` to ``max_job_s`` (both log-uniform) arrive until they keep
+    ``utilisation`` of its ``processors`` busy, each held to its runtime plus
+    ``slack_s``, in an Earliest-Deadline-First queue. A dry run's offers for the
+    provider come from that queue: when it would start the machines a part asks for."""
+
+    processors: PositiveInt = Field(description="the cluster's processors, its users' and ours")
+    utilisation: float = Field(ge=0, lt=1, description="the share of them its users keep busy")
+    max_procs: PositiveInt | None = Field(
+        default=None, description="the largest local job, in processors (default: all of them)"
+    )
+    min_job_s: Seconds = Field(default=3600.0, gt=0, description="the shortest local job")
+    max_job_s: Seconds = Field(default=18 * 3600.0, gt=0, description="the longest local job")
+    slack_s: Seconds = Field(
+        default=86400.0, ge=0, description="a local job's deadline: its runtime plus this"
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> LocalLoad:
+        if self.max_job_s < self.min_job_s:
+            raise ValueError(
+                f"max_job_s ({self.max_job_s:g} s) is below min_job_s ({self.min_job_s:g} s)"
+            )
+        return self
+
+
 class Affine(ConfigModel):
     """Emulator only: how a type's runtimes relate to the drawn ones, not in proportion.
 
@@ -268,6 +296,11 @@ class Emulator(ConfigModel):
         description="per spot machine type: the hourly rate at which its provider takes a "
         "machine back (each machine's time drawn from an exponential with the run's seed), "
         "as an interruption notice on EC2 does; its tasks go back to the bag",
+    )
+    local_load: dict[str, LocalLoad] = Field(
+        default_factory=dict,
+        description="per cluster provider (slurm or sge, by its name): its own users' jobs; "
+        "a dry run's offers for it (deadline.offers) come from its queue",
     )
 
 

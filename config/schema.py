@@ -23,6 +23,7 @@ from autoscaler.config.emulation import (
     BimodalRuntime,
     ConstantRuntime,
     Emulator,
+    LocalLoad,
     LognormalRuntime,
     MachineFailure,
     NormalRuntime,
@@ -81,6 +82,7 @@ __all__ = [
     "Job",
     "JobMeans",
     "Local",
+    "LocalLoad",
     "LognormalRuntime",
     "MachineFailure",
     "MachineType",
@@ -187,6 +189,18 @@ class Platform(ConfigModel):
                 )
         known_types("emulator.refusals", (r.type for r in self.emulator.refusals), names)
         known_types("emulator.reclaim_per_hour", self.emulator.reclaim_per_hour, names)
+        clusters = [n for n in self.provider_names() if self.kind_of(n) in ("slurm", "sge")]
+        if self.emulator.local_load and self.providers is None:
+            raise ValueError(
+                "emulator.local_load shapes the offers that split a job across providers "
+                "(deadline.offers): give it in a config with providers:"
+            )
+        for name in self.emulator.local_load:
+            if name not in clusters:
+                raise ValueError(
+                    f"emulator.local_load names {name!r}, not a cluster provider of the run "
+                    f"(its slurm and sge providers: {', '.join(clusters) or 'none'})"
+                )
         for name in self.emulator.reclaim_per_hour:
             if self._on_demand_ec2(name):
                 raise ValueError(

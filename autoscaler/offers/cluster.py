@@ -130,11 +130,10 @@ class Cluster:
         size whose finish equals the next smaller one's grows that offer. Sizes are tried
         largest first, down to the first that meets the deadline: every smaller one meets
         it too, so it would grow into that one."""
-        self.advance(request.now)
         found: list[Offer] = []
         for size in sorted(sizes, reverse=True):
             job = Job("offer", size, request.task_s, request.now, request.deadline, tasks=True)
-            finish = self._held(job, self._admit_trial(job))
+            finish = self.finish(job, request.now)
             found.append(
                 Offer(
                     self.name,
@@ -153,6 +152,13 @@ class Cluster:
             else:
                 offers.append(offer)
         return offers
+
+    def finish(self, job: Job, now: float) -> float:
+        """When ``job``, submitted at ``now``, would be held to end (its deadline, or D^N
+        when that breaks a held one), without admitting it: the finish an offer of it
+        promises."""
+        self.advance(now)
+        return self._held(job, self._admit_trial(job))
 
     def free_slots(self, now: float) -> Slots:
         """The free processors over time once everything queued is placed (§3.2)."""

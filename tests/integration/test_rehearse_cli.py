@@ -19,15 +19,17 @@ from autoscaler.config.load import load_config
 from autoscaler.core.journal import JOURNAL_JSONL, JsonlJournal, replay
 from autoscaler.run.assemble import new_state
 from tests.integration.daemon_helpers import ROOT, run_cli
+from tests.unit.test_rehearse import LOADED
 
 pytestmark = pytest.mark.integration
 
-EXAMPLE = ROOT / "config" / "examples" / "rehearse.yaml"
+EXAMPLES = ROOT / "config" / "examples"
 
 
-def example(**emulator: Any) -> dict[str, Any]:
-    """The example config, its ``emulator`` section's fields replaced by ``emulator``."""
-    data: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text(encoding="utf-8"))
+def example(name: str = "rehearse", **emulator: Any) -> dict[str, Any]:
+    """Example config ``name``, its ``emulator`` section's fields replaced by ``emulator``."""
+    path = EXAMPLES / f"{name}.yaml"
+    data: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8"))
     data["emulator"] = {**data["emulator"], **emulator}
     return data
 
@@ -121,6 +123,7 @@ def test_a_quota_refusal_holds_every_type_of_the_provider(tmp_path: Path) -> Non
         ({"reclaim_per_hour": {"c5_spot": -0.2}}, "emulator.reclaim_per_hour.c5_spot"),
         ({"reclaim_per_hour": {"c5": 0.2}}, "'c5', an on-demand EC2 type"),
         ({"refusals": [{"type": "c5", "code": "Nope"}]}, "emulator.refusals[0].code"),
+        ({"local_load": {"slurm": LOADED}}, "emulator.local_load shapes the offers"),
     ],
 )
 @pytest.mark.parametrize("command", ["validate", "run"])
@@ -139,3 +142,43 @@ def test_a_bad_rehearsal_is_one_line_naming_the_field(
     assert named in problems[0]
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize(
+    ("load", "named"),
+    [
+        ({"aws": LOADED}, "emulator.local_load names 'aws', not a cluster provider"),
+        ({"nope": LOADED}, "emulator.local_load names 'nope'"),
+        ({"campus": {**LOADED, "utilisation": 1}}, "emulator.local_load.campus.utilisation"),
+        ({"campus": {**LOADED, "min_job_s": "5h"}}, "emulator.local_load.campus"),
+    ],
+)
+def test_a_bad_local_load_is_one_line_naming_the_field(
+    tmp_path: Path, load: dict[str, Any], named: str
+) -> None:
+    config = tmp_path / "bad.yaml"
+    config.write_text(yaml.safe_dump(example("hybrid", local_load=load)), encoding="utf-8")
+    done = run_cli("validate", str(config))
+    assert done.returncode == 2, done.stdout + done.stderr
+    problems = [line for line in done.stderr.splitlines() if line.startswith("  ")]
+    assert len(problems) == 1, done.stderr
+    assert named in problems[0]
+
+
+def split_of(run_dir: Path) -> dict[str, int]:
+    cfg = load_config(run_dir / "config.yaml")
+    return dict(cfg.jobs[0].split)
+
+
+def test_a_dry_run_splits_less_onto_a_cluster_its_users_keep_busy(tmp_path: Path) -> None:
+    """hybrid.yaml dry-run as given and with the campus cluster 70 % busy: the offers the
+    run prints and keeps in its config give the busy cluster fewer of the job's tasks."""
+    (tmp_path / "idle").mkdir()
+    (tmp_path / "busy").mkdir()
+    idle_dir, idle, _ = dry_run(tmp_path / "idle", example("hybrid"))
+    busy_dir, busy, out = dry_run(
+        tmp_path / "busy", example("hybrid", local_load={"campus": LOADED})
+    )
+    assert split_of(busy_dir)["campus"] < split_of(idle_dir)["campus"]
+    assert f"campus {split_of(busy_dir)['campus']} tasks by" in out
+    assert busy["tasks_done"] == idle["tasks_done"] == 600

@@ -55,6 +55,7 @@ PURE = [
     "autoscaler.offers.profile",
     "autoscaler.offers.cluster",
     "autoscaler.offers.cloud",
+    "autoscaler.offers.local_load",
     "autoscaler.categories.sort",
     "autoscaler.categories.deployment",
     "autoscaler.categories.resizing",

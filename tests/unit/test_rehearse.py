@@ -8,24 +8,32 @@ under the real emulator, as ``autoscaler run --dry-run`` drives them.
 
 from __future__ import annotations
 
+import random
 import statistics
 from collections import Counter
+from pathlib import Path
 from typing import Any, get_args
 
 import pytest
+import yaml
 
 from autoscaler.config.schema import Emulator as EmulatorModel
-from autoscaler.config.schema import Refusal
+from autoscaler.config.schema import LocalLoad, Refusal, RunConfig
 from autoscaler.core.billing import BillingModel
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.model import NOTICE_REASON, Action, Event, LaunchFailed, TaskDone
 from autoscaler.core.state import RunState
+from autoscaler.offers.cluster import Job as ClusterJob
+from autoscaler.offers.local_load import loaded_cluster, local_arrivals
 from autoscaler.providers.base import CAPACITY_CODES, LIMIT_CODES, Capabilities, failure_kind
 from autoscaler.providers.sim import SimProvider
+from autoscaler.run.assemble import billing_model
+from autoscaler.run.offers import compose_offers
 from autoscaler.run.start import make_emulator
 from tests.conftest import make_config
 
 HOURLY = BillingModel("fixed", 3600.0, 60.0, 300.0)
+EXAMPLES = Path(__file__).resolve().parents[2] / "config" / "examples"
 
 
 class Clock:
@@ -212,3 +220,60 @@ def test_every_code_a_refusal_takes_is_one_the_run_reads_as_capacity_or_limit() 
     codes = get_args(Refusal.model_fields["code"].annotation)
     assert codes
     assert set(codes) <= CAPACITY_CODES | LIMIT_CODES
+
+
+# --- a cluster provider's local load ---------------------------------------------------------
+
+
+def test_local_arrivals_make_up_the_load_and_are_the_same_for_a_seed() -> None:
+    arrivals = local_arrivals(random.Random(5), 64, 0.6, -7200.0, 3600.0, 16, (600.0, 7200.0))
+    work = sum(a.procs * a.runtime for a in arrivals)
+    target = 0.6 * 64 * 10800.0
+    assert target <= work < target + 16 * 7200.0
+    assert all(-7200.0 <= a.submit < 3600.0 and 1 <= a.procs <= 16 for a in arrivals)
+    assert all(600.0 <= a.runtime <= 7200.0 for a in arrivals)
+    again = local_arrivals(random.Random(5), 64, 0.6, -7200.0, 3600.0, 16, (600.0, 7200.0))
+    assert again == arrivals
+
+
+def _finish(utilisation: float) -> float:
+    load = LocalLoad(processors=16, utilisation=utilisation, max_procs=8, max_job_s=14400.0)
+    cluster = loaded_cluster("campus", load, 0.0, "1:local_load:campus")
+    return cluster.finish(ClusterJob("part", 8, 1800.0, 0.0, 1800.0), 0.0)
+
+
+def test_a_part_waits_in_a_loaded_queue_and_not_in_an_idle_one() -> None:
+    assert _finish(0.0) == 1800.0
+    assert _finish(0.9) > 1800.0
+
+
+def hybrid(**emulator: Any) -> RunConfig:
+    data = yaml.safe_load((EXAMPLES / "hybrid.yaml").read_text(encoding="utf-8"))
+    data["emulator"] |= emulator
+    return RunConfig.model_validate(data)
+
+
+LOADED = {
+    "processors": 16,
+    "utilisation": 0.7,
+    "max_procs": 8,
+    "min_job_s": "30m",
+    "max_job_s": "4h",
+    "slack_s": "2h",
+}
+"""A campus cluster whose users keep 70 % of its 16 processors busy, with jobs held to two
+hours past their runtime (tighter than a day: EDF puts a part's tight deadline ahead)."""
+
+
+def test_a_dry_runs_offers_for_a_loaded_cluster_come_from_its_queue() -> None:
+    """The campus cluster of hybrid.yaml, its users keeping 70 % of it busy with jobs held
+    to two hours past their runtime, offers less by the deadline than idle: the split gives
+    it fewer tasks, the cloud more; the same seed, the same split."""
+    idle, _ = compose_offers(hybrid(), billing_model(hybrid()))
+    busy, notes = compose_offers(hybrid(local_load={"campus": LOADED}), billing_model(idle))
+    assert busy.jobs[0].split["campus"] < idle.jobs[0].split["campus"]
+    assert busy.jobs[0].split["aws"] > idle.jobs[0].split["aws"]
+    assert sum(busy.jobs[0].split.values()) == 600
+    again, _ = compose_offers(hybrid(local_load={"campus": LOADED}), billing_model(idle))
+    assert again.jobs[0].split == busy.jobs[0].split
+    assert "campus" in notes[0]
