@@ -303,6 +303,15 @@ class Emulator(ConfigModel):
         "a dry run's offers for it (deadline.offers) come from its queue",
     )
 
+    @property
+    def rehearses(self) -> bool:
+        """Whether launches are refused or machines taken back (a rehearsal)."""
+        return bool(self.refusals) or any(r > 0 for r in self.reclaim_per_hour.values())
+
+    def calm(self) -> Emulator:
+        """This world without refusals and reclaims: what a rehearsal is measured against."""
+        return self.model_copy(update={"refusals": [], "reclaim_per_hour": {}})
+
 
 def check_price_trace(field: str, trace: list[tuple[float, float]]) -> None:
     """Refuse a price trace that is empty, goes back in time or has a negative price."""

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from autoscaler.config.schema import RunConfig
-from autoscaler.core.model import OUT_OF_MONEY, Risk, Shortfall, TaskSpec, TaskState
+from autoscaler.core.model import NOTICE_REASON, OUT_OF_MONEY, Risk, Shortfall, TaskSpec, TaskState
 from autoscaler.core.state import RunState
 from autoscaler.core.task_files import task_location
 from autoscaler.report.attribution import job_outcomes
@@ -26,6 +26,7 @@ from autoscaler.report.records import (
     MachineSummary,
     Prediction,
     ProviderSummary,
+    Rehearsal,
     Report,
     ShortfallNote,
     SpotPrices,
@@ -364,3 +365,23 @@ class _TypeTotals:
             boot_s=round(self.boot_s, 4),
             slots=self.slots,
         )
+
+
+def with_rehearsal(report: Report, state: RunState, calm: Report) -> Report:
+    """``report`` of a dry run that rehearsed refusals and reclaims (``state``), with what
+    they cost against ``calm``, the report of the same dry run without them."""
+    taken = [m for m in report.machines if NOTICE_REASON in (m.end_reason or "")]
+    ids = {m.id for m in taken}
+    cut = [s for s in state.tasks.segments if s.outcome == "lost" and s.machine in ids]
+    return dataclasses.replace(
+        report,
+        rehearsal=Rehearsal(
+            refused=len(state.capacity.launch_problems),
+            reclaimed=len(taken),
+            reclaimed_cost=round(sum(m.cost for m in taken), 6),
+            runs_cut=len(cut),
+            cut_s=round(sum(s.end - s.start for s in cut), 3),
+            calm_cost=calm.cost,
+            calm_makespan_s=calm.makespan_s,
+        ),
+    )

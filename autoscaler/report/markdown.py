@@ -66,7 +66,7 @@ def render_markdown(report: Report) -> str:
     if report.outputs is not None:
         lines += ["", _outputs_sentence(report.outputs)]
     if isinstance(report, DeadlineReport):
-        lines += ["", *_deadline_head(report), *_spot_lines(report)]
+        lines += ["", *_deadline_head(report), *_spot_lines(report), *_rehearsal_lines(report)]
         lines += ["", HEAD_END, *_types_table(report), *_jobs_section(report)]
         return _tail(report, lines)
     predicted = report.predicted or Prediction(None, None, None)
@@ -99,7 +99,7 @@ def render_markdown(report: Report) -> str:
             "",
             f"**Warning at {hms(sf.at_s)}** ({_when_said(sf)}): {sf.message}.{_borne_out(sf)}",
         ]
-    lines += ["", HEAD_END, *_types_table(report)]
+    lines += [*_rehearsal_lines(report), "", HEAD_END, *_types_table(report)]
     return _tail(report, lines)
 
 
@@ -120,6 +120,29 @@ def _spot_lines(report: Report) -> list[str]:
         for name, t in spot.types.items()
     ]
     return ["", f"Spot prices: {said}; " + "; ".join(parts) + "."]
+
+
+def _rehearsal_lines(report: Report) -> list[str]:
+    """What a rehearsal's refusals and reclaims cost, against the same run without them."""
+    r = report.rehearsal
+    if r is None:
+        return []
+    taken = f"{counted(r.reclaimed, 'machine')} taken back"
+    if r.reclaimed:
+        taken += (
+            f" (they cost {money(r.reclaimed_cost)}; {counted(r.runs_cut, 'task run')} cut "
+            f"short, {hms(r.cut_s)} of work done again)"
+        )
+    extra = report.cost - r.calm_cost
+    share = f" ({extra / r.calm_cost:+.1%})" if r.calm_cost > 0 else ""
+    longer = report.makespan_s - r.calm_makespan_s
+    return [
+        "",
+        f"**Rehearsed:** {counted(r.refused, 'launch', 'launches')} refused, {taken}. The same run "
+        f"without them: cost {money(r.calm_cost)}, makespan {hms(r.calm_makespan_s)}; this "
+        f"one cost {money(abs(extra))} {'more' if extra >= 0 else 'less'}{share} and took "
+        f"{hms(abs(longer))} {'longer' if longer >= 0 else 'less'}.",
+    ]
 
 
 def _borne_out(note: ShortfallNote) -> str:

@@ -254,6 +254,27 @@ class UnfinishedTask:
 
 
 @_record
+class Rehearsal:
+    """What a dry run's rehearsed troubles (``emulator.refusals``, ``reclaim_per_hour``)
+    cost: the run's refusals and reclaims, against the same dry run without them."""
+
+    refused: int
+    """Launches refused."""
+    reclaimed: int
+    """Machines taken back by their provider."""
+    reclaimed_cost: float
+    """What the machines taken back cost."""
+    runs_cut: int
+    """Task runs a reclaim cut short (their tasks went back to the bag)."""
+    cut_s: float
+    """Task-seconds of those runs: work done again."""
+    calm_cost: float
+    """The same dry run's cost (same config and seed) without refusals and reclaims."""
+    calm_makespan_s: float
+    """That run's makespan."""
+
+
+@_record
 class LaunchProblem:
     """A launch the provider refused, and what the controller made of it."""
 
@@ -433,6 +454,9 @@ class Report:
     """A run with market-priced types (ec2.spot_prices: market, emulator.spot_prices):
     where their prices came from, and their machines committed against billed (null:
     every price is the config's)."""
+    rehearsal: Rehearsal | None = None
+    """A dry run with ``emulator.refusals`` or ``reclaim_per_hour`` only: what they cost
+    against the same run without them (absent otherwise)."""
 
     @property
     def emulated(self) -> bool:
@@ -465,7 +489,9 @@ class DeadlineReport(Report):
 
 
 _REAL_RUN_ONLY = ("time_scale", "refused_agents", "outputs")
-_LEFT_OUT_WHEN_NULL = (*_REAL_RUN_ONLY, "spot_prices")  # a run without a spot market: absent
+_LEFT_OUT_WHEN_NULL = (*_REAL_RUN_ONLY, "spot_prices", "rehearsal")
+"""Left out of report.json when null: a real run's extras in a dry run's report, the spot
+market's in a run without one, a rehearsal's in a dry run without one."""
 
 
 def _mode(report: Any) -> str:

@@ -29,7 +29,7 @@ from autoscaler.core.state import RunState
 from autoscaler.deadline.deadline_controller import DeadlineController
 from autoscaler.providers.base import Capabilities
 from autoscaler.providers.sim import SimProvider
-from autoscaler.report.build import build_report
+from autoscaler.report.build import build_report, with_rehearsal
 from autoscaler.report.records import Report
 from autoscaler.report.write import write_report
 
@@ -170,6 +170,8 @@ def dry_run(
         if owner is not None:
             tasks = [*tasks, *owner.added]
         report = build_report(cfg, state, tasks=tasks, run_id=run_id, seed=seed, wall_s=wall)
+        if cfg.emulator.rehearses:
+            report = with_rehearsal(report, state, calm_report(cfg, tasks, run_id, seed))
         log.info(
             "run end",
             cost=report.cost,
@@ -184,6 +186,14 @@ def dry_run(
     if out_dir is not None:
         write_report(report, state, out_dir, plots=plots and cfg.plots)
     return DryRun(run_id, state, report, out_dir, wall)
+
+
+def calm_report(cfg: RunConfig, tasks: Sequence[TaskSpec], run_id: str, seed: int) -> Report:
+    """The report of ``cfg``'s dry run without its refusals and reclaims: what a
+    rehearsal's troubles are measured against."""
+    calm = cfg.model_copy(update={"emulator": cfg.emulator.calm()})
+    state = make_emulator(calm, len(tasks), seed, run_tag=run_id).run()
+    return build_report(calm, state, tasks=tasks, run_id=run_id, seed=seed)
 
 
 # --- `autoscaler plan`: sample in the emulator, then the budget frontier ----------------

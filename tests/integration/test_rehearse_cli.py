@@ -94,6 +94,10 @@ def test_the_example_rehearses_an_outage_and_reclaims_and_says_what_they_cost(
     assert "## Launches the provider refused" in text
     assert "## Interruption notices" in text
     assert max(committed_over_time(run_dir, report)) <= report["budget"] + 1e-9
+    rehearsal = report["rehearsal"]
+    assert (rehearsal["refused"], rehearsal["reclaimed"]) == (len(refused), len(taken))
+    assert "Rehearsed:" in out
+    assert f"without them: cost {rehearsal['calm_cost']:.2f}" in " ".join(out.split())
     assert "Traceback" not in out
 
 

@@ -17,6 +17,7 @@ from typing import Any, get_args
 import pytest
 import yaml
 
+from autoscaler.config.bag import expand_bag
 from autoscaler.config.schema import Emulator as EmulatorModel
 from autoscaler.config.schema import LocalLoad, Refusal, RunConfig
 from autoscaler.core.billing import BillingModel
@@ -27,9 +28,10 @@ from autoscaler.offers.cluster import Job as ClusterJob
 from autoscaler.offers.local_load import loaded_cluster, local_arrivals
 from autoscaler.providers.base import CAPACITY_CODES, LIMIT_CODES, Capabilities, failure_kind
 from autoscaler.providers.sim import SimProvider
+from autoscaler.report.markdown import render_head
 from autoscaler.run.assemble import billing_model
 from autoscaler.run.offers import compose_offers
-from autoscaler.run.start import make_emulator
+from autoscaler.run.start import dry_run, make_emulator
 from tests.conftest import make_config
 
 HOURLY = BillingModel("fixed", 3600.0, 60.0, 300.0)
@@ -277,3 +279,36 @@ def test_a_dry_runs_offers_for_a_loaded_cluster_come_from_its_queue() -> None:
     again, _ = compose_offers(hybrid(local_load={"campus": LOADED}), billing_model(idle))
     assert again.jobs[0].split == busy.jobs[0].split
     assert "campus" in notes[0]
+
+
+# --- what the report says it cost ------------------------------------------------------------
+
+
+def test_a_rehearsals_report_says_what_it_cost_against_the_same_run_without_it() -> None:
+    world = {**EMULATOR, "speed": {"fast": 3.0}}
+    rehearsed = make_config(
+        bag={"synthetic": 200},
+        constraint={"budget": 150.0},
+        emulator={
+            **world,
+            "reclaim_per_hour": {"fast": 1.0},
+            "refusals": [{"type": "slow", "from_s": "20m", "until_s": "1h"}],
+        },
+    )
+    calm_cfg = make_config(bag={"synthetic": 200}, constraint={"budget": 150.0}, emulator=world)
+    run = dry_run(rehearsed, expand_bag(rehearsed), plots=False)
+    calm = dry_run(calm_cfg, expand_bag(calm_cfg), plots=False)
+    r = run.report.rehearsal
+    assert r is not None
+    taken = [m for m in run.report.machines if NOTICE_REASON in (m.end_reason or "")]
+    assert r.reclaimed == len(taken) > 0
+    assert r.reclaimed_cost == pytest.approx(sum(m.cost for m in taken))
+    assert r.refused == len(run.report.launch_problems)
+    assert r.runs_cut == len([s for s in run.state.tasks.segments if s.outcome == "lost"])
+    assert (r.calm_cost, r.calm_makespan_s) == (calm.report.cost, calm.report.makespan_s)
+    assert calm.report.rehearsal is None
+    assert "rehearsal" not in calm.report.to_json()
+    head = render_head(run.report)
+    assert f"{r.reclaimed} machines taken back" in head
+    assert f"without them: cost {calm.report.cost:.2f}" in head
+    assert "Rehearsed" not in render_head(calm.report)
