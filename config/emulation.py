@@ -203,8 +203,9 @@ class LocalLoad(ConfigModel):
     (``autoscaler.offers.cluster``): rigid jobs of 1 to ``max_procs`` processors and
     ``min_job_s`` to ``max_job_s`` (both log-uniform) arrive until they keep
     ``utilisation`` of its ``processors`` busy, each held to its runtime plus
-    ``slack_s``, in an Earliest-Deadline-First queue. A dry run's offers for the
-    provider come from that queue: when it would start the machines a part asks for."""
+    ``slack_s``, in an Earliest-Deadline-First queue. A dry run's machines of the
+    provider wait in that queue before they boot, and its offers (``deadline.offers``)
+    come from it."""
 
     processors: PositiveInt = Field(description="the cluster's processors, its users' and ours")
     utilisation: float = Field(ge=0, lt=1, description="the share of them its users keep busy")
@@ -300,7 +301,7 @@ class Emulator(ConfigModel):
     local_load: dict[str, LocalLoad] = Field(
         default_factory=dict,
         description="per cluster provider (slurm or sge, by its name): its own users' jobs; "
-        "a dry run's offers for it (deadline.offers) come from its queue",
+        "in a dry run its machines wait in their queue, and its offers come from it",
     )
 
     @property

@@ -190,11 +190,6 @@ class Platform(ConfigModel):
         known_types("emulator.refusals", (r.type for r in self.emulator.refusals), names)
         known_types("emulator.reclaim_per_hour", self.emulator.reclaim_per_hour, names)
         clusters = [n for n in self.provider_names() if self.kind_of(n) in ("slurm", "sge")]
-        if self.emulator.local_load and self.providers is None:
-            raise ValueError(
-                "emulator.local_load shapes the offers that split a job across providers "
-                "(deadline.offers): give it in a config with providers:"
-            )
         for name in self.emulator.local_load:
             if name not in clusters:
                 raise ValueError(

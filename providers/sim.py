@@ -24,6 +24,7 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from autoscaler.config.load import load_price_trace, load_trace
 from autoscaler.config.schema import (
@@ -148,6 +149,18 @@ def share_factor(slowdown: float, sharing: int, slots: int) -> float:
     return 1.0 + slowdown * (min(sharing, slots) - 1) / (slots - 1)
 
 
+class Queues(Protocol):
+    """Cluster queues the machines of some types wait in before they boot."""
+
+    def wait(self, machine: str, type: str, now: float) -> float:
+        """Seconds ``machine`` of ``type``, launched at ``now``, waits to start (0: none)."""
+        ...
+
+    def leave(self, machine: str, now: float) -> None:
+        """``machine`` ended at ``now``: its place in the queue is freed."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class Failure:
     """A machine's end the emulated world decided at its launch."""
@@ -164,6 +177,7 @@ class SimMachine:
     launched_at: float
     index: int  # launch order within its type
     terminated_at: float | None = None
+    queued_s: float = 0.0  # waited in its cluster's queue before it booted
 
 
 class SimProvider:
@@ -178,9 +192,12 @@ class SimProvider:
         seed: int | None = None,
         task_means: Sequence[JobMeans | None] | None = None,
         task_labels: Sequence[str | None] | None = None,
+        queues: Queues | None = None,
     ):
         """``task_means``: per task id, its job's mean task times (None: none given);
-        ``task_labels``: per task id, its category label (``emulator.category_speed``)."""
+        ``task_labels``: per task id, its category label (``emulator.category_speed``);
+        ``queues``: the clusters whose machines wait in a queue among their users' jobs
+        before they boot (``emulator.local_load``; None: none)."""
         self._capabilities = capabilities
         self._model = model
         self._clock = clock
@@ -191,6 +208,7 @@ class SimProvider:
         self.machines: dict[str, SimMachine] = {}
         self._by_token: dict[str, list[str]] = {}
         self._launched: dict[str, int] = {}
+        self._queues = queues
 
     @property
     def capabilities(self) -> Capabilities:
@@ -214,7 +232,9 @@ class SimProvider:
             index = self._launched.get(type, 0)
             self._launched[type] = index + 1
             mid = f"{type}-{index}"
-            self.machines[mid] = SimMachine(mid, type, token, self._clock(), index)
+            now = self._clock()
+            waits = 0.0 if self._queues is None else self._queues.wait(mid, type, now)
+            self.machines[mid] = SimMachine(mid, type, token, now, index, queued_s=waits)
             ids.append(mid)
         self._by_token[token] = ids
         return [self._record(self.machines[i]) for i in ids]
@@ -238,12 +258,16 @@ class SimProvider:
             if m is not None and m.terminated_at is None:
                 m.terminated_at = self._clock()
                 done.append(mid)
+                if self._queues is not None:
+                    self._queues.leave(mid, m.terminated_at)
         return done
 
     # --- the virtual world --------------------------------------------------------------
 
     def boot_time(self, machine: str) -> float:
-        return self._capabilities.boot_estimate_s.get(self.machines[machine].type, 0.0)
+        """Launch to ready: the wait in its cluster's queue, then its type's boot."""
+        m = self.machines[machine]
+        return m.queued_s + self._capabilities.boot_estimate_s.get(m.type, 0.0)
 
     def add_tasks(
         self, means: Sequence[JobMeans | None], labels: Sequence[str | None] | None = None

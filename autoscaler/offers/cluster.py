@@ -22,7 +22,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from autoscaler.offers.profile import Profile, Slots, Wave, free_processors
 from autoscaler.providers.offer import Offer, OfferRequest
@@ -48,10 +48,12 @@ class Job:
 
 @dataclass(frozen=True, slots=True)
 class Admission:
-    """``job`` admitted, held to ``deadline`` (its own, or the later D^N)."""
+    """``job`` admitted, held to ``deadline`` (its own, or the later D^N), planned (when
+    it was admitted) to start at ``start``."""
 
     job: Job
     deadline: float
+    start: float
 
     @property
     def delayed(self) -> bool:
@@ -170,6 +172,36 @@ class Cluster:
         running = sum(w.count * (w.end - max(w.start, self._now)) for w in self._running)
         return running + sum(q.job.work for q in self._queue)
 
+    def cancel(self, job: Job, now: float) -> None:
+        """``job`` ends at ``now`` (its owner cancelled it): queued, it leaves the queue;
+        running, its processors are free from ``now``. The queued jobs then move to their
+        earliest start, each with the others' plans kept (conservative backfilling's
+        compression): none starts later than planned."""
+        self.advance(now)
+        for i, queued in enumerate(self._queue):
+            if queued.job is job:
+                del self._queue[i]
+                del self._plans[queued.seq]
+                self._compress()
+                return
+        for i, (started, waves) in enumerate(self._started):
+            if started is job:
+                self._running = [w for w in self._running if not any(w is x for x in waves)]
+                cut = [replace(w, length=max(0.0, min(w.end, now) - w.start)) for w in waves]
+                self._started[i] = (started, cut)
+                self._compress()
+                return
+
+    def _compress(self) -> None:
+        for queued in self._queue:
+            profile = free_processors(self._running, self.processors, self._now)
+            for other in self._queue:
+                if other is not queued:
+                    for wave in self._plans[other.seq]:
+                        profile.take(wave)
+            self._plans[queued.seq] = self._place(profile, queued.job)
+        self._snapshots = None
+
     # -- admission ---------------------------------------------------------------------
 
     def admit(self, job: Job, now: float) -> Admission:
@@ -184,7 +216,7 @@ class Cluster:
         for seq, waves in trial.plans.items():
             self._plans[queued.seq if seq == -1 else seq] = waves
         self._snapshots = None
-        return Admission(job, held)
+        return Admission(job, held, trial.plans[-1][0].start)
 
     @staticmethod
     def _held(job: Job, trial: _Trial) -> float:

@@ -130,7 +130,7 @@ def _rehearsal_lines(report: Report) -> list[str]:
     taken = f"{counted(r.reclaimed, 'machine')} taken back"
     if r.reclaimed:
         taken += (
-            f" (they cost {money(r.reclaimed_cost)}; {counted(r.runs_cut, 'task run')} cut "
+            f" (costing {money(r.reclaimed_cost)}; {counted(r.runs_cut, 'task run')} cut "
             f"short, {hms(r.cut_s)} of work done again)"
         )
     extra = report.cost - r.calm_cost

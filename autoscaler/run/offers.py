@@ -12,26 +12,23 @@ what the composition decided (and a deadline it cannot meet) is said at once.
 
 from __future__ import annotations
 
-import math
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from autoscaler.config.bag import expand_jobs
-from autoscaler.config.schema import Job, LocalLoad, MachineType, RunConfig
+from autoscaler.config.schema import Job, RunConfig
 from autoscaler.core.billing import BillingModel
 from autoscaler.core.words import counted
 from autoscaler.offers.allocation import OffersError
 from autoscaler.offers.cloud import CloudType, cloud_offers
-from autoscaler.offers.cluster import Job as ClusterJob
 from autoscaler.offers.decide import compose
-from autoscaler.offers.local_load import loaded_cluster
 from autoscaler.providers.offer import Offer, OfferRequest, slice_sizes
-from autoscaler.providers.slurm_output import finish_after
 from autoscaler.report.format import hms
 from autoscaler.run.assemble import write_config
+from autoscaler.run.cluster_load import LoadedCluster
 
 
 def split_run(
@@ -126,7 +123,7 @@ def provider_offers(
         maker = getattr(parts.get(name), "offers", None) if parts else None
         load = cfg.emulator.local_load.get(name) if parts is None else None
         if load is not None:  # a dry run of a cluster with its users' jobs: their queue
-            maker = _LoadedCluster(cfg, name, load, limit, mine).offers
+            maker = LoadedCluster(cfg, name, load, limit, mine).offers
         if maker is not None:  # the provider's own scheduler answers
             request = OfferRequest(tasks, min(job.task_s[t.name] for t in mine), deadline, job.at)
             made = maker(request, sizes)
@@ -144,42 +141,3 @@ def provider_offers(
                     best[offer.tasks] = replace(offer, power=power)
         out += best.values()
     return out
-
-
-class _LoadedCluster:
-    """A dry run's cluster provider with its users' jobs (``emulator.local_load``): its
-    offers as its scheduler's (``sbatch --test-only``) are, from the emulated queue.
-
-    For each size, per type the job names: as many machines as the size fills (within
-    the type's and the provider's limits), one rigid job of their slots for their boot
-    and the waves the tasks take on them, held by the queue to when it would end (the
-    part's deadline, or the later D^N). The earliest over the types is the offer."""
-
-    def __init__(
-        self,
-        cfg: RunConfig,
-        name: str,
-        load: LocalLoad,
-        limit: int | None,
-        types: Sequence[MachineType],
-    ) -> None:
-        self.name = name
-        self.load = load
-        self.seed = f"{cfg.emulator.seed}:local_load:{name}"
-        self.types = types
-        self.limit = limit
-
-    def offers(self, request: OfferRequest, sizes: Sequence[int]) -> list[Offer]:
-        cluster = loaded_cluster(self.name, self.load, request.now, self.seed)
-        out = []
-        for n in sizes:
-            finishes = []
-            for t in self.types:
-                slots = t.slots or 1
-                count = t.max_count if self.limit is None else min(t.max_count, self.limit)
-                width = min(math.ceil(n / slots), count)
-                runtime = t.boot_s + finish_after(n, width * slots, request.task_s)
-                job = ClusterJob("offer", width * slots, runtime, request.now, request.deadline)
-                finishes.append(cluster.finish(job, request.now))
-            out.append(Offer(self.name, n, min(finishes)))
-        return out

@@ -44,6 +44,7 @@ from autoscaler.run.assemble import (
     new_state,
     write_config,
 )
+from autoscaler.run.cluster_load import ClusterQueues
 from autoscaler.run.emulator import Emulator, StepHook
 from autoscaler.run.offers import compose_offers, say
 from autoscaler.run.refusals import holds
@@ -87,6 +88,7 @@ def make_emulator(
         seed=seed,
         task_means=task_means(cfg, n_tasks) if world is None else list(world),
         task_labels=[t.category for t in expand_bag(cfg)] if cfg.emulator.category_speed else None,
+        queues=ClusterQueues(cfg, state.billing.atu_s) if cfg.emulator.local_load else None,
     )
     emulator = Emulator(
         controller or make_controller(cfg),

@@ -8,6 +8,7 @@ under the real emulator, as ``autoscaler run --dry-run`` drives them.
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 from collections import Counter
@@ -24,12 +25,14 @@ from autoscaler.core.billing import BillingModel
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.model import NOTICE_REASON, Action, Event, LaunchFailed, TaskDone
 from autoscaler.core.state import RunState
+from autoscaler.offers.cluster import Cluster
 from autoscaler.offers.cluster import Job as ClusterJob
-from autoscaler.offers.local_load import loaded_cluster, local_arrivals
+from autoscaler.offers.local_load import Users, local_arrivals
 from autoscaler.providers.base import CAPACITY_CODES, LIMIT_CODES, Capabilities, failure_kind
 from autoscaler.providers.sim import SimProvider
 from autoscaler.report.markdown import render_head
 from autoscaler.run.assemble import billing_model
+from autoscaler.run.cluster_load import ClusterQueues
 from autoscaler.run.offers import compose_offers
 from autoscaler.run.start import dry_run, make_emulator
 from tests.conftest import make_config
@@ -240,8 +243,8 @@ def test_local_arrivals_make_up_the_load_and_are_the_same_for_a_seed() -> None:
 
 def _finish(utilisation: float) -> float:
     load = LocalLoad(processors=16, utilisation=utilisation, max_procs=8, max_job_s=14400.0)
-    cluster = loaded_cluster("campus", load, 0.0, "1:local_load:campus")
-    return cluster.finish(ClusterJob("part", 8, 1800.0, 0.0, 1800.0), 0.0)
+    users = Users("campus", load, "1:local_load:campus")
+    return users.finish(ClusterJob("part", 8, 1800.0, 0.0, 1800.0), 0.0)
 
 
 def test_a_part_waits_in_a_loaded_queue_and_not_in_an_idle_one() -> None:
@@ -257,28 +260,33 @@ def hybrid(**emulator: Any) -> RunConfig:
 
 LOADED = {
     "processors": 16,
-    "utilisation": 0.7,
+    "utilisation": 0.9,
     "max_procs": 8,
     "min_job_s": "30m",
     "max_job_s": "4h",
-    "slack_s": "2h",
+    "slack_s": "30m",
 }
-"""A campus cluster whose users keep 70 % of its 16 processors busy, with jobs held to two
-hours past their runtime (tighter than a day: EDF puts a part's tight deadline ahead)."""
+"""A campus cluster whose users keep 90 % of its 16 processors busy, with jobs held to half
+an hour past their runtime (tighter than a day: EDF puts a part's tight deadline ahead)."""
 
 
 def test_a_dry_runs_offers_for_a_loaded_cluster_come_from_its_queue() -> None:
-    """The campus cluster of hybrid.yaml, its users keeping 70 % of it busy with jobs held
-    to two hours past their runtime, offers less by the deadline than idle: the split gives
-    it fewer tasks, the cloud more; the same seed, the same split."""
+    """The campus cluster of hybrid.yaml with its users' load offers less by the deadline
+    than idle, whatever the seed draws them: the split gives it fewer tasks, the cloud the
+    rest; the same seed, the same split."""
     idle, _ = compose_offers(hybrid(), billing_model(hybrid()))
-    busy, notes = compose_offers(hybrid(local_load={"campus": LOADED}), billing_model(idle))
-    assert busy.jobs[0].split["campus"] < idle.jobs[0].split["campus"]
-    assert busy.jobs[0].split["aws"] > idle.jobs[0].split["aws"]
-    assert sum(busy.jobs[0].split.values()) == 600
-    again, _ = compose_offers(hybrid(local_load={"campus": LOADED}), billing_model(idle))
-    assert again.jobs[0].split == busy.jobs[0].split
-    assert "campus" in notes[0]
+    for seed in range(5):
+        busy, notes = compose_offers(
+            hybrid(local_load={"campus": LOADED}, seed=seed), billing_model(idle)
+        )
+        split = busy.jobs[0].split
+        assert split.get("campus", 0) < idle.jobs[0].split["campus"], seed
+        assert sum(split.values()) == 600
+        assert notes[0].startswith("job sweep:")
+        again, _ = compose_offers(
+            hybrid(local_load={"campus": LOADED}, seed=seed), billing_model(idle)
+        )
+        assert again.jobs[0].split == split
 
 
 # --- what the report says it cost ------------------------------------------------------------
@@ -312,3 +320,77 @@ def test_a_rehearsals_report_says_what_it_cost_against_the_same_run_without_it()
     assert f"{r.reclaimed} machines taken back" in head
     assert f"without them: cost {calm.report.cost:.2f}" in head
     assert "Rehearsed" not in render_head(calm.report)
+
+
+def test_an_admitted_job_says_when_it_is_planned_to_start() -> None:
+    users = Users("campus", LocalLoad(processors=4, utilisation=0.0), "s")
+    first = ClusterJob("first", 4, 100.0, 0.0, 100.0)
+    second = ClusterJob("second", 2, 50.0, 0.0, 200.0)
+    assert users.start(first, 0.0) == 0.0
+    assert users.start(second, 10.0) == 100.0
+
+
+SLURM = {
+    "provider": "slurm",
+    "slurm": {"types": {"slow": {"partition": "p"}, "fast": {"partition": "p"}}},
+}
+
+
+def test_a_loaded_clusters_machines_wait_in_its_queue_before_they_boot() -> None:
+    """``provider: slurm`` dry-run with its users keeping 60 % of it busy: some machines
+    are ready later than their boot time after launch, the same ones for the seed; idle,
+    every one is ready at its boot time."""
+    load = {"processors": 16, "utilisation": 0.6, "max_procs": 8, "max_job_s": "2h"}
+
+    def waits(**emulator: Any) -> list[float]:
+        state, _, _ = emulate(**SLURM, emulator={**EMULATOR, "speed": {"fast": 3.0}, **emulator})
+        assert state.tasks.done == 100
+        return [
+            m.ready_at - m.launched_at
+            for m in state.fleet.machines.values()
+            if m.ready_at is not None
+        ]
+
+    assert set(waits()) == {60.0}
+    loaded = waits(local_load={"slurm": load})
+    assert max(loaded) > 60.0
+    assert min(loaded) >= 60.0
+    assert waits(local_load={"slurm": load}) == loaded
+
+
+def test_a_cancelled_job_frees_its_place_and_the_queue_moves_up() -> None:
+    def queue() -> tuple[Cluster, list[ClusterJob]]:
+        cluster = Cluster("c", 4)
+        jobs = [ClusterJob(f"j{i}", 4, 100.0, 0.0, 100.0 * (i + 1)) for i in range(3)]
+        for job in jobs:
+            cluster.admit(job, 0.0)
+        return cluster, jobs
+
+    cluster, (_, second, _) = queue()
+    cluster.cancel(second, 10.0)  # queued: it never starts, the third takes its place
+    last = cluster.admit(ClusterJob("last", 4, 50.0, 10.0, 10_000.0), 10.0)
+    assert last.start == 200.0  # not 300: after the third, now at 100
+    cluster, (first, _, _) = queue()
+    cluster.cancel(first, 20.0)  # running: its processors are free from 20 s
+    assert started(cluster) == {"j0": [(0.0, 4)], "j1": [(20.0, 4)], "j2": [(120.0, 4)]}
+
+
+def test_a_machine_released_leaves_its_clusters_queue() -> None:
+    """Two machines of a 1-processor cluster: the second waits for the first's paid hour,
+    and starts when the first is released instead."""
+    cfg = make_config(
+        provider="slurm",
+        slurm={"types": {"slow": {"partition": "p"}, "fast": {"partition": "p"}}},
+        emulator={**EMULATOR, "local_load": {"slurm": {"processors": 1, "utilisation": 0}}},
+    )
+    queues = ClusterQueues(cfg, 3600.0)
+    assert queues.wait("slow-0", "slow", 0.0) == 0.0
+    assert queues.wait("slow-1", "slow", 10.0) == 3590.0
+    queues.leave("slow-0", 100.0)
+    queues.leave("slow-1", 100.0)
+    assert queues.wait("slow-2", "slow", 200.0) == 0.0
+
+
+def started(cluster: Cluster) -> dict[str, list[tuple[float, int]]]:
+    cluster.advance(math.inf)
+    return {job.name: [(w.start, w.count) for w in waves] for job, waves in cluster.started()}
