@@ -23,8 +23,10 @@ from botocore.exceptions import ClientError
 
 from autoscaler.bootstrap.agent_start import agent_source
 from autoscaler.bootstrap.userdata import render_user_data
+from autoscaler.config.schema import Emulator as SimEmulator
 from autoscaler.core.billing import BillingModel
 from autoscaler.core.errors import AutoscalerError
+from autoscaler.core.model import Launch, LaunchFailed
 from autoscaler.providers.base import Capabilities, ProviderState, check_launch
 from autoscaler.providers.ec2 import (
     LAUNCH_TAG,
@@ -37,6 +39,8 @@ from autoscaler.providers.ec2 import (
     list_tagged,
     terminate_instances,
 )
+from autoscaler.providers.sim import SimProvider
+from autoscaler.run.refusals import Holds, refusal
 from tests.integration.ec2_faults import FaultProxy
 from tests.integration.services import MotoServer, fake_aws_credentials
 
@@ -469,6 +473,44 @@ def test_an_account_limit_is_raised_at_once(aws: Aws, proxy: FaultProxy, code: s
     assert info.value.code == code
     assert not info.value.retryable
     assert proxy.counts["RunInstances"] == 1
+
+
+@pytest.mark.parametrize(
+    ("code", "status"),
+    [
+        ("InsufficientInstanceCapacity", 500),
+        ("InsufficientCapacity", 500),
+        ("UnfulfillableCapacity", 400),
+        ("SpotMaxPriceTooLow", 400),
+        ("Unsupported", 400),
+        ("InstanceLimitExceeded", 400),
+        ("VcpuLimitExceeded", 400),
+        ("MaxSpotInstanceCountExceeded", 400),
+    ],
+)
+def test_a_dry_runs_refusal_means_to_the_run_what_ec2s_does(
+    aws: Aws, proxy: FaultProxy, code: str, status: int
+) -> None:
+    """The emulator's ``emulator.refusals`` raise what EC2's refusal raises here (code,
+    retryable), so the run makes the same ``LaunchFailed`` of both: the same kind, hold,
+    types held and recovery."""
+    proxy.fail("RunInstances", code, status=status)
+    real = aws.provider(settings=aws.settings(subnets=tuple(aws.subnets[:2])))
+    with pytest.raises(AutoscalerError) as ec2:
+        real.launch("cheap", 2, "tok-1", {})
+    world = SimEmulator.model_validate({"refusals": [{"type": "cheap", "code": code}]})
+    sim = SimProvider(real.capabilities, world, 1, lambda: NOW)
+    with pytest.raises(AutoscalerError) as emulated:
+        sim.launch("cheap", 2, "tok-1", {})
+    assert (emulated.value.code, emulated.value.retryable) == (ec2.value.code, ec2.value.retryable)
+    launch = Launch("cheap", 2, "tok-1")
+    siblings = real.capabilities.siblings("cheap")
+
+    def failed(err: AutoscalerError) -> LaunchFailed:
+        return refusal(launch, 2, err.message, err.code, err.retryable, siblings, Holds(), NOW)
+
+    assert replace(failed(emulated.value), reason="") == replace(failed(ec2.value), reason="")
+    assert code in emulated.value.message
 
 
 @pytest.mark.slow
