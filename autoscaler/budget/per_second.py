@@ -41,6 +41,7 @@ from dataclasses import dataclass
 import pulp
 
 from autoscaler.budget.problem import (
+    MONEY_REL,
     BudgetProblem,
     Plan,
     PlanResult,
@@ -158,15 +159,18 @@ def _fractional_tasks(kinds: Sequence[_Kind], horizon_s: float, problem: BudgetP
 def _horizon_cap(kinds: Sequence[_Kind], problem: BudgetProblem) -> float | None:
     """A horizon no feasible one exceeds; None when no machine is affordable at all.
 
-    Costs grow with H: past B·ATU/c_i no machine of type i is affordable. Free machines
+    Costs grow with H: past B·ATU/c_i no machine of type i is affordable (B as
+    ``affordable`` reads it, to the solvers' tolerance: a machine costing B to the cent
+    finishes a hair past B·ATU/c_i in floating point, and was refused). Free machines
     are affordable at every H: all of them together finish the bag, feasibly, by their
     finish time.
     """
     free = tuple(k.count if k.type.price <= 0 else 0 for k in kinds)
     if any(free):
         return _finish_s(kinds, free, problem)
+    money = problem.budget + MONEY_REL * max(1.0, abs(problem.budget))
     caps = [
-        problem.budget * problem.billing.atu_s / k.type.price
+        money * problem.billing.atu_s / k.type.price
         for k in kinds
         if affordable(_kind_cost(k, 0.0, problem.billing), problem.budget)
     ]

@@ -351,6 +351,18 @@ def tie_on_budget(problem: BudgetProblem, finish: float) -> bool:
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(per_second_problems())
+# One machine costing the budget to the cent: its finish, 1.5 × 300 s, is a hair past
+# B·ATU/price in floating point, and the planner's horizon cap refused it.
+@example(
+    BudgetProblem(
+        tasks=1.0,
+        budget=0.25,
+        types=[TypeEstimate("t0", 2.0, 1, 0.0, 300.0, 0.0, first_cost=2.0, first_tasks=11)],
+        billing=BillingModel("per_second", atu_s=3600.0, min_charge_s=0.0, commit_s=60.0),
+        cushion_z=0.0,
+        final_loss=0.5,
+    )
+)
 def test_per_second_plan_matches_brute_force(problem: BudgetProblem) -> None:
     """The earliest finish any mix affords, boot, minimum charge and first step counted;
     no plan when no mix does; the fastest mix among those that finish then."""
