@@ -1,22 +1,27 @@
-"""Re-planning when a declared time proves wrong (issue 38): once the runs of a type
-show a job's declared ``task_s`` there far and surely too short (the declared time
-outside the learned time's interval: ``prior.Blend.deviates``, said as ``Learned``), the
-plan in force is checked against the learned times in that very step, not at the next
-monitoring tick: queued tasks the learned times make late move to machines with room,
-and those still late go to the cheapest new machines that finish them in time
-(Algorithm 4 and beyond: ``watch``).
+"""Re-planning when a declared time proves wrong (issue 38): once the runs of a type show a
+job's declared ``task_s`` there far and surely too short (the declared time outside the
+learned time's interval: ``prior.Blend.deviates``, said as ``Learned``), the queues of
+the plan in force are checked against the learned times in that very step, not at the
+next monitoring tick: queued tasks the learned time makes late move to machines with
+room (Algorithm 4, ``watch.move_late``). Machines for what stays late are bought at the
+tick, as before.
 
 What a plan knowing the truth would have done differently is only what is not bought
 yet. Every plan made after the runs began already uses the learned time (the prior
 weighs k = σ²/τ² pseudo-runs, a small fraction of one on runs as quiet as ±10 %:
 ``prior``), and a machine bought on the wrong time is paid to the end of its unit, so it
 is kept and filled (paper 002's Algorithm 1) and goes at the end of its paid unit once
-idle (``ends``). Taking every queued task back and planning it again from scratch was
-tried and cost more (``benchmarks.deadline_learn``, slow medium: one or two more
-machines in about half the seeds): Algorithm 1 packs the paid machines up to the
-deadlines, and the tight queues then need machines for one or two tasks each. A type
-re-checks once per application that learns it: a later job of the application was
-planned on the learned time."""
+idle (``ends``). Two stronger re-plans were tried and cost more
+(``benchmarks.deadline_learn``'s slow medium, and the same with a 2.5 h window): taking
+every queued task back and planning it again from scratch (one or two machines more in
+about half the seeds: Algorithm 1 packs the paid machines up to the deadlines, and the
+tight queues then need machines for one or two tasks each), and buying for late tasks at
+the note (8–10 % more on the long window: on the first five runs the learned time
+carries a wide margin, and each note bought a machine for the five tasks it made late
+where the tick, a minute of runs later, bought one for fifty). A type re-checks once per
+application that learns it: a later job of the application was planned on the learned
+time.
+"""
 
 from __future__ import annotations
 

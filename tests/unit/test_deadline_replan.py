@@ -1,7 +1,7 @@
 """Re-planning when a declared time proves wrong (issue 38, ``deadline.replan``): the
 trigger as a pure function of the state and the notes said, and the controller's step
 as state and events in, decisions out (a state rebuilt from a run's records, stepped
-again with and without the check)."""
+again with and without re-planning)."""
 
 from __future__ import annotations
 
@@ -101,17 +101,12 @@ def _slow_run() -> tuple[list[JobSpec], RunState, Steps]:
     return jobs, state, steps
 
 
-def _check(decided: Sequence[Action]) -> list[Action]:
-    """What checking the plan in force decided: moves, and late tasks taken to new
-    machines (a ``Cancel`` each, and the ``Launch`` that queues them)."""
-    return [a for a in decided if isinstance(a, (Move, Cancel, Launch))]
-
-
-def test_the_step_that_learns_a_wrong_time_checks_the_plan_at_once() -> None:
+def test_the_step_that_learns_a_wrong_time_moves_what_it_makes_late() -> None:
     """In a run where type m takes 1.5 × what the jobs declare, the step that first says
-    a job's time on m (a step between ticks) moves or re-buys the tasks the learned
-    time makes late, in that step; the same state stepped with re-planning off only
-    says it and waits for the tick. Every deadline is met."""
+    a job's time on m (a step between ticks) moves the queued tasks the learned time
+    makes late onto machines with room, in that step, and buys nothing (purchases wait
+    for the tick and its runs); the same state stepped with re-planning off only says
+    it. Every deadline is met."""
     jobs, state, steps = _slow_run()
     assert not finish_and_late(state)[1]
     first = next(
@@ -119,16 +114,12 @@ def test_the_step_that_learns_a_wrong_time_checks_the_plan_at_once() -> None:
     )
     now, events, _, _ = steps[first]
     assert not any(isinstance(e, Tick) for e in events)
-    before = _replayed(jobs, steps, first)
-    decided = DeadlineController().step(before, events, now)
+    decided = DeadlineController().step(_replayed(jobs, steps, first), events, now)
     assert any(isinstance(a, Learned) for a in decided)
-    acted = _check(decided)
-    assert acted, "the plan in force was not checked"
-    back = {a.task for a in acted if isinstance(a, Cancel)}
-    again = {t for a in acted if isinstance(a, Launch) for q in a.queues for t in q}
-    assert back <= again, "a task taken back was not bought a machine"
+    assert any(isinstance(a, Move) for a in decided), "nothing late was moved"
+    assert not any(isinstance(a, (Launch, Cancel)) for a in decided)
     kept = DeadlineController(DeadlineSettings(replan=False)).step(
         _replayed(jobs, steps, first), events, now
     )
     assert any(isinstance(a, Learned) for a in kept)
-    assert _check(kept) == []
+    assert not any(isinstance(a, (Move, Launch, Cancel)) for a in kept)
