@@ -23,7 +23,7 @@ from autoscaler.core.model import (
 from autoscaler.core.state import RunState
 from autoscaler.deadline.deadline_controller import DeadlineController, DeadlineSettings
 from autoscaler.deadline.replan import proven_wrong
-from tests.unit.test_deadline_control import _jobs, _types, finish_and_late, run
+from tests.unit.test_deadline_control import HOURLY, _jobs, _types, finish_and_late, run
 
 TIMES = {"m": 60.0, "l": 30.0}
 Steps = list[tuple[float, list[Event], list[Action], float]]
@@ -81,17 +81,13 @@ def test_a_type_already_learned_does_not_plan_again() -> None:
 def _replayed(jobs: Sequence[JobSpec], steps: Steps, upto: int) -> RunState:
     """A state fed the records of ``steps[:upto]``."""
     n = sum(j.count for j in jobs)
-    state = RunState.new(_types(), _hourly(), None, n, list(range(n)), jobs=jobs)
+    state = RunState.new(_types(), HOURLY, None, n, list(range(n)), jobs=jobs)
     for now, events, acts, _ in steps[:upto]:
         for e in events:
             state.apply(now, e)
         for a in acts:
             state.apply(now, a)
     return state
-
-
-def _hourly() -> BillingModel:
-    return BillingModel("fixed", 3600.0, 60.0, 300.0)
 
 
 def _slow_run() -> tuple[list[JobSpec], RunState, Steps]:
