@@ -19,13 +19,14 @@ paper: tasks still late after the moves are given to new machines when the deadl
 A job's known task times (``task_s``) are a prior, not a fact: plans use them blended
 with the runs of the job and of earlier jobs of its application (``prior``: a conjugate
 normal update), and a large, confident deviation is said once (``Learned``,
-``learning``). A job without known task times is sampled first: each type runs ``sample`` of its
-tasks, and the plan uses mean + z·σ/√n of what they took (the estimate with its
-uncertainty). Machines are released at the end of a paid unit once they have no work
-and no job arriving within their next unit could use them. Money: nothing is launched
-or extended that the budget (the sum of the jobs' budgets, when every job has one)
-cannot pay; a plan the budget cannot pay is bought in part, the rest queued where it
-finishes first, and the lateness said with ``budget`` as what gave way.
+``learning``); a type learned slower moves what it makes late at once (``replan``). A
+job without known task times is sampled first: each type runs ``sample`` of its tasks,
+and the plan uses mean + z·σ/√n of what they took (the estimate with its uncertainty).
+Machines are released at the end of a paid unit once they have no work and no job
+arriving within their next unit could use them. Money: nothing is launched or extended
+that the budget (the sum of the jobs' budgets, when every job has one) cannot pay; a
+plan the budget cannot pay is bought in part, the rest queued where it finishes first,
+and the lateness said with ``budget`` as what gave way.
 
 A pool (``keep_open``: the service's deadline jobs) takes new jobs while it runs
 (``JobAdded``: new tasks, planned at once like an arrival) and does not stop when its
@@ -77,6 +78,7 @@ from autoscaler.deadline.job_sampling import sample
 from autoscaler.deadline.jobs import DeadlineSettings, task_times
 from autoscaler.deadline.learning import say_learned
 from autoscaler.deadline.planning import PlanStep, plan_jobs
+from autoscaler.deadline.replan import proven_wrong
 from autoscaler.deadline.watch import move_late, watch
 from autoscaler.deadline.withdraw import still_open, withdrawn_runs
 
@@ -114,8 +116,11 @@ class DeadlineController:
         )
         cfg = self.settings
         if not state.money.stopped:
+            wrong = False  # a declared time proved too short: move what it makes late now
             if seen.done:
-                say_learned(cfg, s)
+                said = say_learned(cfg, s)
+                wrong = cfg.replan and bool(proven_wrong(state.work, said))
+            check = seen.tick or wrong
             sample(cfg, s)
             planned = plan_jobs(cfg, s) if wake else False
             if seen.withdrawn:
@@ -125,9 +130,9 @@ class DeadlineController:
                     still_open(state.tasks, state.work),
                     "withdrawn: " + ", ".join(seen.withdrawn),
                 )
-            if seen.tick and cfg.reassign:
+            if check and cfg.reassign:
                 move_late(cfg, s)
-            if seen.tick or planned or seen.news:
+            if check or planned or seen.news:
                 watch(cfg, s, buy=seen.tick and cfg.reassign and cfg.buy_when_late)
             release_idle(cfg, s)
         finish_run(cfg, s)

@@ -35,6 +35,7 @@ class DeadlineSettings:
     prior_cv: float = 0.25  # how far a declared time may be off, as a share of it (τ/μ₀)
     note_share: float = 0.2  # a learned time this far off the declared one is said (once)
     note_runs: int = 5  # ... once this many runs show it
+    replan: bool = True  # ... slower: what it makes late moves at once (``replan``)
     sample: int = 5  # runs per type of a job without known times before it is planned
     z: float = 1.96  # a sampled job is planned on mean + z·σ/√n
     late_change: float = 0.1  # a lateness is said again when it changes by this share
