@@ -184,6 +184,13 @@ def rebuild_state(files: RunFiles, journal: SqliteJournal) -> RunState:
     return state
 
 
+def made(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds a run whose making was finished: its journal, and its
+    tasks file, which ``RunFiles.create`` writes whole and last. A start killed before
+    that launched nothing and spent nothing: whoever started it begins again."""
+    return (run_dir / JOURNAL_DB).is_file() and (run_dir / TASKS_FILE).is_file()
+
+
 def read_run(run_dir: Path) -> tuple[RunFiles, RunState]:
     """A run directory's files and the state its journal holds (read only: a live
     daemon may be writing it)."""

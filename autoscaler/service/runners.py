@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 from autoscaler.config.budgets import check_budget
 from autoscaler.config.schema import RunConfig
 from autoscaler.core.errors import AutoscalerError
-from autoscaler.core.journal import JOURNAL_DB
 from autoscaler.core.model import BudgetSet, DeadlineSet, TaskSpec
 from autoscaler.core.state import RunState
 from autoscaler.service.job_states import ENDED, JobState
@@ -197,16 +196,17 @@ def start_own_run(
 ) -> Session:
     """The session of a job on its own machines (made, not run): resumed from its
     journal, or its run directory made afresh."""
+    from autoscaler.run.rundir import made
     from autoscaler.run.session import Session
 
     run_dir = row.run_dir
-    if (run_dir / JOURNAL_DB).is_file():
+    if made(run_dir):
         resumed = "the service started again" if row.state is JobState.INTERRUPTED else None
         return Session.start(
             "resume", run_dir, progress=progress, plots=plots, foreground=False, resumed=resumed
         )
     if run_dir.exists() and run_dir.parent == jobs_dir:
-        shutil.rmtree(run_dir)  # a start cut short before its journal: begin again
+        shutil.rmtree(run_dir)  # a start cut short before its tasks file: begin again
     cfg = starting_now(row.config, deadline_at(row), now)
     cfg = for_the_service(cfg, max_running, row.id)
     if not plots:  # the run directory's config says what its report holds
@@ -273,6 +273,7 @@ def open_pool(
     """The deadline pool, resumed from its directory or made with ``row`` as its first
     job (its deadline as fixed at submission); and whether ``row`` is in it already.
     Its daemon is made, not started."""
+    from autoscaler.run.rundir import made
     from autoscaler.run.session import Session
 
     pool_dir = state_dir / POOL_DIR
@@ -282,7 +283,7 @@ def open_pool(
         assert pool is not None
         pool.progress(state, estimate)
 
-    if (pool_dir / JOURNAL_DB).is_file():
+    if made(pool_dir):
         daemon = Session.start(
             "resume",
             pool_dir,
@@ -294,7 +295,7 @@ def open_pool(
         joined = row.in_pool
     else:
         if pool_dir.exists():
-            shutil.rmtree(pool_dir)  # a start cut short before its journal
+            shutil.rmtree(pool_dir)  # a start cut short before its tasks file
         cfg = starting_now(row.config, deadline_at(row), clock())
         cfg = for_the_service(pool_config(cfg, row.id), max_running, POOL_HOLDER)
         if not plots:
@@ -365,16 +366,16 @@ def journal_progress(rows: list[JobRow], pool_dir: Path) -> dict[str, Progress]:
     them. A job in the deadline pool (``pool_dir``) shows its own tasks and the cost
     attributed to it, as the running pool shows it (``job_views``)."""
     from autoscaler.run.live import planned_finish
-    from autoscaler.run.rundir import read_run
+    from autoscaler.run.rundir import made, read_run
 
     out: dict[str, Progress] = {}
     pooled = [r.id for r in rows if r.in_pool and r.final is None]
-    if pooled and (pool_dir / JOURNAL_DB).is_file():
+    if pooled and made(pool_dir):
         files, state = read_run(pool_dir)
         clock = Clock(files.start_wall, files.cfg.time_scale)
         out.update(job_views(state, files.cfg, clock, pool_dir, pooled))
     for row in rows:
-        if row.in_pool or row.final is not None or not (row.run_dir / JOURNAL_DB).is_file():
+        if row.in_pool or row.final is not None or not made(row.run_dir):
             continue
         try:
             files, state = read_run(row.run_dir)
@@ -386,10 +387,10 @@ def journal_progress(rows: list[JobRow], pool_dir: Path) -> dict[str, Progress]:
 
 
 def _read(run_dir: Path) -> JobRun | None:
-    from autoscaler.run.rundir import read_run
+    from autoscaler.run.rundir import made, read_run
     from autoscaler.service.daily import JobRun
 
-    if not (run_dir / JOURNAL_DB).is_file():
+    if not made(run_dir):
         return None
     files, state = read_run(run_dir)
     return JobRun("", "", state, files.start_wall, files.cfg.time_scale)

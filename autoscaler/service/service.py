@@ -33,7 +33,6 @@ from typing import Any
 from autoscaler.config.schema import RunConfig
 from autoscaler.config.service_schema import ServiceConfig, job_config
 from autoscaler.core.errors import AutoscalerError, ConfigError
-from autoscaler.core.journal import JOURNAL_DB
 from autoscaler.core.model import Shutdown, TaskSpec
 from autoscaler.providers import registry
 from autoscaler.service.job_states import ENDED, JobState
@@ -172,14 +171,14 @@ class Service:
     def _count_held(self) -> None:
         """The machines the jobs a dead service left running still hold, from their
         runs' journals, counted against the quota before any job may launch."""
-        from autoscaler.run.rundir import read_run
+        from autoscaler.run.rundir import made, read_run
 
         rows = self._store.rows("WHERE state IN (?, ?)", (JobState.RUNNING, JobState.INTERRUPTED))
         dirs = {POOL_HOLDER if r.in_pool else r.id: r.run_dir for r in rows}
         if POOL_HOLDER in dirs:
             dirs[POOL_HOLDER] = self.state_dir / POOL_DIR
         for holder, run_dir in dirs.items():
-            if not (run_dir / JOURNAL_DB).is_file():
+            if not made(run_dir):
                 continue
             try:
                 _, state = read_run(run_dir)
