@@ -228,12 +228,12 @@ def test_a_type_refused_through_sampling_is_sampled_and_used_once_it_comes_back(
     assert c5_starts
     assert min(c5_starts) >= 1800
     used = [
-        data
+        (t, data)
         for t, data in configures
         if t > late[-1][0] and data["predicted_makespan_s"] is not None
     ]
     assert used
-    assert used[0]["counts"]["c5"] > 0
+    assert used[0][1]["counts"]["c5"] > 0
     done = Counter(data["task"] for _, kind, data in rows if kind == "TaskDone")
     assert set(done) == set(range(2000))
     assert set(done.values()) == {1}
@@ -242,4 +242,9 @@ def test_a_type_refused_through_sampling_is_sampled_and_used_once_it_comes_back(
     assert report["within_budget"]
     # m5 alone: over 12 h and out of money with tasks left; with c5 back: under 3 h
     assert report["makespan_s"] < 3 * 3600
+    # The report holds the run to the plan made with c5's samples, the one it followed.
+    predicted = report["predicted"]
+    assert predicted["resampled_at_s"] == late[-1][0]
+    assert predicted["at_s"] == used[0][0]
+    assert predicted["makespan_inside"]
     assert "Traceback" not in out
