@@ -23,6 +23,7 @@ from autoscaler.budget.sampling import (
     is_compact,
     late_sampled,
     late_sampling,
+    late_types,
     refused_unsampled,
     sampling_types,
     stats,
@@ -77,11 +78,13 @@ def check(
             est, n_e = outlook(settings, state, s.now)
             _shortfall(settings, s, est, n_e, optimistic=True)
         return False
-    if not tick or state.finished:
+    if state.finished:
         return False
-    late = _late(settings, s, categories)
+    late = _late(settings, s, tick, categories)
     if late is not None:
         return late
+    if not tick:
+        return False
     est, n_e = outlook(settings, state, s.now, categories)
     if not est:
         return False
@@ -104,21 +107,24 @@ def check(
 
 
 def _late(
-    settings: ControllerSettings, s: Step, categories: Sequence[Category] | None
+    settings: ControllerSettings, s: Step, tick: bool, categories: Sequence[Category] | None
 ) -> bool | None:
-    """Sample the types refused through sampling once they may be launched again, and
-    plan with them once their samples are in (``sampling.late_sampling``); the plan in
-    force holds meanwhile, as it does in the first sampling. Returns whether the
-    target changed, or None when no such type concerns this tick."""
+    """On a tick, sample the types refused through sampling once they may be launched
+    again (``sampling.late_sampling``); plan with them as soon as their samples are in.
+    The plan in force holds meanwhile, as the first sampling holds the first plan.
+    Returns whether the target changed, or None when no such type concerns the step."""
     state = s.state
     waiting = late_sampled(state, s.now)
     if waiting:
         return False
     if waiting is not None:
+        got = [n for n in late_types(state.decisions) if state.observed.stats[n].sampled]
+        if not got:
+            return None  # refused again, or no task left to sample: monitored as usual
         est, n_e = outlook(settings, state, s.now, categories)
-        why = "plan after sampling the types refused through sampling"
+        why = f"plan after sampling {', '.join(got)}, refused through sampling"
         return replan(settings, s, est, n_e, why, force=True, categories=categories)
-    if not refused_unsampled(settings, state):
+    if not tick or not refused_unsampled(settings, state):
         return None
     est, n_e = outlook(settings, state, s.now, categories)
     configured = late_sampling(settings, state, s.now, _spare(state, s.now, est))

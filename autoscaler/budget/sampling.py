@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from autoscaler.budget.fleet import meet_target
 from autoscaler.budget.settings import EPS, ControllerSettings, planned
+from autoscaler.core.decisions import Decisions
 from autoscaler.core.model import Assign, Configure, Replicate, TaskState
 from autoscaler.core.state import Machine, RunState
 from autoscaler.core.step import Step
@@ -139,26 +140,41 @@ def late_sampling(
     return Configure({**target, **counts}, None, None, why)
 
 
+def resampling(decisions: Decisions) -> bool:
+    """Whether a sampling configuration made after a plan (``late_sampling``) is in
+    force: the last configuration predicts nothing, and a plan came before it."""
+    configurations = decisions.configurations
+    return (
+        bool(configurations)
+        and configurations[-1][1].predicted_makespan_s is None
+        and decisions.plan() is not None
+    )
+
+
 def late_sampled(state: RunState, now: float) -> list[str] | None:
     """While a sampling configuration made after a plan (``late_sampling``) is in force,
     the types it still waits for: those it samples that have no sample yet and may
     still get one (a machine alive, or launchable; a task left to start). None when no
     such configuration is in force."""
-    configurations = state.decisions.configurations
-    if not configurations or configurations[-1][1].predicted_makespan_s is not None:
-        return None
-    last = configurations[-1][1].counts
-    plan = state.decisions.plan()
-    if plan is None:
+    if not resampling(state.decisions):
         return None
     return [
         n
-        for n, c in last.items()
-        if c > plan.counts.get(n, 0)
-        and not state.observed.stats[n].sampled
+        for n in late_types(state.decisions)
+        if not state.observed.stats[n].sampled
         and state.tasks.pending
         and (state.capacity.launchable(n, now) or state.fleet.count_alive(n) > 0)
     ]
+
+
+def late_types(decisions: Decisions) -> list[str]:
+    """The types the sampling configuration in force after a plan samples: those it
+    wants more of than the plan did."""
+    plan = decisions.plan()
+    if plan is None or not decisions.configurations:
+        return []
+    last = decisions.configurations[-1][1].counts
+    return [n for n, c in last.items() if c > plan.counts.get(n, 0)]
 
 
 # --- compact sampling -------------------------------------------------------------------

@@ -18,7 +18,13 @@ from typing import Any, get_args
 import pytest
 import yaml
 
-from autoscaler.budget.sampling import late_sampled, late_sampling, refused_unsampled, sampling
+from autoscaler.budget.sampling import (
+    late_sampled,
+    late_sampling,
+    late_types,
+    refused_unsampled,
+    sampling,
+)
 from autoscaler.budget.settings import ControllerSettings
 from autoscaler.config.bag import expand_bag
 from autoscaler.config.schema import Emulator as EmulatorModel
@@ -442,6 +448,12 @@ def test_a_type_refused_through_sampling_is_sampled_once_it_may_be_launched_agai
     state.apply(600.0, late)
     assert late_sampled(state, 600.0) == ["b"]  # the plan holds until b's sample is in
     assert late_sampling(settings, state, 900.0, spare=100.0) is None  # sampling already
+    # Refused again: nothing left to wait for, and b is still to be sampled later.
+    state.apply(900.0, Launch("b", 5, "L1"))
+    state.apply(900.0, LaunchFailed("L1", "b", 5, "no c", "capacity", 1500.0, recover_s=1800.0))
+    assert late_types(state.decisions) == ["b"]
+    assert late_sampled(state, 900.0) == []
+    assert refused_unsampled(settings, state) == ["b"]
 
 
 def test_a_type_never_refused_or_sampled_is_not_sampled_after_the_plan() -> None:
