@@ -328,6 +328,7 @@ class Controller:
             and news.budget_set is None
             and news.resumed is None
             and (state.money.awaiting_budget or planned(state.decisions))
+            and not sampling_.resampling(state.decisions)
         ):
             return  # most steps (a task's result under a plan): nothing below would act
         replanned = monitor.check(settings, s, news.tick, self._mix)

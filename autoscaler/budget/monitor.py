@@ -18,7 +18,16 @@ from autoscaler.budget.problem import Plan, TypeEstimate
 from autoscaler.budget.risk import check_risk
 from autoscaler.budget.risk import needed as needed_at_reserved
 from autoscaler.budget.runtimes import end_reserve, n_eff, outlook, running_ages
-from autoscaler.budget.sampling import compact_progress, is_compact, sampling_types, stats
+from autoscaler.budget.sampling import (
+    compact_progress,
+    is_compact,
+    late_sampled,
+    late_sampling,
+    late_types,
+    refused_unsampled,
+    sampling_types,
+    stats,
+)
 from autoscaler.budget.settings import EPS, ControllerSettings, money_left, planned
 from autoscaler.categories.sort import Category
 from autoscaler.core.decisions import Decisions
@@ -69,7 +78,12 @@ def check(
             est, n_e = outlook(settings, state, s.now)
             _shortfall(settings, s, est, n_e, optimistic=True)
         return False
-    if not tick or state.finished:
+    if state.finished:
+        return False
+    late = _late(settings, s, tick, categories)
+    if late is not None:
+        return late
+    if not tick:
         return False
     est, n_e = outlook(settings, state, s.now, categories)
     if not est:
@@ -90,6 +104,48 @@ def check(
     return replan(
         settings, s, est, n_e, "faster mix affordable", force=False, categories=categories
     )
+
+
+def _late(
+    settings: ControllerSettings, s: Step, tick: bool, categories: Sequence[Category] | None
+) -> bool | None:
+    """On a tick, sample the types refused through sampling once they may be launched
+    again (``sampling.late_sampling``); plan with them as soon as their samples are in.
+    The plan in force holds meanwhile, as the first sampling holds the first plan.
+    Returns whether the target changed, or None when no such type concerns the step."""
+    state = s.state
+    waiting = late_sampled(state, s.now)
+    if waiting:
+        return False
+    if waiting is not None:
+        got = [n for n in late_types(state.decisions) if state.observed.stats[n].sampled]
+        if not got:
+            return None  # refused again, or no task left to sample: monitored as usual
+        est, n_e = outlook(settings, state, s.now, categories)
+        why = f"plan after sampling {', '.join(got)}, refused through sampling"
+        return replan(settings, s, est, n_e, why, force=True, categories=categories)
+    if not tick or not refused_unsampled(settings, state):
+        return None
+    est, n_e = outlook(settings, state, s.now, categories)
+    configured = late_sampling(settings, state, s.now, _spare(state, s.now, est))
+    if configured is None:
+        return None
+    s.do(configured)
+    return True
+
+
+def _spare(state: RunState, now: float, est: dict[str, TypeEstimate]) -> float:
+    """The money the plan in force leaves: the budget less what its mix is forecast to
+    cost to the end of the bag (fluid, at the estimated means) and the end reserve.
+    All the money left when the plan is a best effort: the known types cannot finish
+    the bag within the budget, so sampling another risks no finish they promised."""
+    plan = state.decisions.plan()
+    if state.money.budget is None or (plan is not None and plan.best_effort):
+        return money_left(state.money)
+    counts = {n: c for n, c in state.decisions.target.items() if n in est}
+    means = {n: e.mean_s for n, e in est.items()}
+    needed = forecast(state, now, counts, means).fluid_cost + end_reserve(state, est)
+    return state.money.budget - needed
 
 
 def _noise(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from autoscaler.budget.fleet import meet_target
 from autoscaler.budget.settings import EPS, ControllerSettings, planned
+from autoscaler.core.decisions import Decisions
 from autoscaler.core.model import Assign, Configure, Replicate, TaskState
 from autoscaler.core.state import Machine, RunState
 from autoscaler.core.step import Step
@@ -58,13 +59,18 @@ def _affordable(state: RunState, counts: dict[str, int]) -> dict[str, int]:
     """Shrink the sampling configuration until one step of it fits the budget."""
     if state.money.budget is None:
         return counts
+    return _within(state, counts, state.money.budget)
+
+
+def _within(state: RunState, counts: dict[str, int], money: float) -> dict[str, int]:
+    """Shrink ``counts`` until one first step of each of their machines fits ``money``."""
     first = state.billing.first_step_s
     price = {n: state.billing.cost(t.commit_price, first) for n, t in state.types.items()}
 
     def cost() -> float:
         return sum(c * price[n] for n, c in counts.items())
 
-    while cost() > state.money.budget + EPS:
+    while cost() > money + EPS and any(counts.values()):
         # Take one machine from the type with the most; drop the dearest types last.
         name = max(counts, key=lambda n: (counts[n] > 1, counts[n], price[n]))
         counts[name] -= 1
@@ -79,6 +85,96 @@ def sampling_types(state: RunState, now: float) -> list[str]:
         for n, c in state.decisions.configurations[-1][1].counts.items()
         if c > 0 and (state.capacity.available(n, now) or state.fleet.count_alive(n) > 0)
     ]
+
+
+def refused_unsampled(settings: ControllerSettings, state: RunState) -> list[str]:
+    """The types plain sampling wanted that lack their sample because launches of them
+    were refused (no capacity through the sampling phase): the first plan was made
+    without them, and none after it can include a type it has no runtimes of. Not
+    those given up for good, nor under compact sampling (a late type has no replicated
+    tasks to fit a line on)."""
+    if is_compact(settings, state) or not state.decisions.configurations:
+        return []
+    refused = {t for _, t, _, _ in state.capacity.launch_problems}
+    first = state.decisions.configurations[0][1].counts
+    return [
+        n
+        for n, c in first.items()
+        if c > 0
+        and n in refused
+        and not state.observed.stats[n].sampled
+        and not state.capacity.given_up(n)
+    ]
+
+
+def late_sampling(
+    settings: ControllerSettings, state: RunState, now: float, spare: float
+) -> Configure | None:
+    """The configuration that samples the types refused through sampling which may be
+    launched again at ``now`` (``refused_unsampled``, none of them wanted by the plan
+    in force), beside the plan's machines: as many machines of each as sampling
+    starts a type with, shrunk until their first steps fit ``spare``, the money the
+    plan does not need (so the bag it finishes stays paid for). None when no such
+    type, not a task of a sample left to give it, or not a machine affordable."""
+    target = state.decisions.target
+    late = [
+        n
+        for n in refused_unsampled(settings, state)
+        if target.get(n, 0) == 0 and state.capacity.launchable(n, now)
+    ]
+    n = sample_size(state.n_tasks, settings.z, settings.delta)
+    if not late or len(state.tasks.pending) < n:
+        return None
+    iw = initial_workers(state.n_tasks, n)
+    wanted = {
+        name: min(-(-iw // state.types[name].slots), state.types[name].max_count) for name in late
+    }
+    counts = {name: c for name, c in _within(state, wanted, spare).items() if c > 0}
+    if not counts:
+        return None
+    said = ", ".join(f"{name} {c}" for name, c in counts.items())
+    why = (
+        f"sampling {said} (n={n}): refused through sampling, launchable again; "
+        f"paid from {spare:.2f} the plan leaves"
+    )
+    return Configure({**target, **counts}, None, None, why)
+
+
+def resampling(decisions: Decisions) -> bool:
+    """Whether a sampling configuration made after a plan (``late_sampling``) is in
+    force: the last configuration predicts nothing, and a plan came before it."""
+    configurations = decisions.configurations
+    return (
+        bool(configurations)
+        and configurations[-1][1].predicted_makespan_s is None
+        and decisions.plan() is not None
+    )
+
+
+def late_sampled(state: RunState, now: float) -> list[str] | None:
+    """While a sampling configuration made after a plan (``late_sampling``) is in force,
+    the types it still waits for: those it samples that have no sample yet and may
+    still get one (a machine alive, or launchable; a task left to start). None when no
+    such configuration is in force."""
+    if not resampling(state.decisions):
+        return None
+    return [
+        n
+        for n in late_types(state.decisions)
+        if not state.observed.stats[n].sampled
+        and state.tasks.pending
+        and (state.capacity.launchable(n, now) or state.fleet.count_alive(n) > 0)
+    ]
+
+
+def late_types(decisions: Decisions) -> list[str]:
+    """The types the sampling configuration in force after a plan samples: those it
+    wants more of than the plan did."""
+    plan = decisions.plan()
+    if plan is None or not decisions.configurations:
+        return []
+    last = decisions.configurations[-1][1].counts
+    return [n for n, c in last.items() if c > plan.counts.get(n, 0)]
 
 
 # --- compact sampling -------------------------------------------------------------------

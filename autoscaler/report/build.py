@@ -104,23 +104,33 @@ def _out_of_money(state: RunState) -> bool | None:
 
 def _followed_plan(
     configurations: Sequence[ConfigurationChoice],
-) -> tuple[ConfigurationChoice | None, float | None]:
-    """The plan whose prediction the report holds the run to, and when a best-effort
-    plan it replaced was made (None: it replaced none).
+) -> tuple[ConfigurationChoice | None, float | None, float | None]:
+    """The plan whose prediction the report holds the run to, when a best-effort
+    plan it replaced was made (None: it replaced none), and when a sampling after the
+    first plan began (None: none came, or no plan after it).
 
     Sampling and round robin configurations predict nothing; the first that does is the
     first plan after sampling. On a knife-edge budget that plan can be a best-effort
     one (the planner found no mix the budget pays for, at the first estimates), soon
     replaced by a plan that meets the budget once the estimates firm up: the run
-    follows that one, and its prediction is the one to check."""
+    follows that one, and its prediction is the one to check. Types refused through
+    sampling are sampled after the first plan once they may be launched
+    (``budget.sampling.late_sampling``): the run follows the plan made with them."""
     made = [c for c in configurations if c.predicted_cost is not None]
     if not made:
-        return None, None
+        return None, None, None
+    start = configurations.index(made[0])
+    late = [i for i, c in enumerate(configurations) if i > start and c.predicted_cost is None]
+    after = (
+        [c for c in configurations[late[-1] + 1 :] if c.predicted_cost is not None] if late else []
+    )
+    if after:
+        return after[0], None, configurations[late[-1]].t_s
     first = made[0]
     if not first.best_effort:
-        return first, None
+        return first, None, None
     followed = next((c for c in made if not c.best_effort), None)
-    return (first, None) if followed is None else (followed, first.t_s)
+    return (first, None, None) if followed is None else (followed, first.t_s, None)
 
 
 HELD = (
@@ -186,7 +196,7 @@ def build_report(
         for t, c in state.decisions.configurations
     )
     makespan = round(makespan_s(state), 3)
-    first_plan, replaced_at = _followed_plan(configurations)
+    first_plan, replaced_at, resampled_at = _followed_plan(configurations)
     if state.work.deadline_mode:
         first_plan = None
     report = Report(
@@ -222,6 +232,7 @@ def build_report(
             else inside(makespan, first_plan.makespan_interval_s),
             best_effort=first_plan.best_effort,
             replaced_best_effort_at_s=replaced_at,
+            resampled_at_s=resampled_at,
         ),
         shortfall=_first_note(state.decisions.shortfalls, _out_of_money(state)),
         risk=_first_note(state.decisions.risks, _out_of_money(state)),

@@ -162,6 +162,12 @@ def _when_said(note: ShortfallNote) -> str:
 
 def _made_when(p: Prediction) -> str:
     """When the prediction was made, and which plan it is."""
+    if p.resampled_at_s is not None:
+        return (
+            f"Prediction made at {hms(p.at_s)}, by the plan the run followed: types refused "
+            f"through sampling were sampled from {hms(p.resampled_at_s)}, once they could be "
+            "launched, and this plan was made with their samples."
+        )
     if p.replaced_best_effort_at_s is not None:
         return (
             f"Prediction made at {hms(p.at_s)}, by the plan the run followed: the first plan "

@@ -61,6 +61,10 @@ class Prediction:
     """When the first plan after sampling was such a best-effort plan and a plan that
     meets the budget replaced it, when the best-effort one was made; the prediction is
     then the plan that replaced it, the one the run followed (null: neither)."""
+    resampled_at_s: float | None = None
+    """When types whose launches were refused through sampling were sampled after the
+    first plan (made without them), when that sampling began; the prediction is then
+    the first plan made once their samples were in (null: no such sampling)."""
 
 
 @_record

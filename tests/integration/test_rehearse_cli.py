@@ -199,3 +199,52 @@ def test_a_dry_run_splits_less_onto_a_cluster_its_users_keep_busy(tmp_path: Path
     assert set(waits(idle)) == {60.0}
     assert max(waits(busy)) > 60.0
     assert busy["cost"] <= 12.0 + 1e-9
+
+
+def test_a_type_refused_through_sampling_is_sampled_and_used_once_it_comes_back(
+    tmp_path: Path,
+) -> None:
+    """No c5 (on-demand or spot) from the start to minute 30: the first plan is made
+    on m5 alone, which the budget cannot finish the bag with. Once c5 may be launched
+    again it is sampled, paid from the budget, and the next plan uses it: the bag is
+    done, every task once, within budget, in a fraction of the time the m5 plan takes."""
+    refusals = [
+        {"type": name, "from_s": "0m", "until_s": "30m", "code": "InsufficientInstanceCapacity"}
+        for name in ("c5", "c5_spot")
+    ]
+    run_dir, report, out = dry_run(tmp_path, example(refusals=refusals, reclaim_per_hour={}))
+    rows = journal(run_dir)
+    configures = [(t, data) for t, kind, data in rows if kind == "Configure"]
+    first_plan = next(t for t, data in configures if data["predicted_makespan_s"] is not None)
+    assert all(p["t_s"] < 1800 for p in report["launch_problems"])
+    late = [
+        (t, data)
+        for t, data in configures
+        if t > first_plan and data["predicted_makespan_s"] is None
+    ]
+    assert late, "no sampling after the first plan"
+    assert "c5" in late[-1][1]["reason"]
+    c5_starts = [m["start_s"] for m in report["machines"] if m["type"] == "c5"]
+    assert c5_starts
+    assert min(c5_starts) >= 1800
+    used = [
+        (t, data)
+        for t, data in configures
+        if t > late[-1][0] and data["predicted_makespan_s"] is not None
+    ]
+    assert used
+    assert used[0][1]["counts"]["c5"] > 0
+    done = Counter(data["task"] for _, kind, data in rows if kind == "TaskDone")
+    assert set(done) == set(range(2000))
+    assert set(done.values()) == {1}
+    assert report["tasks_done"] == report["tasks_total"] == 2000
+    assert max(committed_over_time(run_dir, report)) <= report["budget"] + 1e-9
+    assert report["within_budget"]
+    # m5 alone: over 12 h and out of money with tasks left; with c5 back: under 3 h
+    assert report["makespan_s"] < 3 * 3600
+    # The report holds the run to the plan made with c5's samples, the one it followed.
+    predicted = report["predicted"]
+    assert predicted["resampled_at_s"] == pytest.approx(late[-1][0], abs=1e-3)
+    assert predicted["at_s"] == pytest.approx(used[0][0], abs=1e-3)
+    assert predicted["makespan_inside"]
+    assert "Traceback" not in out

@@ -18,12 +18,29 @@ from typing import Any, get_args
 import pytest
 import yaml
 
+from autoscaler.budget.sampling import (
+    late_sampled,
+    late_sampling,
+    late_types,
+    refused_unsampled,
+    sampling,
+)
+from autoscaler.budget.settings import ControllerSettings
 from autoscaler.config.bag import expand_bag
 from autoscaler.config.schema import Emulator as EmulatorModel
 from autoscaler.config.schema import LocalLoad, Refusal, RunConfig
 from autoscaler.core.billing import BillingModel
 from autoscaler.core.errors import AutoscalerError
-from autoscaler.core.model import NOTICE_REASON, Action, Event, LaunchFailed, TaskDone
+from autoscaler.core.model import (
+    NOTICE_REASON,
+    Action,
+    Configure,
+    Event,
+    Launch,
+    LaunchFailed,
+    TaskDone,
+    TypeSpec,
+)
 from autoscaler.core.state import RunState
 from autoscaler.offers.cluster import Cluster
 from autoscaler.offers.cluster import Job as ClusterJob
@@ -394,3 +411,59 @@ def test_a_machine_released_leaves_its_clusters_queue() -> None:
 def started(cluster: Cluster) -> dict[str, list[tuple[float, int]]]:
     cluster.advance(math.inf)
     return {job.name: [(w.start, w.count) for w in waves] for job, waves in cluster.started()}
+
+
+# --- a type refused through sampling -------------------------------------------------------
+
+
+def refused_through_sampling() -> tuple[ControllerSettings, RunState]:
+    """100 tasks on ``a`` and ``b``; sampling wants both, ``b``'s launch is refused for
+    capacity until 600 s, and the first plan is made on ``a`` alone."""
+    settings = ControllerSettings()
+    types = [TypeSpec("a", 1.0, 8, 60.0), TypeSpec("b", 0.5, 20, 60.0, slots=2)]
+    state = RunState.new(types, HOURLY, 100.0, 100, list(range(100)))
+    state.apply(0.0, sampling(settings, state))
+    state.apply(0.0, Launch("b", 5, "L0"))
+    state.apply(0.0, LaunchFailed("L0", "b", 5, "no c", "capacity", 600.0, recover_s=1800.0))
+    state.apply(300.0, Configure({"a": 8, "b": 0}, 20.0, 3600.0, "plan after sampling"))
+    return settings, state
+
+
+def test_a_type_refused_through_sampling_is_sampled_once_it_may_be_launched_again() -> None:
+    """``b`` has no runtimes: no plan can use it. Once its avoidance ends it is sampled
+    with the machines sampling starts a type with (iw = 10 tasks at once: 5 machines of
+    2 slots), beside the plan's; not before, and not beyond the money the plan leaves."""
+    settings, state = refused_through_sampling()
+    assert refused_unsampled(settings, state) == ["b"]
+    assert late_sampling(settings, state, 599.0, spare=100.0) is None  # still avoided
+    late = late_sampling(settings, state, 600.0, spare=100.0)
+    assert late is not None
+    assert late.counts == {"a": 8, "b": 5}
+    assert late.predicted_makespan_s is None  # a sampling configuration predicts nothing
+    one = HOURLY.cost(0.5, HOURLY.first_step_s)
+    shrunk = late_sampling(settings, state, 600.0, spare=2 * one)
+    assert shrunk is not None
+    assert shrunk.counts == {"a": 8, "b": 2}
+    assert late_sampling(settings, state, 600.0, spare=one / 2) is None  # not one affordable
+    state.apply(600.0, late)
+    assert late_sampled(state, 600.0) == ["b"]  # the plan holds until b's sample is in
+    assert late_sampling(settings, state, 900.0, spare=100.0) is None  # sampling already
+    # Refused again: nothing left to wait for, and b is still to be sampled later.
+    state.apply(900.0, Launch("b", 5, "L1"))
+    state.apply(900.0, LaunchFailed("L1", "b", 5, "no c", "capacity", 1500.0, recover_s=1800.0))
+    assert late_types(state.decisions) == ["b"]
+    assert late_sampled(state, 900.0) == []
+    assert refused_unsampled(settings, state) == ["b"]
+
+
+def test_a_type_never_refused_or_sampled_is_not_sampled_after_the_plan() -> None:
+    """Without a refused launch nothing is sampled after the plan (runs without
+    refusals decide as before), and no late sampling is in force."""
+    settings = ControllerSettings()
+    types = [TypeSpec("a", 1.0, 8, 60.0), TypeSpec("b", 0.5, 20, 60.0)]
+    state = RunState.new(types, HOURLY, 100.0, 100, list(range(100)))
+    state.apply(0.0, sampling(settings, state))
+    state.apply(300.0, Configure({"a": 8, "b": 0}, 20.0, 3600.0, "plan after sampling"))
+    assert refused_unsampled(settings, state) == []
+    assert late_sampling(settings, state, 600.0, spare=100.0) is None
+    assert late_sampled(state, 600.0) is None

@@ -112,6 +112,7 @@ def test_report_json_has_the_same_keys_as_ever(quickstart: DryRun) -> None:
         "makespan_inside",
         "best_effort",
         "replaced_best_effort_at_s",
+        "resampled_at_s",
     }
     assert set(data["billing"]) == {"mode", "atu_s", "min_charge_s"}  # type: ignore[arg-type]
 
