@@ -7,7 +7,8 @@ one asyncio loop, in one thread, that frames each poll with the dispatcher's own
 code (``run/http1.take_head``), checks its body with the dispatcher's own parser
 (``run/polls.parse_poll``), and answers at once with the next task of a counter, encoded
 as the daemon encodes its answers. No controller, no journal, no outputs, no second
-thread, no timer per poll, no long poll held: less than any controller speaking the
+thread, no timer per poll, no long poll held (a busy agent is asked to report as often
+as the daemon asks it, ``run/agents.heartbeat_s``): less than any controller speaking the
 protocol must do. Its agents are the same load generators ``daemon_scale`` drives
 (``benchmarks/sim_agents.py``), so the kernel's share of a loopback exchange is counted
 as it is there.
@@ -41,6 +42,7 @@ if __name__ == "__main__" and not __package__:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from autoscaler.bootstrap.agent_start import TOKEN_ENV
+from autoscaler.run.agents import HEARTBEATS_PER_S
 from autoscaler.run.http1 import head_bytes, take_head
 from autoscaler.run.polls import BadRequest, parse_poll
 from benchmarks.bats_scenarios import render_table
@@ -56,9 +58,11 @@ class Floor:
     """Hands out ``tasks`` synthetic tasks of ``task_s`` ± 10 % one per result, and
     samples its own CPU time as the results come in."""
 
-    def __init__(self, tasks: int, task_s: float) -> None:
+    def __init__(self, tasks: int, task_s: float, agents: int) -> None:
         self.tasks = tasks
         self.task_s = task_s
+        # a busy agent reports as often as the daemon asks a fleet this size to
+        self.heartbeat_s = max(2.0, agents / HEARTBEATS_PER_S)
         self.given = 0
         self.done = 0
         self.rng = random.Random(0)
@@ -99,7 +103,7 @@ class Floor:
                 "release": release,
                 "lease_s": 3600.0,
                 "renew_in_s": 3000.0,
-                "heartbeat_s": 2.0,
+                "heartbeat_s": self.heartbeat_s,
                 "slots": 1,
                 "report_s": 10.0,
             }
@@ -148,7 +152,7 @@ class _Conn(asyncio.BufferedProtocol):
 
 async def serve(floor_args: tuple[int, float], agents: int, per_process: int, out: Path) -> dict:
     loop = asyncio.get_running_loop()
-    floor = Floor(*floor_args)
+    floor = Floor(*floor_args, agents)
     shared = bytearray(65536)
     server = await loop.create_server(lambda: _Conn(floor, shared), "127.0.0.1", 0, backlog=4096)
     port = server.sockets[0].getsockname()[1]
@@ -232,9 +236,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             ]
             if args.daemon:
                 print(f"{label}: the daemon ...", file=sys.stderr, flush=True)
-                spec = Spec(agents, tasks, task_s, args.per_process, str(Path(tmp) / "daemon"))
+                spec = Spec(
+                    agents,
+                    tasks,
+                    task_s,
+                    args.per_process,
+                    str(Path(tmp) / f"daemon-{len(out_rows)}"),
+                )
                 row = measure(label, spec)
-                emulated_s, _ = emulator_row(spec, Path(tmp) / "emulator")
+                emulated_s, _ = emulator_row(spec, Path(tmp) / f"emulator-{len(out_rows)}")
                 emu_us = 1e6 * emulated_s / tasks
                 d = row.steady
                 line += [f"{d['cpu_us']:,.0f}", f"{d['main_us']:,.0f}", f"{emu_us:,.0f}"]
