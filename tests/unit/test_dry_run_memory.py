@@ -21,6 +21,7 @@ from autoscaler.run.start import make_emulator
 from autoscaler.service.arrivals import MEMORY_FILE, dry_run_jobs, load_jobs
 from autoscaler.service.memory import admitted
 from autoscaler.service.store import DB_FILE, Store
+from tests.unit.test_cli_process import autoscaler
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -62,15 +63,7 @@ def _files(tmp_path: Path) -> tuple[Path, list[Path]]:
 
 
 def _dry_run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "autoscaler", "run", *args, "--dry-run"],
-        cwd=cwd,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    return autoscaler("run", *args, "--dry-run", cwd=cwd)
 
 
 def _pool(out: Path) -> dict[str, dict[str, Any]]:
