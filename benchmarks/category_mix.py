@@ -35,12 +35,13 @@ from __future__ import annotations
 
 import argparse
 import copy
+import math
 import random
 import statistics
 import sys
 import tempfile
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -101,12 +102,26 @@ class Outcome:
     cost: float
     predicted_s: float | None
     done_once: bool  # every task done, each once
+    predicted_cost: float | None = None
+    makespan_inside: bool | None = None  # the actual inside the first plan's interval
+    cost_inside: bool | None = None
 
     @property
     def error(self) -> float:
         if self.predicted_s is None:
             return float("inf")
         return abs(self.predicted_s - self.makespan_s) / self.makespan_s
+
+    @property
+    def signed(self) -> float:
+        """The first plan's makespan over the actual, less 1 (NaN: no plan)."""
+        return math.nan if self.predicted_s is None else self.predicted_s / self.makespan_s - 1
+
+    @property
+    def cost_signed(self) -> float:
+        if self.predicted_cost is None or self.cost <= 0:
+            return math.nan
+        return self.predicted_cost / self.cost - 1
 
 
 def config(scenario: str, seed: int, folder: Path) -> RunConfig:
@@ -156,6 +171,7 @@ def run_one(work: tuple[str, int]) -> list[Outcome]:
             state = make_emulator(cfg, len(tasks), controller=ctl).run()
             report = build_report(cfg, state, tasks=tasks, run_id=scenario, seed=seed)
             done = Counter(s.task for s in state.tasks.segments if s.outcome == "done")
+            p = report.predicted
             out.append(
                 Outcome(
                     scenario,
@@ -164,8 +180,11 @@ def run_one(work: tuple[str, int]) -> list[Outcome]:
                     report.budget or 0.0,
                     report.makespan_s,
                     report.cost,
-                    None if report.predicted is None else report.predicted.makespan_s,
+                    None if p is None else p.makespan_s,
                     len(done) == len(tasks) and set(done.values()) == {1},
+                    None if p is None else p.cost,
+                    None if p is None else p.makespan_inside,
+                    None if p is None else p.cost_inside,
                 )
             )
     return out
@@ -188,6 +207,12 @@ def table(results: Sequence[Outcome], names: Sequence[str]) -> tuple[str, list[s
                     f"{rs[0].budget:.0f}",
                     f"{statistics.median(r.error for r in rs):.1%}",
                     f"{max(r.error for r in rs):.1%}",
+                    _signed(_median(r.signed for r in rs)),
+                    f"{_quantile([abs(r.signed) for r in rs], 0.9):.1%}",
+                    _signed(_median(r.cost_signed for r in rs)),
+                    f"{_quantile([abs(r.cost_signed) for r in rs], 0.9):.1%}",
+                    _share([r.makespan_inside for r in rs]),
+                    _share([r.cost_inside for r in rs]),
                     f"{sum(r.cost <= r.budget + 1e-6 for r in rs)}/{len(rs)}",
                     f"{sum(r.done_once for r in rs)}/{len(rs)}",
                 ]
@@ -202,6 +227,18 @@ def table(results: Sequence[Outcome], names: Sequence[str]) -> tuple[str, list[s
         sound = all(r.cost <= r.budget + 1e-6 and r.done_once for r in aware)
         better = a_span < b_span or (a_span <= 1.03 * b_span and a_cost < b_cost)
         close = all(r.error <= PREDICTION for r in aware)
+        mk_med, cost_med = _median(r.signed for r in aware), _median(r.cost_signed for r in aware)
+        inside = [v for r in aware for v in (r.makespan_inside, r.cost_inside) if v is not None]
+        issue38 = (
+            abs(mk_med) <= FORECAST
+            and abs(cost_med) <= FORECAST
+            and len(inside) > 0
+            and min(
+                _coverage([r.makespan_inside for r in aware]),
+                _coverage([r.cost_inside for r in aware]),
+            )
+            >= COVERAGE
+        )
         checks += [
             f"{scenario}: aware within budget, every task once in every run: {_ok(sound)}",
             f"{scenario}: aware median makespan {a_span / 3600:.2f} h vs blind "
@@ -209,12 +246,44 @@ def table(results: Sequence[Outcome], names: Sequence[str]) -> tuple[str, list[s
             f"seeds), median cost {a_cost:.1f} vs {b_cost:.1f}: {_ok(better)}",
             f"{scenario}: aware first plan's makespan within {PREDICTION:.0%} of the actual in "
             f"every run (worst {max(r.error for r in aware):.1%}): {_ok(close)}",
+            f"{scenario}: aware first plan's median makespan and cost error within "
+            f"±{FORECAST:.0%} ({_signed(mk_med)}, {_signed(cost_med)}), its intervals holding the "
+            f"actual in ≥ {COVERAGE:.0%} of runs (issue 38): {_ok(issue38)}",
         ]
     head = [
         "scenario", "mix", "makespan h med", "max", "cost med", "max", "budget",
-        "pred. err med", "max", "in budget", "all once",
+        "pred. err med", "max", "mk err med", "|mk| p90", "$ err med", "|$| p90",
+        "mk cov", "$ cov", "in budget", "all once",
     ]  # fmt: skip
     return render_table(head, rows), checks
+
+
+FORECAST = 0.10  # issue 38: the first plan's median makespan and cost error within this
+COVERAGE = 0.90  # ... and its intervals holding the actual in this share of runs
+
+
+def _median(values: Iterable[float]) -> float:
+    good = [v for v in values if not math.isnan(v)]
+    return statistics.median(good) if good else math.nan
+
+
+def _quantile(values: Sequence[float], q: float) -> float:
+    good = sorted(v for v in values if not math.isnan(v))
+    return good[min(len(good) - 1, math.ceil(q * len(good)) - 1)] if good else math.nan
+
+
+def _coverage(flags: Sequence[bool | None]) -> float:
+    seen = [f for f in flags if f is not None]
+    return sum(seen) / len(seen) if seen else math.nan
+
+
+def _share(flags: Sequence[bool | None]) -> str:
+    c = _coverage(flags)
+    return "-" if math.isnan(c) else f"{c:.0%}"
+
+
+def _signed(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:+.1%}"
 
 
 def _ok(ok: bool) -> str:

@@ -114,9 +114,9 @@ def _empty_at(state: Any) -> float:
     return max(first.values())
 
 
-def one(job: tuple[str, str, float, int, int]) -> Parts | None:
-    dist, billing, factor, seed, n = job
-    cfg, bag = _setup(dist, billing, n)
+def one(job: tuple[str, str, float, int, int, float | None]) -> Parts | None:
+    dist, billing, factor, seed, n, boot = job
+    cfg, bag = _setup(dist, billing, n, boot)
     b_min = plan_dry(cfg, bag, seed=seed).minimum_budget
     if b_min is None:
         return None
@@ -206,12 +206,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--dists", default="lognorm1,pareto,weibull")
     parser.add_argument("--billing", default=",".join(BILLINGS))
+    parser.add_argument(
+        "--boot", type=float, help="both types' boot as a share of the ATU (default 120 s)"
+    )
     args = parser.parse_args(argv)
     dists = [d for d in args.dists.split(",") if d in DISTS]
     billings = [b for b in args.billing.split(",") if b in BILLINGS]
     seeds = range(args.seed_offset, args.seed_offset + args.seeds)
     work = [
-        (d, b, f, s, args.tasks) for d in dists for b in billings for f in FACTORS for s in seeds
+        (d, b, f, s, args.tasks, args.boot)
+        for d in dists
+        for b in billings
+        for f in FACTORS
+        for s in seeds
     ]
     with multiprocessing.get_context("fork").Pool(args.jobs) as pool:
         parts = [p for p in pool.map(one, work) if p is not None]

@@ -6,15 +6,28 @@ One file, Python 3.11+ standard library only, so it can be copied to any machine
         [--workdir DIR] [--heartbeat-s 2] [--orphan-after-s 60] [--start-delay-s 0] \\
         [--ready-at UNIX_TIME] \\
         [--tail-bytes 4096] [--slots 1] [--report-s 0.25] [--token-file PATH] \\
+        [--launch-token-file PATH] [--ca-file PATH] \\
         [--notice-url URL] [--notice-every-s 5]
 
-The token comes from ``--token-file`` (its content, stripped) or else from the environment
-variable ``AUTOSCALER_TOKEN``; the agent removes that variable from its own environment, so
-tasks do not inherit it, and never logs it. Logs go to stderr, one line per notable thing:
-``time level message key=value ...``.
+The token is its machine's (the controller derives one per machine: another machine's
+is refused). It comes from ``--token-file`` (its content, stripped) or else from the
+environment variable ``AUTOSCALER_TOKEN``; the agent removes that variable from its own
+environment, so tasks do not inherit it, and never logs it. An agent started before its
+machine id was known (EC2 user data) has its launch's token instead
+(``--launch-token-file``): it first registers its machine with it (below) and is given
+its machine's token. ``--ca-file``: an ``https`` controller is trusted only if its
+certificate is issued by that CA (the run's, pinned), whatever the system trusts. Logs
+go to stderr, one line per notable thing: ``time level message key=value ...``.
 
 Protocol
 ========
+
+Registration (``--launch-token-file`` only), before the first poll: ``POST
+<url>/v1/register`` with the launch's token and ``{"machine": str, "nonce": str}`` (the
+nonce random, the same in every try); 200 answers ``{"token": str}``, the machine's token
+from then on. 503 (the controller does not know the machine yet) and any failure: retry
+as a poll would; 401 or 403 (not one of the launch's machines, or registered already by
+another agent): exit 2; 410: exit 0.
 
 Every request is ``POST <url>/v1/poll`` over HTTP/1.1 on one keep-alive connection
 (reconnected after any error), with the headers ``Authorization: Bearer <token>`` and
@@ -28,6 +41,7 @@ Every request is ``POST <url>/v1/poll`` over HTTP/1.1 on one keep-alive connecti
      "wait_s": float,         # how long the controller may hold the request if it has
                               # nothing to say
      "notice": Notice,        # only once the machine's provider said it takes it back
+     "rebalance": Rebalance,  # only once the provider recommended a rebalance
      "setup": SetupState}     # once the controller asked for a set-up
 
     SetupState = {"state": "running"} | {"state": "done", "seconds": float}
@@ -35,6 +49,7 @@ Every request is ``POST <url>/v1/poll`` over HTTP/1.1 on one keep-alive connecti
                   "error": str, "stdout": str, "stderr": str, "seconds": float}
 
     Notice = {"action": str, "time": str}   # as the provider wrote them
+    Rebalance = {"time": str}               # EC2's noticeTime
 
     Result = {"run": int, "task": int, "exit_code": int | null, "runtime_s": float,
               "stdout": str, "stderr": str, "error": str | null,
@@ -58,7 +73,8 @@ Response 200 body::
     {"epoch": str, "ack": bool, "tasks": [Task], "cancel": [int], "release": bool,
      "lease_s": float | null, "renew_in_s": float | null, "heartbeat_s": float,
      "slots": int | null, "report_s": float | null,
-     "setup": {"commands": [str], "timeout_s": float | null} | null}
+     "setup": {"commands": [str], "timeout_s": float | null} | null,
+     "refused": [int]}    # runs of results refused: acknowledged all the same
 
     Task = {"run": int, "task": int, "command": str | null, "sleep_s": float | null,
             "env": {str: str}, "cwd": str | null, "timeout_s": float | null,
@@ -75,6 +91,8 @@ Missing keys read as empty or null. Semantics:
   all) ends the set-up as failed, with its output's tail.
 
 * ``ack: true``: every result sent in that request is stored; the agent drops them.
+  Those in ``refused`` (results for tasks the controller never gave this machine) are
+  not counted, and dropped all the same.
   Otherwise (no ack, an error, a timeout, any status but 200) it keeps them and sends
   them again in the next request, so the controller must accept a result twice.
 * ``slots`` (replaces ``--slots``, default 1): up to that many runs go on at once; the
@@ -124,6 +142,9 @@ Missing keys read as empty or null. Semantics:
   still costs one round trip each, sent at once.
 * HTTP timeout of a request: ``wait_s`` + 10 s, cut short when the lease, the orphan
   deadline or a run's timeout comes first (the request then counts as failed).
+* An ``https`` controller whose certificate does not verify against ``--ca-file`` (or
+  the system's CAs without it): the agent logs "controller certificate refused" and
+  exits 2 before it sends anything.
 * 401 or 403: the agent logs "token refused by the controller" and exits 2. 410: the
   controller does not know this machine; the agent kills its runs and exits 0. Any other
   status, a malformed body, a refused connection or a timeout: retry after 0.05 s,
@@ -139,7 +160,11 @@ Missing keys read as empty or null. Semantics:
   the notice, ``{"action": ..., "time": ...}``. From then on the agent starts nothing
   new, sends the notice with every request at once (the controller then counts the
   machine gone, puts its tasks back in the bag and answers ``release``), and keeps
-  reporting runs that end meanwhile.
+  reporting runs that end meanwhile. Where the notice URL ends in
+  ``spot/instance-action`` the same thread reads the rebalance recommendation beside it
+  (``events/recommendations/rebalance``; 200 is ``{"noticeTime": ...}``); once there is
+  one the agent sends it with every request (the controller gives the machine no new
+  work and cancels its queued runs; it ends at its paid time) and runs on as before.
 
 Exit codes: 0 released, unknown to the controller or terminated; 2 bad token or usage;
 3 lease expired; 4 controller unreachable.
@@ -179,6 +204,7 @@ HTTP_GRACE_S = 10.0
 BACKOFF_FIRST_S = 0.05
 BACKOFF_MAX_S = 2.0
 FIRST_LINE_MAX_CHARS = 200
+REGISTER_PATH = "/v1/register"
 REPORT_S = 0.25
 NOTICE_EVERY_S = 5.0
 NOTICE_TIMEOUT_S = 2.0
@@ -223,6 +249,14 @@ def http_errors(*others: type[Exception]) -> tuple[type[Exception], ...]:
     can be raised before): for ``except`` clauses that must not import it."""
     module = sys.modules.get("http.client")
     return (*others, module.HTTPException) if module is not None else others
+
+
+def distrust(exc: Exception) -> None:
+    """Exit (2) if ``exc`` says the controller's certificate is not from the pinned CA:
+    not a controller to retry, nor to send results or the token to."""
+    ssl = sys.modules.get("ssl")
+    if ssl is not None and isinstance(exc, ssl.SSLCertVerificationError):
+        raise AgentExit(EXIT_USAGE, "controller certificate refused", ERROR, error=exc.reason)
 
 
 class BadResponse(ConnectionError):
@@ -332,12 +366,43 @@ class Config(NamedTuple):
     report_s: float = REPORT_S
     notice_url: str | None = None
     notice_every_s: float = NOTICE_EVERY_S
+    ca_file: str | None = None
+    register: bool = False  # the token is the launch's: register the machine first
+
+
+NOTICE_PATH = "spot/instance-action"
+REBALANCE_PATH = "events/recommendations/rebalance"
+
+
+def rebalance_url(notice_url: str) -> str | None:
+    """Where the rebalance recommendation is, beside the notice at ``notice_url`` (None:
+    a notice URL of another shape)."""
+    if not notice_url.endswith(NOTICE_PATH):
+        return None
+    return notice_url[: -len(NOTICE_PATH)] + REBALANCE_PATH
 
 
 def read_notice(url: str, timeout: float = NOTICE_TIMEOUT_S) -> dict[str, str] | None:
-    """The interruption notice at ``url``, or None (404, no answer, any error). EC2's
-    instance metadata: an IMDSv2 token first (``PUT /latest/api/token``), and without
-    one if the server does not give it (IMDSv1). Proxies are never used."""
+    """The interruption notice at ``url``, or None (404, no answer, any error)."""
+    data = read_metadata(url, timeout)
+    if data is None:
+        return None
+    return {
+        "action": str(data.get("action", "terminate"))[:40],
+        "time": str(data.get("time", ""))[:40],
+    }
+
+
+def read_rebalance(url: str, timeout: float = NOTICE_TIMEOUT_S) -> dict[str, str] | None:
+    """The rebalance recommendation at ``url``, or None (404, no answer, any error)."""
+    data = read_metadata(url, timeout)
+    return None if data is None else {"time": str(data.get("noticeTime", ""))[:40]}
+
+
+def read_metadata(url: str, timeout: float = NOTICE_TIMEOUT_S) -> dict[str, Any] | None:
+    """The JSON object at ``url`` ({} if it is not one), or None (404, no answer, any
+    error). EC2's instance metadata: an IMDSv2 token first (``PUT /latest/api/token``),
+    and without one if the server does not give it (IMDSv1). Proxies are never used."""
     import http.client  # here: with ssl and email they cost a start-up most agents never use
     import urllib.parse
     import urllib.request
@@ -364,30 +429,32 @@ def read_notice(url: str, timeout: float = NOTICE_TIMEOUT_S) -> dict[str, str] |
         data = json.loads(text)
     except json.JSONDecodeError:
         data = {}
-    if not isinstance(data, dict):
-        data = {}
-    return {
-        "action": str(data.get("action", "terminate"))[:40],
-        "time": str(data.get("time", ""))[:40],
-    }
+    return data if isinstance(data, dict) else {}
 
 
 class NoticeWatcher(threading.Thread):
-    """Reads the interruption notice every ``every_s`` seconds until there is one; then
-    keeps it and wakes the poll loop as a child's end does (SIGCHLD)."""
+    """Reads the interruption notice (and the rebalance recommendation, if it has its
+    URL) every ``every_s`` seconds until there is a notice; keeps what it finds and
+    wakes the poll loop as a child's end does (SIGCHLD)."""
 
-    def __init__(self, url: str, every_s: float) -> None:
+    def __init__(self, url: str, every_s: float, rebalance: str | None = None) -> None:
         super().__init__(name="notice", daemon=True)
         self._url = url
+        self._rebalance_url = rebalance
         self._every_s = every_s
         self._stopped = threading.Event()
         self.notice: dict[str, str] | None = None
+        self.rebalance: dict[str, str] | None = None
 
     def stop(self) -> None:
         self._stopped.set()
 
     def run(self) -> None:
         while not self._stopped.is_set():
+            if self._rebalance_url is not None and self.rebalance is None:
+                self.rebalance = read_rebalance(self._rebalance_url)
+                if self.rebalance is not None:
+                    os.kill(os.getpid(), signal.SIGCHLD)
             found = read_notice(self._url)
             if found is not None:
                 self.notice = found
@@ -913,6 +980,7 @@ class Agent:
         self._setup_began = 0.0  # the first command's start
         self._setup_said: dict[str, Any] | None = None  # what the requests say of it
         self._notice: dict[str, str] | None = None  # the provider takes the machine back
+        self._rebalance: dict[str, str] | None = None  # the provider recommends a rebalance
 
     def run(self) -> int:
         """Work until released, refused, orphaned, out of lease or signalled; the exit code."""
@@ -938,11 +1006,13 @@ class Agent:
             )
             if config.notice_url:
                 url = config.notice_url.replace("{machine}", config.machine)
-                self._watcher = NoticeWatcher(url, config.notice_every_s)
+                self._watcher = NoticeWatcher(url, config.notice_every_s, rebalance_url(url))
                 self._watcher.start()
             if config.start_delay_s > 0:
                 time.sleep(config.start_delay_s)
             self._last_success = time.monotonic()
+            if config.register:
+                self._register()
             self._loop()
         except AgentExit as stop:
             self._deferring_signals = True
@@ -970,6 +1040,37 @@ class Agent:
             name = signal.Signals(self._signalled).name
             raise AgentExit(EXIT_OK, "terminated", INFO, signal=name)
 
+    def _register(self) -> None:
+        """Exchange the launch's token for the machine's (see the protocol)."""
+        config = self._config
+        body = json.dumps({"machine": config.machine, "nonce": os.urandom(16).hex()}).encode()
+        path = config.path[: -len(POLL_PATH)] + REGISTER_PATH
+        while True:
+            now = time.monotonic()
+            if now - self._last_success > config.orphan_after_s:
+                raise AgentExit(EXIT_ORPHAN, "controller unreachable", ERROR)
+            try:
+                status, data = self._post(body, HTTP_GRACE_S, path)
+                if status == 200:
+                    token = json.loads(data)["token"]
+                    if isinstance(token, str) and token:
+                        self._close()
+                        self._token = token
+                        self._succeeded()
+                        log(INFO, "machine registered", machine=config.machine)
+                        return
+            except http_errors(OSError, ValueError, LookupError, TypeError) as exc:
+                self._close()
+                distrust(exc)
+                status = -1
+                data = f"{type(exc).__name__}: {exc}".encode()
+            if status in (401, 403):
+                raise AgentExit(EXIT_USAGE, "registration refused", ERROR, status=status)
+            if status == 410:
+                raise AgentExit(EXIT_OK, "machine unknown to the controller", WARNING)
+            self._failed(f"register: HTTP {status}" if status > 0 else data.decode())
+            time.sleep(max(0.0, (self._retry_at or now) - time.monotonic()))
+
     def _loop(self) -> NoReturn:
         while True:
             now = time.monotonic()
@@ -994,8 +1095,14 @@ class Agent:
             )
 
     def _check_notice(self) -> None:
-        """The provider's notice, once: start nothing more and tell the controller now."""
+        """The provider's notice, once: start nothing more and tell the controller now.
+        Its rebalance recommendation, once: tell the controller now."""
         watcher = self._watcher
+        if watcher is not None and self._rebalance is None and watcher.rebalance is not None:
+            self._rebalance = watcher.rebalance
+            self._poll_now = True
+            self._retry_at = None
+            log(WARNING, "rebalance recommendation", **self._rebalance)
         if self._notice is not None or watcher is None or watcher.notice is None:
             return
         self._notice = watcher.notice
@@ -1289,6 +1396,8 @@ class Agent:
         }
         if self._notice is not None:
             body["notice"] = self._notice
+        if self._rebalance is not None:
+            body["rebalance"] = self._rebalance
         if self._setup_said is not None:
             body["setup"] = self._setup_said
         http_timeout = wait_s + HTTP_GRACE_S
@@ -1304,6 +1413,7 @@ class Agent:
             )
         except http_errors(OSError) as exc:
             self._close()
+            distrust(exc)
             if isinstance(exc, TimeoutError) and local_s < http_timeout:
                 return
             self._failed(f"{type(exc).__name__}: {exc}")
@@ -1323,14 +1433,15 @@ class Agent:
         self._succeeded()
         self._apply(reply, now, sent)
 
-    def _post(self, payload: bytes, timeout: float) -> tuple[int, bytes]:
+    def _post(self, payload: bytes, timeout: float, path: str = "") -> tuple[int, bytes]:
         config = self._config
+        path = path or config.path
         if config.scheme == "https":
-            response = self._call("POST", config.path, payload, None, timeout)
+            response = self._call("POST", path, payload, None, timeout)
             return response.status, response.read()
         if self._link is None:
             self._link = Link(config.host, config.port or 80, self._token)
-        return self._link.post(config.path, payload, timeout)
+        return self._link.post(path, payload, timeout)
 
     def _call(
         self, method: str, path: str, body: Any, size: int | None = None, timeout: float = 60.0
@@ -1345,9 +1456,13 @@ class Agent:
         own = parts.scheme != ""
         conn = self._conn
         if conn is None or own:
-            secure = (parts.scheme or config.scheme) == "https"
-            kind = http.client.HTTPSConnection if secure else http.client.HTTPConnection
-            conn = kind(parts.hostname or config.host, parts.port or config.port, blocksize=BLOCK)
+            host, port = parts.hostname or config.host, parts.port or config.port
+            if (parts.scheme or config.scheme) != "https":
+                conn = http.client.HTTPConnection(host, port, blocksize=BLOCK)
+            else:
+                conn = http.client.HTTPSConnection(
+                    host, port, blocksize=BLOCK, context=None if own else self._pinned()
+                )
             if not own:
                 self._conn = conn
         conn.timeout = timeout
@@ -1359,6 +1474,13 @@ class Agent:
             headers["Content-Length"] = str(size)
         conn.request(method, path if not own else parts.path + "?" + parts.query, body, headers)
         return conn.getresponse()
+
+    def _pinned(self) -> Any:
+        """The TLS context that trusts only ``--ca-file`` (None: the system's CAs)."""
+        import ssl
+
+        ca_file = self._config.ca_file
+        return None if ca_file is None else ssl.create_default_context(cafile=ca_file)
 
     def _inputs(self, cwd: str, files: dict[str, Any]) -> None:
         """Make the run's work directory and put its inputs there."""
@@ -1503,6 +1625,8 @@ FLAGS: dict[str, tuple[Callable[[str], Any], Any, str | None]] = {
     "--slots": (int, 1, "runs at once, until told"),
     "--report-s": (float, REPORT_S, "a result waits at most this long"),
     "--token-file": (str, None, f"file holding the token ({TOKEN_ENV})"),
+    "--launch-token-file": (str, None, "file holding the launch's token: register first"),
+    "--ca-file": (str, None, "the CA an https controller's certificate must come from"),
     "--notice-url": (str, None, "where to read an interruption notice"),
     "--notice-every-s": (float, NOTICE_EVERY_S, None),
 }
@@ -1575,7 +1699,8 @@ def split_url(text: str) -> tuple[str, str, int | None, str]:
 
 
 def parse_args(argv: list[str] | None) -> tuple[Config, str | None]:
-    """The configuration and ``--token-file``; exits 2 on a usage error."""
+    """The configuration and the token's file (``--token-file`` or
+    ``--launch-token-file``); exits 2 on a usage error."""
     args = read_flags(sys.argv[1:] if argv is None else argv)
     try:
         scheme, host, port, path = split_url(args["url"])
@@ -1594,6 +1719,8 @@ def parse_args(argv: list[str] | None) -> tuple[Config, str | None]:
         start_delay_s = max(start_delay_s, args["ready_at"] - time.time())
     if args["slots"] < 1:
         usage_error(f"--slots must be positive, got {args['slots']}")
+    if args["token_file"] is not None and args["launch_token_file"] is not None:
+        usage_error("give --token-file or --launch-token-file, not both")
     if args["notice_url"] is not None:
         try:
             split_url(args["notice_url"])
@@ -1614,8 +1741,10 @@ def parse_args(argv: list[str] | None) -> tuple[Config, str | None]:
         report_s=args["report_s"],
         notice_url=args["notice_url"],
         notice_every_s=args["notice_every_s"],
+        ca_file=args["ca_file"],
+        register=args["launch_token_file"] is not None,
     )
-    token_file: str | None = args["token_file"]
+    token_file: str | None = args["token_file"] or args["launch_token_file"]
     return config, token_file
 
 

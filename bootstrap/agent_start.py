@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from autoscaler.bootstrap.credentials import machine_token
 from autoscaler.core.errors import AutoscalerError
 
 AGENT = Path(__file__).resolve().parent / "agent.py"
@@ -124,7 +125,7 @@ class AgentSettings:
     """How agents of this host's providers (local, Grid Engine) are started."""
 
     url: str
-    token: str
+    token: str  # the run's secret: each agent is given its machine's token, derived from it
     heartbeat_s: float = 2.0
     orphan_after_s: float = 60.0
     tail_bytes: int = 4096
@@ -132,10 +133,17 @@ class AgentSettings:
     python: str = sys.executable
     slots: Mapping[str, int] = field(default_factory=dict)  # per machine type; missing: 1
     agent: Path = AGENT  # agent.py, or its bytecode (``compiled_agent``)
+    ca_file: Path | None = None  # the run's CA, pinned (the dispatcher serves https)
 
     def flags(self) -> list[str]:
-        """The agent flags every provider passes alike (how it watches the daemon)."""
-        return agent_flags(self.heartbeat_s, self.orphan_after_s, self.tail_bytes)
+        """The agent flags every provider passes alike (how it watches the daemon, which
+        CA it trusts)."""
+        flags = agent_flags(self.heartbeat_s, self.orphan_after_s, self.tail_bytes)
+        return flags if self.ca_file is None else [*flags, "--ca-file", str(self.ca_file)]
+
+    def machine_token(self, machine: str) -> str:
+        """The token ``machine``'s agent presents (``bootstrap.credentials``)."""
+        return machine_token(self.token, machine)
 
     def command(
         self,
@@ -145,15 +153,15 @@ class AgentSettings:
         ready_at: float | None = None,
         type: str = "",
     ) -> AgentCommand:
-        """The command of ``machine``'s agent (of machine type ``type``): the token from
-        ``token_file`` if given, else in its environment."""
+        """The command of ``machine``'s agent (of machine type ``type``): its machine's
+        token from ``token_file`` if given (``machine_token``), else in its environment."""
         return agent_command(
             self.python,
             self.agent,
             url=self.url,
             machine=machine,
             flags=self.flags(),
-            token=self.token if token_file is None else None,
+            token=self.machine_token(machine) if token_file is None else None,
             token_file=token_file,
             workdir=self.workdir,
             ready_at=ready_at,

@@ -11,8 +11,9 @@ On the machine everything lives in ``<remote_dir>/<machine>/`` (mode 0700, owned
 SSH user)::
 
     agent.py    a copy of bootstrap/agent.py (run with the remote ``python``)
-    token       the run token, mode 0600; the agent reads it with --token-file, so it is
-                never on a command line (``ps`` shows command lines to every user)
+    token       its machine's token (not the run's secret), mode 0600; the agent reads
+                it with --token-file, so it is never on a command line (``ps`` shows
+                command lines to every user)
     port        the tunnel port the agent's --url names
     agent.pid   the agent's pid;  agent.log its stderr;  agent.exit its exit status
     work/       the agent's --workdir
@@ -51,6 +52,7 @@ from tenacity import (
 )
 
 from autoscaler.bootstrap.agent_start import AGENT, BootstrapError, agent_command
+from autoscaler.bootstrap.credentials import machine_token
 from autoscaler.bootstrap.hostkeys import (
     HostKeyCheck,
     HostKeyMismatch,
@@ -107,8 +109,9 @@ def _nolog(event: str, **fields: Any) -> None:
 class SshBootstrap:
     """Start and keep agents on machines over SSH; one connection and tunnel per machine.
 
-    ``local_port`` is the dispatcher's port on our loopback; ``token`` the run token the
-    agents present; ``agent_args`` extra agent flags (``["--heartbeat-s", "2", ...]``);
+    ``local_port`` is the dispatcher's port on our loopback; ``token`` the run's secret:
+    each agent is given its machine's token (``bootstrap.credentials``), never the
+    secret; ``agent_args`` extra agent flags (``["--heartbeat-s", "2", ...]``);
     ``console(machine)`` returns a machine's console output (the "console" host-key
     policy needs it). ``log(event, **fields)`` receives one call per notable thing; it
     never sees the token or key material.
@@ -361,7 +364,7 @@ class SshBootstrap:
             if read_remote(sftp, f"{directory}/agent.py") != source:
                 write_remote(sftp, f"{directory}/agent.py", source, 0o644)
                 self._log("agent copied", machine=machine, path=f"{directory}/agent.py")
-            token = (self._token + "\n").encode()
+            token = (machine_token(self._token, machine) + "\n").encode()
             if read_remote(sftp, f"{directory}/token") != token:
                 write_remote(sftp, f"{directory}/token", token, 0o600)
         except (paramiko.SSHException, OSError, EOFError) as exc:

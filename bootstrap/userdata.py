@@ -12,10 +12,13 @@ at the end of the first boot. It needs nothing but ``sh`` and ``python3`` on the
    would not fit otherwise; else as plain text in a script gzip-compressed as a whole,
    which cloud-init uncompresses before it runs it; its docstrings, the protocol spec
    among them, left out: :func:`shipped_agent`)
-   and the run token into ``remote_dir`` with umask 077;
-3. runs the agent in the foreground with ``--machine <instance id>``, its log in
-   ``remote_dir/agent.log``; cloud-init's final stage stays busy while it runs, which
-   nothing waits for;
+   its launch's token and the run's CA certificate (``ca_pem``) into ``remote_dir``
+   with umask 077;
+3. runs the agent in the foreground with ``--machine <instance id>``
+   (``--launch-token-file``: it registers the instance first and is given its machine's
+   token; ``--ca-file``: it trusts only a controller whose certificate the run's CA
+   issued), its log in ``remote_dir/agent.log``; cloud-init's final stage stays busy
+   while it runs, which nothing waits for;
 4. when the agent exits (released, lease expired, controller gone), powers the instance
    off if asked; with the instance's shutdown behaviour set to terminate, an instance
    whose controller is gone stops costing money.
@@ -23,11 +26,19 @@ at the end of the first boot. It needs nothing but ``sh`` and ``python3`` on the
 This path has no SSH tunnel: ``url`` must be reachable from the instances (a private
 address of the controller, a security group allowing it).
 
-Security: the run token is weaker here than on the SSH path. User data is readable by
-anyone allowed ``ec2:DescribeInstanceAttribute`` on the instance, and by every process on
-the instance through the metadata service (``/latest/user-data``) for the instance's
-whole life, unless IMDS is turned off or limited by hop count. Use it when the account
-and the image are trusted, and prefer the SSH bootstrap otherwise.
+Security. The script never holds the run's secret: each launch's user data carries that
+launch's token (``bootstrap.credentials``), which can only register instance ids of that
+launch, each once, for their machine tokens; a machine token speaks for its machine only
+(its polls, results and task files). The channel is HTTPS, the controller's certificate
+checked against the run's CA, pinned here (``ca_pem``): an agent refuses a controller
+whose certificate that CA did not issue, before it sends anything. What remains weaker
+than the SSH path: user data is readable by anyone allowed
+``ec2:DescribeInstanceAttribute`` on the instance, and by every process on the instance
+through the metadata service (``/latest/user-data``) for the instance's whole life,
+unless IMDS is turned off or limited by hop count; whoever reads a launch's token before
+an instance of that launch registers can register it first (the instance's own agent is
+then refused, exits 2 and powers it off: the machine is lost, never spoken for). Use it
+when the account and the image are trusted, and prefer the SSH bootstrap otherwise.
 
 EC2 limits user data to 16 KB before its base64 encoding; :func:`render_user_data`
 refuses to return a larger script, and returns the script gzip-compressed (bytes) when
@@ -45,6 +56,7 @@ import re
 import shlex
 import tokenize
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from autoscaler.bootstrap.agent_start import BootstrapError, agent_command
 
@@ -87,6 +99,14 @@ _UNPACK = {
 """How the script unpacks the agent, tried in this order until the script fits: as it
 is in base64; gzip-compressed in base85 (a quarter smaller than base64); xz-compressed
 (python3's lzma, in every distribution's python3 package) in base85."""
+
+
+@dataclass(frozen=True, slots=True)
+class Trust:
+    """How the script's agent proves itself and checks the controller."""
+
+    register: bool  # the token is its launch's: the agent registers its instance first
+    ca_pem: str | None  # the run's CA certificate, pinned (an https controller)
 
 
 def shipped_agent(agent_source: str) -> str:
@@ -135,6 +155,9 @@ def render_user_data(
     remote_dir: str = "/var/lib/autoscaler",
     python: str = "python3",
     imds_url: str = "http://169.254.169.254",
+    *,
+    register: bool = False,
+    ca_pem: str | None = None,
 ) -> str | bytes:
     """The user-data script that starts the agent on an instance (see the module doc);
     bytes when it is that script gzip-compressed as a whole, the agent in it as plain
@@ -142,15 +165,20 @@ def render_user_data(
     resort, as the script is then no longer text to read in the console.
 
     ``agent_source`` is the text of ``bootstrap/agent.py`` (``agent_start.agent_source``
-    reads it). BootstrapError if the script would exceed EC2's 16 KB limit even
-    compressed, or if the token could not be written safely.
+    reads it). ``token`` is a launch's token with ``register`` (the agent registers its
+    instance with it), else a machine's. ``ca_pem``: the CA certificate (PEM) the agent
+    pins for an ``https`` ``url``. BootstrapError if the script would exceed EC2's 16 KB
+    limit even compressed, or if the token could not be written safely.
     """
     if not token or not re.fullmatch(r"[\x21-\x7e]+", token):
         raise BootstrapError("the run token must be non-empty printable ASCII without spaces")
     if not remote_dir.startswith("/"):
         raise BootstrapError(f"remote_dir {remote_dir!r} must be an absolute path")
+    if ca_pem is not None and "AUTOSCALER_CA" in ca_pem:
+        raise BootstrapError("the CA certificate holds the line that ends its here-document")
     agent_bytes = shipped_agent(agent_source).encode()
-    parts = (url, token, agent_args, poweroff_on_exit, remote_dir, python, imds_url)
+    trust = Trust(register, ca_pem)
+    parts = (url, token, agent_args, poweroff_on_exit, remote_dir, python, imds_url, trust)
     for encoding in _UNPACK:  # in order: as it is, then smaller and smaller
         script = _script(agent_bytes, encoding, *parts)
         if len(script.encode()) <= USER_DATA_LIMIT:
@@ -175,6 +203,7 @@ def _script(
     remote_dir: str,
     python: str,
     imds_url: str,
+    trust: Trust,
 ) -> str:
     q = shlex.quote
     if encoding == "gzip":
@@ -189,7 +218,12 @@ def _script(
             raise BootstrapError("the agent holds the line that ends its here-document")
     else:
         blob = base64.encodebytes(agent).decode()
-    command = _agent_command_line(python, remote_dir, url, agent_args)
+    command = _agent_command_line(python, remote_dir, url, agent_args, trust)
+    ca = (
+        f"cat > \"$DIR/ca.pem\" <<'AUTOSCALER_CA'\n{trust.ca_pem.strip()}\nAUTOSCALER_CA\n"
+        if trust.ca_pem
+        else ""
+    )
     write = "cat" if encoding == "plain" else f'"$PY" -c {q(_UNPACK[encoding])}'
     poweroff = (
         'echo "autoscaler: agent exited with status $rc; powering off"\n'
@@ -209,7 +243,7 @@ MACHINE=$("$PY" - {q(imds_url)} <<'AUTOSCALER_IMDS'
 {_IMDS_CLIENT}AUTOSCALER_IMDS
 )
 printf '%s\\n' {q(token)} > "$DIR/token"
-{write} > "$DIR/agent.py" <<'AUTOSCALER_AGENT'
+{ca}{write} > "$DIR/agent.py" <<'AUTOSCALER_AGENT'
 {blob}AUTOSCALER_AGENT
 echo "autoscaler: starting the agent as $MACHINE"
 rc=0
@@ -219,8 +253,12 @@ rc=0
 """
 
 
-def _agent_command_line(python: str, remote_dir: str, url: str, agent_args: Sequence[str]) -> str:
+def _agent_command_line(
+    python: str, remote_dir: str, url: str, agent_args: Sequence[str], trust: Trust
+) -> str:
     """The agent's command, quoted for sh; its machine id is the script's ``$MACHINE``."""
+    if trust.ca_pem:
+        agent_args = [*agent_args, "--ca-file", f"{remote_dir}/ca.pem"]
     argv = agent_command(
         python,
         f"{remote_dir}/agent.py",
@@ -230,6 +268,8 @@ def _agent_command_line(python: str, remote_dir: str, url: str, agent_args: Sequ
         token_file=f"{remote_dir}/token",
         workdir=f"{remote_dir}/work",
     ).argv
+    if trust.register:
+        argv = tuple("--launch-token-file" if a == "--token-file" else a for a in argv)
     words = [shlex.quote(arg) for arg in argv]
     words[argv.index("--machine", 2) + 1] = '"$MACHINE"'
     return " ".join(words)

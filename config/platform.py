@@ -19,6 +19,13 @@ from pydantic import (
 
 from autoscaler.config.durations import Seconds
 from autoscaler.config.strict import ConfigModel, Name
+from autoscaler.core.reclaims import (
+    HOLD_AFTER,
+    HOLD_BELOW,
+    HOLD_WINDOW_S,
+    PRIOR_WEIGHT_H,
+    SPOT_PRIOR_PER_HOUR,
+)
 
 # --- billing, machine types -----------------------------------------------------------
 
@@ -72,6 +79,46 @@ class MachineType(ConfigModel):
         description="commands each machine of this type runs once before its first task, "
         "after the run's setup",
     )
+    reclaim_per_hour: float | None = Field(
+        default=None,
+        ge=0,
+        description="how often a machine of this type is taken back, per machine-hour, "
+        "before the run learns it (the prior of its learned rate; default "
+        f"{SPOT_PRIOR_PER_HOUR:g} for an EC2 spot type, else 0)",
+    )
+
+
+class Reclaims(ConfigModel):
+    """When a type whose machines keep being taken back (spot) is held: no new machine
+    of it, the plan moves to the other types, until the window passes or its learned
+    reclaim rate falls back below ``return_per_hour``."""
+
+    hold_after: PositiveInt = Field(
+        default=HOLD_AFTER, description="reclaims of a type within within_s that hold it"
+    )
+    within_s: Seconds = Field(
+        default=HOLD_WINDOW_S, gt=0, description="the window counted, and how long a hold lasts"
+    )
+    hold_below: float = Field(
+        default=HOLD_BELOW,
+        ge=0,
+        le=1,
+        description="... and only while its machines keep at most this share of their work "
+        "at the learned rate (each reclaim losing the work it was seen to cut short and a "
+        "replacement's boot; 1: every repeated reclaim holds); reclaims that lose less are "
+        "priced into the plan",
+    )
+    prior_weight_h: float = Field(
+        default=PRIOR_WEIGHT_H,
+        ge=0,
+        description="machine-hours of observation a type's reclaim_per_hour counts for",
+    )
+    return_per_hour: float | None = Field(
+        default=None,
+        ge=0,
+        description="a hold ends early when the type's learned rate falls below this "
+        "(default: the type's reclaim_per_hour)",
+    )
 
 
 # --- deadline mode ----------------------------------------------------------------------
@@ -100,11 +147,14 @@ class Deadline(ConfigModel):
         description="a job without task_s runs this many tasks on every type before it is "
         "planned on their mean + z·sd/sqrt(n)",
     )
-    offers: Literal["none", "no_lb", "plb", "dplb", "dplb_v2", "free_time_slots"] = Field(
-        default="none",
-        description="several providers (paper 003): split each job with task_s across "
-        "the providers by their offers (n tasks by time t), composed by this policy, when "
-        "the run starts; none: the planner chooses among every type",
+    offers: Literal["none", "no_lb", "plb", "dplb", "dplb_v2", "free_time_slots", "cheapest"] = (
+        Field(
+            default="none",
+            description="several providers (paper 003): split each job with task_s across "
+            "the providers by their offers (n tasks by time t), composed by this policy, when "
+            "the run starts (cheapest: the split of least expected cost that meets the deadline, "
+            "not one of the paper's); none: the planner chooses among every type",
+        )
     )
     learn_task_times: bool = Field(
         default=True,
@@ -309,7 +359,10 @@ class Ec2(ConfigModel):
     ami: str = Field(pattern=r"^ami-[0-9a-f]+$")
     types: dict[str, Ec2Type] = Field(description="our machine type name -> instance type")
     subnets: list[str] = Field(
-        default_factory=list, description="tried in order: a capacity error moves to the next"
+        default_factory=list,
+        description="pools of every type: a launch is spread across them (round robin; a "
+        "market-priced spot type: the cheapest zones), a capacity error in one passes its "
+        "share to the next",
     )
     security_groups: list[str] = Field(default_factory=list)
     key_name: str | None = None
@@ -322,7 +375,9 @@ class Ec2(ConfigModel):
     )
     ssh: Ssh | None = None
     controller_url: str | None = Field(
-        default=None, description="user-data only: where instances reach the dispatcher"
+        default=None,
+        description="user-data only: where instances reach the dispatcher, https://HOST:PORT "
+        "(the dispatcher serves https there, its certificate from the run's CA)",
     )
     lookup_prices: bool = Field(
         default=False,
@@ -385,6 +440,11 @@ class Ec2(ConfigModel):
             raise ValueError("ec2.bootstrap is ssh: give ec2.ssh (at least key_file)")
         if self.bootstrap == "user-data" and self.controller_url is None:
             raise ValueError("ec2.bootstrap is user-data: give ec2.controller_url")
+        if self.bootstrap == "user-data" and not str(self.controller_url).startswith("https://"):
+            raise ValueError(
+                f"ec2.controller_url {self.controller_url!r} must be https://HOST:PORT: agents "
+                "started from user data verify the controller against the run's CA"
+            )
         return self
 
 
@@ -448,4 +508,10 @@ class Slurm(ConfigModel):
         default=False,
         description="agents see the daemon's file system: task inputs are linked and "
         "outputs moved in place, not sent over HTTP",
+    )
+    account_from_project: bool = Field(
+        default=False,
+        description="each job's --account is the run's project (in lower case; every "
+        "project must be an account in the cluster's accounting, slurmdbd); false: the "
+        "project is only the job's --comment",
     )

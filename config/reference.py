@@ -97,6 +97,8 @@ def config_markdown() -> str:
     for model in list(_reachable(RunConfig))[1:]:
         lines += ["", f"## {model.__name__}", "", *_model_text(model)]
     lines += ["", "## service", "", *_model_text(ServiceSettings)]
+    for model in list(_reachable(ServiceSettings))[1:]:
+        lines += ["", f"## {model.__name__}", "", *_model_text(model)]
     return "\n".join(lines) + "\n"
 
 

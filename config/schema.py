@@ -44,6 +44,7 @@ from autoscaler.config.platform import (
     Ec2Type,
     Local,
     MachineType,
+    Reclaims,
     Sampling,
     Sge,
     SgeType,
@@ -63,6 +64,7 @@ from autoscaler.config.work import (
     SweepValues,
     Work,
 )
+from autoscaler.core.reclaims import SPOT_PRIOR_PER_HOUR
 
 __all__ = [
     "Affine",
@@ -91,6 +93,7 @@ __all__ = [
     "ParetoRuntime",
     "Platform",
     "ProviderEntry",
+    "Reclaims",
     "Refusal",
     "RunConfig",
     "Runtime",
@@ -144,6 +147,7 @@ class Platform(ConfigModel):
     sampling: Sampling = Field(default_factory=Sampling)
     deadline: Deadline = Field(default_factory=Deadline)
     monitoring_interval_s: Seconds = Field(default=300.0, gt=0)
+    reclaims: Reclaims = Field(default_factory=Reclaims)
     solver: Literal["highs", "cbc"] = Field(
         default="highs",
         description="MILP solver: HiGHS in-process (highspy); CBC (PuLP's bundled binary)",
@@ -366,6 +370,15 @@ class Platform(ConfigModel):
             entry = self.providers.get(provider)
             return entry if isinstance(entry, Ec2) else None
         return self.ec2 if self.provider == "ec2" else None
+
+    def reclaim_prior(self, type_name: str) -> float:
+        """The prior reclaim rate per machine-hour of ``type_name``: its config's
+        ``reclaim_per_hour``, else ``SPOT_PRIOR_PER_HOUR`` for an EC2 spot type, else 0."""
+        given = self.type_named(type_name).reclaim_per_hour
+        if given is not None:
+            return given
+        spec = self.ec2_type(type_name)
+        return SPOT_PRIOR_PER_HOUR if spec is not None and spec.spot else 0.0
 
     def market_priced(self, type_name: str) -> bool:
         """Whether ``type_name``'s price moves: a spot type of an EC2 section that reads

@@ -260,6 +260,10 @@ class JobMeans:
 # --- the work of a run ----------------------------------------------------------------
 
 
+DEFAULT_PROJECT = "default"
+"""The project of a run or job that names none."""
+
+
 class Work(ConfigModel):
     """What a run does: one ``bag`` with its ``constraint`` (a budget: budget mode; a
     ``deadline_s``: deadline mode with one job), or ``jobs`` (deadline mode, paper 002):
@@ -284,12 +288,21 @@ class Work(ConfigModel):
     categories: Categories | None = Field(
         default=None, description="sort tasks into categories (paper 004) by needs or label"
     )
+    project: Name | None = Field(
+        default=None,
+        description="the project the run's money is charged to (a service's project "
+        "budgets and reports, the machines' cost tags); none: `default`",
+    )
     plots: bool = Field(
         default=True,
         description="the report's plots (gantt.png, spend.png); false: report.json and "
         "report.md only, a second or so less per run (a service's own `plots: false` "
         "leaves them out of every job's report)",
     )
+
+    @property
+    def project_name(self) -> str:
+        return self.project or DEFAULT_PROJECT
 
     def _one_form(self) -> None:
         if self.jobs:

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from autoscaler.core.billing import BillingModel
 from autoscaler.core.errors import AutoscalerError
+
+PROVIDER_TAG = "autoscaler:provider"
+"""The tag a run of several providers adds to a launch: the name of the provider of its
+type (``multi``)."""
 
 
 class ProviderState(enum.Enum):
@@ -27,6 +31,7 @@ class MachineRecord:
     type: str  # our machine type name
     token: str  # the launch token that created it
     launched_at: float  # seconds on the driver's clock
+    zone: str = ""  # where it runs (an EC2 availability zone), if the provider says
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +81,24 @@ def split_machine_id(mid: str) -> tuple[str, str]:
     """(type, launch token) of a ``machine_ids`` id (a type may contain dashes)."""
     parts = mid.rsplit("-", 2)
     return (parts[0], parts[1]) if len(parts) == 3 else (mid, "")
+
+
+class PartialLaunch(AutoscalerError):
+    """A launch started some machines and was refused the rest (``records``: those that
+    started, which exist and are paid for); the message and code are the refusal's, so
+    the run learns what the refusal means for the rest (``failure_kind``) and still owns
+    what started."""
+
+    def __init__(
+        self,
+        records: Sequence[MachineRecord],
+        message: str,
+        *,
+        retryable: bool = False,
+        code: str | None = None,
+    ):
+        super().__init__(message, retryable=retryable, code=code)
+        self.records = tuple(records)
 
 
 def check_launch(capabilities: Capabilities, type: str, alive: int, count: int) -> None:
@@ -155,8 +178,19 @@ class Provider(Protocol):
         ...
 
     def launch(
-        self, type: str, count: int, token: str, tags: Mapping[str, str]
-    ) -> list[MachineRecord]: ...
+        self,
+        type: str,
+        count: int,
+        token: str,
+        tags: Mapping[str, str],
+        *,
+        avoid_zones: Collection[str] = (),
+    ) -> list[MachineRecord]:
+        """The machines of ``count`` started (fewer if the provider started fewer);
+        ``PartialLaunch`` when some started and the rest was refused. ``avoid_zones``:
+        zones held after repeated reclaims (``core.reclaims``), not to launch in while the
+        provider has others; a provider without zones has none to avoid."""
+        ...
 
     def describe(self, ids: Sequence[str] | None = None) -> list[MachineStatus]:
         """The run's machines (all of them, or ``ids``) as the provider shows them; a

@@ -222,8 +222,9 @@ class BatchProvider(Generic[SpecT]):
         """The run's jobs the scheduler lists now."""
         raise NotImplementedError
 
-    def _submit_job(self, mid: str, type: str, spec: SpecT) -> str:
-        """Submit machine ``mid``'s job; its id."""
+    def _submit_job(self, mid: str, type: str, spec: SpecT, tags: Mapping[str, str]) -> str:
+        """Submit machine ``mid``'s job, saying what of the launch's ``tags`` the
+        scheduler can keep (its project: ``cost_tags``); its id."""
         raise NotImplementedError
 
     def _cancel(self, job_ids: Sequence[str]) -> list[str]:
@@ -247,7 +248,13 @@ class BatchProvider(Generic[SpecT]):
     # --- the provider protocol ------------------------------------------------------
 
     def launch(
-        self, type: str, count: int, token: str, tags: Mapping[str, str]
+        self,
+        type: str,
+        count: int,
+        token: str,
+        tags: Mapping[str, str],
+        *,
+        avoid_zones: Collection[str] = (),
     ) -> list[MachineRecord]:
         """Submit the token's jobs that are not queued or running; all of them as records."""
         with self._lock:
@@ -270,7 +277,10 @@ class BatchProvider(Generic[SpecT]):
                     )
                 self.log_dir.mkdir(parents=True, exist_ok=True)
                 for mid in missing:
-                    job_id = self._submit_job(mid, type, spec)
+                    held = self.token_path(mid)
+                    held.touch(0o600)
+                    held.write_text(self.settings.machine_token(mid) + "\n", encoding="utf-8")
+                    job_id = self._submit_job(mid, type, spec, tags)
                     self._machines[mid] = _Machine(
                         mid, type, token, job_id, self._clock(), ProviderState.PENDING
                     )
@@ -355,6 +365,10 @@ class BatchProvider(Generic[SpecT]):
     def _because(self, machine: _Machine, said: str) -> str:
         """Why ``machine`` ended: the scheduler's words on job ``said``, its log's tail."""
         return because(f"{self.section} job {machine.job_id}: {said}", self.log_path(machine.id))
+
+    def token_path(self, mid: str) -> Path:
+        """Where machine ``mid``'s token is (its agent's ``--token-file``, mode 0600)."""
+        return self.log_dir / f"{mid}.token"
 
     def log_path(self, mid: str) -> Path:
         """Where machine ``mid``'s job writes its output (the agent's log)."""

@@ -2,9 +2,13 @@
 are ``aws``'s); and the ``ec2`` provider kind: settings from a config, the SSH
 bootstrapper, the cleanup sweeper.
 
-Every instance carries tags from the moment it exists (``TagSpecifications`` at
-``RunInstances``): the run (``RUN_TAG``), the launch token (``LAUNCH_TAG``) and our
-machine type (``TYPE_TAG``). The tags are what the rest rests on:
+Every instance and its volumes carry tags from the moment they exist
+(``TagSpecifications`` at ``RunInstances``): the run (``RUN_TAG``), the launch token
+(``LAUNCH_TAG``) and our machine type (``TYPE_TAG``), and the launch's own (the run's
+project, job and user, ``cost_tags``: cost allocation tags, their values fitted to
+AWS's rules by ``aws_tag_value``). ``TAG_KEYS`` are all the keys a launch sets: the IAM
+policy in ``infra/`` lets the controller set those and no others. The run's tags are
+what the rest rests on:
 
 * ``describe`` and ``terminate`` only ever see instances of this run, so the daemon can
   never end an instance that is not its own, and an account's other instances stay out
@@ -21,8 +25,13 @@ rather than stop, so a machine that is done costs nothing. IMDSv2 is required.
 Each thread calls EC2 through a client of its own, on a boto3 session of its own: the
 daemon calls the provider from several threads, and boto3 sessions are not thread-safe.
 
-Throttling is retried by botocore (``aws``); this module adds no retry loop of its own
-except the walk over subnets (zones) when one of them has no capacity for the type.
+A launch is spread across the subnets, each a pool of the type (``ec2_pools``): one
+RunInstances per pool, and a pool without capacity for the type passes its share to the
+next. ``CreateFleet`` (``Type=instant``) would place a launch in one call, but moto (what
+the tests run against) puts an instant fleet in its first override whatever the strategy
+and ignores its ``ClientToken``, and a fleet over several types may start types the plan
+did not price. Throttling is retried by botocore (``aws``); this module adds no retry
+loop of its own beyond the walk over the pools.
 Errors come out as ``AutoscalerError`` carrying the AWS error code.
 """
 
@@ -31,10 +40,12 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import unicodedata
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import urlsplit
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -50,18 +61,28 @@ from autoscaler.providers.aws import (
 from autoscaler.providers.base import (
     CAPACITY_CODES,
     LIMIT_CODES,
+    PROVIDER_TAG,
     SUBNET_CODES,
     Capabilities,
     MachineRecord,
     MachineStatus,
+    PartialLaunch,
     PricePoint,
     Provider,
     ProviderState,
     check_launch,
 )
-from autoscaler.providers.ec2_market import spot_price_history, subnet_zones, type_prices
+from autoscaler.providers.cost_tags import COST_TAG_KEYS
+from autoscaler.providers.ec2_market import (
+    latest_prices,
+    spot_price_history,
+    subnet_zones,
+    type_prices,
+)
+from autoscaler.providers.ec2_pools import spread
 from autoscaler.providers.ec2_ssh import ec2_agent_args, ssh_bootstrap
 from autoscaler.providers.kind import (
+    Direct,
     ProviderKind,
     RunContext,
     Sweeper,
@@ -77,6 +98,12 @@ if TYPE_CHECKING:
 RUN_TAG = "autoscaler:run"
 LAUNCH_TAG = "autoscaler:launch"
 TYPE_TAG = "autoscaler:type"
+TAG_KEYS = frozenset({"Name", RUN_TAG, LAUNCH_TAG, TYPE_TAG, PROVIDER_TAG, *COST_TAG_KEYS})
+"""Every tag key a launch of ours sets (``PROVIDER_TAG`` in a run of several providers)."""
+
+TAG_VALUE_MAX = 256
+"""AWS's longest tag value, in characters."""
+_TAG_PUNCTUATION = frozenset("_.:/=+-@")
 
 # Codes that mean "not in this zone" or "not in this subnet": on to the next subnet.
 _ZONE_CODES = CAPACITY_CODES | SUBNET_CODES
@@ -96,6 +123,10 @@ _NOT_TERMINATED = ["pending", "running", "shutting-down", "stopping", "stopped"]
 _CHUNK = 200
 
 
+class _NoRoom(AutoscalerError):
+    """A pool (zone or subnet) has no room for the type: its share goes to the next."""
+
+
 @dataclass(frozen=True, slots=True)
 class InstanceSpec:
     """One of our machine types as EC2 launches it."""
@@ -110,13 +141,14 @@ class Ec2Settings:
     region: str
     ami: str
     instances: Mapping[str, InstanceSpec]  # our machine type name -> spec
-    subnets: tuple[str, ...] = ()  # tried in order; no capacity in one moves to the next
+    subnets: tuple[str, ...] = ()  # pools a launch is spread across (``ec2_pools``)
     security_groups: tuple[str, ...] = ()
     key_name: str | None = None
     instance_profile: str | None = None  # a name, or an ARN (starts with "arn:")
     endpoint_url: str | None = None  # e.g. the moto server; None = AWS
     address: Literal["private", "public"] = "private"  # which IP MachineStatus.address is
-    user_data: str | bytes | None = None  # a cloud-init script (rendered elsewhere), or gzip
+    # A cloud-init script (rendered elsewhere), or gzip; or the script of a launch token.
+    user_data: str | bytes | Callable[[str], str | bytes] | None = None
     max_attempts: int = 8  # requests per call, the first included (botocore standard mode)
     profile: str | None = None  # a named AWS profile: this provider's credentials
     spot_market: bool = False  # spot types' prices come from the spot price history
@@ -139,6 +171,18 @@ def client_token(run_id: str, token: str) -> str:
     A hash, so it fits EC2's 64 ASCII characters whatever the run id and token are.
     """
     return hashlib.sha256(f"{run_id}\0{token}".encode()).hexdigest()
+
+
+def aws_tag_value(value: str) -> str:
+    """``value`` as a tag value every AWS service takes (cost allocation included):
+    letters, digits, spaces and ``_ . : / = + - @``, each other character ``_``; at most
+    ``TAG_VALUE_MAX`` characters; never starting with the reserved ``aws:``."""
+    kept = "".join(
+        c if c in _TAG_PUNCTUATION or unicodedata.category(c)[0] in "LNZ" else "_" for c in value
+    )
+    if kept[:4].lower() == "aws:":
+        kept = "_" + kept
+    return kept[:TAG_VALUE_MAX]
 
 
 def _client(settings: Ec2Settings) -> EC2Client:
@@ -186,6 +230,9 @@ class Ec2Provider:
         # launches (count, then RunInstances) take turns; other types' do not wait.
         self._launching: dict[str, threading.Lock] = {}
         self._zones: frozenset[str] | None = None  # of the subnets, once asked (the market)
+        self._subnet_zones: dict[str, str] = {}  # subnet -> its zone, once asked
+        self._zone_prices: dict[tuple[str, str], float] = {}  # (instance type, zone) -> USD/h
+        self._starts: dict[str, int] = {}  # type -> the pool its next launch starts at
 
     @property
     def capabilities(self) -> Capabilities:
@@ -199,7 +246,13 @@ class Ec2Provider:
     # --- the provider protocol ------------------------------------------------------
 
     def launch(
-        self, type: str, count: int, token: str, tags: Mapping[str, str]
+        self,
+        type: str,
+        count: int,
+        token: str,
+        tags: Mapping[str, str],
+        *,
+        avoid_zones: Collection[str] = (),
     ) -> list[MachineRecord]:
         """Start up to ``count`` instances of ``type``, or adopt those ``token`` started.
 
@@ -208,10 +261,15 @@ class Ec2Provider:
         if count <= 0:
             return []
         with self._launching.setdefault(type, threading.Lock()):
-            return self._launch(type, count, token, tags)
+            return self._launch(type, count, token, tags, avoid_zones)
 
     def _launch(
-        self, type: str, count: int, token: str, tags: Mapping[str, str]
+        self,
+        type: str,
+        count: int,
+        token: str,
+        tags: Mapping[str, str],
+        avoid_zones: Collection[str] = (),
     ) -> list[MachineRecord]:
         live = list(self._run_instances_live())
         adopted = [i for i in live if _tags(i).get(LAUNCH_TAG) == token]
@@ -225,7 +283,7 @@ class Ec2Provider:
                 f"machine type {type!r} has no EC2 instance type in the settings",
                 code="UnknownType",
             )
-        started = self._run(type, spec, count, token, tags)
+        started = self._run(type, spec, count, token, tags, avoid_zones)
         return [self._record(i, type, token) for i in started]
 
     def describe(self, ids: Sequence[str] | None = None) -> list[MachineStatus]:
@@ -284,8 +342,10 @@ class Ec2Provider:
         itypes = {name: self.settings.instances[name].instance_type for name in names}
         if self._zones is None:
             subnets = self.settings.subnets
-            self._zones = subnet_zones(self.client, subnets) if subnets else frozenset()
+            self._subnet_zones = subnet_zones(self.client, subnets) if subnets else {}
+            self._zones = frozenset(self._subnet_zones.values())
         records = spot_price_history(self.client, sorted(set(itypes.values())), start, end)
+        self._zone_prices = {**self._zone_prices, **latest_prices(records)}
         series = type_prices(records, self._zones)
         per_atu = self._capabilities.billing.atu_s / 3600.0
         out = [
@@ -321,51 +381,136 @@ class Ec2Provider:
             yield from _instances(self.client, filters)
 
     def _run(
-        self, type: str, spec: InstanceSpec, count: int, token: str, tags: Mapping[str, str]
+        self,
+        type: str,
+        spec: InstanceSpec,
+        count: int,
+        token: str,
+        tags: Mapping[str, str],
+        avoid_zones: Collection[str] = (),
     ) -> list[InstanceTypeDef]:
-        """RunInstances, walking the subnets while a zone has no capacity for the type."""
+        """RunInstances per pool (subnet): the launch spread across them (``ec2_pools``),
+        a pool without capacity for the type passing its share to the next pool, and
+        after the last back to those that started all they were asked. The subnets in
+        ``avoid_zones`` are left out while another subnet is not.
+
+        What the pools refused is raised, as ``PartialLaunch`` when some machines started
+        (they exist and are paid for: the run must own them); an error other than a
+        pool's lack of room (an account limit) ends the walk.
+        """
         request = self._request(type, spec, count, token, tags)
-        subnets: Sequence[str | None] = self.settings.subnets or (None,)
-        failures: list[str] = []
-        last_code = ""
-        for n, subnet in enumerate(subnets):
-            kwargs = dict(request)
-            if subnet is not None:
-                kwargs["SubnetId"] = subnet
-            # EC2 refuses a ClientToken reused with other parameters
-            # (IdempotentParameterMismatch): each subnet gets its own, still
-            # deterministic, so a retry of the same attempt stays idempotent.
-            kwargs["ClientToken"] = client_token(self.run_id, token if n == 0 else f"{token}#{n}")
-            where = f" in {subnet}" if subnet else ""
-            what = f"launching {count} x {spec.instance_type} (type {type!r}){where}"
-            try:
-                reply = self.client.run_instances(**kwargs)
-            except ClientError as exc:
-                code = error_code(exc)
-                if code not in _ZONE_CODES:
-                    raise as_ours(what, exc) from exc
-                failures.append(f"{subnet or 'default subnet'}: {code}: {error_message(exc)}")
-                last_code = code
-                continue
-            except BotoCoreError as exc:
-                raise as_ours(what, exc) from exc
-            instances = reply.get("Instances", [])
-            for instance in instances:
-                self._types[instance["InstanceId"]] = type
-            return instances
-        raise AutoscalerError(
-            f"launching {count} x {spec.instance_type} (type {type!r}): " + "; ".join(failures),
-            retryable=last_code == "InsufficientInstanceCapacity",
-            code=last_code,
+        subnets: Sequence[str | None] = self._subnets_outside(avoid_zones)
+        plan = spread(
+            count, len(subnets), self._starts.get(type, 0), self._pool_prices(spec, subnets)
         )
+        self._starts[type] = plan.next_start
+        started: list[InstanceTypeDef] = []
+        failures: list[str] = []
+        last: AutoscalerError | None = None
+        whole: list[int] = []  # pools that started all they were asked for
+        carry = 0
+        asks = [(s.pool, s.count) for s in plan.shares]
+        n = 0
+        while asks:
+            pool, share = asks.pop(0)
+            ask = share + carry
+            if ask <= 0:
+                continue
+            subnet = subnets[pool]
+            # EC2 refuses a ClientToken reused with other parameters
+            # (IdempotentParameterMismatch): each request gets its own, still
+            # deterministic, so a retry of the same attempt stays idempotent.
+            key = client_token(self.run_id, token if n == 0 else f"{token}#{n}")
+            n += 1
+            try:
+                instances = self._run_in(type, spec, request, subnet, ask, key)
+            except _NoRoom as refused:
+                failures.append(f"{subnet or 'default subnet'}: {refused.message}")
+                last, carry = refused, ask
+            except AutoscalerError as exc:
+                if not started:
+                    raise
+                failures.append(exc.message)
+                last, carry = exc, ask
+                break
+            else:
+                started += instances
+                carry = ask - len(instances)
+                if carry == 0:
+                    whole.append(pool)
+            if not asks and carry > 0 and whole:
+                asks, whole = [(p, 0) for p in whole], []
+        if last is None or carry <= 0:
+            return started
+        what = f"launching {count} x {spec.instance_type} (type {type!r})"
+        if started:
+            what += f": {len(started)} started, {carry} refused"
+        message = f"{what}: " + "; ".join(failures)
+        retryable = last.code == "InsufficientInstanceCapacity" or last.retryable
+        if not started:
+            raise AutoscalerError(message, retryable=retryable, code=last.code)
+        records = [self._record(i, type, token) for i in started]
+        raise PartialLaunch(records, message, retryable=retryable, code=last.code)
+
+    def _run_in(
+        self,
+        type: str,
+        spec: InstanceSpec,
+        request: Mapping[str, Any],
+        subnet: str | None,
+        count: int,
+        key: str,
+    ) -> list[InstanceTypeDef]:
+        """One RunInstances of ``count`` in ``subnet``; ``_NoRoom`` if the zone or
+        subnet has no room for the type."""
+        kwargs = {**request, "MaxCount": count, "ClientToken": key}
+        if subnet is not None:
+            kwargs["SubnetId"] = subnet
+        where = f" in {subnet}" if subnet else ""
+        what = f"launching {count} x {spec.instance_type} (type {type!r}){where}"
+        try:
+            reply = self.client.run_instances(**kwargs)
+        except ClientError as exc:
+            code = error_code(exc)
+            if code not in _ZONE_CODES:
+                raise as_ours(what, exc) from exc
+            raise _NoRoom(f"{code}: {error_message(exc)}", code=code) from exc
+        except BotoCoreError as exc:
+            raise as_ours(what, exc) from exc
+        instances = reply.get("Instances", [])
+        for instance in instances:
+            self._types[instance["InstanceId"]] = type
+        return instances
+
+    def _subnets_outside(self, zones: Collection[str]) -> Sequence[str | None]:
+        """The subnets to launch in: those outside ``zones``, or all of them when every
+        one is in (a launch the run decided goes somewhere); the default subnet without
+        subnets."""
+        subnets = self.settings.subnets
+        if not subnets:
+            return (None,)
+        if not zones:
+            return subnets
+        if len(self._subnet_zones) < len(subnets):
+            self._subnet_zones = {**self._subnet_zones, **subnet_zones(self.client, subnets)}
+        outside = [s for s in subnets if self._subnet_zones.get(s) not in zones]
+        return outside or subnets
+
+    def _pool_prices(self, spec: InstanceSpec, subnets: Sequence[str | None]) -> list[float | None]:
+        """Each subnet's latest spot price of ``spec`` (None where unknown), for a spot
+        type whose prices are the market's; empty otherwise (pools taken in turn)."""
+        if not (spec.spot and self.settings.spot_market and self.settings.subnets):
+            return []
+        zones, prices = self._subnet_zones, self._zone_prices
+        return [prices.get((spec.instance_type, zones.get(s or "", ""))) for s in subnets]
 
     def _request(
         self, type: str, spec: InstanceSpec, count: int, token: str, tags: Mapping[str, str]
     ) -> dict[str, Any]:
         s = self.settings
         all_tags = {
-            "Name": f"autoscaler {self.run_id} {type}",
-            **tags,
+            "Name": aws_tag_value(f"autoscaler {self.run_id} {type}"),
+            **{key: aws_tag_value(value) for key, value in tags.items()},
             RUN_TAG: self.run_id,
             LAUNCH_TAG: token,
             TYPE_TAG: type,
@@ -395,7 +540,8 @@ class Ec2Provider:
             key = "Arn" if s.instance_profile.startswith("arn:") else "Name"
             request["IamInstanceProfile"] = {key: s.instance_profile}
         if s.user_data:
-            request["UserData"] = s.user_data  # botocore encodes it in base64
+            data = s.user_data(token) if callable(s.user_data) else s.user_data
+            request["UserData"] = data  # botocore encodes it in base64
         if spec.spot:
             options: dict[str, Any] = {
                 "SpotInstanceType": "one-time",
@@ -408,7 +554,10 @@ class Ec2Provider:
 
     def _record(self, instance: InstanceTypeDef, type: str, token: str) -> MachineRecord:
         self._types[instance["InstanceId"]] = type
-        return MachineRecord(instance["InstanceId"], type, token, self._launched_at(instance))
+        zone = instance.get("Placement", {}).get("AvailabilityZone", "")
+        return MachineRecord(
+            instance["InstanceId"], type, token, self._launched_at(instance), zone=zone
+        )
 
     def _launched_at(self, instance: InstanceTypeDef) -> float:
         """The launch on the driver's clock: now, less how long ago EC2 launched it."""
@@ -480,7 +629,9 @@ def terminate_instances(settings: Ec2Settings, ids: Sequence[str]) -> list[str]:
 # --- the kind -------------------------------------------------------------------------------
 
 
-def ec2_settings(cfg: Platform, user_data: str | bytes | None = None) -> Ec2Settings:
+def ec2_settings(
+    cfg: Platform, user_data: str | bytes | Callable[[str], str | bytes] | None = None
+) -> Ec2Settings:
     """The provider settings of ``cfg``'s ``ec2`` section."""
     e = cfg.ec2
     if e is None:
@@ -520,20 +671,25 @@ def _max_price(cfg: Platform, name: str) -> float | None:
 
 def build(cfg: Platform, ctx: RunContext) -> Provider:
     """The EC2 provider of a real run of ``cfg``; with ``bootstrap: user-data`` its
-    instances start their agents themselves."""
-    user_data = None
+    instances start their agents themselves, each launch's user data with that launch's
+    token (``bootstrap.credentials``) and the run's CA pinned."""
+    user_data: Callable[[str], str | bytes] | None = None
     if cfg.ec2 is not None and cfg.ec2.bootstrap == "user-data":
         from autoscaler.bootstrap.agent_start import agent_source
+        from autoscaler.bootstrap.credentials import launch_token
         from autoscaler.bootstrap.userdata import render_user_data
 
-        assert cfg.ec2.controller_url is not None
-        user_data = render_user_data(
-            agent_source(),
-            cfg.ec2.controller_url,
-            ctx.token,
-            ec2_agent_args(cfg),
-            poweroff_on_exit=True,
-        )
+        url, source, args = cfg.ec2.controller_url, agent_source(), ec2_agent_args(cfg)
+        assert url is not None
+
+        def render(launch: str) -> str | bytes:
+            token = launch_token(ctx.token, launch)
+            return render_user_data(
+                source, url, token, args, poweroff_on_exit=True, register=True, ca_pem=ctx.ca_pem
+            )
+
+        user_data = render
+
     settings = ec2_settings(cfg, user_data)
     return Ec2Provider(KIND.capabilities(cfg, ctx.billing), ctx.run_id, settings, ctx.clock)
 
@@ -547,4 +703,18 @@ def sweeper(cfg: Platform) -> Sweeper:
     )
 
 
-KIND = ProviderKind("ec2", spot=True, build=build, sweeper=sweeper, bootstrapper=ssh_bootstrap)
+def direct(cfg: Platform) -> Direct:
+    """Agents started from user data connect to ``controller_url``'s host; those of an SSH
+    bootstrap come through its tunnels."""
+    ec2 = cfg.ec2
+    if ec2 is None:
+        return Direct()
+    if ec2.bootstrap == "ssh":
+        return Direct(tunnelled=True)
+    host = urlsplit(ec2.controller_url).hostname if ec2.controller_url else None
+    return Direct(hosts=(host,) if host else ())
+
+
+KIND = ProviderKind(
+    "ec2", spot=True, build=build, sweeper=sweeper, bootstrapper=ssh_bootstrap, direct=direct
+)

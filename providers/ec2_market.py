@@ -4,10 +4,11 @@
 types' price changes in a window, in every zone of the region; ``type_prices`` turns
 them into one price per instance type over time: at each change, the highest price in
 force among the zones of the run's subnets (every zone without subnets): a launch walks
-the subnets and may land in any of their zones, so a plan or a bill made on the highest
-is never short. ``subnet_zones`` finds the subnets' zones. The client is ``providers/aws.py``'s; its
-errors come out as ``AutoscalerError`` (``aws_errors``). Tested in
-``tests/unit/test_ec2_market.py`` on handmade answers and in
+the subnets' pools and may land in any of their zones, so a plan or a bill made on the highest
+is never short. ``subnet_zones`` finds the subnets' zones; ``latest_prices`` the price
+in force in each zone, which orders a spot launch's pools (``ec2_pools``). The client
+is ``providers/aws.py``'s; its errors come out as ``AutoscalerError`` (``aws_errors``).
+Tested in ``tests/unit/test_ec2_market.py`` on handmade answers and in
 ``tests/integration/test_ec2_market.py`` against moto.
 """
 
@@ -98,8 +99,14 @@ def spot_price_history(
     return records
 
 
-def subnet_zones(client: EC2Client, subnets: Sequence[str]) -> frozenset[str]:
-    """The availability zones of ``subnets`` (DescribeSubnets)."""
+def subnet_zones(client: EC2Client, subnets: Sequence[str]) -> dict[str, str]:
+    """The availability zone of each of ``subnets`` (DescribeSubnets)."""
     with aws_errors(f"finding the zones of subnets {', '.join(subnets)}"):
         reply = client.describe_subnets(SubnetIds=list(subnets))
-    return frozenset(s["AvailabilityZone"] for s in reply.get("Subnets", []))
+    return {s["SubnetId"]: s["AvailabilityZone"] for s in reply.get("Subnets", [])}
+
+
+def latest_prices(records: Iterable[SpotRecord]) -> dict[tuple[str, str], float]:
+    """The last price of each (instance type, zone) among ``records``: what a launch into
+    that zone's pool pays now (``ec2_pools`` puts a launch in the cheapest)."""
+    return {(r.instance_type, r.zone): r.usd_per_hour for r in sorted(records, key=lambda r: r.at)}

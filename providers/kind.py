@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from autoscaler.bootstrap.agent_start import AgentSettings, agent_flags
+from autoscaler.bootstrap.tls import CA_CERT
 from autoscaler.core.billing import BillingModel
 from autoscaler.providers.base import Capabilities, Provider
 
@@ -44,10 +45,11 @@ class RunContext:
     billing: BillingModel
     run_id: str
     run_dir: Path  # the agents' logs and the token file go here
-    token: str  # the run token agents present
+    token: str  # the run's secret: agents present their machine's token, derived from it
     url: str  # the dispatcher's, as agents started on this host reach it
     workdir: Path  # the agents' working directory, unless the provider's section names one
     clock: Callable[[], float]  # run time
+    ca_pem: str | None = None  # the run's CA certificate when the dispatcher serves https
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +81,16 @@ class Sweeper:
 
 
 @dataclass(frozen=True, slots=True)
+class Direct:
+    """How a provider's agents reach the dispatcher: ``hosts``, the names they connect to
+    directly (the dispatcher then serves https, its certificate from the run's CA), and
+    whether some come through SSH tunnels (``tunnelled``: plain HTTP inside them)."""
+
+    hosts: tuple[str, ...] = ()
+    tunnelled: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class ProviderKind:
     """One provider kind, declared by its module."""
 
@@ -91,6 +103,9 @@ class ProviderKind:
     max_life_s: Callable[[float], float] | None = None
     """The longest one of its machines lives, given the ATU (a batch job's time limit);
     None: as long as it is paid for."""
+    direct: Callable[[Platform], Direct] | None = None
+    """How its agents reach the dispatcher, when not as local processes or batch jobs do
+    (None: over loopback or the cluster's network, plain HTTP)."""
 
     @property
     def real(self) -> bool:
@@ -139,4 +154,5 @@ def agent_settings(
         workdir=(workdir or ctx.workdir).absolute(),
         python=python or sys.executable,
         slots={t.name: t.slots or 1 for t in cfg.machine_types},
+        ca_file=ctx.run_dir / CA_CERT if ctx.ca_pem is not None else None,
     )

@@ -20,7 +20,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -151,7 +151,13 @@ class LocalProvider:
     # --- the provider protocol ------------------------------------------------------
 
     def launch(
-        self, type: str, count: int, token: str, tags: Mapping[str, str]
+        self,
+        type: str,
+        count: int,
+        token: str,
+        tags: Mapping[str, str],
+        *,
+        avoid_zones: Collection[str] = (),
     ) -> list[MachineRecord]:
         ids = machine_ids(type, token, count)
         with self._lock:

@@ -14,15 +14,17 @@ every part once.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.providers import registry
 from autoscaler.providers.base import (
+    PROVIDER_TAG,
     Capabilities,
     MachineRecord,
     MachineStatus,
+    PartialLaunch,
     PricePoint,
     Provider,
     SpotMarket,
@@ -83,10 +85,22 @@ class MultiProvider:
             return self._owner.get(machine)
 
     def launch(
-        self, type: str, count: int, token: str, tags: Mapping[str, str]
+        self,
+        type: str,
+        count: int,
+        token: str,
+        tags: Mapping[str, str],
+        *,
+        avoid_zones: Collection[str] = (),
     ) -> list[MachineRecord]:
         name, part = self.part_of_type(type)
-        records = part.launch(type, count, token, {**tags, "autoscaler:provider": name})
+        try:
+            records = part.launch(
+                type, count, token, {**tags, PROVIDER_TAG: name}, avoid_zones=avoid_zones
+            )
+        except PartialLaunch as partial:
+            self._own(name, (r.id for r in partial.records))
+            raise
         self._own(name, (r.id for r in records))
         return records
 

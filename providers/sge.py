@@ -5,8 +5,9 @@ a slot and runs a worker; our machine types map onto queues and resource request
 (``SgeType``); the ATU and prices are the config's. A type of several slots asks for its
 slots times the bag's cpus in its parallel environment (``pe``) where the config names
 one, and for nothing more where it does not (the job takes one queue slot). Agents reach
-the dispatcher over the cluster network and read the run's token from ``--token-file``
-(the run directory's ``token``, mode 0600, on a filesystem the nodes share). The token is
+the dispatcher over the cluster network and read their machine's token from
+``--token-file`` (``agents/<machine>.token`` in the run directory, mode 0600, on a
+filesystem the nodes share; never the run's secret). The token is
 never on the qsub command line nor in ``-v`` variables: ``qstat -j`` shows both to every
 user.
 
@@ -35,7 +36,7 @@ qmaster could not be reached.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -55,6 +56,7 @@ from autoscaler.providers.batch import (
     run_client,
     sweeper_of,
 )
+from autoscaler.providers.cost_tags import project_of
 from autoscaler.providers.kind import (
     ProviderKind,
     RunContext,
@@ -204,8 +206,10 @@ class SgeProvider(BatchProvider[SgeType]):
             return f"gone from qstat (qacct -j {job_id}: {detail(result)[:200]})"
         return f"gone from qstat, {said}"
 
-    def _submit_args(self, mid: str, spec: SgeType) -> list[str]:
-        """The qsub command line of machine ``mid``: it names the token file, never the token."""
+    def _submit_args(self, mid: str, spec: SgeType, project: str | None = None) -> list[str]:
+        """The qsub command line of machine ``mid``: it names the token file, never the
+        token. ``project``: the run's, as the job's account string (``-A``, free-form:
+        ``qstat -j`` and ``qacct`` show it)."""
         s = self.settings
         args = [
             "qsub",
@@ -221,6 +225,8 @@ class SgeProvider(BatchProvider[SgeType]):
             "-j",
             "y",
         ]
+        if project:
+            args += ["-A", project]
         if spec.queue:
             args += ["-q", spec.queue]
         if spec.resources:
@@ -229,11 +235,11 @@ class SgeProvider(BatchProvider[SgeType]):
             args += ["-pe", spec.pe[0], str(spec.pe[1])]
         args += list(spec.extra_args)
         args += ["-wd", str(s.workdir or self.log_dir)]
-        args += s.command(mid, token_file=self.token_file, type=split_machine_id(mid)[0]).argv
+        args += s.command(mid, token_file=self.token_path(mid), type=split_machine_id(mid)[0]).argv
         return args
 
-    def _submit_job(self, mid: str, type: str, spec: SgeType) -> str:
-        result = _run(self._runner, self._submit_args(mid, spec))
+    def _submit_job(self, mid: str, type: str, spec: SgeType, tags: Mapping[str, str]) -> str:
+        result = _run(self._runner, self._submit_args(mid, spec, project_of(tags)))
         return sge_output.parse_qsub(result.stdout)
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import math
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -220,7 +220,13 @@ class SimProvider:
     # --- the provider protocol ----------------------------------------------------------
 
     def launch(
-        self, type: str, count: int, token: str, tags: Mapping[str, str]
+        self,
+        type: str,
+        count: int,
+        token: str,
+        tags: Mapping[str, str],
+        *,
+        avoid_zones: Collection[str] = (),
     ) -> list[MachineRecord]:
         if token in self._by_token:  # idempotent: a repeated token returns its machines
             return [self._record(self.machines[i]) for i in self._by_token[token]]

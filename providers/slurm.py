@@ -5,9 +5,10 @@ As on Grid Engine (``sge``), a machine type maps onto a partition and a resource
 prices are the config's. A job's ``--time`` is one paid unit (whole minutes, at least
 one): Slurm ends a machine at the latest when its unit does, so a machine the daemon
 lost track of never runs on unpaid. Agents reach the dispatcher over the cluster network
-and read the run's token from ``--token-file`` (the run directory's ``token``, on a
-filesystem the nodes share); the token is never on the sbatch command line. Jobs run with
-``--export=NIL``: the user's own environment on the node, nothing of the daemon's.
+and read their machine's token from ``--token-file`` (``agents/<machine>.token`` in the
+run directory, on a filesystem the nodes share; never the run's secret); the token is
+never on the sbatch command line. Jobs run with ``--export=NIL``: the user's own
+environment on the node, nothing of the daemon's.
 
 The tag is the job name, ``as.<run id>.<machine id>`` (``sge_output.job_name``). Machine
 ids are ``<type>-<token>-<i>``, so a repeated launch of a token submits only its machines
@@ -31,11 +32,12 @@ Slurm refuses for the type's request (a partition or feature it does not have) i
 
 from __future__ import annotations
 
+import functools
 import math
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.providers import slurm_output
@@ -53,6 +55,7 @@ from autoscaler.providers.batch import (
     run_client,
     sweeper_of,
 )
+from autoscaler.providers.cost_tags import project_of
 from autoscaler.providers.kind import (
     ProviderKind,
     RunContext,
@@ -197,11 +200,21 @@ class SlurmProvider(BatchProvider[SlurmType]):
     def _cancel(self, job_ids: Sequence[str]) -> list[str]:
         return cancel_jobs(job_ids, self._runner)
 
-    def submit_args(self, mid: str, spec: SlurmType) -> list[str]:
+    def __init__(self, *args: Any, account_from_project: bool = False, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.account_from_project = account_from_project
+
+    def submit_args(self, mid: str, spec: SlurmType, project: str | None = None) -> list[str]:
         """The sbatch command line of machine ``mid``: it names the token file, never the
-        token."""
+        token. ``project``: the run's, as the job's comment, and as its account too with
+        ``account_from_project`` (Slurm keeps accounts in lower case)."""
         s = self.settings
-        agent = s.command(mid, token_file=self.token_file, type=split_machine_id(mid)[0]).argv
+        agent = s.command(mid, token_file=self.token_path(mid), type=split_machine_id(mid)[0]).argv
+        charged = []
+        if project:
+            charged.append(f"--comment={project}")
+            if self.account_from_project:
+                charged.append(f"--account={project.lower()}")
         return [
             "sbatch",
             "--parsable",
@@ -211,12 +224,13 @@ class SlurmProvider(BatchProvider[SlurmType]):
             "--ntasks=1",
             "--export=NIL",
             f"--chdir={s.workdir or self.log_dir}",
+            *charged,
             *spec.request(),
             f"--wrap=exec {shlex.join(agent)}",
         ]
 
-    def _submit_job(self, mid: str, type: str, spec: SlurmType) -> str:
-        argv = self.submit_args(mid, spec)
+    def _submit_job(self, mid: str, type: str, spec: SlurmType, tags: Mapping[str, str]) -> str:
+        argv = self.submit_args(mid, spec, project_of(tags))
         result = self._runner(argv)
         if result.rc != 0:
             said = detail(result)
@@ -289,8 +303,9 @@ def build(cfg: Platform, ctx: RunContext) -> Provider:
         name: SlurmType(t.partition, t.constraint, _cpus(cfg, name, t), t.mem, tuple(t.extra_args))
         for name, t in slurm.types.items()
     }
+    provider = functools.partial(SlurmProvider, account_from_project=slurm.account_from_project)
     return build_provider(
-        SlurmProvider, KIND, cfg, ctx, types, python=slurm.python, workdir=slurm.workdir
+        provider, KIND, cfg, ctx, types, python=slurm.python, workdir=slurm.workdir
     )
 
 

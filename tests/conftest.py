@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from autoscaler.config.schema import RunConfig
 from autoscaler.run.live_runs import STATE_DIR_ENV
@@ -121,3 +122,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return 0.0 if mark is None else float(mark.args[0] if mark.args else 1)
 
     items.sort(key=lambda item: -minutes(item))
+
+
+def is_run_config(path: Path) -> bool:
+    """Whether the example ``path`` is a run config: machine types and work, not a
+    service config (a ``service:`` section) nor a job file (no machine types)."""
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    return isinstance(data, dict) and "machine_types" in data and "service" not in data

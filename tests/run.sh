@@ -40,6 +40,10 @@ set_up_services() {
     # The status page is tested in a real headless browser (Playwright drives the system
     # chromium; `playwright install` is never run).
     [ -x /usr/bin/chromium ] || install_packages chromium
+    # promtool checks and fires the Prometheus alerting rules infra/ ships.
+    [ -x /usr/bin/promtool ] || install_packages prometheus
+    # libfaketime sets a served service's wall clock (a project's month turning over).
+    [ -x /usr/bin/faketime ] || install_packages faketime
     bash infra/sge/setup.sh
     # A one-node Slurm (munged, slurmctld, slurmd), started unless already running.
     [ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/slurmd ] && [ -x /usr/bin/sbatch ] &&
@@ -109,9 +113,10 @@ mypy_log=$(mktemp)
 mypy_pid=$!
 
 # The integration tests mostly wait (time-scaled runs, moto, sshd, Grid Engine, Slurm):
-# six pytest-xdist workers run them side by side (their tests' durations add up to about
-# four times the phase's length; with four workers it took 624 s, with six 485 s, at
-# 0d36bad, and the suite passes with a CPU-bound process beside it). The
+# eight pytest-xdist workers run them side by side (their tests' durations add up to
+# about seven times the phase's length; with four workers it took 624 s, with six 485 s,
+# at 0d36bad; eight passed beside three other people's work in CI run 51, and the suite
+# passes with a CPU-bound process beside it). The
 # unit tests are CPU-bound: one process runs them, from the end of the python set-up,
 # beside the service set-up and then the integration tests, on the core those leave (the
 # suite passes with a CPU-bound process beside it). Their output is printed when both are
@@ -136,7 +141,7 @@ collect "services set up (beside the python environment and the unit tests)" \
 services_pid=""
 [ "$services_rc" -eq 0 ] || { echo "error: setting up the services failed (exit $services_rc)" >&2; exit "$services_rc"; }
 integration_rc=0
-run_pytest integration no tests/integration -q --durations=25 -n 6 --dist loadgroup -m "not alone" ||
+run_pytest integration no tests/integration -q --durations=25 -n 8 --dist loadgroup -m "not alone" ||
   integration_rc=$?
 # Tests marked `alone` compare a real run's timing or spend with what the host's load
 # would shift: they run after the other integration tests, four at a time, with at most

@@ -43,6 +43,7 @@ from autoscaler.budget.tail import replicate, take_back
 from autoscaler.core.groups import GroupLimits, fair_share, group_size
 from autoscaler.core.limits import quota_grew
 from autoscaler.core.model import (
+    NOTICE_REASON,
     OUT_OF_MONEY,
     Action,
     Assign,
@@ -58,6 +59,7 @@ from autoscaler.core.model import (
     MachineLost,
     MachineState,
     QuotaSet,
+    RebalanceRecommended,
     Release,
     Resumed,
     Shutdown,
@@ -66,6 +68,7 @@ from autoscaler.core.model import (
     Tick,
     TypeSpec,
 )
+from autoscaler.core.reclaims import drain
 from autoscaler.core.state import Machine, RunState
 from autoscaler.core.step import Step
 from autoscaler.core.words import counted
@@ -137,8 +140,16 @@ def _read(s: Step, events: Iterable[Event]) -> _News:
             case LaunchFailed(kind="limit", types=types):
                 lost = True
                 held.extend(types)
+            case MachineLost(machine=mid, reason=reason) if NOTICE_REASON in reason:
+                lost = True
+                tname = state.fleet.machines[mid].type.name
+                if not state.capacity.available(tname, s.now):  # held after reclaims
+                    unavailable.append(tname)
             case MachineLost() | LaunchFailed():
                 lost = True
+            case RebalanceRecommended(machine=mid):  # drains: replaced as a lost one is
+                lost = True
+                first.extend(drain(state.fleet.machines[mid]))
             case Shutdown(reason=reason):
                 if not state.money.stopped and not any(isinstance(a, Stop) for a in first):
                     first.append(Stop(reason))
@@ -348,7 +359,10 @@ class Controller:
         held = sorted(set(news.held) - set(lacking)) if others else []
         if (lacking or held) and not replanned and planned(state.decisions):
             est, n_e = runtimes.outlook(settings, state, s.now, self._mix)
+            holds = [h for t in lacking for h in (state.capacity.reclaims.holding(t, s.now),) if h]
+            lacking = [t for t in lacking if not any(h.type == t for h in holds)]
             said = [f"{', '.join(lacking)} unavailable"] if lacking else []
+            said += [f"{h.type} held after {counted(h.reclaims, 'reclaim')}" for h in holds]
             said += [f"{', '.join(held)} held by their provider's limit"] if held else []
             why = "; ".join(said) + ": plan without them"
             replanned = monitor.replan(settings, s, est, n_e, why, force=True, categories=self._mix)
@@ -404,7 +418,7 @@ class Controller:
         compact = sampling_.is_compact(self.settings, state)  # fixed for the run
         for mid in sorted(machines):
             m = by_id[mid]
-            if m.state is not _READY or len(m.running) >= m.type.slots:
+            if m.state is not _READY or len(m.running) >= m.type.slots or m.draining:
                 continue
             if (
                 compact

@@ -35,7 +35,8 @@ def _launch_or_mark(s: Step) -> tuple[str, ...]:
         keep = [m for m in alive if not m.marked]
         have = len(keep) + in_flight
         if want > have:
-            for m in sorted((m for m in alive if m.marked), key=lambda m: -m.paid_until):
+            kept_again = (m for m in alive if m.marked and not m.draining)
+            for m in sorted(kept_again, key=lambda m: -m.paid_until):
                 if have >= want:
                     break
                 s.do(Mark(m.id, release=False))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from autoscaler.budget.planner import plan_budget
+from autoscaler.budget.planner import plan_budget, plannable
 from autoscaler.budget.problem import BudgetProblem
 from autoscaler.core.solve import Solver
 
@@ -30,7 +30,7 @@ def minimum_budget(
     with, within ``rel_tol``; None when even a huge budget finds no plan."""
     if problem.tasks <= 0:
         return 0.0
-    if not any(t.mean_s > 0 and t.max_count > 0 for t in problem.types):
+    if not plannable(problem):
         return None
 
     def feasible(budget: float) -> bool:

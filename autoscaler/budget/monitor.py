@@ -12,7 +12,7 @@ from autoscaler.budget import plans
 from autoscaler.budget.category_means import alone
 from autoscaler.budget.category_mix import plan_mix
 from autoscaler.budget.outlook import forecast, potential
-from autoscaler.budget.planner import plan_budget
+from autoscaler.budget.planner import plan_budget, plannable
 from autoscaler.budget.plans import best_effort
 from autoscaler.budget.problem import Plan, TypeEstimate
 from autoscaler.budget.risk import check_risk
@@ -248,7 +248,7 @@ def replan(
         if _shortfall(settings, s, est, n_e, optimistic=False):
             return True
         used = alone(state, est, categories)
-        chosen = best_effort(used)
+        chosen = best_effort(state, used)
         tight = True
         reason += "; budget tight: most profitable type only"
     elif not force and chosen.speed < speed_now * settings.improve_ratio:
@@ -283,7 +283,7 @@ def _finishes_at_means(
     if n_e <= 0:
         return True
     problem = plans.bare_problem(settings, s.state, s.now, est, n_e, money_left(s.state.money))
-    return bool(problem.types) and plan_budget(problem, settings.solver) is not None
+    return plannable(problem) and plan_budget(problem, settings.solver) is not None
 
 
 def _at_most(

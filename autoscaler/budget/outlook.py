@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -139,11 +139,13 @@ def potential(
 
     Units are whole ATUs under fixed billing, a fraction under per-second billing;
     each slot of each machine does ``tasks_within`` of that horizon (the final-unit
-    cushion).
+    cushion). Under fixed billing the units are bought as the machines reach the end
+    of their paid time (``_units_paid``): machines launched after others (after a
+    sampling phase, booting) reach it later, and the money that pays no whole unit of
+    every machine may still pay the next unit of those that need it first.
     """
-    keep: list[str] = [
-        m.type.name for m in state.fleet.alive_machines() if not m.marked and m.type.name in means
-    ]
+    kept = [m for m in state.fleet.alive_machines() if not m.marked and m.type.name in means]
+    keep: list[str] = [m.type.name for m in kept]
     keep += [t for t, c in state.fleet.pending_launches.values() if t in means for _ in range(c)]
     if not keep:
         return 0.0
@@ -151,15 +153,48 @@ def potential(
         return math.inf
     per_unit = sum(state.types[t].price for t in keep)
     left = max(0.0, state.money.budget - state.money.committed)
-    units = left / per_unit
     if state.billing.mode == "fixed":
-        units = math.floor(units + _EPS)
-    horizon = units * state.billing.atu_s
-    each = {
-        t: state.types[t].slots * tasks_within(horizon, means[t], sds.get(t, 0.0), z, loss)
-        for t in set(keep)
-    }
-    return float(sum(each[t] for t in keep))  # machine by machine, in their order
+        first = state.now + state.billing.first_step_s
+        ends = [m.paid_until for m in kept] + [first] * (len(keep) - len(kept))
+        units = _units_paid(ends, [state.types[t].price for t in keep], left, per_unit)
+    else:
+        units = [left / per_unit] * len(keep)
+    atu = state.billing.atu_s
+    each: dict[tuple[str, float], float] = {}
+    for t, u in zip(keep, units, strict=True):
+        if (t, u) not in each:
+            lane = tasks_within(u * atu, means[t], sds.get(t, 0.0), z, loss)
+            each[t, u] = state.types[t].slots * lane
+    return float(sum(each[t, u] for t, u in zip(keep, units, strict=True)))  # in their order
+
+
+def _units_paid(
+    ends: Sequence[float], prices: Sequence[float], left: float, per_unit: float
+) -> list[float]:
+    """Whole units the money ``left`` pays each machine beyond its paid time ``ends``,
+    bought in the order the machines need them, until a machine's next unit cannot be
+    paid: the horizon stops there, at that machine's end, for every machine.
+
+    R = ⌊left/Σc_i⌋ units each (every machine's next R units); what remains pays one
+    more unit for the machines whose paid time ends before the first one it cannot
+    pay for. Machines whose paid time ends together are all paid or none: with every
+    end the same, each gets R units, the lockstep count of paper 000 §2.2.
+    """
+    rounds = math.floor(left / per_unit + _EPS)
+    rest = left - rounds * per_unit
+    units = [float(rounds)] * len(ends)
+    order = sorted(range(len(ends)), key=lambda i: ends[i])
+    stop = math.inf  # the end of the first machine the rest cannot pay a unit for
+    for i in order:
+        if prices[i] > rest + _EPS * per_unit:
+            stop = ends[i]
+            break
+        rest -= prices[i]
+    for i in order:
+        if ends[i] >= stop:
+            break
+        units[i] = rounds + 1.0
+    return units
 
 
 @dataclass(frozen=True, slots=True)

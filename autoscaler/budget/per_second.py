@@ -124,7 +124,9 @@ def _fractional_max(
     value: Callable[[_Kind], float],
 ) -> float:
     """The most Σ x_j·value_j for Σ x_j·cost_j(H) ≤ B with fractional 0 ≤ x_j ≤ count_j
-    (greedy knapsack): an upper bound on the same over whole mixes.
+    (greedy knapsack): an upper bound on the same over whole mixes. B is read as
+    ``affordable`` reads it, to the solvers' tolerance: with B exactly, one machine
+    costing B to the cent fell a hair short at the horizon cap, and no plan was made.
 
     With value = tasks by H, it is monotone in H as a feasibility test (≥ N): per kind,
     tasks by H do not shrink and cost per task does not grow with H (m(h)/h grows,
@@ -138,7 +140,7 @@ def _fractional_max(
             cost = _kind_cost(kind, horizon_s, problem.billing)
             items.append((cost / worth, worth, float(kind.count)))
     items.sort()
-    money = problem.budget
+    money = problem.budget + MONEY_REL * max(1.0, abs(problem.budget))  # as ``affordable``
     total = 0.0
     for per_value, worth, count in items:
         if per_value <= 0:

@@ -213,6 +213,13 @@ def _solve_fixed(problem: BudgetProblem, solver: Solver, time_limit_s: float | N
 # --- entry points -----------------------------------------------------------------------------
 
 
+def plannable(problem: BudgetProblem) -> bool:
+    """Whether ``problem`` has a type a plan may use: one with a runtime estimate that
+    may have a machine. Without one ``solve_budget`` refuses (``PlannerError``); a type
+    may have none when a service's other jobs hold every machine its limit allows."""
+    return any(t.mean_s > 0 and t.max_count > 0 for t in problem.types)
+
+
 def solve_budget(
     problem: BudgetProblem, solver: Solver = "highs", time_limit_s: float | None = None
 ) -> PlanResult:

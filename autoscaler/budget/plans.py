@@ -9,12 +9,11 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from autoscaler.budget.outlook import forecast
-from autoscaler.budget.planner import solve_budget
+from autoscaler.budget.planner import plannable, solve_budget
 from autoscaler.budget.problem import BudgetProblem, Plan, TypeEstimate
 from autoscaler.budget.runtimes import end_reserve, intervals, reserved, running_ages
 from autoscaler.budget.sampling import stats
 from autoscaler.budget.settings import ControllerSettings
-from autoscaler.core.capacity import Capacity
 from autoscaler.core.limits import rooms
 from autoscaler.core.model import Configure
 from autoscaler.core.state import RunState
@@ -35,7 +34,7 @@ def budget_problem(
     return BudgetProblem(
         tasks=n_e,
         budget=money,
-        types=_launchable(state.capacity, now, reserved(settings, state, est)),
+        types=_launchable(state, now, reserved(settings, state, est)),
         billing=state.billing,
         cushion_z=settings.cushion_z,
         final_loss=settings.final_loss,
@@ -96,13 +95,13 @@ def bare_problem(
     """The budget problem on the estimated means, without a reserve."""
     return replace(
         budget_problem(settings, state, now, est, n_e, money),
-        types=_launchable(state.capacity, now, est),
+        types=_launchable(state, now, est),
     )
 
 
 def _solve(settings: ControllerSettings, problem: BudgetProblem, notes: list[str]) -> Plan | None:
     """The planner's answer; what it says of solver trouble goes into ``notes``."""
-    if not any(t.mean_s > 0 and t.max_count > 0 for t in problem.types):
+    if not plannable(problem):
         notes.append("no machine type with an estimate can be launched")
         return None
     result = solve_budget(problem, settings.solver)
@@ -110,8 +109,9 @@ def _solve(settings: ControllerSettings, problem: BudgetProblem, notes: list[str
     return result.plan
 
 
-def _launchable(capacity: Capacity, now: float, est: dict[str, TypeEstimate]) -> list[TypeEstimate]:
-    """The types a plan may use, each as much as it counts (``Capacity.weight``).
+def _launchable(state: RunState, now: float, est: dict[str, TypeEstimate]) -> list[TypeEstimate]:
+    """The types a plan may use, each as much as it counts (``Capacity.weight``) and
+    as much of its machines' work as their reclaims leave (``RunState.reclaim_factor``).
 
     A type the provider lacks capacity for, or whose provider a limit holds while
     another provider's type can still be launched, keeps only the machines it has
@@ -126,24 +126,39 @@ def _launchable(capacity: Capacity, now: float, est: dict[str, TypeEstimate]) ->
     the fixed-ATU constraint k·Σ a_i·c_i ≤ B stay as they are, and the per-second
     constraint N·Σ a_i·c_i ≤ B·Σ a_i/T_i only tightens, so a discount may make a plan
     slower, never let it commit more than the budget.
+
+    A type whose machines are taken back (spot) has its T_i taken as T_i / f, f the
+    share of their work a reclaim does not lose; the tasks of its first step stay as
+    they are (⌊f·p_i⌋ would take a whole task off for a rate of 0.05 an hour). A type
+    its reclaims leave nothing of keeps only the machines it has.
     """
+    capacity = state.capacity
     free = any(capacity.launchable(name, now) for name in est)
     out = []
     for name, e in est.items():
-        if not capacity.available(name, now) or (free and capacity.held(now, name)):
+        kept = state.reclaim_factor(name, e.mean_s)
+        if not capacity.available(name, now) or (free and capacity.held(now, name)) or kept <= 0.0:
             if e.live > 0:
                 out.append(replace(e, max_count=e.live))
             continue
         w = capacity.weight(name, now) if free else 1.0
         if 0.0 < w < 1.0:
             e = replace(e, mean_s=e.mean_s / w, first_tasks=math.floor(e.first_tasks * w))
+        if kept < 1.0:
+            e = replace(e, mean_s=e.mean_s / kept)
         out.append(e)
     return out
 
 
-def best_effort(est: dict[str, TypeEstimate]) -> Plan:
-    """Keep going on the most profitable type while the budget pays for units."""
-    best = min(est.values(), key=lambda e: e.price * e.mean_s / e.slots)
+def best_effort(state: RunState, est: dict[str, TypeEstimate]) -> Plan:
+    """Keep going on the most profitable type while the budget pays for units: the
+    least money per task, a type's reclaims counted as work lost (``_launchable``)."""
+
+    def per_task(e: TypeEstimate) -> float:
+        kept = state.reclaim_factor(e.name, e.mean_s)
+        return e.price * e.mean_s / e.slots / kept if kept > 0 else math.inf
+
+    best = min(est.values(), key=per_task)
     count = max(1, min(best.live, best.max_count))
     speed = count * best.slots / best.mean_s
     return Plan(counts={best.name: count}, units=0, speed=speed, cost=0.0)

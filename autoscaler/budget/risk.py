@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 
 from autoscaler.budget.category_mix import least_money, pays_for
 from autoscaler.budget.minimum import minimum_budget
-from autoscaler.budget.planner import plan_budget
+from autoscaler.budget.planner import plan_budget, plannable
 from autoscaler.budget.plans import budget_problem
 from autoscaler.budget.problem import TypeEstimate
 from autoscaler.budget.runtimes import reserved
@@ -75,7 +75,7 @@ def affords(
     if categories is not None:
         return pays_for(settings, state, now, est, n_e, categories, reserve=False)(money)
     problem = budget_problem(settings, state, now, est, n_e, money)
-    return bool(problem.types) and plan_budget(problem, settings.solver) is not None
+    return plannable(problem) and plan_budget(problem, settings.solver) is not None
 
 
 def needed(

@@ -3,7 +3,9 @@
 
 Every command finds its service through a state directory: ``--state-dir``, else the
 ``AUTOSCALER_STATE_DIR`` environment variable, else a per-user default
-(``$XDG_STATE_HOME/autoscaler`` or ``~/.local/state/autoscaler``).
+(``$XDG_STATE_HOME/autoscaler`` or ``~/.local/state/autoscaler``). It acts as the user of
+its token: ``--token-file``, else ``AUTOSCALER_TOKEN``, else the state directory's own
+(``admin``'s; ``autoscaler.service.client``).
 
 Each command imports ``autoscaler.service.control`` (or the service itself) when it
 runs: those load the config models and the HTTP client (urllib, ssl), which would slow
@@ -36,6 +38,16 @@ StateDir = Annotated[
         "--state-dir",
         help="the service's state directory (default: $AUTOSCALER_STATE_DIR, else "
         "~/.local/state/autoscaler)",
+    ),
+]
+
+
+TokenFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--token-file",
+        help="a file holding the token to act with (default: $AUTOSCALER_TOKEN, else the "
+        "state directory's own token, admin's)",
     ),
 ]
 
@@ -82,7 +94,11 @@ def serve(
     where = _state_dir(state_dir)
     service = Service(cfg, where)
     attach_daily_reports(service)
-    with StopSignals() as signals, serving(service, cfg.settings.host, cfg.settings.port) as api:
+    settings = cfg.settings
+    with (
+        StopSignals() as signals,
+        serving(service, settings.host, settings.port, settings.tls) as api,
+    ):
         console.print(
             f"service {cfg.name} ({cfg.platform.provider_label()}): state directory {where}, "
             f"API {api.url} "
@@ -118,17 +134,19 @@ def submit(
     job: Annotated[Path, typer.Argument(help="the job's YAML file: bag and constraint")],
     state_dir: StateDir = None,
     name: Annotated[str | None, typer.Option(help="the job's name (default: the file's)")] = None,
+    token_file: TokenFile = None,
 ) -> None:
     """Submit a job to the running service; prints its id once it is journaled."""
     from autoscaler.service.control import submit
 
-    console.print(submit(_state_dir(state_dir), job, name), markup=False)
+    console.print(submit(_state_dir(state_dir), job, name, token_file), markup=False)
 
 
 @app.command()
 def jobs(
     state_dir: StateDir = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the jobs as JSON")] = False,
+    token_file: TokenFile = None,
 ) -> None:
     """List the service's jobs: state, tasks done, spend against budget, predicted finish
     against deadline (times UTC; with the date when not today).
@@ -140,7 +158,7 @@ def jobs(
     from autoscaler.service.control import job_line, list_jobs
 
     where = _state_dir(state_dir)
-    listing = list_jobs(where)
+    listing = list_jobs(where, token_file)
     if as_json:
         console.print(json.dumps(listing.views, indent=2), markup=False, soft_wrap=True)
         return
@@ -157,7 +175,7 @@ def _jobs_table(lines: list[JobLine], now: float) -> None:
     from rich.table import Table  # only `jobs` draws a table
 
     table = Table(box=None, header_style="bold")
-    for col in ("id", "name", "state", "tasks done", "spend / budget", "finish / deadline"):
+    for col in ("id", "name", "state", "tasks done", "spend / budget", "finish / deadline", "user"):
         table.add_column(col, no_wrap=True)
     table.add_column("waits for / stopped", overflow="ellipsis", no_wrap=True, max_width=60)
     for line in lines:
@@ -169,6 +187,7 @@ def _jobs_table(lines: list[JobLine], now: float) -> None:
             f"{money(line.spend)} / {money(line.budget)}",
             f"{when(line.finish_at, now)} / {when(line.deadline_at, now)}"
             + (" LATE" if line.late else ""),
+            line.user,
             line.note,
         )
     # A pipe gets whole lines.
@@ -180,6 +199,7 @@ def _jobs_table(lines: list[JobLine], now: float) -> None:
 def cancel(
     job_id: Annotated[str, typer.Argument(help="the job's id")],
     state_dir: StateDir = None,
+    token_file: TokenFile = None,
 ) -> None:
     """Cancel a job: its running tasks stop, its machines are released, its report is
     written; a queued job never starts.
@@ -189,7 +209,7 @@ def cancel(
     """
     from autoscaler.service.control import cancel
 
-    view = cancel(_state_dir(state_dir), job_id)
+    view = cancel(_state_dir(state_dir), job_id, token_file)
     console.print(f"{view['id']}: cancel asked ({view['state']})", markup=False)
 
 
@@ -207,13 +227,14 @@ def update(
             "the update (2h; run time), or a date and time (2026-12-01T09:00:00Z)"
         ),
     ] = None,
+    token_file: TokenFile = None,
 ) -> None:
     """Change a job's budget (a budget job) or deadline (a deadline job); it is journaled
     and re-planned at once. Prints the new value."""
     from autoscaler.service.control import change, update
 
     asked = change(budget, deadline, time.time())
-    view = update(_state_dir(state_dir), job_id, asked)
+    view = update(_state_dir(state_dir), job_id, asked, token_file)
     console.print(f"{view['id']}: {asked.shown} ({view['state']})", markup=False, soft_wrap=True)
 
 
@@ -224,12 +245,13 @@ def wait(
     timeout: Annotated[
         float | None, typer.Option(help="give up after this many seconds (exit 124)")
     ] = None,
+    token_file: TokenFile = None,
 ) -> None:
     """Block until the job ends. Exit code: 0 done, 3 stopped (its report says why),
     4 done but a deadline missed, 5 cancelled, 6 interrupted, 7 failed, 124 timed out."""
     from autoscaler.service.control import exit_code, outcome, wait
 
-    waited = wait(_state_dir(state_dir), job_id, timeout)
+    waited = wait(_state_dir(state_dir), job_id, timeout, token_file=token_file)
     view = waited.view
     if not waited.ended:
         console.print(f"{job_id}: {view['state']}, {view['done']}/{view['tasks']}", markup=False)
@@ -246,9 +268,9 @@ def wait(
 
 
 @app.command()
-def page(state_dir: StateDir = None) -> None:
+def page(state_dir: StateDir = None, token_file: TokenFile = None) -> None:
     """Print the status page's address, with the token that logs a browser in."""
     from autoscaler.service.client import Client  # urllib and ssl: see the module's note
 
-    client = Client(_state_dir(state_dir))
+    client = Client(_state_dir(state_dir), token_file)
     console.print(f"{client.url}/login?token={client.token}", markup=False, soft_wrap=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Literal
 
 import numpy as np
@@ -57,6 +58,28 @@ class BillingModel:
         else:
             out = prices * np.maximum(durations_s, self.min_charge_s) / self.atu_s
         return out
+
+    def expected_cost(self, price: float, mean_s: float, sd_s: float, paid_s: float = 0.0) -> float:
+        """What a machine costs on average when it lives a normally distributed time
+        (``mean_s``, ``sd_s``) and at least ``paid_s`` (time already paid). Under fixed
+        billing the cost is a step in the duration, so a plan that ends a machine near
+        the end of a unit pays the next one about half the time: the cost at the mean
+        time is not the mean cost."""
+        if sd_s <= 0:
+            return self.cost(price, max(mean_s, paid_s))
+        dist = NormalDist(mean_s, sd_s)
+        if self.mode == "fixed":
+            k = self.units(paid_s)
+            units = float(k)
+            while (beyond := 1.0 - dist.cdf(k * self.atu_s)) > 1e-9:
+                units += beyond
+                k += 1
+            return units * price
+        least = max(self.min_charge_s, paid_s)
+        d = (mean_s - least) / sd_s
+        std = NormalDist()
+        above = (mean_s - least) * std.cdf(d) + sd_s * std.pdf(d)
+        return price * (least + above) / self.atu_s
 
     def paid_units(self, duration_s: float) -> float:
         """ATUs paid for ``duration_s``: whole units, or a fraction under per-second."""

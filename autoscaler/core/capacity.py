@@ -5,10 +5,11 @@ launches for the report."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from autoscaler.core.model import GIVEN_UP_KINDS, NEVER, LaunchFailed, ProviderLimit, QuotaSet
+from autoscaler.core.reclaims import Loss, Pool, ReclaimHold, Reclaims
 from autoscaler.core.words import counted
 
 RECOVERING_WEIGHT = 0.5
@@ -28,6 +29,7 @@ class Capacity:
     launch_problems: list[tuple[float, str, str, str]] = field(
         default_factory=list
     )  # (time, type, kind, reason) of refused launches, for the report
+    reclaims: Reclaims = field(default_factory=Reclaims)  # learned rates, holds after reclaims
 
     def available(self, type_name: str, now: float) -> bool:
         """Whether the provider may have capacity for ``type_name`` at ``now``."""
@@ -121,6 +123,38 @@ class Capacity:
     def launched(self, type_name: str) -> None:
         """A machine of ``type_name`` came: the type has capacity again."""
         self.recovering.pop(type_name, None)
+
+    def machine_ended(
+        self,
+        type_name: str,
+        lived_s: float,
+        reclaimed: bool,
+        now: float,
+        loss: Loss | None = None,
+        zone: str = "",
+        zones: Collection[str] = (),
+    ) -> None:
+        """A machine of ``type_name`` in ``zone`` ended at ``now`` after ``lived_s``, taken
+        back by its provider or not (``loss``: what it cut short; ``zones``: those of the
+        type's machines alive now): learned (``Reclaims``); repeated, costly reclaims
+        avoid the type as a refused launch does, until the hold's ``until`` (or only that
+        zone, when the type has others: ``Reclaims.held_zones``)."""
+        if self.reclaims.ended(type_name, lived_s, reclaimed, now, loss, zone, zones):
+            hold = self.reclaims.holding(type_name, now)
+            assert hold is not None
+            avoided = self.unavailable.get(type_name, -math.inf)
+            self.unavailable[type_name] = max(hold.until, avoided)
+
+    def reclaim_returns(self, now: float, alive_s: Mapping[Pool, float]) -> list[ReclaimHold]:
+        """The reclaim holds that end at ``now`` because their type's (or zone's) learned
+        rate fell back (``Reclaims.returning``): their types are available again, unless
+        another avoidance (a refused launch) lasts longer."""
+        was = {h.type: h.until for h in self.reclaims.active(now) if not h.zone}
+        back = self.reclaims.returning(now, alive_s)
+        for hold in back:
+            if not hold.zone and self.unavailable.get(hold.type) == was[hold.type]:
+                self.unavailable[hold.type] = now
+        return back
 
     def quota_set(self, event: QuotaSet) -> None:
         self.quota = event

@@ -26,11 +26,13 @@ class Machine:
     token: str
     launched_at: float
     paid_until: float  # end of the committed time; the machine is gone by then
+    zone: str = ""  # where the provider put it (an EC2 zone), "" if it did not say
     state: MachineState = MachineState.BOOTING
     ready_at: float | None = None
     ended_at: float | None = None
     end_reason: str | None = None
     marked: bool = False  # to be released at the end of its paid time
+    draining: bool = False  # takes no new work (a rebalance recommendation): stays marked
     running: dict[int, float] = field(default_factory=dict)  # task -> start time
     run_no: dict[int, int] = field(default_factory=dict)  # task -> which run on this machine
     starts: int = 0  # runs started here so far; numbers the next run
@@ -153,7 +155,9 @@ class Fleet:
             self.pending_launches[token] = (ttype, left - count)
         return count
 
-    def launched(self, mid: str, type_name: str, token: str, start: float) -> Machine:
+    def launched(
+        self, mid: str, type_name: str, token: str, start: float, zone: str = ""
+    ) -> Machine:
         """A machine of launch ``token`` exists, paid from ``start`` for the first step."""
         ttype, count = self.pending_launches.get(token, (type_name, 0))
         if count <= 0 or ttype != type_name:
@@ -169,6 +173,7 @@ class Fleet:
             token=token,
             launched_at=start,
             paid_until=start + self.billing.first_step_s,
+            zone=zone,
         )
         self.machines[mid] = m
         self.alive[mid] = m

@@ -76,6 +76,7 @@ __all__ = [
     "PricesSeen",
     "ProviderLimit",
     "QuotaSet",
+    "RebalanceRecommended",
     "Release",
     "Replicate",
     "Resumed",
@@ -126,6 +127,7 @@ class TypeSpec:
     group_max_s: float | None = None  # a task group's expected time at most this
     group_max_tasks: int | None = None  # tasks in one group at most this
     cap: float | None = None  # per ATU: the most a machine may be billed (a spot market's)
+    reclaim_per_hour: float = 0.0  # the prior rate its machines are taken back (spot)
 
     @property
     def commit_price(self) -> float:
@@ -204,6 +206,10 @@ class MachineLaunched:
     token: str
     at: float | None = None
     provider: str = ""  # the name of the provider that started it (a run of several)
+    # Its zone (EC2), if the provider said; journals before zones have none. Where a
+    # machine landed is the provider's news, not a decision: kept out of the repr, so
+    # the decision digest (``benchmarks.same_decisions``) reads runs as it did before.
+    zone: str = field(default="", repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,6 +261,18 @@ class MachineLost:
 
     machine: str
     reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class RebalanceRecommended:
+    """``machine``'s provider says it is at raised risk of being taken back (EC2's
+    rebalance recommendation, usually before any interruption notice): it takes no new
+    work, its queued tasks go back to the bag, and it goes at the end of its paid time
+    once its runs end (the path of a notice, without the loss). ``time``: when, as the
+    provider wrote it."""
+
+    machine: str
+    time: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -420,6 +438,7 @@ Event = (
     | JobWithdrawn
     | QuotaSet
     | PricesSeen
+    | RebalanceRecommended
 )
 
 
@@ -443,4 +462,5 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     JobWithdrawn,
     QuotaSet,
     PricesSeen,
+    RebalanceRecommended,
 )

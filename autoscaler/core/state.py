@@ -21,7 +21,7 @@ nothing: that is the controller's job.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -32,6 +32,7 @@ from autoscaler.core.errors import StateError
 from autoscaler.core.job_ledger import Jobs
 from autoscaler.core.machine_ledger import Fleet, Machine
 from autoscaler.core.model import (
+    NOTICE_REASON,
     Action,
     Assign,
     AssignGroup,
@@ -64,6 +65,7 @@ from autoscaler.core.model import (
     PricesSeen,
     ProviderLimit,
     QuotaSet,
+    RebalanceRecommended,
     Release,
     Replicate,
     Resumed,
@@ -79,6 +81,7 @@ from autoscaler.core.model import (
 )
 from autoscaler.core.money_ledger import Money
 from autoscaler.core.observations import Observations
+from autoscaler.core.reclaims import Loss, Pool, ReclaimPolicy, Reclaims, speed_factor
 from autoscaler.core.task_files import Stored
 from autoscaler.core.task_ledger import Segment, Tasks
 from autoscaler.learn.stats import RuntimeStats
@@ -134,12 +137,14 @@ class RunState:
         limits: Sequence[ProviderLimit] = (),
         categories: Sequence[int] = (),
         launch_prefix: str = "",
+        reclaims: ReclaimPolicy | None = None,
     ) -> RunState:
         """A fresh run; ``order`` is the FCFS order tasks leave the bag in; ``paired``:
         tasks to run on every type (compact sampling; 0: plain sampling); ``jobs``: a
         deadline-mode run's jobs, owning the task ids between them; ``categories``: each
         task's category id (paper 004), or none; ``launch_prefix``: what its launch
-        tokens start with (``Fleet.next_token``)."""
+        tokens start with (``Fleet.next_token``); ``reclaims``: when repeated reclaims
+        hold a type (``core.reclaims``), each type's prior its ``reclaim_per_hour``."""
         if sorted(order) != list(range(n_tasks)):
             raise StateError("task order must be a permutation of the task ids")
         if jobs and sorted(t for j in jobs for t in range(j.first, j.first + j.count)) != list(
@@ -160,7 +165,13 @@ class RunState:
                 task_category=tuple(categories),
             ),
             money=Money(budget=budget, spend_log=[(0.0, 0.0)]),
-            capacity=Capacity(limits=tuple(limits)),
+            capacity=Capacity(
+                limits=tuple(limits),
+                reclaims=Reclaims(
+                    policy=reclaims or ReclaimPolicy(),
+                    prior={t.name: t.reclaim_per_hour for t in types if t.reclaim_per_hour > 0},
+                ),
+            ),
             work=Jobs(jobs=tuple(jobs), arrived={j.name for j in jobs if j.at <= 0}),
             observed=Observations(
                 stats={t.name: RuntimeStats(sample_target) for t in types}, paired_target=paired
@@ -199,6 +210,24 @@ class RunState:
     def actual_cost(self) -> float:
         """What the machines cost by their real lifetimes (≤ committed)."""
         return self.fleet.actual_cost(self.now)
+
+    def reclaim_rate(self, type_name: str) -> float:
+        """How often ``type_name``'s machines are taken back, per machine-hour, learned
+        from the run so far (``Reclaims.rate``); 0 for a type never taken back and
+        without a prior."""
+        reclaims = self.capacity.reclaims
+        if not reclaims.learns(type_name):
+            return 0.0
+        return reclaims.rate(type_name, _alive_s(self, type_name))
+
+    def reclaim_factor(self, type_name: str, mean_task_s: float) -> float:
+        """The share of a machine of ``type_name`` a plan counts on, for the work its
+        reclaims lose (``reclaims.speed_factor``, at the type's boot time as measured):
+        what both planners scale a type's speed by; exactly 1 at rate 0."""
+        rate = self.reclaim_rate(type_name)
+        if rate <= 0:
+            return 1.0
+        return speed_factor(rate, mean_task_s, self.fleet.boot_s(type_name))
 
 
 # Enum members looked up once: reading ``MachineState.READY`` calls a descriptor.
@@ -441,7 +470,7 @@ def _launch(s: RunState, action: Launch) -> None:
 def _launched(s: RunState, event: MachineLaunched) -> None:
     token = event.token
     start = s.now if event.at is None else min(event.at, s.now)
-    m = s.fleet.launched(event.machine, event.type, token, start)
+    m = s.fleet.launched(event.machine, event.type, token, start, event.zone)
     s.capacity.launched(event.type)
     queues = s.work.launch_queues.get(token)
     if queues:
@@ -484,6 +513,9 @@ def _end_machine(s: RunState, mid: str, reason: str, outcome: str) -> None:
     # worker's lease ends it there even when no driver is watching), so news of its
     # end that arrives later (after a restart) dates it to the end of paid time.
     end = min(s.now, m.paid_until)
+    reclaimed = NOTICE_REASON in reason
+    pools = _pool_alive_s(s) if reclaimed else {}
+    loss = _loss(s, m, end, pools) if reclaimed else None
     tasks = s.tasks
     for tid, start in list(m.running.items()):
         m.busy_s += max(0.0, end - start)
@@ -498,10 +530,48 @@ def _end_machine(s: RunState, mid: str, reason: str, outcome: str) -> None:
     m.run_no.clear()
     for tid in m.queue:
         tasks.drop_run(tid, mid)
+    zones = {z for t, z in pools if t == m.type.name} if m.zone else ()
+    s.capacity.machine_ended(m.type.name, end - m.launched_at, reclaimed, end, loss, m.zone, zones)
     # The money committed beyond the machine's real end is not spent.
     unspent = s.fleet.gone(m, end, reason)
     if unspent < 0:
         s.money.commit(s.now, unspent)
+
+
+def _loss(s: RunState, m: Machine, end: float, pools: Mapping[Pool, float]) -> Loss:
+    """What taking ``m`` back at ``end`` cuts short: its runs' time (a share of one
+    machine's work: divided among its slots), the boot a replacement pays, and the
+    type's other machines' time alive (``pools``: ``_pool_alive_s``)."""
+    cut = sum(max(0.0, end - start) for start in m.running.values())
+    own = max(0.0, s.now - m.launched_at)
+    others = _alive_s(s, m.type.name, pools) - own
+    in_zone = pools.get((m.type.name, m.zone), 0.0) - own
+    return Loss(
+        cut / max(1, m.type.slots), s.fleet.boot_s(m.type.name), max(0.0, others), max(0.0, in_zone)
+    )
+
+
+def _pool_alive_s(s: RunState) -> dict[Pool, float]:
+    """Per pool (type, zone), the time its machines alive now have lived."""
+    out: dict[Pool, float] = {}
+    for m in s.fleet.alive.values():
+        pool = (m.type.name, m.zone)
+        out[pool] = out.get(pool, 0.0) + max(0.0, s.now - m.launched_at)
+    return out
+
+
+def _alive_s(s: RunState, type_name: str, pools: Mapping[Pool, float] | None = None) -> float:
+    """The time ``type_name``'s machines alive now have lived, in all its zones."""
+    pools = _pool_alive_s(s) if pools is None else pools
+    return sum(v for (t, _), v in pools.items() if t == type_name)
+
+
+def _tick(s: RunState, _: Tick) -> None:
+    """A monitoring tick: a type held after repeated reclaims comes back once its
+    learned rate fell below its return rate (``Reclaims.returning``)."""
+    capacity = s.capacity
+    if any(True for _ in capacity.reclaims.active(s.now)):
+        capacity.reclaim_returns(s.now, _pool_alive_s(s))
 
 
 def _prices_seen(s: RunState, event: PricesSeen) -> None:
@@ -518,6 +588,15 @@ def _prices_seen(s: RunState, event: PricesSeen) -> None:
             price = min(last, t.cap)  # never billed above its cap
             if price != t.price:
                 s.types[name] = replace(t, price=price)
+
+
+def _rebalance(s: RunState, event: RebalanceRecommended) -> None:
+    """The machine drains: marked to go at the end of its paid time, for good (the
+    controller gives it nothing new and takes its queue back)."""
+    m = s.fleet.machines[event.machine]
+    if m.alive:
+        m.draining = True
+        s.fleet.mark(m.id, True)
 
 
 def _extend(s: RunState, action: Extend) -> None:
@@ -625,7 +704,8 @@ FOLD: dict[type, Handler] = {
     Resumed: lambda s, e: s.money.interrupt(False),
     QuotaSet: lambda s, e: s.capacity.quota_set(e),
     PricesSeen: _prices_seen,
-    Tick: _nothing,
+    RebalanceRecommended: _rebalance,
+    Tick: _tick,
     BoundaryNear: _nothing,
     HandedOver: _nothing,
     # actions

@@ -63,6 +63,7 @@ from autoscaler.core.model import (
     LaunchFailed,
     MachineLost,
     QuotaSet,
+    RebalanceRecommended,
     Release,
     Resumed,
     Shutdown,
@@ -71,6 +72,7 @@ from autoscaler.core.model import (
     TaskFailed,
     Tick,
 )
+from autoscaler.core.reclaims import drain
 from autoscaler.core.state import RunState
 from autoscaler.deadline.ends import at_boundary, finish_run, release_idle
 from autoscaler.deadline.forecast import forecast
@@ -189,6 +191,9 @@ def _read(s: PlanStep, events: Iterable[Event]) -> _Seen:
                 news = True
             case JobWithdrawn(job=name):
                 withdrawn.append(name)
+                news = True
+            case RebalanceRecommended(machine=mid):  # drains: its queue planned again
+                cancels.extend(drain(state.fleet.machines[mid]))
                 news = True
             case Shutdown(reason=reason):
                 if not state.money.stopped:

@@ -57,8 +57,8 @@ def forecast(cfg: DeadlineSettings, s: Step, jobs: set[str], why: str) -> None:
     counts: dict[str, int] = {}
     for _, _, _, tname in queues:
         counts[tname] = counts.get(tname, 0) + 1
-    finish, cost, total = _expect(state, queues, deadlines, base, lambda q, t: 1.0)
-    lo_of, hi_of = _spread(state, cfg.z, len(queues))
+    lo_of, hi_of, sd_of = _spread(cfg, state, cfg.z, len(queues))
+    finish, cost, total = _expect(state, queues, deadlines, base, lambda q, t: 1.0, sd=sd_of)
     finish_lo, cost_lo, _ = _expect(state, queues, deadlines, base, lo_of, -1)
     finish_hi, cost_hi, _ = _expect(state, queues, deadlines, base, hi_of, 1)
     for name in sorted(jobs):
@@ -96,6 +96,7 @@ def _expect(
     base: float,
     scale: Scale,
     side: int = 0,
+    sd: Scale | None = None,
 ) -> tuple[dict[str, float], dict[str, float], float]:
     """Per job its last finish and its share of the machines' cost, and the run's whole
     cost (from ``base``, the money of machines not in ``queues``), each queue's task
@@ -106,7 +107,11 @@ def _expect(
     within one task's time either way; and its cost lies between its tasks' own machine
     time at the price per second (no idle time) and its share of the machine's cost with
     all of that machine's idle money (the idle time is shared by the seconds run, which
-    are not known until the run ends)."""
+    are not known until the run ends).
+
+    ``sd``: the spread of a queue's work, as a share of it; each machine is then costed
+    at its mean cost over the spread of its end, not at the cost of its mean end (under
+    fixed billing a plan that fills a unit pays the next one about half the time)."""
     finish: dict[str, float] = {}
     cost: dict[str, float] = {}
     total = base
@@ -118,6 +123,11 @@ def _expect(
         paid = max(paid_until, end) - launched
         price = state.types[tname].price
         machine_cost = state.billing.cost(price, paid)
+        if sd is not None:
+            work = sum(q.task_s.get(key, 0.0) for _, key in q.tasks)
+            machine_cost = state.billing.expected_cost(
+                price, end - launched, sd(q, tname) * work, paid_until - launched
+            )
         total += machine_cost
         seconds: dict[str, float] = {}
         for _, key in q.tasks:
@@ -138,40 +148,50 @@ def _expect(
     return finish, cost, total
 
 
-def _spread(state: RunState, z: float, queues: int) -> tuple[Scale, Scale]:
-    """The low and high factor of a queue's task times. Each job's runs seen to end, as a
-    share of the mean of its runs on the same type, give its relative spread r (n runs);
-    a queue of m tasks then takes 1 ± √((z·r/√n)² + (z·r/√m)²) times its planned time:
-    the mean's error and the spread of m more runs. Where the queue's jobs differ, the
+def _spread(
+    cfg: DeadlineSettings, state: RunState, z: float, queues: int
+) -> tuple[Scale, Scale, Scale]:
+    """The low and high factor of a queue's task times, and the spread of its work as a
+    share of it. Each job's runs seen to end, as a share of the mean of its runs on the
+    same type, give its relative spread r (n runs); a queue of m tasks then takes
+    1 ± √((z·r/√n)² + (z·r/√m)²) times its planned time: the mean's error and the spread
+    of m more runs; the spread is that at z = 1. Where the queue's jobs differ, the
     widest of them. A job with fewer than two runs seen to end is planned on its
     declared (or sampled) mean, and its runs are taken to spread by ``PRIOR_SPREAD``."""
-    runs: dict[tuple[str, str], list[float]] = {}
-    for seg in state.tasks.segments:
-        m = state.fleet.machines.get(seg.machine)
-        if seg.outcome == "done" and m is not None and seg.end > seg.start:
-            runs.setdefault((state.work.job_of(seg.task).name, m.type.name), []).append(
-                seg.end - seg.start
-            )
-    shares: dict[str, list[float]] = {}
-    for (job, _), times in runs.items():
-        mean = sum(times) / len(times)
-        shares.setdefault(job, []).extend(t / mean for t in times)
-    spread = {job: (statistics.stdev(v), len(v)) for job, v in shares.items() if len(v) >= 2}
+    spread = _seen_spread(state, lambda tid: state.work.job_of(tid).name)
+    by_key = _seen_spread(state, lambda tid: key_of(cfg, state.tasks, state.work, tid))
     # A job ends with the latest of its machines' queues: for that latest end to be
     # below the high end as often as one queue's end is below z, each queue's own
     # spread is taken at z_n, Φ(z_n)^n = Φ(z) (the means' error is shared by all).
     z_n = NormalDist().inv_cdf(NormalDist().cdf(z) ** (1.0 / max(1, queues)))
 
+    def widest(q: Queue, z_mean: float, z_q: float, keyed: bool = False) -> float:
+        out = 0.0
+        names = {key if keyed else job_of_key(state.work, key).name for _, key in q.tasks}
+        for name in names:
+            seen = (by_key if keyed else spread).get(name)
+            mean_err = 0.0 if seen is None else z_mean * seen[0] / math.sqrt(seen[1])
+            r = PRIOR_SPREAD if seen is None else seen[0]
+            out = max(out, math.hypot(mean_err, z_q * r / math.sqrt(len(q.tasks))))
+        return out
+
     def factor(sign: float, z_q: float) -> Scale:
-        def f(q: Queue, tname: str) -> float:
-            widest = 0.0
-            for job in {job_of_key(state.work, key).name for _, key in q.tasks}:
-                seen = spread.get(job)
-                mean_err = 0.0 if seen is None else z * seen[0] / math.sqrt(seen[1])
-                r = PRIOR_SPREAD if seen is None else seen[0]
-                widest = max(widest, math.hypot(mean_err, z_q * r / math.sqrt(len(q.tasks))))
-            return max(0.0, 1.0 + sign * widest)
+        return lambda q, tname: max(0.0, 1.0 + sign * widest(q, z, z_q))
 
-        return f
+    return factor(-1.0, z), factor(1.0, z_n), lambda q, tname: widest(q, 1.0, 1.0, True)
 
-    return factor(-1.0, z), factor(1.0, z_n)
+
+def _seen_spread(state: RunState, name: Callable[[int], str]) -> dict[str, tuple[float, int]]:
+    """Per name a task is known by (its job, or its job's part of its category): the sd
+    of its runs seen to end, each as a share of the mean of its runs on the same type,
+    and their number (names with two runs or more)."""
+    runs: dict[tuple[str, str], list[float]] = {}
+    for seg in state.tasks.segments:
+        m = state.fleet.machines.get(seg.machine)
+        if seg.outcome == "done" and m is not None and seg.end > seg.start:
+            runs.setdefault((name(seg.task), m.type.name), []).append(seg.end - seg.start)
+    shares: dict[str, list[float]] = {}
+    for (key, _), times in runs.items():
+        mean = sum(times) / len(times)
+        shares.setdefault(key, []).extend(t / mean for t in times)
+    return {key: (statistics.stdev(v), len(v)) for key, v in shares.items() if len(v) >= 2}

@@ -14,7 +14,7 @@ from autoscaler.categories.sample_order import large
 from autoscaler.categories.sort import Category
 from autoscaler.core.job_ledger import Jobs
 from autoscaler.core.model import JobSpec
-from autoscaler.core.observations import Observations
+from autoscaler.core.observations import Moments, Observations
 from autoscaler.core.solve import Solver
 from autoscaler.core.state import Machine, RunState
 from autoscaler.core.task_ledger import Tasks
@@ -181,6 +181,18 @@ def guard(cfg: DeadlineSettings, state: RunState, job: JobSpec) -> float:
         mine = job_categories(state, job)
         seen = [r for (c, _), r in state.observed.category_runs.items() if c in mine]
     else:
-        seen = [r for name in state.types if (r := state.observed.job_runs.get((job.name, name)))]
+        seen = _job_runs(state, job.name)
+        if not any(r[0] >= 2 for r in seen):
+            # None of its own yet (a recurring job planned from what its application's
+            # earlier jobs ran): theirs, or the plan aims at the deadline itself and the
+            # first runs' spread makes the watch buy a machine it did not forecast.
+            app = job.application
+            kin = [j.name for j in state.work.jobs if j.application == app and j is not job]
+            seen = [r for name in kin for r in _job_runs(state, name)]
     worst = max((mean_sd(r)[1] for r in seen if r[0] >= 2), default=0.0)
     return cfg.guard_z * worst
+
+
+def _job_runs(state: RunState, job: str) -> list[Moments]:
+    """The moments of the runs of ``job`` seen on each type."""
+    return [r for name in state.types if (r := state.observed.job_runs.get((job, name)))]

@@ -94,6 +94,21 @@ def plan_types(state: RunState) -> list[MachineType]:
     return out
 
 
+def reclaim_priced(state: RunState, times: Mapping[str, float]) -> dict[str, float]:
+    """A job's time per task on each type, each divided by the share of its machines'
+    work their reclaims leave (``RunState.reclaim_factor``): the models (7) and (10)
+    then buy a spot type for what it does between reclaims, and plan the delay; a type
+    its reclaims leave nothing of cannot run the job. Unchanged at rate 0."""
+    out = {}
+    for name, t in times.items():
+        kept = state.reclaim_factor(name, t)
+        if kept >= 1.0:
+            out[name] = t
+        elif kept > 0.0:
+            out[name] = t / kept
+    return out
+
+
 def type_slots(state: RunState) -> dict[str, int]:
     return {t.name: t.slots for t in state.types.values()}
 
@@ -116,7 +131,7 @@ def plan_jobs(cfg: DeadlineSettings, s: PlanStep) -> bool:
     guarded = job_deadlines(cfg, state, guarded=True)
     jobs = []
     for name, tids in tasks.items():
-        times = key_times(cfg, state, name)
+        times = reclaim_priced(state, key_times(cfg, state, name))
         if not times:
             continue
         jobs.append(DeadlineJob(name, len(tids), guarded[name], times))

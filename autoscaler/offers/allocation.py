@@ -32,6 +32,7 @@ class Part:
     provider: str
     tasks: int
     finish: float
+    cost: float | None = None  # expected, where the policy prices its parts
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,18 +12,28 @@ from dataclasses import dataclass
 
 from autoscaler.offers import composition
 from autoscaler.offers.allocation import Allocation, OffersError, earliest_finish
+from autoscaler.offers.cheapest import Rate, cheapest
 from autoscaler.providers.offer import Offer, OfferRequest
 
-Policy = Callable[[OfferRequest, Sequence[Offer]], Allocation]
+Policy = Callable[[OfferRequest, Sequence[Offer], Sequence[Rate]], Allocation]
+"""A composition: the bag, every provider's offers and what its types charge."""
+
+
+def _by_offers(compose: Callable[[OfferRequest, Sequence[Offer]], Allocation]) -> Policy:
+    """One of paper 003's policies, which go by the offers alone."""
+    return lambda bag, offers, rates: compose(bag, offers)
+
 
 POLICIES: dict[str, Policy] = {
-    "no_lb": composition.no_lb,
-    "plb": composition.plb,
-    "dplb": composition.dplb,
-    "dplb_v2": composition.dplb_v2,
-    "free_time_slots": composition.free_time_slots,
+    "no_lb": _by_offers(composition.no_lb),
+    "plb": _by_offers(composition.plb),
+    "dplb": _by_offers(composition.dplb),
+    "dplb_v2": _by_offers(composition.dplb_v2),
+    "free_time_slots": _by_offers(composition.free_time_slots),
+    "cheapest": lambda bag, offers, rates: cheapest(bag, offers, rates),
 }
-"""The composition policies by the name a config gives."""
+"""The composition policies by the name a config gives: paper 003's, and the cheapest
+split that meets the deadline (``offers.cheapest``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,9 +55,12 @@ def policy(name: str) -> Policy:
         raise OffersError(f"unknown offer policy {name!r} (known: {known})") from None
 
 
-def compose(name: str, bag: OfferRequest, offers: Sequence[Offer]) -> Decision:
-    """Compose ``offers`` for ``bag`` with the policy called ``name``."""
-    allocation = policy(name)(bag, offers)
+def compose(
+    name: str, bag: OfferRequest, offers: Sequence[Offer], rates: Sequence[Rate] = ()
+) -> Decision:
+    """Compose ``offers`` for ``bag`` with the policy called ``name`` (``rates``: what
+    the providers' types charge, for a policy that prices the parts)."""
+    allocation = policy(name)(bag, offers, rates)
     if allocation.meets:
         return Decision(allocation, True, None, None)
     earliest = earliest_finish(offers, bag.tasks)

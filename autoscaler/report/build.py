@@ -26,6 +26,7 @@ from autoscaler.report.records import (
     MachineSummary,
     Prediction,
     ProviderSummary,
+    ReclaimHoldNote,
     Rehearsal,
     Report,
     ShortfallNote,
@@ -178,6 +179,7 @@ def build_report(
                 end_reason=m.end_reason,
                 provider=cfg.provider_of(m.type.name),
                 slots=m.type.slots,
+                zone=m.zone,
             )
         )
         totals[m.type.name].add(units, cost, m.tasks_done, m.busy_s, idle, boot)
@@ -265,6 +267,7 @@ def build_report(
         providers=provider_summaries(cfg, totals),
         outputs=None if time_scale is None else outputs_summary(state, tasks),
         spot_prices=spot_prices(state),
+        reclaim_holds=reclaim_holds(state) or None,
     )
     if not state.work.deadline_mode:
         return report
@@ -376,6 +379,31 @@ class _TypeTotals:
             boot_s=round(self.boot_s, 4),
             slots=self.slots,
         )
+
+
+def reclaim_holds(state: RunState) -> tuple[ReclaimHoldNote, ...]:
+    """The types (or a type's zones) held after repeated reclaims, each with the other
+    types launched meanwhile; a hold in force when the run ended, until then."""
+    window = state.capacity.reclaims.policy.window_s
+    out = []
+    for h in state.capacity.reclaims.holds:
+        moved = {
+            m.type.name
+            for m in state.fleet.machines.values()
+            if h.start <= m.launched_at < h.until and m.type.name != h.type
+        }
+        out.append(
+            ReclaimHoldNote(
+                zone=h.zone,
+                type=h.type,
+                from_s=round(h.start, 3),
+                until_s=round(min(h.until, max(h.start, state.now)), 3),
+                reclaims=h.reclaims,
+                window_s=window,
+                moved_to=tuple(t for t in state.types if t in moved),
+            )
+        )
+    return tuple(out)
 
 
 def with_rehearsal(report: Report, state: RunState, calm: Report) -> Report:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from autoscaler.core.model import NOTICE_REASON
+from autoscaler.core.reclaims import window_words
 from autoscaler.core.words import counted
 from autoscaler.providers import registry
 from autoscaler.report.format import hms, money
@@ -330,21 +331,32 @@ def _tail(report: Report, lines: list[str]) -> str:
             meaning = _LAUNCH_PROBLEM_MEANING.get(p.kind, p.kind)
             lines.append(f"| {hms(p.t_s)} | {p.type} | {meaning} | {_cell(p.reason)} |")
     lines += _notices_section(report)
+    lines += _reclaim_hold_lines(report)
     lines += _outputs_section(report)
     lines += _categories_section(report)
-    lines += [
+    lines += _machines_section(report)
+    return "\n".join(lines) + "\n"
+
+
+def _machines_section(report: Report) -> list[str]:
+    """Every machine's life; with its zone when the provider said where it put any."""
+    zones = any(m.zone for m in report.machines)
+    zone_head, zone_rule = (" zone |", " --- |") if zones else ("", "")
+    lines = [
         "",
         "## Machines",
         "",
-        "| machine | type | slots | start | end | units paid | tasks run | ended because |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |",
+        f"| machine | type |{zone_head} slots | start | end | units paid | tasks run "
+        "| ended because |",
+        f"| --- | --- |{zone_rule} ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for m in report.machines:
+        zone = f" {m.zone or '-'} |" if zones else ""
         lines.append(
-            f"| {m.id} | {m.type} | {m.slots} | {hms(m.start_s)} | {hms(m.end_s)} | "
+            f"| {m.id} | {m.type} |{zone} {m.slots} | {hms(m.start_s)} | {hms(m.end_s)} | "
             f"{m.units_paid:g} | {m.tasks_run} | {_cell(m.end_reason)} |"
         )
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _outputs_sentence(o: OutputsSummary) -> str:
@@ -435,6 +447,26 @@ def _notices_section(report: Report) -> list[str]:
             f"{m.tasks_run} | {said} |"
         )
     return lines
+
+
+def _reclaim_hold_lines(report: Report) -> list[str]:
+    """One line per type held after repeated reclaims: when, why, where the plan went."""
+    lines = []
+    for h in report.reclaim_holds or ():
+        if h.zone:
+            lines.append(
+                f"{h.type} in {h.zone} held {hms(h.from_s)}–{hms(h.until_s)} after "
+                f"{counted(h.reclaims, 'reclaim')} there in {window_words(h.window_s)}; "
+                "its launches went to its other zones."
+            )
+            continue
+        moved = ", ".join(h.moved_to) if h.moved_to else "no other type"
+        lines.append(
+            f"{h.type} held {hms(h.from_s)}–{hms(h.until_s)} after "
+            f"{counted(h.reclaims, 'reclaim')} in {window_words(h.window_s)}; "
+            f"plan moved to {moved}."
+        )
+    return ["", *lines] if lines else []
 
 
 def _unfinished_sentence(tasks: Sequence[UnfinishedTask]) -> str:

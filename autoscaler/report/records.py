@@ -176,6 +176,8 @@ class MachineSummary:
     """The name of the provider it came from."""
     slots: int = 1
     """Tasks it ran at once, at most."""
+    zone: str = ""
+    """Where its provider put it (an EC2 availability zone); empty if it did not say."""
 
 
 @_record
@@ -276,6 +278,28 @@ class Rehearsal:
     """The same dry run's cost (same config and seed) without refusals and reclaims."""
     calm_makespan_s: float
     """That run's makespan."""
+
+
+@_record
+class ReclaimHoldNote:
+    """A machine type held after repeated reclaims of its machines (``reclaims:``): no
+    new machine of it, the plan on the other types."""
+
+    type: str
+    """The machine type held."""
+    from_s: float
+    """When the hold began (the reclaim that made it), in seconds from the run's start."""
+    until_s: float
+    """When it ended: the window passed, or the learned rate fell back (or the run ended)."""
+    reclaims: int
+    """Reclaims of the type within the window when the hold began (or last grew)."""
+    window_s: float
+    """The window they were counted in (``reclaims.within_s``)."""
+    moved_to: tuple[str, ...]
+    """The types launched while it was held."""
+    zone: str = ""
+    """The zone held alone, the type's launches going to its other zones (empty: the
+    whole type was held)."""
 
 
 @_record
@@ -461,6 +485,8 @@ class Report:
     rehearsal: Rehearsal | None = None
     """A dry run with ``emulator.refusals`` or ``reclaim_per_hour`` only: what they cost
     against the same run without them (absent otherwise)."""
+    reclaim_holds: tuple[ReclaimHoldNote, ...] | None = None
+    """The machine types held after repeated reclaims, in time order (absent: none)."""
 
     @property
     def emulated(self) -> bool:
@@ -493,7 +519,7 @@ class DeadlineReport(Report):
 
 
 _REAL_RUN_ONLY = ("time_scale", "refused_agents", "outputs")
-_LEFT_OUT_WHEN_NULL = (*_REAL_RUN_ONLY, "spot_prices", "rehearsal")
+_LEFT_OUT_WHEN_NULL = (*_REAL_RUN_ONLY, "spot_prices", "rehearsal", "reclaim_holds")
 """Left out of report.json when null: a real run's extras in a dry run's report, the spot
 market's in a run without one, a rehearsal's in a dry run without one."""
 

@@ -7,6 +7,12 @@ answer, sent once the step that took those events is journaled, gives the agent 
 assigned to its machine that it does not have, the runs it should drop, and its lease
 (``autoscaler.core.leases``). An idle agent's poll is parked until there is something
 to tell it, or until it must renew its lease.
+
+A result for a task the daemon never gave that machine (``given``) is refused: never
+counted, logged, and named in the answer's ``refused`` beside an ``ack``, so an agent
+that sent it by mistake drops it instead of sending it forever. Machine ids are checked
+against the agent's own token by the dispatcher, so a machine can report only for itself
+and only what it was given.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from autoscaler.core.model import (
     MachineLost,
     MachineReady,
     MachineState,
+    RebalanceRecommended,
     TaskDone,
     TaskFailed,
     TaskSpec,
@@ -63,9 +70,20 @@ class Agents:
     # Read of the config once: each poll's answer asks (``time_scale`` is worked out).
     _scale: float = field(init=False, default=1.0)
     _setups: dict[str, dict[str, Any]] = field(init=False, default_factory=dict)
+    # (machine, task): every task ever sent to a machine's agent (or, resumed, held or
+    # run by it in the journal): a result for any other pair is refused.
+    given: set[tuple[str, int]] = field(init=False, default_factory=set)
+    refused_results: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
         self._scale = self.cfg.time_scale
+
+    def know_given(self, state: RunState) -> None:
+        """A resumed run: the tasks each machine had before the restart count as given."""
+        given = self.given
+        given.update((s.machine, s.task) for s in state.tasks.segments)
+        for m in state.fleet.machines.values():
+            given.update((m.id, task) for task in (*m.run_no, *m.taken))
 
     def add_means(self, means: Sequence[JobMeans | None]) -> None:
         """Tasks added to the run (a job for a pool): their jobs' mean task times."""
@@ -98,6 +116,9 @@ class Agents:
                 and r.task in m.taken
                 and state.tasks.task_state[r.task] in (TaskState.RUNNING, TaskState.PENDING)
             )
+            if not (current or late) and (m.id, r.task) not in self.given:
+                self._refuse(m, r, poll)
+                continue
             if not (current or late) or (m.id, r.run) in seen:
                 continue  # a late or repeated result: already counted, or cancelled
             once = r.ok and r.task not in state.observed.paired_runs  # pairs: a result per type
@@ -125,7 +146,22 @@ class Agents:
             n = poll.notice
             self.log.warning("interruption notice", machine=m.id, action=n.action, time=n.time)
             events.append(MachineLost(m.id, f"{NOTICE_REASON} ({n.action} at {n.time})"))
+        elif poll.rebalance is not None and m.alive and not m.draining and (m.id, -2) not in seen:
+            # At raised risk of a reclaim: no new work, its queue back to the bag.
+            seen.add((m.id, -2))
+            self.log.warning("rebalance recommendation", machine=m.id, time=poll.rebalance)
+            events.append(RebalanceRecommended(m.id, poll.rebalance))
         return events
+
+    def _refuse(self, m: Machine, r: AgentResult, poll: Poll) -> None:
+        """A result for a task ``m`` was never given: not counted, said in the answer."""
+        if r.run in poll.refused:
+            return
+        poll.refused.append(r.run)
+        self.refused_results += 1
+        self.log.warning(
+            "result refused: task not given to this machine", machine=m.id, task=r.task, run=r.run
+        )
 
     def _first_report(
         self, state: RunState, m: Machine, poll: Poll, seen: set[tuple[str, int]]
@@ -199,7 +235,8 @@ class Agents:
         base = self._base(m, poll, timeline, margin, len(state.fleet.alive))
         setting_up = poll.setup is None and "setup" in base  # told of its set-up at once
         if tasks or cancel or poll.results or poll.running or poll.wait_s <= 0 or setting_up:
-            poll.reply.send({**base, "tasks": tasks, "cancel": cancel})
+            refused = {"refused": poll.refused} if poll.refused else {}
+            poll.reply.send({**base, "tasks": tasks, "cancel": cancel, **refused})
             return
         parked = self.parked.get(m.id)
         if parked is not None and parked is not poll:
@@ -243,6 +280,7 @@ class Agents:
         return {"setup": said} if said else {}
 
     def _payload(self, m: Machine, run: int, task: int) -> dict[str, Any]:
+        self.given.add((m.id, task))
         spec = self.tasks[task]
         if spec.command is None:
             means = self.task_means[task] if self.task_means else None

@@ -25,24 +25,29 @@ from autoscaler.config.service_schema import ServiceConfig
 from autoscaler.core.billing import BillingModel
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.model import (
+    NOTICE_REASON,
     Action,
     Assign,
     AssignGroup,
     Configure,
+    Event,
     Hold,
     JobAdded,
     JobSpec,
     Late,
     Launch,
     Learned,
+    MachineLost,
     Move,
     ProviderLimit,
     Release,
     Risk,
     Shortfall,
     Stop,
+    Tick,
     TypeSpec,
 )
+from autoscaler.core.reclaims import ReclaimPolicy
 from autoscaler.core.state import RunState
 from autoscaler.deadline.deadline_controller import DeadlineController, DeadlineSettings
 from autoscaler.learn.stats import sample_size
@@ -89,6 +94,7 @@ def type_specs(cfg: RunConfig) -> list[TypeSpec]:
                 t.group_max_s,
                 t.group_max_tasks,
                 cfg.price_cap(t.name),
+                cfg.reclaim_prior(t.name),
             )
         )
     return out
@@ -238,6 +244,15 @@ def new_state(cfg: RunConfig, n_tasks: int, seed: int) -> RunState:
         limits=provider_limits(cfg),
         categories=_category_ids(categories_of(cfg), n_tasks),
         launch_prefix=cfg.daemon.machine_prefix,
+        reclaims=reclaim_policy(cfg),
+    )
+
+
+def reclaim_policy(cfg: RunConfig) -> ReclaimPolicy:
+    """When ``cfg``'s repeated reclaims hold a type (``reclaims:``)."""
+    r = cfg.reclaims
+    return ReclaimPolicy(
+        r.hold_after, r.within_s, r.prior_weight_h, r.hold_below, r.return_per_hour
     )
 
 
@@ -290,6 +305,41 @@ def json_logger(stream: TextIO) -> Any:
 
 
 _UNLOGGED = frozenset({Assign, AssignGroup})
+
+
+def log_reclaim_holds(log: Any, state: RunState, events: Sequence[Event]) -> None:
+    """Say when a step's reclaims hold a type (or hold it longer), and when a tick finds
+    a held type's learned rate fallen back (``core.reclaims``)."""
+    reclaims = state.capacity.reclaims
+    if not reclaims.holds:
+        return
+    for event in events:
+        match event:
+            case MachineLost(machine=mid, reason=reason) if NOTICE_REASON in reason:
+                m = state.fleet.machines[mid]
+                name = m.type.name
+                zone_hold = reclaims.holding(name, state.now, m.zone) if m.zone else None
+                for hold in (reclaims.holding(name, state.now), zone_hold):
+                    if hold is not None:
+                        log.warning(
+                            f"machine {'zone' if hold.zone else 'type'} held after reclaims",
+                            t=state.now,
+                            machine_type=name,
+                            **({"zone": hold.zone} if hold.zone else {}),
+                            reclaims=hold.reclaims,
+                            until=round(hold.until, 3),
+                            rate_per_hour=round(state.reclaim_rate(name), 4),
+                        )
+            case Tick():
+                for hold in reclaims.holds:
+                    if hold.until == state.now:
+                        log.info(
+                            f"machine {'zone' if hold.zone else 'type'} back after reclaims",
+                            t=state.now,
+                            machine_type=hold.type,
+                            **({"zone": hold.zone} if hold.zone else {}),
+                            rate_per_hour=round(state.reclaim_rate(hold.type), 4),
+                        )
 
 
 def log_action(log: Any, now: float, action: Action) -> None:

@@ -35,7 +35,7 @@ from autoscaler.core.model import (
 from autoscaler.core.state import Machine, RunState
 from autoscaler.providers.base import ProviderState
 from autoscaler.run.agents import heard_since, lost_after_s, lost_contact
-from autoscaler.run.assemble import log_action
+from autoscaler.run.assemble import log_action, log_reclaim_holds
 from autoscaler.run.dispatch import Dispatcher
 from autoscaler.run.giveup import UNSEEN_REASON
 from autoscaler.run.hearing import Hearing
@@ -80,8 +80,9 @@ class Executor:
                     self.lifecycle.end(mid)
         for action in actions:
             match action:
-                case Launch():
-                    self.lifecycle.launch(action)
+                case Launch(type=tname):
+                    avoid = state.capacity.reclaims.held_zones(tname, state.now)
+                    self.lifecycle.launch(action, avoid)
                 case Extend(machine=mid):
                     self.timers.boundary(state.fleet.machines[mid])
                     touched.add(mid)
@@ -105,11 +106,13 @@ class Executor:
                 case _:
                     pass
             log_action(self.log, state.now, action)
+        log_reclaim_holds(self.log, state, events)
         return touched
 
     def track(self, m: Machine) -> None:
         self.since[m.id] = time.monotonic()
         self.dispatcher.allowed.add(m.id)
+        self.dispatcher.launches[m.id] = m.token
         self.timers.boundary(m)
 
     def forget(self, mid: str) -> None:

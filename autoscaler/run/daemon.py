@@ -54,6 +54,7 @@ from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
+from autoscaler.bootstrap.tls import run_ca
 from autoscaler.budget.controller import Controller
 from autoscaler.config.budgets import check_budget
 from autoscaler.core.errors import AutoscalerError
@@ -75,6 +76,7 @@ from autoscaler.core.model import (
 )
 from autoscaler.core.state import RunState
 from autoscaler.providers.base import Provider
+from autoscaler.providers.cost_tags import CostTags
 from autoscaler.providers.sim import draw_runtimes
 from autoscaler.report.build import build_report
 from autoscaler.report.records import Report
@@ -83,7 +85,7 @@ from autoscaler.run import offers
 from autoscaler.run.agents import Agents
 from autoscaler.run.assemble import json_logger, make_controller, new_state
 from autoscaler.run.carry_out import Executor
-from autoscaler.run.dispatch import Dispatcher
+from autoscaler.run.dispatch import REGISTRY_FILE, Dispatcher
 from autoscaler.run.gauges import Metrics
 from autoscaler.run.giveup import BOOT_REASON, ENDED_REASON, unready_give_ups
 from autoscaler.run.hearing import Hearing
@@ -121,7 +123,7 @@ from autoscaler.run.results import JOURNALED_META, OutputsFile, settle
 from autoscaler.run.rundir import OUTPUTS_FILE, RunFiles, rebuild_state, run_lock
 from autoscaler.run.staging import Staging
 from autoscaler.run.timers import Timers
-from autoscaler.run.wiring import ProviderBuild, make_bootstrap, make_provider
+from autoscaler.run.wiring import ProviderBuild, direct_hosts, make_bootstrap, make_provider
 
 # --- the daemon ------------------------------------------------------------------------
 
@@ -184,6 +186,7 @@ class Daemon:
         self._signals = 0  # SIGINT/SIGTERM received; the second means: kill, do not wait
         self._workdir = (cfg.local.workdir or self.files.run_dir / "work").absolute()
         self._answers: list[tuple[Future[JobSpec], JobSpec]] = []  # jobs added, not answered
+        self.cost_tags = self.files.cost_tags  # what its launches are tagged with
 
     def now(self) -> float:
         """Run time (emulated seconds) now."""
@@ -200,6 +203,11 @@ class Daemon:
         adopt (from any thread): ``HandedOver`` is journaled once the step under way is
         done, and nothing is dispatched or released after it (a service restart)."""
         self._inbox.put(Told(HandedOver(reason)))
+
+    def retag(self, tags: CostTags) -> None:
+        """Charge the run's launches from now on to ``tags`` (any thread): a pool whose
+        jobs changed. Machines launched before keep the tags they were launched with."""
+        self.cost_tags = tags
 
     def add_job(self, job: JobSpec, tasks: Sequence[TaskSpec]) -> Future[JobSpec]:
         """Add a job to a live deadline-mode run (a pool, ``deadline.keep_open``), from
@@ -239,10 +247,22 @@ class Daemon:
         self.agents = Agents(
             cfg, self.tasks, self.runtimes, self._workdir, self.log, means, staging=staging
         )
+        if self.resume:
+            self.agents.know_given(self.state)
         self.timeline = Timeline.resume(files.start_wall, time.time(), time.monotonic(), self.ts)
         host, port = files.address if files.address else (cfg.daemon.host, cfg.daemon.port)
+        direct = direct_hosts(cfg)
+        server = run_ca(files.run_dir, [*direct, host]) if direct else None
         try:
-            self.dispatcher = Dispatcher(files.token, self._inbox, host, port, log=self.log)
+            self.dispatcher = Dispatcher(
+                files.token,
+                self._inbox,
+                host,
+                port,
+                log=self.log,
+                tls=server.context() if server is not None else None,
+                registry=files.run_dir / REGISTRY_FILE,
+            )
         except OSError as exc:
             raise AutoscalerError(f"dispatcher cannot listen on {host}:{port}: {exc}") from None
         files.address, self.dispatcher.files = self.dispatcher.address, staging
@@ -259,6 +279,7 @@ class Daemon:
             workdir=self._workdir,
             clock=self.now,
             build=self.provider_build,
+            ca_pem=server.ca_pem if server is not None else None,
         )
         if not self.resume and offers.wanted(cfg):  # the jobs split by the offers
             cfg = offers.split_run(cfg, self.state.billing, self.provider, self.log, files.run_dir)
@@ -284,6 +305,7 @@ class Daemon:
             self.log,
             watched=lambda: list(self._since),
             gone=self.dispatcher.gone,
+            tags=lambda: self.cost_tags.tags(),
         )
         margin_s = self.state.billing.boundary_margin_s()
         self.timers = Timers(scheduler, self._inbox.put, self.timeline, margin_s)

@@ -12,15 +12,22 @@ per read and a future per poll: at 5,000 agents on 2 s tasks the dispatcher's th
 took about 135 µs a task, kernel included, against about 160 with streams, and the p99
 round trip fell from 40-200 ms to 15-33 ms (``benchmarks.daemon_scale``).
 
-The handler decides nothing: it checks the run's token, parses the request into a
-``Poll`` and puts it on the daemon's queue, then waits for the daemon's answer
+The handler decides nothing: it checks the agent's token (its machine's, derived from the
+run's secret: ``bootstrap.credentials``; a token of another machine is refused), parses
+the request into a ``Poll`` and puts it on the daemon's queue, then waits for the daemon's answer
 (``Reply``), written on the daemon's thread and handed to the loop in batches. The daemon
 answers once the results the poll carried are journaled, so an acknowledged result is
 never lost; it may hold an idle agent's poll until there is work for it (a long poll).
 Nothing queues without bound: a connection past ``max_connections``, a poll while
 ``max_backlog`` polls wait for the daemon to take them and a body past ``MAX_BODY`` are
 answered at once (503, 503, 413), and the agent tries again after its backoff. Task
-files are read and written on a few threads of their own, off the loop.
+files are read and written on a few threads of their own, off the loop; each is its
+machine's only (its attempt's machine, checked against the token).
+
+An agent started from EC2 user data holds its launch's token, not its machine's: it
+registers its instance id once (``POST /v1/register``, ``register``) and is answered its
+machine token, if that instance is one of the launch's and no other agent registered it.
+With ``tls`` (a ``ssl.SSLContext``) the dispatcher serves HTTPS.
 """
 
 from __future__ import annotations
@@ -28,12 +35,14 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import hashlib
 import json
 import os
 import queue
 import resource
 import secrets
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Coroutine
@@ -41,12 +50,16 @@ from pathlib import Path
 from socket import SOMAXCONN
 from typing import IO, Any, cast
 
+from autoscaler.bootstrap.credentials import launch_of, machine_token
 from autoscaler.run.auth import bearer_token, token_matches
 from autoscaler.run.http1 import CONTINUE, STREAM_LIMIT, HttpError, Request, head_bytes, take_head
 from autoscaler.run.polls import BadRequest, Reply, parse_poll
 
 POLL_PATH = "/v1/poll"
 FILES_PATH = "/v1/files"
+REGISTER_PATH = "/v1/register"
+REGISTRY_FILE = "registered"
+"""In the run directory: each machine registered with its launch's token, a line each."""
 MAX_BODY = 8 << 20
 _ENCODER = json.JSONEncoder(separators=(",", ":"))  # json.dumps would build one per call
 PROCESS_TIMEOUT_S = 5.0
@@ -69,6 +82,7 @@ per read (``Protocol.data_received``'s bytes) was mapped, shrunk and unmapped by
 allocator each time, three system calls and a page fault per poll."""
 _JSON = b"application/json"
 _BUSY = {"error": "controller busy, try again"}
+_WRONG_TOKEN = {"error": "wrong or missing token for this machine"}
 
 
 class Dispatcher:
@@ -86,12 +100,19 @@ class Dispatcher:
         *,
         max_connections: int | None = None,
         max_backlog: int = MAX_BACKLOG,
+        tls: ssl.SSLContext | None = None,
+        registry: Path | None = None,
     ):
-        self.token = token
+        self.token = token  # the run's secret: each machine's token is derived from it
         self.inbox = inbox
         self.log = log
         self.epoch = secrets.token_hex(8)
         self.allowed: set[str] = set()  # machines of the run that may ask for work
+        self.launches: dict[str, str] = {}  # machine -> the launch that started it
+        self.tls = tls
+        self._registry = registry  # machine and nonce digest of each registration, a line each
+        self.registered = _read_registry(registry)
+        self._tokens: dict[str, str] = {}  # machine of the run -> its token, once asked
         self.gone: set[str] = set()  # released or lost: told to exit
         self.last_seen: dict[str, float] = {}
         self.refused = 0
@@ -128,10 +149,25 @@ class Dispatcher:
     @property
     def url(self) -> str:
         host, port = self.address
-        return f"http://{host}:{port}"
+        return f"{'https' if self.tls is not None else 'http'}://{host}:{port}"
 
-    def authorised(self, header: str | None) -> bool:
-        return token_matches(bearer_token(header), self.token)
+    def authorised(self, header: str | None, machine: str | None) -> bool:
+        """Whether the request's token is ``machine``'s (or the run's secret itself, which
+        only the controller holds: agents of a run begun before machine tokens, and the
+        benchmarks' simulated agents). A machine of the run has its token derived once,
+        whatever it presented: an HMAC per request cost a poll more than its lookup."""
+        given = bearer_token(header)
+        if given is None:
+            return False
+        if machine is not None:
+            expected = self._tokens.get(machine)
+            if expected is None:
+                expected = machine_token(self.token, machine)
+                if machine in self.allowed:
+                    self._tokens[machine] = expected
+            if token_matches(given, expected):
+                return True
+        return token_matches(given, self.token)
 
     def start(self) -> None:
         """Serve on the loop's thread; returns once the socket is served."""
@@ -165,7 +201,9 @@ class Dispatcher:
         asyncio.set_event_loop(loop)
         try:
             self._server = loop.run_until_complete(
-                loop.create_server(lambda: _Connection(self), sock=self._sock, backlog=SOMAXCONN)
+                loop.create_server(
+                    lambda: _Connection(self), sock=self._sock, backlog=SOMAXCONN, ssl=self.tls
+                )
             )
         except BaseException as exc:  # the caller of start raises it
             ready.set_exception(exc)
@@ -215,21 +253,18 @@ class Dispatcher:
     def _poll(self, connection: _Connection, request: Request, body: bytes, arrived: float) -> None:
         """Answer a poll at once, or hand it to the daemon: ``_settle`` writes its answer
         when the daemon's reply comes (``_flush``) or its time is up (``_expire``)."""
-        if not self.authorised(request.headers.get("authorization")):
-            self.refused += 1
-            if self.log is not None:
-                peer = connection.transport.get_extra_info("peername")
-                self.log.warning(
-                    "agent refused: wrong or missing token",
-                    peer=peer[0] if peer else None,
-                    machine=_claimed_machine(body),
-                )
-            connection.send(request, 401, {"error": "wrong or missing token"})
-            return
+        header = request.headers.get("authorization")
         try:
-            poll = parse_poll(body, arrived)
+            poll = parse_poll(body, arrived)  # once: the machine it names is the token's
         except BadRequest as exc:
-            connection.send(request, 400, {"error": str(exc)})
+            claimed = _claimed_machine(body)
+            if not self.authorised(header, claimed):
+                self._refuse(connection, request, claimed, "poll")
+            else:
+                connection.send(request, 400, {"error": str(exc)})
+            return
+        if not self.authorised(header, poll.machine):
+            self._refuse(connection, request, poll.machine, "poll")
             return
         if poll.machine in self.allowed:
             self.last_seen[poll.machine] = arrived
@@ -254,6 +289,67 @@ class Dispatcher:
         connection.wait_for(reply, request)
         self._put += 1
         self.inbox.put(poll)
+
+    def _refuse(
+        self, connection: _Connection, request: Request, machine: str | None, what: str
+    ) -> None:
+        """A request whose token is not its machine's: 401 (``_refused``)."""
+        connection.send(request, *self._refused(connection, machine, what))
+
+    def _refused(
+        self, connection: _Connection, machine: str | None, what: str
+    ) -> tuple[int, dict[str, Any]]:
+        """A request whose token is not its machine's, counted and logged: its answer."""
+        self.refused += 1
+        if self.log is not None:
+            peer = connection.transport.get_extra_info("peername")
+            self.log.warning(
+                "agent refused: wrong or missing token for the machine",
+                peer=peer[0] if peer else None,
+                machine=_logged(machine),
+                request=what,
+            )
+        return 401, _WRONG_TOKEN
+
+    def _register(self, connection: _Connection, request: Request, body: bytes) -> None:
+        """An agent with its launch's token asks for its machine's: answered once per
+        machine (a repeat with the same nonce, whose answer was lost, is answered again)."""
+        given = bearer_token(request.headers.get("authorization"))
+        launch = launch_of(self.token, given) if given else None
+        try:
+            ask = json.loads(body)
+            machine, nonce = ask["machine"], ask["nonce"]
+            if not isinstance(machine, str) or not machine or not isinstance(nonce, str):
+                raise TypeError("machine and nonce must be strings")
+        except (ValueError, KeyError, TypeError) as exc:
+            connection.send(request, 400, {"error": f"register: bad request ({exc})"})
+            return
+        if launch is None:
+            self._refuse(connection, request, machine, "register")
+            return
+        if machine in self.gone:
+            connection.send(request, 410, {"error": f"machine {machine!r} was released"})
+            return
+        if machine not in self.launches:
+            connection.send(request, 503, {"error": "machine not known yet"})
+            return
+        digest = hashlib.sha256(nonce.encode()).hexdigest()
+        before = self.registered.get(machine)
+        if self.launches[machine] != launch or before not in (None, digest):
+            why = "another launch's" if self.launches[machine] != launch else "registered"
+            self.refused += 1
+            if self.log is not None:
+                self.log.warning("registration refused", machine=machine, why=why)
+            connection.send(request, 403, {"error": f"machine {machine!r} cannot register"})
+            return
+        if before is None:
+            self.registered[machine] = digest
+            if self._registry is not None:
+                with self._registry.open("a", encoding="utf-8") as out:
+                    out.write(f"{machine} {digest}\n")
+            if self.log is not None:
+                self.log.info("machine registered", machine=machine, launch=launch)
+        connection.send(request, 200, {"token": machine_token(self.token, machine)})
 
     def _wake(self, reply: Reply, first: bool, settle: bool) -> None:
         """(The daemon's thread.) ``reply`` was sent or held: the loop settles it, with
@@ -304,15 +400,19 @@ class Dispatcher:
 
     # --- task files (coroutines; their I/O on the file threads) -----------------------------
 
-    def _files_refused(self, request: Request) -> tuple[int, dict[str, Any]] | None:
+    def _files_refused(
+        self, request: Request, connection: _Connection, machine: str | None
+    ) -> tuple[int, dict[str, Any]] | None:
+        """Why a task-file request is not served: no files, or a token that is not the
+        machine's whose attempt it names."""
         if self.files is None:
             return 404, {"error": "this run has no task files"}
-        if not self.authorised(request.headers.get("authorization")):
-            return 401, {"error": "wrong or missing token"}
+        if not self.authorised(request.headers.get("authorization"), machine):
+            return self._refused(connection, machine, request.target[:100])
         return None
 
     async def _plan(self, request: Request, connection: _Connection, body: bytes) -> bool:
-        refused = self._files_refused(request)
+        refused = self._files_refused(request, connection, _claimed_machine(body))
         if refused is not None:
             return connection.write_answer(request, *refused, keep=False)
         status, answer = await self._loop.run_in_executor(self._pool, self.files.plan, body)
@@ -320,7 +420,8 @@ class Dispatcher:
 
     async def _input(self, request: Request, connection: _Connection) -> bool:
         """``GET`` an input file, streamed block by block."""
-        refused = self._files_refused(request)
+        owner = self.files.owner(request.target) if self.files is not None else None
+        refused = self._files_refused(request, connection, owner)
         if refused is not None:
             return connection.write_answer(request, *refused, keep=False)
         keep = request.length == 0  # a body sent with a GET is not read
@@ -354,7 +455,8 @@ class Dispatcher:
     async def _receive(self, request: Request, connection: _Connection) -> bool:
         """``PUT`` an output file: ``Staging.receive`` on a file thread, reading the body
         from the loop a block at a time (a file is never held whole in memory)."""
-        refused = self._files_refused(request)
+        owner = self.files.owner(request.target) if self.files is not None else None
+        refused = self._files_refused(request, connection, owner)
         if refused is not None:
             return connection.write_answer(request, *refused, keep=False)
         seen = self.last_seen
@@ -605,6 +707,8 @@ class _Connection(asyncio.BufferedProtocol):
             self.d._poll(self, request, body, self.arrived)
         elif request.target == FILES_PATH:
             self._start(self.d._plan(request, self, body))
+        elif request.target == REGISTER_PATH:
+            self.d._register(self, request, body)
         else:
             self.send(request, 404, {"error": f"no such endpoint {request.target[:100]}"})
 
@@ -623,7 +727,7 @@ class _Connection(asyncio.BufferedProtocol):
         if self.ended:
             return
         self.ended = True
-        if self.eof:
+        if self.eof or not self.transport.can_write_eof():  # TLS has no half-close
             self.transport.close()
             return
         self.transport.write_eof()
@@ -753,10 +857,25 @@ def _connection_limit() -> int:
     return max(1, min(MAX_CONNECTIONS, soft - FD_RESERVE))
 
 
+def _read_registry(path: Path | None) -> dict[str, str]:
+    """The registrations a daemon of this run made before (machine -> nonce digest)."""
+    if path is None or not path.is_file():
+        return {}
+    pairs = (line.split(" ", 1) for line in path.read_text(encoding="utf-8").splitlines())
+    return {p[0]: p[1] for p in pairs if len(p) == 2}
+
+
 def _claimed_machine(body: bytes) -> str | None:
+    """The machine a request's body names, whole: the token is checked against it (a
+    token derived from a cut id would speak for every machine whose id begins so)."""
     try:
         data = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError):
         return None
     machine = data.get("machine") if isinstance(data, dict) else None
-    return machine[:100] if isinstance(machine, str) else None
+    return machine if isinstance(machine, str) else None
+
+
+def _logged(machine: str | None) -> str | None:
+    """A claimed machine id as a log line keeps it (an agent's claim can be long)."""
+    return None if machine is None else machine[:100]

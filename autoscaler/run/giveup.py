@@ -63,6 +63,16 @@ def _ended_unready(m: Machine) -> bool:
     return not m.alive and m.ready_at is None and _unready_cause(reason)
 
 
+def _telling(streak: Sequence[Machine], lost: dict[str, str]) -> str:
+    """Why the streak's last machine ended, or, when it only fell silent, the last that
+    has its provider's words (a batch job's state, its log's tail): on a busy host the
+    silence can be noticed before the scheduler lists the job's end, and the user wants
+    what the scheduler said."""
+    reasons = [lost.get(m.id) or (m.end_reason or "").removeprefix("lost: ") for m in streak]
+    told = [r for r in reasons if r not in _UNREADY_CAUSES]
+    return (told or reasons)[-1]
+
+
 def unready_give_ups(state: RunState, events: Sequence[Event], log: Any) -> list[LaunchFailed]:
     """The types that ``events`` (a step's, not yet applied) give up: those whose
     machines lost in them, before their agents were ready, make ``UNREADY_MAX`` in a row
@@ -82,16 +92,15 @@ def unready_give_ups(state: RunState, events: Sequence[Event], log: Any) -> list
             continue
         mine = [m for m in state.fleet.machines.values() if m.type.name == type_name]
         came_up = max((m.ready_at for m in mine if m.ready_at is not None), default=-1.0)
-        streak = sum(
-            1
+        streak = [
+            m
             for m in mine
             if m.id in lost or (_ended_unready(m) and (m.ended_at or 0.0) >= came_up)
-        )
-        if streak >= UNREADY_MAX:
-            last = next(lost[m.id] for m in reversed(mine) if m.id in lost)
+        ]
+        if len(streak) >= UNREADY_MAX:
             why = (
-                f"{streak} machines of {type_name} in a row ended before their agent was "
-                f"ready; last: {last}"
+                f"{len(streak)} machines of {type_name} in a row ended before their agent "
+                f"was ready; last: {_telling(streak, lost)}"
             )
             out.append(give_up(type_name, "unready", why[:1000], log))
     return out

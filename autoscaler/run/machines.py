@@ -38,6 +38,7 @@ from autoscaler.core.state import RunState
 from autoscaler.providers.base import (
     MachineRecord,
     MachineStatus,
+    PartialLaunch,
     Provider,
     ProviderState,
 )
@@ -103,6 +104,7 @@ def launch_events(
                 launch.token,
                 at=rec.launched_at,
                 provider="" if cfg.providers is None else cfg.provider_of(launch.type),
+                zone=rec.zone,
             )
         )
     missing = launch.count - len(events)
@@ -141,7 +143,8 @@ class MachineLifecycle:
     """The provider and SSH calls of one run, on worker threads.
 
     ``watched`` lists the machines whose end ``describe_soon`` looks for; ``gone`` holds
-    machines released or lost, whose bootstrap stops.
+    machines released or lost, whose bootstrap stops; ``tags`` are what each launch
+    tags its machines with besides the run (whom they are charged to: ``cost_tags``).
     """
 
     cfg: RunConfig
@@ -153,6 +156,7 @@ class MachineLifecycle:
     _: KW_ONLY
     watched: Callable[[], list[str]]
     gone: Container[str]
+    tags: Callable[[], Mapping[str, str]] = dict
 
     def __post_init__(self) -> None:
         self._executor = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="provider")
@@ -167,18 +171,22 @@ class MachineLifecycle:
 
     # --- launch ---------------------------------------------------------------------------
 
-    def launch(self, launch: Launch) -> None:
+    def launch(self, launch: Launch, avoid_zones: tuple[str, ...] = ()) -> None:
         """Launch on a provider thread; the ``LaunchDone`` comes back on the queue."""
-        future = self._submit(self.launch_now, launch)
+        future = self._submit(self.launch_now, launch, avoid_zones)
         future.add_done_callback(lambda f: self.inbox.put(f.result()))
 
-    def launch_now(self, launch: Launch) -> LaunchDone:
-        """The provider's answer to ``launch`` (on this thread), never an exception."""
+    def launch_now(self, launch: Launch, avoid_zones: tuple[str, ...] = ()) -> LaunchDone:
+        """The provider's answer to ``launch`` (on this thread), never an exception;
+        ``avoid_zones``: the type's zones held after reclaims."""
+        avoid = {"avoid_zones": avoid_zones} if avoid_zones else {}
         try:
-            records = self.provider.launch(launch.type, launch.count, launch.token, {})
+            tags = self.tags()
+            records = self.provider.launch(launch.type, launch.count, launch.token, tags, **avoid)
         except AutoscalerError as exc:
+            started = exc.records if isinstance(exc, PartialLaunch) else ()
             siblings = self.provider.capabilities.siblings(launch.type)
-            return LaunchDone(launch, (), exc.message, exc.code, exc.retryable, siblings)
+            return LaunchDone(launch, started, exc.message, exc.code, exc.retryable, siblings)
         except Exception as exc:  # a provider's bug must not lose the launch's money
             return LaunchDone(launch, (), f"{type(exc).__name__}: {exc}")
         return LaunchDone(launch, tuple(records), None)

@@ -12,8 +12,9 @@ what the composition decided (and a deadline it cannot meet) is said at once.
 
 from __future__ import annotations
 
+import math
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -23,11 +24,13 @@ from autoscaler.config.schema import Job, RunConfig
 from autoscaler.core.billing import BillingModel
 from autoscaler.core.words import counted
 from autoscaler.offers.allocation import OffersError
+from autoscaler.offers.cheapest import SLICES, Rate, lane_life
 from autoscaler.offers.cloud import CloudType, cloud_offers
 from autoscaler.offers.decide import compose
+from autoscaler.providers.offer import SLICES as PAPER_SLICES
 from autoscaler.providers.offer import Offer, OfferRequest, slice_sizes
 from autoscaler.report.format import hms
-from autoscaler.run.assemble import write_config
+from autoscaler.run.assemble import type_specs, write_config
 from autoscaler.run.cluster_load import LoadedCluster
 
 
@@ -75,16 +78,18 @@ def compose_offers(
             continue
         assert job.constraint.deadline_s is not None  # the schema requires it of a job
         deadline = job.at + job.constraint.deadline_s
-        offers = provider_offers(cfg, billing, job, len(ids), deadline, parts)
+        rates = type_rates(cfg, billing, job, reclaim_per_hour(cfg))
+        offers = provider_offers(cfg, billing, job, len(ids), deadline, parts, rates)
         request = OfferRequest(len(ids), min(job.task_s.values()), deadline, job.at)
         try:
-            decision = compose(cfg.deadline.offers, request, offers)
+            decision = compose(cfg.deadline.offers, request, offers, rates)
         except OffersError as exc:
             notes.append(f"job {job.name}: offers not used ({exc.message})")
             jobs.append(job)
             continue
         parts_said = ", ".join(
             f"{p.provider} {counted(p.tasks, 'task')} by {hms(p.finish)}"
+            + ("" if p.cost is None else f" for {p.cost:.2f} expected")
             for p in decision.allocation.parts
         )
         line = f"job {job.name}: {decision.allocation.policy} splits it: {parts_said}"
@@ -99,6 +104,72 @@ def compose_offers(
     return cfg.model_copy(update={"jobs": jobs}), notes
 
 
+def reclaim_per_hour(cfg: RunConfig) -> dict[str, float]:
+    """The rate each type's machines are taken back per hour, as the planners take it
+    when a run starts: the config's prior (``RunConfig.reclaim_prior``; nothing is
+    learned yet). A dry run's ``emulator.reclaim_per_hour`` is the world's, which the
+    run does not know."""
+    return {t.name: cfg.reclaim_prior(t.name) for t in cfg.machine_types}
+
+
+def type_rates(
+    cfg: RunConfig, billing: BillingModel, job: Job, reclaim: Mapping[str, float]
+) -> list[Rate]:
+    """What each type ``job`` names charges for its tasks (``offers.cheapest``), within
+    its provider's machine limit; ``reclaim``: per type, its machines taken back an
+    hour."""
+    out = []
+    for t in type_specs(cfg):
+        if t.name not in job.task_s:
+            continue
+        limit = cfg.limits(t.provider).max_machines
+        out.append(
+            Rate(
+                t.provider,
+                t.name,
+                t.price,
+                billing,
+                t.boot_s,
+                job.task_s[t.name],
+                t.slots,
+                t.max_count if limit is None else min(t.max_count, limit),
+                reclaim_per_hour=reclaim.get(t.name, 0.0),
+                max_life_s=t.max_life_s,
+            )
+        )
+    return out
+
+
+def soonest(
+    maker: Callable[[OfferRequest, Sequence[int]], list[Offer]],
+    request: OfferRequest,
+    tasks: int,
+    rates: Sequence[Rate],
+) -> list[Offer]:
+    """A scheduler's offer of ``tasks`` as soon as it can (``rates``: the provider's
+    types). A cluster's holds a part it fits to the deadline asked, so an offer by the
+    deadline says nothing of how close to it the part ends; asked for it at once, it
+    says when the part would end at the earliest. Where a machine is a job of a time
+    limit, a lane runs its tasks as jobs one after the other
+    (``offers.cheapest.lane_life``): the part is asked for as long as they take, so
+    the processors the later jobs need are seen to be free (or not) as the first's."""
+    asked = replace(request, deadline=request.now)
+    if rates:
+        lanes = sum(r.max_count * r.slots for r in rates)
+        waves = math.ceil(tasks / max(1, lanes))
+        quickest = min(rates, key=lambda r: r.boot_s + waves * r.task_s)
+        chain = lane_life(quickest, waves)
+        if chain is None:
+            return []
+        first = quickest.max_life_s or 0.0
+        asked = replace(
+            asked,
+            deadline=request.now + first,
+            task_s=(chain[0] - quickest.boot_s) / waves,
+        )
+    return maker(asked, [tasks])
+
+
 def provider_offers(
     cfg: RunConfig,
     billing: BillingModel,
@@ -106,10 +177,14 @@ def provider_offers(
     tasks: int,
     deadline: float,
     parts: Mapping[str, Any] | None,
+    rates: Sequence[Rate] = (),
 ) -> list[Offer]:
     """Every provider's offers for the paper's slices of ``job`` (a provider none of
-    whose types the job names makes none)."""
-    sizes = slice_sizes(tasks)
+    whose types the job names makes none). For the cheapest split, every 5 % of it,
+    and a provider that answers itself is asked when it would end each at the earliest
+    (``soonest``; ``rates``: what the job's types charge)."""
+    cheapest = cfg.deadline.offers == "cheapest"
+    sizes = slice_sizes(tasks, SLICES if cheapest else PAPER_SLICES)
     out: list[Offer] = []
     for name in cfg.provider_names():
         types = [t for t in cfg.machine_types if cfg.provider_of(t.name) == name]
@@ -126,7 +201,11 @@ def provider_offers(
             maker = LoadedCluster(cfg, name, load, limit, mine).offers
         if maker is not None:  # the provider's own scheduler answers
             request = OfferRequest(tasks, min(job.task_s[t.name] for t in mine), deadline, job.at)
-            made = maker(request, sizes)
+            if cheapest:
+                own = [r for r in rates if r.provider == name]
+                made = [o for n in sizes for o in soonest(maker, request, n, own)]
+            else:
+                made = maker(request, sizes)
             out += [replace(o, provider=name, power=o.power or power) for o in made]
             continue
         best: dict[int, Offer] = {}

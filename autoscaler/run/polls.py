@@ -115,7 +115,9 @@ class Poll:
     arrived: float  # monotonic
     reply: Reply = field(default_factory=Reply)
     notice: Notice | None = None  # the machine's provider said it will take it back
+    rebalance: str | None = None  # when its provider recommended a rebalance (it drains)
     setup: dict[str, Any] | None = None  # how far the machine's set-up is (agent.py)
+    refused: list[int] = field(default_factory=list)  # runs of results not given to it
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,13 +163,21 @@ def parse_poll(body: bytes, arrived: float) -> Poll:
         ):
             raise BadRequest("notice: must be {action: str, time: str}")
         said = Notice(notice["action"][:40], notice["time"][:40])
+    rebalance = data.get("rebalance")
+    if rebalance is not None and (
+        not isinstance(rebalance, dict) or not isinstance(rebalance.get("time"), str)
+    ):
+        raise BadRequest("rebalance: must be {time: str}")
     setup = data.get("setup")
     if setup is not None and (
         not isinstance(setup, dict) or setup.get("state") not in ("running", "done", "failed")
     ):
         raise BadRequest("setup: must be {state: running|done|failed, ...}")
     wait_s = min(float(wait), MAX_WAIT_S)
-    return Poll(machine, parsed, running, wait_s, arrived, notice=said, setup=setup)
+    advised = None if rebalance is None else rebalance["time"][:40]
+    return Poll(
+        machine, parsed, running, wait_s, arrived, notice=said, rebalance=advised, setup=setup
+    )
 
 
 def parse_result(r: object, index: int = 0) -> AgentResult:

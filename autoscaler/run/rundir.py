@@ -12,12 +12,16 @@ before its event is journaled, and the journal is the truth: lines no journaled 
 (a daemon killed between the two) are dropped when a daemon resumes the run.
 One daemon holds the directory at a time (``run_lock``, an flock that dies with its
 holder), and ``daemon_alive`` asks who does.
+Whom the run's machines are charged to (``CostTags``: its project, job and user) is
+fixed when the run is made and kept in the journal's facts, so a resumed run tags its
+machines as the first daemon did.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import getpass
 import json
 import os
 import secrets
@@ -35,6 +39,7 @@ from autoscaler.core.journal import JOURNAL_DB, SqliteJournal, replay
 from autoscaler.core.model import TaskSpec
 from autoscaler.core.state import RunState
 from autoscaler.core.task_json import task_extra, task_of
+from autoscaler.providers.cost_tags import CostTags
 from autoscaler.run.assemble import CONFIG_FILE, new_state, write_config
 from autoscaler.run.results import JOURNALED_META
 
@@ -55,6 +60,7 @@ class RunFiles:
     token: str
     seed: int
     start_wall: float  # time.time() at run time 0
+    cost_tags: CostTags  # whom the run's machines are charged to
     address: tuple[str, int] | None = None  # the dispatcher's, once bound
     config_tasks: int = -1  # how many of ``tasks`` the config gives (-1: all of them)
 
@@ -64,14 +70,23 @@ class RunFiles:
 
     @classmethod
     def create(
-        cls, cfg: RunConfig, tasks: Sequence[TaskSpec], run_dir: Path, run_id: str, seed: int
+        cls,
+        cfg: RunConfig,
+        tasks: Sequence[TaskSpec],
+        run_dir: Path,
+        run_id: str,
+        seed: int,
+        cost_tags: CostTags | None = None,
     ) -> RunFiles:
+        """A new run's directory written; ``cost_tags``: whom its machines are charged
+        to (None: ``own_cost_tags``, the config's project and name, the OS user)."""
         run_dir = run_dir.absolute()
         run_dir.mkdir(parents=True, exist_ok=True)
         if (run_dir / JOURNAL_DB).exists():
             raise AutoscalerError(f"{run_dir} already holds a run: use --resume {run_dir}")
         token = secrets.token_urlsafe(32)
-        files = cls(run_dir, run_id, cfg, list(tasks), token, seed, time.time())
+        charged = cost_tags or own_cost_tags(cfg)
+        files = cls(run_dir, run_id, cfg, list(tasks), token, seed, time.time(), charged)
         # The journal first, holding the run's facts: a run killed at any point after
         # this is one ``--resume`` can name (or says what it lacks), and the tasks file,
         # written whole and last, shows the directory complete.
@@ -117,6 +132,7 @@ class RunFiles:
                 token,
                 int(meta["seed"]),
                 float(meta["start_wall"]),
+                _cost_tags(meta) or own_cost_tags(cfg),
                 address,
                 sum(1 for d in lines if "job" not in d),
             )
@@ -132,6 +148,8 @@ class RunFiles:
         }
         if self.address is not None:
             meta.update(host=self.address[0], port=self.address[1])
+        tags = self.cost_tags
+        meta.update(cost_project=tags.project, cost_job=tags.job, cost_user=tags.user)
         return {**meta, "time_scale": self.cfg.time_scale, "n_tasks": len(self.tasks)}
 
     def add_tasks(self, job: str, tasks: Sequence[TaskSpec]) -> None:
@@ -159,6 +177,28 @@ class RunFiles:
             lines = f.readlines()[:n_tasks]
         write_atomic(path, "".join(lines))
         del self.tasks[n_tasks:]
+
+
+def os_user() -> str:
+    """Who runs this process, as the OS says (``unknown`` where it cannot tell)."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no USER, LOGNAME... and no passwd entry for the uid
+        return "unknown"
+
+
+def own_cost_tags(cfg: RunConfig) -> CostTags:
+    """Whom a run started by hand is charged to: its config's project, its name, and
+    the OS user who started it."""
+    return CostTags(cfg.project_name, cfg.name, os_user())
+
+
+def _cost_tags(meta: dict[str, object]) -> CostTags | None:
+    """The cost tags a run's journal keeps (None: a run made before it kept them)."""
+    keys = ("cost_project", "cost_job", "cost_user")
+    if not all(k in meta for k in keys):
+        return None
+    return CostTags(*(str(meta[k]) for k in keys))
 
 
 def _task_lines(tasks: Sequence[TaskSpec], job: str | None = None) -> str:

@@ -32,6 +32,7 @@ from autoscaler.config.schema import RunConfig
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.model import BudgetSet, TaskSpec
 from autoscaler.core.state import RunState
+from autoscaler.providers.cost_tags import CostTags
 from autoscaler.report.records import Report
 from autoscaler.run.daemon import HANDOVER_SIGNAL, Daemon, HoldHook, Outcome, ProgressHook
 from autoscaler.run.live import live_view
@@ -126,10 +127,13 @@ class Session:
         progress: ProgressHook | None = None,
         plots: bool = True,
         foreground: bool = True,
+        cost_tags: CostTags | None = None,
     ) -> Session:
         """The run of ``cfg`` and ``tasks`` in ``run_dir`` made ready (``run.start``'s
         ``start_run``: a new run writes its run directory, ``resume`` reads it).
-        ``foreground``: the session takes the process's signals (a service's does not)."""
+        ``foreground``: the session takes the process's signals (a service's does not);
+        ``cost_tags``: whom a new run's machines are charged to (default: its config's
+        project and name, the OS user)."""
         daemon = start_run(
             mode,
             run_dir,
@@ -142,6 +146,7 @@ class Session:
             budget=budget,
             on_hold=on_hold,
             resumed=resumed,
+            cost_tags=cost_tags,
         )
         return cls(daemon, foreground)
 

@@ -83,7 +83,7 @@ class Staging:
         attempt = attempt_name(task, machine, run)
         self._issued[attempt] = (machine, shared)
         inputs = [
-            [f.name, "link", f.source] if shared else [f.name, "get", f"{INPUT_PATH}{task}/{i}"]
+            [f.name, "link", f.source] if shared else [f.name, "get", f"{INPUT_PATH}{attempt}/{i}"]
             for i, f in enumerate(spec.inputs)
         ]
         cwd = f"files/{attempt}"
@@ -103,7 +103,7 @@ class Staging:
             return 400, {"error": f"files: bad request ({exc!r})"}
         attempt = attempt_name(task, machine, run)
         machine_shared = self._issued.get(attempt)
-        if spec is None or machine_shared is None:
+        if spec is None or machine_shared is None or machine_shared[0] != machine:
             return 410, {"error": f"attempt {attempt} is not one the daemon handed out"}
         total = sum(n for _, n in files)
         if total > spec.max_bytes:
@@ -163,9 +163,23 @@ class Staging:
             return True
         return task.isdigit() and int(task) in self._committed
 
+    def owner(self, path: str) -> str | None:
+        """The machine whose attempt ``GET /v1/input/<attempt>/<i>`` or ``PUT
+        /v1/put/<attempt>/<path>`` names; None if no attempt of that name was handed out.
+        Only that machine's token is let through."""
+        for prefix in (INPUT_PATH, PUT_PATH):
+            if path.startswith(prefix):
+                issued = self._issued.get(path[len(prefix) :].partition("/")[0])
+                return issued[0] if issued is not None else None
+        return None
+
     def input_file(self, path: str) -> Path | None:
-        """The file ``GET /v1/input/<task>/<i>`` asks for, or None."""
-        task, _, index = path[len(INPUT_PATH) :].partition("/")
+        """The file ``GET /v1/input/<attempt>/<i>`` asks for, or None (an attempt not
+        handed out included)."""
+        attempt, _, index = path[len(INPUT_PATH) :].partition("/")
+        if attempt not in self._issued:
+            return None
+        task = attempt.partition(".")[0]
         try:
             spec = self.tasks[int(task)].files
             return Path(spec.inputs[int(index)].source) if spec is not None else None

@@ -39,6 +39,7 @@ from autoscaler.run.assemble import (
     billing_model,
     json_logger,
     log_action,
+    log_reclaim_holds,
     make_controller,
     new_run_id,
     new_state,
@@ -52,6 +53,7 @@ from autoscaler.run.refusals import holds
 if TYPE_CHECKING:
     from autoscaler.budget.frontier import Frontier
     from autoscaler.core.model import BudgetSet
+    from autoscaler.providers.cost_tags import CostTags
     from autoscaler.run.daemon import Daemon, HoldHook, ProgressHook
 
 
@@ -159,6 +161,7 @@ def dry_run(
             journal.step(now, events, actions)
         for action in actions:
             log_action(log, now, action)
+        log_reclaim_holds(log, state, events)
         if progress is not None:
             progress(state)
 
@@ -304,6 +307,7 @@ def start_run(
     budget: BudgetSet | None = None,
     on_hold: HoldHook | None = None,
     resumed: str | None = None,
+    cost_tags: CostTags | None = None,
 ) -> Daemon: ...
 
 
@@ -322,6 +326,7 @@ def start_run(
     resumed: str | None = None,
     world: Sequence[JobMeans | None] | None = None,
     owner: Owner | None = None,
+    cost_tags: CostTags | None = None,
 ) -> EmulatedRun | Daemon:
     """Start the run of ``cfg`` and its ``tasks`` in ``mode``, in ``run_dir``: ready to
     ``run()`` to its end.
@@ -331,8 +336,9 @@ def start_run(
     run writes one only when ``run_dir`` is given. ``resume`` takes neither config nor
     tasks: the run directory holds them. A real run is a ``Daemon`` (``budget``: a new
     budget set in its first step; ``on_hold``: called when a ``plan`` run holds;
-    ``resumed``: why an interrupted run carries on), a dry run an ``EmulatedRun``
-    (``world`` and ``owner``: as ``dry_run``'s).
+    ``resumed``: why an interrupted run carries on; ``cost_tags``: whom a new run's
+    machines are charged to, default its config's project and name and the OS user), a
+    dry run an ``EmulatedRun`` (``world`` and ``owner``: as ``dry_run``'s).
     """
     if mode == "resume":
         if cfg is not None or tasks:
@@ -351,6 +357,7 @@ def start_run(
             budget,
             on_hold,
             resumed,
+            None,
         )
     if cfg is None:
         raise AutoscalerError(f"a {mode} run needs a config")
@@ -373,6 +380,7 @@ def start_run(
         budget,
         on_hold,
         resumed,
+        cost_tags,
     )
 
 
@@ -401,6 +409,7 @@ def _daemon(
     budget: BudgetSet | None,
     on_hold: HoldHook | None,
     resumed: str | None,
+    cost_tags: CostTags | None,
 ) -> Daemon:
     """A real run's daemon: its run directory written (a new run) or opened (resumed)."""
     from autoscaler.run.daemon import Daemon
@@ -411,7 +420,7 @@ def _daemon(
     else:
         assert run_id is not None
         assert seed is not None
-        files = RunFiles.create(cfg, with_files(cfg, tasks), run_dir, run_id, seed)
+        files = RunFiles.create(cfg, with_files(cfg, tasks), run_dir, run_id, seed, cost_tags)
     return Daemon(
         files,
         resume=mode == "resume",

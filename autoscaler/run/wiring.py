@@ -36,13 +36,14 @@ def make_provider(
     workdir: Path,
     clock: Callable[[], float],
     build: ProviderBuild | None = None,
+    ca_pem: str | None = None,
 ) -> Provider:
     """The provider a real run of ``cfg`` uses; a clear error for one that cannot run.
 
     ``build``: the caller's own instead of the config's kind (a benchmark's simulated
     machines, ``benchmarks/sim_provider.py``); the config still says how time and
-    billing run."""
-    ctx = RunContext(billing, run_id, run_dir, token, url, workdir, clock)
+    billing run. ``ca_pem``: the run's CA, when the dispatcher serves https."""
+    ctx = RunContext(billing, run_id, run_dir, token, url, workdir, clock, ca_pem)
     if build is not None:
         return build(cfg, ctx)
     if cfg.providers is not None:
@@ -54,6 +55,28 @@ def make_provider(
             f"{', '.join(registry.real_kinds())} (or use --dry-run)"
         )
     return build(cfg, ctx)
+
+
+def direct_hosts(cfg: RunConfig) -> list[str]:
+    """Where agents that connect directly reach the dispatcher (the hosts of the
+    ``controller_url`` of every EC2 section whose machines start their agents from user
+    data): the dispatcher serves https, its certificate from the run's CA, when there is
+    one. Agents over an SSH tunnel, local agents and cluster jobs need none; an SSH
+    bootstrap beside such agents is refused (its tunnels carry plain HTTP)."""
+    hosts: list[str] = []
+    tunnelled = False
+    for name in cfg.provider_names():
+        how = registry.kind(cfg.kind_of(name)).direct
+        if how is not None:
+            seen = how(cfg.for_provider(name))
+            hosts += seen.hosts
+            tunnelled = tunnelled or seen.tunnelled
+    if hosts and tunnelled:
+        raise AutoscalerError(
+            "providers: an ec2 provider with bootstrap: ssh cannot share a run with one with "
+            "bootstrap: user-data (the dispatcher serves those agents https only)"
+        )
+    return hosts
 
 
 def make_bootstrap(

@@ -1,10 +1,14 @@
 """The service's HTTP API on loopback (FastAPI on uvicorn); its client is
 ``autoscaler.service.client``.
 
-Every request carries the service's token: ``Authorization: Bearer <token>``, or the
-cookie a browser gets from ``GET /login?token=<token>``. The token is made once per
-state directory and kept in ``<state dir>/token`` (mode 0600, in a 0700 directory), so
-only the service's user can read it; ``<state dir>/api.json`` (0600) says where the
+Every request carries a token: ``Authorization: Bearer <token>``, or the cookie a
+browser gets from ``GET /login?token=<token>``. The state directory's own token is made
+once per state directory and kept in ``<state dir>/token`` (mode 0600, in a 0700
+directory), so only the service's user can read it: it is ``admin``'s. Other users'
+tokens are made with ``autoscaler token create`` (``service.users``); a request acts as
+its token's user, and a change its role does not allow (``service.users.refusal``) is a
+403 naming what the role lacks. Each submit, update and cancel, refused or not, is a line
+of the audit log (``service.audit``). ``<state dir>/api.json`` (0600) says where the
 service listens. A browser that asks for ``/`` without it gets a page saying how to log
 in (``autoscaler page``). JSON in and out; errors are ``{"error": ..., "problems": [...]}``,
 and a 400 names each bad field (a body that is not JSON, an update giving a budget and a
@@ -13,7 +17,8 @@ deadline).
     GET  /                        the status page (read-only; HTML polling the API)
     GET  /login?token=T           sets the cookie, redirects to /
     GET  /openapi.json            this API's OpenAPI document
-    GET  /api/v1/status           {"service": {...}, "jobs": [job with history, ...]}
+    GET  /api/v1/status           {"service": {...}, "jobs": [job with history, ...],
+                                   "user": {"name": ..., "role": ...}} (the token's)
     GET  /api/v1/jobs             {"jobs": [job, ...]}
     GET  /api/v1/jobs/ID          job, with its history
     POST /api/v1/jobs             {"job": {job file}, "base_dir": DIR, "source": NAME}
@@ -51,9 +56,10 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from autoscaler.bootstrap.tls import ServerCert as Tls
 from autoscaler.core.atomic import write_atomic
 from autoscaler.core.errors import AutoscalerError, ConfigError
-from autoscaler.run.auth import bearer_token, token_matches
+from autoscaler.run.auth import bearer_token
 from autoscaler.service.api_models import (
     ErrorBody,
     Jobs,
@@ -63,7 +69,9 @@ from autoscaler.service.api_models import (
     Submitted,
     UpdateRequest,
 )
+from autoscaler.service.audit import AuditLog, Outcome
 from autoscaler.service.client import API_FILE, TOKEN_FILE
+from autoscaler.service.users import Action, Forbidden, Role, Tokens, User, Users, check
 
 if TYPE_CHECKING:
     from autoscaler.service.service import Service
@@ -80,16 +88,18 @@ T = TypeVar("T")
 
 
 def service_token(state_dir: Path) -> str:
-    """The state directory's API token, made on first use (mode 0600)."""
+    """The state directory's API token, made on first use (mode 0600, written whole). A
+    file found empty (a first start stopped between making it and writing it, or on a
+    full disk) is made again: an empty token would let an empty cookie in as admin."""
     path = state_dir / TOKEN_FILE
     try:
-        return path.read_text(encoding="utf-8").strip()
+        token = path.read_text(encoding="utf-8").strip()
     except FileNotFoundError:
+        token = ""
+    if not token:
         token = secrets.token_urlsafe(32)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(token)
-        return token
+        write_atomic(path, token)
+    return token
 
 
 # --- the app ----------------------------------------------------------------------------
@@ -140,8 +150,10 @@ LOGIN_PAGE = """<!doctype html>
 <code>autoscaler page</code> (with <code>--state-dir DIR</code> if the service was started
 with one) and open the address it prints, which ends in <code>/login?token=&hellip;</code>:
 it sets a cookie and brings you back here.</p>
-<p>The token is kept in <code>&lt;state dir&gt;/token</code>. Programs send it as a header,
-<code>Authorization: Bearer &lt;token&gt;</code>.</p>
+<p>The service's own token is kept in <code>&lt;state dir&gt;/token</code>; a user with a
+token of their own (<code>autoscaler token create</code>) runs <code>autoscaler page</code>
+with <code>AUTOSCALER_TOKEN</code> or <code>--token-file</code> set to it. Programs send a
+token as a header, <code>Authorization: Bearer &lt;token&gt;</code>.</p>
 </body></html>
 """
 """What a browser (``Accept: text/html``) gets at ``/`` without a valid token: how to log
@@ -149,11 +161,12 @@ in. Other clients get the JSON 401 every endpoint gives."""
 
 
 class _Guard:
-    """Every request but ``/login`` carries the token; no body over ``MAX_BODY``."""
+    """Every request but ``/login`` carries a user's token (the user goes in the
+    request's state); no body over ``MAX_BODY``."""
 
-    def __init__(self, app: ASGIApp, token: str) -> None:
+    def __init__(self, app: ASGIApp, users: Users) -> None:
         self.app = app
-        self.token = token
+        self.users = users
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"] != "/login":
@@ -161,9 +174,11 @@ class _Guard:
             given = bearer_token(request.headers.get("authorization"))
             if given is None:
                 given = request.cookies.get(COOKIE)
-            if not token_matches(given, self.token):
+            user = self.users.identify(given)
+            if user is None:
                 answer: Response = _error(
-                    HTTPStatus.UNAUTHORIZED, "no valid token: see the service's token file"
+                    HTTPStatus.UNAUTHORIZED,
+                    "no valid token (none given, not this service's, or revoked)",
                 )
                 if scope["path"] == "/" and "text/html" in request.headers.get("accept", ""):
                     answer = HTMLResponse(
@@ -181,6 +196,7 @@ class _Guard:
                 )
                 await answer(scope, receive, send)
                 return
+            scope.setdefault("state", {})["user"] = user
         await self.app(scope, receive, send)
 
 
@@ -192,6 +208,10 @@ _JOB_ERRORS: dict[int | str, dict[str, Any]] = {
     HTTPStatus.BAD_REQUEST: {"model": ErrorBody, "description": "a bad field, named"},
     HTTPStatus.NOT_FOUND: {"model": ErrorBody, "description": "no such job"},
     HTTPStatus.CONFLICT: {"model": ErrorBody, "description": "not possible in its state"},
+}
+_CHANGE_ERRORS: dict[int | str, dict[str, Any]] = {
+    **_JOB_ERRORS,
+    HTTPStatus.FORBIDDEN: {"model": ErrorBody, "description": "what the user's role lacks"},
 }
 
 
@@ -214,8 +234,10 @@ def _problem(error: Any) -> str:
     return f"{line} (got {got[:80] + '...' if len(got) > 80 else got})"
 
 
-def make_app(service: Service, token: str) -> FastAPI:
-    """The API of ``service``, guarded by ``token``."""
+def make_app(service: Service, users: Users, *, https: bool = False) -> FastAPI:
+    """The API of ``service``, for ``users`` (``https``: served over TLS, so the login
+    cookie is ``Secure``: a browser never sends the token in clear to an HTTP server on
+    the same host)."""
     app = FastAPI(
         title="autoscaler service",
         version="1",
@@ -237,8 +259,36 @@ def make_app(service: Service, token: str) -> FastAPI:
 
     @app.exception_handler(AutoscalerError)
     async def refused(request: Request, exc: AutoscalerError) -> Response:
-        status = HTTPStatus.NOT_FOUND if exc.code == "JobNotFound" else HTTPStatus.CONFLICT
-        return _error(status, exc.message)
+        status = {"JobNotFound": HTTPStatus.NOT_FOUND, Forbidden.code: HTTPStatus.FORBIDDEN}
+        return _error(status.get(exc.code, HTTPStatus.CONFLICT), exc.message)
+
+    audit = AuditLog(service.state_dir)
+
+    def audited(said: dict[str, str], job: str | None, outcome: Outcome, **more: str) -> None:
+        """A line of the audit log; one the disk refuses goes to the service's log: the
+        change is done (a job journaled), and a 500 would say it was not."""
+        try:
+            audit.record(service.clock(), **said, job=job, outcome=outcome, **more)
+        except OSError as exc:
+            if service.log is not None:
+                line = {**said, "job": job, "outcome": outcome, **more}
+                service.log.error("audit log cannot be written", error=repr(exc), **line)
+
+    def acting(request: Request, action: Action, job_id: str | None, do: Callable[[], T]) -> T:
+        """``do()``, if the request's user may ``action`` (the job ``job_id``): its
+        answer, or its error; either is a line of the audit log."""
+        user: User = request.state.user
+        said = {"user": user.name, "role": user.role.value, "action": action}
+        try:
+            owner = service.owner(job_id) if job_id and user.role is Role.SUBMIT else None
+            check(user, action, job_id, owner)
+            done = do()
+        except AutoscalerError as exc:
+            outcome: Outcome = "refused" if isinstance(exc, Forbidden) else "failed"
+            audited(said, job_id, outcome, detail=exc.message)
+            raise
+        audited(said, job_id if job_id is not None else str(done), "ok")  # a submit: its id
+        return done
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
@@ -266,10 +316,12 @@ def make_app(service: Service, token: str) -> FastAPI:
     )
     async def login(token: str | None = None) -> Response:
         """Set the token's cookie and go to the status page."""
-        if not token_matches(token, app.state.token):
+        if users.identify(token) is None:
             return _error(HTTPStatus.UNAUTHORIZED, "token: wrong token")
         answer = RedirectResponse("/", status_code=HTTPStatus.SEE_OTHER)
-        answer.set_cookie(COOKIE, token or "", httponly=True, samesite="strict", path="/")
+        answer.set_cookie(
+            COOKIE, token or "", httponly=True, samesite="strict", path="/", secure=https
+        )
         return answer
 
     @app.get("/metrics", response_class=Response, responses=_ERRORS)
@@ -277,16 +329,28 @@ def make_app(service: Service, token: str) -> FastAPI:
         """Prometheus text, per job."""
         from autoscaler.service.prometheus import render_metrics
 
-        views, quota = await _on_daemon_thread(lambda: (service.job_views(), service.quota.usage()))
-        text, content_type = render_metrics(views, quota)
+        views, quota, alerts, projects = await _on_daemon_thread(
+            lambda: (
+                (views := service.job_views()),
+                service.quota.usage(),
+                service.alerting.status(views),
+                service.project_standings(),
+            )
+        )
+        text, content_type = render_metrics(views, quota, alerts, projects)
         return Response(text, media_type=content_type)
 
     @app.get("/api/v1/status", response_model=Status, responses=_ERRORS)
-    async def status() -> Response:
-        """The service, and every job with its history."""
+    async def status(request: Request) -> Response:
+        """The service, every job with its history, and who asks."""
+        user: User = request.state.user
 
         def both() -> dict[str, Any]:
-            return {"service": service.service_view(), "jobs": service.views(history=True)}
+            return {
+                "service": service.service_view(),
+                "jobs": service.views(history=True),
+                "user": {"name": user.name, "role": user.role.value},
+            }
 
         return _ok(await _on_daemon_thread(both))
 
@@ -299,16 +363,20 @@ def make_app(service: Service, token: str) -> FastAPI:
         "/api/v1/jobs",
         status_code=HTTPStatus.CREATED,
         response_model=Submitted,
-        responses=_JOB_ERRORS,
+        responses=_CHANGE_ERRORS,
     )
-    async def submit(body: SubmitRequest) -> Response:
-        """Validate a job file and journal the job."""
+    async def submit(request: Request, body: SubmitRequest) -> Response:
+        """Validate a job file and journal the job, the user's."""
         base = Path(body.base_dir) if body.base_dir is not None else None
+        user: User = request.state.user
 
         def journal() -> str:
-            return service.submit(body.job, source=body.source or "job", base_dir=base)
+            return service.submit(
+                body.job, source=body.source or "job", base_dir=base, user=user.name
+            )
 
-        return _ok({"id": await _on_daemon_thread(journal)}, HTTPStatus.CREATED)
+        job_id = await _on_daemon_thread(lambda: acting(request, "submit", None, journal))
+        return _ok({"id": job_id}, HTTPStatus.CREATED)
 
     @app.get("/api/v1/jobs/{job_id}", response_model=JobView, responses=_JOB_ERRORS)
     async def job(job_id: str) -> Response:
@@ -326,13 +394,17 @@ def make_app(service: Service, token: str) -> FastAPI:
         left = min(timeout, MAX_WAIT_S)
         return _ok(await _on_daemon_thread(lambda: service.wait(job_id, timeout=left)))
 
-    @app.post("/api/v1/jobs/{job_id}/cancel", response_model=JobView, responses=_JOB_ERRORS)
-    async def cancel(job_id: str) -> Response:
+    @app.post("/api/v1/jobs/{job_id}/cancel", response_model=JobView, responses=_CHANGE_ERRORS)
+    async def cancel(request: Request, job_id: str) -> Response:
         """Cancel a job: a queued one never starts; a running one stops and reports."""
-        return _ok(await _on_daemon_thread(lambda: service.cancel(job_id)))
+        return _ok(
+            await _on_daemon_thread(
+                lambda: acting(request, "cancel", job_id, lambda: service.cancel(job_id))
+            )
+        )
 
-    @app.post("/api/v1/jobs/{job_id}/update", response_model=JobView, responses=_JOB_ERRORS)
-    async def update(job_id: str, body: UpdateRequest) -> Response:
+    @app.post("/api/v1/jobs/{job_id}/update", response_model=JobView, responses=_CHANGE_ERRORS)
+    async def update(request: Request, job_id: str, body: UpdateRequest) -> Response:
         """Give a running or queued job a new budget or deadline."""
 
         def change() -> dict[str, Any]:
@@ -340,11 +412,10 @@ def make_app(service: Service, token: str) -> FastAPI:
                 job_id, budget=body.budget, deadline_s=body.deadline_s, deadline_at=body.deadline_at
             )
 
-        return _ok(await _on_daemon_thread(change))
+        return _ok(await _on_daemon_thread(lambda: acting(request, "update", job_id, change)))
 
-    app.state.token = token
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]  # FastAPI's documented hook
-    app.add_middleware(_Guard, token=token)
+    app.add_middleware(_Guard, users=users)
     return app
 
 
@@ -363,7 +434,11 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     for name in ("HTTPValidationError", "ValidationError"):
         schemas.pop(name, None)
     doc["components"]["securitySchemes"] = {
-        "bearer": {"type": "http", "scheme": "bearer", "description": "<state dir>/token"},
+        "bearer": {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "<state dir>/token, or a user's (`autoscaler token create`)",
+        },
         "cookie": {"type": "apiKey", "in": "cookie", "name": COOKIE, "description": "/login"},
     }
     doc["security"] = [{"bearer": []}, {"cookie": []}]
@@ -378,17 +453,22 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
 class ApiServer:
     """uvicorn serving ``make_app`` on a socket bound at construction, on its own thread."""
 
-    def __init__(self, service: Service, host: str, port: int, token: str) -> None:
+    def __init__(
+        self, service: Service, host: str, port: int, users: Users, tls: Tls | None = None
+    ) -> None:
         self.service = service
-        self.token = token
+        self.users = users
+        self.tls = tls
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.socket = socket.create_server((host, port), family=family)
         config = uvicorn.Config(
-            make_app(service, token),
+            make_app(service, users, https=tls is not None),
             log_config=None,
             access_log=False,
             lifespan="off",
             timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+            ssl_certfile=str(tls.cert_file) if tls is not None else None,
+            ssl_keyfile=str(tls.key_file) if tls is not None else None,
         )
         self._server = uvicorn.Server(config)
         self._thread: threading.Thread | None = None
@@ -396,7 +476,8 @@ class ApiServer:
     @property
     def url(self) -> str:
         host, port = self.socket.getsockname()[:2]
-        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+        scheme = "https" if self.tls is not None else "http"
+        return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
 
     def start(self) -> threading.Thread:
         self._thread = threading.Thread(
@@ -413,17 +494,21 @@ class ApiServer:
 
     def server_close(self) -> None:
         self.socket.close()
+        self.users.tokens.close()
 
 
-def serve_api(service: Service, host: str, port: int) -> ApiServer:
-    """Listen, and say where in ``api.json``."""
-    token = service_token(service.state_dir)
+def serve_api(service: Service, host: str, port: int, tls: Tls | None = None) -> ApiServer:
+    """Listen, and say where in ``api.json`` (with HTTPS, with the certificate's SHA-256
+    fingerprint, which the command line pins)."""
+    roster = {u.name: Role(u.role) for u in service.config.users}
+    users = Users(service_token(service.state_dir), Tokens(service.state_dir), roster)
     try:
-        server = ApiServer(service, host, port, token)
+        server = ApiServer(service, host, port, users, tls)
     except OSError as exc:
         raise AutoscalerError(f"the API cannot listen on {host}:{port}: {exc}") from None
-    write_atomic(
-        service.state_dir / API_FILE, json.dumps({"url": server.url, "pid": os.getpid()}) + "\n"
-    )
+    where: dict[str, Any] = {"url": server.url, "pid": os.getpid()}
+    if tls is not None:
+        where["fingerprint"] = tls.fingerprint
+    write_atomic(service.state_dir / API_FILE, json.dumps(where) + "\n")
     server.start()
     return server

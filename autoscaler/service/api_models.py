@@ -68,11 +68,13 @@ class JobView(_Answer):
 
     id: str
     name: str
+    user: str = Field(description="who submitted it (a job from before users: admin)")
     state: str = Field(description="queued, running, done, failed, cancelled or interrupted")
     submitted_at: float
     started_at: float | None
     ended_at: float | None
     run_dir: str
+    project: str = Field(default="default", description="the project its money is charged to")
     mode: str = Field(description="budget or deadline")
     tasks: int
     done: int
@@ -100,6 +102,7 @@ class JobView(_Answer):
         default=None,
         description="what machines a running job waits for because other jobs hold the "
         "service's quota, and which jobs: `waiting for 2 small machines held by j1, j3`; "
+        "or what money a queued job waits for (its project's `when_over: queue`); "
         "absent otherwise",
     )
 
@@ -119,6 +122,28 @@ class QuotaUse(BaseModel):
     by: dict[str, int] = Field(description="machines held per job (the pool: `pool`)")
 
 
+class ProjectView(BaseModel):
+    """A project's money in the current period (``service.projects``)."""
+
+    project: str
+    budget: float | None = Field(description="per period; null: no limit")
+    period: str = Field(description="month, week or day (UTC)")
+    period_label: str = Field(description="`2026-12`, `2026-W49`, `2026-12-02`")
+    spent: float = Field(description="what its jobs' machines cost in the period")
+    held: float = Field(description="what its live jobs may still commit in the period")
+    left: float | None = Field(description="budget - spent - held; null: no limit")
+    days: dict[str, float] = Field(description="its spend per UTC day of the period")
+
+
+class UserSpendView(BaseModel):
+    """What one user's jobs spent this calendar month (UTC)."""
+
+    user: str
+    month: str = Field(description="`2026-12`")
+    spent: float = Field(description="what the user's jobs' machines cost this month")
+    days: dict[str, float] = Field(description="per UTC day of the month")
+
+
 class ServiceView(_Answer):
     started_at: float
     now: float
@@ -129,11 +154,21 @@ class ServiceView(_Answer):
     machines_alive: int
     spend: float
     quota: list[QuotaUse] = Field(default_factory=list)
+    projects: list[ProjectView] = Field(default_factory=list)
+    users: list[UserSpendView] = Field(default_factory=list, description="spend per user")
+
+
+class UserView(BaseModel):
+    """Who a token acts as."""
+
+    name: str
+    role: str = Field(description="admin, submit or read")
 
 
 class Status(BaseModel):
     service: ServiceView
     jobs: list[JobView] = Field(description="every job, with its history")
+    user: UserView = Field(description="the user of the request's token")
 
 
 class ErrorBody(BaseModel):

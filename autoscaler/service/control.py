@@ -37,7 +37,7 @@ def ask(client: Client, method: str, path: str, body: object = None, timeout: fl
         raise
 
 
-def submit(where: Path, path: Path, name: str | None = None) -> str:
+def submit(where: Path, path: Path, name: str | None = None, token_file: Path | None = None) -> str:
     """Submit to the service of ``where`` the job file ``path`` (its relative paths are
     the file's; ``name``: the job's name instead of the file's); its id, once the service
     journaled it. The service checks the job: a bad one is refused naming its fields."""
@@ -47,7 +47,7 @@ def submit(where: Path, path: Path, name: str | None = None) -> str:
     if name is not None:
         job["name"] = name
     body = {"job": job, "base_dir": str(path.absolute().parent), "source": str(path)}
-    return str(ask(Client(where), "POST", "/api/v1/jobs", body)["id"])
+    return str(ask(Client(where, token_file), "POST", "/api/v1/jobs", body)["id"])
 
 
 @dataclass(frozen=True)
@@ -58,11 +58,11 @@ class Listing:
     running: bool
 
 
-def list_jobs(where: Path) -> Listing:
+def list_jobs(where: Path, token_file: Path | None = None) -> Listing:
     """The jobs of the service of ``where``: as it answers, or, when none runs there, as
     its store (read-only) and its runs' journals keep them."""
     try:
-        return Listing(ask(Client(where), "GET", "/api/v1/jobs")["jobs"], running=True)
+        return Listing(ask(Client(where, token_file), "GET", "/api/v1/jobs")["jobs"], running=True)
     except ApiError as exc:
         from autoscaler.service.store import DB_FILE  # the config models: see the module
 
@@ -99,6 +99,7 @@ class JobLine:
 
     id: str
     name: str
+    user: str  # who submitted it
     state: str
     done: int
     tasks: int
@@ -123,6 +124,7 @@ def job_line(view: View) -> JobLine:
     return JobLine(
         id=view["id"],
         name=view["name"],
+        user=view.get("user", "admin"),
         state=view["state"],
         done=view["done"],
         tasks=view["tasks"],
@@ -136,14 +138,12 @@ def job_line(view: View) -> JobLine:
     )
 
 
-def cancel(where: Path, job_id: str) -> View:
+def cancel(where: Path, job_id: str, token_file: Path | None = None) -> View:
     """Cancel the job ``job_id`` of the service of ``where``; its view once the cancel
     is asked. A job that has ended (before, or before the cancel reached it) is an error:
-    there is nothing to cancel."""
-    client = Client(where)
-    view = ask(client, "GET", f"/api/v1/jobs/{job_id}")
-    if view["state"] in ENDED:
-        raise AutoscalerError(f"{job_id} has ended ({view['state']}): nothing to cancel")
+    there is nothing to cancel. The service answers both, after what the user's role
+    may do: a user who may not cancel the job hears that, whatever its state."""
+    client = Client(where, token_file)
     view = ask(client, "POST", f"/api/v1/jobs/{job_id}/cancel")
     if view["state"] in ENDED and view["state"] != "cancelled":
         raise AutoscalerError(f"{job_id} ended ({view['state']}) before the cancel reached it")
@@ -192,10 +192,10 @@ def new_deadline(text: str, now: float) -> Change:
     return Change({"deadline_at": at.timestamp()}, f"deadline set to {shown} UTC")
 
 
-def update(where: Path, job_id: str, to: Change) -> View:
+def update(where: Path, job_id: str, to: Change, token_file: Path | None = None) -> View:
     """Ask the service of ``where`` to apply ``to`` to the job ``job_id``; the job's view
     after it."""
-    return dict(ask(Client(where), "POST", f"/api/v1/jobs/{job_id}/update", to.body))
+    return dict(ask(Client(where, token_file), "POST", f"/api/v1/jobs/{job_id}/update", to.body))
 
 
 @dataclass(frozen=True)
@@ -211,11 +211,12 @@ def wait(
     job_id: str,
     timeout: float | None,
     clock: Callable[[], float] = time.monotonic,
+    token_file: Path | None = None,
 ) -> Waited:
     """The job ``job_id`` of the service of ``where`` once it ends, or once ``timeout``
     seconds (None: no limit) have passed: the service holds each request up to a
     minute, so a lost answer costs little."""
-    client = Client(where)
+    client = Client(where, token_file)
     end = None if timeout is None else clock() + timeout
     while True:
         left = 60.0 if end is None else max(0.0, min(60.0, end - clock()))

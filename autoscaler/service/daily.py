@@ -13,7 +13,9 @@ deadline mode (one run, several jobs sharing machines) to the jobs by
 ``report.job_shares`` (the seconds it ran each job's tasks). What no listed job bears (a
 machine that ran no task, or a job of the run with no record) is the day's
 ``unattributed`` cost. A day's cost is the sum over its machine types, which is its jobs'
-plus the unattributed; the days' costs add up to the machines' costs.
+plus the unattributed; the days' costs add up to the machines' costs. A day's jobs are
+also summed by group (``groups``: per grouping, e.g. ``project``, each job's group), so
+each grouping's costs add up to the jobs'.
 
 Pure: records in, one ``DayReport`` per day out; ``write_daily_reports`` is the only I/O.
 """
@@ -21,8 +23,8 @@ Pure: records in, one ``DayReport`` per day out; ``write_daily_reports`` is the 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
@@ -68,6 +70,15 @@ class JobDay:
 
 
 @dataclass(frozen=True)
+class GroupDay:
+    """One group's cost on one day (a project: its jobs' costs summed)."""
+
+    name: str
+    cost: float
+    machine_hours: float
+
+
+@dataclass(frozen=True)
 class TypeDay:
     """One machine type's cost on one day."""
 
@@ -94,6 +105,8 @@ class DayReport:
     unattributed_cost: float
     """What no listed job bears: machines that ran no task, jobs without a record."""
     unattributed_machine_hours: float
+    groups: Mapping[str, tuple[GroupDay, ...]] = field(default_factory=dict)
+    """Per grouping (``project``), its groups' costs, by name."""
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)
@@ -136,16 +149,19 @@ class _Day:
     unattributed: _Sums
 
 
-def daily_costs(records: Iterable[JobRun]) -> list[DayReport]:
+def daily_costs(
+    records: Iterable[JobRun], groups: Mapping[str, Mapping[str, str]] | None = None
+) -> list[DayReport]:
     """The cost per UTC day of the runs of ``records``, oldest day first (see the module
-    docstring for the rule); only days with a machine alive are listed."""
+    docstring for the rule); only days with a machine alive are listed. ``groups``: per
+    grouping (``project``), each job id's group; a job it does not name is ``default``'s."""
     runs: dict[int, list[JobRun]] = {}
     for rec in records:
         runs.setdefault(id(rec.state), []).append(rec)
     days: dict[date, _Day] = {}
     for recs in runs.values():
         _add_run(recs, days)
-    return [_summary(day, days[day]) for day in sorted(days)]
+    return [_summary(day, days[day], groups or {}) for day in sorted(days)]
 
 
 def _add_run(recs: Sequence[JobRun], days: dict[date, _Day]) -> None:
@@ -176,10 +192,16 @@ def _add_run(recs: Sequence[JobRun], days: dict[date, _Day]) -> None:
             d.unattributed.add(cost * frac * (1 - owned), hours * frac * (1 - owned))
 
 
-def _summary(day: date, d: _Day) -> DayReport:
+def _summary(day: date, d: _Day, groups: Mapping[str, Mapping[str, str]]) -> DayReport:
     types = tuple(
         TypeDay(name, s.cost, s.hours, len(d.machines[name])) for name, s in sorted(d.types.items())
     )
+    by: dict[str, tuple[GroupDay, ...]] = {}
+    for grouping, group_of in groups.items():
+        sums: dict[str, _Sums] = {}
+        for (job_id, _), s in d.jobs.items():
+            sums.setdefault(group_of.get(job_id, "default"), _Sums()).add(s.cost, s.hours)
+        by[grouping] = tuple(GroupDay(n, s.cost, s.hours) for n, s in sorted(sums.items()))
     return DayReport(
         day=day.isoformat(),
         cost=sum(t.cost for t in types),
@@ -188,6 +210,7 @@ def _summary(day: date, d: _Day) -> DayReport:
         machine_types=types,
         unattributed_cost=max(0.0, d.unattributed.cost),
         unattributed_machine_hours=max(0.0, d.unattributed.hours),
+        groups=by,
     )
 
 
@@ -209,6 +232,9 @@ def render_day(report: DayReport) -> str:
     lines += [
         f"| {j.id} | {j.name} | {j.cost:,.4f} | {j.machine_hours:,.2f} |" for j in report.jobs
     ]
+    for grouping, rows in report.groups.items():
+        lines += ["", f"| {grouping} | cost | machine-hours |", "| --- | ---: | ---: |"]
+        lines += [f"| {g.name} | {g.cost:,.4f} | {g.machine_hours:,.2f} |" for g in rows]
     lines += [
         "",
         "| machine type | machines | cost | machine-hours |",

@@ -9,11 +9,13 @@ job two small SVG charts over its ``history`` (tasks done, spend against the bud
 deadline as a vertical line) and its machines. Every string from the API is HTML-escaped
 (job names are user input). A failed fetch shows ``#error`` and keeps the last data.
 
-Elements a test can query: ``#updated`` (time of the last good refresh, ``data-count``
-refreshes so far), ``#error``, ``[data-field]`` cells in ``#service``, rows
-``tr[data-job-id]`` with ``td[data-field=done|spend|finish|...]`` (``data-late`` on
-``finish``), ``section[data-job-detail]`` holding ``svg[data-chart=done|spend]`` and
-``table[data-machines-for]`` with rows ``tr[data-machine-id]``.
+The header names the user of the token the page was opened with (``you``), the jobs
+table each job's submitter. Elements a test can query: ``#updated`` (time of the last
+good refresh, ``data-count`` refreshes so far), ``#error``, ``[data-field]`` cells in
+``#service``, rows ``tr[data-job-id]`` with ``td[data-field=user|done|spend|...]``
+(``data-late`` on ``finish``), ``section[data-job-detail]`` holding
+``svg[data-chart=done|spend]`` and ``table[data-machines-for]`` with rows
+``tr[data-machine-id]``.
 """
 
 from __future__ import annotations

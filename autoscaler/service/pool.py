@@ -31,6 +31,7 @@ from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.model import JobSpec, JobWithdrawn, TaskSpec, TaskState
 from autoscaler.core.state import RunState
 from autoscaler.core.words import counted
+from autoscaler.service.job_tags import pool_cost_tags
 from autoscaler.service.memory import application, job_runs, said
 from autoscaler.service.store import DeadlinePassed, JobRow, deadline_at_of
 from autoscaler.service.view import Clock, HistoryPoint, Progress, progress
@@ -132,7 +133,17 @@ class Pool:
         if deadline_at <= self.clock():
             raise DeadlinePassed("its deadline passed while it was queued")
         spec = pool_spec(cfg, row.id, len(tasks), self.run_time(deadline_at))
+        self.retag(row)
         self.daemon.add_job(spec, tasks).result(timeout=120)
+
+    def retag(self, joining: JobRow | None = None) -> None:
+        """Charge the pool's launches to what its jobs (and ``joining``) have in common
+        (``job_tags``); with no job, they keep what they said."""
+        rows = [self.row(j) for j in sorted(self.jobs) if joining is None or j != joining.id]
+        if joining is not None:
+            rows.append(joining)
+        if rows and self.daemon is not None:
+            self.daemon.retag(pool_cost_tags(rows))
 
     def withdraw(self, job_id: str) -> None:
         """Withdraw a job from the running pool (a user's cancel); it ends, cancelled,
@@ -204,6 +215,7 @@ class Pool:
             text = _cancelled_markdown(row.name, job_id, outcome, report, self.run_dir)
         (row.run_dir / "report.md").write_text(text)
         self.jobs.discard(job_id)
+        self.retag()
         self.ended(job_id, view, self.histories.get(job_id, []), cancelled)
 
 

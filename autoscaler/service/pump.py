@@ -18,6 +18,7 @@ from autoscaler.core.state import RunState
 from autoscaler.service.job_states import ENDED, JobState
 from autoscaler.service.memory import admitted, job_runs, said
 from autoscaler.service.pool import POOL_HOLDER, Pool, shares_the_pool
+from autoscaler.service.project_money import ProjectMoney, ProjectRefused
 from autoscaler.service.quota_ledger import QuotaLedger
 from autoscaler.service.runners import (
     Runner,
@@ -71,6 +72,7 @@ class Pump:
         self.run_states = RunStates()  # for the daily cost reports
         self._starting: set[str] = set()  # picked, being started
         self._thread: threading.Thread | None = None
+        self.money: ProjectMoney | None = None  # the projects' budgets, if the service has any
 
     def starting(self, job_id: str) -> bool:
         """Whether the job was picked and is being started: its row as read then is what
@@ -132,13 +134,17 @@ class Pump:
                     first = False
                 busy = len(self.runners) + len(self._starting)
                 slots = self.config.settings.max_running_jobs - busy - len(rows)
+                money = self.money
                 if slots > 0:
+                    waiting = len(money.waiting) if money is not None else 0
                     rows += [
                         r
                         for r in store.rows(
-                            "WHERE state = ?", (JobState.QUEUED,), slots + len(self._starting)
+                            "WHERE state = ?",
+                            (JobState.QUEUED,),
+                            slots + len(self._starting) + waiting,
                         )
-                        if r.id not in self._starting
+                        if r.id not in self._starting and (money is None or money.passes(r))
                     ][:slots]
                 self._starting.update(r.id for r in rows)
                 if not rows:
@@ -152,7 +158,7 @@ class Pump:
         its deadline passed while it was queued)."""
         try:
             self._start(row)
-        except DeadlinePassed as exc:
+        except (DeadlinePassed, ProjectRefused) as exc:
             self._end_unstarted(row, JobState.STOPPED, str(exc))
         except Exception as exc:  # whatever breaks a start fails that job alone
             if self.log is not None:
@@ -170,6 +176,12 @@ class Pump:
 
     def _start(self, row: JobRow) -> None:
         row = self._from_memory(row)
+        if self.money is not None:
+            with self.cond:
+                capped = self.money.capped(row)
+            if capped is None:
+                return  # waits for its project's money
+            row = capped
         sharing = self.config.settings.share_deadline_jobs
         if sharing and (row.in_pool or shares_the_pool(row.config)):
             self._start_in_pool(row)
@@ -236,6 +248,8 @@ class Pump:
                 for job in state.work.jobs:
                     self._remember(*job_runs(state, job.name))
         view = ending.progress
+        if ending.state is JobState.STOPPED and self.money is not None:
+            view = self.money.stopped(runner.job_id, view)
         with self.cond:
             if self.log is not None:
                 self.log.info(
@@ -297,6 +311,7 @@ class Pump:
             if self.log is not None:
                 self.log.info("job start", job=row.id, pool=str(pool.run_dir), joined=not joined)
             pool.jobs.add(row.id)
+            pool.retag()
             self.runners[row.id] = Runner(row.id, pool.daemon, pool.files, pool=pool)
 
     def _pool_job_ended(

@@ -12,6 +12,7 @@ import shutil
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,6 +22,7 @@ from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.model import BudgetSet, DeadlineSet, TaskSpec
 from autoscaler.core.state import RunState
 from autoscaler.service.job_states import ENDED, JobState
+from autoscaler.service.job_tags import job_cost_tags, pool_cost_tags
 from autoscaler.service.pool import (
     POOL_DIR,
     POOL_HOLDER,
@@ -61,6 +63,7 @@ class Runner:
     history: list[HistoryPoint] = field(default_factory=list)
     told: list[str] = field(default_factory=list)  # "cancel", "interrupt"
     last_point: float = 0.0
+    days: dict[date, float] = field(default_factory=dict)  # its cost per UTC day, as of then
 
     def live(self) -> Progress | None:
         """What the job's run shows now (None: nothing yet)."""
@@ -110,6 +113,15 @@ class Runner:
             self.history.append((round(now, 3), view.done, view.spend))
             if len(self.history) > HISTORY_POINTS:
                 self.history = self.history[::2]
+            self.days = self._days(state)
+
+    def _days(self, state: RunState) -> dict[date, float]:
+        """The run's cost per UTC day (``daily``), made on the daemon's thread, which
+        alone may read its state while it runs."""
+        from autoscaler.service.daily import JobRun, daily_costs
+
+        run = JobRun(self.job_id, "", state, self.files.start_wall, self.files.cfg.time_scale)
+        return {date.fromisoformat(d.day): d.cost for d in daily_costs([run])}
 
 
 @dataclass(frozen=True)
@@ -221,6 +233,7 @@ def start_own_run(
         progress=progress,
         plots=plots,
         foreground=False,
+        cost_tags=job_cost_tags(row),
     )
 
 
@@ -309,6 +322,7 @@ def open_pool(
             plots=plots,
             foreground=False,
             resumed="the service started again",
+            cost_tags=pool_cost_tags([row]),
         ).daemon
         joined = True
     pool = Pool(daemon.files, clock, row_of, ended, daemon)

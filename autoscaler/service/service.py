@@ -27,6 +27,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -35,12 +36,24 @@ from autoscaler.config.service_schema import ServiceConfig, job_config
 from autoscaler.core.errors import AutoscalerError, ConfigError
 from autoscaler.core.model import Shutdown, TaskSpec
 from autoscaler.providers import registry
+from autoscaler.service.alerting import Alerting
+from autoscaler.service.alerts import BudgetFigure
+from autoscaler.service.daily import daily_costs
 from autoscaler.service.job_states import ENDED, JobState
 from autoscaler.service.pool import POOL_DIR, POOL_HOLDER
+from autoscaler.service.project_money import ProjectMoney
+from autoscaler.service.projects import Charge, Standing, days_by_job, standings
 from autoscaler.service.pump import JOBS_DIR, Closing, Pump
 from autoscaler.service.quota_ledger import QuotaLedger
 from autoscaler.service.runners import Runner, check_change, with_constraint
-from autoscaler.service.store import DB_FILE, JobNotFound, JobRow, Store, lock_state_dir
+from autoscaler.service.store import (
+    DB_FILE,
+    FIRST_USER,
+    JobNotFound,
+    JobRow,
+    Store,
+    lock_state_dir,
+)
 from autoscaler.service.view import (
     HistoryPoint,
     JobView,
@@ -101,6 +114,16 @@ class Service:
         self.log: Any = None
         self._log_file: Any = None
         self.on_job_end: JobEndHook | None = None
+        self.alerting = Alerting(
+            config.settings.alerts,
+            state_dir=state_dir,
+            source=config.source,
+            service=config.name,
+            views=self.job_views,
+            clock=clock,
+            log=None,
+        )
+        self.money: ProjectMoney | None = None  # once open, if it has projects
 
     @property
     def _store(self) -> Store:
@@ -130,6 +153,11 @@ class Service:
         label = self.config.platform.provider_label()
         self.log.info("service start", pid=os.getpid(), provider=label)
         self._count_held()
+        self.alerting.log = self.log
+        self.alerting.start()  # a secret that cannot be read stops the service before a job starts
+        if self.config.settings.projects:
+            self.money = ProjectMoney(self.config.settings, self.store, self._job_days, self.clock)
+            self.alerting.add_source(self._project_figures)
         self._pump = Pump(
             self.config,
             self.state_dir,
@@ -140,6 +168,7 @@ class Service:
             self.log,
             self._job_ended,
         )
+        self._pump.money = self.money
         self._pump.start()
 
     def close(self, *, jobs: Closing = "hand_over") -> None:
@@ -148,6 +177,7 @@ class Service:
         to call on a service that did not open, or opened only in part."""
         kept = self._pump.stop(jobs) if self._pump is not None else []
         if self.store is not None:
+            self.alerting.stop()
             self._job_ended("")  # the last word on the day's costs
             self.store.close()
         if self.log is not None:
@@ -199,9 +229,10 @@ class Service:
         source: str = "job",
         base_dir: Path | None = None,
         run_dir: Path | None = None,
+        user: str = FIRST_USER,
     ) -> str:
-        """Validate a job file's content and journal the job; its id. A ``ConfigError``
-        names each bad field; nothing is journaled then."""
+        """Validate a job file's content and journal the job, ``user``'s; its id. A
+        ``ConfigError`` names each bad field; nothing is journaled then."""
         now = self.clock()
         cfg, tasks = job_config(
             self.config, data, source=source, base_dir=base_dir or Path.cwd(), now_wall=now
@@ -209,7 +240,7 @@ class Service:
         if registry.emulated(cfg) and not registry.emulated(self.config.platform):
             raise AutoscalerError("provider 'sim' only emulates machines")
 
-        return self.submit_config(cfg, tasks, run_dir=run_dir)
+        return self.submit_config(cfg, tasks, run_dir=run_dir, user=user)
 
     def submit_config(
         self,
@@ -219,19 +250,28 @@ class Service:
         run_dir: Path | None = None,
         run_id: str | None = None,
         seed: int | None = None,
+        user: str = FIRST_USER,
     ) -> str:
-        """Journal a job given as a validated run config and its tasks; its id. Its
-        deadline, if it has one, is fixed now; ``run_id`` and ``seed`` are its run's."""
+        """Journal a job given as a validated run config and its tasks, ``user``'s; its
+        id. Its deadline, if it has one, is fixed now; ``run_id`` and ``seed`` are its
+        run's."""
 
         def where(job_id: str) -> Path:
             return run_dir if run_dir is not None else self.state_dir / JOBS_DIR / job_id
 
-        job_id = self._store.add(cfg.name, cfg, tasks, self.clock(), where, run_id, seed)
+        with self._cond:
+            waits = self.money.admit(cfg) if self.money is not None else None
+            job_id = self._store.add(cfg.name, cfg, tasks, self.clock(), where, run_id, seed, user)
+            if self.money is not None:
+                self.money.submitted(job_id, waits)
         if self.log is not None:
             self.log.info(
                 "job submitted",
                 job=job_id,
                 name=cfg.name,
+                project=cfg.project_name,
+                waits=waits,
+                user=user,
                 tasks=len(tasks),
                 mode="deadline" if cfg.deadline_mode else "budget",
                 budget=cfg.constraint.budget,
@@ -243,8 +283,11 @@ class Service:
 
     def cancel(self, job_id: str) -> dict[str, Any]:
         """Cancel a job: a queued one never starts; a running one stops its tasks,
-        releases its machines and writes its report."""
-        self._store.row(job_id)  # the job exists
+        releases its machines and writes its report. A job that has ended is an error:
+        there is nothing to cancel."""
+        row = self._store.row(job_id)  # the job exists
+        if row.state in ENDED and job_id not in self._runners:
+            raise AutoscalerError(f"{job_id} has ended ({row.state.value}): nothing to cancel")
         self._store.log_update(job_id, self.clock(), "cancel", {})
         if self.log is not None:
             self.log.info("job cancel", job=job_id)
@@ -300,12 +343,18 @@ class Service:
         change = {"budget": budget, "deadline_s": deadline_s}
         with self._cond:
             runner = self._starting_waited(job_id)
+            # Checked after the wait, which lets go of the lock: a job admitted meanwhile
+            # could take the money this check saw left.
+            if budget is not None and self.money is not None:
+                self.money.check_update(self._store.row(job_id), budget)
             if runner is not None:
                 runner.check_change(budget)
                 self._store.log_update(job_id, now, "update", change)
                 if self.log is not None:
                     self.log.info("job update", job=job_id, **change)
                 runner.change(budget, deadline_s)
+                if budget is not None and self.money is not None:
+                    self.money.updated(job_id, budget)
                 return self.view(job_id)
             # Not started yet: the journaled config (and deadline) change.
             self._store.log_update(job_id, now, "update", change)
@@ -315,6 +364,8 @@ class Service:
             if deadline_s is not None and row.deadline_at is not None:
                 new_at = now + deadline_s / cfg.time_scale
             self._store.set_config(job_id, with_constraint(cfg, budget, deadline_s), new_at)
+            if budget is not None and self.money is not None:
+                self.money.updated(job_id, budget)
         return self.view(job_id)
 
     def _starting_waited(self, job_id: str) -> Runner | None:
@@ -338,6 +389,10 @@ class Service:
         return self._runners.get(job_id)
 
     # --- jobs out ---------------------------------------------------------------------
+
+    def owner(self, job_id: str) -> str:
+        """Who submitted the job ``job_id`` (``JobNotFound`` if there is none)."""
+        return self._store.row(job_id).user
 
     def job_view(self, job_id: str, *, history: bool = True) -> JobView:
         """Where a job stands."""
@@ -367,6 +422,9 @@ class Service:
             else:
                 points = []
         view = job_view(row, live, points)
+        money = self.money.waiting.get(row.id) if self.money is not None else None
+        if money and row.state is JobState.QUEUED:
+            return replace(view, waiting=money)
         if runner is not None and not view.progress.stop_reason:
             waits = self.quota.waits(POOL_HOLDER if runner.pool is not None else row.id)
             if waits:
@@ -374,6 +432,7 @@ class Service:
         return view
 
     def service_view(self) -> dict[str, Any]:
+        users = {r.user for r in self._store.rows("WHERE started_at IS NOT NULL")}
         return {
             "started_at": self.started_at,
             "now": self.clock(),
@@ -382,7 +441,70 @@ class Service:
             "pid": os.getpid(),
             **service_summary(self.job_views()),
             "quota": [u.to_json() for u in self.quota.usage()],
+            "projects": [s.to_json() for s in self.project_standings()],
+            "users": [
+                {
+                    "user": s.project,
+                    "month": s.span.label,
+                    "spent": round(s.spent, 4),
+                    "days": {d: round(c, 4) for d, c in s.days.items()},
+                }
+                for s in self.spend_by(lambda row: row.user)
+                if s.spent or s.project in users
+            ],
         }
+
+    def _project_figures(self) -> list[BudgetFigure]:
+        """Each project's budget this period and what it spent, for the alerts (subject
+        ``project:<name>:<period>``: each period's thresholds are alerted anew)."""
+        return [
+            BudgetFigure(f"project:{p.project}:{p.span.label}", p.budget, p.spent)
+            for p in self.project_standings()
+            if p.budget
+        ]
+
+    def project_standings(self) -> list[Standing]:
+        """Each project's money this period (a service without projects: each project's
+        spend this month, without a limit)."""
+        if self.money is not None:
+            return list(self.money.standings().values())
+        return self.spend_by(lambda row: row.project)
+
+    def spend_by(self, group_of: Callable[[JobRow], str]) -> list[Standing]:
+        """What the jobs of each group (``group_of`` a job) spent this month, per day."""
+        rows = self._store.rows("WHERE started_at IS NOT NULL")
+        days = self._job_days(rows)
+        charges = [Charge(r.id, group_of(r), days.get(r.id, {})) for r in rows]
+        return list(standings([], charges, self.clock()).values())
+
+    def _groupings(self, rows: list[JobRow]) -> dict[str, dict[str, str]]:
+        """How the daily reports sum the jobs of ``rows`` besides by job: per grouping,
+        each job's group."""
+        return {"project": {r.id: r.project for r in rows}, "user": {r.id: r.user for r in rows}}
+
+    def _job_days(self, rows: list[JobRow]) -> dict[str, dict[date, float]]:
+        """The cost per UTC day of each job of ``rows`` that started, as the daily reports
+        split it: a running job on its own machines as its daemon last reckoned it
+        (``Runner.days``), the others from their runs' journals."""
+        if self._pump is None:
+            return {}
+        out: dict[str, dict[date, float]] = {}
+        read: list[JobRow] = []
+        for row in rows:
+            runner = self._runners.get(row.id)
+            if runner is not None and runner.pool is None:
+                out[row.id] = runner.days
+            elif row.started_at is not None:
+                read.append(row)
+        pooled = [r for r in read if r.in_pool]
+        own = [r for r in read if not r.in_pool]
+        try:
+            records = self._pump.run_states.job_runs(pooled, own, self.state_dir / POOL_DIR)
+        except AutoscalerError as exc:  # a run cannot be read: its jobs' cost is not known
+            if self.log is not None:
+                self.log.warning("runs cannot be read for the projects' money", error=exc.message)
+            return out
+        return {**days_by_job(daily_costs(records)), **out}
 
     def wait(self, job_id: str, timeout: float | None = None) -> dict[str, Any]:
         """Block until the job has ended (or ``timeout`` real seconds); its view."""
@@ -402,15 +524,14 @@ class Service:
     def write_daily_reports(self) -> list[Path]:
         """The cost per UTC day, per job and per machine type, of every job that ran
         (``reports/daily/YYYY-MM-DD.json`` and ``.md``); the files written."""
-        from autoscaler.service.daily import daily_costs, write_daily_reports
+        from autoscaler.service.daily import write_daily_reports
 
         if self._pump is None:
             raise AutoscalerError("the service is not open")
-        records = self._pump.run_states.job_runs(
-            self._store.rows("WHERE in_pool = 1"),
-            self._store.rows("WHERE started_at IS NOT NULL AND in_pool = 0"),
-            self.state_dir / POOL_DIR,
-        )
+        pooled = self._store.rows("WHERE in_pool = 1")
+        own = self._store.rows("WHERE started_at IS NOT NULL AND in_pool = 0")
+        records = self._pump.run_states.job_runs(pooled, own, self.state_dir / POOL_DIR)
+        groups = self._groupings([*pooled, *own])
         out = self.state_dir / "reports" / "daily"
         out.mkdir(parents=True, exist_ok=True)
-        return write_daily_reports(daily_costs(records), out)
+        return write_daily_reports(daily_costs(records, groups), out)

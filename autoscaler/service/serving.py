@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from types import FrameType, TracebackType
 from typing import Any
 
+from autoscaler.bootstrap.tls import ServerCert, kept_self_signed
+from autoscaler.config.service_schema import ServiceTls
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.service.api import ApiServer, serve_api
 from autoscaler.service.client import API_FILE
@@ -54,13 +56,16 @@ class StopSignals:
 
 
 @contextlib.contextmanager
-def serving(service: Service, host: str, port: int) -> Iterator[ApiServer]:
-    """``service`` open, its API listening on ``host``:``port``; on leaving, its API file
-    is gone and the API's socket closed. A service that could not open is closed (as far
-    as it opened) before the error goes on."""
+def serving(
+    service: Service, host: str, port: int, tls: ServiceTls | None = None
+) -> Iterator[ApiServer]:
+    """``service`` open, its API listening on ``host``:``port`` (over HTTPS with ``tls``:
+    its certificate, or one made at the first start and kept in the state directory); on
+    leaving, its API file is gone and the API's socket closed. A service that could not
+    open is closed (as far as it opened) before the error goes on."""
     try:
         service.open()
-        server = serve_api(service, host, port)
+        server = serve_api(service, host, port, api_certificate(service, host, tls))
     except AutoscalerError:
         service.close()  # safe on a service opened in part, or not at all
         raise
@@ -70,6 +75,15 @@ def serving(service: Service, host: str, port: int) -> Iterator[ApiServer]:
         with contextlib.suppress(FileNotFoundError):
             (service.state_dir / API_FILE).unlink()
         server.server_close()
+
+
+def api_certificate(service: Service, host: str, tls: ServiceTls | None) -> ServerCert | None:
+    """The API's certificate: the config's, or the state directory's self-signed one."""
+    if tls is None:
+        return None
+    if tls.cert_file is not None and tls.key_file is not None:
+        return ServerCert(tls.cert_file, tls.key_file)
+    return kept_self_signed(service.state_dir, [host])
 
 
 def stop(service: Service, server: ApiServer, *, release: bool) -> None:

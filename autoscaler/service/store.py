@@ -4,7 +4,9 @@ A job is one row (its config, tasks, state, run directory, and once it ends what
 showed last); every update and cancellation is a row of ``updates``. Writes are WAL with
 ``synchronous=FULL``: a job acknowledged is on disk. A job's deadline is kept as an
 absolute wall-clock time (``deadline_at``), fixed when it is submitted: a job that
-waits in the queue keeps the user's deadline.
+waits in the queue keeps the user's deadline. A job records the user who submitted it
+(``user``); a store from before users has none, and its jobs are ``admin``'s
+(``service.users``).
 """
 
 from __future__ import annotations
@@ -21,12 +23,16 @@ from pathlib import Path
 from typing import Any
 
 from autoscaler.config.schema import RunConfig
+from autoscaler.config.work import DEFAULT_PROJECT
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.model import TaskSpec
 from autoscaler.core.task_json import task_extra, task_of
 from autoscaler.service.job_states import JobState
 
 DB_FILE = "service.db"
+FIRST_USER = "admin"
+"""Whose the jobs of a store from before users are: the state directory's own token's
+user (``service.users.ADMIN``)."""
 
 
 class JobNotFound(AutoscalerError):
@@ -82,7 +88,12 @@ CREATE TABLE IF NOT EXISTS updates (
 );
 """
 
-_COLUMNS_ADDED = {"deadline_at": "REAL", "task_times": "TEXT"}
+_COLUMNS_ADDED = {
+    "deadline_at": "REAL",
+    "task_times": "TEXT",
+    "project": "TEXT",
+    "user": "TEXT",
+}
 """Columns later than the first schema, added to a store that lacks them."""
 
 
@@ -105,6 +116,8 @@ class JobRow:
     in_pool: bool
     deadline_at: float | None  # wall clock, fixed at submission; None: no single deadline
     task_times: dict[str, Any] | None = None  # its task_s from the store's memory (app_runs)
+    project: str = DEFAULT_PROJECT  # the project its money is charged to (older jobs: default)
+    user: str = FIRST_USER  # who submitted it
 
 
 def deadline_s_of(cfg: RunConfig) -> float | None:
@@ -198,16 +211,18 @@ class Store:
         run_dir: Callable[[str], Path],
         run_id: str | None = None,
         seed: int | None = None,
+        user: str = FIRST_USER,
     ) -> str:
-        """Journal a new job submitted at ``now`` (its deadline fixed then); its id
-        (``j1``, ``j2``, ...). ``run_id`` and ``seed``, when given, are its run's."""
+        """Journal a new job submitted at ``now`` (its deadline fixed then) by ``user``;
+        its id (``j1``, ``j2``, ...). ``run_id`` and ``seed``, when given, are its run's."""
         config = cfg.model_dump_json()
         with self._tx() as db:
             (seq,) = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs").fetchone()
             job_id = f"j{seq}"
             db.execute(
                 "INSERT INTO jobs (seq, id, name, submitted_at, state, config, tasks, n_tasks, "
-                "run_dir, run_id, seed, deadline_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "run_dir, run_id, seed, deadline_at, project, user) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     seq,
                     job_id,
@@ -221,6 +236,8 @@ class Store:
                     run_id,
                     seed,
                     deadline_at_of(cfg, now),
+                    cfg.project_name,
+                    user,
                 ),
             )
             # One row a task, streamed: the bag is never held a second time as one text.
@@ -301,12 +318,21 @@ class Store:
                 (job_id, now, kind, json.dumps(data)),
             )
 
+    def updates(self, kind: str) -> list[tuple[str, float, dict[str, Any]]]:
+        """Every logged update of ``kind``, oldest first: (job, time, data)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT job, t, data FROM updates WHERE kind = ? ORDER BY seq", (kind,)
+            ).fetchall()
+        return [(job, t, json.loads(data)) for job, t, data in rows]
+
     def rows(self, where: str = "", args: tuple[Any, ...] = (), limit: int = -1) -> list[JobRow]:
         with self._lock:
             cur = self._db.execute(
                 "SELECT id, name, submitted_at, state, config, n_tasks, run_dir, started_at, "
                 f"ended_at, final, run_id, seed, in_pool, {self._added['deadline_at']}, "
-                f"{self._added['task_times']} "
+                f"{self._added['task_times']}, {self._added['project']}, "
+                f"{self._added['user']} "
                 f"FROM jobs {where} ORDER BY seq LIMIT ?",
                 (*args, limit),
             )
@@ -328,6 +354,8 @@ class Store:
                 bool(r[12]),
                 r[13],
                 None if r[14] is None else json.loads(r[14]),
+                r[15] or DEFAULT_PROJECT,
+                r[16] or FIRST_USER,
             )
             for r in raw
         ]

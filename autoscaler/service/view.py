@@ -14,10 +14,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from autoscaler.config.schema import RunConfig
+from autoscaler.config.work import DEFAULT_PROJECT
 from autoscaler.core.model import JobSpec, TaskState
 from autoscaler.core.state import RunState
 from autoscaler.service.job_states import JobState
-from autoscaler.service.store import JobRow
+from autoscaler.service.store import FIRST_USER, JobRow
 
 HistoryPoint = tuple[float, int, float]
 """A point of a job's history: (wall-clock time, tasks done, money committed)."""
@@ -212,17 +213,21 @@ class JobView:
     history: tuple[HistoryPoint, ...] | None  # None: not asked for
     task_times: dict[str, Any] | None = None  # task_s from the service's memory (note)
     waiting: str | None = None  # what machines it waits for, held by which jobs
+    project: str = DEFAULT_PROJECT  # the project its money is charged to
+    user: str = FIRST_USER  # who submitted it
 
     def to_json(self) -> dict[str, Any]:
         """The API's JSON for the job (``history`` only when it was asked for)."""
         out: dict[str, Any] = {
             "id": self.id,
             "name": self.name,
+            "user": self.user,
             "state": self.state.value,
             "submitted_at": self.submitted_at,
             "started_at": self.started_at,
             "ended_at": self.ended_at,
             "run_dir": self.run_dir,
+            "project": self.project,
             **self.progress.to_json(),
         }
         if self.history is not None:
@@ -249,6 +254,8 @@ class JobView:
             history=None if history is None else tuple(_point(p) for p in history),
             task_times=data.get("task_times_from"),
             waiting=data.get("waiting"),
+            project=data.get("project", DEFAULT_PROJECT),
+            user=data.get("user", FIRST_USER),
         )
 
 
@@ -272,6 +279,8 @@ def job_view(
         progress=body,
         history=None if history is None else tuple(_point(p) for p in history),
         task_times=row.task_times,
+        project=row.project,
+        user=row.user,
     )
 
 

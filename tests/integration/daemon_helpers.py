@@ -90,13 +90,19 @@ def cli(*args: str) -> list[str]:
 
 
 def run_cli(
-    *args: str, cwd: Path = ROOT, timeout: float = 120, prefix: Sequence[str] = ()
+    *args: str,
+    cwd: Path = ROOT,
+    timeout: float = 120,
+    prefix: Sequence[str] = (),
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """``autoscaler ARGS`` as a user would run it from a script: no terminal (``prefix``:
-    a command it runs under, such as ``isolated()``)."""
+    a command it runs under, such as ``isolated()``; ``env``: its environment, else
+    this process's)."""
     return subprocess.run(
         [*prefix, *cli(*args)],
         cwd=cwd,
+        env=env,
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,

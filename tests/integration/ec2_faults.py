@@ -17,6 +17,7 @@ or a span of time. ``counts`` tallies requests per Action, failed ones included.
 
 moto's console output is a fixed sample with no host keys; ``console`` gives every
 instance the console a real one prints (cloud-init lists the host keys it made there).
+moto's spot price history has one price for every zone; ``spot_price`` sets a zone's.
 """
 
 from __future__ import annotations
@@ -143,6 +144,7 @@ class FaultProxy:
         self._released = threading.Event()
         self.held = 0  # responses being held back now
         self._console: str | None = None
+        self._spot: dict[str, float] = {}  # zone -> the spot price its history answers
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -246,6 +248,26 @@ class FaultProxy:
             return data
         output = b"<output>" + base64.b64encode(text.encode()) + b"</output>"
         return re.sub(rb"<output>[^<]*</output>", lambda _: output, data, count=1)
+
+    def spot_price(self, zone: str, usd_per_hour: float) -> None:
+        """Answer DescribeSpotPriceHistory with ``usd_per_hour`` as the price of every
+        instance type in ``zone`` (the other zones keep moto's)."""
+        with self._lock:
+            self._spot[zone] = usd_per_hour
+
+    def _spot_prices_of(self, data: bytes) -> bytes:
+        with self._lock:
+            prices = dict(self._spot)
+
+        def item(m: re.Match[bytes]) -> bytes:
+            zone = re.search(rb"<availabilityZone>([^<]*)</availabilityZone>", m[0])
+            usd = prices.get(zone[1].decode()) if zone else None
+            if usd is None:
+                return m[0]
+            price = f"<spotPrice>{usd:.6f}</spotPrice>".encode()
+            return re.sub(rb"<spotPrice>[^<]*</spotPrice>", lambda _: price, m[0])
+
+        return re.sub(rb"<item>.*?</item>", item, data, flags=re.S)
 
     def clear(self) -> None:
         """Drop every rule, the counts and the log of requests."""
@@ -385,6 +407,8 @@ class _Handler(BaseHTTPRequestHandler):
             status = resp.status
             if action == "GetConsoleOutput" and status == 200:
                 data = proxy._console_of(data)
+            if action == "DescribeSpotPriceHistory" and status == 200:
+                data = proxy._spot_prices_of(data)
         except OSError as exc:  # moto gone: what a load balancer in front of it would say
             self._reply(502, error_body("ServiceUnavailable", str(exc)), "text/xml")
             return

@@ -1,6 +1,7 @@
 """A stand-in for EC2's instance metadata, on loopback: the spot interruption notice of
-each instance (``/<instance id>/spot/instance-action``), 404 until a test posts one, and
-IMDSv2's session token (``PUT /latest/api/token``), which the agent must send back."""
+each instance (``/<instance id>/spot/instance-action``) and its rebalance recommendation
+(``/<instance id>/events/recommendations/rebalance``), each 404 until a test posts one,
+and IMDSv2's session token (``PUT /latest/api/token``), which the agent must send back."""
 
 from __future__ import annotations
 
@@ -15,14 +16,18 @@ TOKEN_HEADER = "X-aws-ec2-metadata-token"
 
 
 class NoticeServer:
-    """``notice(machine, action, time)`` makes that machine's next read find the notice;
-    ``reads`` counts the reads per machine, ``tokenless`` those that came without a token.
+    """``notice(machine, action, time)`` makes that machine's next read find the notice,
+    ``rebalance(machine, time)`` its rebalance recommendation; ``reads`` counts the
+    notice reads per machine, ``rebalance_reads`` the others, ``tokenless`` the reads of
+    either that came without a token.
     ``imdsv2=False``: no token endpoint, reads need none (IMDSv1)."""
 
     def __init__(self, imdsv2: bool = True) -> None:
         self.token = secrets.token_hex(8) if imdsv2 else None  # None: IMDSv1, no tokens
         self.notices: dict[str, dict[str, str]] = {}
+        self.rebalances: dict[str, dict[str, str]] = {}
         self.reads: dict[str, int] = {}
+        self.rebalance_reads: dict[str, int] = {}
         self.tokenless = 0
         self._lock = threading.Lock()
         server = self
@@ -39,18 +44,22 @@ class NoticeServer:
 
             def do_GET(self) -> None:
                 parts = self.path.strip("/").split("/")
-                if len(parts) != 3 or parts[1:] != ["spot", "instance-action"]:
+                if parts[1:] == ["spot", "instance-action"]:
+                    table, reads = server.notices, server.reads
+                elif parts[1:] == ["events", "recommendations", "rebalance"]:
+                    table, reads = server.rebalances, server.rebalance_reads
+                else:
                     self._send(404, b"", "text/plain")
                     return
                 with server._lock:
-                    server.reads[parts[0]] = server.reads.get(parts[0], 0) + 1
+                    reads[parts[0]] = reads.get(parts[0], 0) + 1
                     sent = self.headers.get(TOKEN_HEADER)
                     if sent is None:
                         server.tokenless += 1
                     if server.token is not None and sent != server.token:
                         self._send(401, b"", "text/plain")
                         return
-                    found = server.notices.get(parts[0])
+                    found = table.get(parts[0])
                 if found is None:
                     self._send(404, b"", "text/plain")
                 else:
@@ -76,6 +85,10 @@ class NoticeServer:
     def notice(self, machine: str, action: str = "terminate", time: str = "") -> None:
         with self._lock:
             self.notices[machine] = {"action": action, "time": time}
+
+    def rebalance(self, machine: str, time: str = "") -> None:
+        with self._lock:
+            self.rebalances[machine] = {"noticeTime": time}
 
     def __enter__(self) -> NoticeServer:
         self._thread.start()

@@ -66,7 +66,14 @@ class ServiceProcess:
     its machines when it stops, so no agent outlives the test; the tests of a restart
     leave it out, as `serve` is run by default (its machines handed over)."""
 
-    def __init__(self, config: Path, state_dir: Path, *, release_on_exit: bool = True) -> None:
+    def __init__(
+        self,
+        config: Path,
+        state_dir: Path,
+        *,
+        release_on_exit: bool = True,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.config = config
         self.state_dir = state_dir
         self.log = state_dir.parent / f"{state_dir.name}.serve.log"
@@ -80,6 +87,7 @@ class ServiceProcess:
                 stderr=subprocess.STDOUT,
                 text=True,
                 start_new_session=True,
+                env=None if env is None else {**os.environ, **env},
             )
         wait_for(self._answers, 30, f"the service to answer (log: {self.log})")
         self.client = Client(state_dir)

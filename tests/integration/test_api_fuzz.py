@@ -1,10 +1,12 @@
 """The service's API fuzzed from its own OpenAPI document (schemathesis) against a real
-``autoscaler serve``: no 5xx, every answer as documented, and every 4xx names what is
+``autoscaler serve``, with each role's token (admin, submit, read): no 5xx, every answer as
+documented (a refusal of the role is a documented 403), and every 4xx names what is
 wrong."""
 
 from __future__ import annotations
 
 import re
+import time
 import urllib.parse
 from collections.abc import Iterator
 from typing import Any
@@ -21,6 +23,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from autoscaler.service.users import Role, issue
 from tests.integration.service_helpers import ServiceProcess, service_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -46,6 +49,17 @@ def api(served: ServiceProcess) -> Any:
 
 
 schema = schemathesis.pytest.from_fixture("api")
+
+
+@pytest.fixture(scope="module")
+def tokens(served: ServiceProcess) -> dict[Role, str]:
+    """A token of each role: the state directory's own (admin's), and one made for a
+    submit and a read user."""
+    made = {
+        role: issue(served.state_dir, f"fuzz-{role.value}", role, None, time.time())[0]
+        for role in (Role.SUBMIT, Role.READ)
+    }
+    return {Role.ADMIN: served.client.token, **made}
 
 
 def names_what_is_wrong(ctx: Any, response: Any, case: Case) -> bool | None:
@@ -76,24 +90,26 @@ def names_what_is_wrong(ctx: Any, response: Any, case: Case) -> bool | None:
     phases=[Phase.explicit, Phase.generate],
     suppress_health_check=list(HealthCheck),
 )
-def test_the_api_answers_every_request_as_documented(case: Case, served: ServiceProcess) -> None:
-    """Generated requests to every operation: never a 5xx, each status and body as the
-    document says, a request without the token refused, and each 4xx naming the field."""
+def test_the_api_answers_every_request_as_documented(case: Case, tokens: dict[Role, str]) -> None:
+    """Generated requests to every operation, with each role's token: never a 5xx, each
+    status and body as the document says, a request without the token refused, and each
+    4xx naming the field."""
     timeout = (case.query or {}).get("timeout")
     if isinstance(timeout, int | float) and not isinstance(timeout, bool) and timeout > 1:
         case.query = {**(case.query or {}), "timeout": 1}  # a job that exists would block
-    case.call_and_validate(
-        headers={"Authorization": f"Bearer {served.client.token}"},
-        checks=[
-            not_a_server_error,
-            status_code_conformance,
-            content_type_conformance,
-            response_schema_conformance,
-            ignored_auth,
-            names_what_is_wrong,
-        ],
-        timeout=30,
-    )
+    for token in tokens.values():
+        case.call_and_validate(
+            headers={"Authorization": f"Bearer {token}"},
+            checks=[
+                not_a_server_error,
+                status_code_conformance,
+                content_type_conformance,
+                response_schema_conformance,
+                ignored_auth,
+                names_what_is_wrong,
+            ],
+            timeout=30,
+        )
 
 
 def test_the_openapi_document_needs_the_token(served: ServiceProcess) -> None:

@@ -424,22 +424,27 @@ def test_a_thousand_keep_alive_connections_are_served_at_once(world: World) -> N
     assert d.polls == 3 * agents
 
 
+def staging_of(tmp_path: Path, spec: FileSpec) -> Staging:
+    """The task files of a run of one task with ``spec``, in ``tmp_path/run``."""
+    cfg = RunConfig.model_validate(
+        {
+            "bag": {"command": "true"},
+            "constraint": {"budget": 1},
+            "machine_types": [{"name": "a", "price": 1, "max_count": 2}],
+            "provider": "local",
+        }
+    )
+    log = structlog.wrap_logger(structlog.ReturnLogger())
+    return Staging(cfg, tmp_path / "run", [TaskSpec(0, "true", files=spec)], log)
+
+
 def test_an_output_file_is_streamed_in_and_an_input_file_out(world: World, tmp_path: Path) -> None:
     """Task files through the loop: a 5 MiB output PUT in blocks by the file threads,
     whole under its name; an input GET on the same keep-alive connection after it."""
     source = tmp_path / "input.bin"
     source.write_bytes(bytes(range(256)) * 4096)  # 1 MiB
     spec = FileSpec((InputFile(str(source), source.name),), ("*.bin",), 1 << 30, None)
-    cfg = RunConfig.model_validate(
-        {
-            "bag": {"command": "true"},
-            "constraint": {"budget": 1},
-            "machine_types": [{"name": "a", "price": 1, "max_count": 1}],
-            "provider": "local",
-        }
-    )
-    log = structlog.wrap_logger(structlog.ReturnLogger())
-    staging = Staging(cfg, tmp_path / "run", [TaskSpec(0, "true", files=spec)], log)
+    staging = staging_of(tmp_path, spec)
     d = world.dispatcher()
     d.files = staging
     staging.payload(spec, 0, "m1", 1, False)
@@ -453,7 +458,7 @@ def test_an_output_file_is_streamed_in_and_an_input_file_out(world: World, tmp_p
     conn.request("PUT", where, output, {**auth, "Content-Length": str(len(output))})
     put = conn.getresponse()
     assert (put.status, json.loads(put.read())) == (200, {})
-    conn.request("GET", "/v1/input/0/0", headers=auth)
+    conn.request("GET", "/v1/input/0.m1-1/0", headers=auth)
     got = conn.getresponse()
     data = got.read()
     conn.close()

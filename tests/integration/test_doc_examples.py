@@ -125,14 +125,14 @@ def test_only_the_test_command_is_not_run() -> None:
 def mirror(tmp: Path) -> Path:
     """A copy of the repository as a user's checkout looks before anything ran."""
     root = tmp / "checkout"
-    shutil.copytree(
-        ROOT,
-        root,
-        symlinks=True,
-        ignore=shutil.ignore_patterns(
-            ".git", ".venv", "build", "runs", "*.egg-info", "*cache*", "__pycache__"
-        ),
-    )
+    # What git ignores is what a fresh clone lacks; it is also where other tests write
+    # while this one copies (hypothesis's database, caches, runs/).
+    ignored = [
+        line.strip().strip("/")
+        for line in (ROOT / ".gitignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    shutil.copytree(ROOT, root, symlinks=True, ignore=shutil.ignore_patterns(".git", *ignored))
     return root
 
 
@@ -203,6 +203,10 @@ def environment(block: Block, request: pytest.FixtureRequest) -> dict[str, str]:
     """The block's environment: ``autoscaler`` on PATH, and its service's settings."""
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    if "pip install" in block.text:
+        # The dependencies are not compiled to bytecode (about half of an install's CPU,
+        # botocore's thousands of modules): what is installed and run is the same.
+        env["PIP_NO_COMPILE"] = "1"
     if block.where in ("sge", "slurm"):
         request.getfixturevalue(block.where)  # skips or fails (CI) when it is not running
     if block.where == "ec2":

@@ -23,8 +23,10 @@ from typing import Any
 import pytest
 import yaml
 
+from autoscaler.providers.cost_tags import CostTags
 from autoscaler.providers.ec2 import LAUNCH_TAG, RUN_TAG, TYPE_TAG
 from autoscaler.run.live_runs import RunEntry, read_entries, write_entry
+from autoscaler.run.rundir import os_user
 from tests.integration.daemon_helpers import (
     adopted,
     assert_deadline_end,
@@ -115,11 +117,24 @@ def check_no_secrets(w: Ec2World, run_dir: Path) -> None:
             assert line not in text, f"private key material leaked into {path}"
 
 
+def charged_to(world: Ec2World, charged: CostTags) -> tuple[set[str], set[str]]:
+    """The instances, and the instances of the volumes, that carry ``charged``'s cost
+    tags: found by those tags alone, as a bill split by them finds them."""
+    filters: list[Any] = [{"Name": f"tag:{k}", "Values": [v]} for k, v in charged.tags().items()]
+    pages = world.ec2.get_paginator("describe_instances").paginate(Filters=filters)
+    instances = {
+        i["InstanceId"] for page in pages for r in page["Reservations"] for i in r["Instances"]
+    }
+    volumes = world.ec2.describe_volumes(Filters=filters)["Volumes"]
+    return instances, {a["InstanceId"] for v in volumes for a in v["Attachments"]}
+
+
 def test_a_bag_runs_on_two_instance_types_tunnelled_tagged_and_billed(world: Ec2World) -> None:
     run_dir = world.tmp / "run"
     marker = world.tmp / "setup.log"
     started = time.monotonic()
-    config = with_setup(world.config(plots=True), marker)  # a real run's report, plots too
+    # A real run's report, plots too; its money charged to a project (cost tags).
+    config = with_setup(world.config(plots=True, project="physics"), marker)
     proc = start_daemon(str(config), "--out", str(run_dir))
     out = finish(proc)
     wall = time.monotonic() - started
@@ -145,6 +160,9 @@ def test_a_bag_runs_on_two_instance_types_tunnelled_tagged_and_billed(world: Ec2
         assert tags[LAUNCH_TAG].startswith("L")
         assert tags[TYPE_TAG] in ("small", "fast")
         assert i["MetadataOptions"]["HttpTokens"] == "required"
+    # Charged to the config's project, the run's name and who started it.
+    tagged, _ = charged_to(world, CostTags("physics", "ec2it", os_user()))
+    assert tagged == {i["InstanceId"] for i in instances}
 
     # Tunnelled: every machine's agent was started over SSH and reached the dispatcher
     # through its own tunnel port on the instance's loopback.
@@ -292,6 +310,8 @@ def test_kill9_while_instances_run_tasks_then_resume(world: Ec2World) -> None:
     run_id = run_id_of(run_dir)
     alive = world.running(run_id)
     assert alive, "the instances died with the daemon"
+    charged = CostTags("default", "ec2it", os_user())  # a config that names no project
+    assert charged_to(world, charged) == (set(alive), set(alive))  # instances, volumes
     agents = set(world.agent_pids())
     assert agents, "the agents died with the daemon"
     time.sleep(2)  # the agents retry through their dead tunnels meanwhile
@@ -302,6 +322,8 @@ def test_kill9_while_instances_run_tasks_then_resume(world: Ec2World) -> None:
     check_no_duplicates(world, run_dir, run_id)
     check_spend(run_dir)
     assert not world.running(run_id), "an instance outlived the resumed run"
+    # What the resumed daemon launched is charged as what the first one did.
+    assert charged_to(world, charged)[0] == {i["InstanceId"] for i in world.instances(run_id)}
     # The resumed daemon re-opened the tunnels to the same agents: results after the
     # crash came from machines launched before it.
     after = {d["machine"] for _, _, d in journal_rows(run_dir, "TaskDone")[15:]}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import http.client
 import threading
+from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -27,10 +28,18 @@ from autoscaler.config.schema import Emulator as SimEmulator
 from autoscaler.core.billing import BillingModel
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.core.model import Launch, LaunchFailed
-from autoscaler.providers.base import Capabilities, ProviderState, check_launch
+from autoscaler.providers.base import (
+    Capabilities,
+    MachineRecord,
+    PartialLaunch,
+    ProviderState,
+    check_launch,
+)
+from autoscaler.providers.cost_tags import COST_TAG_KEYS, JOB_TAG, PROJECT_TAG, USER_TAG, CostTags
 from autoscaler.providers.ec2 import (
     LAUNCH_TAG,
     RUN_TAG,
+    TAG_KEYS,
     TYPE_TAG,
     Ec2Provider,
     Ec2Settings,
@@ -157,6 +166,35 @@ def test_launch_tags_instances_and_their_volumes_from_the_start(aws: Aws) -> Non
         assert volume_ids
         for volume in aws.ec2.describe_volumes(VolumeIds=volume_ids)["Volumes"]:
             assert tags(volume) == expected
+
+
+def test_a_launch_s_cost_tags_are_on_its_instances_and_volumes_as_aws_takes_them(
+    aws: Aws,
+) -> None:
+    """Found by the cost tags alone, as a bill split by them would: a job named with
+    characters AWS refuses in a tag value (parentheses, ``#``, a backslash) is tagged
+    with those characters as ``_``. Every key set is one the IAM policy lets a launch
+    set (``ec2.TAG_KEYS``)."""
+    charged = CostTags("physics", "sweep (v2) #3", "LAB\\alice")
+    records = aws.provider().launch("small", 2, "tok-1", charged.tags())
+    aws.provider().launch("big", 1, "tok-2", {})  # no cost tags: not found by them
+
+    filters: list[Any] = [
+        {"Name": f"tag:{PROJECT_TAG}", "Values": ["physics"]},
+        {"Name": f"tag:{JOB_TAG}", "Values": ["sweep _v2_ _3"]},
+        {"Name": f"tag:{USER_TAG}", "Values": ["LAB_alice"]},
+    ]
+    pages = aws.ec2.get_paginator("describe_instances").paginate(Filters=filters)
+    found = [i for page in pages for r in page["Reservations"] for i in r["Instances"]]
+    assert {i["InstanceId"] for i in found} == {r.id for r in records}
+    volumes = aws.ec2.describe_volumes(Filters=filters)["Volumes"]
+    attached = {a["InstanceId"] for v in volumes for a in v["Attachments"]}
+    assert attached == {r.id for r in records}
+    every = [m["Ebs"]["VolumeId"] for i in found for m in i["BlockDeviceMappings"]]
+    assert sorted(v["VolumeId"] for v in volumes) == sorted(every)
+    for resource in [*found, *volumes]:
+        assert set(tags(resource)) <= TAG_KEYS
+        assert set(COST_TAG_KEYS) <= set(tags(resource))
 
 
 def test_our_tags_win_over_the_callers(aws: Aws) -> None:
@@ -442,6 +480,149 @@ def test_no_capacity_in_one_zone_launches_in_the_next(aws: Aws, proxy: FaultProx
     assert tokens[0] == client_token(RUN, "tok-1")
     assert tokens[0] != tokens[1]
     assert all(len(t) <= 64 for t in tokens)
+
+
+# --- pools: a launch spread across the subnets ----------------------------------------------
+
+
+def zones(aws: Aws) -> dict[str, str]:
+    return {s["SubnetId"]: s["AvailabilityZone"] for s in aws.ec2.describe_subnets()["Subnets"]}
+
+
+def asked(proxy: FaultProxy) -> list[tuple[str, int, str | None]]:
+    """Each RunInstances: its subnet, how many it asked for, and the fault injected."""
+    return [
+        (r.params["SubnetId"][0], int(r.params["MaxCount"][0]), r.injected)
+        for r in proxy.requests("RunInstances")
+    ]
+
+
+def test_a_launch_of_four_over_two_subnets_puts_two_in_each_zone(
+    aws: Aws, proxy: FaultProxy
+) -> None:
+    first, second = aws.subnets[0], aws.subnets[1]
+    zone = zones(aws)
+    provider = aws.provider(settings=aws.settings(subnets=(first, second)))
+    records = provider.launch("small", 4, "tok-1", {})
+
+    assert Counter(aws.instance(r.id)["SubnetId"] for r in records) == {first: 2, second: 2}
+    assert Counter(r.zone for r in records) == {zone[first]: 2, zone[second]: 2}
+    assert all(r.zone == aws.instance(r.id)["Placement"]["AvailabilityZone"] for r in records)
+    assert asked(proxy) == [(first, 2, None), (second, 2, None)]
+    tokens = [r.params["ClientToken"][0] for r in proxy.requests("RunInstances")]
+    assert tokens[0] == client_token(RUN, "tok-1")
+    assert len(set(tokens)) == 2
+    # A restarted daemon adopts the launch's instances, zones and all, and starts none.
+    again = aws.provider(settings=aws.settings(subnets=(first, second))).launch(
+        "small", 4, "tok-1", {}
+    )
+    assert sorted((r.id, r.zone) for r in again) == sorted((r.id, r.zone) for r in records)
+    assert proxy.counts["RunInstances"] == 2
+
+
+def test_a_launch_avoiding_a_zone_held_after_reclaims_goes_to_the_other_zones(
+    aws: Aws, proxy: FaultProxy
+) -> None:
+    first, second = aws.subnets[0], aws.subnets[1]
+    zone = zones(aws)
+    provider = aws.provider(settings=aws.settings(subnets=(first, second)))
+    records = provider.launch("small", 2, "tok-1", {}, avoid_zones=(zone[first],))
+
+    assert {aws.instance(r.id)["SubnetId"] for r in records} == {second}
+    assert {r.zone for r in records} == {zone[second]}
+    assert asked(proxy) == [(second, 2, None)]
+    # Every zone held: the launch the run decided still goes somewhere, over all pools.
+    both = provider.launch("small", 2, "tok-2", {}, avoid_zones=(zone[first], zone[second]))
+    assert Counter(aws.instance(r.id)["SubnetId"] for r in both) == {first: 1, second: 1}
+
+
+def test_launches_of_one_machine_take_the_pools_in_turn(aws: Aws) -> None:
+    first, second = aws.subnets[0], aws.subnets[1]
+    provider = aws.provider(settings=aws.settings(subnets=(first, second)))
+    launched = [provider.launch("small", 1, f"tok-{i}", {})[0] for i in range(3)]
+    launched += provider.launch("big", 1, "tok-big", {})
+
+    assert [aws.instance(r.id)["SubnetId"] for r in launched] == [first, second, first, first]
+
+
+def launch_four_refused_in(
+    aws: Aws, subnet: str, code: str = "InsufficientInstanceCapacity", status: int = 500
+) -> list[MachineRecord]:
+    """4 ``small`` over the first two subnets while EC2 refuses ``subnet`` with ``code``."""
+    aws.proxy.fail(
+        "RunInstances", code, status=status, match=lambda p: p.get("SubnetId") == [subnet]
+    )
+    provider = aws.provider(settings=aws.settings(subnets=(aws.subnets[0], aws.subnets[1])))
+    return provider.launch("small", 4, "tok-1", {})
+
+
+@pytest.mark.parametrize(
+    ("refusing", "asks"),
+    [
+        (0, [(0, 2, True), (1, 4, False)]),  # the first pool's share goes to the second
+        (1, [(0, 2, False), (1, 2, True), (0, 2, False)]),  # the last's back to the first
+    ],
+)
+def test_a_pool_without_capacity_passes_its_share_on_and_the_launch_lands_whole(
+    aws: Aws, proxy: FaultProxy, refusing: int, asks: list[tuple[int, int, bool]]
+) -> None:
+    records = launch_four_refused_in(aws, aws.subnets[refusing])
+    other = aws.subnets[1 - refusing]
+
+    assert [aws.instance(r.id)["SubnetId"] for r in records] == [other] * 4
+    assert {r.zone for r in records} == {zones(aws)[other]}
+    code = "InsufficientInstanceCapacity"
+    assert asked(proxy) == [(aws.subnets[p], n, code if no else None) for p, n, no in asks]
+    tokens = {r.params["ClientToken"][0] for r in proxy.requests("RunInstances")}
+    assert len(tokens) == len(asks)
+
+
+def test_machines_started_before_a_later_pool_hits_a_limit_come_with_the_error(
+    aws: Aws, proxy: FaultProxy
+) -> None:
+    """They exist and are paid for: the run must own them, and learn of the limit."""
+    first, second = aws.subnets[0], aws.subnets[1]
+    with pytest.raises(PartialLaunch) as info:
+        launch_four_refused_in(aws, second, "VcpuLimitExceeded", 400)
+
+    assert info.value.code == "VcpuLimitExceeded"
+    assert "2 started, 2 refused" in info.value.message
+    records = info.value.records
+    assert [aws.instance(r.id)["SubnetId"] for r in records] == [first] * 2
+    assert sorted(r.id for r in records) == sorted(i["InstanceId"] for i in aws.tagged(RUN))
+    assert [n for _, n, _ in asked(proxy)] == [2, 2]
+
+
+def test_a_market_priced_spot_launch_goes_to_the_cheapest_zone_then_the_next(
+    aws: Aws, proxy: FaultProxy
+) -> None:
+    """With the market's prices (``spot_prices: market``), a spot launch goes to the
+    subnet whose zone has spot cheapest now; its refusal moves it to the next cheapest."""
+    first, second, third = aws.subnets[:3]
+    zone = zones(aws)
+    proxy.spot_price(zone[first], 0.05)
+    proxy.spot_price(zone[second], 0.02)
+    proxy.spot_price(zone[third], 0.03)
+    settings = aws.settings(subnets=(first, second, third), spot_market=True)
+    provider = aws.provider(settings=settings)
+    provider.spot_prices(None, NOW)
+    records = provider.launch("cheap", 2, "tok-1", {})
+    assert {r.zone for r in records} == {zone[second]}
+    assert asked(proxy) == [(second, 2, None)]
+    provider.terminate([r.id for r in records])
+
+    proxy.fail(
+        "RunInstances",
+        "InsufficientInstanceCapacity",
+        status=500,
+        match=lambda p: p.get("SubnetId") == [second] and p.get("InstanceType") == ["t3.small"],
+    )
+    again = provider.launch("cheap", 2, "tok-2", {})
+    assert {r.zone for r in again} == {zone[third]}
+    assert asked(proxy)[1:] == [(second, 2, "InsufficientInstanceCapacity"), (third, 2, None)]
+    # On-demand types are not priced by the market: taken in turn.
+    small = provider.launch("small", 3, "tok-3", {})
+    assert Counter(r.zone for r in small) == {zone[first]: 1, zone[second]: 1, zone[third]: 1}
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import boto3
 import pytest
+import yaml
 
 from tests.integration.daemon_helpers import (
     assert_deadline_end,
@@ -75,6 +76,39 @@ def test_a_deadline_job_refused_its_spot_type_runs_on_demand_within_one_interval
     assert outcome["tasks_late"] == 0
 
 
+def test_a_subnet_without_capacity_sends_every_launch_to_the_other_zone(
+    world: Ec2World,
+) -> None:
+    """EC2 has no capacity in the first subnet for any type: each launch's share there
+    goes to the second subnet in the same call, so the run never hears of a refusal and
+    finishes in time; the report says which zone each machine ran in."""
+    config = world.config(**SPOT_DEADLINE)
+    first, second = yaml.safe_load(config.read_text(encoding="utf-8"))["ec2"]["subnets"]
+    world.proxy.fail(
+        "RunInstances",
+        "InsufficientInstanceCapacity",
+        status=500,
+        match=lambda params: params.get("SubnetId") == [first],
+    )
+    run_dir = world.tmp / "run"
+    proc = start_daemon(str(config), "--out", str(run_dir))
+    out = finish(proc)
+    assert proc.returncode == 0, out[-3000:]
+    report = assert_deadline_end(run_dir, 12)
+    (outcome,) = report["jobs"]
+    assert outcome["tasks_late"] == 0
+    assert any(r.injected for r in world.proxy.requests("RunInstances"))
+    assert not journal_rows(run_dir, "LaunchFailed")
+    instances = world.instances(run_id_of(run_dir))
+    assert instances
+    assert {i["SubnetId"] for i in instances} == {second}
+    zone = {s["SubnetId"]: s["AvailabilityZone"] for s in world.ec2.describe_subnets()["Subnets"]}
+    assert {m["zone"] for m in report["machines"]} == {zone[second]}
+    table = (run_dir / "report.md").read_text(encoding="utf-8").split("## Machines")[1]
+    assert "| machine | type | zone |" in table
+    assert all(f"| {m['id']} | {m['type']} | {zone[second]} |" in table for m in report["machines"])
+
+
 @pytest.mark.long(2)
 def test_a_spot_type_refused_after_sampling_is_replanned_onto_on_demand_at_once(
     world: Ec2World,
@@ -88,7 +122,7 @@ def test_a_spot_type_refused_after_sampling_is_replanned_onto_on_demand_at_once(
         "RunInstances",
         "InsufficientInstanceCapacity",
         status=500,
-        match=refuse_type("c5.large", after=1),
+        match=refuse_type("c5.large", after=2),  # sampling's launch: 4 in each subnet
     )
     n = SPOT_BUDGET_TASKS
     config = world.config(**SPOT_BUDGET)

@@ -1,6 +1,8 @@
-"""The project as a user installs it: the wheel and the sdist, each built as pip builds it,
-installed into a fresh virtual environment outside the checkout, and run from a directory
-of the user's own, where every example config dry-runs.
+"""The project as a user installs it: the wheel and the sdist, each built as pip builds it;
+the wheel installed into a fresh virtual environment outside the checkout and run from a
+directory of the user's own, where every example config dry-runs. pip installs an sdist
+by building a wheel from it: that wheel is the checkout's, file for file and byte for
+byte, so what its install would do the wheel's install shows.
 
 Installing puts one name into site-packages, ``autoscaler``: ``config`` is also a
 distribution on PyPI, and a user's working directory may hold a ``config.py`` or a
@@ -16,6 +18,7 @@ import subprocess
 import sys
 import tarfile
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,8 +32,9 @@ EXAMPLES = ROOT / "config" / "examples"
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
+WHEEL_GROUP = pytest.mark.xdist_group("packaging-wheel")
+"""One worker builds and installs the wheel, and runs every test of the install in turn."""
 ARTIFACTS = [
-    # One worker builds and installs each artifact, and runs every test of it in turn.
     pytest.param(kind, marks=[pytest.mark.xdist_group(f"packaging-{kind}"), pytest.mark.long(2)])
     for kind in ("wheel", "sdist")
 ]
@@ -134,17 +138,16 @@ class Installed:
 
 
 @pytest.fixture(scope="session")
-def installed(artifact: Path, tmp_path_factory: pytest.TempPathFactory) -> Installed:
-    """``pip install ARTIFACT`` into a fresh venv, dependencies and all (from pip's
-    cache); an sdist is built into a wheel on the way, as pip does for a user. The
-    dependencies' modules are not compiled to bytecode here (``--no-compile``: about half
-    of the install's CPU, botocore's thousands of modules); ours are imported from the
-    venv as they are."""
+def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Installed:
+    """``pip install WHEEL`` into a fresh venv, dependencies and all (from pip's
+    cache). The dependencies' modules are not compiled to bytecode here
+    (``--no-compile``: about half of the install's CPU, botocore's thousands of modules);
+    ours are imported from the venv as they are."""
     venv = tmp_path_factory.mktemp("venv")
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-compile"]
     done = subprocess.run(
-        [*pip, str(artifact)],
+        [*pip, str(wheel)],
         cwd=venv,
         capture_output=True,
         text=True,
@@ -164,11 +167,10 @@ def installed(artifact: Path, tmp_path_factory: pytest.TempPathFactory) -> Insta
     return Installed(venv, package)
 
 
-@pytest.fixture
-def user_dir(installed: Installed, tmp_path: Path) -> Path:
+def user_dir(installed: Installed, top: Path) -> Path:
     """A user's working directory, outside the checkout, holding the examples as the
     installed package ships them (in ``examples/``)."""
-    cwd = tmp_path / "work"
+    cwd = top / "work"
     shutil.copytree(installed.package / "config" / "examples", cwd / "examples")
     return cwd
 
@@ -202,6 +204,7 @@ def test_the_artifact_holds_every_file_of_the_package_and_nothing_else(
     assert shipped == expected, (sorted(expected - shipped), sorted(shipped - expected))
 
 
+@WHEEL_GROUP
 def test_every_module_of_the_installed_package_imports(
     installed: Installed, source: Path, tmp_path: Path
 ) -> None:
@@ -232,47 +235,104 @@ def test_every_module_of_the_installed_package_imports(
     assert expected <= set(files), sorted(expected - set(files))
 
 
+@WHEEL_GROUP
 def test_the_installed_package_ships_every_example(installed: Installed) -> None:
     shipped = _files(installed.package / "config" / "examples")
     assert _files(EXAMPLES) <= shipped, sorted(_files(EXAMPLES) - shipped)
 
 
-@pytest.mark.parametrize("example", sorted(KINDS))
-def test_every_example_dry_runs_from_the_installed_package(
-    installed: Installed, user_dir: Path, example: str
-) -> None:
+DRY_RUN = ("quickstart.yaml", "commands.yaml", "files.yaml", "spot_market.yaml", *SERVICES)
+"""The examples the install dry-runs: one run config, those that name files beside
+them (a command list, inputs, a price trace), and every service config with every job
+file. The others dry-run from the checkout's root (tests/integration/test_examples.py)
+and are validated here: their files are shipped (``test_the_installed_package_ships…``)
+and every module they could reach imports (``test_every_module…``)."""
+
+AT_ONCE = 3
+"""Examples dry-run side by side from one install: each mostly waits on its own
+process, and one worker holds the install (its xdist group)."""
+
+
+def _dry_runs(installed: Installed, user_dir: Path, example: str) -> str | None:
     """As the README shows it, from the user's directory with relative paths: a run
-    config dry-runs; a service config is validated and dry-runs with every job file; a
-    job file is validated against each service config and dry-runs with it."""
+    config is validated, and dry-runs if it is one of ``DRY_RUN``; a service config is
+    validated and dry-runs with every job file (so every job file dry-runs with every
+    service config); a job file is validated against each service config. What went
+    wrong, or None."""
     path = f"examples/{example}"
     stem = example.removesuffix(".yaml")
     runs: list[tuple[str, ...]] = []
     if KINDS[example] == "run":
-        runs.append(("run", path, "--dry-run", "--out", f"runs/{stem}"))
+        checked = installed.run("validate", path, cwd=user_dir)
+        if checked.returncode != 0 or not checked.stdout.startswith("ok"):
+            return f"validate: {checked.stdout}{checked.stderr}"
+        if example in DRY_RUN:
+            runs.append(("run", path, "--dry-run", "--out", f"runs/{stem}"))
     elif KINDS[example] == "service":
-        assert JOBS
         jobs = [arg for job in JOBS for arg in ("--job", f"examples/{job}")]
         checked = installed.run("validate", path, cwd=user_dir)
-        assert checked.returncode == 0, checked.stdout + checked.stderr
-        assert checked.stdout.startswith("ok service")
+        if checked.returncode != 0 or not checked.stdout.startswith("ok service"):
+            return f"validate: {checked.stdout}{checked.stderr}"
         runs.append(("run", path, "--dry-run", *jobs, "--out", f"runs/{stem}"))
     else:
-        assert SERVICES
         for service in SERVICES:
             args = ("--service", f"examples/{service}")
             checked = installed.run("validate", path, *args, cwd=user_dir)
-            assert checked.returncode == 0, checked.stdout + checked.stderr
-            assert checked.stdout.startswith("ok job for service")
-            out = f"runs/{stem}-{service.removesuffix('.yaml')}"
-            runs.append(("run", f"examples/{service}", "--dry-run", "--job", path, "--out", out))
+            if checked.returncode != 0 or not checked.stdout.startswith("ok job for service"):
+                return f"validate with {service}: {checked.stdout}{checked.stderr}"
     for args in runs:
         done = installed.run(*args, cwd=user_dir)
-        assert done.returncode == 0, done.stdout + done.stderr
+        if done.returncode != 0:
+            return f"{' '.join(args)} exited {done.returncode}: {done.stdout}{done.stderr}"
         reports = list((user_dir / args[-1]).glob("**/report.json"))
-        assert reports, done.stdout
+        if not reports:
+            return f"{' '.join(args)} wrote no report.json: {done.stdout}"
         for report in reports:
             data = json.loads(report.read_text())
-            assert data["tasks_done"] == data["tasks_total"] > 0, report
+            if not data["tasks_done"] == data["tasks_total"] > 0:
+                return f"{report}: {data['tasks_done']} of {data['tasks_total']} tasks done"
+    return None
+
+
+@WHEEL_GROUP
+@pytest.mark.long(2)
+def test_every_example_dry_runs_from_the_installed_package(
+    installed: Installed, tmp_path: Path
+) -> None:
+    """Every example is checked from the user's own directory, each in a directory of its
+    own, ``AT_ONCE`` at a time; those of ``DRY_RUN`` dry-run."""
+    assert JOBS
+    assert SERVICES
+    assert set(DRY_RUN) <= set(KINDS)
+    examples = sorted(KINDS)
+    with ThreadPoolExecutor(AT_ONCE) as pool:
+        went = {
+            e: pool.submit(_dry_runs, installed, user_dir(installed, tmp_path / e), e)
+            for e in examples
+        }
+        failed = {e: why for e, future in went.items() if (why := future.result()) is not None}
+    assert not failed, "\n\n".join(f"{e}: {why}" for e, why in failed.items())
+
+
+def _members(wheel: Path) -> dict[str, bytes]:
+    with zipfile.ZipFile(wheel) as archive:
+        return {name: archive.read(name) for name in archive.namelist()}
+
+
+@pytest.mark.xdist_group("packaging-sdist")
+def test_the_wheel_pip_builds_from_the_sdist_is_the_checkout_s(
+    sdist: Path, wheel: Path, tmp_path: Path
+) -> None:
+    """``pip install SDIST`` builds a wheel from it in an isolated environment and installs
+    that: it is the checkout's wheel, so the tests of the wheel's install stand for it."""
+    pip = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(tmp_path)]
+    built = _build([*pip, str(sdist)], tmp_path, "autoscaler-*.whl")
+    ours, theirs = _members(wheel), _members(built)
+    assert set(theirs) == set(ours), (
+        sorted(set(ours) - set(theirs)),
+        sorted(set(theirs) - set(ours)),
+    )
+    assert not [name for name in ours if ours[name] != theirs[name]]
 
 
 @pytest.fixture
@@ -289,6 +349,7 @@ def shadowed_cwd(tmp_path: Path) -> Path:
     return cwd
 
 
+@WHEEL_GROUP
 def test_the_installed_package_validates_from_a_shadowing_directory(
     installed: Installed, shadowed_cwd: Path
 ) -> None:

@@ -17,6 +17,7 @@ import yaml
 
 from autoscaler.config.load import load_config
 from autoscaler.core.journal import JOURNAL_JSONL, JsonlJournal, replay
+from autoscaler.report.format import hms
 from autoscaler.run.assemble import new_state
 from tests.integration.daemon_helpers import ROOT, run_cli
 from tests.unit.test_rehearse import LOADED
@@ -98,6 +99,45 @@ def test_the_example_rehearses_an_outage_and_reclaims_and_says_what_they_cost(
     assert (rehearsal["refused"], rehearsal["reclaimed"]) == (len(refused), len(taken))
     assert "Rehearsed:" in out
     assert f"without them: cost {rehearsal['calm_cost']:.2f}" in " ".join(out.split())
+    assert "Traceback" not in out
+
+
+def test_spot_reclaimed_often_falls_back_to_on_demand_and_the_report_says_so(
+    tmp_path: Path,
+) -> None:
+    """Spot taken back at 2 an hour (no refusals): after 3 reclaims within an hour
+    c5_spot is held, no c5_spot machine is launched while it is, the plan moves to the
+    on-demand types, and the report says when and why; every task is done once, the
+    budget holds, and the reclaimed tasks never count as retries."""
+    data = example(refusals=[], reclaim_per_hour={"c5_spot": 2.0})
+    data["bag"]["max_retries"] = 0
+    # Any reclaim that costs work counts toward a hold (by default only those that
+    # leave the machines at most half their work do: 4-minute tasks lose little).
+    data["reclaims"] = {"hold_below": 1.0}
+    run_dir, report, out = dry_run(tmp_path, data)
+    assert report["tasks_done"] == report["tasks_total"] == 2000
+    assert report["tasks_failed"] == 0
+    holds = report["reclaim_holds"]
+    assert holds
+    assert {h["type"] for h in holds} == {"c5_spot"}
+    assert all(h["reclaims"] >= 3 and h["window_s"] == 3600 for h in holds)
+    rows = journal(run_dir)
+    spot_launches = [t for t, kind, d in rows if kind == "Launch" and d["type"] == "c5_spot"]
+    for h in holds:
+        assert not [t for t in spot_launches if h["from_s"] <= t < h["until_s"]]
+        assert h["moved_to"]
+        assert set(h["moved_to"]) <= {"m5", "c5"}
+    text = (run_dir / "report.md").read_text(encoding="utf-8")
+    first = holds[0]
+    assert (
+        f"c5_spot held {hms(first['from_s'])}–{hms(first['until_s'])} after "
+        f"{first['reclaims']} reclaims in 1h; plan moved to {', '.join(first['moved_to'])}."
+    ) in text
+    done = Counter(d["task"] for _, kind, d in rows if kind == "TaskDone")
+    assert set(done) == set(range(2000))
+    assert set(done.values()) == {1}
+    assert max(committed_over_time(run_dir, report)) <= report["budget"] + 1e-9
+    assert report["within_budget"]
     assert "Traceback" not in out
 
 

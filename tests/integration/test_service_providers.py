@@ -20,8 +20,10 @@ from typing import Any
 
 import pytest
 
+from autoscaler.providers.cost_tags import CostTags
 from autoscaler.providers.sge import delete_jobs
 from autoscaler.service.client import Client
+from autoscaler.service.store import FIRST_USER
 from tests.integration.daemon_helpers import (
     assert_clean_end,
     assert_deadline_end,
@@ -101,6 +103,7 @@ def ec2_service(world: Ec2World) -> Iterator[Provider]:
         (20, 30.0),
         {
             "name": "sweep",
+            "project": "astro",
             "bag": {"synthetic": 12},
             # An instance's SSH set-up takes 2-5 s on a quiet host and over 20 s on a
             # loaded one; the deadline leaves room for that beyond the 5 s boot planned.
@@ -134,11 +137,13 @@ def _released(provider: Provider, run_dir: Path) -> None:
     wait_for(lambda: provider.held(run_id) == [], 90, f"the machines of {run_id} to go")
 
 
-def _jobs_run_to_their_reports(provider: Provider) -> None:
+def _jobs_run_to_their_reports(provider: Provider) -> dict[str, dict[str, Any]]:
+    """The jobs' views at their end: a budget job of project ``physics`` first, then the
+    deadline job."""
     started = time.monotonic()
     svc = provider.serve()
     try:
-        budget_id = svc.submit(provider.budget_job("bag"))
+        budget_id = svc.submit({**provider.budget_job("bag"), "project": "physics"})
         deadline_id = svc.submit(provider.deadline_job)
         listed = svc.cli("jobs")
         assert listed.returncode == 0, listed.stderr
@@ -193,6 +198,7 @@ def _jobs_run_to_their_reports(provider: Provider) -> None:
         f"{budget:g}) and a deadline job (finish {outcome['finish_s']:.0f}s of "
         f"{outcome['deadline_s']:.0f}s, cost {d_report['cost']:.2f}): wall {wall:.1f}s"
     )
+    return {budget_id: b, deadline_id: d}
 
 
 def _run_dir_once_running(svc: ServiceProcess, job_id: str) -> Path:
@@ -299,8 +305,22 @@ def test_machines_handed_over_on_grid_engine_end_with_their_lease(
 
 
 def test_jobs_run_on_ec2_through_the_service(world: Ec2World) -> None:
+    """Each job's instances are charged to its project, its id and its submitter (cost
+    tags), the pool's, while it has one job, to that job's."""
     with ec2_service(world) as provider:
-        _jobs_run_to_their_reports(provider)
+        budget, deadline = _jobs_run_to_their_reports(provider).values()
+    pool = Path(_report(deadline)["shared_run"])
+    runs = [
+        (Path(budget["run_dir"]), CostTags("physics", budget["id"], budget["user"])),
+        (pool, CostTags(provider.deadline_job["project"], deadline["id"], deadline["user"])),
+    ]
+    assert budget["user"] == deadline["user"] == FIRST_USER  # the state directory's token
+    for run_dir, charged in runs:
+        instances = world.instances(run_id_of(run_dir))
+        assert instances, f"{run_dir}: no instance"
+        for instance in instances:
+            tags = {t["Key"]: t["Value"] for t in instance["Tags"]}
+            assert {k: tags.get(k) for k in charged.tags()} == charged.tags(), run_dir
 
 
 @pytest.mark.long(2)

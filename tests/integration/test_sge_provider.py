@@ -7,6 +7,7 @@ reads from the token file. Every job a test submits is deleted at its end.
 
 from __future__ import annotations
 
+import re
 import secrets
 import sys
 import time
@@ -18,8 +19,10 @@ from typing import TypeVar
 import pytest
 
 from autoscaler.bootstrap.agent_start import AgentSettings
+from autoscaler.bootstrap.credentials import machine_token
 from autoscaler.core.billing import BillingModel
 from autoscaler.providers.base import Capabilities, ProviderState
+from autoscaler.providers.cost_tags import CostTags
 from autoscaler.providers.sge import SgeProvider, SgeType, delete_jobs, list_tagged
 from autoscaler.providers.sge_output import job_name
 from tests.integration.agent_harness import FakeController, Request
@@ -80,7 +83,7 @@ def make_provider(run_id: str, run_dir: Path, url: str, workdir: Path | None = N
     )
     agents = AgentSettings(
         url=url,
-        token="",  # the provider never passes it: agents read the token file
+        token=TOKEN,  # the run's secret: each agent's token file holds its machine's
         heartbeat_s=0.5,
         orphan_after_s=30.0,
         workdir=workdir,
@@ -135,17 +138,20 @@ def test_machines_are_jobs_whose_agents_poll_with_the_token(
     }
     assert queues == {"as_small.q", "as_large.q"}
 
-    # The agents really poll, each with its machine id and the token from the file.
+    # The agents really poll, each with its machine id and its machine's token from its
+    # file (not the run's secret).
     for mid in ("small-L1-0", "large-L2-0"):
 
         def polled(request: Request, mid: str = mid) -> bool:
             return request.body.get("machine") == mid
 
         request = controller.wait_for(polled, timeout=TIMEOUT_S)
-        assert request.headers["Authorization"] == f"Bearer {TOKEN}"
-    # ... and the token is nowhere in what Grid Engine shows every user.
-    for job_id in jobs.values():
-        assert TOKEN not in sge.run("qstat", "-j", job_id).stdout
+        assert request.headers["Authorization"] == f"Bearer {machine_token(TOKEN, mid)}"
+    # ... and no token is anywhere in what Grid Engine shows every user.
+    for mid, job_id in jobs.items():
+        shown = sge.run("qstat", "-j", job_id).stdout
+        assert TOKEN not in shown
+        assert machine_token(TOKEN, mid) not in shown
 
     # The same tokens again: no new job.
     again = provider.launch("small", 1, "L1", {}) + provider.launch("large", 1, "L2", {})
@@ -192,6 +198,20 @@ def test_a_job_in_error_is_deleted_and_reported_terminated(
     wait_until("the job to enter an error state", error_state)
     assert states(provider) == {"small-L1-0": ProviderState.TERMINATED}
     wait_until("the job in error to be deleted", lambda: job_id not in our_jobs(run_id).values())
+
+
+def test_a_job_s_account_string_is_the_run_s_project(
+    sge: GridEngine, run_dir: Path, run_ids: list[str]
+) -> None:
+    run_id = new_run_id()
+    run_ids.append(run_id)
+    provider = make_provider(run_id, run_dir, "http://127.0.0.1:9")
+    provider.launch("small", 1, "L1", CostTags("physics", "sweep", "alice").tags())
+    provider.launch("large", 1, "L2", {})
+    jobs = our_jobs(run_id)
+    shown = {mid: sge.run("qstat", "-j", job).stdout for mid, job in jobs.items()}
+    assert re.search(r"^account:\s+physics$", shown["small-L1-0"], re.M), shown["small-L1-0"]
+    assert not re.search(r"^account:\s+physics$", shown["large-L2-0"], re.M)
 
 
 def test_list_tagged_finds_every_runs_jobs_and_no_one_elses(

@@ -17,9 +17,11 @@ from pathlib import Path
 import pytest
 
 from autoscaler.bootstrap.agent_start import AgentSettings
+from autoscaler.bootstrap.credentials import machine_token
 from autoscaler.core.billing import BillingModel
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.providers.base import Capabilities, ProviderState
+from autoscaler.providers.cost_tags import CostTags
 from autoscaler.providers.offer import OfferRequest
 from autoscaler.providers.sge_output import job_name
 from autoscaler.providers.slurm import SlurmProvider, SlurmType, cancel_jobs, list_tagged
@@ -49,7 +51,12 @@ def run_ids() -> Iterator[list[str]]:
 
 
 def make_provider(
-    run_id: str, run_dir: Path, url: str, large: SlurmType | None = None
+    run_id: str,
+    run_dir: Path,
+    url: str,
+    large: SlurmType | None = None,
+    *,
+    account_from_project: bool = False,
 ) -> SlurmProvider:
     caps = Capabilities(
         billing=BillingModel("fixed", 300.0),
@@ -57,14 +64,21 @@ def make_provider(
         boot_estimate_s={"small": 5.0, "large": 5.0},
     )
     agents = AgentSettings(
-        url=url, token="", heartbeat_s=0.5, orphan_after_s=30.0, python=sys.executable
+        url=url, token=TOKEN, heartbeat_s=0.5, orphan_after_s=30.0, python=sys.executable
     )
     types = {
         "small": SlurmType(partition="as_small"),
         "large": large or SlurmType(partition="as_large", cpus=2),
     }
     return SlurmProvider(
-        caps, run_id, agents, types, run_dir / "agents", time.monotonic, run_dir / "token"
+        caps,
+        run_id,
+        agents,
+        types,
+        run_dir / "agents",
+        time.monotonic,
+        run_dir / "token",
+        account_from_project=account_from_project,
     )
 
 
@@ -95,6 +109,7 @@ def test_machines_are_jobs_whose_agents_poll_with_the_token(
     assert "NumCPUs=2" in shown["large-L2-0"]
     assert "TimeLimit=00:05:00" in shown["small-L1-0"]  # one 5-minute ATU
     assert all(TOKEN not in text for text in shown.values())  # every user may read these
+    assert all(machine_token(TOKEN, mid) not in text for mid, text in shown.items())
 
     # The agents really poll, each with its machine id and the token from the file.
     for mid in ("small-L1-0", "large-L2-0"):
@@ -103,7 +118,7 @@ def test_machines_are_jobs_whose_agents_poll_with_the_token(
             return request.body.get("machine") == mid
 
         request = controller.wait_for(polled, timeout=TIMEOUT_S)
-        assert request.headers["Authorization"] == f"Bearer {TOKEN}"
+        assert request.headers["Authorization"] == f"Bearer {machine_token(TOKEN, mid)}"
         print(f"\nslurm: {mid} sbatch to first agent poll {request.at - submitted:.2f}s")
     wait_until(
         "both jobs to run",
@@ -135,6 +150,31 @@ def test_machines_are_jobs_whose_agents_poll_with_the_token(
     assert set(states(adopted).values()) == {ProviderState.TERMINATED}
     wait_until("the run's jobs to leave the queue", lambda: not our_jobs(run_id))
     assert set(states(provider).values()) == {ProviderState.TERMINATED}
+
+
+def test_a_job_carries_the_run_s_project_as_its_comment_and_account_if_asked(
+    slurm: Slurm, run_dir: Path, run_ids: list[str]
+) -> None:
+    """The comment always (any cluster keeps it); the account only with
+    ``account_from_project``: a cluster with accounting refuses an account it does not
+    know, and this one (no slurmdbd) takes any."""
+    run_id = new_run_id()
+    run_ids.append(run_id)
+    charged = CostTags("Physics", "sweep", "alice").tags()
+    make_provider(run_id, run_dir, "http://127.0.0.1:9").launch("small", 1, "L1", charged)
+    asked = make_provider(run_id, run_dir, "http://127.0.0.1:9", account_from_project=True)
+    asked.launch("large", 1, "L2", charged)
+    jobs = our_jobs(run_id)
+
+    plain = slurm.run("scontrol", "show", "job", jobs["small-L1-0"]).stdout
+    assert "Comment=Physics" in plain
+    assert "Account=physics" not in plain
+    assert slurm.run("squeue", "-h", "-j", jobs["small-L1-0"], "-o", "%k").stdout.strip() == (
+        "Physics"
+    )
+    charged_job = slurm.run("scontrol", "show", "job", jobs["large-L2-0"]).stdout
+    assert "Comment=Physics" in charged_job
+    assert "Account=physics" in charged_job
 
 
 def test_a_job_that_can_never_run_is_cancelled_and_reported_terminated(

@@ -5,8 +5,11 @@ when the machine stops answering."""
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -37,8 +40,9 @@ def in_progress(run_dir: Path, machines: set[str]) -> dict[str, set[int]]:
     return out
 
 
-@pytest.mark.long
-def test_a_spot_notice_hands_the_machines_tasks_back_at_once(world: Ec2World) -> None:
+def spot_daemon(world: Ec2World) -> tuple[Path, subprocess.Popen[str]]:
+    """A daemon on ``N`` tasks of ~6 s on the spot type, reading the metadata every
+    0.2 s: its run directory and process."""
     run_dir = world.tmp / "run"
     config = world.config(
         bag={"synthetic": N},
@@ -46,40 +50,75 @@ def test_a_spot_notice_hands_the_machines_tasks_back_at_once(world: Ec2World) ->
         emulator={"runtime": {"dist": "normal", "mean_s": 12, "sd_s": 1}},  # 6 s on fast
         ec2={"notice_every_s": 0.2},
     )
-    proc = start_daemon(str(config), "--out", str(run_dir))
+    return run_dir, start_daemon(str(config), "--out", str(run_dir))
+
+
+def fresh_spot_machine(world: Ec2World, run_dir: Path) -> str:
+    """A spot instance just given a task (so it has seconds of work to go)."""
+    wait_for(lambda: journal_rows(run_dir, "TaskDone"), 120, "a task done")
+    run_id = run_id_of(run_dir)
+    seen: dict[str, set[int]] = {}
+    fresh: list[str] = []
+
+    def fresh_task() -> bool:
+        """A spot instance given a task since the last look."""
+        spot = {
+            i["InstanceId"]
+            for i in world.instances(run_id)
+            if i["InstanceType"] == "c5.large" and i["State"]["Name"] == "running"
+        }
+        now = in_progress(run_dir, spot)
+        fresh.extend(m for m in spot if m in seen and now.get(m, set()) - seen[m])
+        seen.update({m: now.get(m, set()) for m in spot})
+        return bool(fresh)
+
+    wait_for(fresh_task, 90, "a spot instance given a task")
+    return fresh[0]
+
+
+@dataclass(frozen=True)
+class Heard:
+    """A spot run to its end after the metadata said something of one of its machines."""
+
+    run_dir: Path
+    victim: str  # the machine the metadata spoke of
+    run_id: str
+    heard_s: float  # from posting it to the journal row that says the run heard it
+    returncode: int | None
+    out: str
+
+
+def post_and_hear(world: Ec2World, post: Callable[[str], None], row: str, what: str) -> Heard:
+    """``spot_daemon``'s run: once a spot machine has just been given a task, ``post``
+    something for it in the metadata, wait for the journal's ``row`` naming it, and run
+    to the end (the daemon killed if anything fails)."""
+    run_dir, proc = spot_daemon(world)
     try:
-        wait_for(lambda: journal_rows(run_dir, "TaskDone"), 120, "a task done")
+        victim = fresh_spot_machine(world, run_dir)
         run_id = run_id_of(run_dir)
-        seen: dict[str, set[int]] = {}
-        fresh: list[str] = []
-
-        def fresh_task() -> bool:
-            """A spot instance given a task since the last look (so it has ~10 s to go)."""
-            spot = {
-                i["InstanceId"]
-                for i in world.instances(run_id)
-                if i["InstanceType"] == "c5.large" and i["State"]["Name"] == "running"
-            }
-            now = in_progress(run_dir, spot)
-            fresh.extend(m for m in spot if m in seen and now.get(m, set()) - seen[m])
-            seen.update({m: now.get(m, set()) for m in spot})
-            return bool(fresh)
-
-        wait_for(fresh_task, 90, "a spot instance given a task")
-        victim = fresh[0]
-        noticed = time.monotonic()
-        world.notices.notice(victim, "terminate", "2026-11-26T12:00:00Z")
+        posted = time.monotonic()
+        post(victim)
         wait_for(
-            lambda: any(d["machine"] == victim for _, _, d in journal_rows(run_dir, "MachineLost")),
-            30,
-            "the noticed machine counted gone",
+            lambda: any(d["machine"] == victim for _, _, d in journal_rows(run_dir, row)), 30, what
         )
-        acted_s = time.monotonic() - noticed
+        heard_s = time.monotonic() - posted
         out = finish(proc)
     finally:
         if proc.poll() is None:
             kill9(proc)
-    assert proc.returncode == 0, out[-3000:]
+    return Heard(run_dir, victim, run_id, heard_s, proc.returncode, out)
+
+
+@pytest.mark.long
+def test_a_spot_notice_hands_the_machines_tasks_back_at_once(world: Ec2World) -> None:
+    heard = post_and_hear(
+        world,
+        lambda m: world.notices.notice(m, "terminate", "2026-11-26T12:00:00Z"),
+        "MachineLost",
+        "the noticed machine counted gone",
+    )
+    run_dir, victim, run_id, acted_s = heard.run_dir, heard.victim, heard.run_id, heard.heard_s
+    assert heard.returncode == 0, heard.out[-3000:]
     (lost,) = [d for _, _, d in journal_rows(run_dir, "MachineLost") if d["machine"] == victim]
     assert "interruption notice (terminate at 2026-11-26T12:00:00Z)" in lost["reason"]
     assert world.notices.reads[victim] >= 1

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from autoscaler.bootstrap.agent_start import AGENT, BootstrapError
+from autoscaler.bootstrap.credentials import machine_token
 from autoscaler.bootstrap.hostkeys import HostKeyMismatch, fingerprint
 from autoscaler.bootstrap.ssh import SshBootstrap, SshSettings
 from tests.integration.agent_harness import FakeController, Reply, alive, gone_within
@@ -164,12 +165,13 @@ def assert_no_secrets(sshd: SshServer, *texts: str) -> None:
 def test_ensure_starts_an_agent_that_polls_through_the_tunnel(
     boots: Bootstraps, controller: FakeController
 ) -> None:
-    """The agent runs in <remote_dir>/<machine>, polls with the run token via the tunnel."""
+    """The agent runs in <remote_dir>/<machine>, polls with its machine's token (never the
+    run's secret) via the tunnel."""
     boot = boots.make()
     port = boot.ensure("i-0001", ADDRESS)
 
     poll = polls_of(controller, "i-0001")
-    assert poll.headers["Authorization"] == f"Bearer {TOKEN}"
+    assert poll.headers["Authorization"] == f"Bearer {machine_token(TOKEN, 'i-0001')}"
     assert port != int(controller.url.rsplit(":", 1)[1])  # so it came through sshd
     assert boot.alive("i-0001")
     directory = boots.directory("i-0001")
@@ -180,7 +182,7 @@ def test_ensure_starts_an_agent_that_polls_through_the_tunnel(
     assert f"http://127.0.0.1:{port}".encode() in cmdline
     assert TOKEN.encode() not in b" ".join(cmdline)
     token = directory / "token"
-    assert token.read_text().strip() == TOKEN
+    assert token.read_text().strip() == machine_token(TOKEN, "i-0001")
     assert stat.S_IMODE(token.stat().st_mode) == 0o600
     assert stat.S_IMODE(directory.stat().st_mode) == 0o700
     assert (directory / "agent.py").read_bytes() == AGENT.read_bytes()

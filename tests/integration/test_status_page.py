@@ -113,6 +113,9 @@ def test_page_follows_a_running_job(
         row.wait_for(timeout=60_000)
 
         assert row.locator('td[data-field="name"]').inner_text() == NAME
+        assert row.locator('td[data-field="user"]').inner_text() == "admin"  # the submitter
+        you = page.locator('#service [data-field="user"]').inner_text()
+        assert " ".join(you.split()) == "admin (admin)"  # the token the page was opened with
         tasks = served.view(job_id)["tasks"]
         seen = [done_of(page, job_id)]
         assert seen[0][1] == tasks
@@ -241,4 +244,47 @@ def test_page_shows_the_shared_limits_and_who_waits(browser: Browser, tmp_path: 
         )
         shown = seen[-1][0]
         assert set(shown["notes"]) == set(ids)
+        assert page.locator("#error").is_hidden()
+
+
+def money(x: float) -> str:
+    """An amount as the page's ``money()`` writes it."""
+    return "$" + (f"{x:.2f}" if abs(x) >= 1 or x == 0 else re.sub(r"0{1,2}$", "", f"{x:.4f}"))
+
+
+def test_page_shows_each_project_s_money_this_period(browser: Browser, tmp_path: Path) -> None:
+    """The example service with projects and its lab-a job: the header shows each
+    project's period, what it spent and, against its budget, what its jobs hold and what
+    is left, as the API counts them."""
+    job = yaml.safe_load((ROOT / "config" / "examples" / "job_lab_a.yaml").read_text())
+    config = ROOT / "config" / "examples" / "team.yaml"
+    with (
+        serving(config, tmp_path / "state") as service,
+        logged_in(browser, service, tmp_path / "status_page_projects.png") as page,
+    ):
+        service.submit(job)
+        seen: list[tuple[dict[str, str], list[dict[str, Any]]]] = []
+
+        def page_says_what_api_says() -> bool:
+            shown = page.evaluate(
+                """() => Object.fromEntries([...document.querySelectorAll('[data-project]')]
+                  .map((e) => [e.dataset.project, e.innerText.trim()]))"""
+            )
+            said = service.client.call("GET", "/api/v1/status")["service"]["projects"]
+            seen.append((shown, said))
+            lab = next(p for p in said if p["project"] == "lab-a")
+            if lab["held"] + lab["spent"] != pytest.approx(40.0) or lab["spent"] == 0:
+                return False
+            return shown == {
+                p["project"]: f"{p['project']} {p['period_label']}: {money(p['spent'])} spent"
+                f" + {money(p['held'])} held of {money(p['budget'])}, {money(p['left'])} left"
+                for p in said
+            }
+
+        wait_for(
+            page_says_what_api_says,
+            120,
+            "the page to show lab-a's spend and what it holds, as the API does",
+            lambda: f"last read (page, API): {seen[-1] if seen else 'none'}",
+        )
         assert page.locator("#error").is_hidden()

@@ -37,7 +37,7 @@ TOKEN = "userdata-run-token-3e8a1f"
 class FakeImds:
     """IMDSv2: PUT /latest/api/token (needs the TTL header), then GETs with that token."""
 
-    def __init__(self) -> None:
+    def __init__(self, instance_id: str = INSTANCE_ID) -> None:
         self.session = "imds-session-" + base64.b16encode(os.urandom(6)).decode()
         self.seen: list[tuple[str, str, int]] = []  # (method, path, status)
         imds = self
@@ -65,7 +65,7 @@ class FakeImds:
                 if self.headers.get("X-aws-ec2-metadata-token") != imds.session:
                     self.answer(401, "")
                 elif self.path == "/latest/meta-data/instance-id":
-                    self.answer(200, INSTANCE_ID)
+                    self.answer(200, instance_id)
                 else:
                     self.answer(404, "")
 
@@ -257,3 +257,31 @@ def _code(source: str) -> str:
             if isinstance(value, ast.Constant) and isinstance(value.value, str):
                 value.value = ""
     return ast.dump(tree)
+
+
+def test_a_launch_script_registers_and_pins_the_runs_ca_within_the_limit(tmp_path: Path) -> None:
+    """The daemon's user data (a launch's token, the run's CA pinned) fits in 16 KB;
+    its agent reads the launch's token with --launch-token-file and trusts only ca.pem."""
+    from autoscaler.bootstrap.tls import run_ca
+
+    ca_pem = run_ca(tmp_path, ["10.0.0.2"]).ca_pem
+    user_data = render_user_data(
+        agent_source(),
+        "https://10.0.0.2:8443",
+        "L12." + "a" * 64,
+        ["--tail-bytes", "4096"],
+        True,
+        register=True,
+        ca_pem=ca_pem,
+    )
+    raw = user_data if isinstance(user_data, bytes) else user_data.encode()
+    assert len(raw) <= USER_DATA_LIMIT
+    script = as_cloud_init_reads(user_data)
+    assert f"<<'AUTOSCALER_CA'\n{ca_pem.strip()}\nAUTOSCALER_CA\n" in script
+    command = script.rsplit("AUTOSCALER_AGENT\n", 1)[1]  # after the agent's text
+    assert "--launch-token-file /var/lib/autoscaler/token" in command
+    assert "--ca-file /var/lib/autoscaler/ca.pem" in command
+    assert "--token-file" not in command.replace("--launch-token-file", "")
+    (tmp_path / "ud.sh").write_text(script)
+    check = subprocess.run(["sh", "-n", str(tmp_path / "ud.sh")], capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import structlog
+import structlog.testing
 
 from autoscaler.config.bag import expand_bag
 from autoscaler.core.leases import Timeline
@@ -189,3 +190,71 @@ def test_a_lost_machines_results_of_runs_it_had_count_once_and_end_the_run_elsew
     assert agents.poll_events(state, failed, set()) == []
     never = poll(mid, [AgentResult(99, 7, 0, 1.0, None)], [])
     assert agents.poll_events(state, never, set()) == []
+
+
+def two_machines() -> tuple[RunState, Agents]:
+    """m1 with tasks 3 and 4, m2 with task 5, all ready."""
+    state, agents, _ = machine_with_tasks([3, 4])
+    state.apply(1.0, Launch("w", 1, "tok2"))
+    state.apply(1.0, MachineLaunched("m2", "w", "tok2"))
+    state.apply(1.0, MachineReady("m2"))
+    state.apply(1.0, Assign(5, "m2"))
+    return state, agents
+
+
+def test_a_result_for_a_task_given_to_another_machine_is_refused() -> None:
+    """m1 reports task 5, which is m2's: not counted, logged, acknowledged and named in
+    the answer's ``refused`` (an agent that sent it drops it rather than retry forever)."""
+    state, agents = two_machines()
+    m2_run = state.fleet.machines["m2"].run_no[5]
+    forged = AgentResult(m2_run, 5, 0, 1.0, None)
+    asked = poll("m1", [forged], [])
+    with structlog.testing.capture_logs() as logs:
+        events = agents.poll_events(state, asked, set())
+    assert events == []
+    assert agents.refused_results == 1
+    assert [(e["machine"], e["task"], e["run"]) for e in logs if "refused" in e["event"]] == [
+        ("m1", 5, m2_run)
+    ]
+    agents.answer(state, asked, Timeline.resume(0.0, 0.0, 0.0, 1.0))
+    body = asked.reply.body
+    assert body is not None
+    assert body["ack"] is True
+    assert body["refused"] == [m2_run]
+    assert state.tasks.task_state[5] is TaskState.RUNNING
+    assert state.tasks.done == 0
+
+
+def test_a_result_for_a_task_never_handed_out_is_refused() -> None:
+    """A task still in the bag, reported by a machine: refused, the bag unchanged."""
+    state, agents, mid = machine_with_tasks([3])
+    asked = poll(mid, [AgentResult(99, 7, 0, 1.0, None)], [])
+    assert agents.poll_events(state, asked, set()) == []
+    assert asked.refused == [99]
+    assert state.tasks.task_state[7] is TaskState.PENDING
+
+
+def test_a_repeat_of_a_result_counted_before_is_not_refused() -> None:
+    """The machine's own result, sent again after a lost ack, is dropped quietly."""
+    state, agents, mid = machine_with_tasks([3])
+    agents.answer(state, poll(mid, [], []), Timeline.resume(0.0, 0.0, 0.0, 1.0))  # sends 3
+    result = AgentResult(state.fleet.machines[mid].run_no[3], 3, 0, 1.5, None)
+    for event in agents.poll_events(state, poll(mid, [result], []), set()):
+        state.apply(2.0, event)
+    again = poll(mid, [result], [])
+    assert agents.poll_events(state, again, set()) == []
+    assert again.refused == []
+    assert agents.refused_results == 0
+
+
+def test_a_resumed_daemon_knows_what_each_machine_was_given() -> None:
+    """After a restart the journal's runs count as given: a repeat is not refused."""
+    state, agents, mid = machine_with_tasks([3])
+    result = AgentResult(state.fleet.machines[mid].run_no[3], 3, 0, 1.5, None)
+    for event in agents.poll_events(state, poll(mid, [result], []), set()):
+        state.apply(2.0, event)
+    resumed = Agents(CFG, expand_bag(CFG), [60.0] * 10, Path("/tmp"), structlog.get_logger())
+    resumed.know_given(state)
+    again = poll(mid, [result], [])
+    assert resumed.poll_events(state, again, set()) == []
+    assert again.refused == []

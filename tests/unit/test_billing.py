@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from statistics import NormalDist
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -128,3 +130,33 @@ def test_spend_over_time_with_units_shorter_than_its_instants() -> None:
     prices, launched, ended = (np.array(c, dtype=float) for c in zip(*machines, strict=True))
     got = billing.spend_at(np.array(times), prices, launched, ended).tolist()
     assert got == _per_instant(billing, times, machines)
+
+
+def test_a_machine_planned_to_fill_its_unit_pays_the_next_one_about_half_the_time() -> None:
+    """The mean cost of a machine whose end is uncertain, not the cost of its mean end:
+    planned to the end of its hour it pays the second hour as often as it runs over."""
+    hourly = BillingModel("fixed", 3600)
+    assert hourly.cost(1.0, 3599) == 1.0
+    assert hourly.expected_cost(1.0, 3600, 160) == pytest.approx(1.5, abs=1e-6)
+    assert hourly.expected_cost(1.0, 1800, 160) == pytest.approx(1.0, abs=1e-6)
+    assert hourly.expected_cost(1.0, 1800, 0) == 1.0
+    assert hourly.expected_cost(1.0, 1800, 100, paid_s=7200) == pytest.approx(2.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    mean=st.floats(0, 20_000),
+    sd=st.floats(1, 3_000),
+    paid=st.floats(0, 10_000),
+    mode=st.sampled_from(["fixed", "per_second"]),
+)
+def test_the_expected_cost_is_the_mean_over_the_ends(
+    mean: float, sd: float, paid: float, mode: str
+) -> None:
+    """Against the mean of the cost over a fine grid of the normal's quantiles."""
+    b = BillingModel(mode, 3600)  # type: ignore[arg-type]
+    dist = NormalDist(mean, sd)
+    grid = 4000
+    ends = [dist.inv_cdf((i + 0.5) / grid) for i in range(grid)]
+    mean_cost = sum(b.cost(1.0, max(e, paid)) for e in ends) / grid
+    assert b.expected_cost(1.0, mean, sd, paid) == pytest.approx(mean_cost, rel=0.01, abs=0.01)

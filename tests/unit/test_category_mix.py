@@ -306,3 +306,27 @@ def test_the_least_budget_does_the_whole_bag_at_per_second_billing(
     assert set(done.values()) == {1}
     assert report.cost <= least.budget + 1e-9
     assert least.makespan_s == pytest.approx(report.makespan_s, rel=0.2)
+
+
+def test_the_benchmark_holds_the_aware_first_plans_to_issue_38s_targets() -> None:
+    """``category_mix``'s table gives the first plan's signed median errors and the
+    share of runs its intervals held, and its check fails a biased or uncovered plan."""
+    from benchmarks.category_mix import Outcome, table
+
+    def runs(mix: str, over: float, inside: bool) -> list[Outcome]:
+        return [
+            Outcome("crossed", mix, seed, 70.0, 3600.0, 60.0, 3600.0 * (1 + over), True,
+                    60.0 * (1 + over), inside, inside)
+            for seed in range(1, 5)
+        ]  # fmt: skip
+
+    blind = runs("blind", 0.5, False)
+    text, checks = table([*blind, *runs("aware", 0.05, True)], ["crossed"])
+    (line,) = [c for c in checks if "issue 38" in c]
+    assert line.endswith(": ok")
+    assert "(+5.0%, +5.0%)" in line
+    assert "+50.0%" in text
+    _, checks = table([*blind, *runs("aware", 0.12, True)], ["crossed"])
+    assert next(c for c in checks if "issue 38" in c).endswith("FAILED")
+    _, checks = table([*blind, *runs("aware", 0.0, False)], ["crossed"])
+    assert next(c for c in checks if "issue 38" in c).endswith("FAILED")

@@ -238,3 +238,22 @@ def test_schema_out_says_what_it_wrote(tmp_path: Path, report: bool) -> None:
     assert done.stdout.startswith("written: schemas/s.json")
     printed = autoscaler("schema", *flags, cwd=tmp_path).stdout
     assert (tmp_path / "schemas" / "s.json").read_text(encoding="utf-8") == printed
+
+
+@pytest.mark.parametrize("token", ["abc.def\nsecond line", "abc.d€f"])
+def test_a_token_that_cannot_be_sent_is_one_line_naming_where_it_came_from(
+    tmp_path: Path, token: str
+) -> None:
+    """A token file of two lines, or with a character a header cannot carry, is refused
+    naming the file (not its text) before any request: http.client raised a traceback."""
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "api.json").write_text(json.dumps({"url": "http://127.0.0.1:9", "pid": 1}))
+    token_file = tmp_path / "alice.token"
+    token_file.write_text(token + "\n", encoding="utf-8")
+    done = autoscaler("jobs", "--state-dir", str(state), "--token-file", str(token_file))
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stderr.startswith(f"error: --token-file {token_file}: not a token (")
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert "abc" not in done.stderr

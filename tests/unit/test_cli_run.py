@@ -13,11 +13,12 @@ from typer.testing import CliRunner
 
 from autoscaler.cli.main import EXIT_CONFIG, EXIT_STOPPED, app
 from autoscaler.config.load import load_config
+from tests.conftest import is_run_config
 
 EXAMPLES = sorted(
     p
     for p in (Path(__file__).parents[2] / "config" / "examples").glob("*.yaml")
-    if p.name != "service.yaml" and not p.name.startswith("job")  # service, jobs: test_service_*
+    if is_run_config(p)  # services, jobs: test_service_*
 )
 BUDGET_EXAMPLES = [p for p in EXAMPLES if not load_config(p).deadline_mode]
 """The examples the budget controller runs: deadline mode's controller comes separately."""

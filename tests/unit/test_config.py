@@ -21,12 +21,13 @@ from autoscaler.config.durations import parse_duration, seconds_in
 from autoscaler.config.load import config_json_schema, config_warnings, load_config, load_trace
 from autoscaler.config.schema import TraceRuntime
 from autoscaler.core.errors import AutoscalerError, ConfigError
+from tests.conftest import is_run_config
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"
 EXAMPLES = sorted(
     p
     for p in (CONFIG_DIR / "examples").glob("*.yaml")
-    if p.name != "service.yaml" and not p.name.startswith("job")  # service, jobs: test_service_*
+    if is_run_config(p)  # services, jobs: test_service_*
 )
 
 TYPES = """\

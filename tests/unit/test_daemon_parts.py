@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import pytest
 import structlog
@@ -28,8 +28,15 @@ from autoscaler.core.model import (
     TaskState,
     TypeSpec,
 )
+from autoscaler.core.reclaims import ReclaimHold
 from autoscaler.core.state import Machine, RunState
-from autoscaler.providers.base import Capabilities, MachineRecord, MachineStatus, ProviderState
+from autoscaler.providers.base import (
+    Capabilities,
+    MachineRecord,
+    MachineStatus,
+    PartialLaunch,
+    ProviderState,
+)
 from autoscaler.run.agents import HEARTBEATS_PER_S, heartbeat_s, lost_after_s, lost_contact
 from autoscaler.run.assemble import controller_settings, new_state
 from autoscaler.run.carry_out import SCANS_PER_LIMIT, Executor
@@ -185,6 +192,33 @@ def lifecycle(provider: Refusing) -> MachineLifecycle:
     )
 
 
+class Partial(Refusing):
+    """A provider that starts one machine of each launch, in a zone, and is refused the
+    rest for capacity (EC2 when every pool refused what one pool could not take)."""
+
+    def __init__(self) -> None:
+        super().__init__(0)
+
+    def launch(
+        self, type: str, count: int, token: str, tags: Mapping[str, str]
+    ) -> list[MachineRecord]:
+        started = [MachineRecord("a", type, token, 5.0, zone="us-east-1a")]
+        message = f"{count - 1} refused: InsufficientInstanceCapacity"
+        raise PartialLaunch(started, message, code="InsufficientInstanceCapacity")
+
+
+def test_a_launch_refused_in_part_owns_what_started_and_learns_the_refusal() -> None:
+    state, launch = first_launch()
+    machines = lifecycle(Partial())
+    done = machines.launch_now(launch)
+    machines.shutdown()
+    assert [r.id for r in done.records] == ["a"]
+    launched, failed = launch_events(done, state, CFG, now=7.0, log=Log())
+    assert launched == MachineLaunched("a", launch.type, launch.token, at=5.0, zone="us-east-1a")
+    assert isinstance(failed, LaunchFailed)
+    assert (failed.count, failed.kind) == (launch.count - 1, "capacity")
+
+
 def test_a_refused_terminate_is_tried_again_and_each_refusal_logged() -> None:
     provider = Refusing(0, up=["m1"], terminate_refusals=1)
     machines = lifecycle(provider)
@@ -268,6 +302,44 @@ def test_a_health_check_looks_at_the_fleet_at_most_twenty_times_in_its_silence_l
     assert [e.machine for e in first] == ["m0"]
     assert soon == []
     assert [e.machine for e in later] == ["m0"]
+
+
+class Recording(Refusing):
+    """A provider that starts nothing and keeps each launch's zones to avoid."""
+
+    def __init__(self) -> None:
+        super().__init__(0)
+        self.avoided: list[tuple[str, ...]] = []
+
+    def launch(
+        self,
+        type: str,
+        count: int,
+        token: str,
+        tags: Mapping[str, str],
+        *,
+        avoid_zones: Collection[str] = (),
+    ) -> list[MachineRecord]:
+        self.avoided.append(tuple(avoid_zones))
+        return []
+
+
+def test_a_launch_of_a_type_with_a_zone_held_after_reclaims_asks_the_provider_to_avoid_it() -> None:
+    state, launch = first_launch()
+    state.capacity.reclaims.holds.append(ReclaimHold(launch.type, 0.0, 3600.0, 3, "zone-a"))
+    state.capacity.reclaims.holds.append(ReclaimHold("other", 0.0, 3600.0, 3, "zone-b"))
+    provider = Recording()
+    dispatcher = Dispatcher("token", queue.SimpleQueue())
+    dispatcher.start()
+    try:
+        scheduler = BackgroundScheduler()
+        timers = Timers(scheduler, lambda item: None, Timeline(0.0, 0.0, 1.0), 0.0)
+        executor = Executor(lifecycle(provider), dispatcher, timers, structlog.get_logger(), {})
+        executor.apply(state, [], [launch])
+        executor.lifecycle.shutdown()
+    finally:
+        dispatcher.close()
+    assert provider.avoided == [("zone-a",)]
 
 
 class Telling(Refusing):

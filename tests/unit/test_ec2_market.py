@@ -144,7 +144,10 @@ def test_the_zones_of_the_subnets_are_asked_once() -> None:
             },
             {"SubnetIds": ["subnet-a", "subnet-b"]},
         )
-        assert subnet_zones(client, ["subnet-a", "subnet-b"]) == {"us-east-1a", "us-east-1d"}
+        assert subnet_zones(client, ["subnet-a", "subnet-b"]) == {
+            "subnet-a": "us-east-1a",
+            "subnet-b": "us-east-1d",
+        }
 
 
 def test_no_line_no_price() -> None:

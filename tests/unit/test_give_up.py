@@ -51,9 +51,9 @@ def test_machines_ending_before_ready_give_their_type_up_at_the_third_in_a_row()
     assert step(state, 2.0, [MachineLost("m1", "bootstrap failed: no SSH")]) == []
     (given,) = step(state, 3.0, [MachineLost("m2", "never reported in")])
     assert (given.type, given.kind, given.until, given.count) == ("slow", "unready", NEVER, 0)
-    assert given.reason == (
+    assert given.reason == (  # the last silence says nothing: the last words before it
         f"{UNREADY_MAX} machines of slow in a row ended before their agent was ready; "
-        "last: never reported in"
+        "last: bootstrap failed: no SSH"
     )
     assert state.capacity.given_up("slow")
     assert not state.capacity.given_up("fast")
@@ -66,6 +66,13 @@ def test_losses_in_one_step_count_together() -> None:
     given = step(state, 1.0, [MachineLost(f"m{i}", ENDED) for i in range(3)])
     assert [(g.type, g.kind) for g in given] == [("slow", "unready")]
     assert given[0].reason.endswith(f"last: {ENDED}")
+
+
+def test_a_streak_of_silences_names_the_last_of_them() -> None:
+    state = booting(3)
+    losses = [MachineLost(f"m{i}", "never reported in") for i in range(3)]
+    (given,) = step(state, 1.0, losses)
+    assert given.reason.endswith("; last: never reported in")
 
 
 def test_a_machine_that_came_up_starts_the_count_again() -> None:

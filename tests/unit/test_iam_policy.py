@@ -5,8 +5,10 @@
 and what they say must keep the controller to its own runs: it launches only instances
 and volumes that carry the run tag, tags only at launch (so it cannot put the run tag
 on someone else's instance and then terminate it), terminates only tagged instances and
-passes only the worker role. These tests read the documents; AWS's evaluation of them
-is not emulated here (moto does not enforce IAM), so they check shape, not effect.
+passes only the worker role. The tag keys it may set are exactly those a launch of ours
+sets (``ec2.TAG_KEYS``: the run's, and the cost allocation tags of ``cost_tags``).
+These tests read the documents; AWS's evaluation of them is not emulated here (moto does
+not enforce IAM), so they check shape, not effect.
 """
 
 from __future__ import annotations
@@ -19,12 +21,15 @@ from typing import Any
 import pytest
 import yaml
 
+from autoscaler.providers.cost_tags import COST_TAG_KEYS
+from autoscaler.providers.ec2 import TAG_KEYS
+
 INFRA = Path(__file__).resolve().parents[2] / "infra"
 POLICY_JSON = INFRA / "iam-policy.json"
 TEMPLATE = INFRA / "cloudformation.yaml"
 
 RUN_TAG = "autoscaler:run"
-OUR_TAG_KEYS = {"autoscaler:run", "autoscaler:launch", "autoscaler:type", "Name"}
+OUR_TAG_KEYS = set(TAG_KEYS)
 # The placeholders iam-policy.json has where the template has the stack's own values.
 PLACEHOLDER_PARTITION = "aws"
 PLACEHOLDER_WORKER_ROLE_ARN = "arn:aws:iam::111122223333:role/autoscaler-worker"
@@ -62,6 +67,22 @@ def covers(stmt: Statement, resource_type: str) -> bool:
 def condition(stmt: Statement, operator: str, key: str) -> Any:
     """The value the statement's condition ``operator`` requires of ``key``, or None."""
     return stmt.get("Condition", {}).get(operator, {}).get(key)
+
+
+def lets_tag_with(stmt: Statement, keys: set[str]) -> bool:
+    """Whether the statement's tag conditions let a request set tags of ``keys``, as IAM
+    evaluates them: ``ForAllValues:StringEquals`` on ``aws:TagKeys`` holds when every key
+    of the request is one it lists, and a ``Null: false`` on ``aws:RequestTag/K`` when
+    the request sets K."""
+    allowed = condition(stmt, "ForAllValues:StringEquals", "aws:TagKeys")
+    if allowed is not None and not keys <= set(as_list(allowed)):
+        return False
+    required = {
+        k.removeprefix("aws:RequestTag/")
+        for k, v in stmt.get("Condition", {}).get("Null", {}).items()
+        if k.startswith("aws:RequestTag/") and v == "false"
+    }
+    return required <= keys
 
 
 # --- the document as a whole -------------------------------------------------------------
@@ -142,6 +163,42 @@ def test_tags_only_at_launch() -> None:
         assert as_list(condition(stmt, "StringEquals", "ec2:CreateAction")) == ["RunInstances"]
         keys = condition(stmt, "ForAllValues:StringEquals", "aws:TagKeys")
         assert set(as_list(keys)) == OUR_TAG_KEYS, stmt["Sid"]
+
+
+def test_the_cost_tags_are_among_the_keys_a_launch_sets() -> None:
+    assert set(COST_TAG_KEYS) == {"autoscaler:project", "autoscaler:job", "autoscaler:user"}
+    assert set(COST_TAG_KEYS) < OUR_TAG_KEYS
+    assert "autoscaler:provider" in OUR_TAG_KEYS  # a run of several providers adds it
+
+
+def tagging_statements() -> list[Statement]:
+    """The statements that let a launch create tagged instances and volumes, and tag them."""
+    return [
+        s
+        for s in statements()
+        if (grants(s, "ec2:RunInstances") and (covers(s, "instance") or covers(s, "volume")))
+        or grants(s, "ec2:CreateTags")
+    ]
+
+
+def test_a_launch_may_set_the_run_tags_and_the_cost_tags() -> None:
+    run = {"Name", RUN_TAG, "autoscaler:launch", "autoscaler:type"}
+    for keys in (run, run | set(COST_TAG_KEYS), OUR_TAG_KEYS):
+        for stmt in tagging_statements():
+            assert lets_tag_with(stmt, keys), f"{stmt['Sid']} refuses {sorted(keys)}"
+
+
+@pytest.mark.parametrize("other", ["team", "autoscaler:owner", "Project", "autoscaler:Project"])
+def test_a_launch_may_set_no_other_tag_key(other: str) -> None:
+    """Tag keys are case-sensitive: a key spelled otherwise is another key."""
+    for stmt in tagging_statements():
+        assert not lets_tag_with(stmt, OUR_TAG_KEYS | {other}), f"{stmt['Sid']} lets {other}"
+
+
+def test_a_launch_without_the_run_tag_is_refused_whatever_else_it_sets() -> None:
+    for stmt in tagging_statements():
+        if grants(stmt, "ec2:RunInstances"):
+            assert not lets_tag_with(stmt, OUR_TAG_KEYS - {RUN_TAG}), stmt["Sid"]
 
 
 def test_tags_cannot_be_removed() -> None:

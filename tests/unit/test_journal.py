@@ -244,6 +244,18 @@ def test_a_launch_adopted_late_is_paid_from_when_it_started() -> None:
     assert m.paid_until == 120.0 + 3600.0
 
 
+def test_a_launch_journaled_before_zones_replays_and_a_new_one_keeps_its_zone() -> None:
+    """``MachineLaunched.zone`` is optional: a record without it (a journal written before
+    zones) decodes and folds to a machine of no zone; one with it dates the machine's."""
+    old = json.dumps({"machine": "slow-L0-0", "type": "slow", "token": "L0", "at": None})
+    new = MachineLaunched("slow-L0-1", "slow", "L0", zone="us-east-1b")
+    state = _state()
+    state.apply(0.0, Launch("slow", 2, "L0"))
+    state.apply(1.0, decode("event", "MachineLaunched", old))
+    state.apply(1.0, decode("event", "MachineLaunched", encode(new)))
+    assert [m.zone for m in state.fleet.machines.values()] == ["", "us-east-1b"]
+
+
 def test_news_of_an_end_after_the_paid_time_dates_the_end_to_the_paid_time() -> None:
     """A machine lost while no daemon watched ended by its lease: no unpaid unit is counted."""
     state = _state()

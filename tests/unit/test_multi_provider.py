@@ -104,7 +104,7 @@ def test_an_ec2_provider_needs_its_types_named(tmp_path: Path) -> None:
     text = TWO.replace(
         "east: {kind: sim}",
         "east: {kind: ec2, region: us-east-1, ami: ami-0abc, bootstrap: user-data, "
-        "controller_url: 'http://127.0.0.1:1', types: {c6: {instance_type: c5.large}}}",
+        "controller_url: 'https://127.0.0.1:1', types: {c6: {instance_type: c5.large}}}",
     )
     result = check(tmp_path, text)
     assert result.returncode == 2
@@ -308,7 +308,7 @@ def test_two_ec2_providers_sign_with_their_own_profiles(
         monkeypatch.delenv(key, raising=False)
     section = (
         "{kind: ec2, region: REGION, ami: ami-0abc, bootstrap: user-data, profile: PROFILE, "
-        "controller_url: 'http://127.0.0.1:1', types: {TYPE: {instance_type: c5.large}}}"
+        "controller_url: 'https://127.0.0.1:1', types: {TYPE: {instance_type: c5.large}}}"
     )
     text = TWO.replace(
         "campus: {kind: sim, max_machines: 4, machine_hours: 6}",

@@ -87,9 +87,13 @@ def test_potential_counts_whole_units_the_money_left_pays_for() -> None:
     """Committed: slow a (1) + fast b, c (4 each) + a launch of 1 fast (4) = 13.
 
     Budget 20, c marked: the mix kept (a, b, the launch) costs 9 per unit and 7 is left:
-    no whole unit, N_p = 0. Budget 35, c kept: 13 per unit, 22 left: one unit of 3600 s,
+    no whole unit of the mix, but a and b's paid time ends at 3600, before the launch's
+    (launched at 10: 3610), and 7 pays their next units (1 + 4), not the launch's too:
+    N_p = 5.75 + 17.75. Budget 34, c kept: 13 per unit, 21 left: one unit of 3600 s,
     in which each machine does 3600/T − ¼ (the final-unit loss, no spread): 5.75 on
-    slow, 17.75 on each of the three fast.
+    slow, 17.75 on each of the three fast; the 8 over pays no second unit of a, b and
+    c together (9), which end together. Budget 35: 9 over pays it (they end before the
+    launch): 11.75 on a and 35.75 on b and c.
     """
     state = fresh(budget=20.0)
     up(state, "slow", "a", 0.0)
@@ -99,11 +103,42 @@ def test_potential_counts_whole_units_the_money_left_pays_for() -> None:
     state.apply(10.0, Launch("fast", 1, "L3"))
     assert state.money.committed == pytest.approx(13.0)
     means, sds = {"slow": 600.0, "fast": 200.0}, {"slow": 0.0, "fast": 0.0}
-    # left 7 < 9 per unit: no whole unit
-    assert potential(state, means, sds) == 0.0
+    # left 7 < 9 per unit: a and b's next units only
+    assert potential(state, means, sds) == pytest.approx(5.75 + 17.75)
     state.apply(10.0, Mark("c", release=False))  # kept again: 13 per unit, still none
-    state.money.budget = 35.0  # left 22: one whole unit of the 13-per-unit mix
+    state.money.budget = 34.0  # left 21: one whole unit of the 13-per-unit mix
     assert potential(state, means, sds) == pytest.approx(5.75 + 3 * 17.75)
+    state.money.budget = 35.0
+    assert potential(state, means, sds) == pytest.approx(11.75 + 2 * 35.75 + 17.75)
+
+
+def test_potential_of_machines_paid_to_the_same_end_counts_whole_units_of_the_mix() -> None:
+    """a (slow, $1) and b (fast, $4) paid to 3600; budget 13, 5 committed: 8 pays one
+    unit of both (5) and 3 of the next (1 of a, not b's 4): they end together, so
+    neither gets a second (paper 000 §2.2's whole units): 5.75 + 17.75."""
+    state = fresh(budget=13.0)
+    up(state, "slow", "a", 0.0)
+    up(state, "fast", "b", 0.0)
+    means, sds = {"slow": 600.0, "fast": 200.0}, {"slow": 0.0, "fast": 0.0}
+    assert potential(state, means, sds) == pytest.approx(5.75 + 17.75)
+    state.money.budget = 9.0  # 4 left: no unit of both
+    assert potential(state, means, sds) == 0.0
+
+
+def test_potential_pays_first_the_next_units_of_machines_whose_paid_time_ends_first() -> None:
+    """The issue 38 case: sampling machines paid to 3600 and extended to 7200, machines
+    launched after sampling (booting) paid to their first step's end, 3600 after launch.
+    a (fast) launched at 0 and extended to 7200 ($8 committed), b (fast) launched at
+    2000 (to 5600, $4); budget 16: 4 left pays b's next unit, not a whole unit of both
+    (8): b does 3600/200 − ¼ = 17.75 more. Before, N_p was 0 and the monitor let b go
+    at the end of a first step its boot had half eaten."""
+    state = fresh(budget=16.0)
+    up(state, "fast", "a", 0.0)
+    up(state, "fast", "b", 2000.0)
+    state.apply(3500.0, Extend("a", 7200.0))
+    assert state.money.committed == pytest.approx(12.0)
+    means, sds = {"slow": 600.0, "fast": 200.0}, {"slow": 0.0, "fast": 0.0}
+    assert potential(state, means, sds) == pytest.approx(17.75)
 
 
 def test_potential_under_per_second_billing_uses_fractional_units() -> None:

@@ -363,6 +363,18 @@ def tie_on_budget(problem: BudgetProblem, finish: float) -> bool:
         final_loss=0.5,
     )
 )
+# The same at price 3 (0.25 = 300 s of it): the cap's fractional bound read B exactly
+# and fell short by a hair, so no plan was made (hypothesis, seed 2).
+@example(
+    BudgetProblem(
+        tasks=1.0,
+        budget=0.25,
+        types=[TypeEstimate("t0", 3.0, 1, 0.0, 300.0, 0.0, first_cost=3.0, first_tasks=11)],
+        billing=BillingModel("per_second", atu_s=3600.0, min_charge_s=0.0, commit_s=60.0),
+        cushion_z=0.0,
+        final_loss=0.0,
+    )
+)
 def test_per_second_plan_matches_brute_force(problem: BudgetProblem) -> None:
     """The earliest finish any mix affords, boot, minimum charge and first step counted;
     no plan when no mix does; the fastest mix among those that finish then."""

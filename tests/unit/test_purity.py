@@ -61,6 +61,7 @@ PURE = [
     "autoscaler.categories.resizing",
     "autoscaler.categories.ga",
     "autoscaler.categories.counts",
+    "autoscaler.service.alerts",
 ]
 
 BANNED = {

@@ -20,6 +20,7 @@ from autoscaler.config.bag import expand_bag
 from autoscaler.config.load import load_config
 from autoscaler.core.errors import AutoscalerError, ConfigError
 from autoscaler.core.model import TaskState
+from autoscaler.report.markdown import render_markdown
 from autoscaler.report.plots import frontier_figure, gantt_figure, spend_figure
 from autoscaler.report.records import (
     REPORT_JSON,
@@ -96,6 +97,23 @@ def on_disk(d: DryRun) -> dict[str, object]:
 
 
 # --- report.json and the dataclass ------------------------------------------------------
+
+
+def test_the_machine_table_shows_zones_only_when_a_provider_said_where(
+    quickstart: DryRun,
+) -> None:
+    head = "| machine | type | slots |"
+    assert head in render_markdown(quickstart.report)
+    first, *rest = quickstart.report.machines
+    zoned = dataclasses.replace(
+        quickstart.report,
+        machines=(dataclasses.replace(first, zone="us-east-1b"), *rest),
+    )
+    md = render_markdown(zoned)
+    assert "| machine | type | zone | slots |" in md
+    assert f"| {first.id} | {first.type} | us-east-1b | {first.slots} |" in md
+    assert f"| {rest[0].id} | {rest[0].type} | - | " in md
+    assert zoned.to_json()["machines"][0]["zone"] == "us-east-1b"
 
 
 def test_report_json_has_the_same_keys_as_ever(quickstart: DryRun) -> None:

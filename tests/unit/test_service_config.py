@@ -254,3 +254,13 @@ def test_cleanup_takes_a_service_config_s_platform(tmp_path: Path) -> None:
     done = CliRunner().invoke(app, ["cleanup", str(path), "--runs", str(tmp_path)])
     assert done.exit_code == 2
     assert "provider 'sim' starts no machines: nothing to clean up" in done.output
+
+
+def test_a_job_names_the_project_its_money_is_charged_to_or_is_charged_to_default() -> None:
+    given = load_yaml(EXAMPLES / "job.yaml", "job")
+    cfg, _ = job({**given, "project": "lab-a"})
+    assert (cfg.project, cfg.project_name) == ("lab-a", "lab-a")
+    cfg, _ = job(given)
+    assert (cfg.project, cfg.project_name) == (None, "default")
+    (problem,) = problems({**given, "project": "lab a"})
+    assert problem.startswith("project:"), problem

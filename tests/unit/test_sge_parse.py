@@ -8,6 +8,7 @@ commands) and nothing of ours.
 
 from __future__ import annotations
 
+import stat
 from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,6 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from autoscaler.bootstrap.agent_start import AgentSettings
+from autoscaler.bootstrap.credentials import machine_token
 from autoscaler.core.billing import BillingModel
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.providers.base import Capabilities, ProviderState
@@ -294,7 +296,10 @@ def test_launch_submits_only_the_tokens_missing_jobs(tmp_path: Path) -> None:
     assert qsub[qsub.index("-N") + 1] == job_name(RUN, "large-t1-2")
     assert qsub[qsub.index("-q") + 1] == "as_large.q"
     assert qsub[qsub.index("-l") + 1] == "h_vmem=1G"
-    assert qsub[qsub.index("--token-file") + 1] == str(tmp_path / "token")
+    token_file = tmp_path / "agents" / "large-t1-2.token"
+    assert qsub[qsub.index("--token-file") + 1] == str(token_file)
+    assert token_file.read_text().strip() == machine_token(TOKEN, "large-t1-2")  # not the run's
+    assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
     assert qsub[qsub.index("--machine") + 1] == "large-t1-2"
     assert qsub[qsub.index("-o") + 1] == str(tmp_path / "agents" / "large-t1-2.log")
     assert not any(TOKEN in arg for arg in qsub)  # qstat -j would show it to everyone

@@ -266,7 +266,7 @@ def test_launch_submits_only_the_tokens_missing_jobs(tmp_path: Path) -> None:
     assert f"--output={tmp_path / 'agents' / 'large-L1-2.log'}" in argv
     wrap = argv[-1]
     assert wrap.startswith("--wrap=exec /usr/bin/python3 ")
-    assert f"--token-file {tmp_path / 'token'}" in wrap
+    assert f"--token-file {tmp_path / 'agents' / 'large-L1-2.token'}" in wrap  # its own
     assert "--machine large-L1-2" in wrap
     assert not any(TOKEN in arg for arg in argv)  # scontrol show job would show it
 

@@ -1,5 +1,6 @@
-"""Spot interruption notices: the agent's reading of the instance metadata (against a real
-HTTP server on loopback, IMDSv2 and v1), the dispatcher's parsing, and the report."""
+"""Spot interruption notices and rebalance recommendations: the agent's reading of the
+instance metadata (against a real HTTP server on loopback, IMDSv2 and v1), the
+dispatcher's parsing, and the report."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 
 import pytest
 
-from autoscaler.bootstrap.agent import read_notice
+from autoscaler.bootstrap.agent import read_notice, read_rebalance, rebalance_url
 from autoscaler.run.polls import BadRequest, Notice, parse_poll
 from tests.integration.notices import NoticeServer
 
@@ -47,3 +48,29 @@ def test_the_dispatcher_takes_a_notice_and_names_a_bad_one() -> None:
     assert parse_poll(json.dumps(body).encode(), 0).notice is None
     with pytest.raises(BadRequest, match="notice"):
         parse_poll(json.dumps({**body, "notice": {"action": 3}}).encode(), 0)
+
+
+def test_the_rebalance_recommendation_is_read_beside_the_notice() -> None:
+    with NoticeServer() as server:
+        url = rebalance_url(server.url.replace("{machine}", "i-1"))
+        assert url is not None
+        assert url.endswith("/i-1/events/recommendations/rebalance")
+        assert read_rebalance(url) is None
+        server.rebalance("i-1", "2026-11-26T11:58:00Z")
+        assert read_rebalance(url) == {"time": "2026-11-26T11:58:00Z"}
+        assert read_notice(server.url.replace("{machine}", "i-1")) is None  # no notice yet
+        assert server.rebalance_reads == {"i-1": 2}
+        assert server.tokenless == 0
+
+
+def test_a_notice_url_of_another_shape_has_no_rebalance_beside_it() -> None:
+    assert rebalance_url("http://127.0.0.1:9/notice") is None
+
+
+def test_the_dispatcher_takes_a_rebalance_and_names_a_bad_one() -> None:
+    body = {"machine": "m", "results": [], "running": [3], "wait_s": 0}
+    poll = parse_poll(json.dumps({**body, "rebalance": {"time": "T"}}).encode(), 0)
+    assert poll.rebalance == "T"
+    assert parse_poll(json.dumps(body).encode(), 0).rebalance is None
+    with pytest.raises(BadRequest, match="rebalance"):
+        parse_poll(json.dumps({**body, "rebalance": "soon"}).encode(), 0)

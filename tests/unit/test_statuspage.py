@@ -75,7 +75,8 @@ def test_script_polls_the_status_api_relative_to_the_page() -> None:
 
 
 def test_header_fields_follow_the_service_view() -> None:
-    """The header has a cell for each ServiceView field it shows."""
+    """The header has a cell for each ServiceView field it shows, and one for the user
+    the page acts as (the status's ``user``)."""
     fields = {v for tag, name, v in outline().attrs if tag == "dd" and name == "data-field"}
     assert fields == {
         "pid",
@@ -85,13 +86,16 @@ def test_header_fields_follow_the_service_view() -> None:
         "machines_alive",
         "quota",
         "spend",
+        "projects",
+        "users",
+        "user",
     }
 
 
 def test_api_strings_go_through_the_escaper() -> None:
     """Each JobView string field put into the page's HTML is wrapped in ``esc()``."""
     script = "".join(outline().scripts)
-    for field in ("id", "name", "state", "mode", "stop_reason", "waiting"):
+    for field in ("id", "name", "user", "state", "mode", "stop_reason", "waiting"):
         interpolations = re.findall(rf"\$\{{([^}}]*\bj\.{field}\b[^}}]*)\}}", script)
         assert interpolations, field
         unescaped = [

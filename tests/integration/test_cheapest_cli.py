@@ -1,0 +1,58 @@
+"""The cheapest split as a user asks for it: ``deadline.offers: cheapest`` on
+config/examples/hybrid.yaml (a free campus cluster and EC2), dry-run by the command line
+in a process of its own, against the paper's DPLB on the same config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.integration.daemon_helpers import run_cli
+from tests.integration.test_rehearse_cli import dry_run, example, split_of
+
+pytestmark = pytest.mark.integration
+
+
+def hybrid(policy: str, **emulator: Any) -> dict[str, Any]:
+    data = example("hybrid", **emulator)
+    data["deadline"] = {**data.get("deadline", {}), "offers": policy}
+    return data
+
+
+def test_the_cheapest_split_meets_the_deadline_for_less_than_dplb(tmp_path: Path) -> None:
+    """hybrid.yaml as given (the campus cluster idle): every task done, the deadline
+    met, the free cluster given at least DPLB's share, the run no dearer than DPLB's;
+    the start says each part's expected cost and the report has a row per part with
+    its forecast."""
+    runs = {}
+    for policy in ("cheapest", "dplb"):
+        (tmp_path / policy).mkdir()
+        runs[policy] = dry_run(tmp_path / policy, hybrid(policy))
+    run_dir, report, out = runs["cheapest"]
+    assert report["tasks_done"] == 600
+    assert all(j["met_deadline"] for j in report["jobs"])
+    split = split_of(run_dir)
+    assert split.get("campus", 0) >= split_of(runs["dplb"][0]).get("campus", 0)
+    assert report["cost"] <= runs["dplb"][1]["cost"] + 1e-9
+    said = next(line for line in out.splitlines() if "Cheapest splits it" in line)
+    for provider, tasks in split.items():
+        assert f"{provider} {tasks} tasks by" in said
+    assert "expected" in said
+    parts = {j["name"]: j for j in report["jobs"]}
+    assert set(parts) == {f"sweep@{p}" for p in split}
+    assert all(j["predicted_cost"] is not None for j in parts.values())
+
+
+def test_an_unknown_policy_is_named_with_the_choices(tmp_path: Path) -> None:
+    config = tmp_path / "hybrid.yaml"
+    config.write_text(yaml.safe_dump(hybrid("cheapskate")), encoding="utf-8")
+    done = run_cli("validate", str(config))
+    assert done.returncode != 0
+    text = done.stdout + done.stderr
+    assert "deadline.offers" in text
+    assert "cheapskate" in text
+    assert "'cheapest'" in text
+    assert "Traceback" not in text
