@@ -144,7 +144,13 @@ class JobSpec:
     a budget of its own, and the mean task time per type when it is known (a recurring
     application); without ``task_s`` the controller samples it. A type missing from a
     non-empty ``task_s`` cannot run the job. ``app`` names its application (default: the
-    job's name): jobs of one application learn each other's task times."""
+    job's name): jobs of one application learn each other's task times.
+
+    ``fallback``: types of ``task_s`` the job is planned on only when it needs them (a
+    provider's part of a split job: the other providers' types, ``run.assemble.split_job``),
+    that is when none of its own types can be launched or once it is said to be late
+    (``deadline.jobs.planned_types``); a machine of one already up may take its late
+    tasks at any time."""
 
     name: str
     first: int
@@ -154,6 +160,11 @@ class JobSpec:
     budget: float | None = None
     task_s: Mapping[str, float] = field(default_factory=dict)
     app: str = ""
+    fallback: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.fallback, tuple):  # a journal gives back a JSON list
+            object.__setattr__(self, "fallback", tuple(self.fallback))
 
     @property
     def application(self) -> str:

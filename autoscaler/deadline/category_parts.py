@@ -43,6 +43,7 @@ from autoscaler.deadline.jobs import (
     category_counts,
     job_categories,
     machine_task_s,
+    planned_types,
     task_times,
 )
 from autoscaler.deadline.prior import mean_sd
@@ -102,21 +103,25 @@ def by_job(state: RunState, keys: Iterable[str]) -> dict[str, list[str]]:
     return out
 
 
-def key_times(cfg: DeadlineSettings, state: RunState, key: str) -> dict[str, float]:
-    """The planned time per task of ``key`` per type (``jobs.task_times`` for a job)."""
+def key_times(
+    cfg: DeadlineSettings, state: RunState, key: str, every: bool = False
+) -> dict[str, float]:
+    """The planned time per task of ``key`` per type (``jobs.task_times`` for a job;
+    ``every``: on its fallback types too, ``jobs.planned_types``)."""
     job = job_of_key(state.work, key)
     cat = category_of_key(key)
     if cat is None:
-        return task_times(cfg, state, job)
-    return category_times(cfg, state, job, cat)
+        return task_times(cfg, state, job, every)
+    return category_times(cfg, state, job, cat, every)
 
 
 def category_times(
-    cfg: DeadlineSettings, state: RunState, job: JobSpec, cat: int
+    cfg: DeadlineSettings, state: RunState, job: JobSpec, cat: int, every: bool = False
 ) -> dict[str, float]:
     """The time per task of ``job``'s tasks of category ``cat`` on each type that can
     run them: measured, else by the ratio rule, else scaled from the declared time."""
-    types = [t for t in state.types if not job.task_s or t in job.task_s]
+    allowed = set(planned_types(state, job, every))
+    types = [t for t in state.types if not job.task_s or t in allowed]
     filled = _ratio_rule(cfg, state.observed, types)
     out: dict[str, float] = {}
     for t in types:
@@ -147,10 +152,11 @@ def machine_key_s(cfg: DeadlineSettings, state: RunState, m: Machine, key: str) 
 
 
 def planned_s(cfg: DeadlineSettings, state: RunState, key: str, type_name: str) -> float:
-    """The time per task of ``key`` on a machine of ``type_name`` not yet up."""
+    """The time per task of ``key`` on a machine of ``type_name`` not yet up (one of
+    its fallback types too: the watch may launch one for it)."""
     if category_of_key(key) is not None:
-        return key_times(cfg, state, key).get(type_name, 0.0)
-    return task_times(cfg, state, job_of_key(state.work, key)).get(type_name, 0.0)
+        return key_times(cfg, state, key, every=True).get(type_name, 0.0)
+    return task_times(cfg, state, job_of_key(state.work, key), every=True).get(type_name, 0.0)
 
 
 def sample_first(

@@ -135,7 +135,9 @@ class DeadlineController:
             if check and cfg.reassign:
                 move_late(cfg, s)
             if check or planned or seen.news:
-                watch(cfg, s, buy=seen.tick and cfg.reassign and cfg.buy_when_late)
+                bought = watch(cfg, s, buy=seen.tick and cfg.reassign and cfg.buy_when_late)
+                if bought:  # the plan in force changed: what it expects of them now
+                    forecast(cfg, s, bought, "bought for late tasks: " + ", ".join(sorted(bought)))
             release_idle(cfg, s)
         finish_run(cfg, s)
         return s.decided()

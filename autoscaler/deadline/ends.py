@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from autoscaler.core.job_ledger import Jobs
-from autoscaler.core.limits import may_extend, no_extension
+from autoscaler.core.limits import may_extend, no_extension, rooms
 from autoscaler.core.model import Extend, Release, Stop
 from autoscaler.core.state import Machine, RunState
 from autoscaler.core.step import Step
@@ -87,13 +87,23 @@ def finish_run(cfg: DeadlineSettings, s: Step) -> None:
     left = (
         state.money.budget - state.money.committed if state.money.budget is not None else math.inf
     )
+    unit_s = state.billing.first_step_s
+    used_up = sorted(
+        {
+            state.types[t].provider or "its provider"
+            for room in rooms(state)
+            if room.seconds is not None and room.seconds < unit_s
+            for t in room.types
+        }
+    )
+    if used_up:
+        why = f"(the machine hours of {', '.join(used_up)} are used)"
+    elif state.money.budget is not None:
+        why = f"({max(left, 0):.2f} of the budget left cannot pay a unit)"
+    else:
+        why = "(no type can run them, or none is available)"
     s.do(
         Stop(
-            f"{counted(state.tasks_left, 'task')} left and no machine can be bought for them "
-            + (
-                f"({max(left, 0):.2f} of the budget left cannot pay a unit)"
-                if state.money.budget is not None
-                else "(no type can run them, or none is available)"
-            )
+            f"{counted(state.tasks_left, 'task')} left and no machine can be bought for them {why}"
         )
     )

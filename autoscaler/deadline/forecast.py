@@ -80,6 +80,36 @@ def forecast(cfg: DeadlineSettings, s: Step, jobs: set[str], why: str) -> None:
     s.do(Configure(counts, total, last, f"deadline plan ({why})"))
 
 
+def at_low_end(cfg: DeadlineSettings, state: RunState, queues: list[Queue]) -> list[Queue]:
+    """``queues`` with each job's time per task at the low end of what is known of it:
+    what is late even then is surely late. A machine's time for a job is the mean of
+    its own runs of it where it has some, else of its type's (``jobs.machine_task_s``),
+    known within z·r/√n of its n runs (r: the job's relative spread, ``PRIOR_SPREAD``
+    before two runs; a planned time with no runs: within z·r); its m queued tasks
+    spread by z·r/√m more. Early, on a few slow first runs, little is surely late."""
+    spread = _seen_spread(state, lambda tid: state.work.job_of(tid).name)
+    out = []
+    for q in queues:
+        m = state.fleet.machines.get(q.machine)
+        counts: dict[str, int] = {}
+        for _, key in q.tasks:
+            counts[key] = counts.get(key, 0) + 1
+        times = {}
+        for key, e in q.task_s.items():
+            job = job_of_key(state.work, key).name
+            seen = spread.get(job)
+            r = PRIOR_SPREAD if seen is None else seen[0]
+            runs = state.observed.machine_job_runs.get((q.machine, job))
+            if (runs is None or runs[0] <= 0) and m is not None:
+                runs = state.observed.job_runs.get((job, m.type.name))
+            n = runs[0] if runs is not None else 0
+            known = r / math.sqrt(n) if n > 0 else r
+            noise = r / math.sqrt(max(1, counts.get(key, 0)))
+            times[key] = e * max(0.0, 1.0 - cfg.z * math.hypot(known, noise))
+        out.append(replace(q, task_s=times))
+    return out
+
+
 PRIOR_SPREAD = 0.2
 """The relative spread of a job's task times (sd over mean) assumed until two of its
 runs have ended: a declared time is a mean, and runs scatter about it (paper 002's

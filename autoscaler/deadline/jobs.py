@@ -48,15 +48,17 @@ class DeadlineSettings:
     category_share: float = 0.2
 
 
-def task_times(cfg: DeadlineSettings, state: RunState, job: JobSpec) -> dict[str, float]:
+def task_times(
+    cfg: DeadlineSettings, state: RunState, job: JobSpec, every: bool = False
+) -> dict[str, float]:
     """The planned time per task of ``job`` per type: known (the declared time blended
     with the runs seen, ``learned``), else sampled (mean + z·σ/√n, once ``sample`` runs
-    ended there); types missing cannot run it (yet)."""
+    ended there); types missing cannot run it (yet). Known times are given on the types
+    it is planned on (``planned_types``; ``every``: its fallback too)."""
     if job.task_s:
         return {
             t: learned(cfg, state.work, state.observed, job, t).planned_s
-            for t in job.task_s
-            if t in state.types
+            for t in planned_types(state, job, every)
         }
     out: dict[str, float] = {}
     for name in state.types:
@@ -66,6 +68,24 @@ def task_times(cfg: DeadlineSettings, state: RunState, job: JobSpec) -> dict[str
         mean, sd = mean_sd(runs)
         out[name] = mean + cfg.z * sd / math.sqrt(runs[0])
     return out
+
+
+def planned_types(state: RunState, job: JobSpec, every: bool = False) -> list[str]:
+    """The types of ``job``'s ``task_s`` it is planned on: its own, and its fallback
+    (``JobSpec.fallback``) too where none of its own can be launched now (refused,
+    its provider held by a limit, or allowed no machines) and one of those can, or
+    ``every`` (the watch, for tasks surely late: ``deadline.watch.buy_for_late``)."""
+    known = [t for t in job.task_s if t in state.types]
+    if every or not job.fallback:
+        return known
+    own = [t for t in known if t not in job.fallback]
+    now = state.now
+
+    def can(t: str) -> bool:
+        return state.types[t].max_count > 0 and state.capacity.launchable(t, now)
+
+    others = [t for t in known if t in job.fallback]
+    return known if not any(map(can, own)) and any(map(can, others)) else own
 
 
 def learned(

@@ -140,7 +140,7 @@ def plan_jobs(cfg: DeadlineSettings, s: PlanStep) -> bool:
     machines = running_machines(cfg, state, s.now)
     jobs, types = slotted(jobs, plan_types(state), type_slots(state))
     result: DeadlineResult | None = None
-    for factor in (1.0, *RELAX):
+    for factor in (1.0, *RELAX, enough(jobs, types, s.now)):
         relaxed = [relax(j, s.now, factor, types) for j in jobs]
         problem = DeadlineProblem(
             relaxed, types, state.billing, s.now, machines, fastest_first=keyed(cfg, state.tasks)
@@ -154,6 +154,19 @@ def plan_jobs(cfg: DeadlineSettings, s: PlanStep) -> bool:
         carry_out(cfg, s, result.plan, tasks)
     forecast(cfg, s, set(ready), "planned: " + ", ".join(sorted(ready)))
     return True
+
+
+def enough(jobs: Sequence[DeadlineJob], types: Sequence[MachineType], now: float) -> float:
+    """A last window factor, for when none of ``RELAX`` gives a plan: one whose windows
+    hold every job's tasks on all the machines that may be launched, twice over (a job
+    far past its deadline, on a cluster whose machines' time limits end them, is then
+    still given machines, not left in the bag)."""
+    lanes = sum(max(0, t.max_count) for t in types)
+    work = sum(j.tasks * min(j.task_s.values(), default=0.0) for j in jobs)
+    need = 2.0 * (max((t.boot_s for t in types), default=0.0) + work / max(1, lanes))
+    least = [relax(j, now, 1.0, types) for j in jobs]
+    shortest = min((max(j.deadline_s - now, 1.0) for j in least), default=1.0)
+    return max(2.0 * RELAX[-1], need / shortest)
 
 
 def relax(job: DeadlineJob, now: float, factor: float, types: Sequence[MachineType]) -> DeadlineJob:

@@ -14,6 +14,7 @@ from autoscaler.core.step import Step
 from autoscaler.core.words import counted
 from autoscaler.deadline.assign import solve_new
 from autoscaler.deadline.category_parts import by_job, job_of_key, key_times
+from autoscaler.deadline.forecast import at_low_end
 from autoscaler.deadline.instance import DeadlineJob
 from autoscaler.deadline.jobs import (
     EPS,
@@ -24,6 +25,7 @@ from autoscaler.deadline.planning import PlanStep, carry_out, plan_types, type_s
 from autoscaler.deadline.queues import all_queues
 from autoscaler.deadline.reassign import (
     Lateness,
+    Queue,
     late_tasks,
     lateness,
     reassign,
@@ -43,17 +45,21 @@ def move_late(cfg: DeadlineSettings, s: Step) -> None:
         s.do(move)
 
 
-def watch(cfg: DeadlineSettings, s: PlanStep, buy: bool) -> None:
+def watch(cfg: DeadlineSettings, s: PlanStep, buy: bool) -> set[str]:
     """Say what will be late; first, if ``buy``, give late tasks to new machines that
-    finish them in time, when the budget pays for them."""
+    finish them in time, when the budget pays for them. Returns the jobs machines were
+    bought for (what the plan expects of them changed)."""
     state = s.state
     deadlines = job_deadlines(cfg, state)
     cause: str | None = None
+    changed: set[str] = set()
     if buy:
         guarded = job_deadlines(cfg, state, guarded=True)
         at_risk = lateness(all_queues(cfg, state, s.now), guarded)
         if at_risk:
-            _, cause = buy_for_late(cfg, s, at_risk, guarded)
+            bought, cause = buy_for_late(cfg, s, at_risk, guarded)
+            if bought:
+                changed = set(by_job(state, {item.job for item in at_risk}))
     late_by_job = per_job(s.state, lateness(all_queues(cfg, state, s.now), deadlines))
     for job in state.work.jobs:
         if job.name in state.work.withdrawn:
@@ -79,6 +85,7 @@ def watch(cfg: DeadlineSettings, s: PlanStep, buy: bool) -> None:
                 f"late, the last by {item.seconds:.0f} s ({CAUSES[why]})",
             )
         )
+    return changed
 
 
 def per_job(state: RunState, late: Sequence[Lateness]) -> dict[str, Lateness]:
@@ -104,12 +111,40 @@ def buy_for_late(
 ) -> tuple[bool, str]:
     """New machines for the tasks expected late (by ``deadlines``), if they finish
     them in time and the budget pays; returns (whether any were bought, what gave
-    way otherwise)."""
+    way otherwise). Where the types a job is planned on cannot (a provider's part of a
+    split job, at its provider's limit), the tasks of it late even at the low end of
+    their spread (``forecast.at_low_end``: not a few slow first runs) go to new
+    machines of its fallback types (``JobSpec.fallback``): the other providers'."""
+    state = s.state
+    queues = all_queues(cfg, state, s.now)
+    bought, cause = _buy(cfg, s, queues, late, deadlines)
+    if bought or cause != "deadline":
+        return bought, cause
+    rescue = {item.job for item in late if job_of_key(state.work, item.job).fallback}
+    if not rescue:
+        return bought, cause
+    low = at_low_end(cfg, state, queues)
+    sure = [item for item in lateness(low, deadlines) if item.job in rescue]
+    if not sure:
+        return bought, cause
+    return _buy(cfg, s, low, sure, deadlines, every=True)
+
+
+def _buy(
+    cfg: DeadlineSettings,
+    s: PlanStep,
+    queues: Sequence[Queue],
+    late: Sequence[Lateness],
+    deadlines: Mapping[str, float],
+    every: bool = False,
+) -> tuple[bool, str]:
+    """``buy_for_late`` for the tasks ``queues`` finish late, on the types their jobs
+    are planned on (``every``: their fallback types too)."""
     state = s.state
     late_jobs = {item.job for item in late}
     # The late tasks: from the end of each violating machine's queue of the job.
     taken: dict[str, list[tuple[int, str]]] = {}
-    for q in all_queues(cfg, state, s.now):
+    for q in queues:
         for name, (n, _) in late_tasks(q, deadlines).items():
             if name not in late_jobs or n <= 0:
                 continue
@@ -120,7 +155,7 @@ def buy_for_late(
         return False, "deadline"
     jobs = []
     for name, items in taken.items():
-        times = key_times(cfg, state, name) or dict(job_of_key(state.work, name).task_s)
+        times = key_times(cfg, state, name, every) or dict(job_of_key(state.work, name).task_s)
         if times:
             jobs.append(DeadlineJob(name, len(items), deadlines[name], times))
     jobs, types = slotted(jobs, plan_types(state), type_slots(state))

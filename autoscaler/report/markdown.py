@@ -16,6 +16,7 @@ from autoscaler.report.records import (
     REPORT_MD,
     UNFINISHED_TXT,
     DeadlineReport,
+    JobOutcome,
     Prediction,
     Report,
     ShortfallNote,
@@ -226,18 +227,27 @@ def _spent(report: Report) -> str:
     return f"Budget {money(report.budget)}; spent {money(report.cost)} ({within})"
 
 
+def _how_late(late: list[JobOutcome]) -> str:
+    """What the jobs that missed their deadline left: tasks late (done after it, or not
+    done once it passed) and tasks never done (a run that stopped early)."""
+    names = f"; {', '.join(j.name for j in late)} "
+    tasks_late = sum(j.tasks_late for j in late)
+    undone = sum(j.tasks - j.done - j.failed for j in late)
+    never = f"{counted(undone, 'task')} {'was' if undone == 1 else 'were'} never done."
+    if not tasks_late:
+        return f"{names}did not finish: {never}"
+    said = (
+        f"{names}{'was' if len(late) == 1 else 'were'} late by {counted(tasks_late, 'task')} in all"
+    )
+    return f"{said}; {never}" if undone else f"{said}."
+
+
 def _deadline_head(report: DeadlineReport) -> list[str]:
     """How many jobs met their deadline, and the warnings given before they passed."""
     late = [j for j in report.jobs if not j.met_deadline]
     lines = [
         f"**{report.jobs_met_deadline} of {counted(len(report.jobs), 'job')} met their deadline**"
-        + (
-            f"; {', '.join(j.name for j in late)} "
-            f"{'was' if len(late) == 1 else 'were'} late by "
-            f"{counted(sum(j.tasks_late for j in late), 'task')} in all."
-            if late
-            else "."
-        ),
+        + (_how_late(late) if late else "."),
         "",
         f"{_spent(report)}, {money(report.unattributed_cost)} of it on machines that ran no task.",
     ]

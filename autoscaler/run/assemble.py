@@ -171,7 +171,7 @@ def make_controller(cfg: RunConfig, *, hold: bool = False) -> Controller | Deadl
 def job_specs(cfg: RunConfig) -> list[JobSpec]:
     """Deadline mode's jobs with their task ids and absolute times; none in budget mode.
     A job ``split`` across providers is one job per part (``<job>@<provider>``), each
-    on its provider's types, its budget shared by its tasks."""
+    on its provider's types (the others its fallback), its budget shared by its tasks."""
     out = []
     for job, ids in expand_jobs(cfg):
         c = job.constraint
@@ -191,7 +191,10 @@ def job_specs(cfg: RunConfig) -> list[JobSpec]:
 
 
 def split_job(cfg: RunConfig, job: JobSpec, split: Mapping[str, int]) -> list[JobSpec]:
-    """``job`` as one job per provider part of ``split`` (tasks per provider)."""
+    """``job`` as one job per provider part of ``split`` (tasks per provider), each
+    planned on its provider's types, with the job's other types as its fallback
+    (``JobSpec.fallback``): a part whose provider cannot launch, or that is late there,
+    is not left to miss its deadline while the other providers could run it."""
     if sum(split.values()) != job.count:
         raise AutoscalerError(
             f"job {job.name!r}: its split gives {sum(split.values())} tasks "
@@ -199,7 +202,7 @@ def split_job(cfg: RunConfig, job: JobSpec, split: Mapping[str, int]) -> list[Jo
         )
     parts, first = [], job.first
     for provider, count in split.items():
-        times = {t: s for t, s in job.task_s.items() if cfg.provider_of(t) == provider}
+        others = tuple(t for t in job.task_s if cfg.provider_of(t) != provider)
         budget = None if job.budget is None else job.budget * count / job.count
         parts.append(
             dataclasses.replace(
@@ -208,7 +211,7 @@ def split_job(cfg: RunConfig, job: JobSpec, split: Mapping[str, int]) -> list[Jo
                 first=first,
                 count=count,
                 budget=budget,
-                task_s=times,
+                fallback=others,
             )
         )
         first += count

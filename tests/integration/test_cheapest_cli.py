@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
+from autoscaler.cli.main import EXIT_STOPPED
+from benchmarks.cheapest_split import scenario
 from tests.integration.daemon_helpers import run_cli
 from tests.integration.test_rehearse_cli import dry_run, example, split_of
 
@@ -56,3 +58,38 @@ def test_an_unknown_policy_is_named_with_the_choices(tmp_path: Path) -> None:
     assert "cheapskate" in text
     assert "'cheapest'" in text
     assert "Traceback" not in text
+
+
+def test_a_part_whose_spot_is_refused_is_run_on_demand_in_time(tmp_path: Path) -> None:
+    """benchmarks/cheapest_split's scenario (campus, on-demand c5, spot c5_spot; 600 tasks
+    by 2 h) with c5_spot refused for 3 h: the spot part is planned on its fallback, the
+    job's other types, and every task is done by the deadline. Before, the part could
+    run only on c5_spot and the run stopped with 495 tasks left."""
+    data = yaml.safe_load(scenario("cheapest", "2h", 1, 600))
+    data["emulator"]["refusals"] = [{"type": "c5_spot", "from_s": 0, "until_s": "3h"}]
+    _, report, _ = dry_run(tmp_path, data)
+    assert report["tasks_done"] == 600
+    parts = {j["name"]: j for j in report["jobs"]}
+    assert "sweep@aws_spot" in parts, parts
+    assert all(j["met_deadline"] for j in parts.values())
+    used = {m["type"] for m in report["machines"]}
+    assert "c5_spot" not in used
+    assert "c5" in used
+
+
+def test_a_part_its_provider_cannot_run_uses_the_others_until_their_hours_are_used(
+    tmp_path: Path,
+) -> None:
+    """hybrid.yaml with c5 refused for good: the EC2 part's tasks run on the campus nodes
+    until the campus's 40 machine hours are used; the run stops saying so, and the report
+    says how many tasks were never done (exit 3: stopped early)."""
+    data = example("hybrid", refusals=[{"type": "c5", "from_s": 0}])
+    run_dir, report, _ = dry_run(tmp_path, data, code=EXIT_STOPPED)
+    parts = {j["name"]: j for j in report["jobs"]}
+    assert parts["sweep@aws"]["done"] > 0
+    assert {m["type"] for m in report["machines"]} == {"node"}
+    assert report["stop_reason"].endswith("(the machine hours of campus are used)")
+    undone = report["tasks_total"] - report["tasks_done"] - report["tasks_failed"]
+    assert undone > 0
+    text = " ".join((run_dir / "report.md").read_text(encoding="utf-8").split())
+    assert f"; {undone} tasks were never done." in text

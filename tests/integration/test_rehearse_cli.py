@@ -35,14 +35,16 @@ def example(name: str = "rehearse", **emulator: Any) -> dict[str, Any]:
     return data
 
 
-def dry_run(tmp_path: Path, data: dict[str, Any]) -> tuple[Path, dict[str, Any], str]:
-    """``autoscaler run CONFIG --dry-run --out DIR`` on ``data``: the run directory, its
-    report and what the command printed."""
+def dry_run(
+    tmp_path: Path, data: dict[str, Any], code: int = 0
+) -> tuple[Path, dict[str, Any], str]:
+    """``autoscaler run CONFIG --dry-run --out DIR`` on ``data``, which must exit with
+    ``code``: the run directory, its report and what the command printed."""
     config = tmp_path / "rehearse.yaml"
     config.write_text(yaml.safe_dump(data), encoding="utf-8")
     out = tmp_path / "run"
     done = run_cli("run", str(config), "--dry-run", "--out", str(out), timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.returncode == code, done.stdout + done.stderr
     report: dict[str, Any] = json.loads((out / "report.json").read_text(encoding="utf-8"))
     return out, report, done.stdout + done.stderr
 

@@ -5,11 +5,13 @@ deadline shows it through the command line."""
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
+from autoscaler.cli.main import EXIT_STOPPED
 from autoscaler.core.words import counted
 from tests.unit.test_cli_process import autoscaler
 
@@ -34,36 +36,31 @@ def test_an_irregular_plural_and_a_format_are_given() -> None:
     assert counted(12345, "byte", spec=",") == "12,345 bytes"
 
 
+def one_job_run(
+    tmp_path: Path, tasks: int, deadline_s: float, boot_s: float, task_s: float, **emulator: object
+) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """``autoscaler run --dry-run`` of one deadline job of ``tasks`` tasks on one type
+    (declared ``task_s``, runs within 3 % of it): the process and its run directory."""
+    config = tmp_path / "one_job.yaml"
+    job = {"name": "a1", "bag": {"synthetic": tasks}, "constraint": {"deadline_s": deadline_s}}
+    runtime = {"dist": "uniform", "low_s": 0.97 * task_s, "high_s": 1.03 * task_s}
+    data = {
+        "name": "one-job",
+        "jobs": [{**job, "task_s": {"small": 100}}],
+        "machine_types": [{"name": "small", "price": 1, "max_count": 2, "boot_s": boot_s}],
+        "billing": {"mode": "fixed", "atu_s": 3600},
+        "emulator": {"seed": 1, "runtime": runtime, **emulator},
+    }
+    config.write_text(yaml.safe_dump(data), encoding="utf-8")
+    out = tmp_path / "run"
+    return autoscaler("run", str(config), "--dry-run", "--out", str(out)), out
+
+
 def test_one_late_task_is_said_in_the_singular(tmp_path: Path) -> None:
     """A deadline job of one task that cannot meet its deadline (the machine boots for
     longer than the deadline allows): `run --dry-run` said "1 of 1 tasks done" and "late
     by 1 tasks in all"."""
-    config = tmp_path / "one_late.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "name": "one-late",
-                "jobs": [
-                    {
-                        "name": "a1",
-                        "at": 0,
-                        "bag": {"synthetic": 1},
-                        "constraint": {"deadline_s": 150},
-                        "task_s": {"small": 100},
-                    }
-                ],
-                "machine_types": [{"name": "small", "price": 1, "max_count": 2, "boot_s": 100}],
-                "billing": {"mode": "fixed", "atu_s": 3600},
-                "emulator": {
-                    "seed": 1,
-                    "runtime": {"dist": "uniform", "low_s": 290, "high_s": 310},
-                },
-            }
-        ),
-        encoding="utf-8",
-    )
-    out = tmp_path / "run"
-    done = autoscaler("run", str(config), "--dry-run", "--out", str(out))
+    done, out = one_job_run(tmp_path, 1, deadline_s=150, boot_s=100, task_s=300)
     assert done.returncode == 0, done.stderr
     text = " ".join(done.stdout.split())  # the terminal's wrapping aside
     assert "1 of 1 task done" in text
@@ -72,6 +69,20 @@ def test_one_late_task_is_said_in_the_singular(tmp_path: Path) -> None:
     report = (out / "report.md").read_text(encoding="utf-8")
     assert "late by 1 task in all" in report
     assert not re.search(r"\b1 tasks", report)
+
+
+def test_a_job_whose_only_type_is_refused_did_not_finish(tmp_path: Path) -> None:
+    """A deadline job whose one type is refused for good (a rehearsed outage): the run
+    stops before the deadline, and the report says the job did not finish and how many
+    of its tasks were never done (it said it was "late by 0 tasks in all")."""
+    refusals = [{"type": "small", "from_s": 0}]
+    done, out = one_job_run(tmp_path, 3, deadline_s=3600, boot_s=60, task_s=100, refusals=refusals)
+    assert done.returncode == EXIT_STOPPED, done.stderr
+    said = "met their deadline; a1 did not finish: 3 tasks were never done."
+    assert f"0 of 1 job {said}" in " ".join(done.stdout.split())
+    assert "late by" not in done.stdout
+    report = " ".join((out / "report.md").read_text(encoding="utf-8").split())
+    assert f"**0 of 1 job {said.replace(';', '**;')}" in report
 
 
 @pytest.mark.parametrize(
