@@ -12,6 +12,12 @@ already brings).
   command line pins.
 
 Keys are EC P-256: a certificate of about 600 bytes, which user data (16 KB) can carry.
+
+Strict verification (``VERIFY_X509_STRICT``, which ``ssl.create_default_context`` sets
+from Python 3.13, as an agent's context is made) needs a CA certificate's Subject Key
+Identifier and an issued certificate's Authority Key Identifier: both are there. Files
+are replaced whole (``write_atomic``, mode 0600): a crash while one is written leaves the
+old file or none, never half of one that every later start would refuse.
 """
 
 from __future__ import annotations
@@ -19,7 +25,6 @@ from __future__ import annotations
 import datetime
 import hashlib
 import ipaddress
-import os
 import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,6 +35,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from autoscaler.core.atomic import write_atomic
 from autoscaler.core.errors import AutoscalerError
 
 CA_CERT = "ca.pem"
@@ -59,6 +65,9 @@ def run_ca(folder: Path, hosts: Sequence[str]) -> ServerFiles:
     issues for ``hosts`` (names or IP addresses; loopback added)."""
     ca_cert, ca_key = folder / CA_CERT, folder / CA_KEY
     if ca_cert.is_file() and ca_key.is_file():
+        # Kept as it was made, even by a version before the Subject Key Identifier (a run
+        # resumed across the upgrade): its agents pin it. Strict clients (Python >= 3.13)
+        # refuse such a CA's chain; a new run makes a new CA.
         cert, key = _load_ca(ca_cert, ca_key)
     else:
         key = ec.generate_private_key(ec.SECP256R1())
@@ -69,10 +78,11 @@ def run_ca(folder: Path, hosts: Sequence[str]) -> ServerFiles:
             _builder(name, name, key.public_key())
             .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
             .add_extension(_ca_usage(), critical=True)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False)
             .sign(key, hashes.SHA256())
         )
         _write_key(ca_key, key)
-        ca_cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        _write_cert(ca_cert, cert)
     server_key = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "autoscaler dispatcher")])
     server = (
@@ -80,11 +90,13 @@ def run_ca(folder: Path, hosts: Sequence[str]) -> ServerFiles:
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(_names(hosts), critical=False)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(server_key.public_key()), False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(key.public_key()), False)
         .sign(key, hashes.SHA256())
     )
     cert_file, key_file = folder / SERVER_CERT, folder / SERVER_KEY
     _write_key(key_file, server_key)
-    cert_file.write_bytes(server.public_bytes(serialization.Encoding.PEM))
+    _write_cert(cert_file, server)
     return ServerFiles(cert_file, key_file, ca_cert.read_text(encoding="ascii"))
 
 
@@ -106,7 +118,8 @@ def _load_ca(ca_cert: Path, ca_key: Path) -> tuple[x509.Certificate, ec.Elliptic
 
 def self_signed(cert_file: Path, key_file: Path, hosts: Sequence[str]) -> None:
     """A self-signed server certificate for ``hosts`` (loopback added), written with its
-    key (mode 0600)."""
+    key (both mode 0600). Strict verification asks nothing more of a self-signed end
+    entity certificate that is its own trust anchor."""
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "autoscaler service")])
     cert = (
@@ -116,8 +129,7 @@ def self_signed(cert_file: Path, key_file: Path, hosts: Sequence[str]) -> None:
         .sign(key, hashes.SHA256())
     )
     _write_key(key_file, key)
-    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    os.chmod(cert_file, 0o600)
+    _write_cert(cert_file, cert)
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,12 +203,18 @@ def _names(hosts: Sequence[str]) -> x509.SubjectAlternativeName:
 
 
 def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:
+    """``key`` in PEM (PKCS#8, unencrypted), replacing ``path`` whole (mode 0600 from
+    the first byte: ``write_atomic``'s temporary file is made so)."""
     data = key.private_bytes(
         serialization.Encoding.PEM,
         serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption(),
     )
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.fchmod(fd, 0o600)  # a file there before keeps its mode: narrowed before any byte
-    with os.fdopen(fd, "wb") as out:
-        out.write(data)
+    write_atomic(path, data.decode("ascii"), encoding="ascii", prefix=f".{path.name}.")
+
+
+def _write_cert(path: Path, cert: x509.Certificate) -> None:
+    """``cert`` in PEM, replacing ``path`` whole (mode 0600, as ``write_atomic`` makes
+    every file: the agents that read it run as the controller's user)."""
+    pem = cert.public_bytes(serialization.Encoding.PEM).decode("ascii")
+    write_atomic(path, pem, encoding="ascii", prefix=f".{path.name}.")
