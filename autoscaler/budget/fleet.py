@@ -42,8 +42,8 @@ def _launch_or_mark(s: Step) -> tuple[str, ...]:
                 s.do(Mark(m.id, release=False))
                 have += 1
             count = min(want - have, t.max_count - len(alive) - in_flight)
-            if state.money.budget is not None:
-                unit = state.billing.cost(t.commit_price, state.billing.first_step_s)
+            unit = state.billing.cost(t.commit_price, state.billing.first_step_s)
+            if state.money.budget is not None and unit > 0:  # a free type costs no money
                 count = min(
                     count, math.floor((state.money.budget - state.money.committed) / unit + EPS)
                 )

@@ -149,9 +149,9 @@ def potential(
     keep += [t for t, c in state.fleet.pending_launches.values() if t in means for _ in range(c)]
     if not keep:
         return 0.0
-    if state.money.budget is None:
-        return math.inf
     per_unit = sum(state.types[t].price for t in keep)
+    if state.money.budget is None or per_unit <= 0:  # no budget, or machines that are free
+        return math.inf
     left = max(0.0, state.money.budget - state.money.committed)
     if state.billing.mode == "fixed":
         first = state.now + state.billing.first_step_s

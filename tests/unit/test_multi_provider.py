@@ -13,6 +13,7 @@ import pytest
 
 from autoscaler.budget.planner import plan_budget
 from autoscaler.budget.problem import BudgetProblem, TypeEstimate
+from autoscaler.cli.main import EXIT_STOPPED
 from autoscaler.config.bag import expand_bag
 from autoscaler.config.load import load_config
 from autoscaler.config.schema import RunConfig
@@ -132,6 +133,25 @@ def test_a_dry_run_reports_cost_and_machines_per_provider(tmp_path: Path) -> Non
 
 
 HOURLY = BillingModel("fixed", 3600.0)
+
+
+@pytest.mark.parametrize("budget", [100, 4])
+def test_a_budget_run_on_a_free_cluster_and_a_cloud_runs_within_its_budget(
+    tmp_path: Path, budget: float
+) -> None:
+    """The campus nodes are free (price 0): its machine hours, not money, limit them.
+    A budget run raised ZeroDivisionError launching them (a unit of a free type), and
+    once only free machines were kept (the money left paying no cloud unit)."""
+    text = TWO.replace("price: 0.5", "price: 0").replace("budget: 100", f"budget: {budget}")
+    result = run_dry(tmp_path, text)
+    assert "Traceback" not in result.stderr + result.stdout
+    assert result.returncode in (0, EXIT_STOPPED), result.stderr
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["cost"] <= budget + 1e-9
+    ran = {m["type"] for m in report["machines"] if m["tasks_run"]}
+    assert "node" in ran
+    if result.returncode == 0:
+        assert report["tasks_done"] == 300
 
 
 def test_the_budget_milp_keeps_a_provider_within_its_quota() -> None:
