@@ -43,6 +43,8 @@ def at_boundary(s: Step, m: Machine) -> None:
     work = bool(m.running or m.queue)
     if state.money.stopped:
         s.do(Release(m.id, "end of paid time: run stopping"))
+    elif m.draining and not m.running:  # takes no new work: nothing to pay another unit for
+        s.do(Release(m.id, "end of paid time: draining (its provider may take it back)"))
     elif not work and not wanted_soon(state.work, m, m.paid_until + state.billing.step_s):
         s.do(Release(m.id, "end of paid time: no work left"))
     elif can_extend(state, m):
@@ -88,20 +90,17 @@ def finish_run(cfg: DeadlineSettings, s: Step) -> None:
         state.money.budget - state.money.committed if state.money.budget is not None else math.inf
     )
     unit_s = state.billing.first_step_s
-    used_up = sorted(
-        {
-            state.types[t].provider or "its provider"
-            for room in rooms(state)
-            if room.seconds is not None and room.seconds < unit_s
-            for t in room.types
-        }
-    )
-    if used_up:
-        why = f"(the machine hours of {', '.join(used_up)} are used)"
-    elif state.money.budget is not None:
-        why = f"({max(left, 0):.2f} of the budget left cannot pay a unit)"
-    else:
-        why = "(no type can run them, or none is available)"
+    spent = [r for r in rooms(state) if r.seconds is not None and r.seconds < unit_s]
+    used_up = sorted({state.types[t].provider or "its provider" for r in spent for t in r.types})
+    others = [t for t, spec in state.types.items() if spec.max_count > 0]
+    others = [t for t in others if not any(t in r.types for r in spent)]
+    shut = sorted(t for t in others if not state.capacity.launchable(t, s.now))
+    said = [f"the machine hours of {', '.join(used_up)} are used"] if used_up else []
+    if shut:
+        said.append(f"{', '.join(shut)} cannot be launched now")
+    if len(shut) < len(others) and state.money.budget is not None:
+        said.append(f"{max(left, 0):.2f} of the budget left cannot pay a unit")
+    why = f"({'; '.join(said or ['no type can run them, or none is available'])})"
     s.do(
         Stop(
             f"{counted(state.tasks_left, 'task')} left and no machine can be bought for them {why}"

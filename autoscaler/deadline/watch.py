@@ -9,7 +9,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 from autoscaler.core.model import Cancel, Late
-from autoscaler.core.state import RunState
+from autoscaler.core.state import Machine, RunState
 from autoscaler.core.step import Step
 from autoscaler.core.words import counted
 from autoscaler.deadline.assign import solve_new
@@ -21,7 +21,13 @@ from autoscaler.deadline.jobs import (
     DeadlineSettings,
     job_deadlines,
 )
-from autoscaler.deadline.planning import PlanStep, carry_out, plan_types, type_slots
+from autoscaler.deadline.planning import (
+    PlanStep,
+    carry_out,
+    plan_types,
+    reclaim_priced,
+    type_slots,
+)
 from autoscaler.deadline.queues import all_queues
 from autoscaler.deadline.reassign import (
     Lateness,
@@ -39,8 +45,12 @@ CAUSES = {
 
 
 def move_late(cfg: DeadlineSettings, s: Step) -> None:
+    """Move queued tasks expected late to machines that finish them in time; never to a
+    machine that drains (its provider warned it may be taken back: ``Machine.draining``)."""
     state = s.state
-    result = reassign(all_queues(cfg, state, s.now), job_deadlines(cfg, state, guarded=True))
+    machines = state.fleet.machines
+    queues = [q for q in all_queues(cfg, state, s.now) if not _draining(machines.get(q.machine))]
+    result = reassign(queues, job_deadlines(cfg, state, guarded=True))
     for move in result.moves:
         s.do(move)
 
@@ -86,6 +96,10 @@ def watch(cfg: DeadlineSettings, s: PlanStep, buy: bool) -> set[str]:
             )
         )
     return changed
+
+
+def _draining(m: Machine | None) -> bool:
+    return m is not None and m.draining
 
 
 def per_job(state: RunState, late: Sequence[Lateness]) -> dict[str, Lateness]:
@@ -156,6 +170,7 @@ def _buy(
     jobs = []
     for name, items in taken.items():
         times = key_times(cfg, state, name, every) or dict(job_of_key(state.work, name).task_s)
+        times = reclaim_priced(state, times)  # as the plan buys: a spot type's lost work priced
         if times:
             jobs.append(DeadlineJob(name, len(items), deadlines[name], times))
     jobs, types = slotted(jobs, plan_types(state), type_slots(state))

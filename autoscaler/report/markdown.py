@@ -229,11 +229,15 @@ def _spent(report: Report) -> str:
 
 def _how_late(late: list[JobOutcome]) -> str:
     """What the jobs that missed their deadline left: tasks late (done after it, or not
-    done once it passed) and tasks never done (a run that stopped early)."""
+    done once it passed), tasks never done (a run that stopped early), or tasks that
+    failed (a job all of whose other tasks were done in time)."""
     names = f"; {', '.join(j.name for j in late)} "
     tasks_late = sum(j.tasks_late for j in late)
     undone = sum(j.tasks - j.done - j.failed for j in late)
     never = f"{counted(undone, 'task')} {'was' if undone == 1 else 'were'} never done."
+    if not tasks_late and not undone:  # on time, but not every task done: some failed
+        failed = sum(j.failed for j in late)
+        return f"{names}did not finish: {counted(failed, 'task')} failed."
     if not tasks_late:
         return f"{names}did not finish: {never}"
     said = (

@@ -81,14 +81,17 @@ def test_a_part_its_provider_cannot_run_uses_the_others_until_their_hours_are_us
     tmp_path: Path,
 ) -> None:
     """hybrid.yaml with c5 refused for good: the EC2 part's tasks run on the campus nodes
-    until the campus's 40 machine hours are used; the run stops saying so, and the report
+    until the campus's 40 machine hours are used; the run stops saying so (and that c5
+    cannot be launched: the budget is not why), and the report
     says how many tasks were never done (exit 3: stopped early)."""
     data = example("hybrid", refusals=[{"type": "c5", "from_s": 0}])
     run_dir, report, _ = dry_run(tmp_path, data, code=EXIT_STOPPED)
     parts = {j["name"]: j for j in report["jobs"]}
     assert parts["sweep@aws"]["done"] > 0
     assert {m["type"] for m in report["machines"]} == {"node"}
-    assert report["stop_reason"].endswith("(the machine hours of campus are used)")
+    assert report["stop_reason"].endswith(
+        "(the machine hours of campus are used; c5 cannot be launched now)"
+    )
     undone = report["tasks_total"] - report["tasks_done"] - report["tasks_failed"]
     assert undone > 0
     text = " ".join((run_dir / "report.md").read_text(encoding="utf-8").split())

@@ -4,6 +4,7 @@ deadline shows it through the command line."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -83,6 +84,22 @@ def test_a_job_whose_only_type_is_refused_did_not_finish(tmp_path: Path) -> None
     assert "late by" not in done.stdout
     report = " ".join((out / "report.md").read_text(encoding="utf-8").split())
     assert f"**0 of 1 job {said.replace(';', '**;')}" in report
+
+
+def test_a_job_whose_task_failed_in_time_did_not_finish(tmp_path: Path) -> None:
+    """A deadline job whose other tasks were done in time but one failed (all its
+    tries): the report said "did not finish: 0 tasks were never done"."""
+    done, out = one_job_run(
+        tmp_path, 3, deadline_s=3600, boot_s=60, task_s=100, task_failure_prob=0.7
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    failed = report["tasks_failed"]
+    assert failed > 0
+    assert report["tasks_done"] + failed == 3
+    said = f"a1 did not finish: {counted(failed, 'task')} failed."
+    assert said in " ".join(done.stdout.split())
+    assert said in " ".join((out / "report.md").read_text(encoding="utf-8").split())
 
 
 @pytest.mark.parametrize(

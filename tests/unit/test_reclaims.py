@@ -19,11 +19,14 @@ from autoscaler.core.model import (
     AssignGroup,
     BoundaryNear,
     Cancel,
+    Extend,
+    JobSpec,
     Launch,
     MachineLaunched,
     MachineLost,
     MachineReady,
     Mark,
+    Move,
     RebalanceRecommended,
     Release,
     TaskDone,
@@ -40,6 +43,8 @@ from autoscaler.core.reclaims import (
     speed_factor,
 )
 from autoscaler.core.state import RunState
+from autoscaler.deadline.deadline_controller import DeadlineController
+from autoscaler.deadline.jobs import DeadlineSettings
 from autoscaler.report.build import reclaim_holds
 from autoscaler.report.markdown import _reclaim_hold_lines
 from autoscaler.run.assemble import new_state, type_specs
@@ -433,6 +438,36 @@ def test_a_rebalance_recommendation_drains_the_machine() -> None:
     assert not m.running
     actions = controller.step(state, [BoundaryNear("m0")], 3540.0)
     assert [a for a in actions if isinstance(a, Release) and a.machine == "m0"]
+
+
+def test_a_draining_machine_in_a_deadline_run_is_given_no_late_work_and_no_new_unit() -> None:
+    """Deadline mode: once its run ends, a machine its provider warned about receives
+    none of the tasks the other machines would finish late (it received two), and at
+    its boundary it goes instead of being paid another unit (it was extended)."""
+    jobs = [JobSpec("j", 0, 12, 0.0, 3000.0, None, {"m": 600.0})]
+    billing = BillingModel("fixed", 3600.0, 60.0, 300.0)
+    state = RunState.new(
+        [TypeSpec("m", 1.0, 10, 0.0)], billing, None, 12, list(range(12)), jobs=jobs
+    )
+    controller = DeadlineController(DeadlineSettings())
+    ids = []
+    for launch in [a for a in controller.step(state, [], 0.0) if isinstance(a, Launch)]:
+        named = [f"m{len(ids) + i}" for i in range(launch.count)]
+        ids += named
+        controller.step(state, [MachineLaunched(n, launch.type, launch.token) for n in named], 0.0)
+    controller.step(state, [MachineReady(n) for n in ids], 0.0)
+    controller.step(state, [RebalanceRecommended("m0", "T")], 10.0)
+    m0 = state.fleet.machines["m0"]
+    assert m0.draining
+    for tid in list(m0.running):
+        controller.step(state, [TaskDone(tid, "m0", 590.0)], 600.0)
+    assert not m0.running
+    actions = controller.step(state, [Tick()], 1300.0)  # the others' tasks are now late
+    assert not [a for a in actions if isinstance(a, Move) and a.target == "m0"]
+    assert not m0.queue
+    actions = controller.step(state, [BoundaryNear("m0")], 3550.0)
+    assert [a for a in actions if isinstance(a, Release) and a.machine == "m0"]
+    assert not [a for a in actions if isinstance(a, Extend) and a.machine == "m0"]
 
 
 # --- bad values ----------------------------------------------------------------------------
