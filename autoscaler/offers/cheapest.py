@@ -19,6 +19,7 @@ The split then solves, with PuLP (the other planners' solvers, ``core.solve``):
     subject to Σ_p n_p = N
                n_p ≤ Σ_{type of p, j} slots · j · x_{type, j}   (its machines hold its part)
                Σ_j x_{type, j} ≤ max_count(type)
+               Σ_{type of p, j} x_{type, j} ≤ max_machines(p)   (its limit across its types)
                n_p ≤ cap_p                                         (its offers by the deadline)
                x, n ≥ 0 integer
 
@@ -90,6 +91,7 @@ class Rate:
     spread: float = SPREAD  # sd of one task's time over its mean
     reclaim_per_hour: float = 0.0  # the rate its machines are taken back (spot)
     max_life_s: float | None = None  # a machine lives at most this long (a cluster's job)
+    provider_max: int | None = None  # its provider's machines of all types at once (None: none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,9 +174,29 @@ def margin(rates: Sequence[Rate], tasks: int, z: float) -> float:
     its lanes."""
     if not rates:
         return 0.0
-    lanes = sum(r.max_count * max(1, r.slots) for r in rates)
-    waves = math.ceil(tasks / max(1, lanes))
+    waves = math.ceil(tasks / max(1, lanes(rates)))
     return max(z * r.spread * r.task_s * math.sqrt(waves) for r in rates)
+
+
+def lanes(rates: Sequence[Rate]) -> int:
+    """The most tasks a provider's types (``rates``) run at once: each type's machines,
+    the most slots first, until the provider's limit. A limit shared by its types caps
+    their machines together, not each type's alone (two types of a provider limited to
+    2 machines are 2 machines, not 4)."""
+    left = shared_max(rates)
+    out = 0
+    for r in sorted(rates, key=lambda r: max(1, r.slots), reverse=True):
+        count = r.max_count if left is None else min(r.max_count, left)
+        out += count * max(1, r.slots)
+        if left is not None:
+            left -= count
+    return out
+
+
+def shared_max(rates: Sequence[Rate]) -> int | None:
+    """The machines a provider's types (``rates``) may have at once together (None: no
+    limit but each type's own)."""
+    return min((r.provider_max for r in rates if r.provider_max is not None), default=None)
 
 
 def cheapest(
@@ -211,6 +233,9 @@ def cheapest(
         for name in {pat.rate.type for pat in found}:
             of_type = [(pat, v) for pat, v in mine if pat.rate.type == name]
             lp += pulp.lpSum(v for _, v in of_type) <= of_type[0][0].rate.max_count
+        limit = shared_max([r for r in rates if r.provider == p])
+        if limit is not None:
+            lp += pulp.lpSum(v for _, v in mine) <= limit
     priced = {r.provider for r in rates}
     for p in caps:
         if p not in priced:

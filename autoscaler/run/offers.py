@@ -24,7 +24,7 @@ from autoscaler.config.schema import Job, RunConfig
 from autoscaler.core.billing import BillingModel
 from autoscaler.core.words import counted
 from autoscaler.offers.allocation import OffersError
-from autoscaler.offers.cheapest import SLICES, Rate, lane_life
+from autoscaler.offers.cheapest import SLICES, Rate, lane_life, lanes
 from autoscaler.offers.cloud import CloudType, cloud_offers
 from autoscaler.offers.decide import compose
 from autoscaler.providers.offer import SLICES as PAPER_SLICES
@@ -116,8 +116,8 @@ def type_rates(
     cfg: RunConfig, billing: BillingModel, job: Job, reclaim: Mapping[str, float]
 ) -> list[Rate]:
     """What each type ``job`` names charges for its tasks (``offers.cheapest``), within
-    its provider's machine limit; ``reclaim``: per type, its machines taken back an
-    hour."""
+    its provider's machine limit, which each carries too: the limit holds for the
+    provider's types together; ``reclaim``: per type, its machines taken back an hour."""
     out = []
     for t in type_specs(cfg):
         if t.name not in job.task_s:
@@ -135,6 +135,7 @@ def type_rates(
                 t.max_count if limit is None else min(t.max_count, limit),
                 reclaim_per_hour=reclaim.get(t.name, 0.0),
                 max_life_s=t.max_life_s,
+                provider_max=limit,
             )
         )
     return out
@@ -155,8 +156,7 @@ def soonest(
     the processors the later jobs need are seen to be free (or not) as the first's."""
     asked = replace(request, deadline=request.now)
     if rates:
-        lanes = sum(r.max_count * r.slots for r in rates)
-        waves = math.ceil(tasks / max(1, lanes))
+        waves = math.ceil(tasks / max(1, lanes(rates)))
         quickest = min(rates, key=lambda r: r.boot_s + waves * r.task_s)
         chain = lane_life(quickest, waves)
         if chain is None:

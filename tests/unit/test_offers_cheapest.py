@@ -1,18 +1,22 @@
 """The cheapest split that meets the deadline (``offers.cheapest``, issue 37 item 4):
-against a brute force over every split of a small bag and every set of machines, a free
-provider that can do the bag alone, a deadline nothing meets, spot reclaims priced in."""
+against a brute force over every split of a small bag and every set of machines and a
+split worked out by hand, a free provider that can do the bag alone, a deadline nothing
+meets, spot reclaims priced in, a provider's machine limit shared by its types."""
 
 from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import replace
 from functools import cache
 
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from autoscaler.config.schema import RunConfig
 from autoscaler.core.billing import BillingModel
 from autoscaler.offers.allocation import OffersError
 from autoscaler.offers.cheapest import (
@@ -22,11 +26,15 @@ from autoscaler.offers.cheapest import (
     Rate,
     cheapest,
     lane_life,
+    lanes,
+    margin,
     patterns,
 )
 from autoscaler.offers.cloud import CloudType, cloud_offers
 from autoscaler.offers.decide import POLICIES, compose, policy
 from autoscaler.providers.offer import Offer, OfferRequest, slice_sizes
+from autoscaler.run.assemble import billing_model
+from autoscaler.run.offers import compose_offers, soonest, type_rates
 
 HOURLY = BillingModel("fixed", 3600)
 PER_SECOND = BillingModel("per_second", 3600, min_charge_s=60)
@@ -236,3 +244,129 @@ def test_an_offer_that_ends_at_the_deadline_is_not_taken_as_safe() -> None:
     assert "campus" not in cheapest(bag, aws + at_the_deadline, rates).by_provider()
     early = [Offer("campus", n, bag.deadline - 3600) for n in (80, 40)]
     assert cheapest(bag, aws + early, rates).by_provider() == {"campus": 80}
+
+
+def test_a_small_split_costs_what_it_costs_by_hand() -> None:
+    """The brute force above prices parts with the policy's own patterns; here a split
+    worked out by hand (no spread: a machine lives exactly its boot and its tasks in
+    turn, paid whole hours). 10 tasks by 3500 s: p0 ($0.3/h, a task in 800 s, one
+    machine) offers at most 4 by then (5 end at 4000 s); p1 ($0.35/h, 2 slots, a task in
+    900 s after a 60 s boot, two machines) runs 3 tasks a lane by then (60 + 4 · 900 >
+    3500), 6 a machine, each machine an hour. p1 alone is 2 machines, $0.70; p0 its 4
+    for $0.30 and p1 the other 6 on one machine for $0.35 is $0.65, and nothing else is
+    as cheap (p1 on one machine leaves p0 at least 4, its most)."""
+    bag = OfferRequest(10, 800, 3500.0, 0.0)
+    rates = [
+        Rate("p0", "t0", 0.3, HOURLY, 0, 800, 1, 1, spread=0.0),
+        Rate("p1", "t1", 0.35, HOURLY, 60, 900, 2, 2, spread=0.0),
+    ]
+    allocation = cheapest(bag, offers_of(rates, bag), rates)
+    assert allocation.by_provider() == {"p0": 4, "p1": 6}
+    assert sum(p.cost or 0.0 for p in allocation.parts) == pytest.approx(0.65)
+    assert allocation.meets
+
+
+# --- a provider's machine limit across its types -----------------------------------------------
+
+
+def limited(provider_max: int | None) -> list[Rate]:
+    """One provider, two types of at most 2 machines each, and ``provider_max`` machines
+    of both together; no spread (a machine lives exactly its boot and its tasks)."""
+    return [
+        Rate("aws", "slow", 0.3, HOURLY, 60, 480, 1, 2, spread=0.0, provider_max=provider_max),
+        Rate("aws", "fast", 1.0, HOURLY, 60, 240, 1, 2, spread=0.0, provider_max=provider_max),
+    ]
+
+
+def test_a_providers_machine_limit_holds_across_its_types() -> None:
+    """40 tasks by 2 h. A slow machine runs at most 14 tasks by then (60 + 14 · 480 =
+    6780 s), 1 to 7 in an hour ($0.30), 8 to 14 in two ($0.60); a fast one at most 29
+    (60 + 29 · 240 = 7020 s), up to 14 in an hour ($1), up to 29 in two ($2). With the
+    provider at 2 machines: two slow hold 28 (too few), two fast cost at least $3 (14
+    and 26: $1 + $2), a slow and a fast hold 14 + 26 for $0.60 + $2 = $2.60, the least.
+    Each type's own limit alone would let it run three: two slow (28 tasks, $1.20) and
+    a fast one for the other 12 ($1), $2.20."""
+    bag = OfferRequest(40, 240, 7200.0, 0.0)
+    rates = limited(provider_max=2)
+    allocation = cheapest(bag, offers_of(rates, bag), rates)
+    (part,) = allocation.parts
+    assert (part.provider, part.tasks) == ("aws", 40)
+    assert part.cost == pytest.approx(2.60)
+    assert allocation.meets
+    unlimited = limited(provider_max=None)
+    (part,) = cheapest(bag, offers_of(unlimited, bag), unlimited).parts
+    assert part.cost == pytest.approx(2.20)
+
+
+def test_a_providers_lanes_are_its_machines_within_its_limit() -> None:
+    """A provider at 3 machines of a 4-slot type (at most 1) and a 1-slot type (at most
+    5): the 4-slot machine and two others, 6 lanes (9 without the limit); the margin an
+    offer keeps is the spread of the waves on those lanes, 2 · 0.2 · 100 s · √(12 / 6)."""
+    wide = Rate("p", "wide", 1.0, HOURLY, 60, 100, 4, 1, provider_max=3)
+    narrow = Rate("p", "narrow", 1.0, HOURLY, 60, 100, 1, 5, provider_max=3)
+    assert lanes([narrow, wide]) == 4 + 2
+    free = [replace(r, provider_max=None) for r in (narrow, wide)]
+    assert lanes(free) == 4 + 5
+    assert margin([narrow, wide], 12, 2.0) == pytest.approx(2 * 0.2 * 100 * math.sqrt(2))
+
+
+def test_a_schedulers_soonest_offer_counts_the_lanes_within_the_limit() -> None:
+    """A cluster's machines are jobs of an hour (14 tasks of 4 min after a 1 min boot):
+    56 tasks on two types of 2 nodes each but 2 nodes in all are 28 a lane, two jobs one
+    after the other (3600 + 60 + 14 · 240 s), so the scheduler is asked for the lane's
+    tasks at (3600 + 14 · 240) / 28 s each, not 240 s as on 4 lanes (14 a lane, one job)."""
+    asked: list[OfferRequest] = []
+
+    def maker(request: OfferRequest, sizes: Sequence[int]) -> list[Offer]:
+        asked.append(request)
+        return []
+
+    node = Rate("campus", "node", 0.0, HOURLY, 60, 240, 1, 2, max_life_s=3600, provider_max=2)
+    rates = [node, replace(node, type="big")]
+    soonest(maker, OfferRequest(56, 240, 7200.0, 0.0), 56, rates)
+    assert asked[-1].task_s == pytest.approx((3600 + 14 * 240) / 28)
+    soonest(
+        maker,
+        OfferRequest(56, 240, 7200.0, 0.0),
+        56,
+        [replace(r, provider_max=None) for r in rates],
+    )
+    assert asked[-1].task_s == pytest.approx(240)
+
+
+LIMITED = """\
+name: limited
+jobs:
+  - name: sweep
+    bag: {synthetic: 40}
+    constraint: {deadline_s: 2h}
+    task_s: {slow: 480, fast: 240}
+deadline: {offers: cheapest}
+machine_types:
+  - {name: slow, provider: aws, price: 0.3, max_count: 10, boot_s: 1m}
+  - {name: fast, provider: aws, price: 1.0, max_count: 10, boot_s: 1m}
+  - {name: node, provider: campus, price: 0, max_count: 8, boot_s: 1m}
+billing: {mode: fixed, atu_s: 1h}
+providers:
+  aws: {kind: sim, max_machines: 2}
+  campus: {kind: sim}
+emulator: {seed: 1, runtime: {dist: normal, mean_s: 4m, sd_s: 1m}}
+"""
+
+
+def test_a_runs_split_keeps_to_its_providers_machine_limit() -> None:
+    """The case above as a config: aws's ``max_machines: 2`` reaches the policy, which
+    splits the job onto a slow and a fast machine of two hours each ($2.60, the tasks'
+    spread adding under 1 % for the chance of a third hour), not three machines."""
+    cfg = RunConfig.model_validate(yaml.safe_load(LIMITED))
+    billing = billing_model(cfg)
+    rates = type_rates(cfg, billing, cfg.jobs[0], {})
+    assert [(r.type, r.max_count, r.provider_max) for r in rates] == [
+        ("slow", 2, 2),
+        ("fast", 2, 2),
+    ]
+    _, notes = compose_offers(cfg, billing)
+    (said,) = notes
+    cost = float(said.split(" for ")[1].split()[0])
+    assert "aws 40 tasks by" in said
+    assert 2.60 <= cost < 2.60 * 1.01
