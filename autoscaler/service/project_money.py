@@ -37,9 +37,11 @@ from autoscaler.config.service_schema import ServiceSettings
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.service.job_states import ENDED
 from autoscaler.service.projects import (
+    SLACK,
     Charge,
     Standing,
     cap,
+    never_fits,
     refusal,
     span_at,
     standings,
@@ -136,7 +138,11 @@ class ProjectMoney:
         project = self.settings.project(cfg.project_name)
         if project is None:
             return None
-        why = refusal(self.standing(project.name), cfg.constraint.budget)
+        standing = self.standing(project.name)
+        never = never_fits(standing, cfg.constraint.budget)
+        if never is not None:  # not queued: it would wait forever
+            raise ProjectRefused(never)
+        why = refusal(standing, cfg.constraint.budget)
         if why is None:
             return None
         if project.when_over == "queue":
@@ -162,10 +168,12 @@ class ProjectMoney:
         why = None
         if project is not None:
             standing = self.standing(project.name)
-            if row.config.constraint.budget is None:
+            budget = self.budgets.get(row.id, row.config.constraint.budget)
+            if budget is None:
                 why = _capped_config(row.config, standing)[1]
-            else:
-                why = refusal(standing, row.config.constraint.budget)
+            elif never_fits(standing, budget) is None:
+                why = refusal(standing, budget)
+            # else it can never fit: it goes on to start, where ``capped`` refuses it
         if why is not None:
             self._wait(row.id, f"waiting for money: {why}")
             return False
@@ -178,11 +186,13 @@ class ProjectMoney:
         with one, under its cap (stored with its config). None: it went back to waiting
         (its project queues); ``ProjectRefused``: nothing is left for it."""
         project = self.settings.project(row.project)
-        if (
-            project is None
-            or row.started_at is not None
-            or row.config.constraint.budget is not None
-        ):
+        if project is None or row.started_at is not None:
+            return row
+        budget = self.budgets.get(row.id, row.config.constraint.budget)
+        if budget is not None:
+            never = never_fits(self.standing(project.name), budget)
+            if never is not None:
+                raise ProjectRefused(never)
             return row
         standing = self.standing(project.name)
         cfg, why = _capped_config(row.config, standing)
@@ -204,14 +214,20 @@ class ProjectMoney:
 
     def check_update(self, row: JobRow, budget: float) -> None:
         """Raise if a job's new ``budget`` passes what its project has left (a budget
-        lowered always fits; a job that waits is admitted, or not, when it may start)."""
-        if self.settings.project(row.project) is None or row.id in self.waiting:
+        lowered always fits; a job that waits is admitted, or not, when it may start,
+        unless its budget passes the project's whole budget)."""
+        if self.settings.project(row.project) is None:
             return
         standing = self.standing(row.project)
+        if row.id in self.waiting:  # a budget it may start with some day, or never
+            never = never_fits(standing, budget)
+            if never is not None:
+                raise ProjectRefused(never)
+            return
         held = self._hold(row) or 0.0
         more = budget - held
         left = standing.left
-        if more <= 0 or left is None or more <= left + 1e-9:
+        if more <= 0 or left is None or more <= left + SLACK:
             return
         raise ProjectRefused(
             f"{standing.said()}; a budget of ${budget:,.2f} asks ${more:,.2f} more"

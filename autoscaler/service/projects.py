@@ -30,7 +30,7 @@ from datetime import UTC, date, datetime, timedelta
 from autoscaler.config.service_schema import Period, Project
 from autoscaler.service.daily import DayReport
 
-_SLACK = 1e-9
+SLACK = 1e-9
 """Money compared with this much slack (sums of floats)."""
 
 
@@ -190,12 +190,23 @@ def refusal(standing: Standing, asks: float | None) -> str | None:
     left = standing.left
     if left is None:
         return None
-    if asks is not None and asks <= left + _SLACK:
+    if asks is not None and asks <= left + SLACK:
         return None
-    if asks is None and left > _SLACK:
+    if asks is None and left > SLACK:
         return None
     wants = f"job asks ${asks:,.2f}" if asks is not None else "a deadline job needs some"
     return f"{standing.said()}; {wants}"
+
+
+def never_fits(standing: Standing, asks: float | None) -> str | None:
+    """Why a job asking ``asks`` can never fit its project, whatever its jobs spend: its
+    budget is more than the project's whole budget for a period; None if it is not."""
+    if standing.budget is None or asks is None or asks <= standing.budget + SLACK:
+        return None
+    return (
+        f"project {standing.project}'s budget is ${standing.budget:,.2f} a "
+        f"{standing.span.kind}; job asks ${asks:,.2f}, more than the project ever has"
+    )
 
 
 def cap(standing: Standing) -> float | None:

@@ -18,14 +18,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from autoscaler.service.alerting import AlertStatus
 from autoscaler.service.job_states import JobState
 from autoscaler.service.quota_ledger import Usage
 from autoscaler.service.view import JobView
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # types only: the renderer needs none of the alerts' delivery
     from prometheus_client import CollectorRegistry
 
+    from autoscaler.service.alerting import AlertStatus
     from autoscaler.service.projects import Standing
 
 JOB_STATES = tuple(s.value for s in JobState)

@@ -357,16 +357,24 @@ class RunStates:
 
         self._ended[job_id] = JobRun(job_id, "", state, files.start_wall, files.cfg.time_scale)
 
-    def job_runs(self, pooled: list[JobRow], own: list[JobRow], pool_dir: Path) -> list[JobRun]:
+    def job_runs(
+        self,
+        pooled: list[JobRow],
+        own: list[JobRow],
+        pool_dir: Path,
+        unread: list[JobRow] | None = None,
+    ) -> list[JobRun]:
         """The records of ``pooled`` jobs (one shared run: each job's share of each
-        machine, by its tasks' seconds) and of jobs on their ``own`` machines."""
+        machine, by its tasks' seconds) and of jobs on their ``own`` machines. A run that
+        cannot be read raises, or, given ``unread``, its jobs are put there and the
+        others read (their cost is then the caller's to find)."""
         records = []
         if pooled:
-            run = _read(pool_dir)
+            run = _read_or(pool_dir, pooled, unread)
             if run is not None:
                 records += [replace(run, id=row.id, name=row.name, job=row.id) for row in pooled]
         for row in own:
-            run = self._ended.get(row.id) or _read(row.run_dir)
+            run = self._ended.get(row.id) or _read_or(row.run_dir, [row], unread)
             if run is not None:
                 if row.state in ENDED:
                     self._ended[row.id] = run
@@ -398,6 +406,20 @@ def journal_progress(rows: list[JobRow], pool_dir: Path) -> dict[str, Progress]:
         clock = Clock(files.start_wall, files.cfg.time_scale)
         out[row.id] = progress(state, files.cfg, clock, planned_finish(state))
     return out
+
+
+def _read_or(run_dir: Path, rows: list[JobRow], unread: list[JobRow] | None) -> JobRun | None:
+    """``_read``; given ``unread``, a run that cannot be read, or is not there (its
+    directory deleted), puts ``rows`` there (None)."""
+    if unread is None:
+        return _read(run_dir)
+    try:
+        run = _read(run_dir)
+    except AutoscalerError:
+        run = None
+    if run is None:
+        unread += rows
+    return run
 
 
 def _read(run_dir: Path) -> JobRun | None:

@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import date
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -259,10 +259,16 @@ class Service:
         def where(job_id: str) -> Path:
             return run_dir if run_dir is not None else self.state_dir / JOBS_DIR / job_id
 
-        with self._cond:
-            waits = self.money.admit(cfg) if self.money is not None else None
-            job_id = self._store.add(cfg.name, cfg, tasks, self.clock(), where, run_id, seed, user)
-            if self.money is not None:
+        def add() -> str:
+            return self._store.add(cfg.name, cfg, tasks, self.clock(), where, run_id, seed, user)
+
+        waits: str | None = None
+        if self.money is None:  # the store is safe across threads: the lock is for money
+            job_id = add()
+        else:
+            with self._cond:  # two admissions never spend the same money
+                waits = self.money.admit(cfg)
+                job_id = add()
                 self.money.submitted(job_id, waits)
         if self.log is not None:
             self.log.info(
@@ -498,12 +504,18 @@ class Service:
                 read.append(row)
         pooled = [r for r in read if r.in_pool]
         own = [r for r in read if not r.in_pool]
-        try:
-            records = self._pump.run_states.job_runs(pooled, own, self.state_dir / POOL_DIR)
-        except AutoscalerError as exc:  # a run cannot be read: its jobs' cost is not known
-            if self.log is not None:
-                self.log.warning("runs cannot be read for the projects' money", error=exc.message)
-            return out
+        unread: list[JobRow] = []
+        records = self._pump.run_states.job_runs(pooled, own, self.state_dir / POOL_DIR, unread)
+        for row in unread:  # its cost as it showed when it ended (a live one holds its budget)
+            cost = float((row.final or {}).get("cost") or 0.0)
+            at = row.ended_at if row.ended_at is not None else row.started_at
+            if cost > 0 and at is not None:
+                out[row.id] = {datetime.fromtimestamp(at, UTC).date(): cost}
+        if unread and self.log is not None:
+            self.log.warning(
+                "runs cannot be read for the projects' money: their stored cost counts",
+                jobs=[r.id for r in unread],
+            )
         return {**days_by_job(daily_costs(records)), **out}
 
     def wait(self, job_id: str, timeout: float | None = None) -> dict[str, Any]:

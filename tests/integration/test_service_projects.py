@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -236,3 +237,49 @@ def test_a_new_month_gives_a_project_its_budget_again(tmp_path: Path) -> None:
         assert january["held"] == 0.0
     finally:
         svc.stop(timeout=90)
+
+
+def test_a_job_asking_more_than_a_queued_projects_whole_budget_is_refused_not_queued(
+    tmp_path: Path,
+) -> None:
+    """lab-q queues jobs its money cannot pay yet; a job asking $50 of a project of $40
+    a month can never fit, and waited for ever. It is refused at once, naming both."""
+    svc = projects_service(tmp_path)
+    try:
+        big = write_job(tmp_path, {**budget_job("big", 10, 50), "project": "lab-q"})
+        refused = svc.cli("submit", str(big))
+        assert refused.returncode != 0, refused.stdout
+        assert "Traceback" not in refused.stderr
+        [line] = refused.stderr.strip().splitlines()
+        assert line == (
+            "error: project lab-q's budget is $40.00 a month; "
+            "job asks $50.00, more than the project ever has"
+        ), line
+        assert svc.client.call("GET", "/api/v1/jobs")["jobs"] == []
+    finally:
+        svc.stop(timeout=90)
+
+
+def test_a_job_whose_run_is_deleted_still_counts_what_it_spent(tmp_path: Path) -> None:
+    """A user deletes an ended job's run directory (to clean up its outputs), and the
+    service restarts: its cost was counted as 0, so the project showed money it had
+    spent and admitted jobs past its budget. Its stored cost counts."""
+    svc = projects_service(tmp_path)
+    try:
+        job = svc.submit({**budget_job("spent", 10, 10), "project": "lab-a"})
+        assert svc.cli("wait", job, timeout=180).returncode == 0
+        cost = svc.view(job)["cost"]
+        assert cost > 0
+        assert standing(svc, "lab-a")["spent"] == pytest.approx(cost, abs=1e-3)
+        run_dir = Path(svc.view(job)["run_dir"])
+    finally:
+        svc.stop(timeout=90)
+    assert run_dir.is_dir()
+    shutil.rmtree(run_dir)
+    again = projects_service(tmp_path)
+    try:
+        lab = standing(again, "lab-a")
+        assert lab["spent"] == pytest.approx(cost, abs=1e-3)
+        assert lab["left"] == pytest.approx(40.0 - cost, abs=1e-3)
+    finally:
+        again.stop(timeout=90)
