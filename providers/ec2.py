@@ -16,7 +16,13 @@ what the rest rests on:
 * ``launch`` is idempotent per token across a daemon crash: before it calls
   ``RunInstances`` it looks for live instances of the token and adopts them. EC2's own
   ``ClientToken`` deduplicates retries of one call, but only for the same parameters;
-  the tag lookup also covers a restarted daemon and emulators that ignore the token;
+  the tag lookup also covers a restarted daemon and emulators that ignore the token.
+  Should the lookup miss them (DescribeInstances lags behind RunInstances), the replay
+  asks each pool for what the first process asked under the same token (``ec2_pools``:
+  the order is the token's), so EC2 answers with the first process's instances; where
+  it asks otherwise (other zones avoided, other spot prices), EC2 refuses the token
+  (``IdempotentParameterMismatch``) and the launch's instances are looked up by their
+  tag again and adopted;
 * ``autoscaler cleanup`` finds what any run left behind (``list_tagged``).
 
 Instances shut down by their own agent terminate (``InstanceInitiatedShutdownBehavior``)
@@ -79,7 +85,7 @@ from autoscaler.providers.ec2_market import (
     subnet_zones,
     type_prices,
 )
-from autoscaler.providers.ec2_pools import spread
+from autoscaler.providers.ec2_pools import first_pool, spread
 from autoscaler.providers.ec2_ssh import ec2_agent_args, ssh_bootstrap
 from autoscaler.providers.kind import (
     Direct,
@@ -109,6 +115,9 @@ _TAG_PUNCTUATION = frozenset("_.:/=+-@")
 _ZONE_CODES = CAPACITY_CODES | SUBNET_CODES
 # Codes that no other subnet or a retry would change: raised at once.
 _LIMIT_CODES = LIMIT_CODES
+# EC2's answer to a ClientToken it saw before with other parameters: an earlier attempt
+# of the launch (another process's) started instances under it.
+_MISMATCH = "IdempotentParameterMismatch"
 _STATES = {
     "pending": ProviderState.PENDING,
     "running": ProviderState.RUNNING,
@@ -211,6 +220,9 @@ class Ec2Provider:
 
     status_polling_interval = 10.0
     """DescribeInstances is rate-limited and counted against the account."""
+    adopt_waits_s: tuple[float, ...] = (0.0, 1.0, 2.0, 4.0)
+    """Before each look for an earlier attempt's instances after EC2 refused a reused
+    ``ClientToken``: DescribeInstances may not show new instances for a few seconds."""
 
     def __init__(
         self,
@@ -232,7 +244,6 @@ class Ec2Provider:
         self._zones: frozenset[str] | None = None  # of the subnets, once asked (the market)
         self._subnet_zones: dict[str, str] = {}  # subnet -> its zone, once asked
         self._zone_prices: dict[tuple[str, str], float] = {}  # (instance type, zone) -> USD/h
-        self._starts: dict[str, int] = {}  # type -> the pool its next launch starts at
 
     @property
     def capabilities(self) -> Capabilities:
@@ -394,22 +405,32 @@ class Ec2Provider:
         after the last back to those that started all they were asked. The subnets in
         ``avoid_zones`` are left out while another subnet is not.
 
+        Request n of the walk has a ``ClientToken`` of its own, derived from the launch
+        token and n, and the walk starts at the launch token's pool (``first_pool``):
+        another process replaying the launch with the same subnets outside the zones
+        avoided and the same spot prices asks each pool for the same count under the
+        same token, and EC2 answers with the instances it started then. A replay that
+        asks otherwise (other zones avoided, the prices moved meanwhile) is refused the
+        token (``IdempotentParameterMismatch``): the launch's instances are then looked
+        up by their tag again and adopted (``_earlier``).
+
         What the pools refused is raised, as ``PartialLaunch`` when some machines started
         (they exist and are paid for: the run must own them); an error other than a
-        pool's lack of room (an account limit) ends the walk.
+        pool's lack of room (an account limit) ends the walk. A launch every pool refused
+        for lack of room is refused as the run should take it (``_refusal``).
         """
         request = self._request(type, spec, count, token, tags)
         subnets: Sequence[str | None] = self._subnets_outside(avoid_zones)
-        plan = spread(
-            count, len(subnets), self._starts.get(type, 0), self._pool_prices(spec, subnets)
-        )
-        self._starts[type] = plan.next_start
+        first = client_token(self.run_id, token)
+        start = first_pool(token, len(subnets))
+        shares = spread(count, len(subnets), start, self._pool_prices(spec, subnets))
         started: list[InstanceTypeDef] = []
         failures: list[str] = []
-        last: AutoscalerError | None = None
+        refused: list[AutoscalerError] = []  # the pools' lack of room, as met
+        ended: AutoscalerError | None = None  # the error that ended the walk
         whole: list[int] = []  # pools that started all they were asked for
         carry = 0
-        asks = [(s.pool, s.count) for s in plan.shares]
+        asks = [(s.pool, s.count) for s in shares]
         n = 0
         while asks:
             pool, share = asks.pop(0)
@@ -420,18 +441,22 @@ class Ec2Provider:
             # EC2 refuses a ClientToken reused with other parameters
             # (IdempotentParameterMismatch): each request gets its own, still
             # deterministic, so a retry of the same attempt stays idempotent.
-            key = client_token(self.run_id, token if n == 0 else f"{token}#{n}")
+            key = first if n == 0 else client_token(self.run_id, f"{token}#{n}")
             n += 1
             try:
                 instances = self._run_in(type, spec, request, subnet, ask, key)
-            except _NoRoom as refused:
-                failures.append(f"{subnet or 'default subnet'}: {refused.message}")
-                last, carry = refused, ask
+            except _NoRoom as exc:
+                failures.append(f"{subnet or 'default subnet'}: {exc.message}")
+                refused.append(exc)
+                carry = ask
             except AutoscalerError as exc:
+                if exc.code == _MISMATCH and (earlier := self._earlier(token)):
+                    by_id = {i["InstanceId"]: i for i in [*started, *earlier]}
+                    return list(by_id.values())
                 if not started:
                     raise
                 failures.append(exc.message)
-                last, carry = exc, ask
+                ended, carry = exc, ask
                 break
             else:
                 started += instances
@@ -440,17 +465,38 @@ class Ec2Provider:
                     whole.append(pool)
             if not asks and carry > 0 and whole:
                 asks, whole = [(p, 0) for p in whole], []
-        if last is None or carry <= 0:
+        if carry <= 0 or not (refused or ended):
             return started
+        why = ended or _refusal(refused)
         what = f"launching {count} x {spec.instance_type} (type {type!r})"
         if started:
             what += f": {len(started)} started, {carry} refused"
         message = f"{what}: " + "; ".join(failures)
-        retryable = last.code == "InsufficientInstanceCapacity" or last.retryable
+        retryable = why.code == "InsufficientInstanceCapacity" or why.retryable
         if not started:
-            raise AutoscalerError(message, retryable=retryable, code=last.code)
+            raise AutoscalerError(message, retryable=retryable, code=why.code)
         records = [self._record(i, type, token) for i in started]
-        raise PartialLaunch(records, message, retryable=retryable, code=last.code)
+        raise PartialLaunch(records, message, retryable=retryable, code=why.code)
+
+    def _earlier(self, token: str) -> list[InstanceTypeDef]:
+        """The live instances an earlier attempt of ``token``'s launch started, found by
+        the launch's tag: looked for a few times (``adopt_waits_s``), as DescribeInstances
+        may not show them yet; none if they never show (or the lookups fail)."""
+        filters: list[FilterTypeDef] = [
+            {"Name": f"tag:{RUN_TAG}", "Values": [self.run_id]},
+            {"Name": f"tag:{LAUNCH_TAG}", "Values": [token]},
+            {"Name": "instance-state-name", "Values": _LIVE_STATES},
+        ]
+        for wait in self.adopt_waits_s:
+            time.sleep(wait)
+            try:
+                with aws_errors(f"describing the instances of launch {token}"):
+                    found = list(_instances(self.client, filters))
+            except AutoscalerError:
+                continue
+            if found:
+                return found
+        return []
 
     def _run_in(
         self,
@@ -578,6 +624,15 @@ class Ec2Provider:
                 reason.get("Message") or reason.get("Code") or instance.get("StateTransitionReason")
             )
         return MachineStatus(iid, mtype, state, str(address) if address else None, why or None)
+
+
+def _refusal(refused: Sequence[AutoscalerError]) -> AutoscalerError:
+    """What the pools' refusals of (the rest of) a launch for lack of room mean to the
+    run: a full subnet's (``SUBNET_CODES``: the provider's limit, holding all its types)
+    only when every refusal was a full subnet's; else the type's lack of capacity in a
+    zone (the last such refusal), whatever order the pools answered in."""
+    capacity = [r for r in refused if r.code not in SUBNET_CODES]
+    return (capacity or refused)[-1]
 
 
 # --- cleanup: every run's instances -------------------------------------------------------

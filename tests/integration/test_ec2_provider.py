@@ -12,7 +12,7 @@ import base64
 import http.client
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
@@ -34,6 +34,7 @@ from autoscaler.providers.base import (
     PartialLaunch,
     ProviderState,
     check_launch,
+    failure_kind,
 )
 from autoscaler.providers.cost_tags import COST_TAG_KEYS, JOB_TAG, PROJECT_TAG, USER_TAG, CostTags
 from autoscaler.providers.ec2 import (
@@ -48,9 +49,10 @@ from autoscaler.providers.ec2 import (
     list_tagged,
     terminate_instances,
 )
+from autoscaler.providers.ec2_pools import first_pool
 from autoscaler.providers.sim import SimProvider
 from autoscaler.run.refusals import Holds, refusal
-from tests.integration.ec2_faults import FaultProxy
+from tests.integration.ec2_faults import FaultProxy, Params
 from tests.integration.services import MotoServer, fake_aws_credentials
 
 pytestmark = pytest.mark.integration
@@ -467,7 +469,7 @@ def test_no_capacity_in_one_zone_launches_in_the_next(aws: Aws, proxy: FaultProx
         match=lambda p: p.get("SubnetId") == [first],
     )
     settings = aws.settings(subnets=(first, second))
-    [rec] = aws.provider(settings=settings).launch("small", 1, "tok-1", {})
+    [rec] = aws.provider(settings=settings).launch("small", 1, "tok-2", {})  # starts at first
 
     assert aws.instance(rec.id)["SubnetId"] == second
     runs = proxy.requests("RunInstances")
@@ -477,7 +479,7 @@ def test_no_capacity_in_one_zone_launches_in_the_next(aws: Aws, proxy: FaultProx
         ([second], None),
     ]
     tokens = [r.params["ClientToken"][0] for r in runs]
-    assert tokens[0] == client_token(RUN, "tok-1")
+    assert tokens[0] == client_token(RUN, "tok-2")
     assert tokens[0] != tokens[1]
     assert all(len(t) <= 64 for t in tokens)
 
@@ -497,24 +499,45 @@ def asked(proxy: FaultProxy) -> list[tuple[str, int, str | None]]:
     ]
 
 
+def token_at(pool: int, pools: int) -> str:
+    """A launch token whose launches over ``pools`` subnets start at ``pool``."""
+    return next(t for t in (f"tok-{i}" for i in range(100)) if first_pool(t, pools) == pool)
+
+
+def ec2_client_tokens() -> Callable[[Params], bool]:
+    """A rule's match: EC2's check of a RunInstances' ``ClientToken``, which moto does not
+    make: a token it saw before with other parameters is refused (the rule's code,
+    ``IdempotentParameterMismatch``). A repeat with the same parameters passes, and
+    moto starts it anew where EC2 would answer with the instances it started then."""
+    first: dict[str, tuple[tuple[str, ...], ...]] = {}
+
+    def match(params: Params) -> bool:
+        keys = ("SubnetId", "MaxCount", "InstanceType", "ImageId")
+        request = tuple(tuple(params.get(k, [])) for k in keys)
+        return first.setdefault(params["ClientToken"][0], request) != request
+
+    return match
+
+
 def test_a_launch_of_four_over_two_subnets_puts_two_in_each_zone(
     aws: Aws, proxy: FaultProxy
 ) -> None:
     first, second = aws.subnets[0], aws.subnets[1]
     zone = zones(aws)
     provider = aws.provider(settings=aws.settings(subnets=(first, second)))
-    records = provider.launch("small", 4, "tok-1", {})
+    token = token_at(0, 2)
+    records = provider.launch("small", 4, token, {})
 
     assert Counter(aws.instance(r.id)["SubnetId"] for r in records) == {first: 2, second: 2}
     assert Counter(r.zone for r in records) == {zone[first]: 2, zone[second]: 2}
     assert all(r.zone == aws.instance(r.id)["Placement"]["AvailabilityZone"] for r in records)
     assert asked(proxy) == [(first, 2, None), (second, 2, None)]
     tokens = [r.params["ClientToken"][0] for r in proxy.requests("RunInstances")]
-    assert tokens[0] == client_token(RUN, "tok-1")
+    assert tokens[0] == client_token(RUN, token)
     assert len(set(tokens)) == 2
     # A restarted daemon adopts the launch's instances, zones and all, and starts none.
     again = aws.provider(settings=aws.settings(subnets=(first, second))).launch(
-        "small", 4, "tok-1", {}
+        "small", 4, token, {}
     )
     assert sorted((r.id, r.zone) for r in again) == sorted((r.id, r.zone) for r in records)
     assert proxy.counts["RunInstances"] == 2
@@ -536,13 +559,20 @@ def test_a_launch_avoiding_a_zone_held_after_reclaims_goes_to_the_other_zones(
     assert Counter(aws.instance(r.id)["SubnetId"] for r in both) == {first: 1, second: 1}
 
 
-def test_launches_of_one_machine_take_the_pools_in_turn(aws: Aws) -> None:
-    first, second = aws.subnets[0], aws.subnets[1]
-    provider = aws.provider(settings=aws.settings(subnets=(first, second)))
-    launched = [provider.launch("small", 1, f"tok-{i}", {})[0] for i in range(3)]
-    launched += provider.launch("big", 1, "tok-big", {})
+def test_launches_of_one_machine_go_to_their_tokens_pools_and_spread(aws: Aws) -> None:
+    """Where a launch starts is its token's (``first_pool``: its sequence number), not
+    the launches' before: launches of one machine take the pools in turn, whatever the
+    type."""
+    subnets = (aws.subnets[0], aws.subnets[1])
+    provider = aws.provider(settings=aws.settings(subnets=subnets))
+    tokens = [f"tok-{i}" for i in range(6)]
+    launched = [
+        provider.launch("small" if i < 4 else "big", 1, t, {})[0] for i, t in enumerate(tokens)
+    ]
 
-    assert [aws.instance(r.id)["SubnetId"] for r in launched] == [first, second, first, first]
+    where = [aws.instance(r.id)["SubnetId"] for r in launched]
+    assert where == [subnets[i % 2] for i in range(6)]
+    assert set(where) == set(subnets)
 
 
 def launch_four_refused_in(
@@ -553,7 +583,7 @@ def launch_four_refused_in(
         "RunInstances", code, status=status, match=lambda p: p.get("SubnetId") == [subnet]
     )
     provider = aws.provider(settings=aws.settings(subnets=(aws.subnets[0], aws.subnets[1])))
-    return provider.launch("small", 4, "tok-1", {})
+    return provider.launch("small", 4, token_at(0, 2), {})
 
 
 @pytest.mark.parametrize(
@@ -654,6 +684,130 @@ def test_an_account_limit_is_raised_at_once(aws: Aws, proxy: FaultProxy, code: s
     assert info.value.code == code
     assert not info.value.retryable
     assert proxy.counts["RunInstances"] == 1
+
+
+SUBNET_FULL = "InsufficientFreeAddressesInSubnet"
+NO_CAPACITY = "InsufficientInstanceCapacity"
+
+
+@pytest.mark.parametrize("codes", [(NO_CAPACITY, SUBNET_FULL), (SUBNET_FULL, NO_CAPACITY)])
+def test_a_zone_without_capacity_and_a_full_subnet_refuse_for_capacity_in_any_order(
+    aws: Aws, proxy: FaultProxy, codes: tuple[str, str]
+) -> None:
+    """One pool has no capacity for the type, the other subnet no address left: the type
+    is what is short (the run avoids it), not the provider (a limit holds every type of
+    it), whichever pool answered last."""
+    subnets = (aws.subnets[0], aws.subnets[1])
+    for subnet, code in zip(subnets, codes, strict=True):
+        status = 500 if code == NO_CAPACITY else 400
+        proxy.fail(
+            "RunInstances", code, status=status, match=lambda p, s=subnet: p.get("SubnetId") == [s]
+        )
+    provider = aws.provider(settings=aws.settings(subnets=subnets))
+    with pytest.raises(AutoscalerError) as info:
+        provider.launch("small", 2, token_at(0, 2), {})
+
+    assert [(s, c) for s, _, c in asked(proxy)] == list(zip(subnets, codes, strict=True))
+    assert info.value.code == NO_CAPACITY
+    assert failure_kind(info.value.code, info.value.retryable) == "capacity"
+    assert all(subnet in info.value.message for subnet in subnets)
+    assert SUBNET_FULL in info.value.message
+
+
+def test_every_subnet_full_is_the_providers_limit(aws: Aws, proxy: FaultProxy) -> None:
+    proxy.fail("RunInstances", SUBNET_FULL, status=400)
+    subnets = (aws.subnets[0], aws.subnets[1])
+    with pytest.raises(AutoscalerError) as info:
+        aws.provider(settings=aws.settings(subnets=subnets)).launch("small", 2, "tok-1", {})
+
+    assert proxy.counts["RunInstances"] == 2
+    assert info.value.code == SUBNET_FULL
+    assert failure_kind(info.value.code, info.value.retryable) == "limit"
+
+
+def test_a_replayed_launch_asks_each_pool_what_the_first_process_asked(
+    aws: Aws, proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A daemon resumed after a crash replays a launch whose instances DescribeInstances
+    does not show yet: its requests are the first process's, pool for pool and under the
+    same ``ClientToken``s, whatever the first process launched before, so EC2 (whose
+    token check the proxy makes) answers with the instances it started then rather than
+    refusing the token. (moto ignores the token and starts them anew; EC2 would not.)"""
+    proxy.fail("RunInstances", "IdempotentParameterMismatch", match=ec2_client_tokens())
+    subnets = (aws.subnets[0], aws.subnets[1])
+    first = aws.provider(settings=aws.settings(subnets=subnets))
+    for i in range(3):  # launches before: where the next one starts must not depend on them
+        first.launch("small", 1, f"before-{i}", {})
+    before = len(proxy.requests("RunInstances"))
+    first.launch("small", 1, "tok-1", {})
+    asked_first = proxy.requests("RunInstances")[before:]
+
+    resumed = aws.provider(settings=aws.settings(subnets=subnets))
+    monkeypatch.setattr(resumed, "_run_instances_live", lambda: iter(()))  # the lag
+    again = resumed.launch("small", 1, "tok-1", {})
+
+    asked_again = proxy.requests("RunInstances")[before + len(asked_first) :]
+    assert len(again) == 1
+    assert [r.injected for r in asked_again] == [None]
+
+    def request(r: Any) -> tuple[str, str, str]:
+        return (r.params["SubnetId"][0], r.params["MaxCount"][0], r.params["ClientToken"][0])
+
+    assert [request(r) for r in asked_again] == [request(r) for r in asked_first]
+    assert asked_first[0].params["ClientToken"] == [client_token(RUN, "tok-1")]
+
+
+def launched_avoiding_a_zone(aws: Aws, proxy: FaultProxy) -> tuple[tuple[str, str], str, list[Any]]:
+    """A first process's launch of 2 while it avoided the first subnet's zone, with EC2
+    refusing a token reused with other parameters: the subnets, the token, the records."""
+    proxy.fail("RunInstances", "IdempotentParameterMismatch", match=ec2_client_tokens())
+    subnets = (aws.subnets[0], aws.subnets[1])
+    token = token_at(0, 2)
+    avoided = zones(aws)[subnets[0]]
+    records = aws.provider(settings=aws.settings(subnets=subnets)).launch(
+        "small", 2, token, {}, avoid_zones=(avoided,)
+    )
+    return subnets, token, records
+
+
+def test_a_replay_refused_its_token_adopts_the_first_attempts_instances(
+    aws: Aws, proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first process launched while avoiding a zone; the resumed daemon replays the
+    launch without (it does not know the zones avoided then), so its first request is
+    not the first process's and EC2 refuses the token. The launch's instances are then
+    looked up by their tag again and adopted: none started twice, none left untracked."""
+    subnets, token, records = launched_avoiding_a_zone(aws, proxy)
+    assert asked(proxy) == [(subnets[1], 2, None)]
+
+    resumed = aws.provider(settings=aws.settings(subnets=subnets))
+    monkeypatch.setattr(resumed, "_run_instances_live", lambda: iter(()))  # the lag
+    adopted = resumed.launch("small", 2, token, {})
+
+    assert asked(proxy)[1:] == [(subnets[0], 1, "IdempotentParameterMismatch")]
+    assert sorted((r.id, r.zone) for r in adopted) == sorted((r.id, r.zone) for r in records)
+    assert sorted(i["InstanceId"] for i in aws.tagged(RUN)) == sorted(r.id for r in records)
+    assert {s.type for s in resumed.describe([r.id for r in adopted])} == {"small"}
+
+
+def test_a_replay_refused_its_token_whose_instances_never_show_is_an_error(
+    aws: Aws, proxy: FaultProxy
+) -> None:
+    """Nothing of the earlier attempt to adopt (its instances ended): the refusal is the
+    launch's, an error the run does not mistake for a shortage or a limit."""
+    subnets, token, records = launched_avoiding_a_zone(aws, proxy)
+    aws.ec2.terminate_instances(InstanceIds=[r.id for r in records])
+
+    resumed = aws.provider(settings=aws.settings(subnets=subnets))
+    resumed.adopt_waits_s = (0.0, 0.0)
+    describes = proxy.counts["DescribeInstances"]
+    with pytest.raises(AutoscalerError) as info:
+        resumed.launch("small", 2, token, {})
+
+    assert info.value.code == "IdempotentParameterMismatch"
+    assert failure_kind(info.value.code, info.value.retryable) == "error"
+    assert proxy.counts["DescribeInstances"] - describes == 1 + 2  # the launch's, the 2 looks
+    assert len(aws.tagged(RUN)) == 2
 
 
 @pytest.mark.parametrize(
