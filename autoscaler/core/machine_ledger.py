@@ -117,6 +117,12 @@ class Fleet:
     # a dispatch does not grow with the machines a long run has had.
     alive: dict[str, Machine] = field(default_factory=dict, compare=False, repr=False)
     alive_slots: int = field(default=0, compare=False)
+    # Per pool (type, zone) of the alive ones: [how many, the sum of their launch
+    # times], so their time alive is n·now − Σ launched (``pool_alive_s``) without a
+    # pass over the machines at each reclaim or plan.
+    pools: dict[tuple[str, str], list[float]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
     # Of the alive ones, those with tasks queued (in no order; ``launch_index`` orders
     # them), and the longest queue of each kind, which the tail's take-back reads per
     # idle machine (``longest_queues``).
@@ -179,6 +185,9 @@ class Fleet:
         self.alive[mid] = m
         self.launch_index[mid] = len(self.launch_index)
         self.alive_slots += kind.slots
+        pool = self.pools.setdefault((type_name, zone), [0.0, 0.0])
+        pool[0] += 1
+        pool[1] += start
         return m
 
     def ready(self, mid: str, now: float) -> Machine | None:
@@ -243,6 +252,11 @@ class Fleet:
         self.track_queue(m)
         if self.alive.pop(m.id, None) is not None:
             self.alive_slots -= m.type.slots
+            pool = self.pools[m.type.name, m.zone]
+            pool[0] -= 1
+            pool[1] -= m.launched_at
+            if pool[0] <= 0:
+                del self.pools[m.type.name, m.zone]
         m.ended_at = end
         m.end_reason = reason
         spent = self.cost(m, end)
@@ -278,6 +292,10 @@ class Fleet:
 
     def alive_machines(self) -> Iterator[Machine]:
         return iter([m for m in self.alive.values() if m.state is not _GONE])
+
+    def pool_alive_s(self, now: float) -> dict[tuple[str, str], float]:
+        """Per pool (type, zone), the time its machines alive at ``now`` have lived."""
+        return {pool: max(0.0, n * now - launched) for pool, (n, launched) in self.pools.items()}
 
     def any_alive(self) -> bool:
         return bool(self.alive)

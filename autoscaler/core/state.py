@@ -553,11 +553,7 @@ def _loss(s: RunState, m: Machine, end: float, pools: Mapping[Pool, float]) -> L
 
 def _pool_alive_s(s: RunState) -> dict[Pool, float]:
     """Per pool (type, zone), the time its machines alive now have lived."""
-    out: dict[Pool, float] = {}
-    for m in s.fleet.alive.values():
-        pool = (m.type.name, m.zone)
-        out[pool] = out.get(pool, 0.0) + max(0.0, s.now - m.launched_at)
-    return out
+    return s.fleet.pool_alive_s(s.now)
 
 
 def _alive_s(s: RunState, type_name: str, pools: Mapping[Pool, float] | None = None) -> float:

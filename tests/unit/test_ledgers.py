@@ -111,3 +111,29 @@ def test_money_commits_a_launch_and_returns_what_a_failed_one_did_not_use() -> N
     assert state.tasks.done == state.tasks.failed == 1
     assert state.finished
     assert state.tasks_left == 0
+
+
+def test_the_time_alive_per_pool_is_the_sum_over_its_alive_machines() -> None:
+    """``Fleet.pool_alive_s`` (kept as each machine comes and goes, read at each reclaim
+    and plan) against the sum over the alive machines, through launches in two zones at
+    different times and machines that end."""
+    billing = BillingModel("fixed", 3600.0, 60.0, 300.0)
+    fleet = Fleet({"a": TypeSpec("a", 1.0, 10, 0.0), "b": TypeSpec("b", 1.0, 10, 0.0)}, billing)
+    for i, (kind, zone, at) in enumerate(
+        [("a", "z1", 0.0), ("a", "z2", 50.0), ("a", "z1", 120.0), ("b", "", 30.0)]
+    ):
+        fleet.launch(f"L{i}", kind, 1)
+        fleet.launched(f"m{i}", kind, f"L{i}", at, zone)
+
+    def direct(now: float) -> dict[tuple[str, str], float]:
+        out: dict[tuple[str, str], float] = {}
+        for m in fleet.alive.values():
+            out[m.type.name, m.zone] = out.get((m.type.name, m.zone), 0.0) + now - m.launched_at
+        return out
+
+    assert fleet.pool_alive_s(200.0) == pytest.approx(direct(200.0))
+    assert fleet.pool_alive_s(200.0)["a", "z1"] == pytest.approx(200.0 + 80.0)
+    fleet.gone(fleet.machines["m0"], 300.0, "taken back")
+    fleet.gone(fleet.machines["m3"], 300.0, "no work left")
+    assert fleet.pool_alive_s(400.0) == pytest.approx(direct(400.0))
+    assert set(fleet.pool_alive_s(400.0)) == {("a", "z1"), ("a", "z2")}
