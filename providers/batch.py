@@ -26,11 +26,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 from autoscaler.bootstrap.agent_start import AgentSettings
+from autoscaler.core.atomic import write_atomic
 from autoscaler.core.errors import AutoscalerError
 from autoscaler.providers.base import (
     Capabilities,
     MachineRecord,
     MachineStatus,
+    PartialLaunch,
     ProviderState,
     check_launch,
     machine_ids,
@@ -278,17 +280,33 @@ class BatchProvider(Generic[SpecT]):
                 self.log_dir.mkdir(parents=True, exist_ok=True)
                 for mid in missing:
                     held = self.token_path(mid)
-                    held.touch(0o600)
-                    held.write_text(self.settings.machine_token(mid) + "\n", encoding="utf-8")
-                    job_id = self._submit_job(mid, type, spec, tags)
+                    try:
+                        write_atomic(held, self.settings.machine_token(mid) + "\n")
+                        job_id = self._submit_job(mid, type, spec, tags)
+                    except (AutoscalerError, OSError) as exc:
+                        # The jobs submitted before are the run's: it must own them.
+                        records = self._records(ids, type, token)
+                        if not records:
+                            raise
+                        err = (
+                            exc
+                            if isinstance(exc, AutoscalerError)
+                            else AutoscalerError(f"{held}: {exc}", code=self.error_code)
+                        )
+                        raise PartialLaunch(
+                            records, err.message, retryable=err.retryable, code=err.code
+                        ) from None
                     self._machines[mid] = _Machine(
                         mid, type, token, job_id, self._clock(), ProviderState.PENDING
                     )
-            return [
-                MachineRecord(mid, type, token, self._machines[mid].launched_at)
-                for mid in ids
-                if mid in self._machines
-            ]
+            return self._records(ids, type, token)
+
+    def _records(self, ids: Sequence[str], type: str, token: str) -> list[MachineRecord]:
+        return [
+            MachineRecord(mid, type, token, self._machines[mid].launched_at)
+            for mid in ids
+            if mid in self._machines
+        ]
 
     def describe(self, ids: Sequence[str] | None = None) -> list[MachineStatus]:
         """Machines of this run (all of them, or ``ids``) as the scheduler shows their jobs;

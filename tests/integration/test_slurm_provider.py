@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -20,11 +20,18 @@ from autoscaler.bootstrap.agent_start import AgentSettings
 from autoscaler.bootstrap.credentials import machine_token
 from autoscaler.core.billing import BillingModel
 from autoscaler.core.errors import AutoscalerError
-from autoscaler.providers.base import Capabilities, ProviderState
+from autoscaler.providers.base import Capabilities, PartialLaunch, ProviderState
+from autoscaler.providers.batch import CommandResult, CommandRunner
 from autoscaler.providers.cost_tags import CostTags
 from autoscaler.providers.offer import OfferRequest
 from autoscaler.providers.sge_output import job_name
-from autoscaler.providers.slurm import SlurmProvider, SlurmType, cancel_jobs, list_tagged
+from autoscaler.providers.slurm import (
+    SlurmProvider,
+    SlurmType,
+    cancel_jobs,
+    list_tagged,
+    run_command,
+)
 from autoscaler.providers.slurm_output import finish_after
 from tests.integration.agent_harness import FakeController, Request
 from tests.integration.slurm import XDIST_GROUP, Slurm
@@ -39,6 +46,7 @@ from tests.integration.test_sge_provider import (  # the fixtures: a scripted co
 pytestmark = [pytest.mark.integration, XDIST_GROUP]
 __all__ = ["controller", "run_dir"]  # fixtures used by name
 
+BUSY = "sbatch: error: Batch job submission failed: Resource temporarily unavailable"
 TIMEOUT_S = 90.0  # a bound on waiting for the scheduler, not a timing assertion
 
 
@@ -57,6 +65,7 @@ def make_provider(
     large: SlurmType | None = None,
     *,
     account_from_project: bool = False,
+    runner: CommandRunner | None = None,
 ) -> SlurmProvider:
     caps = Capabilities(
         billing=BillingModel("fixed", 300.0),
@@ -78,6 +87,7 @@ def make_provider(
         run_dir / "agents",
         time.monotonic,
         run_dir / "token",
+        runner,
         account_from_project=account_from_project,
     )
 
@@ -208,6 +218,32 @@ def test_an_sbatch_refusal_names_the_type_and_slurms_reason(
     assert "Invalid partition name specified" in err.value.message
     assert err.value.code == "Unsupported"
     assert our_jobs(run_id) == {}
+
+
+def test_a_launch_refused_part_way_owns_the_jobs_it_submitted(
+    slurm: Slurm, run_dir: Path, run_ids: list[str]
+) -> None:
+    """Slurm takes the first job of a launch of 2 and refuses the second (its controller
+    busy): the launch is a ``PartialLaunch`` whose record is the job that was queued, so
+    the run owns it (pays for it, ends it); it was a plain error, and the job ran unowned."""
+    run_id = new_run_id()
+    run_ids.append(run_id)
+    sbatches: list[Sequence[str]] = []
+
+    def busy_on_the_second(argv: Sequence[str]) -> CommandResult:
+        if argv[0] == "sbatch":
+            sbatches.append(argv)
+            if len(sbatches) == 2:
+                return CommandResult(1, "", BUSY)
+        return run_command(argv)
+
+    provider = make_provider(run_id, run_dir, "http://127.0.0.1:9", runner=busy_on_the_second)
+    with pytest.raises(PartialLaunch) as err:
+        provider.launch("small", 2, "L1", {})
+    assert "Resource temporarily unavailable" in err.value.message
+    (record,) = err.value.records
+    assert set(our_jobs(run_id)) == {record.id}
+    assert record.id in {s.id for s in provider.describe()}
 
 
 def test_list_tagged_finds_every_runs_jobs_and_no_one_elses(
