@@ -159,7 +159,7 @@ class Dispatcher:
         given = bearer_token(header)
         if given is None:
             return False
-        if machine is not None:
+        if machine is not None and len(machine) <= MAX_MACHINE_ID:
             expected = self._tokens.get(machine)
             if expected is None:
                 expected = machine_token(self.token, machine)
@@ -254,6 +254,9 @@ class Dispatcher:
         """Answer a poll at once, or hand it to the daemon: ``_settle`` writes its answer
         when the daemon's reply comes (``_flush``) or its time is up (``_expire``)."""
         header = request.headers.get("authorization")
+        if bearer_token(header) is None:  # no token: refused before its body is read
+            self._refuse(connection, request, None, "poll")
+            return
         try:
             poll = parse_poll(body, arrived)  # once: the machine it names is the token's
         except BadRequest as exc:
@@ -412,7 +415,9 @@ class Dispatcher:
         return None
 
     async def _plan(self, request: Request, connection: _Connection, body: bytes) -> bool:
-        refused = self._files_refused(request, connection, _claimed_machine(body))
+        header = request.headers.get("authorization")
+        claimed = _claimed_machine(body) if bearer_token(header) is not None else None
+        refused = self._files_refused(request, connection, claimed)
         if refused is not None:
             return connection.write_answer(request, *refused, keep=False)
         status, answer = await self._loop.run_in_executor(self._pool, self.files.plan, body)
@@ -863,6 +868,12 @@ def _read_registry(path: Path | None) -> dict[str, str]:
         return {}
     pairs = (line.split(" ", 1) for line in path.read_text(encoding="utf-8").splitlines())
     return {p[0]: p[1] for p in pairs if len(p) == 2}
+
+
+MAX_MACHINE_ID = 1024
+"""The longest machine id a token is derived for (a run's ids are far shorter: an EC2
+instance id, a scheduler's job name): a longer claim is checked against the run's secret
+alone, never hashed at a length a client chose."""
 
 
 def _claimed_machine(body: bytes) -> str | None:

@@ -26,7 +26,7 @@ import pytest
 from autoscaler.bootstrap.credentials import launch_token, machine_token
 from autoscaler.bootstrap.tls import run_ca
 from autoscaler.core.task_files import FileSpec, InputFile
-from autoscaler.run.dispatch import Dispatcher
+from autoscaler.run.dispatch import MAX_MACHINE_ID, Dispatcher
 from autoscaler.run.polls import Poll
 from tests.integration.daemon_helpers import (
     ROOT,
@@ -294,3 +294,14 @@ def test_a_long_machine_ids_token_is_checked_against_the_whole_id(
     assert post(port, "/v1/files", plan, machine_token(SECRET, short))[0] == 401
     status, answer = post(port, "/v1/files", plan, machine_token(SECRET, long))
     assert status == 200, answer
+
+
+def test_a_machine_id_past_any_real_one_is_never_given_a_token(played: Played) -> None:
+    """A client claiming an id of 2,000 characters with the token derived for it is
+    refused: no token is derived (hashed) for an id longer than ``MAX_MACHINE_ID``, at a
+    length the client chose; a real id of 100 characters still has its own."""
+    port = played.d.address[1]
+    huge = "m" * 2000
+    claim = {"machine": huge, "results": [], "running": [], "wait_s": 0}
+    assert post(port, "/v1/poll", claim, machine_token(SECRET, huge))[0] == 401
+    assert len(huge) > MAX_MACHINE_ID >= 100
