@@ -42,7 +42,7 @@ from autoscaler.service.daily import daily_costs
 from autoscaler.service.job_states import ENDED, JobState
 from autoscaler.service.pool import POOL_DIR, POOL_HOLDER
 from autoscaler.service.project_money import ProjectMoney
-from autoscaler.service.projects import Charge, Standing, days_by_job, standings
+from autoscaler.service.projects import Charge, Standing, days_by_job, span_at, standings
 from autoscaler.service.pump import JOBS_DIR, Closing, Pump
 from autoscaler.service.quota_ledger import QuotaLedger
 from autoscaler.service.runners import Runner, check_change, with_constraint
@@ -89,6 +89,10 @@ def service_of(run_dir: Path) -> Path | None:
     finally:
         store.close()
     return state_dir
+
+
+Month = tuple[list[JobRow], dict[str, dict[date, float]]]
+"""The jobs that can have spent this month and their cost per day (``Service._this_month``)."""
 
 
 class Service:
@@ -438,7 +442,8 @@ class Service:
         return view
 
     def service_view(self) -> dict[str, Any]:
-        users = {r.user for r in self._store.rows("WHERE started_at IS NOT NULL")}
+        month = self._this_month()  # read once, for the projects (without money) and users
+        users = {r.user for r in month[0]}
         return {
             "started_at": self.started_at,
             "now": self.clock(),
@@ -447,7 +452,7 @@ class Service:
             "pid": os.getpid(),
             **service_summary(self.job_views()),
             "quota": [u.to_json() for u in self.quota.usage()],
-            "projects": [s.to_json() for s in self.project_standings()],
+            "projects": [s.to_json() for s in self.project_standings(month)],
             "users": [
                 {
                     "user": s.project,
@@ -455,7 +460,7 @@ class Service:
                     "spent": round(s.spent, 4),
                     "days": {d: round(c, 4) for d, c in s.days.items()},
                 }
-                for s in self.spend_by(lambda row: row.user)
+                for s in self.spend_by(lambda row: row.user, month)
                 if s.spent or s.project in users
             ],
         }
@@ -469,19 +474,29 @@ class Service:
             if p.budget
         ]
 
-    def project_standings(self) -> list[Standing]:
+    def project_standings(self, month: Month | None = None) -> list[Standing]:
         """Each project's money this period (a service without projects: each project's
-        spend this month, without a limit)."""
+        spend this month, without a limit; ``month``: ``_this_month``, read already)."""
         if self.money is not None:
             return list(self.money.standings().values())
-        return self.spend_by(lambda row: row.project)
+        return self.spend_by(lambda row: row.project, month)
 
-    def spend_by(self, group_of: Callable[[JobRow], str]) -> list[Standing]:
+    def spend_by(
+        self, group_of: Callable[[JobRow], str], month: Month | None = None
+    ) -> list[Standing]:
         """What the jobs of each group (``group_of`` a job) spent this month, per day."""
-        rows = self._store.rows("WHERE started_at IS NOT NULL")
-        days = self._job_days(rows)
+        rows, days = month if month is not None else self._this_month()
         charges = [Charge(r.id, group_of(r), days.get(r.id, {})) for r in rows]
         return list(standings([], charges, self.clock()).values())
+
+    def _this_month(self) -> Month:
+        """The jobs that can have spent this month (started, and not ended before it)
+        and each one's cost per day: not every job the store ever had."""
+        start = span_at("month", self.clock()).start
+        rows = self._store.rows(
+            "WHERE started_at IS NOT NULL AND (ended_at IS NULL OR ended_at >= ?)", (start,)
+        )
+        return rows, self._job_days(rows)
 
     def _groupings(self, rows: list[JobRow]) -> dict[str, dict[str, str]]:
         """How the daily reports sum the jobs of ``rows`` besides by job: per grouping,
