@@ -185,7 +185,7 @@ class Fleet:
         self.alive[mid] = m
         self.launch_index[mid] = len(self.launch_index)
         self.alive_slots += kind.slots
-        pool = self.pools.setdefault((type_name, zone), [0.0, 0.0])
+        pool = self.pools.setdefault((kind.name, zone), [0.0, 0.0])  # as ``gone`` finds it
         pool[0] += 1
         pool[1] += start
         return m
