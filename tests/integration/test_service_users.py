@@ -79,7 +79,10 @@ class Team:
 
 @pytest.fixture
 def team(tmp_path: Path) -> Iterator[Team]:
-    config = service_config(tmp_path, service={"users": USERS})
+    # One emulated hour a minute: the jobs must still run at the tests' last commands
+    # (at the helpers' 10 s an hour a job spent its budget in about 25 s, and on a loaded
+    # host the commands before took longer: CI saw alice's job end before it was looked at).
+    config = service_config(tmp_path, service={"users": USERS}, local={"time_scale": 60})
     state_dir = tmp_path / "state"
     alice = make_token(state_dir, "alice", "--service", str(config))
     bob = make_token(state_dir, "bob", "--role", "read")
