@@ -164,7 +164,9 @@ class QuotaLedger:
     # --- what the views show ------------------------------------------------------------
 
     def waits(self, holder: str) -> list[Wait]:
-        """What ``holder`` waits for, and who holds it."""
+        """What ``holder`` waits for, and who holds it. Machines no other holder has are
+        not waited for: they were given back since ``holder`` last claimed, and its next
+        step (it was woken) takes them."""
         with self._lock:
             out = []
             for t, n in sorted(self._waiting.get(holder, {}).items()):
@@ -177,7 +179,8 @@ class QuotaLedger:
                     for h, held in self._held.items()
                     if h != holder and any(held.get(x, 0) > 0 for x in kin)
                 )
-                out.append(Wait(t, n, tuple(holders)))
+                if holders:
+                    out.append(Wait(t, n, tuple(holders)))
             return out
 
     def usage(self) -> list[Usage]:

@@ -100,6 +100,17 @@ def test_adopted_machines_count_and_block_grants() -> None:
     assert ledger.claim("j2", {}, {"big": 3}, {}) == {"big": 1}
 
 
+def test_a_wait_for_machines_given_back_is_not_shown() -> None:
+    """Between a holder's leaving and the waiting job's next step, the waiting job is not
+    said to wait (for machines no one holds)."""
+    ledger = _ledger()
+    ledger.hold("j1", {"big": 7})
+    ledger.hold("j3", {"small": 1})
+    assert ledger.claim("j2", {}, {"big": 1}, {"big": 1}) == {"big": 0}
+    ledger.leave("j1")
+    assert ledger.waits("j2") == []
+
+
 def test_freed_machines_wake_the_others() -> None:
     ledger = _ledger()
     woken: list[str] = []
