@@ -36,6 +36,8 @@ if __name__ == "__main__" and not __package__:  # ``python benchmarks/cheapest_s
 from autoscaler.config.bag import expand_bag, expand_jobs
 from autoscaler.config.load import load_config
 from autoscaler.config.schema import RunConfig
+from autoscaler.core.journal import JOURNAL_JSONL, JsonlJournal
+from autoscaler.core.model import Forecast
 from autoscaler.offers.decide import compose
 from autoscaler.providers.offer import OfferRequest
 from autoscaler.run.assemble import billing_model
@@ -110,6 +112,7 @@ class Row:
     makespan_s: float
     met: bool
     plan_error: float | None  # the worst part's |plan forecast − spent| / spent
+    first_error: float | None  # the same for each part's first forecast
     job_error: float | None  # the same for the whole job (its parts' forecasts added up)
     split_error: float | None  # the worst part's |split's expected cost − spent| / spent
     parts: str  # tasks per provider
@@ -142,10 +145,13 @@ def one(tmp: Path, policy: str, deadline: str, seed: int, tasks: int) -> Row:
     path.write_text(scenario(policy, deadline, seed, tasks))
     cfg = load_config(path)
     expected = expected_parts(cfg) if cfg.deadline.offers == "cheapest" else {}
-    done = dry_run(cfg, expand_bag(cfg), plots=False)
+    out = tmp / path.stem
+    done = dry_run(cfg, expand_bag(cfg), plots=False, out_dir=out)
     report = done.report
     jobs = report.jobs
     plan = [(j.predicted_cost, j.cost) for j in jobs if j.predicted_cost is not None]
+    firsts = first_forecasts(out)
+    first = [(firsts[j.name], j.cost) for j in jobs if j.name in firsts]
     split = [(expected[j.name], j.cost) for j in jobs if j.name in expected]
     finish = max((j.finish_s or 0.0) for j in jobs)
     return Row(
@@ -153,10 +159,25 @@ def one(tmp: Path, policy: str, deadline: str, seed: int, tasks: int) -> Row:
         finish,
         all(j.met_deadline for j in jobs) and report.tasks_done == tasks,
         worst(plan),
+        worst(first),
         worst([(sum(f for f, _ in plan), sum(c for _, c in plan))]) if plan else None,
         worst(split) if expected else None,
         " ".join(f"{j.name.partition('@')[2] or 'all'}:{j.tasks}" for j in jobs),
     )
+
+
+def first_forecasts(run_dir: Path) -> dict[str, float]:
+    """Each job's first forecast of its cost, from the run's journal (the report holds
+    the last: made again whenever the plan for the job changes)."""
+    journal = JsonlJournal(run_dir / JOURNAL_JSONL)
+    try:
+        out: dict[str, float] = {}
+        for r in journal.records():
+            if isinstance(r.item, Forecast):
+                out.setdefault(r.item.job, r.item.cost)
+        return out
+    finally:
+        journal.close()
 
 
 def pct(x: float | None) -> str:
@@ -171,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     head = (
         f"{'deadline':>8} {'seed':>4} {'policy':>13} {'cost':>6} {'makespan':>8} {'met':>4} "
-        f"{'plan err':>8} {'job err':>7} {'split err':>9}  parts"
+        f"{'plan err':>8} {'first err':>9} {'job err':>7} {'split err':>9}  parts"
     )
     print(head)
     failures: list[str] = []
@@ -186,7 +207,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(
                         f"{deadline:>8} {seed:>4} {p:>13} {r.cost:6.2f} "
                         f"{r.makespan_s / 60:7.1f}m {'yes' if r.met else 'NO':>4} "
-                        f"{pct(r.plan_error):>8} {pct(r.job_error):>7} {pct(r.split_error):>9}  "
+                        f"{pct(r.plan_error):>8} {pct(r.first_error):>9} {pct(r.job_error):>7} "
+                        f"{pct(r.split_error):>9}  "
                         f"{r.parts}"
                     )
                 c, cloud, dplb = rows["cheapest"], rows["cloud alone"], rows["dplb"]

@@ -109,7 +109,12 @@ class JobResult:
 
 
 def _err(predicted: float, actual: float) -> float:
-    return math.nan if actual <= 0 else predicted / actual - 1.0
+    """predicted / actual − 1; nothing forecast for nothing spent is exact (a job run in
+    time another job had paid for costs it nothing), something forecast for nothing is
+    infinitely wrong."""
+    if actual <= 0:
+        return 0.0 if abs(predicted) < 1e-9 else math.inf
+    return predicted / actual - 1.0
 
 
 def pool_jobs(pool_dir: Path) -> list[tuple[str, int, int, Forecast | None, int]]:

@@ -132,12 +132,13 @@ class DeadlineController:
                     still_open(state.tasks, state.work),
                     "withdrawn: " + ", ".join(seen.withdrawn),
                 )
-            if check and cfg.reassign:
-                move_late(cfg, s)
+            moved = move_late(cfg, s) if check and cfg.reassign else set()
             if check or planned or seen.news:
                 bought = watch(cfg, s, buy=seen.tick and cfg.reassign and cfg.buy_when_late)
-                if bought:  # the plan in force changed: what it expects of them now
-                    forecast(cfg, s, bought, "bought for late tasks: " + ", ".join(sorted(bought)))
+                changed = bought | moved
+                if changed:  # the plan in force changed: what it expects of them now
+                    why = "bought for late tasks" if bought else "late tasks moved"
+                    forecast(cfg, s, changed, f"{why}: " + ", ".join(sorted(changed)))
             release_idle(cfg, s)
         finish_run(cfg, s)
         return s.decided()

@@ -4,16 +4,18 @@ last finish), from each machine's queue, alive or being launched."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from statistics import NormalDist
 
+from autoscaler.core.cost_shares import Run, arrivals, machine_runs, shares, step_costs, steps
 from autoscaler.core.model import Configure, Forecast
 from autoscaler.core.state import RunState
 from autoscaler.core.step import Step
-from autoscaler.deadline.category_parts import job_of_key, key_of, planned_s
+from autoscaler.deadline.category_parts import job_of_key, key_of, machine_key_s, planned_s
 from autoscaler.deadline.jobs import DeadlineSettings, job_deadlines
 from autoscaler.deadline.queues import queue_of
 from autoscaler.deadline.reassign import Queue, finish_times
@@ -54,30 +56,64 @@ def forecast(cfg: DeadlineSettings, s: Step, jobs: set[str], why: str) -> None:
             for tn, c in state.fleet.pending_launches.values()
         )
     )
+    ran, spent = _ran(cfg, state, s.now)
+    name = _namer(state)
     counts: dict[str, int] = {}
     for _, _, _, tname in queues:
         counts[tname] = counts.get(tname, 0) + 1
-    lo_of, hi_of, sd_of = _spread(cfg, state, cfg.z, len(queues))
-    finish, cost, total = _expect(state, queues, deadlines, base, lambda q, t: 1.0, sd=sd_of)
-    finish_lo, cost_lo, _ = _expect(state, queues, deadlines, base, lo_of, -1)
-    finish_hi, cost_hi, _ = _expect(state, queues, deadlines, base, hi_of, 1)
-    for name in sorted(jobs):
-        if name in finish:
-            c = cost.get(name, 0.0)
+    lo_of, hi_of, sd_of = _spread(cfg, state, cfg.z, len(queues), name)
+    one: Scale = lambda q, t: 1.0  # noqa: E731
+    finish, cost, total = _expect(state, queues, deadlines, base, ran, spent, name, one, sd=sd_of)
+    finish_lo, cost_lo, _ = _expect(state, queues, deadlines, base, ran, spent, name, lo_of, -1)
+    finish_hi, cost_hi, _ = _expect(state, queues, deadlines, base, ran, spent, name, hi_of, 1)
+    for job in sorted(_sharing(queues, ran, jobs, name)):
+        if job in finish:
+            c = cost.get(job, 0.0)
             s.do(
                 Forecast(
-                    name,
-                    finish[name],
+                    job,
+                    finish[job],
                     c,
                     finish_interval=(
-                        min(finish_lo[name], finish[name]),
-                        max(finish_hi[name], finish[name]),
+                        min(finish_lo[job], finish[job]),
+                        max(finish_hi[job], finish[job]),
                     ),
-                    cost_interval=(min(cost_lo.get(name, c), c), max(cost_hi.get(name, c), c)),
+                    cost_interval=(min(cost_lo.get(job, c), c), max(cost_hi.get(job, c), c)),
                 )
             )
     last = max(finish.values(), default=s.now)
     s.do(Configure(counts, total, last, f"deadline plan ({why})"))
+
+
+def _namer(state: RunState) -> Callable[[str], str]:
+    """The job a task key belongs to (``category_parts.job_of_key``), each key looked up
+    once per forecast."""
+    known: dict[str, str] = {}
+
+    def name(key: str) -> str:
+        job = known.get(key)
+        if job is None:
+            job = known[key] = job_of_key(state.work, key).name
+        return job
+
+    return name
+
+
+def _sharing(
+    queues: list[tuple[Queue, float, float, str]],
+    ran: Mapping[str, Sequence[Run]],
+    jobs: set[str],
+    name_of: Callable[[str], str],
+) -> set[str]:
+    """``jobs`` and the jobs that share a machine with one of them: what a machine's
+    cost charges one of them changes what it charges the others."""
+    out = set(jobs)
+    for q, _, _, _ in queues:
+        names = {name_of(key) for _, key in q.tasks}
+        names |= {name for _, _, name, _ in ran.get(q.machine, ())}
+        if names & jobs:
+            out |= names
+    return out
 
 
 def at_low_end(cfg: DeadlineSettings, state: RunState, queues: list[Queue]) -> list[Queue]:
@@ -87,7 +123,7 @@ def at_low_end(cfg: DeadlineSettings, state: RunState, queues: list[Queue]) -> l
     known within z·r/√n of its n runs (r: the job's relative spread, ``PRIOR_SPREAD``
     before two runs; a planned time with no runs: within z·r); its m queued tasks
     spread by z·r/√m more. Early, on a few slow first runs, little is surely late."""
-    spread = _seen_spread(state, lambda tid: state.work.job_of(tid).name)
+    (spread,) = _seen_spreads(state, lambda tid: state.work.job_of(tid).name)
     out = []
     for q in queues:
         m = state.fleet.machines.get(q.machine)
@@ -119,18 +155,87 @@ Scale = Callable[[Queue, str], float]
 """The factor a queue's task times are taken at (its machine type given)."""
 
 
+def _ran(
+    cfg: DeadlineSettings, state: RunState, now: float
+) -> tuple[dict[str, list[Run]], dict[str, float]]:
+    """What the machines have run so far, as the report will charge their cost
+    (``core.cost_shares``): per alive machine its ended runs and its running ones to
+    their expected end; and per job its part of the machines that have ended. A forecast
+    made mid-run then charges a machine's whole cost by all it ran and will run, and
+    keeps what a job spent on machines that are gone."""
+    arrived = arrivals(state.work)
+    ran: dict[str, list[Run]] = {}
+    spent: dict[str, float] = {}
+    for mid, runs in machine_runs(state.tasks, state.work).items():
+        m = state.fleet.machines.get(mid)
+        if m is None:
+            continue
+        if m.alive:
+            ran[mid] = runs
+            continue
+        costs = step_costs(state.fleet, m, now)
+        for name, c in shares(runs, m.launched_at, state.billing.step_s, costs, arrived)[0].items():
+            spent[name] = spent.get(name, 0.0) + c
+    for m in state.fleet.alive_machines():
+        for tid, start in m.running.items():
+            e = machine_key_s(cfg, state, m, key_of(cfg, state.tasks, state.work, tid)) or 0.0
+            name = state.work.job_of(tid).name
+            ran.setdefault(m.id, []).append((start, max(now, start + e), name, 1.0))
+    return ran, spent
+
+
+def _charged(
+    state: RunState,
+    q: Queue,
+    launched: float,
+    life: float,
+    price: float,
+    machine_cost: float,
+    ran: Sequence[Run],
+    slots: int,
+    name_of: Callable[[str], str],
+) -> dict[str, float]:
+    """Each job's part of one machine's expected ``machine_cost`` (``core.cost_shares``):
+    what it ``ran``, then its queue in order from when it is free (a slotted machine's
+    queue is one lane of times over its slots, each second of it ``slots`` seconds run),
+    over its ``life`` from ``launched``.
+    The steps are costed as billed, scaled to ``machine_cost`` (the mean over the spread
+    of the machine's end)."""
+    runs = list(ran)
+    t = q.busy_until
+    for _, key in q.tasks:
+        d = q.task_s.get(key, 0.0)
+        runs.append((t, t + d, name_of(key), float(slots)))
+        t += d
+    step_s = state.billing.step_s
+    bill = [
+        state.billing.cost(price, min(life, k * step_s))
+        for k in range(1, steps(0.0, life, step_s) + 1)
+    ]
+    costs = [b - a for a, b in itertools.pairwise([0.0, *bill])]
+    whole = sum(costs)
+    if whole > 0:
+        costs = [c * machine_cost / whole for c in costs]
+    return shares(runs, launched, step_s, costs, arrivals(state.work))[0]
+
+
 def _expect(
     state: RunState,
     queues: list[tuple[Queue, float, float, str]],
     deadlines: Mapping[str, float],
     base: float,
+    ran: Mapping[str, Sequence[Run]],
+    spent: Mapping[str, float],
+    name_of: Callable[[str], str],
     scale: Scale,
     side: int = 0,
     sd: Scale | None = None,
 ) -> tuple[dict[str, float], dict[str, float], float]:
     """Per job its last finish and its share of the machines' cost, and the run's whole
     cost (from ``base``, the money of machines not in ``queues``), each queue's task
-    times taken at ``scale`` times the plan's.
+    times taken at ``scale`` times the plan's. A machine's cost is charged by what it
+    ``ran`` and its queue (``_charged``); a job's part of the machines that have ended
+    (``spent``) is added as it is.
 
     ``side`` −1 or 1: the low or high end. A job's last task on a machine may be moved
     to another one, or one more moved in (reassignment), so its end there is known
@@ -143,7 +248,7 @@ def _expect(
     at its mean cost over the spread of its end, not at the cost of its mean end (under
     fixed billing a plan that fills a unit pays the next one about half the time)."""
     finish: dict[str, float] = {}
-    cost: dict[str, float] = {}
+    cost: dict[str, float] = dict(spent)
     total = base
     for q0, launched, paid_until, tname in queues:
         f = scale(q0, tname)
@@ -159,27 +264,35 @@ def _expect(
                 price, end - launched, sd(q, tname) * work, paid_until - launched
             )
         total += machine_cost
+        slots = state.types[tname].slots
+        past = ran.get(q0.machine, ())
         seconds: dict[str, float] = {}
+        for start, stop, name, _ in past:
+            seconds[name] = seconds.get(name, 0.0) + (stop - start) / slots
         for _, key in q.tasks:
-            name = job_of_key(state.work, key).name
+            name = name_of(key)
             seconds[name] = seconds.get(name, 0.0) + q.task_s.get(key, 0.0)
         busy = sum(seconds.values())
         per_s = price / state.billing.atu_s
         idle = max(0.0, machine_cost - per_s * busy)
+        parts = (  # the low end is the jobs' own seconds, at the price per second
+            {}
+            if side < 0
+            else _charged(state, q, launched, paid, price, machine_cost, past, slots, name_of)
+        )
         for name, sec in seconds.items():
-            if busy > 0:
-                share = machine_cost * sec / busy
-                c = share if side == 0 else per_s * sec if side < 0 else share + idle
-                cost[name] = cost.get(name, 0.0) + c
+            share = parts.get(name, 0.0)
+            c = share if side == 0 else per_s * sec if side < 0 else share + idle
+            cost[name] = cost.get(name, 0.0) + c
         for key, end_j in ends.items():
-            name = job_of_key(state.work, key).name
+            name = name_of(key)
             end_j += side * q.task_s.get(key, 0.0)
             finish[name] = max(finish.get(name, 0.0), end_j)
     return finish, cost, total
 
 
 def _spread(
-    cfg: DeadlineSettings, state: RunState, z: float, queues: int
+    cfg: DeadlineSettings, state: RunState, z: float, queues: int, name_of: Callable[[str], str]
 ) -> tuple[Scale, Scale, Scale]:
     """The low and high factor of a queue's task times, and the spread of its work as a
     share of it. Each job's runs seen to end, as a share of the mean of its runs on the
@@ -188,8 +301,11 @@ def _spread(
     of m more runs; the spread is that at z = 1. Where the queue's jobs differ, the
     widest of them. A job with fewer than two runs seen to end is planned on its
     declared (or sampled) mean, and its runs are taken to spread by ``PRIOR_SPREAD``."""
-    spread = _seen_spread(state, lambda tid: state.work.job_of(tid).name)
-    by_key = _seen_spread(state, lambda tid: key_of(cfg, state.tasks, state.work, tid))
+    spread, by_key = _seen_spreads(
+        state,
+        lambda tid: state.work.job_of(tid).name,
+        lambda tid: key_of(cfg, state.tasks, state.work, tid),
+    )
     # A job ends with the latest of its machines' queues: for that latest end to be
     # below the high end as often as one queue's end is below z, each queue's own
     # spread is taken at z_n, Φ(z_n)^n = Φ(z) (the means' error is shared by all).
@@ -197,7 +313,7 @@ def _spread(
 
     def widest(q: Queue, z_mean: float, z_q: float, keyed: bool = False) -> float:
         out = 0.0
-        names = {key if keyed else job_of_key(state.work, key).name for _, key in q.tasks}
+        names = {key if keyed else name_of(key) for _, key in q.tasks}
         for name in names:
             seen = (by_key if keyed else spread).get(name)
             mean_err = 0.0 if seen is None else z_mean * seen[0] / math.sqrt(seen[1])
@@ -211,17 +327,23 @@ def _spread(
     return factor(-1.0, z), factor(1.0, z_n), lambda q, tname: widest(q, 1.0, 1.0, True)
 
 
-def _seen_spread(state: RunState, name: Callable[[int], str]) -> dict[str, tuple[float, int]]:
-    """Per name a task is known by (its job, or its job's part of its category): the sd
-    of its runs seen to end, each as a share of the mean of its runs on the same type,
-    and their number (names with two runs or more)."""
-    runs: dict[tuple[str, str], list[float]] = {}
+def _seen_spreads(
+    state: RunState, *names: Callable[[int], str]
+) -> list[dict[str, tuple[float, int]]]:
+    """Per way a task is named (its job, or its job's part of its category), per name:
+    the sd of its runs seen to end, each as a share of the mean of its runs on the same
+    type, and their number (names with two runs or more). One pass over the runs."""
+    runs: list[dict[tuple[str, str], list[float]]] = [{} for _ in names]
     for seg in state.tasks.segments:
         m = state.fleet.machines.get(seg.machine)
         if seg.outcome == "done" and m is not None and seg.end > seg.start:
-            runs.setdefault((name(seg.task), m.type.name), []).append(seg.end - seg.start)
-    shares: dict[str, list[float]] = {}
-    for (key, _), times in runs.items():
-        mean = sum(times) / len(times)
-        shares.setdefault(key, []).extend(t / mean for t in times)
-    return {key: (statistics.stdev(v), len(v)) for key, v in shares.items() if len(v) >= 2}
+            for table, name in zip(runs, names, strict=True):
+                table.setdefault((name(seg.task), m.type.name), []).append(seg.end - seg.start)
+    out = []
+    for table in runs:
+        shares: dict[str, list[float]] = {}
+        for (key, _), times in table.items():
+            mean = sum(times) / len(times)
+            shares.setdefault(key, []).extend(t / mean for t in times)
+        out.append({key: (statistics.stdev(v), len(v)) for key, v in shares.items() if len(v) >= 2})
+    return out

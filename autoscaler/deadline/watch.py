@@ -44,15 +44,19 @@ CAUSES = {
 }
 
 
-def move_late(cfg: DeadlineSettings, s: Step) -> None:
+def move_late(cfg: DeadlineSettings, s: Step) -> set[str]:
     """Move queued tasks expected late to machines that finish them in time; never to a
-    machine that drains (its provider warned it may be taken back: ``Machine.draining``)."""
+    machine that drains (its provider warned it may be taken back: ``Machine.draining``).
+    Returns the jobs whose tasks moved (what the plan expects of them changed)."""
     state = s.state
     machines = state.fleet.machines
     queues = [q for q in all_queues(cfg, state, s.now) if not _draining(machines.get(q.machine))]
     result = reassign(queues, job_deadlines(cfg, state, guarded=True))
+    moved: set[str] = set()
     for move in result.moves:
         s.do(move)
+        moved |= {state.work.job_of(t).name for t in move.tasks}
+    return moved
 
 
 def watch(cfg: DeadlineSettings, s: PlanStep, buy: bool) -> set[str]:

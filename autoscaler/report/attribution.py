@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import math
 
+from autoscaler.core.cost_shares import arrivals, machine_runs, shares, step_costs
 from autoscaler.core.job_ledger import Jobs
 from autoscaler.core.model import JobSpec, Late, TaskState
 from autoscaler.core.state import Machine, RunState
-from autoscaler.core.task_ledger import Tasks
 from autoscaler.report.format import inside, rounded, rounded_pair
 from autoscaler.report.records import EPS, GaveWay, JobOutcome, LateNote, LearnedNote
 
@@ -20,40 +20,48 @@ def machine_cost(state: RunState, machine: Machine) -> float:
     return state.fleet.billed(machine, end)
 
 
-def job_shares(tasks: Tasks, work: Jobs) -> dict[str, dict[str, float]]:
-    """Per machine id, the share of the machine each job bears (deadline mode): the
-    seconds it ran the job's tasks (runs of any outcome) over the seconds it ran any
-    task. The shares of a machine sum to 1; a machine that ran no task has none."""
-    seconds: dict[str, dict[str, float]] = {}
-    for seg in tasks.segments:
-        per_job = seconds.setdefault(seg.machine, {})
-        name = work.job_of(seg.task).name
-        per_job[name] = per_job.get(name, 0.0) + (seg.end - seg.start)
-    shares: dict[str, dict[str, float]] = {}
-    for machine, per_job in seconds.items():
-        busy = sum(per_job.values())
-        if busy > 0:
-            shares[machine] = {name: sec / busy for name, sec in per_job.items()}
-    return shares
+def machine_shares(state: RunState) -> dict[str, tuple[dict[str, float], float]]:
+    """Per machine id that ran any task: each job's part of its cost
+    (``core.cost_shares``), and what no job bears."""
+    arrived = arrivals(state.work)
+    out = {}
+    for mid, runs in machine_runs(state.tasks, state.work).items():
+        m = state.fleet.machines.get(mid)
+        if m is None:
+            continue
+        out[mid] = shares(
+            runs,
+            m.launched_at,
+            state.billing.step_s,
+            step_costs(state.fleet, m, state.now),
+            arrived,
+        )
+    return out
+
+
+def job_shares(state: RunState) -> dict[str, dict[str, float]]:
+    """Per machine id, the share of the machine's cost each job bears (deadline mode,
+    ``core.cost_shares``); a machine that ran no task, or cost nothing, has none."""
+    out = {}
+    for mid, (parts, _) in machine_shares(state).items():
+        total = machine_cost(state, state.fleet.machines[mid])
+        if total > 0 and parts:
+            out[mid] = {name: c / total for name, c in parts.items()}
+    return out
 
 
 def job_costs(state: RunState) -> tuple[dict[str, float], float]:
-    """Each job's share of the machines' actual cost, and the cost no job is charged.
-
-    A machine's cost (``machine_cost``) is shared by the jobs by ``job_shares``: in
-    proportion to the seconds it ran each job's tasks; its idle and boot time is shared
-    the same way. A machine that ran no task is charged to no job.
-    """
-    shares = job_shares(state.tasks, state.work)
+    """Each job's part of the machines' actual cost, and the cost no job is charged
+    (``core.cost_shares``: each billing step of a machine by the seconds it ran the
+    jobs that were there when it began)."""
     costs = {j.name: 0.0 for j in state.work.jobs}
+    by_machine = machine_shares(state)
     unattributed = 0.0
     for m in state.fleet.machines.values():
-        cost = machine_cost(state, m)
-        if m.id not in shares:
-            unattributed += cost
-            continue
-        for name, share in shares[m.id].items():
-            costs[name] += cost * share
+        parts, owed = by_machine.get(m.id, ({}, machine_cost(state, m)))
+        unattributed += owed
+        for name, c in parts.items():
+            costs[name] += c
     return costs, unattributed
 
 

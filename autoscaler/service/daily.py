@@ -10,12 +10,12 @@ whose life has no length is charged to the day of its launch.
 
 A machine's day share then goes to the job that bought it: the whole run's job, or in
 deadline mode (one run, several jobs sharing machines) to the jobs by
-``report.job_shares`` (the seconds it ran each job's tasks). What no listed job bears (a
-machine that ran no task, or a job of the run with no record) is the day's
-``unattributed`` cost. A day's cost is the sum over its machine types, which is its jobs'
-plus the unattributed; the days' costs add up to the machines' costs. A day's jobs are
-also summed by group (``groups``: per grouping, e.g. ``project``, each job's group), so
-each grouping's costs add up to the jobs'.
+``report.job_shares`` (each billing step by the seconds it ran the jobs that were there
+when it began). What no listed job bears (a machine that ran no task, or a job of the
+run with no record) is the day's ``unattributed`` cost. A day's cost is the sum over its
+machine types, which is its jobs' plus the unattributed; the days' costs add up to the
+machines' costs. A day's jobs are also summed by group (``groups``: per grouping, e.g.
+``project``, each job's group), so each grouping's costs add up to the jobs'.
 
 Pure: records in, one ``DayReport`` per day out; ``write_daily_reports`` is the only I/O.
 """
@@ -172,7 +172,7 @@ def _add_run(recs: Sequence[JobRun], days: dict[date, _Day]) -> None:
     if whole and len(recs) > 1:
         raise AutoscalerError(f"job {first.id}: a run has one record, or one per job of it")
     by_job = {r.job: (r.id, r.name) for r in recs if r.job is not None}
-    shares = job_shares(state.tasks, state.work) if by_job else {}
+    shares = job_shares(state) if by_job else {}
     for m in state.fleet.machines.values():
         cost = machine_cost(state, m)
         end = m.ended_at if m.ended_at is not None else state.now

@@ -8,7 +8,8 @@ such job makes it, as its config's one job; later ones join it with ``Daemon.add
 (journaled as ``JobAdded``). Inside the pool a job is named by its service job id. A job
 ends when each of its tasks is done or failed; its report (``jobs/<id>/report.json``)
 is its line of the pool's per-job report: deadline, finish, lateness, and the cost
-attributed to it (each machine's cost shared by the seconds it ran each job's tasks).
+attributed to it (``core.cost_shares``: each billing step of a machine shared by the
+seconds it ran the jobs that were there when it began).
 A job cancelled by its user is withdrawn from the run (``JobWithdrawn``): its queued and
 running tasks are cancelled, the other jobs are planned again, and its report says what
 it cost up to then.

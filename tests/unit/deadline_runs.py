@@ -12,7 +12,7 @@ import random
 from autoscaler.config.schema import Emulator as EmulatorModel
 from autoscaler.core.billing import BillingModel
 from autoscaler.core.model import JobSpec, TypeSpec
-from autoscaler.core.state import RunState
+from autoscaler.core.state import Machine, RunState
 from autoscaler.deadline.deadline_controller import DeadlineController
 from autoscaler.providers.base import Capabilities
 from autoscaler.providers.sim import SimProvider
@@ -57,3 +57,19 @@ def deadline_run(
     emulator = Emulator(DeadlineController(), state, sim, 60.0)
     clock.append(emulator)
     return emulator.run()
+
+
+def one_step_shares(state: RunState, m: Machine) -> dict[str, float]:
+    """The share of ``m``'s cost each job bears, for a machine that lived one billing
+    step (``core.cost_shares``, said plainly for that case): the jobs that had come by
+    its launch and ran on it, by their seconds there; if none, every job that ran on it."""
+    assert m.ended_at is not None
+    assert m.ended_at - m.launched_at <= state.billing.step_s
+    seconds = {j.name: 0.0 for j in state.work.jobs}
+    for seg in state.tasks.segments:
+        if seg.machine == m.id:
+            seconds[state.work.job_of(seg.task).name] += seg.end - seg.start
+    there = {j.name for j in state.work.jobs if j.at <= m.launched_at}
+    payers = {n: s for n, s in seconds.items() if n in there and s > 0}
+    payers = payers or {n: s for n, s in seconds.items() if s > 0}
+    return {n: s / sum(payers.values()) for n, s in payers.items()}

@@ -21,7 +21,7 @@ from autoscaler.service.daily import (
     day_fractions,
     write_daily_reports,
 )
-from tests.unit.deadline_runs import deadline_run, jobs
+from tests.unit.deadline_runs import deadline_run, jobs, one_step_shares
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"
 MIDNIGHT = datetime(2025, 3, 1, tzinfo=UTC).timestamp()
@@ -36,8 +36,8 @@ def budget_state() -> RunState:
 
 @pytest.fixture(scope="module")
 def deadline_state() -> RunState:
-    """Three jobs of a deadline-mode run sharing 4 machines for 1422 s."""
-    return deadline_run(jobs(3, 20))
+    """Three jobs of a deadline-mode run, come at once, sharing its machines."""
+    return deadline_run(jobs(3, 20, gap_s=0.0))
 
 
 def life(m: Machine) -> tuple[float, float]:
@@ -59,14 +59,6 @@ def before_midnight(m: Machine, start_wall: float, scale: float) -> float:
 def on_day(before: float, first: bool) -> float:
     """The part on the first day or the second, of a life ``before`` of it before midnight."""
     return before if first else 1 - before
-
-
-def seconds_per_job(state: RunState, m: Machine) -> dict[str, float]:
-    out = {j.name: 0.0 for j in state.work.jobs}
-    for seg in state.tasks.segments:
-        if seg.machine == m.id:
-            out[state.work.job_of(seg.task).name] += seg.end - seg.start
-    return out
 
 
 def total(days: list[DayReport]) -> float:
@@ -125,8 +117,9 @@ def test_a_run_over_several_days_adds_up_to_its_machines_cost(budget_state: RunS
 
 
 def test_a_deadline_run_is_shared_by_its_jobs_each_day(deadline_state: RunState) -> None:
-    """A record per job of the run: each machine's day share split by the seconds it ran
-    each job's tasks; a job without a record is charged to no one."""
+    """A record per job of the run: each machine's day share split among the jobs it ran
+    that had come by its launch, by their seconds; a job without a record is charged to
+    no one."""
     start_wall = MIDNIGHT - 600
     names = [j.name for j in deadline_state.work.jobs]
     recs = [
@@ -139,10 +132,9 @@ def test_a_deadline_run_is_shared_by_its_jobs_each_day(deadline_state: RunState)
     for day, first in zip(days, (True, False), strict=True):
         expected = dict.fromkeys(names, 0.0)
         for m in machines:
-            secs = seconds_per_job(deadline_state, m)
             part = cost(deadline_state, m) * on_day(before_midnight(m, start_wall, 1.0), first)
-            for name, s in secs.items():
-                expected[name] += part * s / sum(secs.values())
+            for name, share in one_step_shares(deadline_state, m).items():
+                expected[name] += part * share
         assert [(j.id, j.name) for j in day.jobs] == [("j0", names[0]), ("j1", names[1])]
         for j in day.jobs:
             assert j.cost == pytest.approx(expected[j.name])

@@ -26,7 +26,7 @@ from autoscaler.report.records import REPORT_JSON, REPORT_MD, DeadlineReport, re
 from autoscaler.report.write import write_report
 from autoscaler.run.gauges import Metrics
 from autoscaler.run.live import status_lines
-from tests.unit.deadline_runs import TASK_S, deadline_run, jobs
+from tests.unit.deadline_runs import TASK_S, deadline_run, jobs, one_step_shares
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"
 
@@ -86,20 +86,18 @@ def test_per_job_figures_are_the_segments(
 def test_cost_shares_add_up_to_the_machines_cost(
     cfg: RunConfig, which: str, request: pytest.FixtureRequest
 ) -> None:
-    """Each machine's cost split by its seconds per job; the shares and the unattributed
-    cost add up to what the machines cost."""
+    """Each machine's cost (one hour each here) goes to the jobs that had come by its
+    launch, by their seconds on it (jobs that came later ride in the hour already paid
+    for); the shares and the unattributed cost add up to what the machines cost."""
     state: RunState = request.getfixturevalue(which)
     report = report_of(cfg, state)
     expected = {j.name: 0.0 for j in state.work.jobs}
     for m in state.fleet.machines.values():
         assert m.ended_at is not None
         cost = state.billing.cost(m.type.price, m.ended_at - m.launched_at)
-        secs = {j.name: 0.0 for j in state.work.jobs}
-        for seg in state.tasks.segments:
-            if seg.machine == m.id:
-                secs[state.work.job_of(seg.task).name] += seg.end - seg.start
-        for name, s in secs.items():
-            expected[name] += cost * s / sum(secs.values())
+        for name, share in one_step_shares(state, m).items():
+            expected[name] += cost * share
+    assert any(c > 0 for c in expected.values())
     for out in report.jobs:
         assert out.cost == pytest.approx(expected[out.name], abs=1e-3)
     total = sum(j.cost for j in report.jobs) + report.unattributed_cost
@@ -287,3 +285,31 @@ def test_each_jobs_forecast_has_an_interval_set_against_the_outcome(
         assert j.finish_inside is not None
         assert j.cost_inside is not None
     assert " – " in render_markdown(report).split("## Jobs")[1]
+
+
+@pytest.mark.parametrize("gap_s", [0.0, 300.0, 1200.0])
+def test_a_job_s_forecast_cost_is_what_it_is_charged_when_the_plan_holds(
+    cfg: RunConfig, gap_s: float
+) -> None:
+    """Jobs one every ``gap_s`` sharing machines, task times as planned (no noise): each
+    job's last forecast of its cost is the cost the report charges it, whether it came
+    into hours an earlier job had paid for or not. (Before the forecasts charged by the
+    report's rule, a job that came later was forecast up to 2.9 times its cost.)"""
+    state = deadline_run(jobs(3, 20, gap_s=gap_s), noise=0.0)
+    report = report_of(cfg, state)
+    for out in report.jobs:
+        assert out.predicted_cost == pytest.approx(out.cost, abs=1e-3), out.name
+    assert sum(j.cost for j in report.jobs) + report.unattributed_cost == pytest.approx(
+        state.actual_cost(), abs=1e-3
+    )
+
+
+def test_a_job_whose_late_tasks_moved_is_forecast_again(late: RunState) -> None:
+    """Moving late tasks to other machines changes what the plan expects of their job
+    (and of the jobs it shares those machines with): each move is followed in its step
+    by a new forecast, which the report then sets against the outcome."""
+    moved = [(t, c) for t, c in late.decisions.configurations if "late tasks moved" in c.reason]
+    assert moved
+    for _, c in moved:
+        named = c.reason.partition(": ")[2].removesuffix(")").split(", ")
+        assert set(named) <= {j.name for j in late.work.jobs}
