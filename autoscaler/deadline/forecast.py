@@ -56,7 +56,7 @@ def forecast(cfg: DeadlineSettings, s: Step, jobs: set[str], why: str) -> None:
             for tn, c in state.fleet.pending_launches.values()
         )
     )
-    ran, spent = _ran(cfg, state, s.now)
+    ran, spent, running = _ran(cfg, state, s.now)
     name = _namer(state)
     counts: dict[str, int] = {}
     for _, _, _, tname in queues:
@@ -67,20 +67,21 @@ def forecast(cfg: DeadlineSettings, s: Step, jobs: set[str], why: str) -> None:
     finish_lo, cost_lo, _ = _expect(state, queues, deadlines, base, ran, spent, name, lo_of, -1)
     finish_hi, cost_hi, _ = _expect(state, queues, deadlines, base, ran, spent, name, hi_of, 1)
     for job in sorted(_sharing(queues, ran, jobs, name)):
-        if job in finish:
-            c = cost.get(job, 0.0)
-            s.do(
-                Forecast(
-                    job,
-                    finish[job],
-                    c,
-                    finish_interval=(
-                        min(finish_lo[job], finish[job]),
-                        max(finish_hi[job], finish[job]),
-                    ),
-                    cost_interval=(min(cost_lo.get(job, c), c), max(cost_hi.get(job, c), c)),
-                )
+        end = max(finish.get(job, -math.inf), running.get(job, -math.inf))
+        if end == -math.inf:
+            continue  # nothing of it queued or running: it is done
+        lo = max(finish_lo.get(job, -math.inf), running.get(job, -math.inf))
+        hi = max(finish_hi.get(job, -math.inf), running.get(job, -math.inf))
+        c = cost.get(job, 0.0)
+        s.do(
+            Forecast(
+                job,
+                end,
+                c,
+                finish_interval=(min(lo, end), max(hi, end)),
+                cost_interval=(min(cost_lo.get(job, c), c), max(cost_hi.get(job, c), c)),
             )
+        )
     last = max(finish.values(), default=s.now)
     s.do(Configure(counts, total, last, f"deadline plan ({why})"))
 
@@ -157,15 +158,17 @@ Scale = Callable[[Queue, str], float]
 
 def _ran(
     cfg: DeadlineSettings, state: RunState, now: float
-) -> tuple[dict[str, list[Run]], dict[str, float]]:
+) -> tuple[dict[str, list[Run]], dict[str, float], dict[str, float]]:
     """What the machines have run so far, as the report will charge their cost
     (``core.cost_shares``): per alive machine its ended runs and its running ones to
     their expected end; and per job its part of the machines that have ended. A forecast
     made mid-run then charges a machine's whole cost by all it ran and will run, and
-    keeps what a job spent on machines that are gone."""
+    keeps what a job spent on machines that are gone. Third, per job, when its running
+    tasks are expected to end: a job with nothing queued is forecast while they run."""
     arrived = arrivals(state.work)
     ran: dict[str, list[Run]] = {}
     spent: dict[str, float] = {}
+    running: dict[str, float] = {}
     for mid, runs in machine_runs(state.tasks, state.work).items():
         m = state.fleet.machines.get(mid)
         if m is None:
@@ -180,8 +183,10 @@ def _ran(
         for tid, start in m.running.items():
             e = machine_key_s(cfg, state, m, key_of(cfg, state.tasks, state.work, tid)) or 0.0
             name = state.work.job_of(tid).name
-            ran.setdefault(m.id, []).append((start, max(now, start + e), name, 1.0))
-    return ran, spent
+            end = max(now, start + e)
+            ran.setdefault(m.id, []).append((start, end, name, 1.0))
+            running[name] = max(running.get(name, end), end)
+    return ran, spent, running
 
 
 def _charged(

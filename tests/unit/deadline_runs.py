@@ -16,7 +16,7 @@ from autoscaler.core.state import Machine, RunState
 from autoscaler.deadline.deadline_controller import DeadlineController
 from autoscaler.providers.base import Capabilities
 from autoscaler.providers.sim import SimProvider
-from autoscaler.run.emulator import Emulator
+from autoscaler.run.emulator import Emulator, StepHook
 
 # The machine types of config/examples/quickstart.yaml (so its config can be reported on),
 # few enough that a slow run cannot buy its way back to its deadlines.
@@ -33,9 +33,15 @@ def jobs(n_jobs: int = 3, tasks: int = 20, gap_s: float = 300.0, window_s: float
 
 
 def deadline_run(
-    specs: tuple[JobSpec, ...], *, slow: float = 1.0, noise: float = 0.1, seed: int = 1
+    specs: tuple[JobSpec, ...],
+    *,
+    slow: float = 1.0,
+    noise: float = 0.1,
+    seed: int = 1,
+    on_step: StepHook | None = None,
 ) -> RunState:
-    """The finished state of a deadline-mode run of ``specs`` in the emulator."""
+    """The finished state of a deadline-mode run of ``specs`` in the emulator
+    (``on_step``: the emulator's hook, after each step)."""
     billing = BillingModel("fixed", 3600, 60, 300)
     n = sum(j.count for j in specs)
     state = RunState.new(TYPES, billing, None, n, list(range(n)), jobs=specs)
@@ -54,7 +60,7 @@ def deadline_run(
     )
     clock: list[Emulator] = []
     sim = Sim(caps, EmulatorModel(), n, clock=lambda: clock[0].now, seed=seed)
-    emulator = Emulator(DeadlineController(), state, sim, 60.0)
+    emulator = Emulator(DeadlineController(), state, sim, 60.0, on_step=on_step)
     clock.append(emulator)
     return emulator.run()
 

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from autoscaler.cli.main import app
 from autoscaler.config.load import load_config
 from autoscaler.config.schema import RunConfig
-from autoscaler.core.model import JobSpec
+from autoscaler.core.model import Forecast, JobSpec, TaskState
 from autoscaler.core.state import RunState
 from autoscaler.report.build import build_report
 from autoscaler.report.format import hms
@@ -313,3 +313,24 @@ def test_a_job_whose_late_tasks_moved_is_forecast_again(late: RunState) -> None:
     for _, c in moved:
         named = c.reason.partition(": ")[2].removesuffix(")").split(", ")
         assert set(named) <= {j.name for j in late.work.jobs}
+
+
+def test_a_job_with_nothing_queued_is_forecast_while_its_tasks_run() -> None:
+    """A job whose tasks all run (none queued) is still forecast when the machines it
+    shares change: what they will charge it is not settled until its tasks end. Each
+    forecast of it is made while it has tasks running or queued, never after."""
+    seen: list[tuple[str, int, int]] = []  # (job, its tasks not ended, of them running)
+
+    def hook(now: float, events: list, actions: list, state: RunState) -> None:
+        for a in actions:
+            if isinstance(a, Forecast):
+                job = state.work.job_named(a.job)
+                ids = range(job.first, job.first + job.count)
+                ended = (TaskState.DONE, TaskState.FAILED)
+                left = sum(state.tasks.task_state[t] not in ended for t in ids)
+                running = {t for m in state.fleet.alive_machines() for t in m.running}
+                seen.append((a.job, left, sum(t in running for t in ids)))
+
+    deadline_run(jobs(3, 20), slow=3.0, on_step=hook)
+    assert all(left > 0 for _, left, _ in seen)
+    assert any(0 < left == running for _, left, running in seen)
