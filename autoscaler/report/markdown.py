@@ -299,6 +299,13 @@ def _jobs_section(report: DeadlineReport) -> list[str]:
             f"{hms(j.predicted_finish_s)}{finish_in} | "
             f"{warning} | {j.gave_way or '-'} |"
         )
+    if len(report.jobs) > 1:
+        lines += [
+            "",
+            "A job's cost: each billing unit of a machine is charged to the jobs that had "
+            "arrived when it began, by the time the machine ran each one's tasks in it; a "
+            "job that ran in time already paid for by another is not charged for it.",
+        ]
     return lines
 
 

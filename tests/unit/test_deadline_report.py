@@ -157,6 +157,7 @@ def test_markdown_has_the_jobs_table_and_says_how_many_met_their_deadline(
     head = render_head(report)
     assert f"{report.jobs_met_deadline} of {len(report.jobs)} jobs met their deadline" in head
     assert "Warning at" in head
+    assert "charged to the jobs that had arrived when it began" in md.split("## Jobs")[1]
 
 
 def test_gantt_colours_tasks_by_job_and_draws_deadlines(cfg: RunConfig, late: RunState) -> None:
