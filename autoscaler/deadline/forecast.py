@@ -8,7 +8,7 @@ import itertools
 import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from statistics import NormalDist
 
 from autoscaler.core.cost_shares import Run, arrivals, machine_runs, shares, step_costs, steps
@@ -56,17 +56,18 @@ def forecast(cfg: DeadlineSettings, s: Step, jobs: set[str], why: str) -> None:
             for tn, c in state.fleet.pending_launches.values()
         )
     )
-    ran, spent, running = _ran(cfg, state, s.now)
+    past = _ran(cfg, state, s.now)
     name = _namer(state)
     counts: dict[str, int] = {}
     for _, _, _, tname in queues:
         counts[tname] = counts.get(tname, 0) + 1
     lo_of, hi_of, sd_of = _spread(cfg, state, cfg.z, len(queues), name)
     one: Scale = lambda q, t: 1.0  # noqa: E731
-    finish, cost, total = _expect(state, queues, deadlines, base, ran, spent, name, one, sd=sd_of)
-    finish_lo, cost_lo, _ = _expect(state, queues, deadlines, base, ran, spent, name, lo_of, -1)
-    finish_hi, cost_hi, _ = _expect(state, queues, deadlines, base, ran, spent, name, hi_of, 1)
-    for job in sorted(_sharing(queues, ran, jobs, name)):
+    finish, cost, total = _expect(state, queues, deadlines, base, past, name, one, sd=sd_of)
+    finish_lo, cost_lo, _ = _expect(state, queues, deadlines, base, past, name, lo_of, -1)
+    finish_hi, cost_hi, _ = _expect(state, queues, deadlines, base, past, name, hi_of, 1)
+    running = past.running
+    for job in sorted(_sharing(queues, past.runs, jobs, name)):
         end = max(finish.get(job, -math.inf), running.get(job, -math.inf))
         if end == -math.inf:
             continue  # nothing of it queued or running: it is done
@@ -156,14 +157,22 @@ Scale = Callable[[Queue, str], float]
 """The factor a queue's task times are taken at (its machine type given)."""
 
 
-def _ran(
-    cfg: DeadlineSettings, state: RunState, now: float
-) -> tuple[dict[str, list[Run]], dict[str, float], dict[str, float]]:
+@dataclass(frozen=True, slots=True)
+class _Past:
+    """What the machines have run, as the report will charge it (``_ran``)."""
+
+    runs: dict[str, list[Run]]  # per alive machine: its ended and running runs
+    spent: dict[str, float]  # per job: its part of the machines that have ended
+    running: dict[str, float]  # per job: when its running tasks are expected to end
+    arrived: dict[str, float]  # per job: when it came (``cost_shares.arrivals``)
+
+
+def _ran(cfg: DeadlineSettings, state: RunState, now: float) -> _Past:
     """What the machines have run so far, as the report will charge their cost
     (``core.cost_shares``): per alive machine its ended runs and its running ones to
     their expected end; and per job its part of the machines that have ended. A forecast
     made mid-run then charges a machine's whole cost by all it ran and will run, and
-    keeps what a job spent on machines that are gone. Third, per job, when its running
+    keeps what a job spent on machines that are gone; and per job when its running
     tasks are expected to end: a job with nothing queued is forecast while they run."""
     arrived = arrivals(state.work)
     ran: dict[str, list[Run]] = {}
@@ -186,7 +195,7 @@ def _ran(
             end = max(now, start + e)
             ran.setdefault(m.id, []).append((start, end, name, 1.0))
             running[name] = max(running.get(name, end), end)
-    return ran, spent, running
+    return _Past(ran, spent, running, arrived)
 
 
 def _charged(
@@ -199,6 +208,7 @@ def _charged(
     ran: Sequence[Run],
     slots: int,
     name_of: Callable[[str], str],
+    arrived: Mapping[str, float],
 ) -> dict[str, float]:
     """Each job's part of one machine's expected ``machine_cost`` (``core.cost_shares``):
     what it ``ran``, then its queue in order from when it is free (a slotted machine's
@@ -221,7 +231,7 @@ def _charged(
     whole = sum(costs)
     if whole > 0:
         costs = [c * machine_cost / whole for c in costs]
-    return shares(runs, launched, step_s, costs, arrivals(state.work))[0]
+    return shares(runs, launched, step_s, costs, arrived)[0]
 
 
 def _expect(
@@ -229,8 +239,7 @@ def _expect(
     queues: list[tuple[Queue, float, float, str]],
     deadlines: Mapping[str, float],
     base: float,
-    ran: Mapping[str, Sequence[Run]],
-    spent: Mapping[str, float],
+    past: _Past,
     name_of: Callable[[str], str],
     scale: Scale,
     side: int = 0,
@@ -239,8 +248,8 @@ def _expect(
     """Per job its last finish and its share of the machines' cost, and the run's whole
     cost (from ``base``, the money of machines not in ``queues``), each queue's task
     times taken at ``scale`` times the plan's. A machine's cost is charged by what it
-    ``ran`` and its queue (``_charged``); a job's part of the machines that have ended
-    (``spent``) is added as it is.
+    ran (``past.runs``) and its queue (``_charged``); a job's part of the machines that
+    have ended (``past.spent``) is added as it is.
 
     ``side`` −1 or 1: the low or high end. A job's last task on a machine may be moved
     to another one, or one more moved in (reassignment), so its end there is known
@@ -253,7 +262,7 @@ def _expect(
     at its mean cost over the spread of its end, not at the cost of its mean end (under
     fixed billing a plan that fills a unit pays the next one about half the time)."""
     finish: dict[str, float] = {}
-    cost: dict[str, float] = dict(spent)
+    cost: dict[str, float] = dict(past.spent)
     total = base
     for q0, launched, paid_until, tname in queues:
         f = scale(q0, tname)
@@ -270,9 +279,9 @@ def _expect(
             )
         total += machine_cost
         slots = state.types[tname].slots
-        past = ran.get(q0.machine, ())
+        ran = past.runs.get(q0.machine, ())
         seconds: dict[str, float] = {}
-        for start, stop, name, _ in past:
+        for start, stop, name, _ in ran:
             seconds[name] = seconds.get(name, 0.0) + (stop - start) / slots
         for _, key in q.tasks:
             name = name_of(key)
@@ -283,7 +292,9 @@ def _expect(
         parts = (  # the low end is the jobs' own seconds, at the price per second
             {}
             if side < 0
-            else _charged(state, q, launched, paid, price, machine_cost, past, slots, name_of)
+            else _charged(
+                state, q, launched, paid, price, machine_cost, ran, slots, name_of, past.arrived
+            )
         )
         for name, sec in seconds.items():
             share = parts.get(name, 0.0)
