@@ -61,6 +61,7 @@ from autoscaler.core.model import (
     JobSpec,
     JobWithdrawn,
     LaunchFailed,
+    Learned,
     MachineLost,
     QuotaSet,
     RebalanceRecommended,
@@ -75,7 +76,7 @@ from autoscaler.core.model import (
 from autoscaler.core.reclaims import drain
 from autoscaler.core.state import RunState
 from autoscaler.deadline.ends import at_boundary, finish_run, release_idle
-from autoscaler.deadline.forecast import forecast
+from autoscaler.deadline.forecast import forecast, outdated
 from autoscaler.deadline.job_sampling import sample
 from autoscaler.deadline.jobs import DeadlineSettings, task_times
 from autoscaler.deadline.learning import say_learned
@@ -119,6 +120,7 @@ class DeadlineController:
         cfg = self.settings
         if not state.money.stopped:
             wrong = False  # a declared time proved too short: move what it makes late now
+            said: list[Learned] = []
             if seen.done:
                 said = say_learned(cfg, s)
                 wrong = cfg.replan and bool(proven_wrong(state.work, said))
@@ -139,6 +141,9 @@ class DeadlineController:
                 if changed:  # the plan in force changed: what it expects of them now
                     why = "bought for late tasks" if bought else "late tasks moved"
                     forecast(cfg, s, changed, f"{why}: " + ", ".join(sorted(changed)))
+            stale = outdated(state, said, now if seen.tick else None)
+            if stale:  # what the last forecasts rest on proved wrong: say it again
+                forecast(cfg, s, stale, "forecast outdated: " + ", ".join(sorted(stale)))
             release_idle(cfg, s)
         finish_run(cfg, s)
         return s.decided()

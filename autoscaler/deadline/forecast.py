@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from statistics import NormalDist
 
 from autoscaler.core.cost_shares import Run, arrivals, machine_runs, shares, step_costs, steps
-from autoscaler.core.model import Configure, Forecast
+from autoscaler.core.model import Configure, Forecast, Learned
 from autoscaler.core.state import RunState
 from autoscaler.core.step import Step
 from autoscaler.deadline.category_parts import job_of_key, key_of, machine_key_s, planned_s
@@ -20,6 +20,7 @@ from autoscaler.deadline.jobs import DeadlineSettings, job_deadlines
 from autoscaler.deadline.queues import queue_of
 from autoscaler.deadline.reassign import Queue, finish_times
 from autoscaler.deadline.slot_queues import cushion, on_slots
+from autoscaler.deadline.withdraw import still_open
 
 
 def forecast(cfg: DeadlineSettings, s: Step, jobs: set[str], why: str) -> None:
@@ -61,18 +62,30 @@ def forecast(cfg: DeadlineSettings, s: Step, jobs: set[str], why: str) -> None:
     counts: dict[str, int] = {}
     for _, _, _, tname in queues:
         counts[tname] = counts.get(tname, 0) + 1
-    lo_of, hi_of, sd_of = _spread(cfg, state, cfg.z, len(queues), name)
+    lo_of, hi_of, sd_of, spread, z_n = _spread(cfg, state, cfg.z, len(queues), name)
+    unit = NormalDist()
+    running_lo = _running_ends(past, s.now, unit.cdf(-cfg.z), spread)
+    running_hi = _running_ends(past, s.now, unit.cdf(z_n), spread)
+    running = _running_ends(past, s.now, 0.5, spread)
     one: Scale = lambda q, t: 1.0  # noqa: E731
     finish, cost, total = _expect(state, queues, deadlines, base, past, name, one, sd=sd_of)
     finish_lo, cost_lo, _ = _expect(state, queues, deadlines, base, past, name, lo_of, -1)
     finish_hi, cost_hi, _ = _expect(state, queues, deadlines, base, past, name, hi_of, 1)
-    running = past.running
+    done: dict[str, float] = {}  # per job: the last end of its runs on alive machines
+    for runs in past.runs.values():
+        for _, run_end, job, _ in runs:
+            done[job] = max(done.get(job, run_end), run_end)
     for job in sorted(_sharing(queues, past.runs, jobs, name)):
         end = max(finish.get(job, -math.inf), running.get(job, -math.inf))
         if end == -math.inf:
-            continue  # nothing of it queued or running: it is done
-        lo = max(finish_lo.get(job, -math.inf), running.get(job, -math.inf))
-        hi = max(finish_hi.get(job, -math.inf), running.get(job, -math.inf))
+            # Nothing of it queued or running: it is done, but what it is charged
+            # still moves with what runs beside it on a machine it ran on.
+            end = lo = hi = done.get(job, -math.inf)
+            if end == -math.inf:
+                continue  # it ran on no machine alive: its charge is settled
+        else:
+            lo = max(finish_lo.get(job, -math.inf), running_lo.get(job, -math.inf))
+            hi = max(finish_hi.get(job, -math.inf), running_hi.get(job, -math.inf))
         c = cost.get(job, 0.0)
         s.do(
             Forecast(
@@ -85,6 +98,23 @@ def forecast(cfg: DeadlineSettings, s: Step, jobs: set[str], why: str) -> None:
         )
     last = max(finish.values(), default=s.now)
     s.do(Configure(counts, total, last, f"deadline plan ({why})"))
+
+
+def outdated(state: RunState, said: Sequence[Learned], now: float | None) -> set[str]:
+    """The open jobs whose last forecast rests on what proved wrong: those of an
+    application whose learned time on a type was just ``said`` (the plan's times moved),
+    and, at a tick (``now``), those forecast to be done by a time that has passed with
+    tasks left. Without this a job's forecast was made again only when its plan
+    changed: a job whose tasks all ran three times their declared time kept, to its end,
+    a forecast made in its first minutes (last finish 1,140 s, done at 2,340 s)."""
+    work = state.work
+    apps = {work.job_named(n.job).application for n in said}
+    candidates = {j.name for j in work.jobs if j.application in apps}
+    if now is not None:
+        candidates |= {name for name, f in work.forecasts.items() if f.finish < now}
+    if not candidates:
+        return set()
+    return candidates & still_open(state.tasks, work)
 
 
 def _namer(state: RunState) -> Callable[[str], str]:
@@ -163,8 +193,8 @@ class _Past:
 
     runs: dict[str, list[Run]]  # per alive machine: its ended and running runs
     spent: dict[str, float]  # per job: its part of the machines that have ended
-    running: dict[str, float]  # per job: when its running tasks are expected to end
     arrived: dict[str, float]  # per job: when it came (``cost_shares.arrivals``)
+    tasks: list[tuple[str, float, float]]  # each running task: (job, start, expected s)
 
 
 def _ran(cfg: DeadlineSettings, state: RunState, now: float) -> _Past:
@@ -172,12 +202,12 @@ def _ran(cfg: DeadlineSettings, state: RunState, now: float) -> _Past:
     (``core.cost_shares``): per alive machine its ended runs and its running ones to
     their expected end; and per job its part of the machines that have ended. A forecast
     made mid-run then charges a machine's whole cost by all it ran and will run, and
-    keeps what a job spent on machines that are gone; and per job when its running
-    tasks are expected to end: a job with nothing queued is forecast while they run."""
+    keeps what a job spent on machines that are gone; and each running task, whose end
+    (``_running_ends``) is a job's end while nothing of it is queued."""
     arrived = arrivals(state.work)
     ran: dict[str, list[Run]] = {}
     spent: dict[str, float] = {}
-    running: dict[str, float] = {}
+    tasks: list[tuple[str, float, float]] = []
     for mid, runs in machine_runs(state.tasks, state.work).items():
         m = state.fleet.machines.get(mid)
         if m is None:
@@ -192,10 +222,36 @@ def _ran(cfg: DeadlineSettings, state: RunState, now: float) -> _Past:
         for tid, start in m.running.items():
             e = machine_key_s(cfg, state, m, key_of(cfg, state.tasks, state.work, tid)) or 0.0
             name = state.work.job_of(tid).name
-            end = max(now, start + e)
-            ran.setdefault(m.id, []).append((start, end, name, 1.0))
-            running[name] = max(running.get(name, end), end)
-    return _Past(ran, spent, running, arrived)
+            ran.setdefault(m.id, []).append((start, max(now, start + e), name, 1.0))
+            tasks.append((name, start, e))
+    return _Past(ran, spent, arrived, tasks)
+
+
+def _running_ends(
+    past: _Past, now: float, q: float, spread: Mapping[str, tuple[float, int]]
+) -> dict[str, float]:
+    """Per job the ``q`` quantile of its running tasks' last end, each task's time taken
+    as normal about its expected time e with the job's relative spread r
+    (``PRIOR_SPREAD`` before two runs), given that it has run ``now − start`` already.
+    A task run past where that normal ends is in a tail it does not describe (a hung
+    input, a slow machine): the more surely the normal says it should have ended
+    (``w``, the normal's chance of a time below what it has run), the more its time
+    left is taken as memoryless, of mean e, instead. Before, such a task was forecast
+    to end at once, tick after tick, and its job's interval shrank to a point."""
+    unit = NormalDist()
+    out: dict[str, float] = {}
+    for name, start, e in past.tasks:
+        seen = spread.get(name)
+        r = PRIOR_SPREAD if seen is None else seen[0]
+        if e <= 0:
+            end = now
+        else:
+            w = unit.cdf(((now - start) / e - 1.0) / r) if r > 0 else float(now >= start + e)
+            normal = start + e * (1.0 + r * unit.inv_cdf(min(w + q * (1.0 - w), 1.0 - 1e-9)))
+            memoryless = now - e * math.log1p(-q)
+            end = (1.0 - w) * max(now, normal) + w * memoryless
+        out[name] = max(out.get(name, end), end)
+    return out
 
 
 def _charged(
@@ -309,12 +365,13 @@ def _expect(
 
 def _spread(
     cfg: DeadlineSettings, state: RunState, z: float, queues: int, name_of: Callable[[str], str]
-) -> tuple[Scale, Scale, Scale]:
-    """The low and high factor of a queue's task times, and the spread of its work as a
-    share of it. Each job's runs seen to end, as a share of the mean of its runs on the
-    same type, give its relative spread r (n runs); a queue of m tasks then takes
-    1 ± √((z·r/√n)² + (z·r/√m)²) times its planned time: the mean's error and the spread
-    of m more runs; the spread is that at z = 1. Where the queue's jobs differ, the
+) -> tuple[Scale, Scale, Scale, dict[str, tuple[float, int]], float]:
+    """The low and high factor of a queue's task times, the spread of its work as a
+    share of it, each job's relative spread and runs (``_seen_spreads``), and the z of
+    one queue's high end (below). Each job's runs seen to end, as a share of the mean of
+    its runs on the same type, give its relative spread r (n runs); a queue of m tasks
+    then takes 1 ± √((z·r/√n)² + (z·r/√m)²) times its planned time: the mean's error
+    and the spread of m more runs; the spread is that at z = 1. Where the queue's jobs differ, the
     widest of them. A job with fewer than two runs seen to end is planned on its
     declared (or sampled) mean, and its runs are taken to spread by ``PRIOR_SPREAD``."""
     spread, by_key = _seen_spreads(
@@ -340,7 +397,13 @@ def _spread(
     def factor(sign: float, z_q: float) -> Scale:
         return lambda q, tname: max(0.0, 1.0 + sign * widest(q, z, z_q))
 
-    return factor(-1.0, z), factor(1.0, z_n), lambda q, tname: widest(q, 1.0, 1.0, True)
+    return (
+        factor(-1.0, z),
+        factor(1.0, z_n),
+        lambda q, tname: widest(q, 1.0, 1.0, True),
+        spread,
+        z_n,
+    )
 
 
 def _seen_spreads(

@@ -383,12 +383,13 @@ class JobOutcome:
     met_deadline: bool
     """Whether every task was done by the deadline."""
     cost: float
-    """Its share of the machines' cost: each machine's cost shared by the jobs in
-    proportion to the seconds the machine ran each job's tasks (idle time shared alike)."""
+    """Its share of the machines' cost: each billing unit of a machine charged to the
+    jobs that had arrived when it began, by their seconds in it (``core.cost_shares``)."""
     predicted_cost: float | None
-    """The last plan's forecast of its cost (null if it was never planned)."""
+    """The last forecast of its cost (null if it was never planned): made again when
+    its plan changes or what the plan rested on proves wrong."""
     predicted_finish_s: float | None
-    """The last plan's forecast of its finish, in seconds from the run's start."""
+    """The last forecast of its finish, in seconds from the run's start."""
     first_warning: LateNote | None
     """The first time it was said to be late (null: never)."""
     warnings: int

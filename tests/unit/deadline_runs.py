@@ -8,6 +8,7 @@ assume, so they run late.
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 
 from autoscaler.config.schema import Emulator as EmulatorModel
 from autoscaler.core.billing import BillingModel
@@ -39,9 +40,11 @@ def deadline_run(
     noise: float = 0.1,
     seed: int = 1,
     on_step: StepHook | None = None,
+    slower: Mapping[int, float] | None = None,
 ) -> RunState:
     """The finished state of a deadline-mode run of ``specs`` in the emulator
-    (``on_step``: the emulator's hook, after each step)."""
+    (``on_step``: the emulator's hook, after each step; ``slower``: tasks that take that
+    many times longer still)."""
     billing = BillingModel("fixed", 3600, 60, 300)
     n = sum(j.count for j in specs)
     state = RunState.new(TYPES, billing, None, n, list(range(n)), jobs=specs)
@@ -51,7 +54,8 @@ def deadline_run(
             job = state.work.job_of(task)
             r = random.Random(f"{task}:{machine}:{seed}")
             base = job.task_s[self.machines[machine].type]
-            return slow * base * (1 + r.uniform(-noise, noise))
+            factor = (slower or {}).get(task, 1.0)
+            return factor * slow * base * (1 + r.uniform(-noise, noise))
 
     caps = Capabilities(
         billing=billing,
