@@ -164,3 +164,55 @@ def test_a_market_that_does_not_answer_leaves_the_spot_type_at_its_cap(world: Ec
     assert fast["billed"] == fast["at_cap"]
     assert max(committed_over_time(run_dir)) <= BUDGET + 1e-9
     assert "no market price was read" in (run_dir / "report.md").read_text()
+
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "config" / "examples" / "spot_market.yaml"
+
+
+def test_the_spot_market_example_runs_against_moto(world: Ec2World) -> None:
+    """``config/examples/spot_market.yaml`` as a user runs it on EC2, pointed at moto:
+    its types (on-demand ``od`` and spot ``spot``, the same c5.large), per-second
+    billing, budget and ``spot_prices: market`` kept; what only a real account has (AMI,
+    subnets, key, security group, profile, SSH) taken from the world, the bag a few
+    synthetic tasks, the type limits and boot times this machine can run. The run reads
+    the market, runs its spot type at moto's price, bills it per second at that price,
+    stays within budget and leaves no instance running."""
+    example = yaml.safe_load(EXAMPLE.read_text(encoding="utf-8"))
+    assert example["ec2"]["spot_prices"] == "market"
+    ours = yaml.safe_load(world.config().read_text(encoding="utf-8"))
+    data = {
+        **example,
+        "bag": {"synthetic": 12},
+        "plots": False,
+        "monitoring_interval_s": 10,
+        "daemon": ours["daemon"],
+        "emulator": {**ours["emulator"], "speed": {"od": 1, "spot": 1}},
+    }
+    data["machine_types"] = [{**t, "max_count": 3, "boot_s": 5} for t in example["machine_types"]]
+    kept = {"region", "spot_prices", "types", "bootstrap", "address"}
+    data["ec2"] = {
+        **{k: v for k, v in example["ec2"].items() if k in kept},
+        **{k: v for k, v in ours["ec2"].items() if k not in kept},
+    }
+    path = world.tmp / "spot_market.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    run_dir = world.tmp / "example"
+    proc = start_daemon(str(path), "--out", str(run_dir))
+    out = finish(proc)
+    assert proc.returncode == 0, out[-3000:]
+    report: dict[str, Any] = json.loads((run_dir / "report.json").read_text())
+    assert report["tasks_done"] == 12
+    seen = journal_rows(run_dir, "PricesSeen")
+    assert seen
+    assert seen[0][2]["types"] == ["spot"]
+    per_atu = MOTO_PRICE  # the example's ATU is an hour: moto's hourly price as it is
+    assert seen[0][2]["prices"] == [pytest.approx(per_atu)]
+    spot = report["spot_prices"]
+    assert spot["source"] == "market"
+    assert spot["types"]["spot"]["cap"] == pytest.approx(0.085)
+    spot_machines = [m for m in report["machines"] if m["type"] == "spot"]
+    assert spot_machines, "the planners did not buy the spot type at a fraction of a cent"
+    assert spot["types"]["spot"]["billed"] == pytest.approx(sum(m["cost"] for m in spot_machines))
+    assert max(committed_over_time(run_dir)) <= example["constraint"]["budget"] + 1e-9
+    assert report["cost"] <= report["committed"] + 1e-9
+    assert not world.running(report["run_id"])

@@ -27,3 +27,23 @@ def test_the_on_demand_parts_forecast_is_its_mean_cost(tmp_path: Path, seed: int
     assert part.met_deadline
     assert part.predicted_cost is not None
     assert part.predicted_cost == pytest.approx(part.cost, rel=0.2)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_each_cheapest_part_s_last_forecast_is_within_a_tenth_of_its_spend(
+    tmp_path: Path, seed: int
+) -> None:
+    """The cheapest split at 1 h 30: the campus part's late tasks move onto the spot
+    part's machines after the spot part has ended, and take a share of the hours it was
+    forecast to bear; the spot part is forecast again then (it was not, and missed by
+    14 % on seed 1). Each part that spent 0.10 or more was forecast within 10 %."""
+    path = tmp_path / "cheapest.yaml"
+    path.write_text(scenario("cheapest", "1.5h", seed, 600), encoding="utf-8")
+    cfg = load_config(path)
+    done = dry_run(cfg, expand_bag(cfg), plots=False)
+    parts = [j for j in done.report.jobs if j.cost >= 0.10]
+    assert len(parts) >= 2
+    for part in parts:
+        assert part.met_deadline, part.name
+        assert part.predicted_cost is not None
+        assert part.predicted_cost == pytest.approx(part.cost, rel=0.10), part.name
