@@ -98,9 +98,10 @@ def make_config(
     budget: float,
     boot: float | None = None,
     most: int | None = None,
+    replicate: bool = True,
 ) -> RunConfig:
     """The row's run; ``boot``, a share of the ATU, sets both types' boot time (else
-    ``TYPES``' 120 s), ``most`` their limit (else 20)."""
+    ``TYPES``' 120 s), ``most`` their limit (else 20); ``replicate``: tail replication."""
     types = TYPES
     if boot is not None:
         types = [{**t, "boot_s": boot * BILLINGS[billing]["atu_s"]} for t in types]
@@ -115,6 +116,7 @@ def make_config(
             "billing": BILLINGS[billing],
             "emulator": {"seed": 0, "runtime": DISTS[dist], "speed": SPEED},
             "policy": "bats",
+            "tail_replication": replicate,
         }
     )
 
@@ -214,6 +216,7 @@ class Job:
     boot: float | None = None
     factors: tuple[float, ...] = FACTORS
     most: int | None = None  # both types' limit (None: 20)
+    replicate: bool = True  # BaTS's tail replication (``tail_replication``)
 
 
 def bag_of(job: Job) -> Job:
@@ -232,6 +235,8 @@ def run_seed(job: Job) -> SeedResult:
     dist, billing, tasks, seed, boot = job.dist, job.billing, job.tasks, job.seed, job.boot
     started = time.perf_counter()
     cfg, bag = _setup(dist, billing, tasks, boot, job.most)
+    if not job.replicate:
+        cfg = cfg.model_copy(update={"tail_replication": False})
     try:
         frontier = plan_dry(cfg, bag, seed=seed)
     except Exception as exc:  # a failed seed is counted and shown in the table
@@ -702,6 +707,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="both types' limit (default 20, which sampling launches whole: a larger one "
         "has the first plan launch machines, which boot then)",
     )
+    parser.add_argument(
+        "--no-tail-replication",
+        action="store_true",
+        help="runs without BaTS's tail replication (the first plan's forecast of the end "
+        "does not count it: with it, runs on light tails end sooner than forecast)",
+    )
     args = parser.parse_args(argv)
     dists = _names(args.dists, DISTS, "distribution(s)", parser)
     billings = _names(args.billing, BILLINGS, "billing model(s)", parser)
@@ -721,6 +732,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.seed_offset < 0:
         parser.error("--seed-offset must not be negative")
     first = args.seed_offset
+    replicate = not args.no_tail_replication
 
     started = time.perf_counter()
     state_before = library_state()
@@ -733,7 +745,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(msg, file=sys.stderr, flush=True)
 
     work = [
-        Job(d, b, args.tasks, s, boot, factors, args.max_count)
+        Job(d, b, args.tasks, s, boot, factors, args.max_count, replicate)
         for d in dists
         for b in billings
         for boot in boots
@@ -751,6 +763,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "speed 4, max 20; boot 120 s. Billing fixed (whole hours) or per_second (60 s minimum).\n"
         "BaTS defaults otherwise (z 1.96, Δ 0.25, monitoring every 5 min, tail replication)."
     )
+    if not replicate:
+        print("Tail replication: off.")
     if args.boots is not None:
         print(
             "Boot: both types boot in boot/ATU × 3600 s instead of 120 s "

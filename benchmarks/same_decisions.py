@@ -20,10 +20,11 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 from autoscaler.config.bag import expand_bag
 from autoscaler.config.schema import Bag, RunConfig
-from autoscaler.core.model import Action, Event
+from autoscaler.core.model import Action, Configure, Event
 from autoscaler.core.state import RunState
 from autoscaler.run.start import dry_run, make_emulator
 from benchmarks.scale import BIG_BUDGET_FACTOR, SEED, big_setup
@@ -35,18 +36,36 @@ def with_budget(cfg: RunConfig, budget: float) -> RunConfig:
     )
 
 
-def digest(cfg: RunConfig, n_tasks: int) -> tuple[int, str]:
-    """Steps and the digest of every step's (time, events, actions)."""
+def digest(cfg: RunConfig, n_tasks: int) -> tuple[int, str, str]:
+    """Steps, the digest of every step's (time, events, actions), and the same with each
+    plan's forecast left out (``Configure``'s predicted cost and makespan and their
+    intervals: what the run tells, not what it does)."""
     h = hashlib.sha256()
+    decided = hashlib.sha256()
     steps = 0
 
     def hook(now: float, events: list[Event], actions: list[Action], state: RunState) -> None:
         nonlocal steps
         steps += 1
         h.update(repr((now, events, actions)).encode())
+        done = [unforecast(a) for a in actions]
+        decided.update(repr((now, events, done)).encode())
 
     make_emulator(cfg, n_tasks, seed=SEED, on_step=hook).run()
-    return steps, h.hexdigest()[:16]
+    return steps, h.hexdigest()[:16], decided.hexdigest()[:16]
+
+
+def unforecast(action: Action) -> Action:
+    """``action`` without a plan's forecast, if it is a ``Configure``."""
+    if not isinstance(action, Configure):
+        return action
+    return replace(
+        action,
+        predicted_cost=None,
+        predicted_makespan_s=None,
+        cost_interval=None,
+        makespan_interval_s=None,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -73,8 +92,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"load {os.getloadavg()[0]:.2f}",
             flush=True,
         )
-    steps, hexdigest = digest(cfg, len(tasks))
+    steps, hexdigest, decided = digest(cfg, len(tasks))
     print(f"steps {steps:,}; digest of every step's events and actions {hexdigest}")
+    print(f"without the plans' forecasts (Configure's predictions): {decided}")
     return 0
 
 

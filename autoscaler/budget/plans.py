@@ -19,6 +19,7 @@ from autoscaler.core.model import Configure
 from autoscaler.core.state import RunState
 from autoscaler.core.step import Step
 from autoscaler.learn.ragged import ragged_end
+from autoscaler.learn.stats import RuntimeStats
 
 
 def budget_problem(
@@ -201,6 +202,7 @@ def configure(
         ((stats(settings, state, n), to_start * rate.get(n, 0.0) / total) for n in est),
         ((stats(settings, state, n), age) for n, a in ages.items() if n in est for age in a),
         settings.confidence_z,
+        copies=_copies(settings, state, counts, est),
     )
     point = forecast(state, s.now, counts, means, ragged.median_s, budget)
     fast = forecast(state, s.now, counts, lo, ragged.lo_s * down, budget)
@@ -219,3 +221,28 @@ def configure(
         assumed_lo_s={n: e.lo_s for n, e in within.items()},
         assumed_hi_s={n: e.hi_s for n, e in within.items()},
     )
+
+
+def _copies(
+    settings: ControllerSettings,
+    state: RunState,
+    counts: Mapping[str, int],
+    est: Mapping[str, TypeEstimate],
+) -> list[tuple[RuntimeStats, RuntimeStats, float]]:
+    """What tail replication does to the plan's end (``ragged.ragged_end``'s ``copies``):
+    each type's tasks still running when the bag is empty copied onto the fastest type
+    of the plan that is faster, in the share its slots bear to half the slower type's
+    (about half of those are still running at the fluid end). None if the run does not
+    replicate (``budget.tail``)."""
+    if settings.policy != "bats" or not settings.tail_replication:
+        return []
+    used = [n for n in est if counts.get(n, 0) > 0]
+    out = []
+    for n in used:
+        faster = [m for m in used if est[m].mean_s < est[n].mean_s]
+        if not faster:
+            continue
+        j = min(faster, key=lambda m: est[m].mean_s)
+        share = 2 * counts[j] * est[j].slots / max(1, counts[n] * est[n].slots)
+        out.append((stats(settings, state, n), stats(settings, state, j), min(share, 1.0)))
+    return out

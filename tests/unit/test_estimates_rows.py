@@ -20,6 +20,13 @@ def test_a_boot_share_sets_both_types_boot_time() -> None:
     ]
 
 
+def test_runs_replicate_unless_told_not_to() -> None:
+    """``--no-tail-replication``: the rows' runs without BaTS's tail phase, to set the
+    first plan's forecast of the end against runs it describes (it leaves copies out)."""
+    assert make_config("normal", "fixed", 10, 100.0).tail_replication
+    assert not make_config("normal", "fixed", 10, 100.0, replicate=False).tail_replication
+
+
 def test_boot_rows_print_with_their_boot_factor_and_the_issue_targets(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
