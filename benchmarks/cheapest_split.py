@@ -152,7 +152,7 @@ def one(tmp: Path, policy: str, deadline: str, seed: int, tasks: int) -> Row:
     report = done.report
     jobs = report.jobs
     plan = [(j.predicted_cost, j.cost) for j in jobs if j.predicted_cost is not None]
-    firsts = first_forecasts(out)
+    firsts, campus_first = from_journal(out)
     first = [(firsts[j.name], j.cost) for j in jobs if j.name in firsts]
     split = [(expected[j.name], j.cost) for j in jobs if j.name in expected]
     finish = max((j.finish_s or 0.0) for j in jobs)
@@ -165,33 +165,27 @@ def one(tmp: Path, policy: str, deadline: str, seed: int, tasks: int) -> Row:
         worst([(sum(f for f, _ in plan), sum(c for _, c in plan))]) if plan else None,
         worst(split) if expected else None,
         " ".join(f"{j.name.partition('@')[2] or 'all'}:{j.tasks}" for j in jobs),
-        first_launch(out),
+        campus_first,
     )
 
 
-def first_launch(run_dir: Path) -> bool | None:
-    """Whether the run's first launch (in the journal's order) was of the campus's
-    nodes, before any cloud machine was bought; None: it launched no campus node."""
+def from_journal(run_dir: Path) -> tuple[dict[str, float], bool | None]:
+    """From the run's journal, read once: each job's first forecast of its cost (the
+    report holds the last: made again whenever the plan for the job changes), and
+    whether the run's first launch was of the campus's nodes, before any cloud machine
+    was bought (None: it launched no campus node)."""
     journal = JsonlJournal(run_dir / JOURNAL_JSONL)
     try:
-        launched = [r.item.type for r in journal.records() if isinstance(r.item, Launch)]
-    finally:
-        journal.close()
-    return None if "node" not in launched else launched[0] == "node"
-
-
-def first_forecasts(run_dir: Path) -> dict[str, float]:
-    """Each job's first forecast of its cost, from the run's journal (the report holds
-    the last: made again whenever the plan for the job changes)."""
-    journal = JsonlJournal(run_dir / JOURNAL_JSONL)
-    try:
-        out: dict[str, float] = {}
+        firsts: dict[str, float] = {}
+        launched: list[str] = []
         for r in journal.records():
             if isinstance(r.item, Forecast):
-                out.setdefault(r.item.job, r.item.cost)
-        return out
+                firsts.setdefault(r.item.job, r.item.cost)
+            elif isinstance(r.item, Launch):
+                launched.append(r.item.type)
     finally:
         journal.close()
+    return firsts, None if "node" not in launched else launched[0] == "node"
 
 
 def yes_no(x: bool | None) -> str:

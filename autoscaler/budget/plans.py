@@ -232,7 +232,7 @@ def _copies(
     """What tail replication does to the plan's end (``ragged.ragged_end``'s ``copies``):
     each type's tasks still running when the bag is empty copied onto the fastest type
     of the plan that is faster, in the share its slots bear to half the slower type's
-    (about half of those are still running at the fluid end). None if the run does not
+    (about half of those are still running at the fluid end). Empty if the run does not
     replicate (``budget.tail``)."""
     if settings.policy != "bats" or not settings.tail_replication:
         return []
