@@ -111,16 +111,15 @@ def ragged_end(
     phase, ``budget.tail``). Once the bag is empty, idle machines of the faster type
     copy the tasks still running on the slower one, which then end with the first of
     the two runs: a copy is taken to start at the fluid end on that share of the
-    slower type's tasks. Replication can only shorten the end, and the low end counts
-    it; the median and the high end do not. Counted in the median too, the copies
-    brought the first plan's makespan on light tails from 5 to 15 % long to within
-    ±5 % (``benchmarks.estimates``: normal and lognormal σ 0.5, long boots, 60 machines
-    a type), but made it 10 to 23 % short on heavy ones (lognormal σ 1, Pareto α 2.5,
-    Weibull k 0.7). There the end without copies already matches runs that replicate
-    and falls about 10 % short of runs that do not: its tail, fitted to a first plan's
-    few runs, reaches too short by about what the copies save, and a first plan's
-    sample does not tell the two apart (Pareto α 2.5: sd/mean 0.23 to 0.32, as a
-    normal bag's).
+    slower type's tasks. Replication can only shorten the end: the low end counts it,
+    and so does the median where the runs seen look light-tailed (``light_tailed``);
+    the high end does not. Left out of the median, the first plan's makespan on light
+    tails was 5 to 13 % long (``benchmarks.estimates``: normal and lognormal σ 0.5, long
+    boots, 60 machines a type). Counted on heavy tails it was 10 to 23 % short
+    (lognormal σ 1, Pareto α 2.5, Weibull k 0.7): there the end without copies already
+    matches runs that replicate and falls about 10 % short of runs that do not, as its
+    tail, fitted to a first plan's few runs, reaches too short by about what the copies
+    save.
     """
     started = [(s, n) for s, n in starting if n > 0 and s.done > 0]
     going = [(s, age) for s, age in running if s.done > 0]
@@ -132,6 +131,7 @@ def ragged_end(
     for s, age in going:
         ages.setdefault(id(s), (s, []))[1].append(age)
     curves = {key: s.extreme_curve(a) for key, (s, a) in ages.items()}
+    copies = list(copies)
     copy: dict[int, tuple[Curve, float]] = {}
     for slow, fast, share in copies:
         if id(slow) in curves and share > 0 and fast.done > 0:
@@ -154,6 +154,8 @@ def ragged_end(
             points,
         )
         end = replace(end, lo_s=min(end.lo_s, copied.lo_s))
+        if light_tailed([*(s for s, _ in ages.values()), *(f for _, f, _ in copies)]):
+            end = replace(end, median_s=min(end.median_s, copied.median_s))
     heavy = {key: _heavy(c) for key, c in curves.items()}
     if all(heavy[key] is c for key, c in curves.items()):
         return end
@@ -165,6 +167,45 @@ def ragged_end(
         points,
     )
     return replace(end, hi_s=max(end.hi_s, high.hi_s))
+
+
+LIGHT_CV = 0.6
+"""The most sd/mean of a bag whose end counts tail replication's copies in its median
+(``light_tailed``): a normal bag's 0.4, a lognormal σ 0.5's 0.53; not an exponential's 1."""
+
+LIGHT_SKEW_PER_CV = 4.0
+"""The most skewness per unit of sd/mean of such a bag (``light_tailed``). A lognormal's
+is 3 + cv² (3.28 at σ 0.5, 4 at cv 1), a gamma's 2, a normal's 0; a Pareto's is
+unbounded, and at α 2.5 its pooled first-plan runs gave 4.2 to 10."""
+
+
+def light_tailed(stats: Iterable[RuntimeStats]) -> bool:
+    """Whether the runs seen on these types, each scaled to its type's mean (the types
+    run one bag), look light-tailed: sd/mean at most ``LIGHT_CV`` and skewness at most
+    ``LIGHT_SKEW_PER_CV`` times it.
+
+    On such a bag the end counts the copies of tail replication in its median: a
+    slower type's last tasks set the end, and copies on the faster one end them
+    sooner. On a heavier one the bag's longest tasks set it, wherever they run, and the
+    tail fitted to a first plan's few runs reaches short of them by about what the
+    copies save (counting the copies there made the first plan's makespan 10 to 23 %
+    short: lognormal σ 1, Pareto α 2.5, Weibull k 0.7). Each type's own sample does not
+    tell the two apart (a slow type's 30 Pareto runs: sd/mean 0.23 to 0.32, as a
+    normal bag's); all types' runs together do, as the fast type has run most of them.
+    """
+    scaled = []
+    for s in {id(s): s for s in stats}.values():
+        x = np.asarray(s.done_times)
+        if len(x) > 1 and x.mean() > 0:
+            scaled.append(x / x.mean())
+    if not scaled:
+        return False
+    x = np.concatenate(scaled)
+    cv = float(x.std())  # the mean is 1
+    if cv == 0.0:
+        return True
+    skew = float(np.mean((x - x.mean()) ** 3)) / cv**3
+    return cv <= LIGHT_CV and skew <= LIGHT_SKEW_PER_CV * cv
 
 
 def _heavy(c: Curve) -> Curve:
