@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -284,6 +285,101 @@ def forecast(
     if budget is not None:
         cost = min(cost, budget)
     return Forecast(end, cost, fluid_cost)
+
+
+def money_end(
+    state: RunState,
+    now: float,
+    counts: Mapping[str, int],
+    means: Mapping[str, float],
+    budget: float | None = None,
+) -> tuple[float, bool]:
+    """When ``counts`` would finish the tasks left (fluid, as ``forecast``) if each
+    machine's next step of paid time is bought only while the money left lasts, in the
+    order the machines need it: a machine whose next step the money cannot pay goes at
+    the end of its paid time, and the machines still paid do the rest. What a run held
+    at its budget does (``boundaries.can_extend``): ``forecast`` pays every machine to
+    the fluid end, and caps the cost, not the time. With whether the bag finishes: if
+    the money runs out with tasks left, when the last machine's paid time ends (a run
+    that finishes within the budget on this mix ends by then) and False. No budget:
+    ``forecast``'s fluid end."""
+    billing = state.billing
+    cap = state.money.budget if budget is None else budget
+    if cap is None or state.tasks_left <= 0:
+        return forecast(state, now, counts, means).end_s, True
+    left = cap - state.money.committed
+    margin = billing.boundary_margin_s()
+    # (free, paid until, rate, price of a step or inf: never extended)
+    lanes: list[list[float]] = []
+    taken: dict[str, int] = {}
+    for m in sorted(state.fleet.machines.values(), key=lambda m: m.launched_at + m.type.boot_s):
+        name = m.type.name
+        if not m.alive or name not in means:
+            continue
+        kept = not m.marked and taken.get(name, 0) < counts.get(name, 0)
+        taken[name] = taken.get(name, 0) + kept
+        step = billing.cost(m.type.price, billing.step_s) if kept else math.inf
+        free = max(now, m.launched_at + m.type.boot_s)
+        lanes.append([free, m.paid_until - margin, m.type.slots / means[name], step])
+    for name, count in state.fleet.pending_launches.values():
+        if name in means:
+            t = state.types[name]
+            step = billing.cost(t.price, billing.step_s) if counts.get(name, 0) > 0 else math.inf
+            first = now + billing.first_step_s - margin
+            lanes.extend([now + t.boot_s, first, t.slots / means[name], step] for _ in range(count))
+            taken[name] = taken.get(name, 0) + count
+    for name, want in counts.items():
+        if name not in means or want <= taken.get(name, 0):
+            continue
+        t = state.types[name]
+        new = want - taken.get(name, 0)
+        left -= new * billing.cost(t.price, billing.first_step_s)
+        first = now + billing.first_step_s - margin
+        step = billing.cost(t.price, billing.step_s)
+        lanes.extend([now + t.boot_s, first, t.slots / means[name], step] for _ in range(new))
+    return _run_out(lanes, float(state.tasks_left), now, left, billing.step_s)
+
+
+def _run_out(
+    lanes: list[list[float]], work: float, now: float, left: float, step_s: float
+) -> tuple[float, bool]:
+    """``money_end``'s fluid run: each lane (free, paid until, rate, price of a step)
+    works from ``free`` while paid; at the end of its paid time it buys ``step_s`` more
+    if ``left`` pays it, in the order the lanes need it. When the work is done and
+    True, or when the last paid time ended with work left and False."""
+    events: list[tuple[float, int, int]] = []  # (time, 0 start | 1 paid time ends, lane)
+    for i, (free, paid, _, _) in enumerate(lanes):
+        heapq.heappush(events, (free, 0, i))
+        heapq.heappush(events, (paid, 1, i))
+    working = [False] * len(lanes)
+    rate, t, on = 0.0, now, 0
+    while events:
+        at = events[0][0]
+        if at > t:
+            if rate > 0 and t + work / rate <= at:
+                return t + work / rate, True
+            work -= rate * (at - t)
+            t = at
+        _, kind, i = heapq.heappop(events)
+        free, paid, r, step = lanes[i]
+        if kind == 0:
+            if free < paid:
+                working[i] = True
+                on += 1
+                rate += r
+        elif step <= left + _EPS:
+            left -= step
+            lanes[i][1] = paid + step_s
+            heapq.heappush(events, (paid + step_s, 1, i))
+            if not working[i] and free < paid + step_s and free <= t:
+                working[i] = True
+                on += 1
+                rate += r
+        elif working[i]:
+            working[i] = False
+            on -= 1
+            rate = rate - r if on else 0.0  # no float residue once every lane stops
+    return (t + work / rate, True) if rate > 0 else (t, False)
 
 
 def _paid_by_live(state: RunState, workers: list[tuple[str, float]], now: float) -> float:

@@ -29,6 +29,7 @@ class RaggedEnd:
     median_s: float
     lo_s: float
     hi_s: float
+    uncopied_s: float | None = None  # the median without tail replication's copies
 
 
 def _tail(c: Curve) -> Gpd:
@@ -155,7 +156,8 @@ def ragged_end(
         )
         end = replace(end, lo_s=min(end.lo_s, copied.lo_s))
         if light_tailed([*(s for s, _ in ages.values()), *(f for _, f, _ in copies)]):
-            end = replace(end, median_s=min(end.median_s, copied.median_s))
+            median = min(end.median_s, copied.median_s)
+            end = replace(end, median_s=median, uncopied_s=end.median_s)
     heavy = {key: _heavy(c) for key, c in curves.items()}
     if all(heavy[key] is c for key, c in curves.items()):
         return end
