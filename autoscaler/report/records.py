@@ -47,9 +47,13 @@ class Prediction:
     at_s: float | None
     """When the plan was made, in seconds from the run's start."""
     cost_interval: tuple[float, float] | None = None
-    """The interval the plan gave its cost (the ends of the runtimes' intervals)."""
+    """The interval the plan gave its cost (the ends of the runtimes' intervals; a plan
+    forecast to spend its whole budget: down to the budget less its end reserve and one
+    unit of its dearest type, where a run that stops buying units ends)."""
     makespan_interval_s: tuple[float, float] | None = None
-    """The interval the plan gave its makespan, in seconds from the run's start."""
+    """The interval the plan gave its makespan, in seconds from the run's start (a plan
+    held at its budget: machines go as the money runs short, and the fewer left end the
+    bag later)."""
     cost_inside: bool | None = None
     """Whether the actual cost fell inside the cost interval."""
     makespan_inside: bool | None = None
