@@ -292,21 +292,20 @@ def money_end(
     now: float,
     counts: Mapping[str, int],
     means: Mapping[str, float],
-    budget: float | None = None,
+    cap: float,
 ) -> tuple[float, bool]:
     """When ``counts`` would finish the tasks left (fluid, as ``forecast``) if each
-    machine's next step of paid time is bought only while the money left lasts, in the
-    order the machines need it: a machine whose next step the money cannot pay goes at
-    the end of its paid time, and the machines still paid do the rest. What a run held
-    at its budget does (``boundaries.can_extend``): ``forecast`` pays every machine to
-    the fluid end, and caps the cost, not the time. With whether the bag finishes: if
-    the money runs out with tasks left, when the last machine's paid time ends (a run
-    that finishes within the budget on this mix ends by then) and False. No budget:
-    ``forecast``'s fluid end."""
+    machine's next step of paid time is bought only while the money left of the budget
+    ``cap`` lasts, in the order the machines need it: a machine whose next step the
+    money cannot pay goes at the end of its paid time, and the machines still paid do
+    the rest. What a run held at its budget does (``boundaries.can_extend``):
+    ``forecast`` pays every machine to the fluid end, and caps the cost, not the time.
+    With whether the bag finishes: if the money runs out with tasks left, when the last
+    machine's paid time ends (a run that finishes within the budget on this mix ends by
+    then) and False."""
+    if state.tasks_left <= 0:
+        return now, True
     billing = state.billing
-    cap = state.money.budget if budget is None else budget
-    if cap is None or state.tasks_left <= 0:
-        return forecast(state, now, counts, means).end_s, True
     left = cap - state.money.committed
     margin = billing.boundary_margin_s()
     # (free, paid until, rate, price of a step or inf: never extended)

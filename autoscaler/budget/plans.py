@@ -204,13 +204,15 @@ def configure(
         settings.confidence_z,
         copies=_copies(settings, state, counts, est),
     )
+    cap = state.money.budget if budget is None else budget
     point = forecast(state, s.now, counts, means, ragged.median_s, budget)
     point_end = point.end_s
-    if _held(state, point.cost, budget):
+    if _held(point.cost, cap):
         # Held at its budget, the run lets machines go as its money runs short, and
         # the fewer left end the bag later, an end the copies do not shorten.
+        assert cap is not None
         median = ragged.median_s if ragged.uncopied_s is None else ragged.uncopied_s
-        held, finishes = money_end(state, s.now, counts, means, budget)
+        held, finishes = money_end(state, s.now, counts, means, cap)
         if finishes:
             point_end = max(point_end, held + median)
     fast = forecast(state, s.now, counts, lo, ragged.lo_s * down, budget)
@@ -219,18 +221,20 @@ def configure(
     # estimates to (assumed_hi_s) does not, so no decision moves with it.
     hi_open = {n: h + within[n].open_s for n, h in hi.items()}
     slow = forecast(state, s.now, counts, hi_open, ragged.hi_s * up, budget)
-    short = _short_end(settings, s, counts, est, (hi, hi_open), ragged.hi_s * up, budget)
-    slow_end = max(slow.end_s, short, point_end)
-    if _held(state, slow.cost, budget):
-        ends, finishes = money_end(state, s.now, counts, hi_open, budget)
+    slow_end = max(slow.end_s, point_end)
+    if _held(slow.cost, cap):
+        assert cap is not None
+        ends, finishes = money_end(state, s.now, counts, hi_open, cap)
         slow_end = max(slow_end, ends + ragged.hi_s * up if finishes else ends)
+        short = _short_end(settings, s, est, (hi, hi_open), ragged.hi_s * up, cap)
+        slow_end = max(slow_end, short)
     return Configure(
         counts,
         point.cost,
         point_end,
         reason,
         cost_interval=(
-            min(fast.cost, point.cost, _held_low(state, counts, est, point.cost, budget)),
+            min(fast.cost, point.cost, _held_low(state, counts, est, point.cost, cap)),
             max(slow.cost, point.cost),
         ),
         makespan_interval_s=(min(fast.end_s, point_end), slow_end),
@@ -267,27 +271,24 @@ def _copies(
 def _short_end(
     settings: ControllerSettings,
     s: Step,
-    counts: Mapping[str, int],
     est: Mapping[str, TypeEstimate],
     high: tuple[Mapping[str, float], Mapping[str, float]],
     ragged_s: float,
-    budget: float | None,
+    cap: float,
 ) -> float:
-    """When a run whose runtimes are at the high end of their intervals ends, if
-    ``counts`` then costs more than the budget: the monitor re-plans onto the mix the
-    money left pays for at those runtimes (N_p < N_e), and the run ends when that mix
-    does. Before, the makespan's high end kept the plan's mix, and a run at 1.1 × B_min
-    the monitor cut from 90 machines to 31 ended 14 % past it (``benchmarks.estimates``,
-    lognormal σ 0.5, per second, long boots). ``high``: the runtimes' high ends, as
-    planned on and with runs still going let last as long again (``open_end``).
-    ``-inf`` when ``counts`` fits, or when no mix does (such a run does not finish)."""
+    """When a run whose runtimes are at the high end of their intervals ends, when its
+    mix then costs more than the budget ``cap`` (the caller's slow forecast is held
+    there): the monitor re-plans onto the mix the money left pays for at those runtimes
+    (N_p < N_e), and the run ends when that mix does. Before, the makespan's high end
+    kept the plan's mix, and a run at 1.1 × B_min the monitor cut from 90 machines to 31
+    ended 14 % past it (``benchmarks.estimates``, lognormal σ 0.5, per second, long
+    boots). ``high``: the runtimes' high ends, as planned on and with runs still going
+    let last as long again (``open_end``). ``-inf`` when no mix fits (such a run does
+    not finish)."""
     state = s.state
-    cap = state.money.budget if budget is None else budget
-    if cap is None or state.tasks_left <= 0:
+    if state.tasks_left <= 0:
         return -math.inf
     planned, ends = high
-    if forecast(state, s.now, counts, ends, ragged_s, math.inf).cost <= cap + EPS:
-        return -math.inf
     slow = {n: replace(e, mean_s=planned.get(n, e.mean_s)) for n, e in est.items()}
     money = cap - state.money.committed
     cheaper = plan(settings, state, s.now, slow, state.tasks_left, money, [])
@@ -301,27 +302,24 @@ def _held_low(
     counts: Mapping[str, int],
     est: dict[str, TypeEstimate],
     cost: float,
-    budget: float | None,
+    cap: float | None,
 ) -> float:
-    """The least a run forecast to spend its whole budget may spend. It commits money a
-    unit at a time and stops when the next unit it wants does not fit, up to one unit
-    of the dearest type of its mix short of the budget; and a re-plan as its money runs
-    short keeps back the end reserve (``runtimes.end_reserve``: a step of each type),
-    which it spends only if the end needs it. Without them, a forecast held at a budget
-    that is not a whole number of units under hourly billing was the point [B, B]: the
-    runs spent B less a fraction of a unit, or less the reserve when the monitor cut the
-    mix (``benchmarks.estimates``, long boots at 1.1 × B_min: cost coverage 40 %).
-    ``cost`` itself where the forecast is not held there."""
-    if not _held(state, cost, budget):
+    """The least a run forecast to spend its whole budget ``cap`` may spend. It commits
+    money a unit at a time and stops when the next unit it wants does not fit, up to
+    one unit of the dearest type of its mix short of the budget; and a re-plan as its
+    money runs short keeps back the end reserve (``runtimes.end_reserve``: a step of
+    each type), which it spends only if the end needs it. Without them, a forecast held
+    at a budget that is not a whole number of units under hourly billing was the point
+    [B, B]: the runs spent B less a fraction of a unit, or less the reserve when the
+    monitor cut the mix (``benchmarks.estimates``, long boots at 1.1 × B_min: cost
+    coverage 40 %). ``cost`` itself where the forecast is not held there."""
+    if cap is None or not _held(cost, cap):
         return cost
-    cap = state.money.budget if budget is None else budget
-    assert cap is not None
     billing = state.billing
     units = [billing.cost(state.types[n].price, billing.step_s) for n, c in counts.items() if c > 0]
     return cap - end_reserve(state, est) - max(units, default=0.0)
 
 
-def _held(state: RunState, cost: float, budget: float | None) -> bool:
-    """Whether a forecast ``cost`` is the budget: the forecast was capped there."""
-    cap = state.money.budget if budget is None else budget
+def _held(cost: float, cap: float | None) -> bool:
+    """Whether a forecast ``cost`` is the budget ``cap``: the forecast was capped there."""
     return cap is not None and cost >= cap - EPS

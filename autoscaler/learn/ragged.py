@@ -244,16 +244,20 @@ def _grid(
     return np.concatenate([even, seen + np.geomspace(step, far - seen, points - points // 2)])
 
 
-def _copied(cdf: np.ndarray, grid: np.ndarray, copy: Copy) -> np.ndarray:
+def _copied(
+    cdf: np.ndarray, grid: np.ndarray, copy: Copy, later: dict[int, np.ndarray]
+) -> np.ndarray:
     """The log of a task's chance to have ended by each point of ``grid`` (its own run's
     ``cdf``), averaged over its chance to be copied at the fluid end (x = 0) onto a
-    faster type, when it ends with the first of its two runs."""
+    faster type, when it ends with the first of its two runs. ``later``: each copy
+    curve's survival past the fluid end on ``grid``, worked out once per curve."""
     own: np.ndarray = np.log(np.clip(cdf, 1e-300, 1.0))
     if copy is None:
         return own
     c, share = copy
-    later = np.where(grid > 0, _survival_and_area(c, np.maximum(grid, 0.0))[0], 1.0)
-    either = 1.0 - (1.0 - cdf) * later
+    if id(c) not in later:
+        later[id(c)] = np.where(grid > 0, _survival_and_area(c, np.maximum(grid, 0.0))[0], 1.0)
+    either = 1.0 - (1.0 - cdf) * later[id(c)]
     mixed: np.ndarray = share * np.log(np.clip(either, 1e-300, 1.0)) + (1.0 - share) * own
     return mixed
 
@@ -269,6 +273,7 @@ def _end_of(
     quantiles at ±``z``."""
     grid = _grid(span, starts, runs, points)
     log_cdf = np.zeros(len(grid))
+    copies: dict[int, np.ndarray] = {}
     for c, n, copy in starts:
         e_eq = (c.sd_s**2 + c.mean_s**2) / (2 * c.mean_s)
         width = span - e_eq
@@ -281,13 +286,13 @@ def _end_of(
             a_hi = hi_t - _survival_and_area(c, hi_t)[1]
             a_lo = lo_t - _survival_and_area(c, lo_t)[1]
             cdf = (a_hi - a_lo) / width
-        log_cdf += n * _copied(cdf, grid, copy)
+        log_cdf += n * _copied(cdf, grid, copy, copies)
     for c, age, copy in runs:
         s_age = float(_survival_and_area(c, np.asarray([age]))[0][0])
         if s_age <= 0:
             continue
         later = _survival_and_area(c, np.maximum(age + span + grid, 0.0))[0]
-        log_cdf += _copied(1.0 - later / s_age, grid, copy)
+        log_cdf += _copied(1.0 - later / s_age, grid, copy, copies)
     cdf_max = np.exp(log_cdf)
     above = 1.0 - cdf_max
     expected = float(grid[0] + np.sum((above[1:] + above[:-1]) / 2 * np.diff(grid)))

@@ -10,17 +10,12 @@ from __future__ import annotations
 
 import pytest
 
-from autoscaler.run.start import dry_run, plan_dry
-from benchmarks.estimates import _setup, with_budget
+from tests.unit.long_boot_runs import long_boot_run
 
 
 @pytest.mark.parametrize("seed", [1, 2])
 def test_a_run_held_at_its_budget_spends_inside_its_cost_interval(seed: int) -> None:
-    cfg, bag = _setup("normal", "fixed", 2000, 0.4, 60)
-    b_min = plan_dry(cfg, bag, seed=seed).minimum_budget
-    assert b_min is not None
-    budget = round(1.1 * b_min, 2)
-    report = dry_run(with_budget(cfg, budget), bag, seed=seed, plots=False).report
+    cfg, budget, report = long_boot_run("normal", "fixed", 0.4, 1.1, seed)
     p = report.predicted
     assert p is not None
     assert p.cost_interval is not None

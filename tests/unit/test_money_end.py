@@ -17,8 +17,7 @@ from autoscaler.budget.outlook import _run_out, forecast, money_end
 from autoscaler.core.billing import BillingModel
 from autoscaler.core.model import TypeSpec
 from autoscaler.core.state import RunState
-from autoscaler.run.start import dry_run, plan_dry
-from benchmarks.estimates import _setup, with_budget
+from tests.unit.long_boot_runs import long_boot_run
 
 SLOW = TypeSpec("slow", price=1.0, max_count=10, boot_s=100.0)
 HOURLY = BillingModel("fixed", 3600.0, margin_s=0.0)
@@ -33,7 +32,7 @@ def test_money_enough_ends_where_the_fluid_forecast_does() -> None:
     do a task every 300 s together, 30,100 s; 9 hours each, $18, within $30."""
     state = fresh(30.0)
     counts, means = {"slow": 2}, {"slow": 600.0}
-    assert money_end(state, 0.0, counts, means) == pytest.approx((30_100.0, True))
+    assert money_end(state, 0.0, counts, means, 30.0) == pytest.approx((30_100.0, True))
     assert forecast(state, 0.0, counts, means).end_s == pytest.approx(30_100.0)
 
 
@@ -42,7 +41,9 @@ def test_a_machine_whose_next_hour_the_money_cannot_pay_goes() -> None:
     sixth, in the order the machines need them. At 21,600 s one goes with 71.7 tasks
     done; the other does 6 more by 25,200 s, when the money is gone with tasks left."""
     state = fresh(13.0)
-    assert money_end(state, 0.0, {"slow": 2}, {"slow": 600.0}) == pytest.approx((25_200.0, False))
+    assert money_end(state, 0.0, {"slow": 2}, {"slow": 600.0}, 13.0) == pytest.approx(
+        (25_200.0, False)
+    )
 
 
 def test_a_late_end_the_money_still_pays() -> None:
@@ -50,8 +51,10 @@ def test_a_late_end_the_money_still_pays() -> None:
     second machine goes at 28,800 s with 95.7 tasks done, and the first does the rest
     alone, 600 s a task, by 31,400 s."""
     state = fresh(20.0)
-    assert money_end(state, 0.0, {"slow": 2}, {"slow": 600.0}) == pytest.approx((30_100.0, True))
-    end, finishes = money_end(fresh(17.0), 0.0, {"slow": 2}, {"slow": 600.0})
+    assert money_end(state, 0.0, {"slow": 2}, {"slow": 600.0}, 20.0) == pytest.approx(
+        (30_100.0, True)
+    )
+    end, finishes = money_end(fresh(17.0), 0.0, {"slow": 2}, {"slow": 600.0}, 17.0)
     assert finishes
     done = 2 * (28_800.0 - 100.0) / 600.0
     assert end == pytest.approx(28_800.0 + (100 - done) * 600.0)
@@ -114,10 +117,7 @@ def test_a_run_at_1_1_b_min_ends_inside_its_first_plan_s_interval(
     10,457 s against intervals ending at 9,425 and 9,322. Per second, seed 1: the
     monitor cut 90 machines to 31 (N_p < N_e) and the run ended at 10,261 s against an
     interval ending at 8,972 (``plans._short_end``)."""
-    cfg, bag = _setup(dist, billing, 2000, 0.4, 60)
-    b_min = plan_dry(cfg, bag, seed=seed).minimum_budget
-    assert b_min is not None
-    report = dry_run(with_budget(cfg, round(1.1 * b_min, 2)), bag, seed=seed, plots=False).report
+    _, _, report = long_boot_run(dist, billing, 0.4, 1.1, seed)
     assert report.tasks_done == 2000
     p = report.predicted
     assert p is not None

@@ -15,8 +15,7 @@ import pytest
 
 from autoscaler.learn.ragged import light_tailed, ragged_end
 from autoscaler.learn.stats import RuntimeStats
-from autoscaler.run.start import dry_run, plan_dry
-from benchmarks.estimates import _setup, with_budget
+from tests.unit.long_boot_runs import long_boot_run
 
 
 def _stats(runs: np.ndarray) -> RuntimeStats:
@@ -108,10 +107,7 @@ def test_a_replicating_run_ends_inside_the_first_plan_s_interval(seed: int) -> N
     in a tenth of the hour, 60 of each, 2000 tasks, twice the least budget: the run's
     makespan is inside the first plan's interval (seed 2 ended 0.8 % below its low end),
     and its point forecast within 6 % (16 % when the median left the copies out)."""
-    cfg, bag = _setup("normal", "fixed", 2000, 0.1, 60)
-    b_min = plan_dry(cfg, bag, seed=seed).minimum_budget
-    assert b_min is not None
-    report = dry_run(with_budget(cfg, round(2 * b_min, 2)), bag, seed=seed, plots=False).report
+    _, _, report = long_boot_run("normal", "fixed", 0.1, 2, seed)
     assert report.tasks_done == 2000
     p = report.predicted
     assert p is not None
