@@ -32,13 +32,16 @@ first), a recipient is never made late nor extended beyond its paid time (so a m
 never costs money or creates a violation), and what is still late after the moves is
 returned (``Lateness``: tasks and seconds per job), for the controller to buy machines
 if the deadline and the budget allow, or to say early that the deadline will not hold.
+A queue's first job (EDF) must end ``Queue.lead_s`` before its deadline: the spread of
+the end of the task running before it, which its own guard does not cover (the watch
+sets it; ``deadline.queues``).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from autoscaler.core.model import Move
 
@@ -54,6 +57,7 @@ class Queue:
     paid_until: float  # its paid time; a recipient's queue must end by it
     tasks: Sequence[tuple[int, str]]  # queued, not started: (task id, job name), in order
     task_s: Mapping[str, float]  # its time per task of each job (observed, else planned)
+    lead_s: float = 0.0  # how much earlier its first job (EDF) must end: its running task's spread
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,9 +82,9 @@ def finish_times(q: Queue, deadlines: Mapping[str, float]) -> dict[str, float]:
         per_job[job] = per_job.get(job, 0) + 1
     t = q.busy_until
     out: dict[str, float] = {}
-    for job in sorted(per_job, key=lambda j: deadlines[j]):
+    for i, job in enumerate(sorted(per_job, key=lambda j: deadlines[j])):
         t += per_job[job] * q.task_s[job]
-        out[job] = t
+        out[job] = t + (q.lead_s if i == 0 else 0.0)
     return out
 
 
@@ -92,13 +96,14 @@ def late_tasks(q: Queue, deadlines: Mapping[str, float]) -> dict[str, tuple[int,
         per_job[job] = per_job.get(job, 0) + 1
     t = q.busy_until
     out: dict[str, tuple[int, float]] = {}
-    for job in sorted(per_job, key=lambda j: deadlines[j]):
+    for i, job in enumerate(sorted(per_job, key=lambda j: deadlines[j])):
         start = t
         t += per_job[job] * q.task_s[job]
-        if t > deadlines[job] + _EPS:
+        due = deadlines[job] - (q.lead_s if i == 0 else 0.0)
+        if t > due + _EPS:
             e = q.task_s[job]
-            on_time = max(0, math.floor((deadlines[job] - start) / e + _EPS)) if e > 0 else 0
-            out[job] = (per_job[job] - min(on_time, per_job[job]), t - deadlines[job])
+            on_time = max(0, math.floor((due - start) / e + _EPS)) if e > 0 else 0
+            out[job] = (per_job[job] - min(on_time, per_job[job]), t - due)
     return out
 
 
@@ -115,9 +120,9 @@ def room(q: Queue, job: str, e: float, deadlines: Mapping[str, float]) -> int:
     # that fits is the least slack among those, over e.
     t = q.busy_until
     ends: dict[str, float] = {}
-    for j in order:
+    for i, j in enumerate(order):
         t += per_job.get(j, 0) * (q.task_s[j] if j in per_job else 0.0)
-        ends[j] = t
+        ends[j] = t + (q.lead_s if i == 0 else 0.0)
     if any(ends[j] > deadlines[j] + _EPS for j in per_job):
         return 0  # late already: not a recipient
     at = order.index(job)
@@ -153,8 +158,8 @@ def reassign(queues: Sequence[Queue], deadlines: Mapping[str, float]) -> Reassig
                 if n <= 0:
                     continue
                 taken = _take_last(q, job, n)
-                q = Queue(q.machine, q.busy_until, q.paid_until, _without(q, taken), q.task_s)
-                r = Queue(r.machine, r.busy_until, r.paid_until, [*r.tasks, *taken], r.task_s)
+                q = replace(q, tasks=_without(q, taken))
+                r = replace(r, tasks=[*r.tasks, *taken])
                 work[vg], work[vr] = q, r
                 moves.append(Move(tuple(t for t, _ in taken), vg, vr))
                 recipients.remove(vr)

@@ -50,7 +50,11 @@ def move_late(cfg: DeadlineSettings, s: Step) -> set[str]:
     Returns the jobs whose tasks moved (what the plan expects of them changed)."""
     state = s.state
     machines = state.fleet.machines
-    queues = [q for q in all_queues(cfg, state, s.now) if not _draining(machines.get(q.machine))]
+    queues = [
+        q
+        for q in all_queues(cfg, state, s.now, cfg.guard_z)
+        if not _draining(machines.get(q.machine))
+    ]
     result = reassign(queues, job_deadlines(cfg, state, guarded=True))
     moved: set[str] = set()
     for move in result.moves:
@@ -69,7 +73,7 @@ def watch(cfg: DeadlineSettings, s: PlanStep, buy: bool) -> set[str]:
     changed: set[str] = set()
     if buy:
         guarded = job_deadlines(cfg, state, guarded=True)
-        at_risk = lateness(all_queues(cfg, state, s.now), guarded)
+        at_risk = lateness(all_queues(cfg, state, s.now, cfg.guard_z), guarded)
         if at_risk:
             bought, cause = buy_for_late(cfg, s, at_risk, guarded)
             if bought:
@@ -134,7 +138,7 @@ def buy_for_late(
     their spread (``forecast.at_low_end``: not a few slow first runs) go to new
     machines of its fallback types (``JobSpec.fallback``): the other providers'."""
     state = s.state
-    queues = all_queues(cfg, state, s.now)
+    queues = all_queues(cfg, state, s.now, cfg.guard_z)
     bought, cause = _buy(cfg, s, queues, late, deadlines)
     if bought or cause != "deadline":
         return bought, cause
