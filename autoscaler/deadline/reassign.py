@@ -32,9 +32,11 @@ first), a recipient is never made late nor extended beyond its paid time (so a m
 never costs money or creates a violation), and what is still late after the moves is
 returned (``Lateness``: tasks and seconds per job), for the controller to buy machines
 if the deadline and the budget allow, or to say early that the deadline will not hold.
-A queue's first job (EDF) must end ``Queue.lead_s`` before its deadline: the spread of
-the end of the task running before it, which its own guard does not cover (the watch
-sets it; ``deadline.queues``).
+A job whose last task on a queue is the next to start there (the first job, EDF, with
+one task queued) must end ``Queue.lead_s`` before its deadline: the spread of the end of
+the task running before it, which its own guard does not cover and no later move can
+mend (the watch sets it; ``deadline.queues``). A job with more tasks queued behind is
+left to later moves.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ class Queue:
     paid_until: float  # its paid time; a recipient's queue must end by it
     tasks: Sequence[tuple[int, str]]  # queued, not started: (task id, job name), in order
     task_s: Mapping[str, float]  # its time per task of each job (observed, else planned)
-    lead_s: float = 0.0  # how much earlier its first job (EDF) must end: its running task's spread
+    lead_s: float = 0.0  # how much earlier its next task must end, when it is its job's last here
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +86,7 @@ def finish_times(q: Queue, deadlines: Mapping[str, float]) -> dict[str, float]:
     out: dict[str, float] = {}
     for i, job in enumerate(sorted(per_job, key=lambda j: deadlines[j])):
         t += per_job[job] * q.task_s[job]
-        out[job] = t + (q.lead_s if i == 0 else 0.0)
+        out[job] = t + (q.lead_s if i == 0 and per_job[job] == 1 else 0.0)
     return out
 
 
@@ -99,7 +101,7 @@ def late_tasks(q: Queue, deadlines: Mapping[str, float]) -> dict[str, tuple[int,
     for i, job in enumerate(sorted(per_job, key=lambda j: deadlines[j])):
         start = t
         t += per_job[job] * q.task_s[job]
-        due = deadlines[job] - (q.lead_s if i == 0 else 0.0)
+        due = deadlines[job] - (q.lead_s if i == 0 and per_job[job] == 1 else 0.0)
         if t > due + _EPS:
             e = q.task_s[job]
             on_time = max(0, math.floor((due - start) / e + _EPS)) if e > 0 else 0
@@ -122,7 +124,7 @@ def room(q: Queue, job: str, e: float, deadlines: Mapping[str, float]) -> int:
     ends: dict[str, float] = {}
     for i, j in enumerate(order):
         t += per_job.get(j, 0) * (q.task_s[j] if j in per_job else 0.0)
-        ends[j] = t + (q.lead_s if i == 0 else 0.0)
+        ends[j] = t + (q.lead_s if i == 0 and per_job.get(j, 0) <= 1 else 0.0)
     if any(ends[j] > deadlines[j] + _EPS for j in per_job):
         return 0  # late already: not a recipient
     at = order.index(job)

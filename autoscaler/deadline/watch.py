@@ -73,7 +73,7 @@ def watch(cfg: DeadlineSettings, s: PlanStep, buy: bool) -> set[str]:
     changed: set[str] = set()
     if buy:
         guarded = job_deadlines(cfg, state, guarded=True)
-        at_risk = lateness(all_queues(cfg, state, s.now, cfg.guard_z), guarded)
+        at_risk = lateness(all_queues(cfg, state, s.now), guarded)
         if at_risk:
             bought, cause = buy_for_late(cfg, s, at_risk, guarded)
             if bought:
@@ -138,7 +138,7 @@ def buy_for_late(
     their spread (``forecast.at_low_end``: not a few slow first runs) go to new
     machines of its fallback types (``JobSpec.fallback``): the other providers'."""
     state = s.state
-    queues = all_queues(cfg, state, s.now, cfg.guard_z)
+    queues = all_queues(cfg, state, s.now)
     bought, cause = _buy(cfg, s, queues, late, deadlines)
     if bought or cause != "deadline":
         return bought, cause

@@ -94,8 +94,9 @@ def test_a_last_task_queued_behind_a_slow_run_is_moved_in_time() -> None:
 
 def test_the_first_job_behind_a_running_task_ends_before_its_deadline_by_the_lead() -> None:
     """The guard covers a job's own task's spread; the task running before it adds its
-    own. With the lead, a job whose last task starts next is moved when the running
-    task's spread could carry it past its (guarded) deadline, to a machine with room."""
+    own. With the lead, a job whose last task on a machine starts there next is moved
+    when the running task's spread could carry it past its (guarded) deadline, to a
+    machine with room."""
     deadlines = {"a1": 1172.3, "a2": 1500.0}
     times = {"a1": 78.1, "a2": 81.2}
     behind = Queue("m3", 1090.2, 3540.0, [(42, "a1"), (307, "a2")], times)
@@ -108,6 +109,10 @@ def test_the_first_job_behind_a_running_task_ends_before_its_deadline_by_the_lea
     result = reassign([led, free], deadlines)
     assert [(m.tasks, m.source, m.target) for m in result.moves] == [((42,), "m3", "m9")]
     assert result.late == ()
+    # A job with more of its tasks queued behind the next is left to later moves: its
+    # last task here has not started by the next tick (one task of a1 ahead of it here).
+    two = Queue("m3", 1012.1, 3540.0, [(41, "a1"), (42, "a1")], times, lead_s=12.0)
+    assert late_tasks(two, deadlines) == {}
     # A machine whose first job is within its lead of its deadline takes nothing.
     full = Queue("m9", 1080.0, 3540.0, [(9, "a1")], times, lead_s=20.0)
     assert reassign([led, full], deadlines).moves == ()
