@@ -121,6 +121,6 @@ def _slotted(
 def all_queues(
     cfg: DeadlineSettings, state: RunState, now: float, lead_z: float = 0.0
 ) -> list[Queue]:
-    """Every alive machine's queue; ``lead_z``: with its first job's lead (``Queue.lead_s``)
-    that many sds of its running task's end."""
+    """Every alive machine's queue; ``lead_z``: its lead (``Queue.lead_s``) that many sds
+    of its running task's end (0: none, as forecasts and plans see it)."""
     return [queue_of(cfg, state, m, now, lead_z) for m in state.fleet.alive_machines()]
