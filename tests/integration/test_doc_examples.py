@@ -16,7 +16,9 @@ directory of its own:
 An HTML comment on the line before a block says where it runs or that it does not:
 ``<!-- runs on: sge -->`` (the one-node Grid Engine), ``slurm`` (the one-node Slurm),
 ``ec2`` (a moto server on loopback, through ``AWS_ENDPOINT_URL``, with fake
-credentials); ``<!-- not run: REASON -->`` keeps a block out, visibly in the source. Only
+credentials); ``<!-- runs alone: REASON -->`` runs it here with the tests marked
+``alone`` (after the others, beside little load: a time-scaled run whose spend the host's
+load would shift); ``<!-- not run: REASON -->`` keeps a block out, visibly in the source. Only
 the test command itself (``bash tests/run.sh``, which CI runs) is kept out:
 ``test_only_the_test_command_is_not_run`` fails on any other. A fence without a language
 fails ``test_every_block_says_what_it_is``, so no shell example hides as plain text.
@@ -55,7 +57,7 @@ TEST_COMMAND = "bash tests/run.sh"
 pytestmark = pytest.mark.integration
 
 _FENCE = re.compile(r"^\s*(`{3,})\s*([\w-]*)\s*$")
-_MARK = re.compile(r"^<!--\s*(runs on|not run):\s*(.*?)\s*-->$")
+_MARK = re.compile(r"^<!--\s*(runs on|runs alone|not run):\s*(.*?)\s*-->$")
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,10 @@ class Block:
     @property
     def where(self) -> str:
         return self.mark[1] if self.mark and self.mark[0] == "runs on" else "here"
+
+    @property
+    def alone(self) -> bool:
+        return self.mark is not None and self.mark[0] == "runs alone"
 
     @property
     def run(self) -> bool:
@@ -240,6 +246,8 @@ def assert_cluster_runs_finished(
 
 def _param(block: Block) -> object:
     marks = [*WHERES.get(block.where, ()), pytest.mark.slow]
+    if block.alone:
+        marks.append(pytest.mark.alone)
     if block.where in ("sge", "slurm") or "pip install" in block.text:
         marks.append(pytest.mark.long(2))  # a cluster's example run, or an installation
     return pytest.param(block, id=block.name, marks=marks)
