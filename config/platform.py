@@ -269,15 +269,15 @@ class Daemon(ConfigModel):
         default=2.0,
         ge=0,
         description="task groups: a machine is handed at most this much expected work at "
-        "once (real seconds), its agent reporting results many per message; 0: one task "
-        "per slot at a time (one-by-one dispatch)",
+        "once (real seconds), its agent reporting results many per message; stretched as "
+        "the heartbeat is; 0: one task per slot at a time (one-by-one dispatch)",
     )
     report_s: float = Field(
         default=0.25,
         ge=0,
         le=60,
         description="an agent with queued tasks holds a result at most this long, to send "
-        "several in one request",
+        "several in one request; once the heartbeat stretches, until its heartbeat",
     )
     metrics_port: int | None = Field(
         default=None, ge=0, le=65535, description="serve Prometheus metrics on this port"

@@ -40,7 +40,7 @@ from autoscaler.budget.fleet import meet_target
 from autoscaler.budget.problem import BudgetProblem, Plan, TypeEstimate
 from autoscaler.budget.settings import ControllerSettings, money_left, planned
 from autoscaler.budget.tail import replicate, take_back
-from autoscaler.core.groups import GroupLimits, fair_share, group_size
+from autoscaler.core.groups import GroupLimits, fair_share, group_size, stretched
 from autoscaler.core.limits import quota_grew
 from autoscaler.core.model import (
     NOTICE_REASON,
@@ -396,15 +396,16 @@ class Controller:
             share=share,
             mean_s=stats.mean() if known else None,
             window_s=window,
-            limits=self._limits(t),
+            limits=self._limits(t, len(state.fleet.alive)),
         )
 
-    def _limits(self, t: TypeSpec) -> GroupLimits:
-        """The group limits of type ``t`` (made once per type: a dispatch asks for them
-        for every group)."""
+    def _limits(self, t: TypeSpec, machines: int) -> GroupLimits:
+        """The group limits of type ``t`` in a fleet of ``machines`` (made once per type
+        and horizon: a dispatch asks for them for every group)."""
+        horizon = stretched(self.settings.group_s, self.settings.group_fleet, machines)
         kept = self._group_limits.get(t.name)
-        if kept is None or kept[0] is not t:
-            kept = (t, GroupLimits(self.settings.group_s, t.group_max_s, t.group_max_tasks))
+        if kept is None or kept[0] is not t or kept[1].horizon_s != horizon:
+            kept = (t, GroupLimits(horizon, t.group_max_s, t.group_max_tasks))
             self._group_limits[t.name] = kept
         return kept[1]
 

@@ -35,6 +35,7 @@ class ControllerSettings:
     hold_after_sampling: bool = False  # `autoscaler plan`: Hold once the samples are in
     sampling_mode: Literal["plain", "compact"] = "plain"  # compact: slides 001 (budget.sampling)
     group_s: float = 0.0  # task groups: expected work handed to a machine at once (run s)
+    group_fleet: float = 0.0  # past this many machines alive group_s grows in proportion; 0: never
 
 
 def planned(decisions: Decisions) -> bool:

@@ -7,8 +7,9 @@ apply to us (paper 004, policies 1–7):
 
 * its expected time, ⌈k / slots⌉ waves of the type's mean task time, fits the time the
   machine may still work: the paid time left when it will not be extended, else the
-  group horizon (``group_s``: take-back stays cheap and the estimate fresh), and the
-  type's own limits (``max_s``, policies 1–2; ``max_tasks``);
+  group horizon (``group_s``: take-back stays cheap and the estimate fresh; stretched in
+  a fleet of thousands as the agents' heartbeat is, ``stretched``), and the type's own
+  limits (``max_s``, policies 1–2; ``max_tasks``);
 * it is at most a fair share of the tasks left among the machines' slots, so no machine
   hoards the bag's tail (policy 7, tasks left);
 * without an estimate yet (sampling), it is one task per free slot;
@@ -33,6 +34,17 @@ class GroupLimits:
     horizon_s: float = 0.0  # a group's expected time at most this (run seconds); 0: one per slot
     max_s: float | None = None  # the type's limit on a group's expected time (run seconds)
     max_tasks: int | None = None  # the type's limit on tasks per group
+
+
+def stretched(horizon_s: float, fleet_at: float, machines: int) -> float:
+    """The group horizon in a fleet of ``machines``: ``horizon_s``, grown in proportion to
+    the machines past ``fleet_at`` of them (0: never), as the agents' heartbeat grows
+    (``run.agents.heartbeat_s``): a busy agent reports once a heartbeat, so a group of a
+    heartbeat's work costs about one request, where groups of one short task cost one
+    each."""
+    if fleet_at <= 0 or machines <= fleet_at:
+        return horizon_s
+    return horizon_s * machines / fleet_at
 
 
 def fair_share(pending: int, slots: int, total_slots: int) -> int:

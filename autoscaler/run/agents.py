@@ -263,7 +263,7 @@ class Agents:
             "renew_in_s": held.renew_in_s,
             "heartbeat_s": heartbeat_s(self.cfg.daemon, fleet),
             "slots": m.type.slots,
-            "report_s": self.cfg.daemon.report_s,
+            "report_s": report_s(self.cfg.daemon, fleet),
             **self._setup(m),
         }
 
@@ -325,6 +325,25 @@ told to report less often, and silence is judged against the longer interval."""
 def heartbeat_s(d: DaemonSettings, machines: int) -> float:
     """How often each of ``machines`` agents is asked to report while busy."""
     return max(d.heartbeat_s, machines / HEARTBEATS_PER_S)
+
+
+def stretch_from(d: DaemonSettings) -> float:
+    """The fleet past which the heartbeat stretches, in proportion to the machines: the
+    task groups' horizon stretches with it (``ControllerSettings.group_fleet``)."""
+    return HEARTBEATS_PER_S * d.heartbeat_s
+
+
+def report_s(d: DaemonSettings, machines: int) -> float:
+    """How long an agent of a fleet of ``machines`` with queued tasks holds a result before
+    it sends it: the config's ``report_s`` while the heartbeat is the config's, and the
+    heartbeat once it stretches. A busy agent's results then ride on its heartbeats, and
+    its groups hold as much work (``core.groups.stretched``), so an agent sends about one
+    request a heartbeat whatever its tasks' length: at 5,000 agents of 2 s tasks, one
+    request every 10 s carrying five results instead of one a task, which the daemon's
+    CPU cannot answer (2,500 requests a second; issue 36). Results come in up to a
+    heartbeat late; the agent measures each run's time itself."""
+    beat = heartbeat_s(d, machines)
+    return d.report_s if beat <= d.heartbeat_s else max(d.report_s, beat)
 
 
 def lost_after_s(d: DaemonSettings, machines: int) -> float:

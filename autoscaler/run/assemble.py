@@ -52,6 +52,7 @@ from autoscaler.core.state import RunState
 from autoscaler.deadline.deadline_controller import DeadlineController, DeadlineSettings
 from autoscaler.learn.stats import sample_size
 from autoscaler.providers import registry
+from autoscaler.run.agents import stretch_from
 
 REAL_SLACK_S = 1.0
 """Real seconds a time-scaled run keeps between a release decision and the boundary.
@@ -110,6 +111,7 @@ def controller_settings(cfg: RunConfig) -> ControllerSettings:
         solver=cfg.solver,
         on_shortfall=cfg.constraint.on_shortfall,
         group_s=cfg.daemon.group_s * cfg.time_scale,
+        group_fleet=stretch_from(cfg.daemon),
     )
 
 

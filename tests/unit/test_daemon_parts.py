@@ -37,7 +37,14 @@ from autoscaler.providers.base import (
     PartialLaunch,
     ProviderState,
 )
-from autoscaler.run.agents import HEARTBEATS_PER_S, heartbeat_s, lost_after_s, lost_contact
+from autoscaler.run.agents import (
+    HEARTBEATS_PER_S,
+    heartbeat_s,
+    lost_after_s,
+    lost_contact,
+    report_s,
+    stretch_from,
+)
 from autoscaler.run.assemble import controller_settings, new_state
 from autoscaler.run.carry_out import SCANS_PER_LIMIT, Executor
 from autoscaler.run.dispatch import Dispatcher
@@ -78,6 +85,19 @@ def test_a_booting_machine_has_its_boot_time_before_it_is_lost() -> None:
     assert lost_contact([booting], since, {}, mono=100.0 + 60.0 + 10.5, cfg=CFG) == [
         MachineLost("m", "never reported in")
     ]
+
+
+def test_past_the_stretch_a_busy_agents_results_ride_on_its_heartbeat() -> None:
+    """Up to the fleet where the heartbeat stretches, results wait ``report_s``; past it
+    they wait for the heartbeat, and the group horizon stretches from the same fleet."""
+    d = CFG.daemon
+    at = stretch_from(d)
+    assert at == HEARTBEATS_PER_S * d.heartbeat_s
+    assert report_s(d, 1) == report_s(d, int(at)) == d.report_s
+    assert report_s(d, int(at) + 1) == heartbeat_s(d, int(at) + 1) > d.heartbeat_s
+    assert report_s(d, 5 * int(at)) == 5 * d.heartbeat_s
+    slow = d.model_copy(update={"report_s": 60.0})
+    assert report_s(slow, 5 * int(at)) == 60.0  # never shorter than the config's
 
 
 def test_a_machine_the_daemon_does_not_track_is_not_judged() -> None:

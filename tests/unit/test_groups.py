@@ -9,7 +9,7 @@ import pytest
 
 from autoscaler.config.load import load_config
 from autoscaler.core.billing import BillingModel
-from autoscaler.core.groups import GroupLimits, fair_share, group_size
+from autoscaler.core.groups import GroupLimits, fair_share, group_size, stretched
 from autoscaler.core.journal import SqliteJournal, replay
 from autoscaler.core.model import (
     Action,
@@ -93,6 +93,13 @@ def two_machines() -> RunState:
     return state
 
 
+def test_the_horizon_stretches_with_the_fleet_past_where_the_heartbeat_does() -> None:
+    assert stretched(2.0, 1000, 1) == stretched(2.0, 1000, 1000) == 2.0
+    assert stretched(2.0, 1000, 5000) == 10.0
+    assert stretched(2.0, 0, 10**6) == 2.0  # 0: never
+    assert stretched(0.0, 1000, 5000) == 0.0  # one task per slot stays so
+
+
 def test_a_step_merges_assigns_to_one_machine_into_a_group_and_replays_equal() -> None:
     live, replayed = two_machines(), two_machines()
     s = Step(live, 11.0)
@@ -152,20 +159,21 @@ machine_types:
 emulator:
   runtime: {dist: normal, mean_s: 20, sd_s: 4}
   speed: {large: 2.0}
-daemon: {group_s: GROUP}
+daemon: {group_s: GROUP, heartbeat_s: BEAT}
 policy: POLICY
 """
 
 
 def emulate(
-    tmp_path: Path, group_s: float, slots: int = 1, policy: str = "bats"
+    tmp_path: Path, group_s: float, slots: int = 1, policy: str = "bats", beat: float = 2.0
 ) -> tuple[RunState, list[Action]]:
-    path = tmp_path / f"run-{group_s}-{slots}-{policy}.yaml"
+    path = tmp_path / f"run-{group_s}-{slots}-{policy}-{beat}.yaml"
     text = CONFIG.replace("GROUP", str(group_s)).replace("SLOTS", str(slots))
+    text = text.replace("BEAT", str(beat))
     path.write_text(text.replace("POLICY", policy))
     cfg = load_config(path)
     taken: list[Action] = []
-    journal = SqliteJournal(tmp_path / f"j-{group_s}-{slots}-{policy}.db")
+    journal = SqliteJournal(tmp_path / f"j-{group_s}-{slots}-{policy}-{beat}.db")
 
     def hook(now: float, events: list[Event], actions: list[Action], state: RunState) -> None:
         journal.step(now, events, actions)
@@ -182,6 +190,23 @@ def emulate(
     return state, taken
 
 
+def assert_every_task_done_once_in_budget(state: RunState) -> None:
+    assert state.tasks.done == 600
+    assert state.money.committed <= 40.0 + 1e-9
+    done = Counter(s.task for s in state.tasks.segments if s.outcome == "done")
+    assert set(done) == set(range(600))
+    assert max(done.values()) == 1
+
+
+def largest_group(actions: list[Action]) -> int:
+    return max((len(a.tasks) for a in actions if isinstance(a, AssignGroup)), default=1)
+
+
+def records(actions: list[Action]) -> int:
+    """Assignment records: one per group, one per task without groups."""
+    return sum(isinstance(a, Assign | AssignGroup) for a in actions)
+
+
 @pytest.mark.parametrize("policy", ["bats", "round_robin"])
 def test_groups_hand_out_many_tasks_per_record_and_finish_every_task_once(
     tmp_path: Path, policy: str
@@ -191,18 +216,25 @@ def test_groups_hand_out_many_tasks_per_record_and_finish_every_task_once(
     one, one_actions = emulate(tmp_path, 0.0, policy=policy)
     grouped, actions = emulate(tmp_path, 120.0, policy=policy)
     for state in (one, grouped):
-        assert state.tasks.done == 600
-        assert state.money.committed <= 40.0 + 1e-9
-        done = Counter(s.task for s in state.tasks.segments if s.outcome == "done")
-        assert set(done) == set(range(600))
-        assert max(done.values()) == 1
-    groups = [a for a in actions if isinstance(a, AssignGroup)]
-    assert groups
-    assert max(len(g.tasks) for g in groups) > 1
-    records = sum(isinstance(a, Assign | AssignGroup) for a in actions)
-    assert records < sum(isinstance(a, Assign | AssignGroup) for a in one_actions) / 2
+        assert_every_task_done_once_in_budget(state)
+    assert largest_group(actions) > 1
+    assert records(actions) < records(one_actions) / 2
+    assert not [a for a in one_actions if isinstance(a, AssignGroup)]  # one task a record
     # one record per group, one task per record without groups
     assert not [a for a in one_actions if isinstance(a, AssignGroup)]
+
+
+def test_a_fleet_past_the_heartbeats_stretch_gets_groups_as_much_longer(tmp_path: Path) -> None:
+    """A heartbeat of 4 ms stretches past 500 × 0.004 = 2 machines: with up to 8 machines
+    alive the horizon is up to 4× longer, and so are the groups, as at 4,000 agents with
+    the default 2 s heartbeat. Nothing else changes: every task done once, in budget."""
+    plain, plain_actions = emulate(tmp_path, 40.0, policy="round_robin")
+    wide, wide_actions = emulate(tmp_path, 40.0, policy="round_robin", beat=0.004)
+    for state in (plain, wide):
+        assert_every_task_done_once_in_budget(state)
+    assert largest_group(plain_actions) <= 4  # 40 s of 10 s tasks on the fast type
+    assert largest_group(wide_actions) > 2 * largest_group(plain_actions)
+    assert records(wide_actions) < records(plain_actions) / 2
 
 
 def test_an_idle_machine_takes_back_the_end_of_another_machines_group(tmp_path: Path) -> None:
