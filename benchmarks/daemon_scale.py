@@ -79,7 +79,7 @@ from autoscaler.config.bag import expand_bag
 from autoscaler.core.journal import JOURNAL_DB
 from autoscaler.run.rundir import OUTPUTS_FILE
 from benchmarks.bats_scenarios import REPO, library_state, render_table
-from benchmarks.daemon_scale_run import Spec, run_config
+from benchmarks.daemon_scale_run import Spec, py_spy, run_config
 from benchmarks.sim_agents import H_BUCKETS, quantile
 
 STEADY = (0.05, 0.95)
@@ -531,6 +531,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--extrapolate", type=int, default=EXTRAPOLATE)
     p.add_argument("--keep", action="store_true", help="keep the run directories")
     args = p.parse_args(argv)
+    if args.profile and py_spy() is None:
+        p.error("--profile needs py-spy: .venv/bin/pip install -e '.[bench]'")
     asked: list[RowSpec] = list(args.row or [])
     asked += [RowSpec(a, args.task_s, a * args.tasks_per_agent) for a in args.agents or []]
     asked = asked or list(DEFAULT_ROWS)

@@ -209,9 +209,17 @@ def run(spec: Spec) -> dict[str, Any]:
     return figures
 
 
+def py_spy() -> str | None:
+    """The ``py-spy`` program: on the PATH or beside this Python; None without one."""
+    beside = Path(sys.executable).parent / "py-spy"
+    return shutil.which("py-spy") or (str(beside) if beside.exists() else None)
+
+
 def start_profile(out: Path, seconds: float) -> subprocess.Popen[bytes]:
     """``py-spy record`` of this process (raw stacks to ``<out>/profile.txt``)."""
-    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    spy = py_spy()
+    if spy is None:
+        raise RuntimeError("py-spy is not installed")
     argv = [spy, "record", "--pid", str(os.getpid()), "--duration", f"{seconds:.0f}"]
     argv += ["--rate", str(PROFILE_RATE), "--nonblocking", "--gil", "--format", "raw"]
     argv += ["-o", str(out / "profile.txt")]
