@@ -337,15 +337,18 @@ def test_plan_samples_on_ec2_and_the_run_takes_its_instances_over(world: Ec2Worl
     """`plan --yes` samples on EC2 and holds; `run --plan DIR --option N` carries the run
     on from the samples with the instances that still have paid time (their agents
     reached through new tunnels), and no instance outlives it."""
-    # Machines work on through the hold (their time is paid): the bag must outlast the
-    # sampling, the hold and the `run` starting, which takes seconds on a loaded host
-    # (80 were all done before `run --plan` came; 160 ran past the option's budget on a
-    # host loaded to 4 on its 2 cores).
-    n = 120
     # Units of two ATUs: the sampling instances keep paid time through the hold and the
     # hand-over. At one ATU their unit ended before `run --plan` came on a host loaded by
     # another job, and nothing was left to take over.
     atu = 2 * ATU
+    # Machines work on through the hold (their time is paid): the bag must outlast the
+    # sampling, the hold and the `run` starting, which takes seconds on a loaded host. The
+    # six sampling instances do about 3 tasks a second: 300 is about 100 s of work from
+    # their start, most of their first unit, so `run --plan` may come up to a minute after
+    # the hold and still find tasks and paid time. (120 were all done 16 s after the hold,
+    # before a `run --plan` that took 25 s to come in CI; at one ATU, 160 ran past the
+    # option's budget on a host loaded to 4 on its 2 cores.)
+    n = 300
     config = world.config(bag={"synthetic": n}, billing={"mode": "fixed", "atu_s": atu})
     plan_dir = world.tmp / "plan"
     plan = plan_in_background(config, plan_dir, world.tmp)
