@@ -18,7 +18,6 @@ and only what it was given.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +43,7 @@ from autoscaler.core.state import Machine, RunState
 from autoscaler.core.task_files import Stored
 from autoscaler.core.words import counted
 from autoscaler.providers.sim import share_factor, type_runtime
+from autoscaler.run import wire
 from autoscaler.run.giveup import QUEUED_REASON, UNSEEN_REASON, give_up
 from autoscaler.run.hearing import Hearing
 from autoscaler.run.polls import AgentResult, Poll
@@ -428,4 +428,4 @@ def _output_line(m: Machine, r: AgentResult) -> str:
         "stdout": r.stdout,
         "stderr": r.stderr,
     }
-    return json.dumps(line)
+    return wire.dumps_text(line)

@@ -51,6 +51,7 @@ from socket import SOMAXCONN
 from typing import IO, Any, cast
 
 from autoscaler.bootstrap.credentials import launch_of, machine_token
+from autoscaler.run import wire
 from autoscaler.run.auth import bearer_token, token_matches
 from autoscaler.run.http1 import CONTINUE, STREAM_LIMIT, HttpError, Request, head_bytes, take_head
 from autoscaler.run.polls import BadRequest, Reply, parse_poll
@@ -61,7 +62,6 @@ REGISTER_PATH = "/v1/register"
 REGISTRY_FILE = "registered"
 """In the run directory: each machine registered with its launch's token, a line each."""
 MAX_BODY = 8 << 20
-_ENCODER = json.JSONEncoder(separators=(",", ":"))  # json.dumps would build one per call
 PROCESS_TIMEOUT_S = 5.0
 """How long a poll waits for the daemon to take it before it is answered 503: well
 inside the agent's own patience (``wait_s`` + 10 s), so the agent hears the 503."""
@@ -320,7 +320,7 @@ class Dispatcher:
         given = bearer_token(request.headers.get("authorization"))
         launch = launch_of(self.token, given) if given else None
         try:
-            ask = json.loads(body)
+            ask = wire.loads(body)
             machine, nonce = ask["machine"], ask["nonce"]
             if not isinstance(machine, str) or not machine or not isinstance(nonce, str):
                 raise TypeError("machine and nonce must be strings")
@@ -591,7 +591,7 @@ class _Connection(asyncio.BufferedProtocol):
     ) -> bool:
         """Write a JSON answer; whether the connection stays open for the next request."""
         keep = keep and request.keep_alive
-        data = _ENCODER.encode(body).encode()
+        data = wire.dumps(body)
         self.write(head_bytes(status, len(data), not keep, _JSON) + data)
         return keep
 
@@ -655,7 +655,7 @@ class _Connection(asyncio.BufferedProtocol):
             try:
                 served = self._step()
             except HttpError as exc:
-                data = _ENCODER.encode({"error": exc.message}).encode()
+                data = wire.dumps({"error": exc.message})
                 self.write(head_bytes(exc.status, len(data), True, _JSON) + data)
                 self._end()
                 return
@@ -880,7 +880,7 @@ def _claimed_machine(body: bytes) -> str | None:
     """The machine a request's body names, whole: the token is checked against it (a
     token derived from a cut id would speak for every machine whose id begins so)."""
     try:
-        data = json.loads(body)
+        data = wire.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError):
         return None
     machine = data.get("machine") if isinstance(data, dict) else None

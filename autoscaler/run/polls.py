@@ -13,6 +13,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from autoscaler.run import wire
+
 MAX_WAIT_S = 60.0
 """The longest an agent may ask the daemon to hold its poll (its ``wait_s``)."""
 
@@ -135,7 +137,7 @@ class BadRequest(ValueError):
 def parse_poll(body: bytes, arrived: float) -> Poll:
     """Check an agent's request body; raise ``BadRequest`` naming the bad field."""
     try:
-        data = json.loads(body)
+        data = wire.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise BadRequest(f"body is not JSON: {exc}") from None
     if not isinstance(data, dict):
