@@ -11,7 +11,8 @@ thread, no timer per poll, no long poll held (a busy agent is asked to report as
 as the daemon asks it, ``run/agents.heartbeat_s``): less than any controller speaking the
 protocol must do. Its agents are the same load generators ``daemon_scale`` drives
 (``benchmarks/sim_agents.py``), so the kernel's share of a loopback exchange is counted
-as it is there.
+as it is there. Its loop gathers requests as the dispatcher's does past the fleet where
+the heartbeat stretches (``run/dispatch._Gathering``).
 
     python -m benchmarks.dispatch_floor                       # 5,000 agents × 2 s, 100,000 tasks
     python -m benchmarks.dispatch_floor --row 2500:2:50000 --daemon
@@ -42,7 +43,9 @@ if __name__ == "__main__" and not __package__:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from autoscaler.bootstrap.agent_start import TOKEN_ENV
-from autoscaler.run.agents import HEARTBEATS_PER_S
+from autoscaler.config.schema import Daemon as DaemonSettings
+from autoscaler.run.agents import HEARTBEATS_PER_S, stretch_from
+from autoscaler.run.dispatch import _Gathering
 from autoscaler.run.http1 import head_bytes, take_head
 from autoscaler.run.polls import BadRequest, parse_poll
 from benchmarks.bats_scenarios import render_table
@@ -211,6 +214,17 @@ async def serve(floor_args: tuple[int, float], agents: int, per_process: int, ou
     }
 
 
+def floor_run(floor_args: tuple[int, float], agents: int, per_process: int, out: Path) -> dict:
+    """``serve`` on a loop that gathers requests as the dispatcher's does at this fleet."""
+    crowd = agents > stretch_from(DaemonSettings())
+
+    def loop() -> asyncio.AbstractEventLoop:
+        return asyncio.SelectorEventLoop(_Gathering(lambda: crowd))
+
+    with asyncio.Runner(loop_factory=loop) as runner:
+        return runner.run(serve(floor_args, agents, per_process, out))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument(
@@ -226,7 +240,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             agents, task_s, tasks = r.agents, r.task_s, r.tasks
             label = f"{agents:,} × {task_s:g} s, {tasks:,}"
             print(f"{label}: the floor ...", file=sys.stderr, flush=True)
-            f = asyncio.run(serve((tasks, task_s), agents, args.per_process, Path(tmp)))
+            f = floor_run((tasks, task_s), agents, args.per_process, Path(tmp))
             line: list[Any] = [
                 label,
                 str(f["results"]),

@@ -82,7 +82,7 @@ from autoscaler.report.build import build_report
 from autoscaler.report.records import Report
 from autoscaler.report.write import write_report
 from autoscaler.run import offers
-from autoscaler.run.agents import Agents
+from autoscaler.run.agents import Agents, stretch_from
 from autoscaler.run.assemble import json_logger, make_controller, new_state
 from autoscaler.run.carry_out import Executor
 from autoscaler.run.dispatch import REGISTRY_FILE, Dispatcher
@@ -262,6 +262,7 @@ class Daemon:
                 log=self.log,
                 tls=server.context() if server is not None else None,
                 registry=files.run_dir / REGISTRY_FILE,
+                gather_from=int(stretch_from(self.cfg.daemon)),
             )
         except OSError as exc:
             raise AutoscalerError(f"dispatcher cannot listen on {host}:{port}: {exc}") from None

@@ -103,13 +103,14 @@ class World:
     """Dispatchers, the daemon's side of their queues and raw agent connections, all
     closed at the end of the test."""
 
-    def __init__(self) -> None:
+    def __init__(self, gather_from: int = 0) -> None:
+        self.gather_from = gather_from
         self.dispatchers: list[Dispatcher] = []
         self.daemons: list[Daemon] = []
         self.socks: list[socket.socket] = []
 
     def dispatcher(self, **limits: Any) -> Dispatcher:
-        d = Dispatcher(TOKEN, queue.SimpleQueue(), **limits)
+        d = Dispatcher(TOKEN, queue.SimpleQueue(), **{"gather_from": self.gather_from, **limits})
         d.allowed.update(f"m{i}" for i in range(2000))
         d.start()
         self.dispatchers.append(d)
@@ -138,9 +139,11 @@ def echo(poll: Poll) -> None:
     poll.reply.send({**ANSWER, "tasks": [poll.machine]})
 
 
-@pytest.fixture
-def world() -> Iterator[World]:
-    made = World()
+@pytest.fixture(params=[0, 1], ids=["one-by-one", "gathering"])
+def world(request: pytest.FixtureRequest) -> Iterator[World]:
+    """Every behaviour holds whether the loop reads each request as it comes, or pauses
+    to gather them as past ``gather_from`` connections (here: past one)."""
+    made = World(request.param)
     yield made
     made.close()
 
