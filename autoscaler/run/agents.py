@@ -25,6 +25,7 @@ from typing import Any
 
 from autoscaler.config.schema import Daemon as DaemonSettings
 from autoscaler.config.schema import JobMeans, RunConfig
+from autoscaler.core.groups import stretched
 from autoscaler.core.leases import Timeline, lease, renew_at
 from autoscaler.core.model import (
     NOTICE_REASON,
@@ -323,8 +324,11 @@ told to report less often, and silence is judged against the longer interval."""
 
 
 def heartbeat_s(d: DaemonSettings, machines: int) -> float:
-    """How often each of ``machines`` agents is asked to report while busy."""
-    return max(d.heartbeat_s, machines / HEARTBEATS_PER_S)
+    """How often each of ``machines`` agents is asked to report while busy: the config's
+    ``heartbeat_s``, stretched past ``stretch_from`` machines in proportion to them (so
+    the fleet sends at most ``HEARTBEATS_PER_S``), by the same rule as the task groups'
+    horizon (``core.groups.stretched``)."""
+    return stretched(d.heartbeat_s, stretch_from(d), machines)
 
 
 def stretch_from(d: DaemonSettings) -> float:
@@ -343,14 +347,15 @@ def report_s(d: DaemonSettings, machines: int) -> float:
     second, each a poll through the main loop; issue 36 measured 0.39 requests a task
     and 44 % less CPU). Results come in up to a heartbeat late; the agent measures each
     run's time itself."""
-    beat = heartbeat_s(d, machines)
-    return d.report_s if beat <= d.heartbeat_s else max(d.report_s, beat)
+    if machines <= stretch_from(d):
+        return d.report_s
+    return max(d.report_s, heartbeat_s(d, machines))
 
 
 def lost_after_s(d: DaemonSettings, machines: int) -> float:
     """How long an agent of a fleet of ``machines`` may be silent: the config's
     ``lost_after_s``, stretched as the heartbeat is (the same number of missed reports)."""
-    return d.lost_after_s * heartbeat_s(d, machines) / d.heartbeat_s
+    return stretched(d.lost_after_s, stretch_from(d), machines)
 
 
 SCALED_LEASE_FLOOR_S = 2.0
