@@ -40,7 +40,7 @@ from autoscaler.budget.fleet import meet_target
 from autoscaler.budget.problem import BudgetProblem, Plan, TypeEstimate
 from autoscaler.budget.settings import ControllerSettings, money_left, planned
 from autoscaler.budget.tail import replicate, take_back
-from autoscaler.core.groups import GroupLimits, fair_share, group_size, stretched
+from autoscaler.core.groups import GroupLimits, ahead, fair_share, group_size, stretched
 from autoscaler.core.limits import quota_grew
 from autoscaler.core.model import (
     NOTICE_REASON,
@@ -369,7 +369,7 @@ class Controller:
         if replanned or news.lost or (news.tick and state.decisions.deferred):
             meet_target(s)
 
-    def _group(self, s: Step, m: Machine, draining: bool, share: int) -> int:
+    def _group(self, s: Step, m: Machine, draining: bool, share: int, topped: bool = False) -> int:
         """Tasks to hand ``m`` now (``core.groups``): one per free slot until BaTS's plan
         (sampling hands out tasks one by one, and ``plan`` holds after it with the bag
         left; round robin has no sampling); then a group whose expected time fits the
@@ -397,6 +397,7 @@ class Controller:
             mean_s=stats.mean() if known else None,
             window_s=window,
             limits=self._limits(t, len(state.fleet.alive)),
+            ahead=topped,
         )
 
     def _limits(self, t: TypeSpec, machines: int) -> GroupLimits:
@@ -410,16 +411,20 @@ class Controller:
         return kept[1]
 
     def _dispatch(self, s: Step, machines: Iterable[str]) -> None:
-        """Give each machine of ``machines`` with a free slot a task group, or release it
-        when it is idle and has nothing to do."""
+        """Give each machine of ``machines`` with a free slot a task group (past the
+        stretch, also each busy one whose queue runs short: ``core.groups.ahead``), or
+        release it when it is idle and has nothing to do."""
         state = s.state
         by_id, tasks, money = state.fleet.machines, state.tasks, state.money
         slots = state.fleet.alive_slots
         share = fair_share(len(tasks.pending), 1, slots)
         compact = sampling_.is_compact(self.settings, state)  # fixed for the run
+        topped = ahead(self.settings.group_fleet, len(state.fleet.alive))
         for mid in sorted(machines):
             m = by_id[mid]
-            if m.state is not _READY or len(m.running) >= m.type.slots or m.draining:
+            if m.state is not _READY or m.draining:
+                continue
+            if len(m.running) >= m.type.slots and not (topped and tasks.pending):
                 continue
             if (
                 compact
@@ -430,7 +435,7 @@ class Controller:
                 continue
             draining = money.stopped or m.marked or not can_extend(state, m)
             if tasks.pending:
-                k = self._group(s, m, draining, share * m.type.slots)
+                k = self._group(s, m, draining, share * m.type.slots, topped)
                 tids = (
                     self.categories.pick(state, m.type.name, k, planned(state.decisions), m.marked)
                     if self.categories is not None

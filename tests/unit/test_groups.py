@@ -9,7 +9,7 @@ import pytest
 
 from autoscaler.config.load import load_config
 from autoscaler.core.billing import BillingModel
-from autoscaler.core.groups import GroupLimits, fair_share, group_size, stretched
+from autoscaler.core.groups import GroupLimits, ahead, fair_share, group_size, stretched
 from autoscaler.core.journal import SqliteJournal, replay
 from autoscaler.core.model import (
     Action,
@@ -76,6 +76,26 @@ def test_the_type_limits_the_tasks_left_and_the_fair_share_cut_a_group() -> None
     assert size(share=6) == 6
     assert fair_share(100, 2, 20) == 10  # 2 of 20 slots: a tenth
     assert fair_share(3, 4, 40) == 4  # never below a machine's slots
+
+
+def test_past_the_stretch_a_busy_machine_is_topped_up_a_horizons_group_at_a_time() -> None:
+    """2 s of 0.1 s tasks is a group of 20; ahead, a machine holds up to 41 (twice the
+    group and a wave). Busy, it is topped up only once 20 or more fit, so each report
+    adds about a horizon's work and more than that stays queued."""
+    assert ahead(1000, 1001)
+    assert not ahead(1000, 1000)
+    assert not ahead(0, 10**6)  # 0: never
+    assert size(ahead=True) == 41  # idle: the group, the next, and a wave
+    assert size(ahead=True, in_flight=21) == 20  # a horizon's work left: topped up
+    assert size(ahead=True, in_flight=22) == 0  # more than that: a later report
+    assert size(ahead=True, slots=4, in_flight=4 + 80) == 80  # in whole waves of slots
+    assert size(ahead=True, slots=4, in_flight=3) == 4 * 41 - 3  # a slot free: filled
+    # what bounds a group bounds the top-up: the share, the window, the type
+    assert size(ahead=True, in_flight=1, share=10) == 0
+    assert size(ahead=True, in_flight=0, share=10) == 10
+    assert size(ahead=True, mean_s=10.0, window_s=35.0, limits=GroupLimits(600.0)) == 3
+    assert size(ahead=True, in_flight=5, limits=GroupLimits(2.0, max_tasks=30)) == 25
+    assert size(mean_s=0.1, in_flight=21) == 0  # up to the stretch: as before
 
 
 # --- records -----------------------------------------------------------------------------
@@ -165,8 +185,15 @@ policy: POLICY
 
 
 def emulate(
-    tmp_path: Path, group_s: float, slots: int = 1, policy: str = "bats", beat: float = 2.0
+    tmp_path: Path,
+    group_s: float,
+    slots: int = 1,
+    policy: str = "bats",
+    beat: float = 2.0,
+    busy: list[int] | None = None,
 ) -> tuple[RunState, list[Action]]:
+    """The emulated run and its actions; ``busy`` counts the assignments to a machine
+    that was running a task they did not bring."""
     path = tmp_path / f"run-{group_s}-{slots}-{policy}-{beat}.yaml"
     text = CONFIG.replace("GROUP", str(group_s)).replace("SLOTS", str(slots))
     text = text.replace("BEAT", str(beat))
@@ -178,6 +205,10 @@ def emulate(
     def hook(now: float, events: list[Event], actions: list[Action], state: RunState) -> None:
         journal.step(now, events, actions)
         taken.extend(actions)
+        for a in actions:
+            if busy is not None and isinstance(a, Assign | AssignGroup):
+                given = {a.task} if isinstance(a, Assign) else set(a.tasks)
+                busy[0] += bool(set(state.fleet.machines[a.machine].running) - given)
 
     state = make_emulator(cfg, 600, 1, on_step=hook, run_tag="r").run()
     replayed = RunState.new(
@@ -235,6 +266,27 @@ def test_a_fleet_past_the_heartbeats_stretch_gets_groups_as_much_longer(tmp_path
     assert largest_group(plain_actions) <= 4  # 40 s of 10 s tasks on the fast type
     assert largest_group(wide_actions) > 2 * largest_group(plain_actions)
     assert records(wide_actions) < records(plain_actions) / 2
+
+
+def test_past_the_stretch_busy_machines_are_handed_their_next_group_before_they_idle(
+    tmp_path: Path,
+) -> None:
+    """With the fleet past the heartbeat's stretch, groups go to machines still running
+    a task (their agents hear of them at their next report instead of polling when their
+    queue runs dry); up to it, only to machines with a free slot. Every task is done
+    once, in budget, and the bag ends no later for it than a task's length."""
+    plain_busy, wide_busy = [0], [0]
+    plain, _ = emulate(tmp_path, 40.0, policy="round_robin", busy=plain_busy)
+    wide, _ = emulate(tmp_path, 40.0, policy="round_robin", beat=0.004, busy=wide_busy)
+    for state in (plain, wide):
+        assert_every_task_done_once_in_budget(state)
+    assert plain_busy == [0]
+    assert wide_busy[0] > 10
+
+    def last_end(state: RunState) -> float:
+        return max(s.end for s in state.tasks.segments if s.outcome == "done")
+
+    assert last_end(wide) <= last_end(plain) + 20.0  # the slow type's mean task
 
 
 def test_an_idle_machine_takes_back_the_end_of_another_machines_group(tmp_path: Path) -> None:
