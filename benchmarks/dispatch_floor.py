@@ -12,7 +12,7 @@ as the daemon asks it, ``run/agents.heartbeat_s``): less than any controller spe
 protocol must do. Its agents are the same load generators ``daemon_scale`` drives
 (``benchmarks/sim_agents.py``), so the kernel's share of a loopback exchange is counted
 as it is there. Its loop gathers requests as the dispatcher's does past the fleet where
-the heartbeat stretches (``run/dispatch._Gathering``).
+the heartbeat stretches (``run/gathering.Gathering``).
 
     python -m benchmarks.dispatch_floor                       # 5,000 agents × 2 s, 100,000 tasks
     python -m benchmarks.dispatch_floor --row 2500:2:50000 --daemon
@@ -45,7 +45,7 @@ if __name__ == "__main__" and not __package__:
 from autoscaler.bootstrap.agent_start import TOKEN_ENV
 from autoscaler.config.schema import Daemon as DaemonSettings
 from autoscaler.run.agents import HEARTBEATS_PER_S, stretch_from
-from autoscaler.run.dispatch import _Gathering
+from autoscaler.run.gathering import Gathering
 from autoscaler.run.http1 import head_bytes, take_head
 from autoscaler.run.polls import BadRequest, parse_poll
 from benchmarks.bats_scenarios import render_table
@@ -219,7 +219,7 @@ def floor_run(floor_args: tuple[int, float], agents: int, per_process: int, out:
     crowd = agents > stretch_from(DaemonSettings())
 
     def loop() -> asyncio.AbstractEventLoop:
-        return asyncio.SelectorEventLoop(_Gathering(lambda: crowd))
+        return asyncio.SelectorEventLoop(Gathering(lambda: crowd))
 
     with asyncio.Runner(loop_factory=loop) as runner:
         return runner.run(serve(floor_args, agents, per_process, out))

@@ -41,7 +41,6 @@ import os
 import queue
 import resource
 import secrets
-import selectors
 import socket
 import ssl
 import threading
@@ -54,6 +53,7 @@ from typing import IO, Any, cast
 from autoscaler.bootstrap.credentials import launch_of, machine_token
 from autoscaler.run import wire
 from autoscaler.run.auth import bearer_token, token_matches
+from autoscaler.run.gathering import Gathering
 from autoscaler.run.http1 import CONTINUE, STREAM_LIMIT, HttpError, Request, head_bytes, take_head
 from autoscaler.run.polls import BadRequest, Reply, parse_poll
 
@@ -73,9 +73,6 @@ FD_RESERVE = 256
 MAX_BACKLOG = 10_000
 """Polls on the daemon's queue not yet taken, past which a new poll is answered 503 at
 once: a daemon that fell behind is not handed more work to fall further behind with."""
-GATHER_S = 0.005
-"""Past ``gather_from`` connections, how long the loop pauses before it waits on its
-sockets again (``_Gathering``)."""
 TICK_S = 0.25
 FILE_THREADS = 8
 CLOSE_S = 5.0
@@ -134,7 +131,7 @@ class Dispatcher:
         self._address: tuple[str, int] = self._sock.getsockname()[:2]
         self._connections: set[_Connection] = set()
         self._loop: asyncio.AbstractEventLoop = (
-            asyncio.SelectorEventLoop(_Gathering(lambda: len(self._connections) > gather_from))
+            asyncio.SelectorEventLoop(Gathering(lambda: len(self._connections) > gather_from))
             if gather_from > 0
             else asyncio.new_event_loop()
         )
@@ -483,30 +480,6 @@ class Dispatcher:
             lambda machine: seen.__setitem__(machine, time.monotonic()),
         )
         return connection.write_answer(request, status, answer, keep=status == 200)  # else unread
-
-
-class _Gathering(selectors.DefaultSelector):
-    """The loop's selector: while ``crowded()`` (past ``gather_from`` connections), it
-    pauses ``GATHER_S`` before each wait on the sockets, so that one wait returns the
-    requests of many agents instead of one.
-
-    A loop that waits for every request on its own pays a system call and a turn of the
-    loop per request; at 10,000 agents of 10 s tasks (1,000 requests a second) the
-    exchange alone cost 141 µs a task that way, and 107 µs pausing 5 ms
-    (``benchmarks.dispatch_floor``). Each answer comes up to 5 ms later, against agents
-    that report every 2 s or more. A wait that is not to block (callbacks are ready) is
-    not paused, and up to ``gather_from`` connections nothing changes."""
-
-    def __init__(self, crowded: Callable[[], bool]) -> None:
-        super().__init__()
-        self._crowded = crowded
-
-    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
-        if (timeout is None or timeout > 0) and self._crowded():
-            pause = GATHER_S if timeout is None else min(GATHER_S, timeout)
-            time.sleep(pause)
-            timeout = None if timeout is None else timeout - pause
-        return super().select(timeout)
 
 
 class _Connection(asyncio.BufferedProtocol):

@@ -1,7 +1,7 @@
-"""The dispatcher's selector past ``gather_from`` connections (run/dispatch.py,
-``_Gathering``): a wait that would block pauses first, so the requests that come during
-the pause are read with the first one; a wait that is not to block never pauses. Real
-sockets; the pause is where a second agent's request arrives."""
+"""The dispatcher's selector past ``gather_from`` connections (run/gathering.py): a wait
+that would block pauses first, so the requests that come during the pause are read with
+the first one; a wait that is not to block never pauses. Real sockets; the pause is where
+a second agent's request arrives."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from autoscaler.run import dispatch
-from autoscaler.run.dispatch import GATHER_S, _Gathering
+from autoscaler.run import gathering
+from autoscaler.run.gathering import GATHER_S, Gathering
 
 Pairs = list[tuple[socket.socket, socket.socket]]
 
@@ -38,8 +38,8 @@ def ready(
         paused.append(seconds)
         second_agent.send(b"poll")
 
-    monkeypatch.setattr(dispatch.time, "sleep", pause)
-    selector = _Gathering(lambda: crowded)
+    monkeypatch.setattr(gathering.time, "sleep", pause)
+    selector = Gathering(lambda: crowded)
     try:
         for i, (sock, _) in enumerate(pairs):
             selector.register(sock, selectors.EVENT_READ, i)
