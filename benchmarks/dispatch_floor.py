@@ -44,7 +44,7 @@ if __name__ == "__main__" and not __package__:
 
 from autoscaler.bootstrap.agent_start import TOKEN_ENV
 from autoscaler.config.schema import Daemon as DaemonSettings
-from autoscaler.run.agents import HEARTBEATS_PER_S, stretch_from
+from autoscaler.run.agents import heartbeat_s, stretch_from
 from autoscaler.run.gathering import Gathering
 from autoscaler.run.http1 import head_bytes, take_head
 from autoscaler.run.polls import BadRequest, parse_poll
@@ -65,7 +65,7 @@ class Floor:
         self.tasks = tasks
         self.task_s = task_s
         # a busy agent reports as often as the daemon asks a fleet this size to
-        self.heartbeat_s = max(2.0, agents / HEARTBEATS_PER_S)
+        self.heartbeat_s = heartbeat_s(DaemonSettings(), agents)
         self.given = 0
         self.done = 0
         self.rng = random.Random(0)

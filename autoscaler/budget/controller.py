@@ -369,7 +369,7 @@ class Controller:
         if replanned or news.lost or (news.tick and state.decisions.deferred):
             meet_target(s)
 
-    def _group(self, s: Step, m: Machine, draining: bool, share: int, topped: bool = False) -> int:
+    def _group(self, s: Step, m: Machine, draining: bool, share: int, topped: bool) -> int:
         """Tasks to hand ``m`` now (``core.groups``): one per free slot until BaTS's plan
         (sampling hands out tasks one by one, and ``plan`` holds after it with the bag
         left; round robin has no sampling); then a group whose expected time fits the

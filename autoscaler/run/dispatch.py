@@ -130,10 +130,8 @@ class Dispatcher:
         self._sock = _listen(host, port)
         self._address: tuple[str, int] = self._sock.getsockname()[:2]
         self._connections: set[_Connection] = set()
-        self._loop: asyncio.AbstractEventLoop = (
-            asyncio.SelectorEventLoop(Gathering(lambda: len(self._connections) > gather_from))
-            if gather_from > 0
-            else asyncio.new_event_loop()
+        self._loop = asyncio.SelectorEventLoop(
+            Gathering(lambda: 0 < gather_from < len(self._connections))
         )
         self._loop.set_exception_handler(self._loop_error)
         self._pool = concurrent.futures.ThreadPoolExecutor(FILE_THREADS, "dispatcher-files")

@@ -24,13 +24,16 @@ class Gathering(selectors.DefaultSelector):
     that report every 2 s or more. A wait that is not to block (callbacks are ready) is
     not paused, and up to ``gather_from`` connections nothing changes."""
 
-    def __init__(self, crowded: Callable[[], bool]) -> None:
+    def __init__(
+        self, crowded: Callable[[], bool], sleep: Callable[[float], None] = time.sleep
+    ) -> None:
         super().__init__()
         self._crowded = crowded
+        self._sleep = sleep
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
         if (timeout is None or timeout > 0) and self._crowded():
             pause = GATHER_S if timeout is None else min(GATHER_S, timeout)
-            time.sleep(pause)
+            self._sleep(pause)
             timeout = None if timeout is None else timeout - pause
         return super().select(timeout)

@@ -40,7 +40,4 @@ def dumps(value: Any) -> bytes:
 
 def dumps_text(value: Any) -> str:
     """``value`` as compact JSON text (a line of a UTF-8 file)."""
-    try:
-        return orjson.dumps(value).decode()
-    except TypeError:
-        return _ENCODER.encode(value)  # ASCII: a lone surrogate escaped, as json writes it
+    return dumps(value).decode()

@@ -11,7 +11,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from autoscaler.run import gathering
 from autoscaler.run.gathering import GATHER_S, Gathering
 
 Pairs = list[tuple[socket.socket, socket.socket]]
@@ -26,9 +25,7 @@ def pairs() -> Iterator[Pairs]:
         b.close()
 
 
-def ready(
-    crowded: bool, timeout: float | None, pairs: Pairs, monkeypatch: pytest.MonkeyPatch
-) -> tuple[set[int], list[float]]:
+def ready(crowded: bool, timeout: float | None, pairs: Pairs) -> tuple[set[int], list[float]]:
     """Which agents' requests one wait returns: the first agent's is there before it,
     the second's comes during a pause, if the selector pauses."""
     (_, first_agent), (_, second_agent) = pairs
@@ -38,8 +35,7 @@ def ready(
         paused.append(seconds)
         second_agent.send(b"poll")
 
-    monkeypatch.setattr(gathering.time, "sleep", pause)
-    selector = Gathering(lambda: crowded)
+    selector = Gathering(lambda: crowded, sleep=pause)
     try:
         for i, (sock, _) in enumerate(pairs):
             selector.register(sock, selectors.EVENT_READ, i)
@@ -49,27 +45,21 @@ def ready(
         selector.close()
 
 
-def test_a_crowded_loop_pauses_and_reads_what_came_meanwhile_in_one_wait(
-    pairs: Pairs, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    got, paused = ready(True, None, pairs, monkeypatch)
+def test_a_crowded_loop_pauses_and_reads_what_came_meanwhile_in_one_wait(pairs: Pairs) -> None:
+    got, paused = ready(True, None, pairs)
     assert got == {0, 1}
     assert paused == [GATHER_S]
 
 
-def test_up_to_the_crowd_each_request_is_read_as_it_comes(
-    pairs: Pairs, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    got, paused = ready(False, None, pairs, monkeypatch)
+def test_up_to_the_crowd_each_request_is_read_as_it_comes(pairs: Pairs) -> None:
+    got, paused = ready(False, None, pairs)
     assert got == {0}
     assert paused == []
 
 
-def test_a_wait_that_is_not_to_block_is_not_paused_and_a_short_one_no_longer(
-    pairs: Pairs, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    got, paused = ready(True, 0, pairs, monkeypatch)
+def test_a_wait_that_is_not_to_block_is_not_paused_and_a_short_one_no_longer(pairs: Pairs) -> None:
+    got, paused = ready(True, 0, pairs)
     assert (got, paused) == ({0}, [])
-    got, paused = ready(True, GATHER_S / 5, pairs, monkeypatch)
+    got, paused = ready(True, GATHER_S / 5, pairs)
     assert got == {0, 1}
     assert paused == [GATHER_S / 5]
