@@ -42,6 +42,7 @@ from autoscaler.providers.base import (
     Provider,
     ProviderState,
 )
+from autoscaler.run.agents import describe_s
 from autoscaler.run.refusals import holds, refusal
 
 if TYPE_CHECKING:
@@ -168,6 +169,7 @@ class MachineLifecycle:
         self._closing = threading.Event()
         self._futures: set[concurrent.futures.Future[Any]] = set()
         self.queued: frozenset[str] = frozenset()  # the provider queued them at the last look
+        self._next_look = 0.0  # monotonic: no describe before (``describe_soon``)
 
     # --- launch ---------------------------------------------------------------------------
 
@@ -258,8 +260,10 @@ class MachineLifecycle:
     # --- watch ----------------------------------------------------------------------------
 
     def describe_soon(self) -> None:
-        """Scheduler job: ask the provider which machines ended, unless a question is out."""
-        if not self._describing.acquire(blocking=False):
+        """Scheduler job: ask the provider which machines ended, unless a question is out
+        or the last was asked less than ``agents.describe_s`` ago for a fleet its size
+        (the job runs at the provider's own interval)."""
+        if time.monotonic() < self._next_look or not self._describing.acquire(blocking=False):
             return
         try:
             self._submit(self._describe_watched)
@@ -270,6 +274,11 @@ class MachineLifecycle:
         """On a provider thread: one describe of the machines watched; the ended ones queued."""
         try:
             ids = self.watched()
+            base = self.provider.status_polling_interval
+            # (half the job's interval early: the job that comes at ``every`` looks)
+            self._next_look = (
+                time.monotonic() + describe_s(self.cfg.daemon, base, len(ids)) - base / 2
+            )
             if not ids:
                 return
             statuses = self.provider.describe(ids)

@@ -3,8 +3,10 @@ how the machine lifecycle retries a provider that refuses."""
 
 from __future__ import annotations
 
+import itertools
 import queue
 import threading
+import time
 from collections.abc import Collection, Mapping, Sequence
 
 import pytest
@@ -39,6 +41,7 @@ from autoscaler.providers.base import (
 )
 from autoscaler.run.agents import (
     HEARTBEATS_PER_S,
+    describe_s,
     heartbeat_s,
     lost_after_s,
     lost_contact,
@@ -274,6 +277,55 @@ def test_machines_left_at_the_end_are_terminated_after_a_refused_describe() -> N
         ("end-of-run terminate failed", 1),
         ("terminating machines left at the end", None),
     ]
+
+
+# --- the watch of a large fleet -----------------------------------------------------------------
+
+
+class Counting(Refusing):
+    """A provider that keeps when each describe came, and of how many machines."""
+
+    status_polling_interval = 0.2
+
+    def __init__(self) -> None:
+        super().__init__(0)
+        self.looks: list[tuple[float, int]] = []
+
+    def describe(self, ids: Sequence[str] | None = None) -> list[MachineStatus]:
+        self.looks.append((time.monotonic(), len(ids or ())))
+        return super().describe(ids)
+
+
+@pytest.mark.parametrize("machines", [10, 5_000])
+def test_a_fleet_past_the_stretch_is_described_less_often(machines: int) -> None:
+    """The describe job comes at the provider's interval; past the fleet where the
+    heartbeat stretches, a look is skipped until the stretched interval has passed."""
+    provider = Counting()
+    base = provider.status_polling_interval
+    every = describe_s(CFG.daemon, base, machines)
+    assert (every > base) is (machines > stretch_from(CFG.daemon))
+    ids = [f"m{i}" for i in range(machines)]
+    watch = MachineLifecycle(
+        CFG,
+        provider,
+        None,
+        queue.SimpleQueue(),
+        BackgroundScheduler(),
+        structlog.get_logger(),
+        watched=lambda: ids,
+        gone=set(),
+    )
+    try:
+        start = time.monotonic()
+        while time.monotonic() - start < every + 2 * base:  # the job, once an interval
+            watch.describe_soon()
+            time.sleep(base)
+    finally:
+        watch.shutdown()
+    times = [at for at, n in provider.looks if n == machines]
+    assert len(times) == len(provider.looks) >= 2  # looked at again once its interval passed
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert min(gaps) >= every - base / 2
 
 
 # --- health checks that queued up ------------------------------------------------------------
