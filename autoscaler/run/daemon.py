@@ -85,6 +85,7 @@ from autoscaler.run import offers
 from autoscaler.run.agents import Agents, stretch_from
 from autoscaler.run.assemble import json_logger, make_controller, new_state
 from autoscaler.run.carry_out import Executor
+from autoscaler.run.collector import long_run
 from autoscaler.run.dispatch import REGISTRY_FILE, Dispatcher
 from autoscaler.run.gauges import Metrics
 from autoscaler.run.giveup import BOOT_REASON, ENDED_REASON, unready_give_ups
@@ -333,7 +334,8 @@ class Daemon:
                 self.market.start(scheduler, tick_s)
             scheduler.start()
             self._begin()
-            self._loop(metrics)
+            with long_run():
+                self._loop(metrics)
         except BaseException as exc:
             error = exc
             self.log.error("daemon error", error=repr(exc))

@@ -10,8 +10,6 @@ about a second.
 
 from __future__ import annotations
 
-import ctypes
-import gc
 import heapq
 import itertools
 import math
@@ -52,38 +50,9 @@ from autoscaler.core.model import (
 from autoscaler.core.state import RunState
 from autoscaler.deadline.deadline_controller import DeadlineController
 from autoscaler.providers.sim import SimProvider, share_factor
+from autoscaler.run.collector import long_run
 from autoscaler.run.market import MarketReader, market_of
 from autoscaler.run.refusals import Holds, refusal
-
-GC_YOUNG = 100_000
-"""Allocations between young-generation collections while an emulator runs."""
-
-MALLOC_KEEP_BYTES = 32 * 1024 * 1024
-"""Freed memory below this the C allocator keeps for reuse (glibc's M_MMAP_THRESHOLD
-and M_TRIM_THRESHOLD; see ``keep_freed_memory``)."""
-
-
-def keep_freed_memory() -> None:
-    """Have glibc's malloc keep freed blocks below ``MALLOC_KEEP_BYTES`` for reuse, for
-    the rest of the process (elsewhere than glibc: nothing).
-
-    The estimates make arrays of every ended run at each tick (``learn.survival``), a
-    little larger each time. glibc maps each block above its threshold afresh, raises
-    the threshold to the largest block freed, and gives a free heap top above twice
-    that back: a run's arrays, growing, land on fresh pages at nearly every tick,
-    a page fault per 4 KiB (the 100,000-task dry run: 130,000 faults, about 0.3 s of
-    system time of 5). Set, the thresholds stay fixed (glibc stops adjusting them)."""
-    try:
-        libc = ctypes.CDLL(None)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        return
-    mallopt(_M_TRIM_THRESHOLD, 2 * MALLOC_KEEP_BYTES)
-    mallopt(_M_MMAP_THRESHOLD, MALLOC_KEEP_BYTES)
-
-
-_M_TRIM_THRESHOLD = -1  # glibc's malloc.h
-_M_MMAP_THRESHOLD = -3
 
 StepHook = Callable[[float, list[Event], list[Action], RunState], None]
 Told = JobAdded | Shutdown | BudgetSet | DeadlineSet | JobWithdrawn
@@ -170,17 +139,8 @@ class Emulator:
         """Run to the end; with ``until``, up to the last instant before it, when the owner
         tells what happens at ``until`` (a service's dry run admits a job arriving then,
         as the service does, with what it remembers by then) and runs on."""
-        # The run makes a few objects per event that live as long as it does (its
-        # records); the collector's default young generation (700 allocations) would
-        # walk them every few events. Collected less often while it runs, the same.
-        threshold = gc.get_threshold()
-        if threshold[0]:  # 0: collection is off, and stays so
-            gc.set_threshold(max(threshold[0], GC_YOUNG), *threshold[1:])
-        keep_freed_memory()
-        try:
+        with long_run():
             return self._run(until)
-        finally:
-            gc.set_threshold(*threshold)
 
     def _run(self, until: float) -> RunState:
         if not self._begun:
