@@ -70,7 +70,9 @@ def shares(
         cost, owed = cost + owed, 0.0
         total = sum(payers.values())
         for j, s in payers.items():
-            out[j] = out.get(j, 0.0) + cost * s / total
+            out[j] = out.get(j, 0.0) + cost * (
+                s / total
+            )  # (the share first: s and total may be subnormal)
     return out, owed
 
 
