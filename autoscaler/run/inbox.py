@@ -3,6 +3,10 @@ records: timers that fell due, signals, and what the daemon's owner hands the ru
 
 from __future__ import annotations
 
+import contextlib
+import queue
+import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -52,3 +56,25 @@ class AddJob:
     job: JobSpec
     tasks: tuple[TaskSpec, ...]
     answer: Future[JobSpec]
+
+
+MOST_A_STEP = 5000
+"""The most items one step of the daemon takes from its queue."""
+
+
+def take(
+    inbox: queue.SimpleQueue[object],
+    gather_until: float = 0.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[object]:
+    """The items of one step: the next, waited for; if ``gather_until`` (monotonic) is
+    still ahead, what else arrives until then; then whatever else is queued, up to
+    ``MOST_A_STEP``."""
+    items = [inbox.get()]
+    wait = gather_until - time.monotonic()
+    if wait > 0:
+        sleep(wait)
+    with contextlib.suppress(queue.Empty):
+        while len(items) < MOST_A_STEP:
+            items.append(inbox.get_nowait())
+    return items
