@@ -70,9 +70,8 @@ def shares(
         cost, owed = cost + owed, 0.0
         total = sum(payers.values())
         for j, s in payers.items():
-            out[j] = out.get(j, 0.0) + cost * (
-                s / total
-            )  # (the share first: s and total may be subnormal)
+            # the share first: s and total may be subnormal (cost * s would round)
+            out[j] = out.get(j, 0.0) + cost * (s / total)
     return out, owed
 
 
