@@ -407,7 +407,7 @@ class Daemon:
             crowded = 0 < crowd < len(self.state.fleet.alive)
             items = take(self._inbox, began + STEP_GATHER_S if crowded else 0.0)
             began = time.monotonic()
-            self._listened(items, time.monotonic())
+            self._listened(items, began)
             self._handle(items)
             mono = time.monotonic()
             if mono - frozen_at >= FREEZE_S:

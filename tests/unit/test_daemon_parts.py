@@ -7,7 +7,7 @@ import itertools
 import queue
 import threading
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 import pytest
 import structlog
@@ -202,7 +202,7 @@ class Refusing:
         return list(ids)
 
 
-def lifecycle(provider: Refusing) -> MachineLifecycle:
+def lifecycle(provider: Refusing, watched: Callable[[], list[str]] = list) -> MachineLifecycle:
     return MachineLifecycle(
         CFG,
         provider,
@@ -210,7 +210,7 @@ def lifecycle(provider: Refusing) -> MachineLifecycle:
         queue.SimpleQueue(),
         BackgroundScheduler(),
         structlog.get_logger(),
-        watched=list,
+        watched=watched,
         gone=set(),
     )
 
@@ -305,16 +305,7 @@ def test_a_fleet_past_the_stretch_is_described_less_often(machines: int) -> None
     every = describe_s(CFG.daemon, base, machines)
     assert (every > base) is (machines > stretch_from(CFG.daemon))
     ids = [f"m{i}" for i in range(machines)]
-    watch = MachineLifecycle(
-        CFG,
-        provider,
-        None,
-        queue.SimpleQueue(),
-        BackgroundScheduler(),
-        structlog.get_logger(),
-        watched=lambda: ids,
-        gone=set(),
-    )
+    watch = lifecycle(provider, lambda: ids)
     try:
         start = time.monotonic()
         while time.monotonic() - start < every + 2 * base:  # the job, once an interval
