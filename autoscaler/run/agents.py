@@ -71,6 +71,9 @@ class Agents:
     # Read of the config once: each poll's answer asks (``time_scale`` is worked out).
     _scale: float = field(init=False, default=1.0)
     _setups: dict[str, dict[str, Any]] = field(init=False, default_factory=dict)
+    # The fleet's size when its agents' intervals were last worked out, and those intervals
+    # (heartbeat_s, report_s): the same for every answer until the fleet changes.
+    _said: tuple[int, float, float] = field(init=False, default=(-1, 0.0, 0.0))
     # (machine, task): every task ever sent to a machine's agent (or, resumed, held or
     # run by it in the journal): a result for any other pair is refused.
     given: set[tuple[str, int]] = field(init=False, default_factory=set)
@@ -106,38 +109,42 @@ class Agents:
         events: list[Event] = []
         if m.state is MachineState.BOOTING and (m.id, 0) not in seen:
             events += self._first_report(state, m, poll, seen)
+        run_no, mid, paired = m.run_no, m.id, state.observed.paired_runs
         for r in poll.results:
-            current = m.run_no.get(r.task) == r.run
-            # A task taken back from this agent's group, or from its machine lost, that
-            # it had already run: its result counts once, if nothing else ended the task
-            # first (core.state).
-            late = (
-                not current
-                and r.ok
-                and r.task in m.taken
-                and state.tasks.task_state[r.task] in (TaskState.RUNNING, TaskState.PENDING)
-            )
-            if not (current or late) and (m.id, r.task) not in self.given:
-                self._refuse(m, r, poll)
-                continue
-            if not (current or late) or (m.id, r.run) in seen:
-                continue  # a late or repeated result: already counted, or cancelled
-            once = r.ok and r.task not in state.observed.paired_runs  # pairs: a result per type
-            if once and ("", r.task) in seen:
+            task, run = r.task, r.run
+            ok = r.exit_code == 0 and not r.error  # r.ok, without the call: once per task
+            if run_no.get(task) != run:
+                # A task taken back from this agent's group, or from its machine lost,
+                # that it had already run: its result counts once, if nothing else ended
+                # the task first (core.state).
+                late = (
+                    ok
+                    and task in m.taken
+                    and state.tasks.task_state[task] in (TaskState.RUNNING, TaskState.PENDING)
+                )
+                if not late:
+                    if (mid, task) not in self.given:
+                        self._refuse(m, r, poll)
+                    continue  # else a result already counted, or cancelled
+            if (mid, run) in seen:
+                continue  # a repeated result: already counted
+            once = ok and task not in paired  # pairs: a result per type
+            if once and ("", task) in seen:
                 continue  # done by another machine's result in this step: that one wins
-            seen.add((m.id, r.run))
+            seen.add((mid, run))
             if once:
-                seen.add(("", r.task))
+                seen.add(("", task))
             runtime = float(r.runtime_s) * self._scale
-            stored = self._stored(m, r)
+            stored = self._stored(m, r) if self.staging is not None else None
             if isinstance(stored, str):  # it ran, but its outputs are not safely stored
                 r, stored = dataclasses.replace(r, error=stored), None
+                ok = r.ok
             result: Event
-            if r.ok:
-                result = TaskDone(r.task, m.id, runtime, stored=stored)
+            if ok:
+                result = TaskDone(task, mid, runtime, stored=stored)
             else:
-                result = TaskFailed(r.task, m.id, runtime, str(r.error or "failed")[:500])
-                self.log.info("task failed", task=r.task, machine=m.id, error=r.error)
+                result = TaskFailed(task, mid, runtime, str(r.error or "failed")[:500])
+                self.log.info("task failed", task=task, machine=mid, error=r.error)
             self._lines[id(result)] = (result, _output_line(m, r))
             events.append(result)
         if poll.notice is not None and m.alive and (m.id, -1) not in seen:
@@ -236,8 +243,10 @@ class Agents:
         base = self._base(m, poll, timeline, margin, len(state.fleet.alive))
         setting_up = poll.setup is None and "setup" in base  # told of its set-up at once
         if tasks or cancel or poll.results or poll.running or poll.wait_s <= 0 or setting_up:
-            refused = {"refused": poll.refused} if poll.refused else {}
-            poll.reply.send({**base, "tasks": tasks, "cancel": cancel, **refused})
+            base["tasks"], base["cancel"] = tasks, cancel
+            if poll.refused:
+                base["refused"] = poll.refused
+            poll.reply.send(base)
             return
         parked = self.parked.get(m.id)
         if parked is not None and parked is not poll:
@@ -255,18 +264,24 @@ class Agents:
     ) -> dict[str, Any]:
         floor = SCALED_LEASE_FLOOR_S if self._scale > 1 else 0.0
         held = lease(timeline, m.paid_until, margin, poll.arrived, floor)
-        return {
+        said = self._said
+        if said[0] != fleet:  # the fleet changed size: the intervals it is told, again
+            d = self.cfg.daemon
+            said = self._said = (fleet, heartbeat_s(d, fleet), report_s(d, fleet))
+        base = {
             "ack": True,
             "tasks": [],
             "cancel": [],
             "release": False,
             "lease_s": held.lease_s,
             "renew_in_s": held.renew_in_s,
-            "heartbeat_s": heartbeat_s(self.cfg.daemon, fleet),
+            "heartbeat_s": said[1],
             "slots": m.type.slots,
-            "report_s": report_s(self.cfg.daemon, fleet),
-            **self._setup(m),
+            "report_s": said[2],
         }
+        if m.state is MachineState.BOOTING:
+            base.update(self._setup(m))
+        return base
 
     def _setup(self, m: Machine) -> dict[str, Any]:
         """The set-up a booting machine's agent is to run, if its type has one."""

@@ -77,6 +77,8 @@ def unready_give_ups(state: RunState, events: Sequence[Event], log: Any) -> list
     """The types that ``events`` (a step's, not yet applied) give up: those whose
     machines lost in them, before their agents were ready, make ``UNREADY_MAX`` in a row
     with the machines of the type that ended so since one last came up."""
+    if not any(issubclass(kind, MachineLost) for kind in set(map(type, events))):
+        return []  # most steps: no machine lost, nothing given up
     lost: dict[str, str] = {}
     ready = {e.machine for e in events if isinstance(e, MachineReady)}
     for event in events:

@@ -149,9 +149,7 @@ def parse_poll(body: bytes, arrived: float) -> Poll:
     if not isinstance(results, list):
         raise BadRequest("results: must be a list of {run, task, exit_code, runtime_s, ...}")
     running = data.get("running", [])
-    if not isinstance(running, list) or not all(
-        isinstance(r, int) and not isinstance(r, bool) for r in running
-    ):
+    if not isinstance(running, list) or not all(type(r) is int for r in running):
         raise BadRequest("running: must be a list of run numbers")
     wait = data.get("wait_s", 0.0)
     if not isinstance(wait, int | float) or wait < 0:
@@ -184,6 +182,29 @@ def parse_poll(body: bytes, arrived: float) -> Poll:
 
 def parse_result(r: object, index: int = 0) -> AgentResult:
     """Check one result of an agent's request; ``BadRequest`` naming the bad field."""
+    if type(r) is dict:  # as agents send it (one a task): checked in one pass
+        run, task, runtime = r.get("run"), r.get("task"), r.get("runtime_s")
+        code, error = r.get("exit_code"), r.get("error")
+        stdout, stderr = r.get("stdout", ""), r.get("stderr", "")
+        if (
+            type(run) is int
+            and type(task) is int
+            and type(runtime) in _NUMBERS
+            and (code is None or type(code) is int)
+            and (error is None or type(error) is str)
+            and type(stdout) is str
+            and type(stderr) is str
+        ):
+            return AgentResult(run, task, code, runtime, error, stdout, stderr, r.get("stored"))
+    return _checked_result(r, index)
+
+
+_NUMBERS = (int, float)
+
+
+def _checked_result(r: object, index: int) -> AgentResult:
+    """``parse_result`` field by field: the bad one named, or (a value of a subclass, such
+    as a bool for a number) the result as the checks take it."""
     where = f"results[{index}]"
     if not isinstance(r, dict):
         raise BadRequest(f"{where}: must be an object {{run, task, exit_code, runtime_s, ...}}")

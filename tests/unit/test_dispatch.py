@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from autoscaler.run.polls import AgentResult, BadRequest, parse_poll
+from autoscaler.run.polls import AgentResult, BadRequest, _checked_result, parse_poll, parse_result
 
 GOOD = {"run": 4, "task": 2, "exit_code": 0, "runtime_s": 1.5, "stdout": "hi\n", "stderr": ""}
 
@@ -45,3 +47,42 @@ def test_an_exit_code_of_zero_with_an_error_is_not_a_success() -> None:
 def test_a_malformed_result_is_refused_naming_it(result: object, problem: str) -> None:
     with pytest.raises(BadRequest, match=problem):
         parse_poll(body(GOOD, result), 0.0)
+
+
+_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 3),
+    st.floats(allow_nan=False, width=32),
+    st.text(max_size=3),
+    st.lists(st.integers(0, 2), max_size=2),
+)
+
+
+_FIELDS = ["run", "task", "exit_code", "runtime_s", "error", "stdout", "stderr", "stored", "x"]
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.dictionaries(st.sampled_from(_FIELDS), _VALUES, max_size=2),
+    st.sets(st.sampled_from(_FIELDS), max_size=2),
+)
+def test_a_result_read_in_one_pass_is_what_the_field_checks_make_of_it(
+    changed: dict[str, object], dropped: set[str]
+) -> None:
+    """``parse_result`` takes what agents send in one pass and hands anything else to the
+    checks field by field: whatever a result holds, both say the same (the same record,
+    or the same named refusal). A result is an agent's good one with a field or two
+    changed to any JSON value, or left out."""
+    r = {k: v for k, v in {**GOOD, "error": None, **changed}.items() if k not in dropped}
+    wanted: AgentResult | str
+    try:
+        wanted = _checked_result(r, 0)
+    except BadRequest as exc:
+        wanted = str(exc)
+    try:
+        got: AgentResult | str = parse_result(r, 0)
+    except BadRequest as exc:
+        got = str(exc)
+    assert got == wanted
+    assert type(got) is type(wanted)

@@ -5,7 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from autoscaler.run.http1 import HEAD_MAX, HEADERS_MAX, HttpError, head_bytes, parse_head, take_head
+from autoscaler.run.http1 import (
+    _KEYS,
+    _KEYS_MAX,
+    HEAD_MAX,
+    HEADERS_MAX,
+    HttpError,
+    head_bytes,
+    parse_head,
+    take_head,
+)
 
 AGENT = (
     b"POST /v1/poll HTTP/1.1\r\nHost: 127.0.0.1:8750\r\nAuthorization: Bearer t\r\n"
@@ -81,6 +90,20 @@ def test_too_many_header_lines_are_refused() -> None:
     with pytest.raises(HttpError) as caught:
         parse_head(b"POST /v1/poll HTTP/1.1\r\n" + lines + b"\r\n")
     assert caught.value.status == 431
+
+
+def test_header_names_are_checked_once_and_their_memory_is_bounded() -> None:
+    """A name read before is not checked again, but a line without a colon is still
+    refused; a client sending ever new names does not grow the daemon's memory."""
+    parse_head(AGENT)
+    with pytest.raises(HttpError, match="malformed header line 'Host'"):
+        parse_head(b"POST /v1/poll HTTP/1.1\r\nHost\r\n\r\n")
+    for i in range(3 * _KEYS_MAX // HEADERS_MAX + 1):
+        names = b"".join(b"X-%d-%d: y\r\n" % (i, j) for j in range(HEADERS_MAX))
+        request = parse_head(b"POST /v1/poll HTTP/1.1\r\n" + names + b"\r\n")
+        assert request.headers[f"x-{i}-0"] == "y"
+    assert len(_KEYS) == _KEYS_MAX
+    assert parse_head(AGENT).headers["content-type"] == "application/json"
 
 
 def test_a_client_that_waits_to_send_its_body_is_seen() -> None:
