@@ -140,7 +140,11 @@ def test_the_split_costs_what_the_cheapest_of_every_split_costs(
     assert allocation.policy == CHEAPEST
     assert allocation.tasks == bag.tasks
     assert allocation.meets
-    assert sum(p.cost or 0.0 for p in allocation.parts) == pytest.approx(best, abs=1e-6)
+    # Within HiGHS's own optimality gap (mip_rel_gap 1e-4 by default): a split 0.0000011
+    # dearer than 0.40, where two splits' expected reclaim costs differ in the sixth
+    # place, is as optimal as the solver proves, and failed at abs=1e-6.
+    cost = sum(p.cost or 0.0 for p in allocation.parts)
+    assert cost == pytest.approx(best, rel=1e-4, abs=1e-6)
 
 
 def hybrid(campus_nodes: int) -> list[Rate]:
