@@ -180,6 +180,9 @@ def parse_poll(body: bytes, arrived: float) -> Poll:
     )
 
 
+_NUMBERS = (int, float)
+
+
 def parse_result(r: object, index: int = 0) -> AgentResult:
     """Check one result of an agent's request; ``BadRequest`` naming the bad field."""
     if type(r) is dict:  # as agents send it (one a task): checked in one pass
@@ -189,7 +192,7 @@ def parse_result(r: object, index: int = 0) -> AgentResult:
         if (
             type(run) is int
             and type(task) is int
-            and type(runtime) in _NUMBERS
+            and isinstance(runtime, _NUMBERS)
             and (code is None or type(code) is int)
             and (error is None or type(error) is str)
             and type(stdout) is str
@@ -199,12 +202,9 @@ def parse_result(r: object, index: int = 0) -> AgentResult:
     return _checked_result(r, index)
 
 
-_NUMBERS = (int, float)
-
-
 def _checked_result(r: object, index: int) -> AgentResult:
     """``parse_result`` field by field: the bad one named, or (a value of a subclass, such
-    as a bool for a number) the result as the checks take it."""
+    as a bool for a run number) the result as the checks take it."""
     where = f"results[{index}]"
     if not isinstance(r, dict):
         raise BadRequest(f"{where}: must be an object {{run, task, exit_code, runtime_s, ...}}")
