@@ -112,7 +112,7 @@ class Agents:
         run_no, mid, paired = m.run_no, m.id, state.observed.paired_runs
         for r in poll.results:
             task, run = r.task, r.run
-            ok = r.exit_code == 0 and not r.error  # r.ok, without the call: once per task
+            ok = r.ok  # once per result (it was asked up to twice)
             if run_no.get(task) != run:
                 # A task taken back from this agent's group, or from its machine lost,
                 # that it had already run: its result counts once, if nothing else ended
@@ -279,8 +279,7 @@ class Agents:
             "slots": m.type.slots,
             "report_s": said[2],
         }
-        if m.state is MachineState.BOOTING:
-            base.update(self._setup(m))
+        base.update(self._setup(m))
         return base
 
     def _setup(self, m: Machine) -> dict[str, Any]:
